@@ -1,0 +1,45 @@
+# tailreplay — every target creates or reuses the virtual environment in .venv.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PKGS := traces proxy replayer exporters sim
+
+.PHONY: venv test check demo bench clean typecheck-tree
+
+venv: $(STAMP)
+
+# Reinstall when the dependency list changes; the editable install picks up new modules by itself.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# mypy cannot follow setuptools' editable import hook, so it checks a link tree
+# (.typecheck/tailreplay/<pkg> -> ../../<pkg>) and we map its paths back to the real files.
+typecheck-tree:
+	rm -rf .typecheck && mkdir -p .typecheck/tailreplay
+	for f in tailreplay/*; do ln -s ../../$$f .typecheck/tailreplay/$$(basename $$f); done
+	for p in $(PKGS); do ln -s ../../$$p .typecheck/tailreplay/$$p; done
+
+check: $(STAMP) typecheck-tree
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	MYPYPATH=.typecheck $(BIN)/mypy --strict -p tailreplay 2>&1 \
+	  | sed -e 's#\.typecheck/tailreplay/\(traces\|proxy\|replayer\|exporters\|sim\)/#\1/#' \
+	        -e 's#\.typecheck/tailreplay/#tailreplay/#'; \
+	  exit $${PIPESTATUS[0]}
+
+demo: $(STAMP)
+	bash bench/../scripts/demo.sh
+
+bench: $(STAMP)
+	$(BIN)/python bench/archive.py
+
+clean:
+	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,100 @@
+"""Human-readable terminal output: archive headers and records, stats tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tailreplay.units import format_ns
+
+__all__ = ["describe_header", "describe_record", "print_stats"]
+
+_TIMESTAMPS = frozenset({"start_ns", "intended_ns", "sent_ns", "created_ns"})
+_DURATIONS = frozenset({"duration_ns", "ttfb_ns", "lag_ns"})
+_IDS = frozenset({"trace_id", "span_id", "parent_span_id", "orig_trace_id", "orig_span_id"})
+_PREVIEW = 8
+
+
+def _value(name: str, value: Any) -> str:
+    if name in _TIMESTAMPS and isinstance(value, int):
+        return f"{format_ns(value)}  ({value})"
+    if name in _DURATIONS and isinstance(value, int):
+        return f"{value / 1e6:.3f} ms"
+    if name in _IDS and isinstance(value, bytes):
+        return value.hex()
+    if name == "req_body" and isinstance(value, bytes):
+        text = value[:120].decode("utf-8", "replace")
+        more = "…" if len(value) > 120 else ""
+        return f"({len(value)} bytes) {text}{more}"
+    if name == "req_headers" and isinstance(value, list):
+        return ", ".join(f"{k}: {v}" for k, v in value)
+    if name in ("chunk_gaps_us", "prefix_hashes") and isinstance(value, list):
+        shown = [f"{v:x}" if name == "prefix_hashes" else str(v) for v in value[:_PREVIEW]]
+        more = f", … ({len(value)} in all)" if len(value) > _PREVIEW else ""
+        return "[" + ", ".join(shown) + more + "]"
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _lines(m: dict[str, Any], indent: str = "  ") -> list[str]:
+    width = max((len(k) for k in m), default=0)
+    return [f"{indent}{k.ljust(width)}  {_value(k, v)}" for k, v in m.items()]
+
+
+def describe_header(path: str, header: dict[str, Any]) -> str:
+    return "\n".join([f"{path}", "header:", *_lines(header)])
+
+
+def describe_record(index: int, m: dict[str, Any]) -> str:
+    return "\n".join([f"record {index}:", *_lines(m)])
+
+
+def _fmt(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def print_stats(summary: dict[str, Any], console: Console | None = None) -> None:
+    """The ``traces stats`` report: totals, a percentile table and the bucket table."""
+    console = console or Console()
+    rate = summary["rate_rps"]
+    err = summary["error_rate"]
+    console.print(
+        f"records {summary['records']:,}   span {summary['duration_s']:,.1f} s   "
+        f"rate {_fmt(rate, 2)} req/s   errors {_fmt(None if err is None else err * 100, 2)}%"
+    )
+    table = Table(title="percentiles (successful requests)", title_justify="left")
+    table.add_column("metric")
+    for name in ("p50", "p95", "p99", "p99.9"):
+        table.add_column(name, justify="right")
+    for key, label in (
+        ("latency_ms", "latency ms"),
+        ("ttft_ms", "TTFT ms"),
+        ("tpot_ms", "TPOT ms"),
+        ("input_tokens", "input tokens"),
+        ("output_tokens", "output tokens"),
+    ):
+        p = summary[key]
+        if p is None:
+            table.add_row(label, "-", "-", "-", "-")
+        else:
+            table.add_row(label, *(_fmt(p[q]) for q in ("p50", "p95", "p99", "p999")))
+    console.print(table)
+    buckets = Table(title="by input tokens", title_justify="left")
+    for col in ("input tokens", "count", "p50 ms", "p95 ms", "p99 ms", "req/s", "errors %"):
+        buckets.add_column(col, justify="left" if col == "input tokens" else "right")
+    for row in summary["buckets"]:
+        lat = row["latency_ms"] or {}
+        er = row["error_rate"]
+        buckets.add_row(
+            row["range"],
+            f"{row['count']:,}",
+            _fmt(lat.get("p50")),
+            _fmt(lat.get("p95")),
+            _fmt(lat.get("p99")),
+            _fmt(row["throughput_rps"], 3),
+            _fmt(None if er is None else er * 100, 2),
+        )
+    console.print(buckets)

@@ -1,0 +1,63 @@
+"""The ``tailreplay`` command line. Commands are thin: parse options, call the library.
+
+Errors from the library (``TailreplayError``) become one line on stderr and the
+documented exit code; click's own usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+
+from tailreplay.errors import TailreplayError
+from tailreplay.version import __version__
+
+__all__ = ["cli", "main"]
+
+
+class _Failure(click.ClickException):
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class TailreplayGroup(click.Group):
+    """A click group that turns library errors into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TailreplayError as exc:
+            raise _Failure(str(exc), exc.exit_code) from None
+
+
+@click.group(cls=TailreplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tailreplay")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
+def cli(verbose: bool) -> None:
+    """Capture LLM API traffic and replay it with the same tail."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="warning: %(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _register() -> None:
+    from tailreplay.traces_cli import traces
+
+    cli.add_command(traces)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli(prog_name="tailreplay")
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

@@ -1,0 +1,76 @@
+"""The error tree: every failure a user can cause maps to one class and one exit code.
+
+Inside a run, failures are data (a record with ``error`` set); these exceptions are
+for the edges — bad files, bad options — where the CLI turns them into one line on
+stderr and the documented exit code (DESIGN §7): 2 usage, 3 unreadable input,
+1 a failed run or SLO.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INPUT",
+    "EXIT_USAGE",
+    "ArchiveCorrupt",
+    "ArchiveError",
+    "ArchiveVersionError",
+    "InputError",
+    "NotAnArchive",
+    "RunFailed",
+    "TailreplayError",
+    "UsageError",
+]
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INPUT = 3
+
+
+class TailreplayError(Exception):
+    """Base of every error the CLI reports as one line."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(TailreplayError):
+    """A wrong flag or option value."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunFailed(TailreplayError):
+    """A run that completed but did not meet its goal (an SLO, a target that never answered)."""
+
+    exit_code = EXIT_FAILED
+
+
+class InputError(TailreplayError):
+    """An input that cannot be read: missing, a directory, unreadable."""
+
+    exit_code = EXIT_INPUT
+
+
+class ArchiveError(InputError):
+    """Something is wrong with an archive file; the message names the file."""
+
+
+class NotAnArchive(ArchiveError):
+    """The file does not start with a tailreplay header."""
+
+
+class ArchiveVersionError(ArchiveError):
+    """The archive was written by a newer tailreplay, or by a version with no upgrade path."""
+
+
+class ArchiveCorrupt(ArchiveError):
+    """Damage in the middle of an archive (not a torn final record)."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        self.reason = reason
+        super().__init__(
+            f"{path}: corrupt archive at byte offset {offset} ({reason}); "
+            "use --skip-corrupt to recover the records after it"
+        )

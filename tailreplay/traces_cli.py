@@ -1,0 +1,185 @@
+"""``tailreplay traces``: look at, summarise and cut archives."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from tailreplay.errors import UsageError
+from tailreplay.units import format_ns, parse_duration, parse_time
+
+__all__ = ["traces"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_archives = click.argument(
+    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
+)
+_output = click.option(
+    "-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Archive to write."
+)
+
+
+def _skip_corrupt(f: F) -> F:
+    return click.option(
+        "--skip-corrupt",
+        is_flag=True,
+        help="Skip damaged regions (reporting how many bytes) instead of stopping.",
+    )(f)
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
+@click.group()
+def traces() -> None:
+    """Inspect, summarise, merge and cut archives."""
+
+
+@traces.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=True))
+@click.option("-n", "count", default=10, show_default=True, help="Records to show.")
+@_skip_corrupt
+def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
+    """Show an archive's header and its first N records."""
+    from tailreplay.exporters.terminal import describe_header, describe_record
+    from tailreplay.traces.reader import ArchiveReader
+
+    reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
+    click.echo(describe_header(str(file), reader.headers[0]))
+    for i, m in enumerate(itertools.islice(reader.iter_maps(), max(count, 0)), start=1):
+        click.echo(describe_record(i, m))
+    _warn(reader.warnings())
+
+
+@traces.command()
+@_archives
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option(
+    "--buckets",
+    default="50,256,512,1024,2048",
+    show_default=True,
+    help="Input-token bucket edges.",
+)
+@_skip_corrupt
+def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bool) -> None:
+    """Counts, rate, error rate, latency/TTFT/TPOT/token percentiles, per-bucket table."""
+    from tailreplay.exporters.terminal import print_stats
+    from tailreplay.traces.columns import load_columns
+    from tailreplay.traces.stats import STATS_FIELDS, summarize
+
+    try:
+        edges = [int(x) for x in buckets.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"invalid --buckets {buckets!r}: use e.g. 50,256,512,1024") from None
+    if any(e <= 0 for e in edges):
+        raise UsageError("--buckets edges must be positive")
+    cols = load_columns(files, STATS_FIELDS, skip_corrupt=skip_corrupt)
+    _warn(cols.warnings)
+    summary = summarize(cols, edges)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        print_stats(summary)
+
+
+@traces.command()
+@_archives
+@_output
+@_skip_corrupt
+def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
+    """Merge archives (e.g. from several proxy replicas) into one, in time order."""
+    from tailreplay.traces.ops import copy_records
+
+    result = copy_records(files, out, source="merge", skip_corrupt=skip_corrupt)
+    _warn(result.warnings)
+    click.echo(f"wrote {result.written:,} records to {out}", err=True)
+
+
+@traces.command(name="slice")
+@_archives
+@_output
+@click.option("--from", "from_", help="Start (ISO-8601, unix seconds, or +DURATION).")
+@click.option("--to", help="End, exclusive (same forms as --from).")
+@click.option("--path", "path_glob", help="Keep paths matching this glob, e.g. '/v1/chat/*'.")
+@click.option("--model", help="Keep records for this model.")
+@click.option("--status", type=click.Choice(["2xx", "3xx", "4xx", "5xx", "error"]))
+@_skip_corrupt
+def slice_(
+    files: tuple[Path, ...],
+    out: Path,
+    from_: str | None,
+    to: str | None,
+    path_glob: str | None,
+    model: str | None,
+    status: str | None,
+    skip_corrupt: bool,
+) -> None:
+    """Write the records matching every given filter to a new archive."""
+    from tailreplay.traces.ops import copy_records, record_filter
+
+    origin = _first_start(files) if any(t and t.startswith("+") for t in (from_, to)) else None
+    start_ns = parse_time(from_, origin_ns=origin) if from_ else None
+    end_ns = parse_time(to, origin_ns=origin) if to else None
+    keep = record_filter(
+        start_ns=start_ns, end_ns=end_ns, path_glob=path_glob, model=model, status=status
+    )
+    result = copy_records(
+        files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop_after_ns=end_ns
+    )
+    _warn(result.warnings)
+    click.echo(f"wrote {result.written:,} of {result.read:,} records to {out}", err=True)
+
+
+@traces.command()
+@_archives
+@_output
+@click.option("--window", default="10m", show_default=True, help="Window length, e.g. 5m.")
+@click.option(
+    "--by", type=click.Choice(["requests", "tokens"]), default="requests", show_default=True
+)
+@_skip_corrupt
+def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt: bool) -> None:
+    """Cut the busiest window (by requests or by tokens) into its own archive."""
+    from tailreplay.traces.ops import copy_records, find_peak, record_filter
+
+    window_ns = int(round(parse_duration(window) * 1e9))
+    found = find_peak(files, window_ns, by=by, skip_corrupt=skip_corrupt)
+    keep = record_filter(start_ns=found.start_ns, end_ns=found.end_ns)
+    result = copy_records(
+        files,
+        out,
+        source="peak",
+        keep=keep,
+        skip_corrupt=skip_corrupt,
+        stop_after_ns=found.end_ns,
+        extra_header={"peak": {"window_s": window_ns / 1e9, "by": by, "start_ns": found.start_ns}},
+    )
+    _warn(result.warnings)
+    click.echo(
+        f"busiest {window} by {by}: {format_ns(found.start_ns)} to {format_ns(found.end_ns)}, "
+        f"{found.requests:,} requests, {found.tokens:,} tokens; "
+        f"wrote {result.written:,} records to {out}",
+        err=True,
+    )
+
+
+def _first_start(files: tuple[Path, ...]) -> int:
+    from tailreplay.traces.columns import load_columns
+
+    cols = load_columns(files, [])
+    if cols.n == 0:
+        raise UsageError("relative --from/--to given, but the archive holds no records")
+    return int(cols["start_ns"][0])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(traces())

@@ -1,0 +1,92 @@
+"""Parsing and formatting of the units users type: durations, sizes, times.
+
+Every parser raises ``UsageError`` with the offending text, so a wrong flag value
+becomes one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from tailreplay.errors import UsageError
+
+__all__ = ["format_ns", "parse_duration", "parse_size", "parse_time"]
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SIZE_UNITS = {
+    "": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3,
+}  # fmt: skip
+_DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|h|d)")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``text``: ``30s``, ``10m``, ``1h30m``, ``250ms``, or a bare number of seconds.
+
+    >>> parse_duration("1h30m")
+    5400.0
+    """
+    s = text.strip().lower()
+    try:
+        value = float(s)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise UsageError(f"invalid duration {text!r}: must not be negative")
+        return value
+    pos, total = 0, 0.0
+    for m in _DURATION_RE.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise UsageError(f"invalid duration {text!r}: use e.g. 30s, 10m, 1h30m, 250ms")
+    return total
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text``: ``256MiB``, ``1GB``, ``4096``.
+
+    >>> parse_size("256MiB")
+    268435456
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise UsageError(f"invalid size {text!r}: use e.g. 256MiB, 1GB, 4096")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_time(text: str, *, origin_ns: int | None = None) -> int:
+    """Unix ns for ``text``.
+
+    Accepts ISO-8601 (``2023-11-16T18:30:00Z``; no zone means UTC), unix seconds
+    (``1700158200.5``), or ``+DURATION`` relative to ``origin_ns`` (the first record).
+    """
+    s = text.strip()
+    if s.startswith("+"):
+        if origin_ns is None:
+            raise UsageError(f"relative time {text!r} needs an archive to be relative to")
+        return origin_ns + int(round(parse_duration(s[1:]) * 1e9))
+    try:
+        return int(round(float(s) * 1e9))
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise UsageError(
+            f"invalid time {text!r}: use ISO-8601 (2023-11-16T18:30:00Z), "
+            "unix seconds, or +DURATION from the first record"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp()) * 10**9 + dt.microsecond * 1000
+
+
+def format_ns(ns: int) -> str:
+    """ISO-8601 UTC with milliseconds: ``2023-11-16T18:15:46.684Z``."""
+    dt = datetime.fromtimestamp(ns // 10**9, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{(ns // 10**6) % 1000:03d}Z"

@@ -1,0 +1,163 @@
+"""Whole-archive operations behind ``traces merge``, ``slice`` and ``peak``.
+
+Each streams: records go from an ``ArchiveReader`` to an ``ArchiveWriter`` one at a
+time, so memory does not grow with the archive (``peak`` loads two columns first to
+find the window).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailreplay.errors import InputError, UsageError
+from tailreplay.traces.columns import load_columns
+from tailreplay.traces.format import make_header
+from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter"]
+
+Filter = Callable[[dict[str, Any]], bool]
+STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "error")
+
+
+@dataclass
+class OpResult:
+    written: int
+    read: int
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Peak:
+    start_ns: int
+    end_ns: int
+    requests: int
+    tokens: int
+
+
+def _check_output(inputs: Sequence[Path], out: Path) -> None:
+    if out.exists() and out.is_dir():
+        raise UsageError(f"{out}: is a directory; -o needs a file name")
+    for p in inputs:
+        if p.exists() and out.exists() and os.path.samefile(p, out):
+            raise UsageError(f"{out}: the output is also an input; choose another -o")
+    if not out.parent.exists():
+        raise InputError(f"{out.parent}: no such directory")
+
+
+def copy_records(
+    inputs: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    source: str,
+    keep: Filter | None = None,
+    skip_corrupt: bool = False,
+    stop_after_ns: int | None = None,
+    extra_header: dict[str, Any] | None = None,
+) -> OpResult:
+    """Write the records of ``inputs`` that ``keep`` accepts to ``out``, in time order.
+
+    ``stop_after_ns`` ends reading at the first record starting at or after it (the
+    stream is time-ordered, so nothing later can match).
+    """
+    in_paths = [Path(p) for p in inputs]
+    out_path = Path(out)
+    _check_output(in_paths, out_path)
+    reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt)
+    first = reader.headers[0]
+    header = make_header(
+        source,
+        upstream=first.get("upstream"),
+        capture=first.get("capture"),
+        ordered=True,
+        extra={"inputs": [p.name for p in in_paths], **(extra_header or {})},
+    )
+    read = written = 0
+    writer = ArchiveWriter(out_path, header=header, block_when_full=True)
+    try:
+        for m in reader.iter_maps():
+            if stop_after_ns is not None and m["start_ns"] >= stop_after_ns:
+                break
+            read += 1
+            if keep is None or keep(m):
+                writer.append(m)
+                written += 1
+    finally:
+        writer.close()
+    if writer.error is not None:
+        raise InputError(f"{out_path}: write failed: {writer.error}")
+    return OpResult(written=written, read=read, warnings=reader.warnings())
+
+
+def record_filter(
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    path_glob: str | None = None,
+    model: str | None = None,
+    status: str | None = None,
+) -> Filter:
+    """A predicate over record maps; every given condition must hold.
+
+    ``status`` is a class: ``2xx``..``5xx`` by HTTP status, ``error`` for records
+    whose exchange failed without a usable response (``error`` set).
+    """
+    if status is not None and status not in STATUS_CLASSES:
+        raise UsageError(f"invalid --status {status!r}: use one of {', '.join(STATUS_CLASSES)}")
+    checks: list[Filter] = []
+    if start_ns is not None:
+        checks.append(lambda m: m["start_ns"] >= start_ns)
+    if end_ns is not None:
+        checks.append(lambda m: m["start_ns"] < end_ns)
+    if path_glob is not None:
+        checks.append(lambda m: fnmatch.fnmatchcase(m.get("path") or "", path_glob))
+    if model is not None:
+        checks.append(lambda m: m.get("model") == model)
+    if status == "error":
+        checks.append(lambda m: m.get("error") is not None)
+    elif status is not None:
+        hundreds = int(status[0])
+        checks.append(lambda m: (m.get("status") or 0) // 100 == hundreds)
+    return lambda m: all(check(m) for check in checks)
+
+
+def find_peak(
+    paths: Iterable[str | os.PathLike[str]],
+    window_ns: int,
+    *,
+    by: str = "requests",
+    skip_corrupt: bool = False,
+) -> Peak:
+    """The window of length ``window_ns`` holding the most requests (or tokens).
+
+    Windows start at a record's start time; the earliest of equal windows wins.
+    """
+    if by not in ("requests", "tokens"):
+        raise UsageError(f"invalid --by {by!r}: use requests or tokens")
+    if window_ns <= 0:
+        raise UsageError("--window must be positive")
+    cols = load_columns(paths, ["input_tokens", "output_tokens"], skip_corrupt=skip_corrupt)
+    if cols.n == 0:
+        raise InputError("the archive holds no records")
+    starts = cols["start_ns"]
+    tokens = cols["input_tokens"] + cols["output_tokens"]
+    weights = np.ones(cols.n, dtype=np.int64) if by == "requests" else tokens
+    cum = np.concatenate(([0], np.cumsum(weights)))
+    ends = np.searchsorted(starts, starts + window_ns, side="left")
+    sums = cum[ends] - cum[np.arange(cols.n)]
+    best = int(np.argmax(sums))
+    end = int(ends[best])
+    return Peak(
+        start_ns=int(starts[best]),
+        end_ns=int(starts[best]) + window_ns,
+        requests=end - best,
+        tokens=int(tokens[best:end].sum()),
+    )

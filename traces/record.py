@@ -1,0 +1,108 @@
+"""The one record type that flows through every stage (DESIGN §2).
+
+A ``Record`` is one HTTP exchange: captured by the proxy, read by the replayer,
+written again — with the result fields set — as a replay result. On disk it is a
+msgpack map whose keys are the field names below; fields that are ``None`` are
+omitted, never written as nil.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+__all__ = ["BOOL_FIELDS", "FIELDS", "INT_FIELDS", "STR_FIELDS", "Record", "is_error"]
+
+
+@dataclass(slots=True)
+class Record:
+    start_ns: int
+    """Wall-clock unix time (ns) when the request arrived (or, for a replay, was sent)."""
+    trace_id: bytes | None = None
+    span_id: bytes | None = None
+    parent_span_id: bytes | None = None
+    duration_ns: int | None = None
+    ttfb_ns: int | None = None
+    chunk_gaps_us: list[int] | None = None
+    method: str | None = None
+    path: str | None = None
+    status: int | None = None
+    req_headers: list[tuple[str, str]] | None = None
+    req_body: bytes | None = None
+    model: str | None = None
+    stream: bool | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tokens_source: str | None = None
+    max_tokens: int | None = None
+    finish_reason: str | None = None
+    prefix_hashes: list[int] | None = None
+    session: str | None = None
+    bytes_in: int | None = None
+    bytes_out: int | None = None
+    error: str | None = None
+    # Replay result fields.
+    orig_trace_id: bytes | None = None
+    orig_span_id: bytes | None = None
+    intended_ns: int | None = None
+    sent_ns: int | None = None
+    lag_ns: int | None = None
+    tail: bool | None = None
+    shard: int | None = None
+
+    def to_map(self) -> dict[str, Any]:
+        """The msgpack map for this record: every set field, nothing else."""
+        return _to_map(self)
+
+    @classmethod
+    def from_map(cls, m: dict[str, Any]) -> Record:
+        """Build a record from an archive map. Unknown keys (from a newer writer) are ignored."""
+        try:
+            rec = cls(**m)
+        except TypeError:
+            rec = cls(**{k: v for k, v in m.items() if k in _FIELD_SET})
+        if rec.req_headers is not None:
+            rec.req_headers = [(str(k), str(v)) for k, v in rec.req_headers]
+        return rec
+
+    @property
+    def is_error(self) -> bool:
+        return is_error(self.status, self.error)
+
+
+def is_error(status: int | None, error: str | None) -> bool:
+    """A failed exchange: a transport error, no response (status 0), or an HTTP 4xx/5xx."""
+    if error is not None:
+        return True
+    return status is not None and (status == 0 or status >= 400)
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Record))
+_FIELD_SET = frozenset(FIELDS)
+
+INT_FIELDS = frozenset(
+    {
+        "start_ns", "duration_ns", "ttfb_ns", "status", "input_tokens", "output_tokens",
+        "max_tokens", "bytes_in", "bytes_out", "intended_ns", "sent_ns", "lag_ns", "shard",
+    }
+)  # fmt: skip
+BOOL_FIELDS = frozenset({"stream", "tail"})
+STR_FIELDS = frozenset(
+    {"method", "path", "model", "tokens_source", "finish_reason", "session", "error"}
+)
+
+
+def _compile_to_map() -> Any:
+    # Packing is the writer's hot path (>= 300k records/s): a generated function with
+    # one attribute load and one test per field is about twice as fast as a
+    # comprehension over getattr.
+    lines = ["def to_map(r):", "    d = {}"]
+    for name in FIELDS:
+        lines += [f"    v = r.{name}", f"    if v is not None: d[{name!r}] = v"]
+    lines.append("    return d")
+    namespace: dict[str, Any] = {}
+    exec("\n".join(lines), namespace)
+    return namespace["to_map"]
+
+
+_to_map = _compile_to_map()

@@ -1,0 +1,307 @@
+"""ArchiveWriter: append records from any thread; a background thread packs and writes.
+
+The request path never waits on disk: ``append()`` is a length check and a deque
+append. A daemon thread drains the deque, packs records, writes them in batches,
+flushes every ``flush_interval`` (so a ``kill -9`` loses at most that much), rotates
+files by size and age, and survives a failing disk by dropping and counting.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgpack
+import zstandard
+
+from tailreplay.traces.format import rotated_name
+from tailreplay.traces.record import Record
+
+__all__ = ["ArchiveWriter", "WriterStats"]
+
+log = logging.getLogger("tailreplay.archive")
+
+_BATCH_BYTES = 4 << 20  # write early when this much is pending, whatever the interval
+_IDLE_WAIT_S = 0.05  # how long the writer thread sleeps when it has nothing to do
+
+
+class WriterStats:
+    """Counters a caller can read at any time (plain ints; read without locking)."""
+
+    __slots__ = ("appended", "dropped", "files", "written")
+
+    def __init__(self) -> None:
+        self.appended = 0
+        self.written = 0
+        self.dropped = 0
+        self.files: list[Path] = []
+
+
+class ArchiveWriter:
+    """Write records to one archive file or to a rotating series of files.
+
+    Exactly one of ``path`` (one file, no rotation) or ``directory`` (files named
+    ``<prefix>-<UTC start>-<host>-<pid>-<seq>.msgpack``) is given. ``compress``
+    defaults to the path's suffix (``.zst``) for one file and to False for a series.
+
+    >>> with ArchiveWriter("out.msgpack", header=make_header("merge")) as w:
+    ...     w.append(record)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        header: dict[str, Any],
+        directory: str | os.PathLike[str] | None = None,
+        prefix: str = "capture",
+        rotate_bytes: int | None = None,
+        rotate_interval_s: float | None = None,
+        flush_interval: float = 1.0,
+        compress: bool | None = None,
+        queue_size: int = 100_000,
+        block_when_full: bool = False,
+    ) -> None:
+        if (path is None) == (directory is None):
+            raise ValueError("give exactly one of path or directory")
+        self._path = Path(path) if path is not None else None
+        self._directory = Path(directory) if directory is not None else None
+        if compress is None:
+            compress = self._path is not None and self._path.suffix == ".zst"
+        self._compress = compress
+        self._prefix = prefix
+        self._header = header
+        self._rotate_bytes = rotate_bytes
+        self._rotate_interval_s = rotate_interval_s
+        self._flush_interval = flush_interval
+        self._maxsize = queue_size
+        # Capture drops rather than wait (the request path must not block); batch
+        # tools (merge, slice, import) wait instead, since a dropped record is lost data.
+        self._block = block_when_full
+        self._space = threading.Event()
+        self.stats = WriterStats()
+        self.error: OSError | None = None
+        """The last write error; the single-file form stops writing after one."""
+
+        self._queue: deque[Record | dict[str, Any]] = deque()
+        self._drop_lock = threading.Lock()
+        self._closing = False
+        self._wake = threading.Event()
+        self._seq = 0
+        self._file: BinaryIO | None = None
+        self._zstd: Any = None
+        self._file_bytes = 0
+        self._file_opened = 0.0
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._failed_at: float | None = None
+        self._file_has_records = False
+
+        # Open the first file here, so a bad --out fails at start-up, not in the thread.
+        self._open_next()
+        self._thread = threading.Thread(target=self._run, name="archive-writer", daemon=True)
+        self._thread.start()
+
+    # -- the caller's side ---------------------------------------------------------
+
+    def append(self, record: Record | dict[str, Any]) -> bool:
+        """Queue one record (or an archive map) for writing; False if it was dropped.
+
+        Safe from the event loop and from any thread; never blocks. The writer owns
+        the record from here on: do not change it afterwards.
+        """
+        while self._block and len(self._queue) >= self._maxsize and self._thread.is_alive():
+            self._space.clear()
+            self._space.wait(_IDLE_WAIT_S)
+        if self._closing or len(self._queue) >= self._maxsize:
+            with self._drop_lock:
+                self.stats.dropped += 1
+            return False
+        self._queue.append(record)
+        self.stats.appended += 1
+        return True
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every file this writer has created so far."""
+        return list(self.stats.files)
+
+    def close(self) -> None:
+        """Write everything queued, flush, fsync and close. Idempotent."""
+        if self._closing and not self._thread.is_alive():
+            return
+        self._closing = True
+        self._wake.set()
+        self._thread.join()
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the writer thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        packb = msgpack.Packer().pack
+        queue = self._queue
+        next_flush = time.monotonic() + self._flush_interval
+        while True:
+            closing = self._closing  # read before draining, so nothing queued after is missed
+            while queue:
+                item = queue.popleft()
+                mapping = item if type(item) is dict else item.to_map()  # type: ignore[union-attr]
+                self._emit(packb(mapping))
+            self._space.set()
+            now = time.monotonic()
+            if now >= next_flush or self._pending_bytes >= _BATCH_BYTES:
+                self._flush()
+                next_flush = now + self._flush_interval
+            if (
+                self._rotate_interval_s is not None
+                and self._file is not None
+                and now - self._file_opened >= self._rotate_interval_s
+            ):
+                self._flush()
+                self._rotate()
+            if closing:
+                self._flush()
+                self._close_file(fsync=True)
+                return
+            if not queue:
+                self._wake.wait(_IDLE_WAIT_S)
+
+    def _emit(self, data: bytes) -> None:
+        if self._file is None and not self._reopen():
+            self._count_dropped(1)
+            return
+        if (
+            self._rotate_bytes is not None
+            and self._file_bytes + len(data) > self._rotate_bytes
+            and self._file_has_records
+        ):
+            self._flush()
+            self._rotate()
+            if self._file is None:
+                self._count_dropped(1)
+                return
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self._file_bytes += len(data)
+        self._file_has_records = True
+
+    def _flush(self) -> None:
+        if self._file is None or not self._pending:
+            return
+        count = len(self._pending)
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        try:
+            if self._zstd is not None:
+                self._zstd.write(data)
+                # A flushed block is decodable on its own: a kill -9 after this keeps it.
+                self._zstd.flush(zstandard.FLUSH_BLOCK)
+            else:
+                self._file.write(data)
+            self._file.flush()
+        except OSError as exc:
+            self._count_dropped(count)
+            self._fail(exc)
+            return
+        self.stats.written += count
+
+    def _fail(self, exc: OSError) -> None:
+        if self._failed_at is None:
+            # One line per incident, not one per record.
+            log.warning("archive write failed (%s); dropping records until the disk recovers", exc)
+        self.error = exc
+        self._failed_at = time.monotonic()
+        self._close_file(fsync=False)
+
+    def _reopen(self) -> bool:
+        """After a failure, try a fresh file (never append after a torn record)."""
+        if self._directory is None:
+            return False  # one named file: a second open would truncate what it holds
+        if self._failed_at is not None and time.monotonic() - self._failed_at < self._flush_interval:
+            return False
+        self._open_next()
+        return self._file is not None
+
+    def _rotate(self) -> None:
+        self._close_file(fsync=True)
+        self._open_next()
+
+    def _open_next(self) -> None:
+        if self._path is not None:
+            path = self._path
+        else:
+            assert self._directory is not None
+            name = rotated_name(self._prefix, time.time_ns(), self._seq, compress=self._compress)
+            path = self._directory / name
+            self._seq += 1
+        try:
+            self._file = _create_private(path)
+            header = dict(self._header, created_ns=time.time_ns())
+            head = msgpack.packb(header)
+            if self._compress:
+                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(
+                    self._file, closefd=False
+                )
+                self._zstd.write(head)
+                self._zstd.flush(zstandard.FLUSH_BLOCK)
+            else:
+                self._file.write(head)
+            self._file.flush()
+        except OSError as exc:
+            if self._failed_at is None and not self.stats.files:
+                raise  # the very first open: let the caller report a bad --out
+            self._fail(exc)
+            return
+        if self._failed_at is not None:
+            log.warning("archive writing resumed in %s", path)
+            self._failed_at = None
+        self.stats.files.append(path)
+        self._file_bytes = len(head)
+        self._file_has_records = False
+        self._file_opened = time.monotonic()
+
+    def _close_file(self, *, fsync: bool) -> None:
+        f, self._file = self._file, None
+        zw, self._zstd = self._zstd, None
+        if f is None:
+            return
+        try:
+            if zw is not None:
+                zw.flush(zstandard.FLUSH_FRAME)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        except OSError as exc:
+            self.error = exc
+            log.warning("archive close failed: %s", exc)
+        finally:
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def _count_dropped(self, n: int) -> None:
+        with self._drop_lock:
+            self.stats.dropped += n
+
+
+def _create_private(path: Path) -> BinaryIO:
+    """Create (or truncate) ``path`` with mode 0600, whatever the umask or old mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb", buffering=1 << 20)
