@@ -36,7 +36,7 @@ check: $(STAMP) typecheck-tree
 	  exit $${PIPESTATUS[0]}
 
 demo: $(STAMP)
-	bash bench/../scripts/demo.sh
+	bash scripts/demo.sh
 
 bench: $(STAMP)
 	$(BIN)/python bench/archive.py

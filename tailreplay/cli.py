@@ -18,12 +18,6 @@ from tailreplay.version import __version__
 __all__ = ["cli", "main"]
 
 
-class _Failure(click.ClickException):
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
 class TailreplayGroup(click.Group):
     """A click group that turns library errors into one line and an exit code."""
 
@@ -31,7 +25,8 @@ class TailreplayGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TailreplayError as exc:
-            raise _Failure(str(exc), exc.exit_code) from None
+            click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
 
 
 @click.group(cls=TailreplayGroup, context_settings={"help_option_names": ["-h", "--help"]})

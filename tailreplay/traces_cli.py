@@ -22,7 +22,12 @@ _archives = click.argument(
     "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
 )
 _output = click.option(
-    "-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Archive to write."
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Archive to write.",
 )
 
 
@@ -151,7 +156,7 @@ def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt:
     """Cut the busiest window (by requests or by tokens) into its own archive."""
     from tailreplay.traces.ops import copy_records, find_peak, record_filter
 
-    window_ns = int(round(parse_duration(window) * 1e9))
+    window_ns = round(parse_duration(window) * 1e9)
     found = find_peak(files, window_ns, by=by, skip_corrupt=skip_corrupt)
     keep = record_filter(start_ns=found.start_ns, end_ns=found.end_ns)
     result = copy_records(

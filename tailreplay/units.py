@@ -13,7 +13,15 @@ from tailreplay.errors import UsageError
 
 __all__ = ["format_ns", "parse_duration", "parse_size", "parse_time"]
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
 _SIZE_UNITS = {
     "": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3,
@@ -69,9 +77,9 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
     if s.startswith("+"):
         if origin_ns is None:
             raise UsageError(f"relative time {text!r} needs an archive to be relative to")
-        return origin_ns + int(round(parse_duration(s[1:]) * 1e9))
+        return origin_ns + round(parse_duration(s[1:]) * 1e9)
     try:
-        return int(round(float(s) * 1e9))
+        return round(float(s) * 1e9)
     except ValueError:
         pass
     try:

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
-from tailreplay.errors import ArchiveError
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import BOOL_FIELDS, FIELDS, INT_FIELDS
+
+from tailreplay.errors import ArchiveError
 
 __all__ = ["Columns", "load_columns"]
 
@@ -93,10 +93,10 @@ def _to_array(name: str, items: list[Any]) -> tuple[npt.NDArray[Any], npt.NDArra
         if not mask.all():
             items = [0 if v is None else v for v in items]
         try:
-            arr = np.array(items, dtype=dtype)
+            arr: npt.NDArray[Any] = np.array(items, dtype=dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ArchiveError(f"field {name!r} holds a value of the wrong type ({exc})") from exc
         return arr, mask
-    arr = np.empty(len(items), dtype=object)
-    arr[:] = items
-    return arr, mask
+    objects: npt.NDArray[Any] = np.empty(len(items), dtype=object)
+    objects[:] = items
+    return objects, mask

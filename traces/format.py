@@ -24,7 +24,7 @@ __all__ = [
 
 FORMAT = "tailreplay"
 VERSION = 1
-"""The archive format version; bumped only when a reader of the old version would misread the new."""
+"""The archive format version: bumped only when an old reader would misread new files."""
 
 # Upgrade functions keyed by the version they upgrade *from*; each turns one record
 # map of version v into version v + 1 (mitmproxy's io/compat.py pattern). Empty while

@@ -18,10 +18,10 @@ from typing import Any, BinaryIO
 
 import msgpack
 import zstandard
-
-from tailreplay.errors import ArchiveCorrupt, ArchiveVersionError, InputError, NotAnArchive
 from tailreplay.traces import format as fmt
 from tailreplay.traces.record import Record
+
+from tailreplay.errors import ArchiveCorrupt, ArchiveVersionError, InputError, NotAnArchive
 
 __all__ = ["ArchiveReader", "FileReport", "read_header"]
 
@@ -182,6 +182,18 @@ def _iter_file(path: Path, report: FileReport, skip_corrupt: bool) -> Iterator[d
         del buf[: consumed - buf_base]
         buf_base = consumed
 
+        # Bytes left at the end that do not form a whole object: a torn final record,
+        # unless a valid record follows them — then a damaged length prefix is
+        # swallowing the rest of the file, and that is corruption.
+        if (
+            eof
+            and bad_at is None
+            and buf
+            and upgrades is not None
+            and _resync(bytearray(buf), iter(()))[1]
+        ):
+            bad_at, reason = base, "an object's length runs past the records after it"
+
         if bad_at is not None:
             if upgrades is None:
                 raise NotAnArchive(f"{path}: not a tailreplay archive ({reason})")
@@ -294,7 +306,7 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ArchiveCorrupt:
         pass  # the header itself was fine
     finally:
-        it.close()
+        it.close()  # type: ignore[attr-defined]
     return report.header
 
 
@@ -363,7 +375,7 @@ class ArchiveReader:
         """Re-order one file's completion-ordered records into start order.
 
         A record is written when its exchange completes, so every later record in the
-        file started no earlier than (latest completion seen) − (longest possible
+        file started no earlier than (latest completion seen) - (longest possible
         duration). Records older than that watermark can safely go out.
         """
         header = report.header

@@ -52,7 +52,8 @@ class Record:
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""
-        return _to_map(self)
+        mapping: dict[str, Any] = _to_map(self)
+        return mapping
 
     @classmethod
     def from_map(cls, m: dict[str, Any]) -> Record:

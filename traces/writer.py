@@ -8,6 +8,7 @@ files by size and age, and survives a failing disk by dropping and counting.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -18,7 +19,6 @@ from typing import Any, BinaryIO
 
 import msgpack
 import zstandard
-
 from tailreplay.traces.format import rotated_name
 from tailreplay.traces.record import Record
 
@@ -198,23 +198,28 @@ class ArchiveWriter:
     def _flush(self) -> None:
         if self._file is None or not self._pending:
             return
-        count = len(self._pending)
-        data = b"".join(self._pending)
-        self._pending.clear()
+        pending = self._pending
+        self._pending = []
         self._pending_bytes = 0
+        data = b"".join(pending)
+        done = 0
         try:
             if self._zstd is not None:
                 self._zstd.write(data)
                 # A flushed block is decodable on its own: a kill -9 after this keeps it.
                 self._zstd.flush(zstandard.FLUSH_BLOCK)
             else:
-                self._file.write(data)
-            self._file.flush()
+                # Unbuffered: a short write tells us exactly how much reached the file.
+                view = memoryview(data)
+                while done < len(data):
+                    done += self._file.write(view[done:]) or 0
         except OSError as exc:
-            self._count_dropped(count)
+            complete = _records_within(pending, done)
+            self.stats.written += complete
+            self._count_dropped(len(pending) - complete)
             self._fail(exc)
             return
-        self.stats.written += count
+        self.stats.written += len(pending)
 
     def _fail(self, exc: OSError) -> None:
         if self._failed_at is None:
@@ -228,7 +233,10 @@ class ArchiveWriter:
         """After a failure, try a fresh file (never append after a torn record)."""
         if self._directory is None:
             return False  # one named file: a second open would truncate what it holds
-        if self._failed_at is not None and time.monotonic() - self._failed_at < self._flush_interval:
+        if (
+            self._failed_at is not None
+            and time.monotonic() - self._failed_at < self._flush_interval
+        ):
             return False
         self._open_next()
         return self._file is not None
@@ -286,10 +294,8 @@ class ArchiveWriter:
             self.error = exc
             log.warning("archive close failed: %s", exc)
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 f.close()
-            except OSError:
-                pass
 
     def _count_dropped(self, n: int) -> None:
         with self._drop_lock:
@@ -304,4 +310,15 @@ def _create_private(path: Path) -> BinaryIO:
     except OSError:
         os.close(fd)
         raise
-    return os.fdopen(fd, "wb", buffering=1 << 20)
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+def _records_within(pending: list[bytes], nbytes: int) -> int:
+    """How many of the ``pending`` records lie wholly within the first ``nbytes``."""
+    count = 0
+    for data in pending:
+        nbytes -= len(data)
+        if nbytes < 0:
+            break
+        count += 1
+    return count

@@ -1,0 +1,57 @@
+"""Shared test helpers: archives written the plain way, as docs/archive-format.md allows."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+HEADER = {
+    "format": "tailreplay",
+    "version": 1,
+    "created_ns": 1_700_000_000 * 10**9,
+    "source": "test",
+}
+
+
+def write_plain(
+    path: Path, maps: list[dict[str, Any]], header: dict[str, Any] | None = None
+) -> Path:
+    """An archive written with a bare msgpack.packb loop — no tailreplay code involved."""
+    with open(path, "wb") as f:
+        f.write(msgpack.packb(header or HEADER))
+        for m in maps:
+            f.write(msgpack.packb(m))
+    return path
+
+
+def random_maps(
+    n: int, seed: int = 7, start_ns: int = 1_700_000_000 * 10**9
+) -> list[dict[str, Any]]:
+    """Realistic-looking exchanges: mixed streams, errors, some fields missing."""
+    rng = random.Random(seed)
+    t = start_ns
+    out = []
+    for _ in range(n):
+        t += rng.randint(0, 2 * 10**8)  # ties happen (gap 0) as in real traces
+        m: dict[str, Any] = {
+            "start_ns": t,
+            "trace_id": rng.randbytes(16),
+            "span_id": rng.randbytes(8),
+            "method": "POST",
+            "path": rng.choice(["/v1/chat/completions", "/v1/completions"]),
+            "status": rng.choice([200] * 30 + [429, 500, 0]),
+            "stream": rng.random() < 0.7,
+            "input_tokens": rng.randint(1, 4000),
+            "model": rng.choice(["llama-3-8b", "qwen2-7b"]),
+        }
+        if m["status"] == 0:
+            m["error"] = "upstream_connect"
+        else:
+            m["duration_ns"] = rng.randint(10**7, 2 * 10**10)
+            m["ttfb_ns"] = rng.randint(10**6, m["duration_ns"])
+            m["output_tokens"] = rng.randint(1, 900)
+        out.append(m)
+    return out

@@ -1,0 +1,139 @@
+"""Torn tails, damage in the middle, and inputs that are not archives at all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+import zstandard
+from click.testing import CliRunner
+from tailreplay.traces.reader import ArchiveReader
+
+from tailreplay.cli import cli
+from tailreplay.errors import ArchiveCorrupt
+from tests.helpers import HEADER, random_maps, write_plain
+
+
+def _stats(*args: str) -> tuple[int, dict | None, str]:
+    result = CliRunner().invoke(cli, ["traces", "stats", "--json", *args])
+    data = json.loads(result.stdout) if result.exit_code == 0 else None
+    return result.exit_code, data, result.stderr
+
+
+def test_truncation_at_every_offset_is_a_torn_tail(tmp_path: Path) -> None:
+    maps = random_maps(12)
+    full = write_plain(tmp_path / "full.msgpack", maps).read_bytes()
+    header_len = len(msgpack.packb(HEADER))
+    # Byte offsets where each record ends: a cut exactly there is a clean end.
+    ends = [header_len]
+    for m in maps:
+        ends.append(ends[-1] + len(msgpack.packb(m)))
+    cut = tmp_path / "cut.msgpack"
+    for offset in range(header_len, len(full)):
+        cut.write_bytes(full[:offset])
+        code, data, err = _stats(str(cut))
+        assert code == 0, (offset, err)
+        complete = sum(1 for e in ends[1:] if e <= offset)
+        assert data is not None and data["records"] == complete, offset
+        if offset in ends:
+            assert "torn" not in err
+        else:
+            assert f"torn final record at byte offset {ends[complete]}" in err, offset
+        assert "Traceback" not in err
+
+
+def test_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
+    path = write_plain(tmp_path / "a.msgpack", random_maps(20))
+    with open(path, "ab") as f:
+        f.write(b"\0" * 5000)  # what a power loss leaves after delayed allocation
+    code, data, err = _stats(str(path))
+    assert code == 0 and data is not None and data["records"] == 20
+    assert "torn final record" in err
+
+
+def test_damage_in_the_middle_exits_3_naming_file_and_offset(tmp_path: Path) -> None:
+    maps = random_maps(50)
+    path = write_plain(tmp_path / "a.msgpack", maps)
+    data = bytearray(path.read_bytes())
+    header_len = len(msgpack.packb(HEADER))
+    offset = header_len + sum(len(msgpack.packb(m)) for m in maps[:20])
+    data[offset : offset + 6] = b"\xc1" * 6  # 0xc1 is never valid msgpack
+    path.write_bytes(bytes(data))
+
+    code, _, err = _stats(str(path))
+    assert code == 3
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1
+    assert str(path) in lines[0] and f"offset {offset}" in lines[0]
+
+    code, stats, err = _stats("--skip-corrupt", str(path))
+    assert code == 0 and stats is not None
+    # Record 20 is lost (its head was overwritten); everything after it is recovered.
+    assert stats["records"] == 49
+    skipped = len(msgpack.packb(maps[20]))
+    assert f"skipped {skipped} corrupt bytes" in err
+
+
+def test_corrupt_length_prefix_cannot_swallow_the_rest(tmp_path: Path) -> None:
+    # A damaged bin32 length (here 60 MiB, under the limit) would make a naive
+    # reader wait for data that never comes and call everything after a torn tail.
+    maps = random_maps(40)
+    path = write_plain(tmp_path / "a.msgpack", maps)
+    data = bytearray(path.read_bytes())
+    offset = len(msgpack.packb(HEADER)) + sum(len(msgpack.packb(m)) for m in maps[:10])
+    data[offset : offset + 5] = b"\xc6\x03\xc0\x00\x00"
+    path.write_bytes(bytes(data))
+    reader = ArchiveReader([path])
+    with pytest.raises(ArchiveCorrupt) as exc:
+        list(reader)
+    assert exc.value.offset == offset
+    reader = ArchiveReader([path], skip_corrupt=True)
+    assert len(list(reader)) == 39
+
+
+def test_hostile_length_is_rejected_without_allocating(tmp_path: Path) -> None:
+    path = tmp_path / "hostile.msgpack"
+    # A header, then a record claiming a 4 GiB string.
+    path.write_bytes(msgpack.packb(HEADER) + b"\x81\xdb\xff\xff\xff\xff")
+    code, _, err = _stats(str(path))
+    assert code in (0, 3)
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.write_text("TIMESTAMP,ContextTokens\n"), "not a tailreplay archive"),
+        (lambda p: p.write_bytes(b""), "not a tailreplay archive (empty file)"),
+        (lambda p: p.write_bytes(msgpack.packb({"format": "other"})), "not a tailreplay archive"),
+        (
+            lambda p: p.write_bytes(msgpack.packb({**HEADER, "version": 99})),
+            "archive format version 99 is newer",
+        ),
+    ],
+    ids=["missing", "directory", "csv", "empty", "foreign-msgpack", "newer-version"],
+)
+def test_bad_input_one_line_exit_3(tmp_path: Path, setup, message: str) -> None:
+    path = tmp_path / "in.msgpack"
+    setup(path)
+    for command in (["stats"], ["inspect"], ["merge", "-o", str(tmp_path / "o.msgpack")]):
+        result = CliRunner().invoke(cli, ["traces", *command, str(path)])
+        assert result.exit_code == 3, (command, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_truncated_zstd_archive_reads_what_was_flushed(tmp_path: Path) -> None:
+    maps = random_maps(3000)
+    plain = write_plain(tmp_path / "p.msgpack", maps).read_bytes()
+    compressed = zstandard.ZstdCompressor().compress(plain)
+    path = tmp_path / "a.msgpack.zst"
+    path.write_bytes(compressed[: len(compressed) * 2 // 3])
+    reader = ArchiveReader([path])
+    got = list(reader.iter_maps())
+    assert 0 < len(got) < 3000
+    assert got == maps[: len(got)]

@@ -1,0 +1,124 @@
+"""The writer under pressure: kill -9, a full queue, a disk that refuses writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tailreplay.traces.format import make_header
+from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.record import Record
+from tailreplay.traces.writer import ArchiveWriter
+
+FLUSH_S = 0.5
+# Besides the flush interval itself: the writer's idle wake-up (50 ms) and a busy CI
+# machine descheduling the child. Generous, so the test never flakes; the bound it
+# checks is still far below "everything since the start".
+SLACK_S = 1.0
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from tailreplay.traces.format import make_header
+    from tailreplay.traces.record import Record
+    from tailreplay.traces.writer import ArchiveWriter
+    w = ArchiveWriter(
+        directory=sys.argv[1], header=make_header("test"), flush_interval=float(sys.argv[2])
+    )
+    print("ready", flush=True)
+    i = 0
+    while True:  # bounded by the parent's kill; a hard cap below in case it never comes
+        w.append(Record(start_ns=time.time_ns(), input_tokens=i))
+        i += 1
+        if i > 5_000_000:
+            break
+        time.sleep(0.0005)
+    """
+)
+
+
+def test_kill_9_loses_at_most_the_last_flush_interval(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path), str(FLUSH_S)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(2.2)
+        killed_ns = time.time_ns()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1
+    reader = ArchiveReader(files, order="file")
+    got = list(reader)
+    assert got, "nothing reached the disk"
+    # No gaps: what is there is a prefix of what was appended.
+    assert [r.input_tokens for r in got] == list(range(len(got)))
+    lost_s = (killed_ns - got[-1].start_ns) / 1e9
+    assert lost_s <= FLUSH_S + SLACK_S, f"lost the last {lost_s:.2f} s of records"
+
+
+def test_a_full_queue_drops_and_counts_never_blocks(tmp_path: Path) -> None:
+    writer = ArchiveWriter(tmp_path / "a.msgpack", header=make_header("t"), queue_size=10)
+    t0 = time.perf_counter()
+    accepted = sum(writer.append(Record(start_ns=i)) for i in range(50_000))
+    elapsed = time.perf_counter() - t0
+    writer.close()
+    assert writer.stats.dropped == 50_000 - accepted
+    assert writer.stats.dropped > 0
+    assert writer.stats.written == accepted
+    assert len(list(ArchiveReader([tmp_path / "a.msgpack"]))) == accepted
+    assert elapsed < 5  # 50k appends; it would take minutes if append waited on disk
+
+
+_DISK_CHILD = textwrap.dedent(
+    """
+    import resource, signal, sys, json
+    from tailreplay.traces.format import make_header
+    from tailreplay.traces.record import Record
+    from tailreplay.traces.writer import ArchiveWriter
+    # A file-size limit makes write() fail with EFBIG, as a full disk fails with ENOSPC.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+    w = ArchiveWriter(sys.argv[1], header=make_header("t"), flush_interval=0.01)
+    for i in range(3000):
+        w.append(Record(start_ns=i, path="/v1/chat/completions"))
+    w.close()
+    print(json.dumps({"written": w.stats.written, "dropped": w.stats.dropped,
+                      "error": str(w.error)}))
+    """
+)
+
+
+def test_a_failing_disk_drops_and_counts_and_keeps_what_was_written(tmp_path: Path) -> None:
+    path = tmp_path / "a.msgpack"
+    out = subprocess.run(
+        [sys.executable, "-c", _DISK_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    import json
+
+    stats = json.loads(out.stdout)
+    assert stats["dropped"] > 0
+    assert stats["written"] + stats["dropped"] == 3000
+    assert "File too large" in stats["error"]
+    assert out.stderr.count("archive write failed") == 1  # one line per incident
+    reader = ArchiveReader([path])
+    got = list(reader)
+    assert len(got) == stats["written"] and got == [
+        Record(start_ns=i, path="/v1/chat/completions") for i in range(len(got))
+    ]
+    assert os.path.getsize(path) <= 20_000
