@@ -79,7 +79,7 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bo
     """Counts, rate, error rate, latency/TTFT/TPOT/token percentiles, per-bucket table."""
     from tailreplay.exporters.terminal import print_stats
     from tailreplay.traces.columns import load_columns
-    from tailreplay.traces.stats import STATS_FIELDS, summarize
+    from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, summarize
 
     try:
         edges = [int(x) for x in buckets.split(",") if x.strip()]
@@ -87,7 +87,9 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bo
         raise UsageError(f"invalid --buckets {buckets!r}: use e.g. 50,256,512,1024") from None
     if any(e <= 0 for e in edges):
         raise UsageError("--buckets edges must be positive")
-    cols = load_columns(files, STATS_FIELDS, skip_corrupt=skip_corrupt)
+    cols = load_columns(
+        files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
+    )
     _warn(cols.warnings)
     summary = summarize(cols, edges)
     if as_json:

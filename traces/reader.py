@@ -23,7 +23,7 @@ from tailreplay.traces.record import Record
 
 from tailreplay.errors import ArchiveCorrupt, ArchiveVersionError, InputError, NotAnArchive
 
-__all__ = ["ArchiveReader", "FileReport", "read_header"]
+__all__ = ["ArchiveReader", "FileReport", "open_chunks", "read_header"]
 
 log = logging.getLogger("tailreplay.archive")
 
@@ -86,7 +86,7 @@ def _check_path(path: Path) -> None:
         raise InputError(f"{path}: permission denied")
 
 
-def _open_chunks(path: Path) -> Iterator[bytes]:
+def open_chunks(path: Path) -> Iterator[bytes]:
     """The file's bytes in chunks, decompressed when it is a zstd stream."""
     try:
         f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in finally below
@@ -132,7 +132,7 @@ def _upgrade(header: dict[str, Any], path: Path) -> list[Any]:
 
 def _iter_file(path: Path, report: FileReport, skip_corrupt: bool) -> Iterator[dict[str, Any]]:
     """Yield the record maps of one file in file order, filling ``report`` as it goes."""
-    chunks = _open_chunks(path)
+    chunks = open_chunks(path)
     unpacker = _new_unpacker()
     # ``buf`` mirrors the bytes the unpacker has not consumed yet, starting at
     # absolute offset ``buf_base``: on damage we need them to look for the next record.
@@ -388,6 +388,9 @@ class ArchiveReader:
                 if isinstance(timeout_s, int | float)
                 else DEFAULT_REORDER_WINDOW_NS
             )
+        if window == 0:
+            yield from self._check_order(maps)
+            return
         heap: list[tuple[int, int, dict[str, Any]]] = []
         seq = 0
         watermark = -(1 << 63)
@@ -409,6 +412,17 @@ class ArchiveReader:
                 yield out
         while heap:
             yield heapq.heappop(heap)[2]
+
+    def _check_order(self, maps: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """A file that promises order: pass records through, counting any that break it."""
+        last = -(1 << 63)
+        for m in maps:
+            start = m["start_ns"]
+            if start < last:
+                self.late += 1
+            else:
+                last = start
+            yield m
 
     def warnings(self) -> list[str]:
         """One human line per problem met so far (after iterating)."""

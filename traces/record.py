@@ -11,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["BOOL_FIELDS", "FIELDS", "INT_FIELDS", "STR_FIELDS", "Record", "is_error"]
+__all__ = [
+    "BOOL_FIELDS",
+    "FIELDS",
+    "INT_FIELDS",
+    "STR_FIELDS",
+    "Record",
+    "is_error",
+    "record_to_map",
+]
 
 
 @dataclass(slots=True)
@@ -52,8 +60,7 @@ class Record:
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""
-        mapping: dict[str, Any] = _to_map(self)
-        return mapping
+        return record_to_map(self)
 
     @classmethod
     def from_map(cls, m: dict[str, Any]) -> Record:
@@ -107,3 +114,9 @@ def _compile_to_map() -> Any:
 
 
 _to_map = _compile_to_map()
+
+
+def record_to_map(record: Record) -> dict[str, Any]:
+    """``record.to_map()`` as a plain function, for hot loops."""
+    mapping: dict[str, Any] = _to_map(record)
+    return mapping

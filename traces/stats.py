@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "PERCENTILES",
     "STATS_FIELDS",
+    "STATS_PRESENCE",
     "bucket_label",
     "error_mask",
     "percentiles",
@@ -32,9 +33,10 @@ PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 BUCKET_PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
 DEFAULT_BUCKETS = (50, 256, 512, 1024, 2048)
 STATS_FIELDS = (
-    "start_ns", "duration_ns", "ttfb_ns", "status", "error",
-    "input_tokens", "output_tokens", "stream",
+    "start_ns", "duration_ns", "ttfb_ns", "status", "input_tokens", "output_tokens", "stream",
 )  # fmt: skip
+STATS_PRESENCE = ("error",)
+"""Fields ``summarize`` needs only to know are set: load with ``presence_only=``."""
 
 Array = npt.NDArray[Any]
 
@@ -65,7 +67,7 @@ def bucket_label(lo: int | None, hi: int | None) -> str:
 
 
 def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[str, Any]:
-    """The ``stats --json`` object for ``cols`` (loaded with at least STATS_FIELDS)."""
+    """The ``stats --json`` object for ``cols`` (loaded with STATS_FIELDS and STATS_PRESENCE)."""
     n = cols.n
     start = cols["start_ns"]
     duration_s = float(start[-1] - start[0]) / 1e9 if n >= 2 else 0.0

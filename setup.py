@@ -1,0 +1,16 @@
+"""Only for the optional C extension; everything else lives in pyproject.toml."""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        # Optional: without a compiler the install still succeeds and load_columns
+        # uses its pure-Python path (about 3x slower).
+        Extension(
+            "tailreplay.traces._colscan",
+            ["traces/_colscan.c"],
+            optional=True,
+            extra_compile_args=["-O2"],
+        )
+    ]
+)

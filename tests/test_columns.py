@@ -1,0 +1,120 @@
+"""load_columns: the C scanner and the pure-Python path give the same columns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tailreplay.traces import columns
+from tailreplay.traces.columns import load_columns
+from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE
+
+from tests.helpers import HEADER, random_maps, write_plain
+
+FIELDS = [*STATS_FIELDS, "lag_ns", "tail", "max_tokens"]
+
+
+def _both(paths: list[Path], monkeypatch: pytest.MonkeyPatch, **kw: object):
+    fast = load_columns(paths, FIELDS, presence_only=STATS_PRESENCE, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(columns, "_colscan", None)
+        slow = load_columns(paths, FIELDS, presence_only=STATS_PRESENCE, **kw)
+    return fast, slow
+
+
+def _assert_same(a: columns.Columns, b: columns.Columns) -> None:
+    assert a.n == b.n
+    assert a.values.keys() == b.values.keys() and a.present.keys() == b.present.keys()
+    for f in a.values:
+        assert a.values[f].dtype == b.values[f].dtype, f
+        np.testing.assert_array_equal(a.values[f], b.values[f], err_msg=f)
+    for f in a.present:
+        np.testing.assert_array_equal(a.present[f], b.present[f], err_msg=f)
+    assert a.warnings == b.warnings
+
+
+def test_the_c_scanner_is_built() -> None:
+    # The Makefile's environment compiles traces/_colscan.c; without it stats are ~10x slower.
+    assert columns._colscan is not None
+
+
+value = (
+    st.none()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.booleans()
+    | st.floats(0, 1e12, allow_nan=False)  # a wrong type: the fast path must defer
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {"start_ns": st.integers(0, 2**63 - 1)},
+            optional={
+                "duration_ns": value,
+                "status": st.integers(0, 599),
+                "stream": st.booleans(),
+                "lag_ns": st.integers(-(2**40), 2**40),
+                "tail": st.booleans(),
+                "error": st.text(max_size=5),
+                "path": st.text(max_size=30),
+                "chunk_gaps_us": st.lists(st.integers(0, 2**32), max_size=5),
+                "req_body": st.binary(max_size=70_000),
+                "extra_future_field": st.dictionaries(
+                    st.text(max_size=3), st.integers(-(2**63), 2**63 - 1), max_size=2
+                ),
+            },
+        ),
+        max_size=30,
+    ),
+    compress=st.booleans(),
+)
+def test_fast_and_python_paths_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rows: list[dict], compress: bool
+) -> None:
+    rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
+    data = msgpack.packb(HEADER) + b"".join(msgpack.packb(r) for r in rows)
+    path = tmp_path / ("a.msgpack.zst" if compress else "a.msgpack")
+    path.write_bytes(zstandard.ZstdCompressor().compress(data) if compress else data)
+    fast, slow = _both([path], monkeypatch)
+    _assert_same(fast, slow)
+    assert fast.n == len(rows)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_damaged_files_fall_back_with_the_same_warnings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compress: bool
+) -> None:
+    maps = random_maps(500)
+    full = write_plain(tmp_path / "full.msgpack", maps).read_bytes()
+    torn = full[: len(full) - 17]
+    path = tmp_path / ("torn.msgpack.zst" if compress else "torn.msgpack")
+    path.write_bytes(zstandard.ZstdCompressor().compress(torn) if compress else torn)
+    clean = write_plain(tmp_path / "clean.msgpack", random_maps(300, seed=3))
+    fast, slow = _both([path, clean], monkeypatch)
+    _assert_same(fast, slow)
+    assert fast.n == 499 + 300
+    assert any("torn final record" in w for w in fast.warnings)
+
+
+def test_big_zstd_file_with_records_across_chunk_boundaries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    maps = random_maps(40_000)  # several MiB decompressed: many 1 MiB chunks
+    for i, m in enumerate(maps):
+        m["req_body"] = bytes(i % 251 for _ in range(i % 200))
+    data = msgpack.packb(HEADER) + b"".join(msgpack.packb(m) for m in maps)
+    path = tmp_path / "big.msgpack.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    fast, slow = _both([path], monkeypatch)
+    _assert_same(fast, slow)
+    assert fast.n == 40_000
+    np.testing.assert_array_equal(fast["start_ns"], [m["start_ns"] for m in maps])
