@@ -144,3 +144,20 @@ def test_peak_rejects_bad_window(tmp_path: Path) -> None:
         "traces", "peak", str(path), "--window", "ten minutes", "-o", str(tmp_path / "o")
     )
     assert code == 2 and "invalid duration" in err
+
+
+@pytest.mark.skipif(not AZURE_CONV.exists(), reason="shared data not present")
+def test_stats_of_the_azure_trace_match_its_published_summary(tmp_path: Path) -> None:
+    # shared/data/SOURCES.md: 19,366 requests over 3,501.7 s, mean rate 5.530 req/s,
+    # input P50/P95/P99 1,020/4,083/4,142, output 129/451/601.
+    src = tmp_path / "azure.msgpack"
+    _azure_archive(src)
+    code, out, _ = _run("traces", "stats", "--json", str(src))
+    assert code == 0
+    got = json.loads(out)
+    assert got["records"] == 19_366
+    assert got["duration_s"] == pytest.approx(3501.7, abs=0.05)
+    assert got["rate_rps"] == pytest.approx(5.530, abs=0.0005)
+    assert [got["input_tokens"][q] for q in ("p50", "p95", "p99")] == [1020, 4083, 4142]
+    assert [got["output_tokens"][q] for q in ("p50", "p95", "p99")] == [129, 451, 601]
+    assert got["latency_ms"] is None and got["error_rate"] == 0.0
