@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgpack
 import zstandard
+
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader

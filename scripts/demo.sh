@@ -21,3 +21,6 @@ $BIN/tailreplay traces stats "$OUT/azure-conv.msgpack"
 echo; echo "== 4. the busiest 5 minutes as its own archive"
 $BIN/tailreplay traces peak "$OUT/azure-conv.msgpack" --window 5m -o "$OUT/peak.msgpack"
 $BIN/tailreplay traces inspect "$OUT/peak.msgpack" -n 2
+
+echo; echo "== 5. the built-in simulator (the default replay target) under the openai SDK"
+$BIN/python scripts/demo_sim.py

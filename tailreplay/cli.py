@@ -42,9 +42,11 @@ def cli(verbose: bool) -> None:
 
 
 def _register() -> None:
+    from tailreplay.sim_cli import sim
     from tailreplay.traces_cli import traces
 
     cli.add_command(traces)
+    cli.add_command(sim)
 
 
 _register()

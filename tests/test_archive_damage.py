@@ -9,10 +9,10 @@ import msgpack
 import pytest
 import zstandard
 from click.testing import CliRunner
-from tailreplay.traces.reader import ArchiveReader
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
+from tailreplay.traces.reader import ArchiveReader
 from tests.helpers import HEADER, random_maps, write_plain
 
 

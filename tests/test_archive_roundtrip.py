@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from tailreplay.cli import cli
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
-
-from tailreplay.cli import cli
 
 u63 = st.integers(min_value=0, max_value=2**63 - 1)
 small = st.integers(min_value=0, max_value=2**31)

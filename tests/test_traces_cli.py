@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
+from tailreplay.cli import cli
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader, read_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
-
-from tailreplay.cli import cli
 from tests.helpers import random_maps, write_plain
 
 AZURE_CONV = (

@@ -21,11 +21,11 @@ from typing import Any
 import msgpack
 import numpy as np
 import numpy.typing as npt
+
+from tailreplay.errors import ArchiveError
 from tailreplay.traces import format as fmt
 from tailreplay.traces.reader import ArchiveReader, open_chunks
 from tailreplay.traces.record import BOOL_FIELDS, FIELDS, INT_FIELDS
-
-from tailreplay.errors import ArchiveError
 
 try:
     from tailreplay.traces import _colscan  # type: ignore[attr-defined]

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.writer import ArchiveWriter
-
-from tailreplay.errors import InputError, UsageError
 
 __all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter"]
 

@@ -18,10 +18,10 @@ from typing import Any, BinaryIO
 
 import msgpack
 import zstandard
-from tailreplay.traces import format as fmt
-from tailreplay.traces.record import Record
 
 from tailreplay.errors import ArchiveCorrupt, ArchiveVersionError, InputError, NotAnArchive
+from tailreplay.traces import format as fmt
+from tailreplay.traces.record import Record
 
 __all__ = ["ArchiveReader", "FileReport", "open_chunks", "read_header"]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
 from tailreplay.traces.columns import Columns
 
 __all__ = [

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 
 import msgpack
 import zstandard
+
 from tailreplay.traces.format import rotated_name
 from tailreplay.traces.record import Record, record_to_map
 

@@ -1,0 +1,99 @@
+"""Engine profiles: the numbers that make the simulator behave like a given deployment.
+
+Time costs follow the usual first-order model of a transformer server:
+a prefill step costs ``prefill_base_ms + prefill_per_token_ms * tokens`` (compute
+bound, linear in prompt tokens); a decode step costs ``decode_base_ms +
+decode_per_seq_ms * batch`` (memory bound: reading the weights dominates, and each
+extra sequence adds its KV reads). docs/simulator.md explains the defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+__all__ = ["PROFILES", "EngineProfile", "profile"]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineProfile:
+    name: str
+    served_model: str
+    max_num_seqs: int
+    """Most sequences running at once (vLLM's --max-num-seqs)."""
+    kv_tokens: int
+    """KV-cache budget in tokens: a running sequence holds its prompt plus its output."""
+    max_model_len: int
+    """Context length: prompt + output may not exceed it."""
+    max_batched_tokens: int
+    """Prefill tokens one step may process; longer prompts are chunked across steps."""
+    prefill_base_ms: float
+    prefill_per_token_ms: float
+    decode_base_ms: float
+    decode_per_seq_ms: float
+    queue_limit: int
+    """Waiting requests beyond this get 429."""
+    output_mean: float
+    """Mean of the Gamma distribution output lengths are drawn from (when not forced)."""
+    output_shape: float
+    """Shape of that Gamma: 1 is exponential, larger is tighter around the mean."""
+
+    def decode_ms(self, batch: int) -> float:
+        return self.decode_base_ms + self.decode_per_seq_ms * batch
+
+    def prefill_ms(self, tokens: int) -> float:
+        return self.prefill_base_ms + self.prefill_per_token_ms * tokens
+
+    def with_overrides(self, **overrides: Any) -> EngineProfile:
+        """A copy with the given parameters changed; None values are ignored."""
+        known = {f.name for f in fields(self)}
+        bad = set(overrides) - known
+        if bad:
+            raise ValueError(f"unknown profile parameters: {', '.join(sorted(bad))}")
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+PROFILES: dict[str, EngineProfile] = {
+    # A Llama-3-8B-class model in bf16 on one 24 GB GPU (L4 / A10G / RTX 4090 class):
+    # 16 GB of weights read per decode step at ~600 GB/s ≈ 27 ms; ~6 GB left for KV
+    # at 128 KiB per token (GQA) ≈ 48k tokens; prefill ~10k tokens/s.
+    "default": EngineProfile(
+        name="default",
+        served_model="sim-llama-3-8b",
+        max_num_seqs=48,
+        kv_tokens=49_152,
+        max_model_len=8_192,
+        max_batched_tokens=2_048,
+        prefill_base_ms=12.0,
+        prefill_per_token_ms=0.1,
+        decode_base_ms=27.0,
+        decode_per_seq_ms=0.25,
+        queue_limit=256,
+        output_mean=200.0,
+        output_shape=1.5,
+    ),
+    # The same model on one 80 GB H100: ~3.3 TB/s (≈ 6 ms a step), ~60 GB of KV,
+    # prefill ~80k tokens/s.
+    "fast": EngineProfile(
+        name="fast",
+        served_model="sim-llama-3-8b",
+        max_num_seqs=256,
+        kv_tokens=480_000,
+        max_model_len=8_192,
+        max_batched_tokens=8_192,
+        prefill_base_ms=4.0,
+        prefill_per_token_ms=0.0125,
+        decode_base_ms=6.0,
+        decode_per_seq_ms=0.04,
+        queue_limit=1_024,
+        output_mean=200.0,
+        output_shape=1.5,
+    ),
+}
+
+
+def profile(name: str) -> EngineProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None

@@ -1,0 +1,101 @@
+"""``tailreplay sim``: run the built-in OpenAI-compatible LLM server simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import click
+
+from tailreplay.errors import TailreplayError, UsageError
+
+__all__ = ["main", "sim"]
+
+# Profile parameters that can be overridden from the command line: flag -> (field, type).
+_OVERRIDES: dict[str, tuple[str, type]] = {
+    "--max-num-seqs": ("max_num_seqs", int),
+    "--kv-tokens": ("kv_tokens", int),
+    "--max-model-len": ("max_model_len", int),
+    "--max-batched-tokens": ("max_batched_tokens", int),
+    "--prefill-base-ms": ("prefill_base_ms", float),
+    "--prefill-per-token-ms": ("prefill_per_token_ms", float),
+    "--decode-base-ms": ("decode_base_ms", float),
+    "--decode-per-seq-ms": ("decode_per_seq_ms", float),
+    "--queue-limit": ("queue_limit", int),
+    "--output-mean": ("output_mean", float),
+    "--output-shape": ("output_shape", float),
+    "--served-model": ("served_model", str),
+}
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UsageError(f"invalid --listen {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
+    return host.strip("[]"), int(port)
+
+
+def _with_overrides(f: Any) -> Any:
+    for flag, (name, kind) in reversed(_OVERRIDES.items()):
+        f = click.option(
+            flag, name, type=kind, default=None, help=f"Override the profile's {name}."
+        )(f)
+    return f
+
+
+@click.command()
+@click.option(
+    "--listen",
+    default="127.0.0.1:8000",
+    show_default=True,
+    help="HOST:PORT (port 0: any free port).",
+)
+@click.option(
+    "--profile", "profile_name", default="default", show_default=True, help="default or fast."
+)
+@click.option(
+    "--seed", default=0, show_default=True, help="Seed for output lengths, text and faults."
+)
+@click.option("--fault-error-rate", default=0.0, help="Share of requests answered with 500.")
+@click.option("--fault-stall-ms", default=0.0, help="Delay before each request's first token.")
+@click.option("--fault-reset-rate", default=0.0, help="Share of streams reset mid-way.")
+@_with_overrides
+def sim(
+    listen: str,
+    profile_name: str,
+    seed: int,
+    fault_error_rate: float,
+    fault_stall_ms: float,
+    fault_reset_rate: float,
+    **overrides: Any,
+) -> None:
+    """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
+    from tailreplay.sim.faults import Faults
+    from tailreplay.sim.launcher import READY_PREFIX
+    from tailreplay.sim.profiles import profile
+    from tailreplay.sim.server import SimConfig, run
+
+    host, port = parse_listen(listen)
+    try:
+        chosen = profile(profile_name).with_overrides(**overrides)
+        faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    config = SimConfig(profile=chosen, seed=seed, host=host, port=port, faults=faults)
+
+    def ready(url: str) -> None:
+        click.echo(f"{READY_PREFIX}{url}")
+        sys.stdout.flush()
+
+    try:
+        asyncio.run(run(config, ready))
+    except OSError as exc:
+        raise TailreplayError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+
+
+def main() -> None:
+    """Entry point of ``python -m tailreplay.sim``."""
+    from tailreplay.cli import cli
+
+    cli(["sim", *sys.argv[1:]], prog_name="tailreplay")

@@ -1,0 +1,75 @@
+"""Timing fidelity and queueing of the simulator, in its own process (as replay runs it)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import aiohttp
+import numpy as np
+
+from tailreplay.sim.launcher import sim_process
+from tailreplay.sim.profiles import PROFILES
+from tests.sim_load import open_loop
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 50  # 501 tokens with the template
+
+
+async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
+    p = PROFILES["default"]
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": 40,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    ttfts, tpots = [], []
+    with sim_process(["--profile", "default"]) as url:
+        async with aiohttp.ClientSession() as s:
+            for _ in range(8):  # one at a time: batch size 1, no queueing
+                t0 = time.monotonic()
+                stamps = []
+                prompt_tokens = None
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    async for line in r.content:
+                        if line.startswith(b'data: {"id"') and b'"content"' in line:
+                            stamps.append(time.monotonic())
+                        if b'"prompt_tokens"' in line:
+                            prompt_tokens = int(line.split(b'"prompt_tokens":')[1].split(b",")[0])
+                assert len(stamps) == 40 and prompt_tokens is not None
+                ttfts.append(stamps[0] - t0)
+                tpots.append((stamps[-1] - stamps[0]) / 39)
+    want_ttft = (p.prefill_base_ms + p.prefill_per_token_ms * prompt_tokens) / 1000
+    want_tpot = p.decode_ms(1) / 1000
+    assert abs(statistics.median(ttfts) - want_ttft) / want_ttft < 0.10, (ttfts, want_ttft)
+    assert abs(statistics.median(tpots) - want_tpot) / want_tpot < 0.10, (tpots, want_tpot)
+
+
+async def test_p99_rises_with_offered_load_and_429s_appear_past_capacity() -> None:
+    # A small engine so saturation comes at a few tens of requests per second:
+    # 4 slots x 10 output tokens x ~14 ms a step ≈ 28 req/s of capacity.
+    args = [
+        "--max-num-seqs", "4", "--queue-limit", "40", "--decode-base-ms", "10",
+        "--decode-per-seq-ms", "1", "--prefill-base-ms", "2", "--prefill-per-token-ms", "0",
+    ]  # fmt: skip
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 10,
+        "ignore_eos": True,
+    }
+    p99s, rejected = [], []
+    with sim_process(args) as url:
+        # Warm up first: the first requests of a process pay for imports and code paths.
+        await open_loop(url, rate=20, duration_s=0.5, body=body, seed=0)
+        for rate in (3, 18, 28, 60):
+            results = await open_loop(url, rate=rate, duration_s=3.0, body=body, seed=rate)
+            ok = [r.latency_s for r in results if r.status == 200]
+            assert {r.status for r in results} <= {200, 429}
+            p99s.append(float(np.percentile(ok, 99)))
+            rejected.append(sum(r.status == 429 for r in results))
+    assert p99s == sorted(p99s) and len(set(p99s)) == 4, p99s
+    assert rejected[0] == rejected[1] == 0, rejected
+    assert rejected[-1] > 0, rejected
