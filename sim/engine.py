@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from tailreplay.sim.profiles import EngineProfile
 __all__ = ["Engine", "EngineStats", "NeverFits", "QueueFull", "Sequence"]
 
 _JITTER_S = 0.002
+log = logging.getLogger("tailreplay.sim")
 
 
 class QueueFull(Exception):
@@ -165,6 +167,15 @@ class Engine:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+        self._task.add_done_callback(self._on_exit)
+
+    def _on_exit(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        # A bug in the scheduler must not leave every client waiting forever.
+        log.error("simulator engine stopped", exc_info=task.exception())
+        for seq in [*self.running, *self.waiting]:
+            self.cancel(seq)
 
     async def stop(self) -> None:
         if self._task is not None:

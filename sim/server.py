@@ -33,6 +33,8 @@ from tailreplay.traces.tokens import get as get_encoder
 __all__ = ["SimConfig", "build_app", "run", "serve"]
 
 MAX_REQUEST_BYTES = 32 << 20
+_CHARS_PER_TOKEN_MAX = 128  # the longest cl100k/o200k token is 128 bytes
+_INLINE_TOKENIZE_CHARS = 20_000  # longer prompts are tokenised off the event loop
 
 
 @dataclass
@@ -105,7 +107,19 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         return _error(413, f"request body over {MAX_REQUEST_BYTES} bytes")
 
     config = state.config
-    prompt_tokens = count_tokens(req.prompt)
+    limit = config.profile.max_model_len
+    if len(req.prompt) > _CHARS_PER_TOKEN_MAX * limit:
+        # Far too long whatever the tokenizer says: refuse without tokenising megabytes.
+        metrics.rejected.labels("never_fits").inc()
+        return _error(
+            400, f"This model's maximum context length is {limit} tokens; the prompt is far longer."
+        )
+    if len(req.prompt) > _INLINE_TOKENIZE_CHARS:
+        prompt_tokens = await asyncio.get_running_loop().run_in_executor(
+            None, count_tokens, req.prompt
+        )
+    else:
+        prompt_tokens = count_tokens(req.prompt)
     target, finish_reason = plan_output(req, prompt_tokens, config.profile, config.seed)
     fault = config.faults.draw(target)
     if fault.error:
