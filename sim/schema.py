@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tailreplay.traces.tokens import chat_text
+
 __all__ = ["BadRequest", "SimRequest", "error_body", "parse_request", "render_chat"]
 
 
@@ -44,18 +46,8 @@ def error_body(
 
 
 def render_chat(messages: list[dict[str, Any]]) -> str:
-    """The prompt text of a chat request: each message as ``<role>\\n<content>\\n``.
-
-    ``prompt_tokens`` is the cl100k_base count of this text (a stand-in for a chat
-    template, which adds a few tokens per message in the same way).
-    """
-    parts = []
-    for m in messages:
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        parts.append(f"{m.get('role', '')}\n{content or ''}\n")
-    return "".join(parts)
+    """The prompt text of a chat request (see ``tailreplay.traces.tokens.chat_text``)."""
+    return chat_text(messages)
 
 
 def _int(body: dict[str, Any], name: str) -> int | None:

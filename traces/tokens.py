@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
-__all__ = ["DEFAULT_ENCODING", "ENCODINGS", "Encoder", "count_tokens", "estimate_tokens", "get"]
+__all__ = [
+    "DEFAULT_ENCODING",
+    "ENCODINGS",
+    "Encoder",
+    "chat_text",
+    "count_tokens",
+    "estimate_tokens",
+    "get",
+]
 
 DEFAULT_ENCODING = "cl100k_base"
 
@@ -90,3 +98,25 @@ def estimate_tokens(text: str) -> int:
     if not text:
         return 0
     return max(1, math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4))
+
+
+def chat_text(messages: list[Any]) -> str:
+    """The text of chat ``messages`` for counting: each as ``<role>\\n<content>\\n``.
+
+    A stand-in for a chat template (which adds a few tokens per message the same
+    way); the simulator counts prompts with it and the proxy estimates with it.
+    Content given as parts keeps its text parts.
+    """
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "".join(
+                p.get("text", "")
+                for p in content
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+            )
+        parts.append(f"{m.get('role', '')}\n{content if isinstance(content, str) else ''}\n")
+    return "".join(parts)

@@ -1,0 +1,64 @@
+"""The proxy's configuration: one dataclass, built by the CLI, passed to everything."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from yarl import URL
+
+__all__ = ["BODY_MODES", "ProxyConfig", "Route"]
+
+BODY_MODES = ("none", "redacted", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Requests whose path starts with ``prefix`` go to ``upstream``."""
+
+    prefix: str
+    upstream: URL
+
+
+@dataclass
+class ProxyConfig:
+    upstream: URL
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    admin_host: str = "127.0.0.1"
+    admin_port: int | None = 9464
+    out_dir: Path = Path("traces")
+    prefix: str = "capture"
+    rotate_bytes: int | None = 256 << 20
+    rotate_interval_s: float | None = 3600.0
+    compress: bool = False
+    bodies: str = "none"
+    sample: float = 1.0
+    redact_headers: frozenset[str] = frozenset()
+    routes: tuple[Route, ...] = ()
+    inject_usage: bool = True
+    max_body: int = 10 << 20
+    timeout_s: float = 600.0
+    drain_timeout_s: float = 30.0
+    fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32))
+    """Keys the HMACs that replace secrets and session ids. Random per process unless
+    given (--fingerprint-key-env): then fingerprints are stable across restarts."""
+    workers: int = 1
+    flush_interval_s: float = 1.0
+    queue_size: int = 50_000
+
+    def upstream_for(self, path: str) -> URL:
+        """The upstream for ``path``: the longest matching route prefix, else the default."""
+        best: Route | None = None
+        for route in self.routes:
+            if path.startswith(route.prefix) and (
+                best is None or len(route.prefix) > len(best.prefix)
+            ):
+                best = route
+        return best.upstream if best else self.upstream
+
+    def allowed_origins(self) -> frozenset[tuple[str, str | None, int | None]]:
+        """(scheme, host, port) of every configured upstream: the only places we forward to."""
+        urls = [self.upstream, *(r.upstream for r in self.routes)]
+        return frozenset((u.scheme, u.host, u.port) for u in urls)

@@ -1,0 +1,54 @@
+"""One proxied exchange in flight, and the sinks that observe it.
+
+The handler fills an ``Exchange`` as the request goes through (timings, status,
+bytes, what the response tap kept); sinks — the recorder and the metrics today,
+tracing later — are called at request, chunk and completion, and must return at
+once: anything slow happens on their own threads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tailreplay.proxy.openai import RequestInfo, ResponseTap
+
+__all__ = ["Exchange", "Sink"]
+
+
+@dataclass(slots=True, eq=False)
+class Exchange:
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes | None
+    start_ns: int
+    """Wall clock at arrival."""
+    t0_ns: int
+    """Monotonic clock at arrival; every duration is measured from it."""
+    method: str
+    path: str
+    route: str
+    """A bounded label for metrics: a known API path or "other"."""
+    headers: list[tuple[str, str]]
+    req_body: bytes | None = None
+    info: RequestInfo = field(default_factory=RequestInfo)
+    status: int = 0
+    ttfb_ns: int | None = None
+    duration_ns: int | None = None
+    last_chunk_ns: int = 0
+    gaps_us: list[int] | None = None
+    bytes_in: int = 0
+    bytes_out: int = 0
+    error: str | None = None
+    tap: ResponseTap | None = None
+    content_encoding: str | None = None
+    usage_event: bytes | None = None
+    """The usage-only SSE event stripped from the client's stream, if any."""
+
+
+class Sink(Protocol):
+    def on_request(self, ex: Exchange) -> None: ...
+
+    def on_chunk(self, ex: Exchange, size: int) -> None: ...
+
+    def on_complete(self, ex: Exchange) -> None: ...

@@ -1,0 +1,95 @@
+"""Which headers cross the proxy, and how secrets in them are replaced.
+
+Hop-by-hop headers (RFC 9110 §7.6.1) describe one connection, not the message:
+they are never forwarded. Kept as a frozenset and tested member by member, since a
+missing comma in a tuple of strings silently glues two names together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+__all__ = [
+    "HOP_BY_HOP",
+    "SECRET_HEADERS",
+    "fingerprint",
+    "redact_headers",
+    "request_headers_upstream",
+    "response_headers_downstream",
+]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+
+# Never forwarded upstream: the client's view of the proxy, not of the upstream.
+_REQUEST_DROP = frozenset({"host", "content-length", "traceparent", "tracestate"})
+
+
+def fingerprint(key: bytes, value: str | bytes) -> str:
+    """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
+    data = value.encode() if isinstance(value, str) else value
+    return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
+
+
+def _connection_listed(headers: CIMultiDictProxy[str] | CIMultiDict[str]) -> set[str]:
+    # "Connection: close, X-Foo" makes X-Foo hop-by-hop too.
+    listed: set[str] = set()
+    for value in headers.getall("connection", []):
+        listed.update(v.strip().lower() for v in value.split(",") if v.strip())
+    return listed
+
+
+def request_headers_upstream(
+    headers: CIMultiDictProxy[str],
+    *,
+    client_ip: str | None,
+    scheme: str,
+    host: str | None,
+) -> CIMultiDict[str]:
+    """The headers to send upstream: hop-by-hop and Host dropped, X-Forwarded-* set."""
+    drop = HOP_BY_HOP | _REQUEST_DROP | _connection_listed(headers)
+    out: CIMultiDict[str] = CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+    if client_ip:
+        prior = headers.get("X-Forwarded-For")
+        out["X-Forwarded-For"] = f"{prior}, {client_ip}" if prior else client_ip
+    out["X-Forwarded-Proto"] = scheme
+    if host:
+        out["X-Forwarded-Host"] = host
+    return out
+
+
+def response_headers_downstream(
+    headers: CIMultiDictProxy[str], *, keep_length: bool
+) -> CIMultiDict[str]:
+    """The upstream's response headers for the client, minus hop-by-hop ones."""
+    drop = HOP_BY_HOP | _connection_listed(headers)
+    if not keep_length:
+        drop = drop | {"content-length"}
+    return CIMultiDict((k, v) for k, v in headers.items() if k.lower() not in drop)
+
+
+def redact_headers(
+    headers: Iterable[tuple[str, str]], extra: frozenset[str], key: bytes
+) -> list[tuple[str, str]]:
+    """Headers as recorded: secrets (and ``extra`` names) replaced by fingerprints."""
+    secret = SECRET_HEADERS | extra
+    return [(k.lower(), fingerprint(key, v) if k.lower() in secret else v) for k, v in headers]

@@ -1,0 +1,204 @@
+"""What the proxy understands of the OpenAI API: request fields, usage, SSE streams.
+
+On the request path this module only does cheap byte work: it parses request
+JSON (small), injects ``stream_options.include_usage`` when asked, and relays SSE
+events — stripping what the injection added, so the client sees exactly the
+stream it asked for. Reading usage and counting tokens happens later, off the
+request path, from the bytes it kept (``ResponseTap``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "OPENAI_PATHS",
+    "RequestInfo",
+    "ResponseTap",
+    "SseRelay",
+    "Usage",
+    "inspect_request",
+    "parse_usage",
+    "route_label",
+]
+
+# Paths whose JSON bodies we read (model, stream, max_tokens, usage injection).
+OPENAI_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
+)
+MAX_INSPECT_BYTES = 4 << 20  # larger JSON bodies are forwarded without being parsed
+
+
+def route_label(path: str | None) -> str:
+    """A bounded label for metrics: a known API path, or "other"."""
+    bare = (path or "").split("?", 1)[0]
+    return bare if bare in OPENAI_PATHS or bare == "/v1/models" else "other"
+
+
+@dataclass
+class RequestInfo:
+    body: dict[str, Any] | None = None
+    model: str | None = None
+    stream: bool | None = None
+    max_tokens: int | None = None
+    user: str | None = None
+    wants_usage: bool = False
+    injected_usage: bool = False
+
+
+def inspect_request(path: str, raw: bytes, inject_usage: bool) -> tuple[RequestInfo, bytes]:
+    """Read the fields we record; returns (info, body to send upstream)."""
+    info = RequestInfo()
+    if path.split("?", 1)[0] not in OPENAI_PATHS or len(raw) > MAX_INSPECT_BYTES:
+        return info, raw
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return info, raw  # not ours to judge: the upstream answers it
+    if not isinstance(body, dict):
+        return info, raw
+    info.body = body
+    model, stream = body.get("model"), body.get("stream")
+    info.model = model if isinstance(model, str) else None
+    # An absent "stream" means False in the OpenAI API.
+    info.stream = stream if isinstance(stream, bool) else (False if stream is None else None)
+    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            info.max_tokens = value
+            break
+    user = body.get("user")
+    info.user = user if isinstance(user, str) else None
+    options = body.get("stream_options")
+    info.wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    if (
+        inject_usage
+        and info.stream
+        and not info.wants_usage
+        and not path.startswith("/v1/responses")
+    ):
+        changed = dict(body)
+        changed["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+        }
+        info.injected_usage = True
+        return info, json.dumps(changed, separators=(",", ":")).encode()
+    return info, raw
+
+
+_USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
+_TAIL_BYTES = 16 << 10
+_WHOLE_BYTES = 1 << 20
+
+
+class SseRelay:
+    """Relays an SSE stream event by event, undoing an injected ``include_usage``.
+
+    With the injection, OpenAI-style servers add ``"usage": null`` to every chunk
+    and one usage-only chunk (``"choices": []``) before ``[DONE]``; both are
+    removed, so the client receives the events it would have received. Partial
+    events wait for the rest of their bytes (servers send whole events, so this
+    adds no delay in practice).
+    """
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self.usage_event: bytes | None = None
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self._partial + chunk
+        end = max(data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n"))
+        if end < 0:
+            if len(data) > _TAIL_BYTES:  # no event boundary in sight: not SSE as we know it
+                self._partial = b""
+                return data
+            self._partial = data
+            return b""
+        cut = end + (4 if data.startswith(b"\r\n\r\n", end) else 2)
+        whole, self._partial = data[:cut], data[cut:]
+        out = []
+        for event in re.split(rb"(?<=\n\n)|(?<=\r\n\r\n)", whole):
+            if not event:
+                continue
+            if b'"choices":[]' in event.replace(b" ", b"") and b'"usage":{' in event.replace(
+                b" ", b""
+            ):
+                self.usage_event = event  # kept for the record, not for the client
+                continue
+            out.append(_USAGE_NULL.sub(b"", event))
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._partial = self._partial, b""
+        return rest
+
+
+class ResponseTap:
+    """Keeps what the recorder needs of a response, bounded in memory.
+
+    Streams: the last 16 KiB (usage and finish reason come last) and a running
+    count of content deltas (for estimates when the server reports no usage).
+    Other bodies: the first 1 MiB.
+    """
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.kept = bytearray()
+        self.content_events = 0
+        self.truncated = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self.stream:
+            # A byte count, not a JSON parse: cheap enough for every chunk. An event
+            # with an empty content string ("content":"") is a role or final chunk.
+            self.content_events += chunk.count(b'"content":"') - chunk.count(b'"content":""')
+            self.kept += chunk
+            if len(self.kept) > 2 * _TAIL_BYTES:
+                del self.kept[: len(self.kept) - _TAIL_BYTES]
+        else:
+            room = _WHOLE_BYTES - len(self.kept)
+            self.kept += chunk[: max(room, 0)]
+            self.truncated = self.truncated or len(chunk) > room
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+
+
+_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
+
+
+def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
+    """Usage and finish reason from the kept response bytes (last ones win)."""
+    if content_encoding in ("gzip", "deflate"):
+        try:
+            kept = zlib.decompressobj(47).decompress(bytes(kept))  # 47: gzip or zlib header
+        except zlib.error:
+            return Usage()
+    usage = Usage()
+    for m in _USAGE.finditer(kept):
+        try:
+            fields = json.loads(m.group(1))
+        except ValueError:
+            continue
+        pt, ct = (
+            fields.get("prompt_tokens", fields.get("input_tokens")),
+            fields.get("completion_tokens", fields.get("output_tokens")),
+        )
+        if isinstance(pt, int):
+            usage.prompt_tokens = pt
+        if isinstance(ct, int):
+            usage.completion_tokens = ct
+    finishes = _FINISH.findall(kept)
+    if finishes:
+        usage.finish_reason = finishes[-1].decode()
+    return usage

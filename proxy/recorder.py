@@ -1,0 +1,240 @@
+"""The recorder sink: turns finished exchanges into records, off the request path.
+
+``on_complete`` only puts the exchange on a bounded queue. A builder thread then
+does the slow parts — parsing usage, tokenising the prompt for prefix hashes and
+estimates, redaction, the sampling decision — and appends the record to the
+``ArchiveWriter`` (whose own thread writes it). A full queue or a failing disk
+drops records and counts them; it never touches a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.exchange import Exchange
+from tailreplay.proxy.headers import fingerprint, redact_headers
+from tailreplay.proxy.openai import parse_usage
+from tailreplay.proxy.redact import redact_path, redact_text
+from tailreplay.traces.record import Record, is_error
+from tailreplay.traces.tokens import chat_text, get
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["PREFIX_BLOCK_TOKENS", "Recorder", "build_record", "prefix_hashes"]
+
+log = logging.getLogger("tailreplay.proxy")
+
+PREFIX_BLOCK_TOKENS = 512
+_STOP = object()
+
+
+def prefix_hashes(tokens: list[int], block: int = PREFIX_BLOCK_TOKENS) -> list[int]:
+    """Chained 64-bit hashes of successive ``block``-token blocks (the last may be short).
+
+    Hash i covers tokens [0, (i+1)·block), so two prompts sharing their first k full
+    blocks share their first k hashes — Mooncake's ``hash_ids`` semantics.
+    """
+    out = []
+    prev = b""
+    for i in range(0, len(tokens), block):
+        h = hashlib.blake2b(prev, digest_size=8)
+        h.update(np.asarray(tokens[i : i + block], dtype=np.uint32).tobytes())
+        prev = h.digest()
+        out.append(int.from_bytes(prev, "big"))
+    return out
+
+
+def _prompt_text(body: dict[str, Any]) -> str | None:
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return chat_text(messages)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
+        prompt = "".join(prompt)
+    if isinstance(prompt, str):
+        return prompt
+    text = body.get("input")
+    return text if isinstance(text, str) else None
+
+
+def _session(ex: Exchange, key: bytes) -> str | None:
+    if ex.info.user:
+        return fingerprint(key, "user:" + ex.info.user)
+    headers = {k.lower(): v for k, v in ex.headers}
+    if "x-session-id" in headers:
+        return fingerprint(key, "session:" + headers["x-session-id"])
+    for name in ("authorization", "x-api-key", "api-key"):
+        if name in headers:
+            return fingerprint(key, "key:" + headers[name])
+    return None
+
+
+def _completion_text(kept: bytes) -> str | None:
+    try:
+        body = json.loads(kept)
+        choice = body["choices"][0]
+        text = (
+            choice.get("message", {}).get("content") if "message" in choice else choice.get("text")
+        )
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return text if isinstance(text, str) else None
+
+
+def build_record(ex: Exchange, config: ProxyConfig) -> Record:
+    """The archive record for a finished exchange (DESIGN §2)."""
+    key = config.fingerprint_key
+    info = ex.info
+    record = Record(
+        start_ns=ex.start_ns,
+        trace_id=ex.trace_id,
+        span_id=ex.span_id,
+        parent_span_id=ex.parent_span_id,
+        duration_ns=ex.duration_ns,
+        ttfb_ns=ex.ttfb_ns,
+        chunk_gaps_us=ex.gaps_us or None,
+        method=ex.method,
+        path=redact_path(ex.path, key),
+        status=ex.status,
+        req_headers=redact_headers(ex.headers, config.redact_headers, key),
+        model=info.model,
+        stream=info.stream,
+        max_tokens=info.max_tokens,
+        session=_session(ex, key),
+        bytes_in=ex.bytes_in,
+        bytes_out=ex.bytes_out,
+        error=ex.error,
+    )
+    if ex.req_body is not None and config.bodies == "full":
+        record.req_body = ex.req_body
+    elif ex.req_body is not None and config.bodies == "redacted":
+        record.req_body = redact_text(ex.req_body.decode("utf-8", "replace"), key).encode()
+
+    prompt = _prompt_text(info.body) if info.body is not None else None
+    tokens = get().encode_ordinary(prompt) if prompt is not None else None
+    if tokens is not None:
+        record.prefix_hashes = prefix_hashes(tokens) or None
+
+    kept = bytes(ex.tap.kept) if ex.tap is not None else b""
+    usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
+    record.finish_reason = usage.finish_reason
+    if usage.prompt_tokens is not None and usage.completion_tokens is not None:
+        record.input_tokens = usage.prompt_tokens
+        record.output_tokens = usage.completion_tokens
+        record.tokens_source = "usage"
+    elif tokens is not None and ex.status == 200:
+        # No usage from the server (llama.cpp ignores include_usage): count ourselves.
+        record.input_tokens = len(tokens)
+        if ex.tap is not None and ex.tap.stream:
+            record.output_tokens = ex.tap.content_events
+        else:
+            text = _completion_text(kept) if ex.tap is not None and not ex.tap.truncated else None
+            record.output_tokens = len(get().encode_ordinary(text)) if text is not None else None
+        record.tokens_source = "estimate"
+    return record
+
+
+class _RunningP99:
+    """P99 of the last 2,048 durations, refreshed every 256 (cheap, and adapts)."""
+
+    def __init__(self) -> None:
+        self._recent: deque[int] = deque(maxlen=2048)
+        self._count = 0
+        self.value: float | None = None
+
+    def add(self, duration_ns: int) -> None:
+        self._recent.append(duration_ns)
+        self._count += 1
+        if self._count % 256 == 0 or (self.value is None and self._count >= 100):
+            self.value = float(np.percentile(np.fromiter(self._recent, dtype=np.int64), 99))
+
+
+class Recorder:
+    """The sink that records; ``close()`` drains it and closes the archive."""
+
+    def __init__(
+        self, config: ProxyConfig, writer: ArchiveWriter, queue_size: int = 10_000
+    ) -> None:
+        self.config = config
+        self.writer = writer
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self.dropped = 0
+        self.sampled_out = 0
+        self.failed = 0
+        self._drop_logged_at = 0.0
+        self._p99 = _RunningP99()
+        self._threshold = int(config.sample * 2**64)
+        self.on_record: Callable[[Record], None] | None = None
+        """Called on the builder thread with every record built (the metrics count tokens)."""
+        self._thread = threading.Thread(target=self._run, name="record-builder", daemon=True)
+        self._thread.start()
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    @property
+    def total_dropped(self) -> int:
+        return self.dropped + self.writer.stats.dropped
+
+    def on_request(self, ex: Exchange) -> None:
+        pass
+
+    def on_chunk(self, ex: Exchange, size: int) -> None:
+        pass
+
+    def on_complete(self, ex: Exchange) -> None:
+        try:
+            self._queue.put_nowait(ex)
+        except queue.Full:
+            self.dropped += 1
+            now = time.monotonic()
+            if now - self._drop_logged_at > 10:  # one line per incident, not per record
+                log.warning("record queue full: dropping records (%d so far)", self.total_dropped)
+                self._drop_logged_at = now
+
+    def close(self) -> None:
+        self._queue.put(_STOP)
+        self._thread.join()
+        self.writer.close()
+
+    def _keep(self, record: Record) -> bool:
+        """Consistent sampling by trace id; errors and slow requests are always kept."""
+        if record.duration_ns is not None:
+            self._p99.add(record.duration_ns)
+        if self._threshold >= 2**64 or record.trace_id is None:
+            return True
+        if is_error(record.status, record.error):
+            return True
+        p99 = self._p99.value
+        if p99 is not None and record.duration_ns is not None and record.duration_ns >= p99:
+            return True
+        return int.from_bytes(record.trace_id[:8], "big") < self._threshold
+
+    def _run(self) -> None:
+        while True:
+            ex = self._queue.get()
+            if ex is _STOP:
+                return
+            try:
+                record = build_record(ex, self.config)
+            except Exception:  # a bug here must not stop recording of everything else
+                self.failed += 1
+                log.exception("could not build a record; it is dropped")
+                continue
+            if self.on_record is not None:
+                self.on_record(record)
+            if self._keep(record):
+                self.writer.append(record)
+            else:
+                self.sampled_out += 1

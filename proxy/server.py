@@ -1,0 +1,143 @@
+"""Running the proxy: the archive, the sinks, the two listeners, and a clean drain.
+
+SIGTERM or SIGINT stops accepting connections, lets requests in flight finish
+for up to ``drain_timeout_s``, then flushes and closes the archive. A second
+signal exits at once (records already flushed stay readable, as after kill -9).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tailreplay.proxy.app import build_app
+from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.metrics import ProxyMetrics
+from tailreplay.proxy.recorder import Recorder
+from tailreplay.traces.format import make_header
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["RunningProxy", "run", "start"]
+
+log = logging.getLogger("tailreplay.proxy")
+
+
+@dataclass
+class RunningProxy:
+    url: str
+    admin_url: str | None
+    recorder: Recorder
+    metrics: ProxyMetrics
+
+
+def _header(config: ProxyConfig) -> dict[str, object]:
+    return make_header(
+        "proxy",
+        upstream=str(config.upstream.with_user(None)),
+        capture={
+            "bodies": config.bodies,
+            "sample": config.sample,
+            "redact_headers": sorted(config.redact_headers),
+            "timeout_s": config.timeout_s,
+            "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
+        },
+    )
+
+
+def _admin_app(metrics: ProxyMetrics) -> web.Application:
+    async def prom(request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/metrics", prom)
+    app.router.add_get("/healthz", health)
+    return app
+
+
+@asynccontextmanager
+async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterator[RunningProxy]:
+    """Run the proxy on this loop until the block exits, then drain and close.
+
+    >>> async with start(ProxyConfig(upstream=URL(sim_url), listen_port=0)) as proxy: ...
+    """
+    config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    writer = ArchiveWriter(
+        directory=config.out_dir,
+        prefix=config.prefix,
+        header=_header(config),
+        rotate_bytes=config.rotate_bytes,
+        rotate_interval_s=config.rotate_interval_s,
+        flush_interval=config.flush_interval_s,
+        compress=config.compress,
+        queue_size=config.queue_size,
+    )
+    recorder = Recorder(config, writer)
+    metrics = ProxyMetrics(recorder)
+    recorder.on_record = metrics.on_record
+    runner = web.AppRunner(
+        build_app(config, [recorder, metrics]),
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=config.drain_timeout_s,
+    )
+    admin_runner: web.AppRunner | None = None
+    try:
+        await runner.setup()
+        site = web.TCPSite(
+            runner, config.listen_host, config.listen_port, reuse_port=reuse_port or None
+        )
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        admin_url = None
+        if config.admin_port is not None:
+            admin_runner = web.AppRunner(_admin_app(metrics), access_log=None)
+            await admin_runner.setup()
+            await web.TCPSite(admin_runner, config.admin_host, config.admin_port).start()
+            ahost, aport = admin_runner.addresses[0][:2]
+            admin_url = f"http://{ahost}:{aport}"
+        yield RunningProxy(f"http://{host}:{port}", admin_url, recorder, metrics)
+    finally:
+        # Stop listening, let requests in flight finish (up to drain_timeout_s), then
+        # write out every record they produced.
+        await runner.cleanup()
+        if admin_runner is not None:
+            await admin_runner.cleanup()
+        await asyncio.get_running_loop().run_in_executor(None, recorder.close)
+
+
+async def run(
+    config: ProxyConfig,
+    ready: Callable[[RunningProxy], None] | None = None,
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> None:
+    """Serve until one of ``signals``; a second signal exits at once."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            log.warning("second signal: exiting without draining")
+            os._exit(130)
+        log.warning("draining: finishing requests in flight (up to %.0f s)", config.drain_timeout_s)
+        stop.set()
+
+    for sig in signals:
+        with suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+    async with start(config, reuse_port=config.workers > 1) as proxy:
+        if ready is not None:
+            ready(proxy)
+        await stop.wait()

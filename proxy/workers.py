@@ -1,0 +1,144 @@
+"""``--workers N``: N proxy processes sharing one listening port (SO_REUSEPORT).
+
+Each worker is a whole proxy with its own archive files (the pid is in their
+names; ``traces merge`` joins them) and a private admin port on 127.0.0.1. The
+parent serves the configured admin port and sums the workers' metrics, so one
+scrape sees the whole proxy. Signals go to every worker; the parent exits when
+they have drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import multiprocessing
+import signal
+from collections import defaultdict
+from contextlib import suppress
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from tailreplay.proxy.config import ProxyConfig
+
+__all__ = ["merge_metrics", "run_workers"]
+
+log = logging.getLogger("tailreplay.proxy")
+
+
+def _worker(config: ProxyConfig, ready: Any) -> None:
+    from tailreplay.proxy.server import RunningProxy, run
+
+    def on_ready(p: RunningProxy) -> None:
+        ready.put((p.url, p.admin_url))
+
+    # Ctrl-C reaches the whole process group; the parent relays it as SIGTERM, and a
+    # worker that saw both would take the second as "exit without draining".
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asyncio.run(run(config, on_ready, signals=(signal.SIGTERM,)))
+
+
+def merge_metrics(texts: list[str]) -> str:
+    """Prometheus text of several processes, summed series by series."""
+    kinds: dict[str, str] = {}
+    helps: dict[str, str] = {}
+    values: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+    order: dict[str, list[str]] = defaultdict(list)
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            kinds[family.name] = family.type
+            helps[family.name] = family.documentation
+            for sample in family.samples:
+                key = tuple(sorted(sample.labels.items()))
+                series = values[sample.name]
+                if sample.name not in order[family.name]:
+                    order[family.name].append(sample.name)
+                series[key] = series.get(key, 0.0) + sample.value
+    lines = []
+    for name, kind in kinds.items():
+        lines.append(f"# HELP {name} {helps[name]}")
+        lines.append(f"# TYPE {name} {kind}")
+        for sample_name in order[name]:
+            for labels, value in values[sample_name].items():
+                rendered = ",".join(f'{k}="{v}"' for k, v in labels)
+                lines.append(
+                    f"{sample_name}{{{rendered}}} {value}" if labels else f"{sample_name} {value}"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def run_workers(config: ProxyConfig, announce: Any = print) -> None:
+    """Start ``config.workers`` processes and serve the aggregated admin port until signalled."""
+    ctx = multiprocessing.get_context("spawn")
+    ready: Any = ctx.Queue()
+    worker_config = dataclasses.replace(config, admin_host="127.0.0.1", admin_port=0)
+    procs = [
+        ctx.Process(target=_worker, args=(worker_config, ready), daemon=False)
+        for _ in range(config.workers)
+    ]
+    for p in procs:
+        p.start()
+    urls = [ready.get(timeout=60) for _ in procs]
+    announce(
+        f"tailreplay proxy: {len(procs)} workers listening on {urls[0][0]} -> {config.upstream}"
+    )
+    asyncio.run(_serve_admin(config, procs, [admin for _, admin in urls], announce))
+
+
+async def _serve_admin(
+    config: ProxyConfig, procs: list[Any], admin_urls: list[str], announce: Any
+) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        for p in procs:
+            if p.is_alive():
+                with suppress(ProcessLookupError):
+                    (p.kill if signals > 1 else p.terminate)()
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+
+        async def prom(request: web.Request) -> web.Response:
+            texts = []
+            for url in admin_urls:
+                with suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    async with session.get(url + "/metrics") as r:
+                        texts.append(await r.text())
+            return web.Response(text=merge_metrics(texts), content_type="text/plain")
+
+        async def health(request: web.Request) -> web.Response:
+            alive = sum(p.is_alive() for p in procs)
+            return web.Response(
+                text=f"{alive}/{len(procs)} workers", status=200 if alive == len(procs) else 503
+            )
+
+        runner: web.AppRunner | None = None
+        if config.admin_port is not None:
+            app = web.Application()
+            app.router.add_get("/metrics", prom)
+            app.router.add_get("/healthz", health)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, config.admin_host, config.admin_port).start()
+            announce(f"tailreplay proxy admin on http://{config.admin_host}:{config.admin_port}")
+        while not stop.is_set() and all(p.is_alive() for p in procs):
+            with suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        if not stop.is_set():
+            log.warning("a worker exited; stopping the others")
+            on_signal()
+        for p in procs:
+            await loop.run_in_executor(None, p.join)
+        if runner is not None:
+            await runner.cleanup()
