@@ -63,7 +63,7 @@ def build_app(config: ProxyConfig, sinks: Sequence[Sink]) -> web.Application:
     app = web.Application(middlewares=[_refuse_proxy_requests], client_max_size=config.max_body)
     app.cleanup_ctx.append(_session_ctx(config))
     handler = _Forwarder(config, list(sinks))
-    app.router.add_route("*", "/{tail:.*}", handler)
+    app.router.add_route("*", "/{tail:.*}", handler.handle)
     return app
 
 
@@ -102,7 +102,7 @@ class _Forwarder:
             return None
         return url
 
-    async def __call__(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         t0 = time.monotonic_ns()
         incoming = parse_traceparent(request.headers.get("traceparent"))
         ctx = TraceContext(

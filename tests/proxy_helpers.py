@@ -1,0 +1,44 @@
+"""Running the proxy in tests: in-process against a given upstream, records read after."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from yarl import URL
+
+from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.server import RunningProxy, start
+from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.record import Record
+
+
+@asynccontextmanager
+async def proxy_to(upstream: str, out: Path, **overrides: Any) -> AsyncIterator[RunningProxy]:
+    config = ProxyConfig(
+        upstream=URL(upstream), listen_port=0, admin_port=0, out_dir=out, flush_interval_s=0.1
+    )
+    for k, v in overrides.items():
+        setattr(config, k, v)
+    async with start(config) as proxy:
+        yield proxy
+
+
+def records(out: Path) -> list[Record]:
+    files = sorted(out.glob("*.msgpack*"))
+    return list(ArchiveReader(files)) if files else []
+
+
+@asynccontextmanager
+async def serve_app(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,167 @@
+"""The proxy as a process: kill -9 under load, SIGTERM with streams in flight, workers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tailreplay.sim.launcher import sim_process
+from tailreplay.traces.reader import ArchiveReader
+
+FLUSH_S = 1.0  # the proxy's flush interval
+SLACK_S = 1.0  # a busy CI machine's scheduling delays, on top of it
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with sim_process(
+        ["--decode-base-ms", "10", "--prefill-base-ms", "1", "--output-mean", "10"]
+    ) as url:
+        yield url
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_proxy(upstream: str, out: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
+    port, admin = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailreplay",
+            "proxy",
+            "--upstream",
+            upstream,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--admin-listen",
+            f"127.0.0.1:{admin}",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
+    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+
+
+def _records(out: Path) -> list:
+    return list(ArchiveReader(sorted(out.glob("*.msgpack"))))
+
+
+async def test_kill_9_under_load_loses_at_most_the_flush_interval(
+    tmp_path: Path, sim_url: str
+) -> None:
+    out = tmp_path / "out"
+    proc, url, _ = _start_proxy(sim_url, out)
+    done: list[tuple[float, str]] = []  # (wall time completed, trace id hex)
+    stop = time.monotonic() + 5.0
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def client(n: int) -> None:
+                i = 0
+                while time.monotonic() < stop:  # bounded in time
+                    tid = os.urandom(16).hex()
+                    headers = {"traceparent": f"00-{tid}-{os.urandom(8).hex()}-01"}
+                    body = {"model": "m", "messages": [{"role": "user", "content": f"{n} {i}"}]}
+                    try:
+                        async with s.post(
+                            url + "/v1/chat/completions", json=body, headers=headers
+                        ) as r:
+                            await r.read()
+                            if r.status == 200:
+                                done.append((time.time(), tid))
+                    except aiohttp.ClientError:
+                        return
+                    i += 1
+
+            tasks = [asyncio.create_task(client(n)) for n in range(8)]
+            await asyncio.sleep(4.0)
+            killed_at = time.time()
+            proc.send_signal(signal.SIGKILL)
+            await asyncio.gather(*tasks)
+    finally:
+        proc.kill()
+        proc.wait()
+    recorded = {r.trace_id.hex() for r in _records(out)}  # readable after kill -9
+    must_have = [tid for t, tid in done if t < killed_at - FLUSH_S - SLACK_S]
+    assert len(must_have) > 50
+    missing = [tid for tid in must_have if tid not in recorded]
+    assert not missing, f"{len(missing)} records older than the flush interval were lost"
+
+
+async def test_sigterm_lets_streams_in_flight_finish_and_records_them(
+    tmp_path: Path, sim_url: str
+) -> None:
+    out = tmp_path / "out"
+    proc, url, _ = _start_proxy(sim_url, out, "--drain-timeout", "20s")
+    body = {
+        "model": "m", "messages": [{"role": "user", "content": "long"}], "stream": True,
+        "max_tokens": 100, "ignore_eos": True,
+    }  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def stream() -> bytes:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    return await r.read()
+
+            tasks = [asyncio.create_task(stream()) for _ in range(6)]
+            await asyncio.sleep(0.4)  # all six are mid-stream (100 tokens x 10 ms)
+            proc.send_signal(signal.SIGTERM)
+            bodies = await asyncio.gather(*tasks)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    assert all(b.endswith(b"data: [DONE]\n\n") for b in bodies)
+    recs = _records(out)
+    assert len(recs) == 6
+    assert all(r.error is None and r.output_tokens == 100 for r in recs)
+
+
+async def test_two_workers_share_the_port_and_their_metrics(tmp_path: Path, sim_url: str) -> None:
+    out = tmp_path / "out"
+    proc, url, admin = _start_proxy(sim_url, out, "--workers", "2")
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+            for i in range(60):
+                body = {"model": "m", "messages": [{"role": "user", "content": str(i)}]}
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                    await r.read()
+            async with s.get(admin + "/metrics") as r:
+                text = await r.text()
+        total = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("tailreplay_proxy_requests_total{")
+        )
+        assert total == 60
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    files = sorted(out.glob("*.msgpack"))
+    pids = {f.name.split("-")[-2] for f in files}
+    assert len(pids) == 2  # one archive series per worker
+    assert len(_records(out)) == 60

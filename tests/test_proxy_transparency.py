@@ -1,0 +1,148 @@
+"""Clients see exactly what they would see direct; every exchange is recorded exactly."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from tailreplay.sim.launcher import sim_process
+from tailreplay.traces.tokens import chat_text, count_tokens
+from tests.fixed_upstream import GAP_S, NON_STREAM, WORDS, fixed_app
+from tests.proxy_helpers import proxy_to, records, serve_app
+
+BODY = {"model": "fixed", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def _raw(url: str, body: dict) -> tuple[bytes, list[float]]:
+    """The response bytes and the arrival time of each read."""
+    stamps: list[float] = []
+    chunks: list[bytes] = []
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=body) as r:
+        async for chunk in r.content.iter_any():
+            stamps.append(time.monotonic())
+            chunks.append(chunk)
+    return b"".join(chunks), stamps
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        BODY,
+        {**BODY, "stream": True},
+        {**BODY, "stream": True, "stream_options": {"include_usage": True}},
+    ],
+    ids=["non-streaming", "stream-without-usage", "stream-with-usage"],
+)
+async def test_bytes_are_identical_to_going_direct(tmp_path: Path, body: dict) -> None:
+    async with serve_app(fixed_app()) as upstream:
+        direct, _ = await _raw(upstream, body)
+        async with proxy_to(upstream, tmp_path / "out") as proxy:
+            proxied, stamps = await _raw(proxy.url, body)
+    assert proxied == direct
+    if not body.get("stream"):
+        assert proxied == NON_STREAM
+    else:
+        # Streamed as it came: the reads span the upstream's pacing, not one burst.
+        assert stamps[-1] - stamps[0] >= GAP_S * (len(WORDS) - 1) * 0.8
+        assert (b'"usage":null' in proxied) == ("stream_options" in body)
+    (record,) = records(tmp_path / "out")
+    assert record.input_tokens == 9 and record.output_tokens == 5
+    assert record.tokens_source == "usage" and record.finish_reason == "stop"
+
+
+async def test_openai_sdk_sees_the_same_chunks_and_no_usage_it_did_not_ask_for(
+    tmp_path: Path,
+) -> None:
+    async def chunks(base: str) -> list[dict]:
+        client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
+        stream = await client.chat.completions.create(
+            model="fixed", messages=BODY["messages"], stream=True
+        )
+        return [c.model_dump() async for c in stream]
+
+    async with serve_app(fixed_app()) as upstream:
+        direct = await chunks(upstream)
+        async with proxy_to(upstream, tmp_path / "out") as proxy:
+            proxied = await chunks(proxy.url)
+    assert proxied == direct
+    assert all(c["usage"] is None for c in proxied)
+    assert len(proxied) == len(WORDS) + 1
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with sim_process(
+        ["--seed", "4", "--decode-base-ms", "3", "--prefill-base-ms", "1", "--output-mean", "24"]
+    ) as url:
+        yield url
+
+
+async def test_500_mixed_requests_give_500_exact_records(tmp_path: Path, sim_url: str) -> None:
+    rng = random.Random(9)
+    sent: dict[bytes, dict] = {}
+    out = tmp_path / "out"
+    async with proxy_to(sim_url, out) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        gate = asyncio.Semaphore(25)
+
+        async def one(i: int) -> None:
+            trace_id = rng.randbytes(16)
+            headers = {"traceparent": f"00-{trace_id.hex()}-{rng.randbytes(8).hex()}-01"}
+            messages = [
+                {"role": "user", "content": f"question {i} " + "word " * rng.randint(0, 300)}
+            ]
+            kind = i % 4
+            seen: dict = {"kind": kind, "messages": messages}
+            async with gate:
+                if kind == 0:
+                    r = await client.chat.completions.create(
+                        model="m", messages=messages, extra_headers=headers
+                    )
+                    seen["usage"] = (r.usage.prompt_tokens, r.usage.completion_tokens)
+                elif kind in (1, 2):
+                    extra = {"stream_options": {"include_usage": True}} if kind == 1 else {}
+                    stream = await client.chat.completions.create(
+                        model="m", messages=messages, stream=True, extra_headers=headers, **extra
+                    )
+                    content, usage = 0, None
+                    async for c in stream:
+                        if c.usage is not None:
+                            usage = (c.usage.prompt_tokens, c.usage.completion_tokens)
+                        elif c.choices and c.choices[0].delta.content:
+                            content += 1
+                    seen["usage"], seen["content_chunks"] = usage, content
+                else:
+                    r2 = await client.completions.create(
+                        model="m", prompt=messages[0]["content"], extra_headers=headers
+                    )
+                    seen["usage"] = (r2.usage.prompt_tokens, r2.usage.completion_tokens)
+            sent[trace_id] = seen
+
+        await asyncio.gather(*(one(i) for i in range(500)))
+
+    got = records(out)
+    assert len(got) == 500
+    by_trace = {r.trace_id: r for r in got}
+    assert set(by_trace) == set(sent)
+    for trace_id, seen in sent.items():
+        r = by_trace[trace_id]
+        assert r.status == 200 and r.error is None
+        assert r.ttfb_ns is not None and r.duration_ns is not None and r.ttfb_ns < r.duration_ns
+        assert r.tokens_source == "usage"
+        if seen["kind"] == 2:
+            assert seen["usage"] is None  # the client saw no usage chunk...
+            assert r.output_tokens == seen["content_chunks"]  # ...yet the record is exact
+            assert r.input_tokens == count_tokens(chat_text(seen["messages"]))
+        else:
+            assert (r.input_tokens, r.output_tokens) == seen["usage"]
+        assert r.stream == (seen["kind"] in (1, 2))
+        if r.stream:
+            assert r.chunk_gaps_us is not None
+        assert r.prefix_hashes and r.session is not None
