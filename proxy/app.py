@@ -216,7 +216,11 @@ class _Forwarder:
             reason=upstream.reason,
             headers=response_headers_downstream(upstream.headers, keep_length=relay is None),
         )
-        await response.prepare(request)
+        try:
+            await response.prepare(request)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            ex.error = "client_abort"
+            return response
         sinks, tap, t0 = self.sinks, ex.tap, ex.t0_ns
         try:
             async for chunk in upstream.content.iter_any():

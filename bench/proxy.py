@@ -1,0 +1,305 @@
+"""Proxy overhead: requests/s and latency through tailreplay vs the alternatives.
+
+All in one run, on loopback: wrk POSTs a chat-completions body (50 connections)
+to each of
+- direct: the upstream itself (nginx returning a fixed JSON body; so the upstream
+  is never the bottleneck), or an aiohttp fixed responder without nginx,
+- bare: bench/bare_forwarder.py, the least an aiohttp forwarder can do (baseline),
+- tailreplay: ``tailreplay proxy`` with recording on,
+- nginx: nginx as a reverse proxy (``proxy_buffering off``), if installed,
+and the same with two processes (``--workers 2``, nginx ``worker_processes 2``).
+Then an SSE run: 100 concurrent streams through each proxy, with the added
+time to first token (P50/P99 over direct) measured by an aiohttp client.
+
+Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY = '{"model":"m","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16}'
+REPLY = (
+    '{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",'
+    '"choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how are you?"},'
+    '"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":7,"total_tokens":21}}'
+)
+SSE_EVENTS = 40
+SSE_GAP_S = 0.02
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+@contextmanager
+def process(cmd: list[str], port: int) -> Iterator[None]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def nginx_conf(tmp: Path, workers: int, listen: int, upstream: int, fixed: int | None) -> Path:
+    fixed_server = (
+        f"server {{ listen 127.0.0.1:{fixed}; location / {{ default_type application/json; "
+        f"return 200 '{REPLY}'; }} }}"
+        if fixed
+        else ""
+    )
+    conf = tmp / f"nginx-{listen}.conf"
+    conf.write_text(
+        f"""
+user root; worker_processes {workers}; pid {tmp}/nginx-{listen}.pid; error_log {tmp}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fcgi; uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  upstream up {{ server 127.0.0.1:{upstream}; keepalive 128; }}
+  server {{ listen 127.0.0.1:{listen}; location / {{ proxy_pass http://up; proxy_http_version 1.1;
+    proxy_set_header Connection ""; proxy_buffering off; }} }}
+  {fixed_server}
+}}
+"""
+    )
+    return conf
+
+
+def nginx(
+    tmp: Path, workers: int, listen: int, upstream: int, fixed: int | None = None
+) -> list[str]:
+    conf = nginx_conf(tmp, workers, listen, upstream, fixed)
+    return ["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"]
+
+
+def wrk(url: str, seconds: int) -> tuple[float, float, float]:
+    """(requests/s, P50 ms, P99 ms)."""
+    script = Path(tempfile.gettempdir()) / "tailreplay-post.lua"
+    script.write_text(
+        'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = '{BODY}'\n"
+    )
+    out = subprocess.run(
+        ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script), url + "/v1/chat/completions"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+
+    def pct(p: str) -> float:
+        value, unit = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"{url}: {errors.group(1)} failed responses")
+    return rps, pct("50"), pct("99")
+
+
+async def sse_handler(request: web.Request) -> web.StreamResponse:
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    chunk = b'data: {"choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}\n\n'
+    for _ in range(SSE_EVENTS):
+        await resp.write(chunk)
+        await asyncio.sleep(SSE_GAP_S)
+    await resp.write(b"data: [DONE]\n\n")
+    return resp
+
+
+def sse_server(port: int) -> None:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", sse_handler)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def fixed_server(port: int) -> None:
+    async def reply(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=REPLY, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", reply)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+async def ttfts(url: str, streams: int) -> list[float]:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    out: list[float] = []
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+
+        async def one() -> None:
+            t0 = time.monotonic()
+            async with s.post(url + "/v1/chat/completions", json=body) as r:
+                first = True
+                async for _ in r.content.iter_any():
+                    if first:
+                        out.append((time.monotonic() - t0) * 1000)
+                        first = False
+
+        for _ in range(3):  # three waves of concurrent streams
+            await asyncio.gather(*(one() for _ in range(streams)))
+    return out
+
+
+def tailreplay_proxy(port: int, upstream: int, out: Path, workers: int = 1) -> list[str]:
+    return [
+        sys.executable, "-m", "tailreplay", "proxy", "--upstream", f"http://127.0.0.1:{upstream}",
+        "--listen", f"127.0.0.1:{port}", "--admin-listen", "off", "--out", str(out),
+        "--workers", str(workers),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--streams", type=int, default=100)
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("bench/proxy.py needs wrk: apt-get install -y wrk nginx-light")
+    have_nginx = shutil.which("nginx") is not None
+    py = sys.executable
+    rows: list[tuple[str, float, float, float]] = []
+    with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        up = free_port()
+        if have_nginx:
+            stack.enter_context(process(nginx(tmp, 1, free_port(), up, fixed=up), up))
+        else:
+            stack.enter_context(process([py, __file__, "--fixed", str(up)], up))
+        ports = {
+            name: free_port()
+            for name in ("bare", "tailreplay", "nginx", "tailreplay-w2", "nginx-w2")
+        }
+        targets = {"direct": up}
+        stack.enter_context(
+            process(
+                [
+                    py,
+                    str(ROOT / "bench/bare_forwarder.py"),
+                    str(ports["bare"]),
+                    f"http://127.0.0.1:{up}",
+                ],
+                ports["bare"],
+            )
+        )
+        targets["bare forwarder"] = ports["bare"]
+        stack.enter_context(
+            process(tailreplay_proxy(ports["tailreplay"], up, tmp / "cap1"), ports["tailreplay"])
+        )
+        targets["tailreplay (recording)"] = ports["tailreplay"]
+        if have_nginx:
+            stack.enter_context(process(nginx(tmp, 1, ports["nginx"], up), ports["nginx"]))
+            targets["nginx"] = ports["nginx"]
+        stack.enter_context(
+            process(
+                tailreplay_proxy(ports["tailreplay-w2"], up, tmp / "cap2", 2),
+                ports["tailreplay-w2"],
+            )
+        )
+        targets["tailreplay --workers 2"] = ports["tailreplay-w2"]
+        if have_nginx:
+            stack.enter_context(process(nginx(tmp, 2, ports["nginx-w2"], up), ports["nginx-w2"]))
+            targets["nginx, 2 workers"] = ports["nginx-w2"]
+        for name, port in targets.items():
+            wrk(f"http://127.0.0.1:{port}", 1)  # warm-up
+            runs = [wrk(f"http://127.0.0.1:{port}", args.seconds) for _ in range(args.runs)]
+            rows.append((name, *(statistics.median(r[i] for r in runs) for i in range(3))))  # type: ignore[arg-type]
+
+    sse_rows = []
+    with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        up = free_port()
+        stack.enter_context(process([py, __file__, "--sse", str(up)], up))
+        targets = {"direct": up}
+        bare, tr = free_port(), free_port()
+        stack.enter_context(
+            process(
+                [py, str(ROOT / "bench/bare_forwarder.py"), str(bare), f"http://127.0.0.1:{up}"],
+                bare,
+            )
+        )
+        stack.enter_context(process(tailreplay_proxy(tr, up, tmp / "cap"), tr))
+        targets |= {"bare forwarder": bare, "tailreplay (recording)": tr}
+        if have_nginx:
+            ng = free_port()
+            stack.enter_context(process(nginx(tmp, 1, ng, up), ng))
+            targets["nginx"] = ng
+        results = {}
+        for name, port in targets.items():
+            asyncio.run(ttfts(f"http://127.0.0.1:{port}", 10))  # warm-up
+            samples = [
+                asyncio.run(ttfts(f"http://127.0.0.1:{port}", args.streams))
+                for _ in range(args.runs)
+            ]
+            results[name] = [statistics.quantiles(s, n=100)[i] for s in samples for i in (49, 98)]
+        for name, values in results.items():
+            p50 = statistics.median(values[0::2])
+            p99 = statistics.median(values[1::2])
+            sse_rows.append((name, p50, p99))
+
+    base = dict((r[0], r) for r in rows)
+    bare_rps = base["bare forwarder"][1]
+    print(
+        f"wrk -t2 -c50 -d{args.seconds}s, POST chat body; median of {args.runs} runs; 2 cores shared by all"
+    )
+    print()
+    print("| target | requests/s | vs bare forwarder | P50 ms | P99 ms |")
+    print("|---|---:|---:|---:|---:|")
+    for name, rps, p50, p99 in rows:
+        print(f"| {name} | {rps:,.0f} | {rps / bare_rps:.2f} | {p50:.2f} | {p99:.2f} |")
+    print()
+    print(
+        f"SSE: {args.streams} concurrent streams x 3 waves, {SSE_EVENTS} events {SSE_GAP_S * 1000:.0f} ms apart; time to first event"
+    )
+    print()
+    print("| target | TTFT P50 ms | TTFT P99 ms | added P50 ms | added P99 ms |")
+    print("|---|---:|---:|---:|---:|")
+    d50, d99 = sse_rows[0][1], sse_rows[0][2]
+    for name, p50, p99 in sse_rows:
+        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p50 - d50:+.2f} | {p99 - d99:+.2f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--sse":
+        sse_server(int(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--fixed":
+        fixed_server(int(sys.argv[2]))
+    else:
+        main()
