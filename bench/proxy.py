@@ -34,7 +34,10 @@ import aiohttp
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
-BODY = '{"model":"m","messages":[{"role":"user","content":"Say hello in five words."}],"max_tokens":16}'
+BODY = (
+    '{"model":"m","messages":[{"role":"user","content":"Say hello in five words."}],'
+    '"max_tokens":16}'
+)
 REPLY = (
     '{"id":"chatcmpl-1","object":"chat.completion","created":1700000000,"model":"m",'
     '"choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how are you?"},'
@@ -115,7 +118,8 @@ def wrk(url: str, seconds: int) -> tuple[float, float, float]:
         f"wrk.body = '{BODY}'\n"
     )
     out = subprocess.run(
-        ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script), url + "/v1/chat/completions"],
+        ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script),
+         url + "/v1/chat/completions"],
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
@@ -277,7 +281,8 @@ def main() -> None:
     base = dict((r[0], r) for r in rows)
     bare_rps = base["bare forwarder"][1]
     print(
-        f"wrk -t2 -c50 -d{args.seconds}s, POST chat body; median of {args.runs} runs; 2 cores shared by all"
+        f"wrk -t2 -c50 -d{args.seconds}s, POST chat body; median of {args.runs} runs; "
+        "2 cores shared by all"
     )
     print()
     print("| target | requests/s | vs bare forwarder | P50 ms | P99 ms |")
@@ -286,7 +291,8 @@ def main() -> None:
         print(f"| {name} | {rps:,.0f} | {rps / bare_rps:.2f} | {p50:.2f} | {p99:.2f} |")
     print()
     print(
-        f"SSE: {args.streams} concurrent streams x 3 waves, {SSE_EVENTS} events {SSE_GAP_S * 1000:.0f} ms apart; time to first event"
+        f"SSE: {args.streams} concurrent streams x 3 waves, {SSE_EVENTS} events "
+        f"{SSE_GAP_S * 1000:.0f} ms apart; time to first event"
     )
     print()
     print("| target | TTFT P50 ms | TTFT P99 ms | added P50 ms | added P99 ms |")

@@ -26,8 +26,8 @@ from tailreplay.proxy.openai import (
     OPENAI_PATHS,
     ResponseTap,
     SseRelay,
-    inspect_request,
     route_label,
+    with_usage_requested,
 )
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id, parse_traceparent
 
@@ -167,8 +167,10 @@ class _Forwarder:
                     413, f"request body over {config.max_body} bytes", "invalid_request_error"
                 )
             ex.bytes_in = len(raw)
-            ex.info, data = inspect_request(request.raw_path, raw, config.inject_usage)
             ex.req_body = raw
+            changed = with_usage_requested(request.raw_path, raw) if config.inject_usage else None
+            ex.injected_usage = changed is not None
+            data = changed if changed is not None else raw
         elif request.can_read_body:
             data = request.content  # streamed; client_max_size does not apply to it
             ex.bytes_in = request.content_length or 0
@@ -207,7 +209,7 @@ class _Forwarder:
         ex.status = upstream.status
         ex.content_encoding = upstream.headers.get("Content-Encoding")
         is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        relay = SseRelay() if is_sse and ex.info.injected_usage else None
+        relay = SseRelay() if is_sse and ex.injected_usage else None
         ex.tap = ResponseTap(stream=is_sse)
         if is_sse:
             ex.gaps_us = []

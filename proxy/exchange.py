@@ -8,10 +8,10 @@ once: anything slow happens on their own threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from tailreplay.proxy.openai import RequestInfo, ResponseTap
+from tailreplay.proxy.openai import ResponseTap
 
 __all__ = ["Exchange", "Sink"]
 
@@ -31,7 +31,8 @@ class Exchange:
     """A bounded label for metrics: a known API path or "other"."""
     headers: list[tuple[str, str]]
     req_body: bytes | None = None
-    info: RequestInfo = field(default_factory=RequestInfo)
+    injected_usage: bool = False
+    """The proxy added stream_options.include_usage to this request."""
     status: int = 0
     ttfb_ns: int | None = None
     duration_ns: int | None = None

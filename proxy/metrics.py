@@ -7,15 +7,14 @@ Labels are bounded: ``route`` is a known API path or "other", ``status`` a class
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.openai import route_label
-from tailreplay.proxy.recorder import Recorder
-from tailreplay.traces.record import Record
+from tailreplay.proxy.recording import ROUTES, RecorderClient, Stat
 
 __all__ = ["ProxyMetrics", "status_class"]
 
@@ -29,38 +28,56 @@ def status_class(ex: Exchange) -> str:
 
 
 class _RecorderCollector(Collector):
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: RecorderClient) -> None:
         self.recorder = recorder
 
     def collect(self) -> Iterator[Metric]:
-        r = self.recorder
-        written = CounterMetricFamily(
-            "tailreplay_proxy_records_written", "Records written to the archive."
+        r, stats = self.recorder, self.recorder.stats
+
+        def one(kind: type[Any], name: str, doc: str, value: float) -> Metric:
+            family = kind(name, doc)
+            family.add_metric([], value)
+            return family  # type: ignore[no-any-return]
+
+        yield one(
+            CounterMetricFamily,
+            "tailreplay_proxy_records_written",
+            "Records written to the archive.",
+            stats[Stat.WRITTEN],
         )
-        written.add_metric([], r.writer.stats.written)
-        yield written
-        dropped = CounterMetricFamily(
+        yield one(
+            CounterMetricFamily,
             "tailreplay_proxy_records_dropped",
-            "Records lost to a full queue or a failing disk (traffic was not affected).",
+            "Records lost to a backed-up recorder or a failing disk (traffic was not affected).",
+            r.total_dropped,
         )
-        dropped.add_metric([], r.total_dropped)
-        yield dropped
-        sampled = CounterMetricFamily(
-            "tailreplay_proxy_records_sampled_out", "Records left out by --sample."
+        yield one(
+            CounterMetricFamily,
+            "tailreplay_proxy_records_sampled_out",
+            "Records left out by --sample.",
+            stats[Stat.SAMPLED_OUT],
         )
-        sampled.add_metric([], r.sampled_out)
-        yield sampled
-        depth = GaugeMetricFamily(
-            "tailreplay_proxy_record_queue_depth", "Exchanges waiting to be recorded."
+        yield one(
+            GaugeMetricFamily,
+            "tailreplay_proxy_record_backlog",
+            "Exchanges being recorded.",
+            stats[Stat.BACKLOG],
         )
-        depth.add_metric([], r.queue_depth + len(r.writer._queue))
-        yield depth
+        tokens = CounterMetricFamily(
+            "tailreplay_proxy_tokens",
+            "Tokens, from the upstream's usage or estimated.",
+            labels=["route", "kind"],
+        )
+        for i, route in enumerate(ROUTES):
+            tokens.add_metric([route, "input"], stats[Stat.TOKENS + 2 * i])
+            tokens.add_metric([route, "output"], stats[Stat.TOKENS + 2 * i + 1])
+        yield tokens
 
 
 class ProxyMetrics:
     """The metrics sink; ``registry`` is what the admin port serves."""
 
-    def __init__(self, recorder: Recorder | None = None) -> None:
+    def __init__(self, recorder: RecorderClient | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         if recorder is not None:
             self.registry.register(_RecorderCollector(recorder))
@@ -84,33 +101,38 @@ class ProxyMetrics:
             buckets=_LATENCY,
             registry=self.registry,
         )
-        self.tokens = Counter(
-            "tailreplay_proxy_tokens",
-            "Tokens reported by the upstream's usage.",
-            ["route", "kind"],
-            registry=self.registry,
-        )
         self.in_flight = Gauge(
             "tailreplay_proxy_in_flight", "Requests in flight.", registry=self.registry
         )
+        self._in_flight = 0
+        self.in_flight.set_function(lambda: self._in_flight)
+        # labels() takes a lock and builds a key every call; on the request path we
+        # look each labelled child up once and keep it.
+        self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+
+    def _for(self, route: str, status: str) -> tuple[Any, Any, Any]:
+        key = (route, status)
+        child = self._children.get(key)
+        if child is None:
+            child = (
+                self.requests.labels(route, status),
+                self.latency.labels(route),
+                self.ttfb.labels(route),
+            )
+            self._children[key] = child
+        return child
 
     def on_request(self, ex: Exchange) -> None:
-        self.in_flight.inc()
-
-    def on_record(self, record: Record) -> None:
-        route = route_label(record.path)
-        if record.input_tokens is not None:
-            self.tokens.labels(route, "input").inc(record.input_tokens)
-        if record.output_tokens is not None:
-            self.tokens.labels(route, "output").inc(record.output_tokens)
+        self._in_flight += 1
 
     def on_chunk(self, ex: Exchange, size: int) -> None:
         pass
 
     def on_complete(self, ex: Exchange) -> None:
-        self.in_flight.dec()
-        self.requests.labels(ex.route, status_class(ex)).inc()
+        self._in_flight -= 1
+        requests, latency, ttfb = self._for(ex.route, status_class(ex))
+        requests.inc()
         if ex.duration_ns is not None:
-            self.latency.labels(ex.route).observe(ex.duration_ns / 1e9)
+            latency.observe(ex.duration_ns / 1e9)
         if ex.ttfb_ns is not None:
-            self.ttfb.labels(ex.route).observe(ex.ttfb_ns / 1e9)
+            ttfb.observe(ex.ttfb_ns / 1e9)

@@ -1,10 +1,11 @@
 """What the proxy understands of the OpenAI API: request fields, usage, SSE streams.
 
-On the request path this module only does cheap byte work: it parses request
-JSON (small), injects ``stream_options.include_usage`` when asked, and relays SSE
-events — stripping what the injection added, so the client sees exactly the
-stream it asked for. Reading usage and counting tokens happens later, off the
-request path, from the bytes it kept (``ResponseTap``).
+On the request path this module only does cheap byte work: it injects
+``stream_options.include_usage`` into streaming requests that lack it (parsing
+only bodies that mention "stream"), and relays SSE events — stripping what the
+injection added, so the client sees exactly the stream it asked for. Request
+fields, usage and token counts are read later, in the recorder process, from the
+bytes kept (``request_info``, ``ResponseTap``, ``parse_usage``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ __all__ = [
     "ResponseTap",
     "SseRelay",
     "Usage",
-    "inspect_request",
     "parse_usage",
+    "request_info",
     "route_label",
+    "with_usage_requested",
 ]
 
 # Paths whose JSON bodies we read (model, stream, max_tokens, usage injection).
@@ -31,6 +33,7 @@ OPENAI_PATHS = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
 )
 MAX_INSPECT_BYTES = 4 << 20  # larger JSON bodies are forwarded without being parsed
+_USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 def route_label(path: str | None) -> str:
@@ -41,26 +44,26 @@ def route_label(path: str | None) -> str:
 
 @dataclass
 class RequestInfo:
+    """The fields of an OpenAI request body that a record keeps."""
+
     body: dict[str, Any] | None = None
     model: str | None = None
     stream: bool | None = None
     max_tokens: int | None = None
     user: str | None = None
-    wants_usage: bool = False
-    injected_usage: bool = False
 
 
-def inspect_request(path: str, raw: bytes, inject_usage: bool) -> tuple[RequestInfo, bytes]:
-    """Read the fields we record; returns (info, body to send upstream)."""
+def request_info(path: str, raw: bytes | None) -> RequestInfo:
+    """Parse the request body of an OpenAI route (the recorder does this, off the request path)."""
     info = RequestInfo()
-    if path.split("?", 1)[0] not in OPENAI_PATHS or len(raw) > MAX_INSPECT_BYTES:
-        return info, raw
+    if raw is None or path.split("?", 1)[0] not in OPENAI_PATHS or len(raw) > MAX_INSPECT_BYTES:
+        return info
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        return info, raw  # not ours to judge: the upstream answers it
+        return info
     if not isinstance(body, dict):
-        return info, raw
+        return info
     info.body = body
     model, stream = body.get("model"), body.get("stream")
     info.model = model if isinstance(model, str) else None
@@ -73,22 +76,32 @@ def inspect_request(path: str, raw: bytes, inject_usage: bool) -> tuple[RequestI
             break
     user = body.get("user")
     info.user = user if isinstance(user, str) else None
+    return info
+
+
+def with_usage_requested(path: str, raw: bytes) -> bytes | None:
+    """The body with ``stream_options.include_usage`` added, or None to send it as is.
+
+    Only streaming chat/completions requests that did not ask for usage are changed.
+    The cheap byte test first: most bodies without "stream" are never parsed here.
+    """
+    bare = path.split("?", 1)[0]
+    if bare not in _USAGE_PATHS or len(raw) > MAX_INSPECT_BYTES or b'"stream"' not in raw:
+        return None
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(body, dict) or body.get("stream") is not True:
+        return None
     options = body.get("stream_options")
-    info.wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-    if (
-        inject_usage
-        and info.stream
-        and not info.wants_usage
-        and not path.startswith("/v1/responses")
-    ):
-        changed = dict(body)
-        changed["stream_options"] = {
-            **(options if isinstance(options, dict) else {}),
-            "include_usage": True,
-        }
-        info.injected_usage = True
-        return info, json.dumps(changed, separators=(",", ":")).encode()
-    return info, raw
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return None
+    body["stream_options"] = {
+        **(options if isinstance(options, dict) else {}),
+        "include_usage": True,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')

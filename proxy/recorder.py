@@ -1,10 +1,8 @@
-"""The recorder sink: turns finished exchanges into records, off the request path.
+"""Turning finished exchanges into records: usage, tokens, prefix hashes, redaction.
 
-``on_complete`` only puts the exchange on a bounded queue. A builder thread then
-does the slow parts — parsing usage, tokenising the prompt for prefix hashes and
-estimates, redaction, the sampling decision — and appends the record to the
-``ArchiveWriter`` (whose own thread writes it). A full queue or a failing disk
-drops records and counts them; it never touches a request.
+All of it runs in the recorder process (``tailreplay.proxy.recording``): parsing
+usage, tokenising prompts, hashing and redacting cost tens of microseconds a
+record, which in the proxy's own process would be taken from forwarding.
 """
 
 from __future__ import annotations
@@ -12,8 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -24,18 +20,17 @@ import numpy as np
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.headers import fingerprint, redact_headers
-from tailreplay.proxy.openai import parse_usage
+from tailreplay.proxy.openai import parse_usage, request_info
 from tailreplay.proxy.redact import redact_path, redact_text
 from tailreplay.traces.record import Record, is_error
 from tailreplay.traces.tokens import chat_text, get
 from tailreplay.traces.writer import ArchiveWriter
 
-__all__ = ["PREFIX_BLOCK_TOKENS", "Recorder", "build_record", "prefix_hashes"]
+__all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]
 
 log = logging.getLogger("tailreplay.proxy")
 
 PREFIX_BLOCK_TOKENS = 512
-_BATCH_WAIT_S = 0.02  # how often the builder wakes to take what has queued up
 
 
 def prefix_hashes(tokens: list[int], block: int = PREFIX_BLOCK_TOKENS) -> list[int]:
@@ -67,9 +62,9 @@ def _prompt_text(body: dict[str, Any]) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _session(ex: Exchange, key: bytes) -> str | None:
-    if ex.info.user:
-        return fingerprint(key, "user:" + ex.info.user)
+def _session(ex: Exchange, user: str | None, key: bytes) -> str | None:
+    if user:
+        return fingerprint(key, "user:" + user)
     headers = {k.lower(): v for k, v in ex.headers}
     if "x-session-id" in headers:
         return fingerprint(key, "session:" + headers["x-session-id"])
@@ -94,7 +89,7 @@ def _completion_text(kept: bytes) -> str | None:
 def build_record(ex: Exchange, config: ProxyConfig) -> Record:
     """The archive record for a finished exchange (DESIGN §2)."""
     key = config.fingerprint_key
-    info = ex.info
+    info = request_info(ex.path, ex.req_body)
     record = Record(
         start_ns=ex.start_ns,
         trace_id=ex.trace_id,
@@ -110,7 +105,7 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
         model=info.model,
         stream=info.stream,
         max_tokens=info.max_tokens,
-        session=_session(ex, key),
+        session=_session(ex, info.user, key),
         bytes_in=ex.bytes_in,
         bytes_out=ex.bytes_out,
         error=ex.error,
@@ -159,61 +154,22 @@ class _RunningP99:
             self.value = float(np.percentile(np.fromiter(self._recent, dtype=np.int64), 99))
 
 
-class Recorder:
-    """The sink that records; ``close()`` drains it and closes the archive."""
+class RecordBuilder:
+    """Builds records, samples them and hands them to the archive writer.
 
-    def __init__(
-        self, config: ProxyConfig, writer: ArchiveWriter, queue_size: int = 10_000
-    ) -> None:
+    Runs in the recorder process (``tailreplay.proxy.recording``), never on the
+    request path.
+    """
+
+    def __init__(self, config: ProxyConfig, writer: ArchiveWriter) -> None:
         self.config = config
         self.writer = writer
-        # A deque drained in batches, not a Queue: a Queue wakes the builder thread on
-        # every put, and those wake-ups (each a GIL hand-off) cost the event loop far
-        # more than the building itself.
-        self._queue: deque[Exchange] = deque()
-        self._maxsize = queue_size
-        self._closing = False
-        self._wake = threading.Event()
-        self.dropped = 0
         self.sampled_out = 0
         self.failed = 0
-        self._drop_logged_at = 0.0
         self._p99 = _RunningP99()
         self._threshold = int(config.sample * 2**64)
         self.on_record: Callable[[Record], None] | None = None
-        """Called on the builder thread with every record built (the metrics count tokens)."""
-        self._thread = threading.Thread(target=self._run, name="record-builder", daemon=True)
-        self._thread.start()
-
-    @property
-    def queue_depth(self) -> int:
-        return len(self._queue)
-
-    @property
-    def total_dropped(self) -> int:
-        return self.dropped + self.writer.stats.dropped
-
-    def on_request(self, ex: Exchange) -> None:
-        pass
-
-    def on_chunk(self, ex: Exchange, size: int) -> None:
-        pass
-
-    def on_complete(self, ex: Exchange) -> None:
-        if len(self._queue) < self._maxsize and not self._closing:
-            self._queue.append(ex)
-        else:
-            self.dropped += 1
-            now = time.monotonic()
-            if now - self._drop_logged_at > 10:  # one line per incident, not per record
-                log.warning("record queue full: dropping records (%d so far)", self.total_dropped)
-                self._drop_logged_at = now
-
-    def close(self) -> None:
-        self._closing = True
-        self._wake.set()
-        self._thread.join()
-        self.writer.close()
+        """Called with every record built (the metrics count tokens from it)."""
 
     def _keep(self, record: Record) -> bool:
         """Consistent sampling by trace id; errors and slow requests are always kept."""
@@ -228,17 +184,7 @@ class Recorder:
             return True
         return int.from_bytes(record.trace_id[:8], "big") < self._threshold
 
-    def _run(self) -> None:
-        queue = self._queue
-        while True:
-            closing = self._closing  # read first: whatever is queued now gets built
-            while queue:
-                self._build(queue.popleft())
-            if closing:
-                return
-            self._wake.wait(_BATCH_WAIT_S)
-
-    def _build(self, ex: Exchange) -> None:
+    def build(self, ex: Exchange) -> None:
         try:
             record = build_record(ex, self.config)
         except Exception:  # a bug here must not stop the recording of everything else

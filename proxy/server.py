@@ -14,6 +14,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -21,11 +22,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tailreplay.proxy.app import build_app
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.metrics import ProxyMetrics
-from tailreplay.proxy.recorder import Recorder
+from tailreplay.proxy.recording import RecorderClient
 from tailreplay.traces.format import make_header
-from tailreplay.traces.writer import ArchiveWriter
 
-__all__ = ["RunningProxy", "run", "start"]
+__all__ = ["RunningProxy", "archive_header", "run", "start"]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -34,11 +34,11 @@ log = logging.getLogger("tailreplay.proxy")
 class RunningProxy:
     url: str
     admin_url: str | None
-    recorder: Recorder
+    recorder: RecorderClient
     metrics: ProxyMetrics
 
 
-def _header(config: ProxyConfig) -> dict[str, object]:
+def archive_header(config: ProxyConfig) -> dict[str, Any]:
     return make_header(
         "proxy",
         upstream=str(config.upstream.with_user(None)),
@@ -74,19 +74,13 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
     >>> async with start(ProxyConfig(upstream=URL(sim_url), listen_port=0)) as proxy: ...
     """
     config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    writer = ArchiveWriter(
-        directory=config.out_dir,
-        prefix=config.prefix,
-        header=_header(config),
-        rotate_bytes=config.rotate_bytes,
-        rotate_interval_s=config.rotate_interval_s,
-        flush_interval=config.flush_interval_s,
-        compress=config.compress,
-        queue_size=config.queue_size,
-    )
-    recorder = Recorder(config, writer)
+    recorder = RecorderClient(config)
+    try:
+        await recorder.attach()
+    except BaseException:
+        await recorder.close()
+        raise
     metrics = ProxyMetrics(recorder)
-    recorder.on_record = metrics.on_record
     runner = web.AppRunner(
         build_app(config, [recorder, metrics]),
         handler_cancellation=True,
@@ -115,7 +109,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         await runner.cleanup()
         if admin_runner is not None:
             await admin_runner.cleanup()
-        await asyncio.get_running_loop().run_in_executor(None, recorder.close)
+        await recorder.close()
 
 
 async def run(

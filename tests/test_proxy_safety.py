@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import secrets
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -167,34 +167,27 @@ async def _metric(admin: str, name: str) -> float:
 
 async def test_a_failing_writer_fails_no_request(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    async with serve(SimConfig(profile=QUICK, port=0)) as sim, proxy_to(sim, out) as proxy:
-        writer = proxy.recorder.writer
-
-        class FullDisk:
-            def write(self, data: bytes) -> int:
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-            def flush(self) -> None:
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-            def fileno(self) -> int:
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-            def close(self) -> None:
-                pass
-
-        writer._file = FullDisk()  # type: ignore[assignment]
-        writer._directory = tmp_path / "gone"  # and no fresh file can be opened either
+    # Small files, so the writer keeps opening new ones; then the directory goes away
+    # (an unmounted volume): every later open fails, as on a dead disk.
+    async with (
+        serve(SimConfig(profile=QUICK, port=0)) as sim,
+        proxy_to(sim, out, rotate_bytes=2_000) as proxy,
+    ):
         statuses = []
         async with aiohttp.ClientSession() as s:
-            for _ in range(40):
+            for i in range(60):
+                if i == 10:
+                    await asyncio.sleep(0.3)  # the first records reach the disk
+                    shutil.rmtree(out)
                 async with s.post(proxy.url + "/v1/chat/completions", json=CHAT) as r:
                     await r.read()
                     statuses.append(r.status)
-            await asyncio.sleep(0.5)  # let the writer try, fail and count
-        assert statuses == [200] * 40
-        assert await _metric(proxy.admin_url, "tailreplay_proxy_records_dropped_total") > 0
-        assert await _metric(proxy.admin_url, "tailreplay_proxy_requests_total") == 40
+            deadline = time.monotonic() + 10
+            while await _metric(proxy.admin_url, "tailreplay_proxy_records_dropped_total") == 0:
+                assert time.monotonic() < deadline, "no drop was ever counted"
+                await asyncio.sleep(0.1)
+        assert statuses == [200] * 60
+        assert await _metric(proxy.admin_url, "tailreplay_proxy_requests_total") == 60
 
 
 async def test_body_over_max_is_413(tmp_path: Path) -> None:
