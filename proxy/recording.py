@@ -158,7 +158,7 @@ class RecorderClient:
 
     @property
     def total_dropped(self) -> int:
-        return self.dropped + self.stats[Stat.WRITER_DROPPED]
+        return self.dropped + int(self.stats[Stat.WRITER_DROPPED])
 
     # -- the sink --------------------------------------------------------------------
 
