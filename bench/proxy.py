@@ -162,22 +162,31 @@ def fixed_server(port: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
-async def ttfts(url: str, streams: int) -> list[float]:
+async def ttfts(url: str, streams: int, seconds: float) -> list[float]:
+    """Time to first event of every stream, with ``streams`` in flight at all times.
+
+    Each of ``streams`` clients opens a stream as soon as its last one ended; their
+    starts are staggered across one stream's length, so new streams arrive evenly
+    (about streams / 0.8 s) instead of in one synchronised burst.
+    """
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     out: list[float] = []
+    stream_s = SSE_EVENTS * SSE_GAP_S
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as s:
+        stop = time.monotonic() + seconds
 
-        async def one() -> None:
-            t0 = time.monotonic()
-            async with s.post(url + "/v1/chat/completions", json=body) as r:
-                first = True
-                async for _ in r.content.iter_any():
-                    if first:
-                        out.append((time.monotonic() - t0) * 1000)
-                        first = False
+        async def client(i: int) -> None:
+            await asyncio.sleep(stream_s * i / streams)
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    first = True
+                    async for _ in r.content.iter_any():
+                        if first:
+                            out.append((time.monotonic() - t0) * 1000)
+                            first = False
 
-        for _ in range(3):  # three waves of concurrent streams
-            await asyncio.gather(*(one() for _ in range(streams)))
+        await asyncio.gather(*(client(i) for i in range(streams)))
     return out
 
 
@@ -194,10 +203,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--only", choices=["post", "sse"], default=None)
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/proxy.py needs wrk: apt-get install -y wrk nginx-light")
     have_nginx = shutil.which("nginx") is not None
+    rows: list[tuple[str, float, float, float]] = []
+    if args.only != "sse":
+        rows = post_runs(args, have_nginx)
+    sse_rows = sse_runs(args, have_nginx) if args.only != "post" else []
+    report(args, rows, sse_rows)
+
+
+def post_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, float, float, float]]:
     py = sys.executable
     rows: list[tuple[str, float, float, float]] = []
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
@@ -246,6 +264,11 @@ def main() -> None:
             runs = [wrk(f"http://127.0.0.1:{port}", args.seconds) for _ in range(args.runs)]
             rows.append((name, *(statistics.median(r[i] for r in runs) for i in range(3))))  # type: ignore[arg-type]
 
+    return rows
+
+
+def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, float, float]]:
+    py = sys.executable
     sse_rows = []
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
@@ -267,9 +290,9 @@ def main() -> None:
             targets["nginx"] = ng
         results = {}
         for name, port in targets.items():
-            asyncio.run(ttfts(f"http://127.0.0.1:{port}", 10))  # warm-up
+            asyncio.run(ttfts(f"http://127.0.0.1:{port}", 10, 1.0))  # warm-up
             samples = [
-                asyncio.run(ttfts(f"http://127.0.0.1:{port}", args.streams))
+                asyncio.run(ttfts(f"http://127.0.0.1:{port}", args.streams, args.seconds))
                 for _ in range(args.runs)
             ]
             results[name] = [statistics.quantiles(s, n=100)[i] for s in samples for i in (49, 98)]
@@ -277,9 +300,22 @@ def main() -> None:
             p50 = statistics.median(values[0::2])
             p99 = statistics.median(values[1::2])
             sse_rows.append((name, p50, p99))
+    return sse_rows
 
-    base = dict((r[0], r) for r in rows)
-    bare_rps = base["bare forwarder"][1]
+
+def report(
+    args: argparse.Namespace,
+    rows: list[tuple[str, float, float, float]],
+    sse_rows: list[tuple[str, float, float]],
+) -> None:
+    if rows:
+        print_post(args, rows)
+    if sse_rows:
+        print_sse(args, sse_rows)
+
+
+def print_post(args: argparse.Namespace, rows: list[tuple[str, float, float, float]]) -> None:
+    bare_rps = dict((r[0], r) for r in rows)["bare forwarder"][1]
     print(
         f"wrk -t2 -c50 -d{args.seconds}s, POST chat body; median of {args.runs} runs; "
         "2 cores shared by all"
@@ -290,8 +326,11 @@ def main() -> None:
     for name, rps, p50, p99 in rows:
         print(f"| {name} | {rps:,.0f} | {rps / bare_rps:.2f} | {p50:.2f} | {p99:.2f} |")
     print()
+
+
+def print_sse(args: argparse.Namespace, sse_rows: list[tuple[str, float, float]]) -> None:
     print(
-        f"SSE: {args.streams} concurrent streams x 3 waves, {SSE_EVENTS} events "
+        f"SSE: {args.streams} streams always in flight for {args.seconds} s, {SSE_EVENTS} events "
         f"{SSE_GAP_S * 1000:.0f} ms apart; time to first event"
     )
     print()
