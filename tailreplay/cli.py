@@ -43,12 +43,14 @@ def cli(verbose: bool) -> None:
 
 def _register() -> None:
     from tailreplay.proxy_cli import proxy
+    from tailreplay.replay_cli import replay
     from tailreplay.sim_cli import sim
     from tailreplay.traces_cli import traces
 
     cli.add_command(traces)
     cli.add_command(sim)
     cli.add_command(proxy)
+    cli.add_command(replay)
 
 
 _register()

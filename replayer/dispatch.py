@@ -1,0 +1,206 @@
+"""The open-loop dispatcher: each request leaves when it is due, whatever the target does.
+
+Request i is due at ``t0 + due_i`` on the loop's monotonic clock; the dispatcher
+sleeps until that absolute instant (never a chain of relative sleeps, so error
+does not add up) and starts the request as its own task, so a slow target
+delays nothing else. In-flight requests are bounded: a request that finds no
+free slot within ``drop_after_s`` of its due time is recorded as dropped —
+counted, never silently sent late. Latency is kept from the due time (what a
+user would have felt: free of coordinated omission) and from the send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tailreplay.replayer.request import RequestBuilder, RequestSpec
+from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.transport import Outcome, Transport
+from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
+from tailreplay.traces.record import Record
+
+__all__ = ["DispatchStats", "Dispatcher"]
+
+log = logging.getLogger("tailreplay.replay")
+
+
+@dataclass
+class DispatchStats:
+    due: int = 0
+    sent: int = 0
+    completed: int = 0
+    errors: int = 0
+    dropped: int = 0
+    in_flight: int = 0
+    input_intended: int = 0
+    """Recorded input tokens of synthetic-prompt requests the target reported on..."""
+    input_reported: int = 0
+    """...and what the target reported for them (the residual is the ratio - 1)."""
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        transport: Transport,
+        builder: RequestBuilder,
+        *,
+        headers: dict[str, str],
+        max_inflight: int,
+        drop_after_s: float = 0.1,
+        new_trace_ids: bool = False,
+        shard: int | None = None,
+        on_result: Callable[[Record], None],
+    ) -> None:
+        self.transport = transport
+        self.builder = builder
+        self.headers = headers
+        self.max_inflight = max_inflight
+        self.drop_after_s = drop_after_s
+        self.new_trace_ids = new_trace_ids
+        self.shard = shard
+        self.on_result = on_result
+        self.stats = DispatchStats()
+        self.lags_ns = array("q")
+        self._slot_freed = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.stopping = asyncio.Event()
+
+    async def run(self, items: Iterator[Planned], t0: float, t0_wall_ns: int) -> None:
+        """Send every item at ``t0 + item.due_s`` (loop time); returns when all are done."""
+        loop = asyncio.get_running_loop()
+        stats = self.stats
+        for item in items:
+            # Build before waiting: the build happens in time we would sleep anyway.
+            spec = self.builder.build(item)
+            due = t0 + item.due_s
+            # Sleep until the absolute due time; in short steps only so that a stop
+            # (Ctrl-C) is seen within a quarter second even across a long lull.
+            while (delay := due - loop.time()) > 0 and not self.stopping.is_set():
+                await asyncio.sleep(min(delay, 0.25))
+            if self.stopping.is_set():
+                break
+            stats.due += 1
+            intended_ns = t0_wall_ns + round(item.due_s * 1e9)
+            if stats.in_flight >= self.max_inflight and not await self._wait_slot(due):
+                stats.dropped += 1
+                self.on_result(
+                    self._result(item, spec, Outcome(error="dropped"), intended_ns, None, None)
+                )
+                continue
+            stats.in_flight += 1
+            task = loop.create_task(self._one(item, spec, due, intended_ns))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def cancel_in_flight(self, grace_s: float) -> None:
+        """After a stop: give requests in flight ``grace_s``, then cancel them."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _wait_slot(self, due: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = due + self.drop_after_s
+        while self.stats.in_flight >= self.max_inflight:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), left)
+            except TimeoutError:
+                return False
+        return True
+
+    def _context(self, item: Planned) -> TraceContext:
+        record = item.record
+        if self.new_trace_ids or record.trace_id is None:
+            return TraceContext(new_trace_id(), new_span_id())
+        return TraceContext(record.trace_id, new_span_id())  # a new span in the original trace
+
+    async def _one(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
+        loop = asyncio.get_running_loop()
+        ctx = self._context(item)
+        headers = dict(self.headers)
+        headers["traceparent"] = ctx.traceparent()
+        if spec.body is not None:
+            headers.setdefault("Content-Type", "application/json")
+        sent_mono = loop.time()
+        sent_wall = time.time_ns()
+        lag_ns = round((sent_mono - due) * 1e9)
+        self.lags_ns.append(lag_ns)
+        self.stats.sent += 1
+        outcome: Outcome | None = None
+        try:
+            outcome = await self.transport.send(spec, headers)
+            if outcome.status == 400 and self.builder.refuse_forced_fields(outcome.error_text):
+                outcome = await self.transport.send(self.builder.build(item), headers)
+        except asyncio.CancelledError:
+            outcome = Outcome(error="cancelled")
+            raise
+        finally:
+            self.stats.in_flight -= 1
+            self._slot_freed.set()
+            if outcome is None:
+                outcome = Outcome(error="cancelled")
+            ok = outcome.error is None and outcome.status < 400
+            self.stats.completed += 1
+            self.stats.errors += not ok
+            if ok and spec.prompt_tokens and outcome.prompt_tokens:
+                self.builder.prompts.observe(spec.prompt_tokens, outcome.prompt_tokens)
+                if item.record.input_tokens:
+                    self.stats.input_intended += item.record.input_tokens
+                    self.stats.input_reported += outcome.prompt_tokens
+            self.on_result(self._result(item, spec, outcome, intended_ns, sent_wall, lag_ns, ctx))
+
+    def _result(
+        self,
+        item: Planned,
+        spec: RequestSpec,
+        outcome: Outcome,
+        intended_ns: int,
+        sent_ns: int | None,
+        lag_ns: int | None,
+        ctx: TraceContext | None = None,
+    ) -> Record:
+        record = item.record
+        return Record(
+            start_ns=sent_ns if sent_ns is not None else intended_ns,
+            trace_id=ctx.trace_id if ctx else None,
+            span_id=ctx.span_id if ctx else None,
+            duration_ns=outcome.duration_ns,
+            ttfb_ns=outcome.ttfb_ns,
+            chunk_gaps_us=outcome.gaps_us or None,
+            method=spec.method,
+            path=spec.path,
+            status=outcome.status,
+            model=record.model,
+            stream=spec.stream,
+            input_tokens=outcome.prompt_tokens,
+            output_tokens=outcome.completion_tokens,
+            tokens_source="usage" if outcome.completion_tokens is not None else None,
+            max_tokens=item.budget,
+            finish_reason=outcome.finish_reason,
+            prefix_hashes=record.prefix_hashes,
+            bytes_in=len(spec.body) if spec.body else 0,
+            bytes_out=outcome.bytes_out,
+            error=outcome.error
+            if outcome.error
+            else (f"http_{outcome.status}" if outcome.status >= 400 else None),
+            orig_trace_id=record.trace_id,
+            orig_span_id=record.span_id,
+            intended_ns=intended_ns,
+            sent_ns=sent_ns,
+            lag_ns=lag_ns,
+            tail=item.tail,
+            shard=self.shard,
+        )

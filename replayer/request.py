@@ -1,0 +1,123 @@
+"""What a replayed request looks like on the wire.
+
+The recorded method, path and body; recorded credentials are never sent (headers
+come only from --header and TAILREPLAY_HEADER_* variables); the model renamed
+by --model-map; the output budget forced with max_tokens / min_tokens /
+ignore_eos (unless the target refused those fields); and, for records kept
+without a body, a synthetic prompt of the recorded token count.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tailreplay.replayer.prompts import PromptMaker
+from tailreplay.replayer.schedule import Planned
+
+__all__ = ["DEFAULT_INPUT_TOKENS", "RequestBuilder", "RequestSpec"]
+
+log = logging.getLogger("tailreplay.replay")
+
+DEFAULT_INPUT_TOKENS = 32
+"""Prompt size for a record that kept neither a body nor an input token count."""
+FORCED_FIELDS = ("min_tokens", "ignore_eos")
+_CHAT = "/v1/chat/completions"
+_COMPLETIONS = "/v1/completions"
+
+
+@dataclass(slots=True)
+class RequestSpec:
+    method: str
+    path: str
+    body: bytes | None
+    stream: bool
+    prompt_tokens: int | None
+    """Our count of a synthetic prompt (to compare with the target's usage)."""
+
+
+class RequestBuilder:
+    def __init__(
+        self,
+        *,
+        model_map: Mapping[str, str],
+        force_lengths: bool,
+        prompts: PromptMaker,
+        default_model: str = "default",
+    ) -> None:
+        self.model_map = dict(model_map)
+        self.force_lengths = force_lengths
+        self.forced_fields_ok = True
+        """False once the target rejected min_tokens/ignore_eos: they are not sent again."""
+        self.prompts = prompts
+        self.default_model = default_model
+
+    def refuse_forced_fields(self, error_text: str) -> bool:
+        """A 400 naming min_tokens or ignore_eos: stop sending them (once, with a warning)."""
+        if not self.forced_fields_ok or not any(f in error_text for f in FORCED_FIELDS):
+            return False
+        self.forced_fields_ok = False
+        log.warning(
+            "the target rejects min_tokens/ignore_eos; sending max_tokens only from now on "
+            "(output lengths will follow the target's own stopping)"
+        )
+        return True
+
+    def _model(self, model: str | None) -> str:
+        name = model or self.default_model
+        return self.model_map.get(name, name)
+
+    def _force(self, body: dict[str, Any], budget: int | None, path: str) -> None:
+        if budget is None:
+            return
+        if "max_completion_tokens" in body:
+            body["max_completion_tokens"] = budget
+        elif path.startswith("/v1/responses"):
+            body["max_output_tokens"] = budget
+        else:
+            body["max_tokens"] = budget
+        if self.force_lengths and self.forced_fields_ok:
+            body["min_tokens"] = budget
+            body["ignore_eos"] = True
+
+    def build(self, item: Planned) -> RequestSpec:
+        record = item.record
+        method = record.method or "POST"
+        path = record.path or _CHAT
+        bare = path.split("?", 1)[0]
+        if record.req_body is not None:
+            return self._from_body(record.req_body, method, path, item.budget)
+        if method != "POST" or bare not in (_CHAT, _COMPLETIONS):
+            return RequestSpec(method, path, None, False, None)
+        tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
+        content = self.prompts.content_tokens(tokens)
+        salt = record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
+        text = self.prompts.text(content, record.prefix_hashes, salt)
+        stream = bool(record.stream)
+        body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}
+        if bare == _CHAT:
+            body["messages"] = [{"role": "user", "content": text}]
+            ours = self.prompts.rendered_tokens(content)
+        else:
+            body["prompt"] = text
+            ours = content
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        self._force(body, item.budget, bare)
+        return RequestSpec(method, path, json.dumps(body).encode(), stream, ours)
+
+    def _from_body(self, raw: bytes, method: str, path: str, budget: int | None) -> RequestSpec:
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            return RequestSpec(method, path, raw, False, None)  # not JSON: sent as recorded
+        if not isinstance(body, dict):
+            return RequestSpec(method, path, raw, False, None)
+        if "model" in body and isinstance(body["model"], str):
+            body["model"] = self._model(body["model"])
+        self._force(body, budget, path.split("?", 1)[0])
+        stream = body.get("stream") is True
+        return RequestSpec(method, path, json.dumps(body).encode(), stream, None)

@@ -1,0 +1,313 @@
+"""A whole replay: plan, target, dispatch, results, summary.
+
+``run(config)`` is what ``tailreplay replay`` calls; everything it needs comes in
+through ``ReplayConfig``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from yarl import URL
+
+from tailreplay.errors import RunFailed, UsageError
+from tailreplay.replayer.dispatch import Dispatcher
+from tailreplay.replayer.prompts import PromptMaker
+from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
+from tailreplay.replayer.summary import ResultCollector
+from tailreplay.replayer.transport import HttpTransport, Transport
+from tailreplay.traces.format import make_header
+from tailreplay.traces.reader import read_header
+from tailreplay.traces.record import Record
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["ReplayConfig", "ReplayOutcome", "run"]
+
+STOP_GRACE_S = 5.0
+PROGRESS_EVERY_S = 2.0
+
+
+@dataclass
+class ReplayConfig:
+    schedule: ScheduleConfig
+    target: str | None = None
+    force_lengths: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    model_map: dict[str, str] = field(default_factory=dict)
+    max_inflight: int = 4096
+    connections: int = 1024
+    timeout_s: float = 300.0
+    out: Path | None = None
+    json_out: Path | None = None
+    start_at_ns: int | None = None
+    allow_upstream: bool = False
+    new_trace_ids: bool = False
+    dry_run: bool = False
+    sim_args: tuple[str, ...] = ()
+
+
+@dataclass
+class ReplayOutcome:
+    summary: dict[str, Any]
+    plan: Plan
+    target: str | None
+    interrupted: bool = False
+
+
+def _check_target(config: ReplayConfig, target: str) -> None:
+    """Refuse to replay at the deployment the archive was captured from."""
+    t = URL(target)
+    for path in config.schedule.paths:
+        upstream = read_header(path).get("upstream")
+        if not isinstance(upstream, str):
+            continue
+        u = URL(upstream)
+        if (u.host, u.port) == (t.host, t.port) and not config.allow_upstream:
+            raise UsageError(
+                f"--target {target} is the upstream this archive was captured from "
+                f"({upstream}); pass --allow-upstream if you really mean to replay there"
+            )
+
+
+def _progress(say: Callable[[str], None], d: Dispatcher, started: float) -> Callable[[], None]:
+    last = {"t": time.monotonic(), "completed": 0}
+
+    def tick() -> None:
+        s = d.stats
+        now = time.monotonic()
+        rate = (s.completed - last["completed"]) / max(now - last["t"], 1e-9)
+        last.update(t=now, completed=s.completed)
+        recent = np.frombuffer(d.lags_ns[-5000:], dtype=np.int64) if d.lags_ns else None
+        lag = (
+            f"{np.percentile(recent, 99) / 1e6:.1f} ms"
+            if recent is not None and recent.size
+            else "-"
+        )
+        say(
+            f"  {now - started:6.1f}s  due {s.due:,}  sent {s.sent:,}  done {s.completed:,}  "
+            f"in flight {s.in_flight:,}  errors {s.errors:,}  dropped {s.dropped:,}  "
+            f"{rate:,.0f}/s  lag p99 {lag}"
+        )
+
+    return tick
+
+
+async def run(
+    config: ReplayConfig, say: Callable[[str], None], transport: Transport | None = None
+) -> ReplayOutcome:
+    sc = config.schedule
+    the_plan = plan(sc)
+    if the_plan.tail_by == "output_tokens":
+        say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
+    elif the_plan.tail_by is None:
+        say("note: the archive records neither latencies nor output tokens; no tail stretch")
+    if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
+        why = (
+            "too weak to keep the tail's pressure"
+            if sc.tail_stretch < 1.5
+            else "it distorts the workload"
+        )
+        say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside 1.5-2.0 ({why})")
+
+    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile)
+    writer = None
+    if config.out is not None:
+        writer = ArchiveWriter(
+            config.out,
+            header=make_header(
+                "replay" if not config.dry_run else "replay:dry-run",
+                upstream=config.target,
+                extra={
+                    "speed": str(sc.speed),
+                    "tail_stretch": sc.tail_stretch,
+                    "shard": list(sc.shard),
+                },
+            ),
+            queue_size=1_000_000,
+        )
+
+    def on_result(record: Record) -> None:
+        collector.add(record)
+        if writer is not None:
+            writer.append(record)
+
+    try:
+        if config.dry_run:
+            _dry_run(config, the_plan, on_result)
+            return ReplayOutcome(collector.summary(collector.requests, 0), the_plan, None)
+        with contextlib.ExitStack() as stack:
+            target = config.target
+            if target is None:
+                from tailreplay.sim.launcher import sim_process
+
+                target = stack.enter_context(sim_process(config.sim_args))
+                say(f"no --target: replaying against the built-in simulator at {target}")
+            else:
+                _check_target(config, target)
+            return await _live(config, the_plan, target, on_result, collector, say, transport)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _dry_run(config: ReplayConfig, the_plan: Plan, on_result: Callable[[Record], None]) -> None:
+    t0 = config.start_at_ns if config.start_at_ns is not None else the_plan.first_start_ns
+    shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
+    for item in schedule(config.schedule, the_plan):
+        r = item.record
+        on_result(
+            Record(
+                start_ns=t0 + round(item.due_s * 1e9),
+                intended_ns=t0 + round(item.due_s * 1e9),
+                method=r.method,
+                path=r.path,
+                model=r.model,
+                stream=r.stream,
+                input_tokens=r.input_tokens,
+                max_tokens=item.budget,
+                prefix_hashes=r.prefix_hashes,
+                orig_trace_id=r.trace_id,
+                orig_span_id=r.span_id,
+                tail=item.tail,
+                shard=shard,
+            )
+        )
+
+
+async def _live(
+    config: ReplayConfig,
+    the_plan: Plan,
+    target: str,
+    on_result: Callable[[Record], None],
+    collector: ResultCollector,
+    say: Callable[[str], None],
+    transport: Transport | None,
+) -> ReplayOutcome:
+    sc = config.schedule
+    transport = transport or HttpTransport(
+        target, connections=config.connections, timeout_s=config.timeout_s
+    )
+    builder = RequestBuilder(
+        model_map=config.model_map, force_lengths=config.force_lengths, prompts=PromptMaker(sc.seed)
+    )
+    dispatcher = Dispatcher(
+        transport,
+        builder,
+        headers=config.headers,
+        max_inflight=config.max_inflight,
+        new_trace_ids=config.new_trace_ids,
+        shard=sc.shard[0] if sc.shard[1] > 1 else None,
+        on_result=on_result,
+    )
+    loop = asyncio.get_running_loop()
+    interrupted = False
+
+    def on_signal() -> None:
+        nonlocal interrupted
+        interrupted = True
+        dispatcher.stopping.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    lead_s = 0.2  # time to get going before the first request is due
+    if config.start_at_ns is not None:
+        wait_s = (config.start_at_ns - time.time_ns()) / 1e9
+        if wait_s < 0:
+            say(f"warning: --start-at was {-wait_s:.1f} s ago; starting now")
+        lead_s = max(wait_s, 0.0)
+    t0 = loop.time() + lead_s
+    t0_wall = time.time_ns() + round(lead_s * 1e9)
+    say(
+        f"replaying {the_plan.count:,} requests ({sc.speed}, tail {the_plan.tail_count:,} "
+        f"x{sc.tail_stretch:g}) at {target}"
+    )
+    tick = _progress(say, dispatcher, time.monotonic())
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            tick()
+
+    ticker = loop.create_task(progress())
+    try:
+        items: Iterator[Any] = schedule(sc, the_plan)
+        await dispatcher.run(items, t0, t0_wall)
+        if interrupted:
+            await dispatcher.cancel_in_flight(STOP_GRACE_S)
+    finally:
+        ticker.cancel()
+        await transport.close()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+    s = dispatcher.stats
+    summary = collector.summary(s.sent, s.dropped)
+    if s.input_intended:
+        summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
+    return ReplayOutcome(summary, the_plan, target, interrupted)
+
+
+def write_json(path: Path, summary: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+
+
+def print_summary(outcome: ReplayOutcome, say: Callable[[str], None] = print) -> None:
+    s = outcome.summary
+
+    def row(name: str, key: str) -> None:
+        p = s.get(key)
+        if p:
+            cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
+            say(f"  {name:<10} {cells} ms")
+
+    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
+    rate = s["throughput_rps"]
+    say(
+        f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
+        f"dropped {s['dropped']:,}  errors: {errors}"
+    )
+    say(
+        f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
+        if rate
+        else f"duration {s['duration_s']:.1f} s"
+    )
+    row("latency", "latency_ms")
+    row("service", "service_ms")
+    row("TTFT", "ttft_ms")
+    row("TPOT", "tpot_ms")
+    row("lag", "lag_ms")
+    t = s["tail"]
+    quantile = f"P{t['quantile'] * 100:g}"
+    say(f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}")
+    if "input_tokens_error" in s:
+        error = s["input_tokens_error"] * 100
+        say(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
+
+
+def exit_code(outcome: ReplayOutcome) -> int:
+    if outcome.interrupted:
+        return 130
+    s = outcome.summary
+    if s["sent"] and not s["completed"]:
+        return RunFailed.exit_code
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: tailreplay replay")
