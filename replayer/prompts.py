@@ -12,6 +12,7 @@ and a target's prefix cache sees the recorded sharing.
 from __future__ import annotations
 
 import functools
+import hashlib
 import random
 
 from tailreplay.traces.tokens import chat_text, count_tokens, get
@@ -73,8 +74,9 @@ class PromptMaker:
             size = min(BLOCK_TOKENS, tokens - i * BLOCK_TOKENS)
             if prefix_hashes and i < len(prefix_hashes):
                 rng = random.Random(prefix_hashes[i] ^ self.seed)
-            else:
-                rng = random.Random(hash((salt, i, self.seed)))
+            else:  # no recorded prefix: a seed from the record itself (stable across runs)
+                digest = hashlib.blake2b(salt + i.to_bytes(4, "big"), digest_size=8).digest()
+                rng = random.Random(int.from_bytes(digest, "big") ^ self.seed)
             out.extend(rng.choices(words, k=size))
         return " " + " ".join(out) if out else ""
 

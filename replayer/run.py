@@ -108,6 +108,8 @@ async def run(
     config: ReplayConfig, say: Callable[[str], None], transport: Transport | None = None
 ) -> ReplayOutcome:
     sc = config.schedule
+    if config.target is not None and not config.dry_run:
+        _check_target(config, config.target)
     the_plan = plan(sc)
     if the_plan.tail_by == "output_tokens":
         say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
@@ -154,8 +156,6 @@ async def run(
 
                 target = stack.enter_context(sim_process(config.sim_args))
                 say(f"no --target: replaying against the built-in simulator at {target}")
-            else:
-                _check_target(config, target)
             return await _live(config, the_plan, target, on_result, collector, say, transport)
     finally:
         if writer is not None:

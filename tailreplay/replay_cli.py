@@ -185,6 +185,12 @@ def replay(
         seed=seed,
         skip_corrupt=skip_corrupt,
     )
+    if (
+        out is not None
+        and out.exists()
+        and any(a.exists() and os.path.samefile(a, out) for a in archives)
+    ):
+        raise UsageError(f"{out}: the output is also an input; choose another --out")
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         Path("replays").mkdir(exist_ok=True)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +45,24 @@ async def serve_app(app: web.Application) -> AsyncIterator[str]:
         yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+@contextmanager
+def serve_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve ``app`` on its own loop in a thread (for tests that call asyncio.run themselves)."""
+    loop = asyncio.new_event_loop()
+    ready: queue.Queue[str] = queue.Queue()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with serve_app(app) as url:
+            ready.put(url)
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        yield ready.get(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)

@@ -1,0 +1,183 @@
+"""Dry-run arithmetic: due times, ramps, amplification, the tail set, shards."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.errors import UsageError
+from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
+from tailreplay.replayer.speed import Speed, parse_speed
+from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+
+def _archive(tmp_path: Path, n: int = 400, seed: int = 3) -> tuple[Path, list[dict]]:
+    rng = random.Random(seed)
+    t, maps = T0, []
+    for _ in range(n):
+        t += rng.choice([0, 0, rng.randint(1, 200_000_000)])  # ties, as real traces have
+        maps.append(
+            {
+                "start_ns": t,
+                "trace_id": rng.randbytes(16),
+                "span_id": rng.randbytes(8),
+                "path": "/v1/chat/completions",
+                "method": "POST",
+                "duration_ns": rng.randint(10**8, 10**10),
+                "input_tokens": rng.randint(10, 2000),
+                "output_tokens": rng.randint(1, 500),
+                "stream": True,
+            }
+        )
+    return write_plain(tmp_path / "a.msgpack", maps), maps
+
+
+def _dry(tmp_path: Path, archive: Path, *args: str, name: str = "dry") -> list:
+    out = tmp_path / f"{name}.msgpack"
+    result = CliRunner().invoke(
+        cli, ["replay", "--dry-run", "--out", str(out), *args, str(archive)]
+    )
+    assert result.exit_code == 0, result.output
+    return list(ArchiveReader([out], order="file"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "factor"), [("2x", 2.0), ("200%", 2.0), ("0.5x", 0.5), ("1x", 1.0)]
+)
+def test_due_offsets_are_recorded_offsets_over_speed(
+    tmp_path: Path, spec: str, factor: float
+) -> None:
+    archive, maps = _archive(tmp_path)
+    got = _dry(tmp_path, archive, "--speed", spec)
+    assert len(got) == len(maps)
+    first = maps[0]["start_ns"]
+    due = np.array([r.intended_ns - first for r in got]) / 1e9
+    want = np.array([m["start_ns"] - first for m in maps]) / 1e9 / factor
+    np.testing.assert_allclose(due, want, atol=1e-6)
+    assert [r.orig_trace_id for r in got] == [m["trace_id"] for m in maps]
+
+
+def test_ramp_offsets_integrate_the_factor(tmp_path: Path) -> None:
+    archive, maps = _archive(tmp_path)
+    got = _dry(tmp_path, archive, "--speed", "1x..4x")
+    first = maps[0]["start_ns"]
+    tau = np.array([r.intended_ns - first for r in got]) / 1e9
+    recorded = np.array([m["start_ns"] - first for m in maps]) / 1e9
+    span = recorded[-1]
+    total = 2 * span / (1 + 4)  # the replay's length
+    # ∫0^τ (1 + 3 s / T) ds = τ + 1.5 τ² / T must give back each recorded offset.
+    np.testing.assert_allclose(tau + 1.5 * tau**2 / total, recorded, atol=1e-6)
+    assert tau[-1] == pytest.approx(total)
+    # The factor rises: later gaps are compressed more than earlier ones.
+    assert np.all(np.diff(tau) >= -1e-12)
+
+
+@pytest.mark.parametrize(("spec", "expected"), [("3x", 3.0), ("1x", 1.0)])
+def test_amplify_sends_k_copies(tmp_path: Path, spec: str, expected: float) -> None:
+    archive, maps = _archive(tmp_path, n=200)
+    got = _dry(tmp_path, archive, "--amplify", spec)
+    assert len(got) == expected * len(maps)
+    ids = [r.orig_trace_id for r in got]
+    assert all(ids.count(m["trace_id"]) == expected for m in maps)
+    due = [r.intended_ns for r in got]
+    assert due == sorted(due)
+
+
+def test_fractional_amplify_is_a_deterministic_draw(tmp_path: Path) -> None:
+    archive, maps = _archive(tmp_path, n=400)
+    a = _dry(tmp_path, archive, "--amplify", "1.5x", name="first")
+    b = _dry(tmp_path, archive, "--amplify", "1.5x", name="second")
+    assert [r.orig_trace_id for r in a] == [r.orig_trace_id for r in b]
+    assert 1.35 * len(maps) < len(a) < 1.65 * len(maps)
+
+
+def test_tail_set_and_budgets(tmp_path: Path) -> None:
+    archive, maps = _archive(tmp_path)
+    got = _dry(tmp_path, archive)
+    threshold = np.percentile([m["duration_ns"] for m in maps], 99)
+    by_id = {m["trace_id"]: m for m in maps}
+    tail_ids = {m["trace_id"] for m in maps if m["duration_ns"] >= threshold}
+    assert {r.orig_trace_id for r in got if r.tail} == tail_ids and len(tail_ids) == 4
+    for r in got:
+        m = by_id[r.orig_trace_id]
+        want = math.ceil(1.8 * m["output_tokens"]) if r.tail else m["output_tokens"]
+        assert r.max_tokens == want
+
+
+def test_tail_by_output_tokens_when_no_latencies(tmp_path: Path) -> None:
+    maps = [{"start_ns": T0 + i * 10**7, "output_tokens": i % 97 + 1} for i in range(300)]
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    config = ScheduleConfig(paths=[archive])
+    p = plan(config)
+    assert p.tail_by == "output_tokens"
+    items = list(schedule(config, p))
+    threshold = np.percentile([m["output_tokens"] for m in maps], 99)
+    assert sum(i.tail for i in items) == sum(m["output_tokens"] >= threshold for m in maps)
+    result = CliRunner().invoke(
+        cli, ["replay", "--dry-run", "--out", str(tmp_path / "o.msgpack"), str(archive)]
+    )
+    assert "tail is chosen by recorded output tokens" in result.stderr
+
+
+def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
+    archive, _ = _archive(tmp_path)
+    whole = _dry(tmp_path, archive, "--amplify", "2x", name="whole")
+    parts = [
+        _dry(tmp_path, archive, "--amplify", "2x", "--shard", f"{i}/3", name=f"s{i}")
+        for i in range(3)
+    ]
+    key = lambda r: (r.intended_ns, r.orig_trace_id, r.tail, r.max_tokens)  # noqa: E731
+    union = sorted(key(r) for part in parts for r in part)
+    assert union == sorted(key(r) for r in whole)
+    assert len(set(union)) == len(union) and all(parts)
+
+
+def test_window_and_limit(tmp_path: Path) -> None:
+    archive, maps = _archive(tmp_path)
+    got = _dry(tmp_path, archive, "--from", "+5s", "--limit", "50")
+    after = [m for m in maps if m["start_ns"] >= T0 + 5 * 10**9 + (maps[0]["start_ns"] - T0)]
+    assert [r.orig_trace_id for r in got] == [m["trace_id"] for m in after[:50]]
+
+
+@pytest.mark.parametrize(
+    ("text", "speed"),
+    [
+        ("2x", Speed(2, 2)),
+        ("200%", Speed(2, 2)),
+        ("0.5x", Speed(0.5, 0.5)),
+        ("1.5", Speed(1.5, 1.5)),
+        ("1x..4x", Speed(1, 4)),
+        ("50%..2x", Speed(0.5, 2)),
+    ],
+)
+def test_parse_speed(text: str, speed: Speed) -> None:
+    assert parse_speed(text) == speed
+
+
+@pytest.mark.parametrize("text", ["fast", "0x", "-2x", "2x..", "x", "2xx"])
+def test_parse_speed_rejects(text: str) -> None:
+    with pytest.raises(UsageError, match="invalid --speed"):
+        parse_speed(text)
+
+
+def test_ramp_scalar_matches_vector() -> None:
+    s = Speed(1, 4)
+    t = np.linspace(0, 100, 57)
+    np.testing.assert_allclose([s.replay_offset(x, 100.0) for x in t], s.replay_offsets(t, 100.0))
+
+
+def test_out_may_not_overwrite_an_input(tmp_path: Path) -> None:
+    archive, _ = _archive(tmp_path, n=20)
+    before = archive.read_bytes()
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", "--out", str(archive), str(archive)])
+    assert result.exit_code == 2 and "also an input" in result.output
+    assert archive.read_bytes() == before
