@@ -96,6 +96,10 @@ class Dispatcher:
             task = loop.create_task(self._one(item, spec, due, intended_ns))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            if delay <= 0:
+                # Behind schedule (or a tie): let the new task start sending now, rather
+                # than queueing a burst of tasks that would all start late.
+                await asyncio.sleep(0)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -20,6 +20,7 @@ from tailreplay.traces.tokens import chat_text, count_tokens, get
 __all__ = ["PromptMaker", "single_token_words"]
 
 BLOCK_TOKENS = 512
+_MIN_CORRECTION, _MAX_CORRECTION = 0.5, 2.0
 _CANDIDATES = (  # noqa: SIM905 - reads better as text
     "time year people way day man thing woman life child world school state family "
     "student group country problem hand part place case week company system program "
@@ -97,3 +98,6 @@ class PromptMaker:
         # then steady.
         weight = 1.0 / min(self._samples, 100)
         self.correction += weight * (reported / ours - self.correction)
+        # Tokenizers differ by tens of percent, not by factors; a target whose usage
+        # does not follow what we send (a fixed mock) must not blow prompts up.
+        self.correction = min(max(self.correction, _MIN_CORRECTION), _MAX_CORRECTION)

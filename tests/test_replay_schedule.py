@@ -181,3 +181,19 @@ def test_out_may_not_overwrite_an_input(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["replay", "--dry-run", "--out", str(archive), str(archive)])
     assert result.exit_code == 2 and "also an input" in result.output
     assert archive.read_bytes() == before
+
+
+def test_prompt_correction_converges_and_is_bounded() -> None:
+    from tailreplay.replayer.prompts import PromptMaker
+
+    p = PromptMaker()
+    # A target whose tokenizer counts 10% more: prompts shrink to match.
+    for _ in range(200):
+        content = p.content_tokens(1000)
+        p.observe(p.rendered_tokens(content), round(1.1 * p.rendered_tokens(content)))
+    assert abs(1.1 * p.rendered_tokens(p.content_tokens(1000)) - 1000) <= 2
+    # A mock that reports the same usage whatever it gets must not blow prompts up.
+    q = PromptMaker()
+    for _ in range(500):
+        q.observe(q.rendered_tokens(q.content_tokens(16)), 14)
+    assert q.content_tokens(16) <= 32
