@@ -125,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rates", default="1000,2000,3000,4000,5000")
+    parser.add_argument("--k6-only-rates", default="8000,12000,16000", help="Rates only k6 runs.")
     parser.add_argument("--dry-records", type=int, default=5_000_000)
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
@@ -143,6 +144,10 @@ def main() -> None:
                 archive = tmp / f"even-{rate}.msgpack"
                 even_archive(archive, rate, args.seconds)
                 rows.append((rate, ours(url, archive, tmp), k6(url, rate, args.seconds, tmp)))
+            k6_rows = [
+                (rate, k6(url, rate, args.seconds, tmp))
+                for rate in (int(r) for r in args.k6_only_rates.split(",") if r)
+            ]
         rss_mb, dry_s = dry_run_rss(tmp, args.dry_records)
 
     responder = "nginx" if shutil.which("nginx") else "aiohttp"

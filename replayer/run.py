@@ -137,7 +137,10 @@ async def run(
                     "shard": list(sc.shard),
                 },
             ),
-            queue_size=1_000_000,
+            # A dry run produces results far faster than they can be written: it waits
+            # for the writer. A live run never does (its pace is the schedule's).
+            queue_size=10_000 if config.dry_run else 100_000,
+            block_when_full=config.dry_run,
         )
 
     def on_result(record: Record) -> None:

@@ -85,7 +85,10 @@ def shard_of(record: Record, shards: int) -> int:
     return _u64(_key(record), b"shard") % shards
 
 
-def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray:
+def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
+    """The replayed records as a mask, or None when every record is replayed."""
+    if config.start_ns is None and config.end_ns is None and config.limit is None:
+        return None
     keep = np.ones(len(starts), dtype=bool)
     if config.start_ns is not None:
         keep &= starts >= config.start_ns
@@ -99,22 +102,27 @@ def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray:
 
 def plan(config: ScheduleConfig) -> Plan:
     """First pass: the replayed set's first start, span and tail threshold."""
-    cols = load_columns(
-        config.paths, ["duration_ns", "output_tokens"], skip_corrupt=config.skip_corrupt
-    )
-    keep = _window(cols["start_ns"], config)
-    starts = cols["start_ns"][keep]
-    if starts.size == 0:
-        raise InputError("no records to replay (check --from/--to/--limit)")
-    tail_by = None
+    # One value column at a time — durations, else output tokens (imported traces
+    # have no latencies): at 5M records each column is 40 MB.
+    tail_by: str | None = None
     for name in ("duration_ns", "output_tokens"):
-        if cols.present[name][keep].any():
+        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
+        keep = _window(cols["start_ns"], config)
+        has = cols.present[name] if keep is None else cols.present[name] & keep
+        if has.any():
             tail_by = name
             break
+        if name == "duration_ns":
+            del cols, keep, has  # free 100 MB before loading the next column
+    # Views when everything is replayed: copies of 5M-record columns cost 40 MB each.
+    starts = cols["start_ns"] if keep is None else cols["start_ns"][keep]
+    if starts.size == 0:
+        raise InputError("no records to replay (check --from/--to/--limit)")
     threshold = None
     tail_count = 0
     if tail_by is not None:
-        values = cols[tail_by][keep & cols.present[tail_by]]
+        has = cols.present[tail_by] if keep is None else cols.present[tail_by] & keep
+        values = cols[tail_by] if has.all() else cols[tail_by][has]
         threshold = float(np.percentile(values, config.tail_quantile * 100))
         tail_count = int((values >= threshold).sum())
     return Plan(

@@ -9,7 +9,7 @@
  * makes scan() stop and report where; the caller then re-reads that file with the
  * careful pure-Python reader, which owns all error handling and warnings.
  *
- * scan(data, offset, names, nvalued) -> (end, count, values, present, status)
+ * scan(data, offset, names, nvalued[, max_records]) -> (end, count, values, present, status)
  *   data     a bytes-like object holding record maps from ``offset`` on
  *   names    a tuple of field names (bytes); names[0] must be b"start_ns"
  *   nvalued  names[:nvalued] must hold integers or bools (anything else stops the
@@ -19,7 +19,8 @@
  *   values   bytes: count * len(names) native int64, row-major (0 where absent)
  *   present  bytes: count * len(names) flags (1 where the record has the field)
  *   status   0 = reached the end of data cleanly, 1 = stopped at ``end``
- *            (an incomplete, damaged or unsupported object there)
+ *            (an incomplete, damaged or unsupported object there), 2 = stopped
+ *            after max_records (call again from ``end``; bounds the memory a call uses)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -164,9 +165,10 @@ static int scan_rows(cursor *c, const uint8_t **done, Py_ssize_t nf, Py_ssize_t 
 
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t offset, nvalued;
+    Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX;
     PyObject *names;
-    if (!PyArg_ParseTuple(args, "y*nO!n", &buf, &offset, &PyTuple_Type, &names, &nvalued))
+    if (!PyArg_ParseTuple(args, "y*nO!n|n", &buf, &offset, &PyTuple_Type, &names, &nvalued,
+                          &max_records))
         return NULL;
 
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
@@ -189,7 +191,7 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         flen[j] = PyBytes_GET_SIZE(o);
     }
 
-    Py_ssize_t cap = 4096, count = 0;
+    Py_ssize_t cap = max_records < 4096 ? max_records : 4096, count = 0;
     int64_t *values = PyMem_Malloc(sizeof(int64_t) * nf * cap);
     uint8_t *present = PyMem_Malloc(nf * cap);
     cursor c = {(const uint8_t *)buf.buf + offset, (const uint8_t *)buf.buf + buf.len};
@@ -200,8 +202,8 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         status = scan_rows(&c, &done, nf, nvalued, fname, flen, values, present, cap, &count);
         Py_END_ALLOW_THREADS
-        if (status != 2) break;
-        cap *= 2; /* full: grow (PyMem needs the GIL) and go on */
+        if (status != 2 || count >= max_records) break;
+        cap = cap * 2 > max_records ? max_records : cap * 2; /* grow (needs the GIL), go on */
         int64_t *nv = PyMem_Realloc(values, sizeof(int64_t) * nf * cap);
         if (nv) values = nv;
         uint8_t *npres = PyMem_Realloc(present, nf * cap);
@@ -227,7 +229,7 @@ nomem:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, offset, names, nvalued) -> (end, count, values, present, status)"},
+     "scan(data, offset, names, nvalued[, max_records]) -> (end, count, values, present, status)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,9 +11,8 @@ owns every warning and error.
 from __future__ import annotations
 
 import gc
-import mmap
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,8 @@ except ImportError:  # built without a C compiler: the pure-Python path does the
     _colscan = None
 
 __all__ = ["Columns", "load_columns"]
+
+_CHUNK_RECORDS = 1 << 20
 
 Array = npt.NDArray[Any]
 Mask = npt.NDArray[np.bool_]
@@ -97,11 +98,16 @@ def load_columns(
             report.skipped_regions = single.reports[0].skipped_regions
         parts.append(fast)
 
-    values = {f: np.concatenate([p[0][f] for p in parts]) for f in valued}
-    present = {f: np.concatenate([p[1][f] for p in parts]) for f in names}
-    n = len(values["start_ns"])
-    order = np.argsort(values["start_ns"], kind="stable")
-    if n and np.any(order[1:] < order[:-1]):
+    if len(parts) == 1:
+        values, present = parts[0]
+    else:
+        values = _join({f: [p[0][f] for p in parts] for f in valued})
+        present = _join({f: [p[1][f] for p in parts] for f in names}, np.bool_)
+    parts.clear()
+    starts = values["start_ns"]
+    n = len(starts)
+    if n > 1 and not bool(np.all(starts[1:] >= starts[:-1])):  # skip the sort when sorted
+        order = np.argsort(starts, kind="stable")
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
     return Columns(n, values, present, reader.warnings())
@@ -154,33 +160,42 @@ def _scan_file(
 ) -> tuple[dict[str, Array], dict[str, Mask]] | None:
     """Columns of one clean file via the C scanner, or None to use the Python path."""
     keys = tuple(f.encode() for f in names)
-    blocks: list[tuple[bytes, bytes, int]] = []
-    with open(path, "rb") as f:
-        compressed = f.read(4) == b"\x28\xb5\x2f\xfd"
-        if compressed:
-            ok = _scan_chunks(open_chunks(path), keys, nvalued, blocks)
-        else:
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                start = _header_end(mm)
-                if start is None:
-                    return None
-                end, count, vals, pres, status = _colscan.scan(mm, start, keys, nvalued)
-                blocks.append((vals, pres, count))
-                ok = status == 0 and end == len(mm)
+    chunks: dict[str, list[Array]] = {f: [] for f in names[:nvalued]}
+    masks: dict[str, list[Mask]] = {f: [] for f in names}
+
+    def take(vals: bytes, pres: bytes, count: int) -> None:
+        # Columns per chunk of at most _CHUNK_RECORDS, so the raw buffers stay small.
+        v = np.frombuffer(vals, dtype=np.int64).reshape(count, len(keys))
+        p = np.frombuffer(pres, dtype=np.uint8).reshape(count, len(keys))
+        for j, name in enumerate(names):
+            masks[name].append(p[:, j].astype(bool))
+            if j < nvalued:
+                col = v[:, j].copy()
+                chunks[name].append(col.astype(bool) if name in BOOL_FIELDS else col)
+
+    # Chunked reads, not mmap: mapped file pages count as the process's memory, and
+    # a 5M-record archive is hundreds of MB.
+    ok = _scan_chunks(open_chunks(path, chunk_size=8 << 20), keys, nvalued, take)
     if not ok:
         return None
-    nf = len(keys)
-    total = sum(b[2] for b in blocks)
-    vals_all = np.frombuffer(b"".join(b[0] for b in blocks), dtype=np.int64).reshape(total, nf)
-    pres_all = np.frombuffer(b"".join(b[1] for b in blocks), dtype=np.uint8).reshape(total, nf)
-    values: dict[str, Array] = {}
-    present: dict[str, Mask] = {}
-    for j, name in enumerate(names):
-        present[name] = pres_all[:, j].astype(bool)
-        if j < nvalued:
-            col = vals_all[:, j].copy()
-            values[name] = col.astype(bool) if name in BOOL_FIELDS else col
-    return values, present
+    values = _join(chunks)
+    for name in names[:nvalued]:
+        if name in BOOL_FIELDS and values[name].dtype != np.bool_:
+            values[name] = values[name].astype(bool)
+    return values, _join(masks, np.bool_)
+
+
+def _join(parts: dict[str, list[Array]], empty: type = np.int64) -> dict[str, Array]:
+    """Concatenate field by field, freeing each field's pieces before the next."""
+    out: dict[str, Array] = {}
+    for name in list(parts):
+        pieces = parts.pop(name)
+        if not pieces:
+            out[name] = np.empty(0, dtype=empty)
+        else:
+            out[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        del pieces
+    return out
 
 
 def _header_end(data: Any) -> int | None:
@@ -198,7 +213,7 @@ def _scan_chunks(
     chunks: Iterator[bytes],
     keys: tuple[bytes, ...],
     nvalued: int,
-    blocks: list[tuple[bytes, bytes, int]],
+    take: Callable[[bytes, bytes, int], None],
 ) -> bool:
     buf = b""
     offset: int | None = None
@@ -210,9 +225,13 @@ def _scan_chunks(
                 if len(buf) > fmt.MAX_RECORD_BYTES:
                     return False
                 continue
-        end, count, vals, pres, _ = _colscan.scan(buf, offset, keys, nvalued)
-        blocks.append((vals, pres, count))
-        buf = buf[end:]
+        status = 2
+        while status == 2:
+            offset, count, vals, pres, status = _colscan.scan(
+                buf, offset, keys, nvalued, _CHUNK_RECORDS
+            )
+            take(vals, pres, count)
+        buf = buf[offset:]
         offset = 0
         if len(buf) > fmt.MAX_RECORD_BYTES:
             return False  # not a record split across chunks: damage; let Python report it

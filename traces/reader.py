@@ -86,7 +86,7 @@ def _check_path(path: Path) -> None:
         raise InputError(f"{path}: permission denied")
 
 
-def open_chunks(path: Path) -> Iterator[bytes]:
+def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
     """The file's bytes in chunks, decompressed when it is a zstd stream."""
     try:
         f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in finally below
@@ -99,7 +99,7 @@ def open_chunks(path: Path) -> Iterator[bytes]:
             reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
             while True:
                 try:
-                    chunk = reader.read(_CHUNK)
+                    chunk = reader.read(chunk_size)
                 except zstandard.ZstdError as exc:
                     log.warning("%s: compressed stream damaged (%s); reading stops here", path, exc)
                     return
@@ -107,7 +107,7 @@ def open_chunks(path: Path) -> Iterator[bytes]:
                     return
                 yield chunk
         else:
-            while chunk := f.read(_CHUNK):
+            while chunk := f.read(chunk_size):
                 yield chunk
     finally:
         f.close()
