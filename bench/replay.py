@@ -163,9 +163,14 @@ def main() -> None:
             f"| {rate:,} | {o['lag_p50']:.2f} | {o['lag_p99']:.2f} | {o['dropped']:,.0f} "
             f"| {k['achieved']:,.0f} | {k['dropped']:,.0f} | {k['p99']:.2f} |"
         )
+    for rate, k in k6_rows:
+        print(
+            f"| {rate:,} | - | - | - | {k['achieved']:,.0f} | {k['dropped']:,.0f} | {k['p99']:.2f} |"
+        )
     ours_max = max((r for r, o, _ in rows if o["lag_p99"] <= 5 and not o["dropped"]), default=0)
+    k6_all = [(r, k) for r, _, k in rows] + k6_rows
     k6_max = max(
-        (r for r, _, k in rows if not k["dropped"] and k["achieved"] >= 0.99 * r), default=0
+        (r for r, k in k6_all if not k["dropped"] and k["achieved"] >= 0.99 * r), default=0
     )
     print()
     ratio = f"{ours_max / k6_max:.2f}" if k6_max else "-"
