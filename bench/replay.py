@@ -164,9 +164,8 @@ def main() -> None:
             f"| {k['achieved']:,.0f} | {k['dropped']:,.0f} | {k['p99']:.2f} |"
         )
     for rate, k in k6_rows:
-        print(
-            f"| {rate:,} | - | - | - | {k['achieved']:,.0f} | {k['dropped']:,.0f} | {k['p99']:.2f} |"
-        )
+        cells = f"{k['achieved']:,.0f} | {k['dropped']:,.0f} | {k['p99']:.2f}"
+        print(f"| {rate:,} | - | - | - | {cells} |")
     ours_max = max((r for r, o, _ in rows if o["lag_p99"] <= 5 and not o["dropped"]), default=0)
     k6_all = [(r, k) for r, _, k in rows] + k6_rows
     k6_max = max(
