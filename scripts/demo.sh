@@ -24,3 +24,7 @@ $BIN/tailreplay traces inspect "$OUT/peak.msgpack" -n 2
 
 echo; echo "== 5. the built-in simulator (the default replay target) under the openai SDK"
 $BIN/python scripts/demo_sim.py
+
+echo; echo "== 6. replay the first minute of the peak at 2x against the built-in simulator"
+$BIN/tailreplay replay --speed 2x --to +60s --sim-profile fast \
+    --out "$OUT/replay.msgpack" --json "$OUT/replay.json" "$OUT/peak.msgpack"
