@@ -55,3 +55,14 @@ def random_maps(
             m["output_tokens"] = rng.randint(1, 900)
         out.append(m)
     return out
+
+
+async def metric(base_url: str, name: str) -> float:
+    """The first sample of ``name`` on ``base_url``/metrics (Prometheus text)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.get(base_url + "/metrics") as r:
+        for line in (await r.text()).splitlines():
+            if line.startswith((name + "{", name + " ")):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in /metrics")

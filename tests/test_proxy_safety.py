@@ -17,6 +17,7 @@ from tailreplay.proxy.headers import HOP_BY_HOP, request_headers_upstream
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
+from tests.helpers import metric
 from tests.proxy_helpers import proxy_to, records, serve_app
 
 QUICK = PROFILES["default"].with_overrides(
@@ -157,14 +158,6 @@ async def test_upstream_reset_mid_stream_is_recorded(tmp_path: Path) -> None:
     assert rec.status == 200 and rec.error == "upstream_reset"
 
 
-async def _metric(admin: str, name: str) -> float:
-    async with aiohttp.ClientSession() as s, s.get(admin + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(name)
-
-
 async def test_a_failing_writer_fails_no_request(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # Small files, so the writer keeps opening new ones; then the directory goes away
@@ -183,11 +176,11 @@ async def test_a_failing_writer_fails_no_request(tmp_path: Path) -> None:
                     await r.read()
                     statuses.append(r.status)
             deadline = time.monotonic() + 10
-            while await _metric(proxy.admin_url, "tailreplay_proxy_records_dropped_total") == 0:
+            while await metric(proxy.admin_url, "tailreplay_proxy_records_dropped_total") == 0:
                 assert time.monotonic() < deadline, "no drop was ever counted"
                 await asyncio.sleep(0.1)
         assert statuses == [200] * 60
-        assert await _metric(proxy.admin_url, "tailreplay_proxy_requests_total") == 60
+        assert await metric(proxy.admin_url, "tailreplay_proxy_requests_total") == 60
 
 
 async def test_body_over_max_is_413(tmp_path: Path) -> None:

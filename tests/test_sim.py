@@ -16,6 +16,7 @@ from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.schema import render_chat
 from tailreplay.sim.server import SimConfig, serve
 from tailreplay.traces.tokens import count_tokens
+from tests.helpers import metric
 
 # Fast steps keep these tests quick; timing fidelity has its own tests.
 QUICK = PROFILES["default"].with_overrides(
@@ -175,14 +176,6 @@ async def test_bad_requests_get_400_with_an_error_body(
             assert r.status == 200
 
 
-async def _metric(url: str, name: str) -> float:
-    async with aiohttp.ClientSession() as s, s.get(url + "/metrics") as r:
-        for line in (await r.text()).splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"{name} not in /metrics")
-
-
 async def test_client_disconnect_frees_its_slot_and_kv(sim_url: str) -> None:
     body = {
         "model": "m",
@@ -194,16 +187,16 @@ async def test_client_disconnect_frees_its_slot_and_kv(sim_url: str) -> None:
     session = aiohttp.ClientSession()
     resp = await session.post(sim_url + "/v1/chat/completions", json=body)
     await resp.content.readline()
-    assert await _metric(sim_url, "vllm:num_requests_running") == 1
-    assert await _metric(sim_url, "vllm:kv_cache_usage_perc") > 0
+    assert await metric(sim_url, "vllm:num_requests_running") == 1
+    assert await metric(sim_url, "vllm:kv_cache_usage_perc") > 0
     resp.close()
     await session.close()
     deadline = time.monotonic() + 10
-    while await _metric(sim_url, "vllm:num_requests_running") != 0:
+    while await metric(sim_url, "vllm:num_requests_running") != 0:
         assert time.monotonic() < deadline, "the slot was never freed"
         await asyncio.sleep(0.05)
-    assert await _metric(sim_url, "vllm:kv_cache_usage_perc") == 0
-    assert await _metric(sim_url, "tailreplay_sim_client_aborts_total") == 1
+    assert await metric(sim_url, "vllm:kv_cache_usage_perc") == 0
+    assert await metric(sim_url, "tailreplay_sim_client_aborts_total") == 1
 
 
 async def test_queue_full_gets_429_with_retry_after() -> None:
@@ -217,7 +210,7 @@ async def test_queue_full_gets_429_with_retry_after() -> None:
                     return r.status, r.headers.get("Retry-After"), await r.json()
 
             first = asyncio.ensure_future(post())
-            while await _metric(url, "vllm:num_requests_running") != 1:
+            while await metric(url, "vllm:num_requests_running") != 1:
                 await asyncio.sleep(0.005)
             # One running, so two may wait and the other five are turned away.
             results = [*await asyncio.gather(*(post() for _ in range(7))), await first]
