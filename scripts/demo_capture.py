@@ -1,46 +1,59 @@
-"""Demo input until the importers land (issue 6): the Azure 2023 conversation trace
-written as a rotating capture, the way the proxy will write one.
+"""Demo step 2: capture real traffic. Starts the simulator and the capture proxy, sends a
+few hundred requests through the proxy with the openai SDK (streaming and not), then
+stops the proxy (which drains and closes its archive).
 
-Usage: python scripts/demo_capture.py CSV OUT_DIR
+Usage: python scripts/demo_capture.py OUT_DIR [REQUESTS]
 """
 
 from __future__ import annotations
 
-import csv
+import asyncio
+import random
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from tailreplay.traces.format import make_header
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+import openai
+from yarl import URL
+
+from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.server import start
+from tailreplay.sim.launcher import sim_process
+
+TOPICS = ["the tides", "compilers", "sourdough", "black holes", "tax law", "jazz", "glaciers"]
 
 
-def main(csv_path: str, out_dir: str) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    header = make_header("import:azure", upstream="azure-llm-trace-2023-conv", ordered=True)
-    writer = ArchiveWriter(
-        directory=out, prefix="azure", header=header, rotate_bytes=256 << 10, block_when_full=True
-    )
-    with open(csv_path, newline="") as f:
-        for row in csv.DictReader(f):
-            # 7 fractional digits, no zone (SOURCES.md): keep all of them, as UTC.
-            whole, frac = row["TIMESTAMP"].split(".")
-            seconds = int(datetime.fromisoformat(whole).replace(tzinfo=UTC).timestamp())
-            writer.append(
-                Record(
-                    start_ns=seconds * 10**9 + int(frac.ljust(9, "0")[:9]),
-                    method="POST",
-                    path="/v1/chat/completions",
-                    stream=True,
-                    input_tokens=int(row["ContextTokens"]),
-                    output_tokens=int(row["GeneratedTokens"]),
-                )
-            )
-    writer.close()
-    print(f"wrote {writer.stats.written:,} records into {len(writer.paths)} files in {out}")
+async def main(out: Path, n: int) -> None:
+    rng = random.Random(1)
+    with sim_process(["--profile", "fast", "--seed", "1"]) as sim:
+        config = ProxyConfig(upstream=URL(sim), listen_port=0, admin_port=None, out_dir=out)
+        async with start(config) as proxy:
+            print(f"simulator {sim}, capture proxy {proxy.url}, archive in {out}/")
+            client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-demo-not-a-secret")
+            gate = asyncio.Semaphore(16)
+
+            async def one(i: int) -> None:
+                # A shared system prompt, so captured prefix hashes show the sharing.
+                messages = [
+                    {"role": "system", "content": "You are a concise assistant. " * 60},
+                    {"role": "user", "content": f"Explain {rng.choice(TOPICS)} ({i})."},
+                ]
+                async with gate:
+                    await asyncio.sleep(rng.expovariate(20.0))
+                    if i % 3:
+                        stream = await client.chat.completions.create(
+                            model="demo-8b", messages=messages, stream=True,
+                            max_tokens=rng.randint(20, 200),
+                        )  # fmt: skip
+                        async for _ in stream:
+                            pass
+                    else:
+                        await client.chat.completions.create(
+                            model="demo-8b", messages=messages, max_tokens=rng.randint(20, 200)
+                        )
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+            print(f"sent {n} requests through the proxy; stopping it")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    asyncio.run(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 300))

@@ -117,9 +117,10 @@ def _shard(text: str) -> tuple[int, int]:
 @click.option("--seed", default=0, show_default=True)
 @click.option(
     "--sim-profile",
-    default="default",
+    default="fast",
     show_default=True,
-    help="Profile of the built-in simulator when there is no --target.",
+    help="Profile of the built-in simulator when there is no --target (fast: an H100-class "
+    "deployment, which production traces like the shipped peak need).",
 )
 @click.option("--skip-corrupt", is_flag=True)
 def replay(

@@ -179,6 +179,40 @@ def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt:
     )
 
 
+@traces.command(name="import")
+@click.argument(
+    "fmt",
+    metavar="FORMAT",
+    type=click.Choice(["azure", "mooncake", "burstgpt", "har", "otlp-json"]),
+)
+@click.argument("src", type=click.Path(path_type=Path, dir_okay=True))
+@_output
+@click.option("--strict", is_flag=True, help="A malformed row is an error (exit 3), not a warning.")
+def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
+    """Import a public trace (Azure, Mooncake, BurstGPT, HAR, OTLP/JSON) as an archive."""
+    from tailreplay.traces.importers import import_file
+
+    written, report = import_file(fmt, src, out, strict=strict)
+    for line, reason in report.malformed[:20]:
+        click.echo(f"warning: {src}:{line}: {reason}; skipped", err=True)
+    if len(report.malformed) > 20:
+        click.echo(f"warning: {len(report.malformed) - 20} more malformed rows skipped", err=True)
+    click.echo(f"imported {written:,} records into {out}", err=True)
+
+
+@traces.command(name="export")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["mooncake", "jsonl"]))
+@_archives
+@_output
+@_skip_corrupt
+def export_(fmt: str, files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
+    """Export archives as Mooncake JSONL (vLLM bench, AIPerf) or plain JSONL."""
+    from tailreplay.traces.export import export_jsonl, export_mooncake
+
+    n = (export_mooncake if fmt == "mooncake" else export_jsonl)(files, out)
+    click.echo(f"exported {n:,} records to {out}", err=True)
+
+
 def _first_start(files: tuple[Path, ...]) -> int:
     from tailreplay.traces.columns import load_columns
 

@@ -1,0 +1,61 @@
+"""Exporting archives to formats other tools read: Mooncake JSONL and plain JSONL."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tailreplay.traces.reader import ArchiveReader
+
+__all__ = ["export_jsonl", "export_mooncake"]
+
+
+def _open_private(path: Path) -> Any:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def export_mooncake(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
+    """Mooncake JSONL (vLLM bench, AIPerf, GuideLLM): timestamps in ms from the first record."""
+    n = 0
+    first: int | None = None
+    with _open_private(out) as f:
+        for r in ArchiveReader(paths):
+            first = r.start_ns if first is None else first
+            obj: dict[str, Any] = {
+                "timestamp": _ms(r.start_ns - first),
+                "input_length": r.input_tokens or 0,
+                "output_length": r.output_tokens or 0,
+                "hash_ids": list(r.prefix_hashes or []),
+            }
+            if r.session is not None:
+                obj["session_id"] = int(r.session) if r.session.isdigit() else r.session
+            f.write(json.dumps(obj) + "\n")
+            n += 1
+    return n
+
+
+def _ms(ns: int) -> int | float:
+    ms = ns / 1e6
+    return int(ms) if ms == int(ms) else ms
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def export_jsonl(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
+    """One JSON object per record, ids (and bodies) in hex."""
+    n = 0
+    with _open_private(out) as f:
+        for m in ArchiveReader(paths).iter_maps():
+            f.write(json.dumps({k: _jsonable(v) for k, v in m.items()}) + "\n")
+            n += 1
+    return n

@@ -1,0 +1,99 @@
+"""Importers of public trace formats into archives (docs/importers.md).
+
+Each format module has ``read(path, report) -> Iterator[Record]``: it streams the
+file, and calls ``report.bad(line, reason)`` for a malformed row instead of
+raising, so one bad row never loses the rest. ``import_file`` writes the records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tailreplay.errors import InputError
+from tailreplay.traces.format import make_header
+from tailreplay.traces.record import Record
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["FORMATS", "ImportReport", "import_file", "stable_id"]
+
+
+@dataclass
+class ImportReport:
+    path: str
+    strict: bool = False
+    malformed: list[tuple[int, str]] = field(default_factory=list)
+
+    def bad(self, line: int, reason: str) -> None:
+        self.malformed.append((line, reason))
+        if self.strict:
+            raise InputError(f"{self.path}:{line}: {reason}")
+
+
+def stable_id(source: str, n: int, size: int = 16) -> bytes:
+    """A deterministic id for row ``n`` of a source: the same file imports the same ids."""
+    return hashlib.blake2b(f"{source}:{n}".encode(), digest_size=size).digest()
+
+
+Reader = Callable[[Path, ImportReport], Iterator[Record]]
+
+
+def _formats() -> dict[str, Reader]:
+    from tailreplay.traces.importers import azure, burstgpt, har, mooncake, otlp_json
+
+    return {
+        "azure": azure.read,
+        "mooncake": mooncake.read,
+        "burstgpt": burstgpt.read,
+        "har": har.read,
+        "otlp-json": otlp_json.read,
+    }
+
+
+FORMATS = ("azure", "mooncake", "burstgpt", "har", "otlp-json")
+
+
+def _check_input(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory")
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: empty file")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if b"\0" in head:
+        raise InputError(f"{path}: a binary file, not a text trace")
+
+
+def import_file(
+    fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], *, strict: bool = False
+) -> tuple[int, ImportReport]:
+    """Import ``src`` in format ``fmt`` into the archive ``out``; (records, report)."""
+    readers = _formats()
+    if fmt not in readers:
+        raise InputError(f"unknown format {fmt!r}; known: {', '.join(FORMATS)}")
+    path = Path(src)
+    _check_input(path)
+    report = ImportReport(str(path), strict)
+    written = 0
+    writer = ArchiveWriter(
+        out, header=make_header(f"import:{fmt}", extra={"input": path.name}), block_when_full=True
+    )
+    try:
+        for record in readers[fmt](path, report):
+            writer.append(record)
+            written += 1
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not text ({exc.reason})") from None
+    finally:
+        writer.close()
+    if written == 0:
+        raise InputError(
+            f"{path}: no {fmt} records found"
+            + (f" ({report.malformed[0][1]})" if report.malformed else "")
+        )
+    return written, report
