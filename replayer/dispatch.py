@@ -146,7 +146,11 @@ class Dispatcher:
         outcome: Outcome | None = None
         try:
             outcome = await self.transport.send(spec, headers)
-            if outcome.status == 400 and self.builder.refuse_forced_fields(outcome.error_text):
+            if outcome.status in (400, 422) and self.builder.rejects_forced_fields(
+                outcome.error_text
+            ):
+                # Sent with min_tokens/ignore_eos (perhaps built before the first refusal):
+                # send again without them.
                 outcome = await self.transport.send(self.builder.build(item), headers)
         except asyncio.CancelledError:
             outcome = Outcome(error="cancelled")

@@ -55,15 +55,19 @@ class RequestBuilder:
         self.prompts = prompts
         self.default_model = default_model
 
-    def refuse_forced_fields(self, error_text: str) -> bool:
-        """A 400 naming min_tokens or ignore_eos: stop sending them (once, with a warning)."""
-        if not self.forced_fields_ok or not any(f in error_text for f in FORCED_FIELDS):
+    def rejects_forced_fields(self, error_text: str) -> bool:
+        """Is this error the target refusing min_tokens/ignore_eos? Stop sending them if so.
+
+        Warns once, the first time; True for every such error, so the caller resends.
+        """
+        if not self.force_lengths or not any(f in error_text for f in FORCED_FIELDS):
             return False
-        self.forced_fields_ok = False
-        log.warning(
-            "the target rejects min_tokens/ignore_eos; sending max_tokens only from now on "
-            "(output lengths will follow the target's own stopping)"
-        )
+        if self.forced_fields_ok:
+            self.forced_fields_ok = False
+            log.warning(
+                "the target rejects min_tokens/ignore_eos; sending max_tokens only from now "
+                "on (output lengths will follow the target's own stopping)"
+            )
         return True
 
     def _model(self, model: str | None) -> str:

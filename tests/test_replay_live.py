@@ -188,3 +188,31 @@ def test_bad_input_exit_codes(tmp_path: Path) -> None:
     assert code == 3 and "corrupt archive at byte offset" in err
     code, _, err = _replay("--dry-run", str(tmp_path / "missing.msgpack"))
     assert code == 3 and "no such file" in err
+
+
+def test_a_target_that_rejects_forced_fields_gets_them_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 20, 0.5, seed=2)
+    bodies: list[dict] = []
+
+    async def strict(request: web.Request) -> web.Response:
+        body = await request.json()
+        bodies.append(body)
+        if "min_tokens" in body or "ignore_eos" in body:  # as OpenAI's own API answers
+            return web.json_response(
+                {"error": {"message": "Unrecognized request argument supplied: min_tokens"}},
+                status=400,
+            )
+        return web.json_response({"choices": [{"message": {"content": "x"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", strict)
+    with serve_in_thread(app) as url:
+        code, stdout, err = _replay("--target", url, "--max-inflight", "1", str(archive))
+    assert code == 0, err
+    assert "completed 20" in stdout and "errors: none" in stdout
+    warnings = [r for r in caplog.records if "rejects min_tokens/ignore_eos" in r.getMessage()]
+    assert len(warnings) == 1  # one warning for the run, not one per request
+    assert all("min_tokens" not in b for b in bodies[-15:])
