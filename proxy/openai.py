@@ -104,6 +104,8 @@ def with_usage_requested(path: str, raw: bytes) -> bytes | None:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+_CONTENT = re.compile(rb'"content"\s*:\s*"')
+_EMPTY_CONTENT = re.compile(rb'"content"\s*:\s*""')
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
 _TAIL_BYTES = 16 << 10
 _WHOLE_BYTES = 1 << 20
@@ -167,9 +169,10 @@ class ResponseTap:
 
     def feed(self, chunk: bytes) -> None:
         if self.stream:
-            # A byte count, not a JSON parse: cheap enough for every chunk. An event
+            # A byte search, not a JSON parse: cheap enough for every chunk. An event
             # with an empty content string ("content":"") is a role or final chunk.
-            self.content_events += chunk.count(b'"content":"') - chunk.count(b'"content":""')
+            # Servers differ in spacing: llama.cpp writes "content": "…".
+            self.content_events += len(_CONTENT.findall(chunk)) - len(_EMPTY_CONTENT.findall(chunk))
             self.kept += chunk
             if len(self.kept) > 2 * _TAIL_BYTES:
                 del self.kept[: len(self.kept) - _TAIL_BYTES]
