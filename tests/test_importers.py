@@ -184,3 +184,36 @@ def test_export_jsonl_has_hex_ids(tmp_path: Path) -> None:
     obj = json.loads(out.read_text())
     assert len(obj["trace_id"]) == 32 and int(obj["trace_id"], 16) >= 0
     assert np.isclose(obj["input_tokens"], 5)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "bad_line"),
+    [
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+            '{"timestamp": "soon", "input_length": 5, "output_length": 1}\n'
+            '{"timestamp": 9, "input_length": 5, "output_length": 1}\n',
+            2,
+        ),
+        (
+            "burstgpt",
+            "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+            "1,ChatGPT,10,5,15,Conversation log\n"
+            "2,ChatGPT,ten,5,15,Conversation log\n"
+            "3,ChatGPT,10,5,15,Conversation log\n",
+            3,
+        ),
+    ],
+)
+def test_malformed_rows_in_other_formats(
+    tmp_path: Path, fmt: str, text: str, bad_line: int
+) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text(text)
+    archive = tmp_path / "a.msgpack"
+    code, _, err = _run("traces", "import", fmt, str(src), "-o", str(archive))
+    assert code == 0 and f"{src}:{bad_line}:" in err
+    assert len(list(ArchiveReader([archive]))) == 2
+    code, _, err = _run("traces", "import", fmt, str(src), "-o", str(archive), "--strict")
+    assert code == 3 and f"{src}:{bad_line}:" in err
