@@ -28,6 +28,8 @@ __all__ = ["DispatchStats", "Dispatcher"]
 
 log = logging.getLogger("tailreplay.replay")
 
+_SPIN_S = 0.0015
+
 
 @dataclass
 class DispatchStats:
@@ -80,8 +82,14 @@ class Dispatcher:
             due = t0 + item.due_s
             # Sleep until the absolute due time; in short steps only so that a stop
             # (Ctrl-C) is seen within a quarter second even across a long lull.
-            while (delay := due - loop.time()) > 0 and not self.stopping.is_set():
-                await asyncio.sleep(min(delay, 0.25))
+            while (delay := due - loop.time()) > _SPIN_S and not self.stopping.is_set():
+                await asyncio.sleep(min(delay - _SPIN_S, 0.25))
+            # The loop's timers fire up to a millisecond late (epoll counts whole ms): wake
+            # a little early and yield until due, so a send lands within tens of
+            # microseconds of its due time (other tasks still run while we yield).
+            while loop.time() < due and not self.stopping.is_set():
+                await asyncio.sleep(0)
+            delay = due - loop.time()
             if self.stopping.is_set():
                 break
             stats.due += 1
