@@ -37,6 +37,7 @@ __all__ = ["ReplayConfig", "ReplayOutcome", "run"]
 
 STOP_GRACE_S = 5.0
 PROGRESS_EVERY_S = 2.0
+LIVE_EVERY_S = 0.5
 
 
 @dataclass
@@ -56,6 +57,8 @@ class ReplayConfig:
     new_trace_ids: bool = False
     dry_run: bool = False
     sim_args: tuple[str, ...] = ()
+    live: bool = False
+    """A live progress display (a terminal); else plain progress lines."""
 
 
 @dataclass
@@ -81,10 +84,11 @@ def _check_target(config: ReplayConfig, target: str) -> None:
             )
 
 
-def _progress(say: Callable[[str], None], d: Dispatcher, started: float) -> Callable[[], None]:
+def _progress(d: Dispatcher, started: float) -> Callable[[], str]:
+    """A function returning the current status line (rate since its last call)."""
     last = {"t": time.monotonic(), "completed": 0}
 
-    def tick() -> None:
+    def status() -> str:
         s = d.stats
         now = time.monotonic()
         rate = (s.completed - last["completed"]) / max(now - last["t"], 1e-9)
@@ -95,13 +99,32 @@ def _progress(say: Callable[[str], None], d: Dispatcher, started: float) -> Call
             if recent is not None and recent.size
             else "-"
         )
-        say(
+        return (
             f"  {now - started:6.1f}s  due {s.due:,}  sent {s.sent:,}  done {s.completed:,}  "
             f"in flight {s.in_flight:,}  errors {s.errors:,}  dropped {s.dropped:,}  "
             f"{rate:,.0f}/s  lag p99 {lag}"
         )
 
-    return tick
+    return status
+
+
+async def _show_progress(status: Callable[[], str], say: Callable[[str], None], live: bool) -> None:
+    """A live line on a terminal (rich), else a plain line every PROGRESS_EVERY_S."""
+    if not live:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            say(status())
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
+    with Live(Text(status()), console=Console(stderr=True), auto_refresh=False) as display:
+        try:
+            while True:
+                await asyncio.sleep(LIVE_EVERY_S)
+                display.update(Text(status()), refresh=True)
+        finally:
+            display.update(Text(status()), refresh=True)
 
 
 async def run(
@@ -237,14 +260,9 @@ async def _live(
         f"replaying {the_plan.count:,} requests ({sc.speed}, tail {the_plan.tail_count:,} "
         f"x{sc.tail_stretch:g}) at {target}"
     )
-    tick = _progress(say, dispatcher, time.monotonic())
-
-    async def progress() -> None:
-        while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
-            tick()
-
-    ticker = loop.create_task(progress())
+    ticker = loop.create_task(
+        _show_progress(_progress(dispatcher, time.monotonic()), say, config.live)
+    )
     try:
         items: Iterator[Any] = schedule(sc, the_plan)
         await dispatcher.run(items, t0, t0_wall)
@@ -252,6 +270,8 @@ async def _live(
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:
         ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
         await transport.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):

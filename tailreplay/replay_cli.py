@@ -212,6 +212,7 @@ def replay(
         new_trace_ids=new_trace_ids,
         dry_run=dry_run,
         sim_args=("--profile", sim_profile, "--seed", str(seed)),
+        live=sys.stderr.isatty(),
     )
 
     def say(line: str) -> None:
