@@ -50,8 +50,10 @@ e2e-real: $(E2E_STAMP)
 demo: $(STAMP)
 	bash scripts/demo.sh
 
+# bench/proxy.py and bench/replay.py need wrk, nginx and k6 (see docs/benchmarks.md).
 bench: $(STAMP)
 	$(BIN)/python bench/archive.py
+	$(BIN)/python bench/sim.py
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache
