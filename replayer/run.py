@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -330,7 +329,3 @@ def exit_code(outcome: ReplayOutcome) -> int:
     if s["sent"] and not s["completed"]:
         return RunFailed.exit_code
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: tailreplay replay")

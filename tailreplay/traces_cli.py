@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -220,7 +219,3 @@ def _first_start(files: tuple[Path, ...]) -> int:
     if cols.n == 0:
         raise UsageError("relative --from/--to given, but the archive holds no records")
     return int(cols["start_ns"][0])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(traces())
