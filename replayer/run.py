@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ import numpy as np
 from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
+from tailreplay.private import open_private
 from tailreplay.replayer.dispatch import Dispatcher
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder
@@ -283,8 +283,7 @@ async def _live(
 
 
 def write_json(path: Path, summary: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with open_private(path) as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
 

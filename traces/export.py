@@ -8,21 +8,17 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tailreplay.private import open_private
 from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["export_jsonl", "export_mooncake"]
-
-
-def _open_private(path: Path) -> Any:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def export_mooncake(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
     """Mooncake JSONL (vLLM bench, AIPerf, GuideLLM): timestamps in ms from the first record."""
     n = 0
     first: int | None = None
-    with _open_private(out) as f:
+    with open_private(out, encoding="utf-8") as f:
         for r in ArchiveReader(paths):
             first = r.start_ns if first is None else first
             obj: dict[str, Any] = {
@@ -54,7 +50,7 @@ def _jsonable(v: Any) -> Any:
 def export_jsonl(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
     """One JSON object per record, ids (and bodies) in hex."""
     n = 0
-    with _open_private(out) as f:
+    with open_private(out, encoding="utf-8") as f:
         for m in ArchiveReader(paths).iter_maps():
             f.write(json.dumps({k: _jsonable(v) for k, v in m.items()}) + "\n")
             n += 1

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import msgpack
 import zstandard
 
+from tailreplay.private import open_private
 from tailreplay.traces.format import rotated_name
 from tailreplay.traces.record import Record, record_to_map
 
@@ -269,18 +270,18 @@ class ArchiveWriter:
             path = self._directory / name
             self._seq += 1
         try:
-            self._file = _create_private(path)
+            # Unbuffered: a short write tells _flush exactly what reached the file.
+            f: BinaryIO = open_private(path, "wb", buffering=0)  # type: ignore[assignment]
+            self._file = f
             header = dict(self._header, created_ns=time.time_ns())
             head = msgpack.packb(header)
             if self._compress:
-                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(
-                    self._file, closefd=False
-                )
+                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False)
                 self._zstd.write(head)
                 self._zstd.flush(zstandard.FLUSH_BLOCK)
             else:
-                self._file.write(head)
-            self._file.flush()
+                f.write(head)
+            f.flush()
         except OSError as exc:
             if self._failed_at is None and not self.stats.files:
                 raise  # the very first open: let the caller report a bad --out
@@ -326,17 +327,6 @@ def _take(queue: deque[Record | dict[str, Any]], limit: int) -> list[Record | di
     except IndexError:
         pass
     return batch
-
-
-def _create_private(path: Path) -> BinaryIO:
-    """Create (or truncate) ``path`` with mode 0600, whatever the umask or old mode."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-    except OSError:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "wb", buffering=0)
 
 
 def _records_within(pending: list[bytes], nbytes: int) -> int:
