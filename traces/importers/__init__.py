@@ -12,13 +12,14 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tailreplay.errors import InputError
 from tailreplay.traces.format import make_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
 
-__all__ = ["FORMATS", "ImportReport", "import_file", "stable_id"]
+__all__ = ["FORMATS", "ImportReport", "chat_record", "import_file", "stable_id"]
 
 
 @dataclass
@@ -36,6 +37,20 @@ class ImportReport:
 def stable_id(source: str, n: int, size: int = 16) -> bytes:
     """A deterministic id for row ``n`` of a source: the same file imports the same ids."""
     return hashlib.blake2b(f"{source}:{n}".encode(), digest_size=size).digest()
+
+
+def chat_record(source: str, n: int, start_ns: int, **fields: Any) -> Record:
+    """A streamed chat-completions request from row ``n`` of a token-count trace."""
+    return Record(
+        start_ns=start_ns,
+        trace_id=stable_id(source, n),
+        span_id=stable_id(source, n, 8),
+        method="POST",
+        path="/v1/chat/completions",
+        stream=True,
+        tokens_source="usage",
+        **fields,
+    )
 
 
 Reader = Callable[[Path, ImportReport], Iterator[Record]]

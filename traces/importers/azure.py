@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tailreplay.traces.importers import ImportReport, stable_id
+from tailreplay.traces.importers import ImportReport, chat_record
 from tailreplay.traces.record import Record
 
 __all__ = ["parse_timestamp", "read"]
@@ -46,14 +46,6 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
             except (ValueError, IndexError) as exc:
                 report.bad(line, f"malformed row: {exc}")
                 continue
-            yield Record(
-                start_ns=start,
-                trace_id=stable_id(path.name, line),
-                span_id=stable_id(path.name, line, 8),
-                method="POST",
-                path="/v1/chat/completions",
-                stream=True,
-                input_tokens=tokens_in,
-                output_tokens=tokens_out,
-                tokens_source="usage",
+            yield chat_record(
+                path.name, line, start, input_tokens=tokens_in, output_tokens=tokens_out
             )

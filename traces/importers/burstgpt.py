@@ -7,7 +7,7 @@ import csv
 from collections.abc import Iterator
 from pathlib import Path
 
-from tailreplay.traces.importers import ImportReport, stable_id
+from tailreplay.traces.importers import ImportReport, chat_record
 from tailreplay.traces.record import Record
 
 __all__ = ["read"]
@@ -29,17 +29,12 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
             except (ValueError, TypeError) as exc:
                 report.bad(line, f"malformed row: {exc}")
                 continue
-            yield Record(
-                start_ns=start,
-                trace_id=stable_id(path.name, line),
-                span_id=stable_id(path.name, line, 8),
-                method="POST",
-                path="/v1/chat/completions",
-                model=(row.get("Model") or None),
-                stream=True,
+            yield chat_record(
+                path.name,
+                line,
+                start,
+                model=row.get("Model") or None,
                 input_tokens=tokens_in,
                 output_tokens=tokens_out if tokens_out > 0 else None,
-                tokens_source="usage",
                 error="failed" if tokens_out == 0 else None,
-                status=None,
             )

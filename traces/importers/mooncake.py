@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from tailreplay.traces.importers import ImportReport, stable_id
+from tailreplay.traces.importers import ImportReport, chat_record
 from tailreplay.traces.record import Record
 
 __all__ = ["read"]
@@ -41,16 +41,12 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                 report.bad(line, f"malformed line: {exc}")
                 continue
             session = obj.get("session_id")
-            yield Record(
-                start_ns=round(ts * 1e6),
-                trace_id=stable_id(path.name, line),
-                span_id=stable_id(path.name, line, 8),
-                method="POST",
-                path="/v1/chat/completions",
-                stream=True,
+            yield chat_record(
+                path.name,
+                line,
+                round(ts * 1e6),
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,
-                tokens_source="usage",
                 prefix_hashes=hashes or None,
                 session=None if session is None else str(session),
             )
