@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tailreplay.errors import UsageError
 from tailreplay.proxy.app import build_app
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.metrics import ProxyMetrics
@@ -73,7 +74,12 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
 
     >>> async with start(ProxyConfig(upstream=URL(sim_url), listen_port=0)) as proxy: ...
     """
-    config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
+        ) from None
     recorder = RecorderClient(config)
     try:
         await recorder.attach()

@@ -165,3 +165,16 @@ async def test_two_workers_share_the_port_and_their_metrics(tmp_path: Path, sim_
     pids = {f.name.split("-")[-2] for f in files}
     assert len(pids) == 2  # one archive series per worker
     assert len(_records(out)) == 60
+
+
+def test_an_unusable_out_directory_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    out = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "proxy", "--upstream", "http://127.0.0.1:9",
+         "--listen", "127.0.0.1:0", "--admin-listen", "off", "--out", str(blocker / "sub")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--out" in lines[0] and "cannot create it" in lines[0]
