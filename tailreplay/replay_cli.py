@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from tailreplay.errors import UsageError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.units import parse_duration, parse_time
 
 __all__ = ["main", "replay"]
@@ -192,6 +192,9 @@ def replay(
         and any(a.exists() and os.path.samefile(a, out) for a in archives)
     ):
         raise UsageError(f"{out}: the output is also an input; choose another --out")
+    for flag, path in (("--out", out), ("--json", json_out)):
+        if path is not None and not path.parent.is_dir():
+            raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         Path("replays").mkdir(exist_ok=True)
@@ -222,7 +225,10 @@ def replay(
     print_summary(outcome, lambda line: click.echo(line))
     click.echo(f"results: {out}")
     if json_out is not None:
-        write_json(json_out, outcome.summary)
+        try:
+            write_json(json_out, outcome.summary)
+        except OSError as exc:  # the results archive is written; say so rather than lose it
+            raise InputError(f"--json {json_out}: cannot write ({exc.strerror or exc})") from None
     code = exit_code(outcome)
     if code:
         sys.exit(code)

@@ -20,13 +20,24 @@ F = TypeVar("F", bound=Callable[..., Any])
 _archives = click.argument(
     "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
 )
+
+
+def _writable_parent(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    if not value.parent.is_dir():
+        raise UsageError(f"-o {value}: no such directory {value.parent}")
+    if value.is_dir():
+        raise UsageError(f"-o {value}: is a directory; give a file name")
+    return value
+
+
 _output = click.option(
     "-o",
     "--output",
     "out",
     required=True,
     type=click.Path(path_type=Path),
-    help="Archive to write.",
+    callback=_writable_parent,
+    help="File to write.",
 )
 
 

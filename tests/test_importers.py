@@ -217,3 +217,22 @@ def test_malformed_rows_in_other_formats(
     assert len(list(ArchiveReader([archive]))) == 2
     code, _, err = _run("traces", "import", fmt, str(src), "-o", str(archive), "--strict")
     assert code == 3 and f"{src}:{bad_line}:" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["traces", "import", "mooncake", "SRC"],
+        ["traces", "export", "jsonl", "ARCHIVE"],
+        ["traces", "merge", "ARCHIVE"],
+    ],
+)
+def test_output_in_a_missing_directory_is_one_line(tmp_path: Path, args: list[str]) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 2}) + "\n")
+    archive = tmp_path / "a.msgpack"
+    _run("traces", "import", "mooncake", str(src), "-o", str(archive))
+    argv = [str(src) if a == "SRC" else str(archive) if a == "ARCHIVE" else a for a in args]
+    code, _, err = _run(*argv, "-o", str(tmp_path / "missing" / "out"))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "no such directory" in err

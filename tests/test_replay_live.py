@@ -216,3 +216,12 @@ def test_a_target_that_rejects_forced_fields_gets_them_dropped(
     warnings = [r for r in caplog.records if "rejects min_tokens/ignore_eos" in r.getMessage()]
     assert len(warnings) == 1  # one warning for the run, not one per request
     assert all("min_tokens" not in b for b in bodies[-15:])
+
+
+def test_outputs_in_missing_directories_are_one_line(tmp_path: Path) -> None:
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 5, 0.1)
+    for flag in ("--out", "--json"):
+        code, _, err = _replay("--dry-run", flag, str(tmp_path / "missing" / "x"), str(archive))
+        assert code == 2 and f"{flag} " in err and "no such directory" in err
+        assert "Traceback" not in err
