@@ -28,7 +28,7 @@ class ProxyConfig:
     listen_port: int = 8080
     admin_host: str = "127.0.0.1"
     admin_port: int | None = 9464
-    out_dir: Path = Path("traces")
+    out_dir: Path = Path("captures")
     prefix: str = "capture"
     rotate_bytes: int | None = 256 << 20
     rotate_interval_s: float | None = 3600.0

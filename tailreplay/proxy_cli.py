@@ -46,7 +46,7 @@ def _host_port(text: str, flag: str) -> tuple[str, int]:
 @click.option(
     "--out",
     "out_dir",
-    default="traces",
+    default="captures",
     show_default=True,
     type=click.Path(path_type=Path),
     help="Directory for archive files.",
