@@ -23,7 +23,7 @@ from tailreplay.errors import ArchiveCorrupt, ArchiveVersionError, InputError, N
 from tailreplay.traces import format as fmt
 from tailreplay.traces.record import Record
 
-__all__ = ["ArchiveReader", "FileReport", "open_chunks", "read_header"]
+__all__ = ["ArchiveReader", "FileReport", "check_readable", "open_chunks", "read_header"]
 
 log = logging.getLogger("tailreplay.archive")
 
@@ -77,7 +77,8 @@ class FileReport:
         self.skipped_regions = 0
 
 
-def _check_path(path: Path) -> None:
+def check_readable(path: Path) -> None:
+    """One clear error for a path that cannot be read as a file."""
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
@@ -298,7 +299,7 @@ def _probe(buf: bytearray, i: int, eof: bool) -> bool | None:
 def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The header of one archive (raises the same errors as reading it)."""
     p = Path(path)
-    _check_path(p)
+    check_readable(p)
     report = FileReport(p)
     it = _iter_file(p, report, skip_corrupt=False)
     try:
@@ -342,7 +343,7 @@ class ArchiveReader:
         self.late = 0
         """Records that arrived later than the re-ordering window allowed (yielded anyway)."""
         for path, report in zip(self.paths, self.reports, strict=True):
-            _check_path(path)
+            check_readable(path)
             report.header = read_header(path)
 
     @property

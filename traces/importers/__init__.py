@@ -16,6 +16,7 @@ from typing import Any
 
 from tailreplay.errors import InputError
 from tailreplay.traces.format import make_header
+from tailreplay.traces.reader import check_readable
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
 
@@ -72,10 +73,7 @@ FORMATS = ("azure", "mooncake", "burstgpt", "har", "otlp-json")
 
 
 def _check_input(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory")
+    check_readable(path)
     if path.stat().st_size == 0:
         raise InputError(f"{path}: empty file")
     with open(path, "rb") as f:
