@@ -82,7 +82,7 @@ def check_readable(path: Path) -> None:
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
-        raise InputError(f"{path}: is a directory, not an archive file")
+        raise InputError(f"{path}: is a directory, not a file")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
 
