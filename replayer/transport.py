@@ -7,8 +7,6 @@ tested with a fake, while integration tests and real replays use ``HttpTransport
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,11 +14,10 @@ from typing import Protocol
 import aiohttp
 
 from tailreplay.replayer.request import RequestSpec
+from tailreplay.usage import parse_usage
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
 
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
 _TAIL = 16 << 10
 
 
@@ -43,20 +40,6 @@ class Transport(Protocol):
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome: ...
 
     async def close(self) -> None: ...
-
-
-def _read_usage(tail: bytes, outcome: Outcome) -> None:
-    for m in _USAGE.finditer(tail):
-        try:
-            usage = json.loads(m.group(1))
-        except ValueError:
-            continue
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        outcome.prompt_tokens = pt if isinstance(pt, int) else outcome.prompt_tokens
-        outcome.completion_tokens = ct if isinstance(ct, int) else outcome.completion_tokens
-    finishes = _FINISH.findall(tail)
-    if finishes:
-        outcome.finish_reason = finishes[-1].decode()
 
 
 class HttpTransport:
@@ -97,7 +80,10 @@ class HttpTransport:
                 if resp.status >= 400:
                     out.error_text = bytes(tail[:2000]).decode("utf-8", "replace")
                 else:
-                    _read_usage(bytes(tail), out)
+                    usage = parse_usage(bytes(tail))
+                    out.prompt_tokens = usage.prompt_tokens
+                    out.completion_tokens = usage.completion_tokens
+                    out.finish_reason = usage.finish_reason
         except TimeoutError:
             out.error = "timeout"
         except aiohttp.ClientConnectorError:
