@@ -11,7 +11,7 @@ import click
 from yarl import URL
 
 from tailreplay.errors import TailreplayError, UsageError
-from tailreplay.units import parse_duration, parse_size
+from tailreplay.units import parse_duration, parse_host_port, parse_size
 
 __all__ = ["parse_upstream", "proxy"]
 
@@ -21,13 +21,6 @@ def parse_upstream(text: str, flag: str = "--upstream") -> URL:
     if url.scheme not in ("http", "https") or not url.host:
         raise UsageError(f"invalid {flag} {text!r}: use http(s)://HOST[:PORT][/PATH]")
     return url
-
-
-def _host_port(text: str, flag: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT")
-    return host.strip("[]"), int(port)
 
 
 @click.command()
@@ -145,11 +138,11 @@ def proxy(
                 f"--fingerprint-key-env {fingerprint_key_env}: the variable is not set"
             )
         key = secret.encode()
-    host, port = _host_port(listen, "--listen")
+    host, port = parse_host_port(listen, "--listen")
     if workers > 1 and port == 0:
         raise UsageError("--workers needs a fixed --listen port (workers share it)")
     admin_host, admin_port = (
-        (None, None) if admin_listen == "off" else _host_port(admin_listen, "--admin-listen")
+        (None, None) if admin_listen == "off" else parse_host_port(admin_listen, "--admin-listen")
     )
     config = ProxyConfig(
         upstream=parse_upstream(upstream),

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.units import parse_host_port
 
 __all__ = ["main", "sim"]
 
@@ -27,13 +28,6 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
     "--output-shape": ("output_shape", float),
     "--served-model": ("served_model", str),
 }
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise UsageError(f"invalid --listen {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
-    return host.strip("[]"), int(port)
 
 
 def _with_overrides(f: Any) -> Any:
@@ -76,7 +70,7 @@ def sim(
     from tailreplay.sim.profiles import profile
     from tailreplay.sim.server import SimConfig, run
 
-    host, port = parse_listen(listen)
+    host, port = parse_host_port(listen, "--listen")
     try:
         chosen = profile(profile_name).with_overrides(**overrides)
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from tailreplay.errors import UsageError
 
-__all__ = ["format_ns", "parse_duration", "parse_size", "parse_time"]
+__all__ = ["format_ns", "parse_duration", "parse_host_port", "parse_size", "parse_time"]
 
 _DURATION_UNITS = {
     "ns": 1e-9,
@@ -98,3 +98,11 @@ def format_ns(ns: int) -> str:
     """ISO-8601 UTC with milliseconds: ``2023-11-16T18:15:46.684Z``."""
     dt = datetime.fromtimestamp(ns // 10**9, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{(ns // 10**6) % 1000:03d}Z"
+
+
+def parse_host_port(text: str, flag: str) -> tuple[str, int]:
+    """``127.0.0.1:8000`` (or ``[::1]:8000``) → (host, port); port 0 means any free port."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
+    return host.strip("[]"), int(port)
