@@ -8,6 +8,8 @@ from pathlib import Path
 
 from yarl import URL
 
+from tailreplay.exporters.otlp import OtlpOptions
+
 __all__ = ["BODY_MODES", "ProxyConfig", "Route"]
 
 BODY_MODES = ("none", "redacted", "full")
@@ -47,6 +49,8 @@ class ProxyConfig:
     workers: int = 1
     flush_interval_s: float = 1.0
     queue_size: int = 50_000
+    otlp: OtlpOptions | None = None
+    """One SERVER span per request, made and exported by the recorder process."""
 
     def upstream_for(self, path: str) -> URL:
         """The upstream for ``path``: the longest matching route prefix, else the default."""

@@ -11,17 +11,16 @@ import hashlib
 import json
 import logging
 from array import array
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from tailreplay.exporters.spans import Content, RecordSpans
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.headers import fingerprint, redact_headers
 from tailreplay.proxy.openai import parse_usage, request_info
 from tailreplay.proxy.redact import redact_path, redact_text
+from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.record import Record, is_error
 from tailreplay.traces.tokens import chat_text, get
 from tailreplay.traces.writer import ArchiveWriter
@@ -139,50 +138,26 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
     return record
 
 
-class _RunningP99:
-    """P99 of the last 2,048 durations, refreshed every 256 (cheap, and adapts)."""
-
-    def __init__(self) -> None:
-        self._recent: deque[int] = deque(maxlen=2048)
-        self._count = 0
-        self.value: float | None = None
-
-    def add(self, duration_ns: int) -> None:
-        self._recent.append(duration_ns)
-        self._count += 1
-        if self._count % 256 == 0 or (self.value is None and self._count >= 100):
-            self.value = float(np.percentile(np.fromiter(self._recent, dtype=np.int64), 99))
-
-
 class RecordBuilder:
-    """Builds records, samples them and hands them to the archive writer.
+    """Builds records, samples them and hands them to the archive writer (and spans to
+    the exporter, when the proxy exports OTLP).
 
     Runs in the recorder process (``tailreplay.proxy.recording``), never on the
     request path.
     """
 
-    def __init__(self, config: ProxyConfig, writer: ArchiveWriter) -> None:
+    def __init__(
+        self, config: ProxyConfig, writer: ArchiveWriter, spans: RecordSpans | None = None
+    ) -> None:
         self.config = config
         self.writer = writer
+        self.spans = spans
         self.sampled_out = 0
         self.failed = 0
-        self._p99 = _RunningP99()
-        self._threshold = int(config.sample * 2**64)
+        self._p99 = RunningP99()
+        self._sampler = TraceSampler(config.sample)
         self.on_record: Callable[[Record], None] | None = None
         """Called with every record built (the metrics count tokens from it)."""
-
-    def _keep(self, record: Record) -> bool:
-        """Consistent sampling by trace id; errors and slow requests are always kept."""
-        if record.duration_ns is not None:
-            self._p99.add(record.duration_ns)
-        if self._threshold >= 2**64 or record.trace_id is None:
-            return True
-        if is_error(record.status, record.error):
-            return True
-        p99 = self._p99.value
-        if p99 is not None and record.duration_ns is not None and record.duration_ns >= p99:
-            return True
-        return int.from_bytes(record.trace_id[:8], "big") < self._threshold
 
     def build(self, ex: Exchange) -> None:
         try:
@@ -193,7 +168,24 @@ class RecordBuilder:
             return
         if self.on_record is not None:
             self.on_record(record)
-        if self._keep(record):
+        # Sampling keeps errors and requests at or above the running P99: the tail is
+        # what a replay stretches, so it must never be sampled away.
+        tail = self._p99.is_tail(record.duration_ns)
+        error = is_error(record.status, record.error)
+        if self._sampler.keep(record.trace_id, error=error, tail=tail):
             self.writer.append(record)
         else:
             self.sampled_out += 1
+        if self.spans is not None:
+            _span(self.spans, ex, record, tail)
+
+
+def _span(spans: RecordSpans, ex: Exchange, record: Record, tail: bool) -> None:
+    content = None
+    if spans.telemetry.options.capture_content:
+        kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
+        content = Content(ex.req_body, _completion_text(kept) if kept else None)
+    try:
+        spans.emit(record, tail=tail, content=content)
+    except Exception:  # telemetry must never cost a record
+        log.exception("could not make a span")

@@ -23,12 +23,16 @@ import pickle
 import signal
 import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import OPENAI_PATHS, route_label
 from tailreplay.traces.record import Record
+
+if TYPE_CHECKING:
+    from tailreplay.exporters.otlp import Telemetry
+    from tailreplay.exporters.spans import RecordSpans
 
 __all__ = ["ROUTES", "RecorderClient", "Stat"]
 
@@ -79,8 +83,9 @@ def _child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
     except OSError as exc:
         ready.send(f"cannot write archives in {config.out_dir}: {exc.strerror or exc}")
         return
+    telemetry, spans = _telemetry(config)
     ready.send("ok")
-    builder = RecordBuilder(config, writer)
+    builder = RecordBuilder(config, writer, spans)
 
     def count_tokens(record: Record) -> None:
         base = Stat.TOKENS + 2 * ROUTES.index(route_label(record.path))
@@ -107,6 +112,23 @@ def _child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
         writer.close()
         stats[Stat.WRITTEN] = writer.stats.written
         stats[Stat.WRITER_DROPPED] = writer.stats.dropped
+        if telemetry is not None:
+            exported, lost = telemetry.close()
+            log.info("spans: %d exported, %d not delivered", exported, lost)
+
+
+def _telemetry(config: ProxyConfig) -> tuple[Telemetry | None, RecordSpans | None]:
+    """The recorder's span exporter: spans are made here, off the request path."""
+    if config.otlp is None or not config.otlp.enabled:
+        return None, None
+    from opentelemetry.trace import SpanKind
+
+    from tailreplay.exporters.otlp import Telemetry
+    from tailreplay.exporters.spans import RecordSpans
+
+    telemetry = Telemetry.start(config.otlp, service="tailreplay-proxy", warn=log.warning)
+    server = (config.listen_host, config.listen_port)
+    return telemetry, RecordSpans(telemetry, kind=SpanKind.SERVER, server=server)
 
 
 class RecorderClient:

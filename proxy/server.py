@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tailreplay.errors import UsageError
+from tailreplay.exporters.prometheus import metrics_app
 from tailreplay.proxy.app import build_app
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.metrics import ProxyMetrics
@@ -51,21 +51,6 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
             "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
         },
     )
-
-
-def _admin_app(metrics: ProxyMetrics) -> web.Application:
-    async def prom(request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    async def health(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app = web.Application()
-    app.router.add_get("/metrics", prom)
-    app.router.add_get("/healthz", health)
-    return app
 
 
 @asynccontextmanager
@@ -103,7 +88,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         host, port = runner.addresses[0][:2]
         admin_url = None
         if config.admin_port is not None:
-            admin_runner = web.AppRunner(_admin_app(metrics), access_log=None)
+            admin_runner = web.AppRunner(metrics_app(metrics.registry), access_log=None)
             await admin_runner.setup()
             await web.TCPSite(admin_runner, config.admin_host, config.admin_port).start()
             ahost, aport = admin_runner.addresses[0][:2]

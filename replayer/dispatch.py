@@ -18,6 +18,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from tailreplay.exporters.spans import Content, RecordSpans
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
@@ -57,6 +58,7 @@ class Dispatcher:
         new_trace_ids: bool = False,
         shard: int | None = None,
         on_result: Callable[[Record], None],
+        spans: RecordSpans | None = None,
     ) -> None:
         self.transport = transport
         self.builder = builder
@@ -66,6 +68,8 @@ class Dispatcher:
         self.new_trace_ids = new_trace_ids
         self.shard = shard
         self.on_result = on_result
+        self.spans = spans
+        """One CLIENT span per request sent (not for dropped ones: nothing was sent)."""
         self.stats = DispatchStats()
         self.lags_ns = array("q")
         self._slot_freed = asyncio.Event()
@@ -176,7 +180,10 @@ class Dispatcher:
                 if item.record.input_tokens:
                     self.stats.input_intended += item.record.input_tokens
                     self.stats.input_reported += outcome.prompt_tokens
-            self.on_result(self._result(item, spec, outcome, intended_ns, sent_wall, lag_ns, ctx))
+            result = self._result(item, spec, outcome, intended_ns, sent_wall, lag_ns, ctx)
+            self.on_result(result)
+            if self.spans is not None:
+                self.spans.emit(result, content=Content(request_body=spec.body))
 
     def _result(
         self,

@@ -14,14 +14,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.prometheus import serve_metrics
 from tailreplay.private import open_private
 from tailreplay.replayer.dispatch import Dispatcher
+from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
@@ -31,6 +34,10 @@ from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import read_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
+
+if TYPE_CHECKING:
+    from tailreplay.exporters.otlp import Telemetry
+    from tailreplay.exporters.spans import RecordSpans
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "run"]
 
@@ -58,6 +65,10 @@ class ReplayConfig:
     sim_args: tuple[str, ...] = ()
     live: bool = False
     """A live progress display (a terminal); else plain progress lines."""
+    otlp: OtlpOptions | None = None
+    """Export one span per request sent, when enabled (an endpoint is set)."""
+    metrics_listen: tuple[str, int] | None = None
+    """Serve Prometheus metrics on HOST:PORT while the replay runs."""
 
 
 @dataclass
@@ -127,8 +138,12 @@ async def _show_progress(status: Callable[[], str], say: Callable[[str], None], 
 
 
 async def run(
-    config: ReplayConfig, say: Callable[[str], None], transport: Transport | None = None
+    config: ReplayConfig,
+    say: Callable[[str], None],
+    transport: Transport | None = None,
+    telemetry: Telemetry | None = None,
 ) -> ReplayOutcome:
+    """Replay ``config``; ``transport`` and ``telemetry`` replace the real ones in tests."""
     sc = config.schedule
     if config.target is not None and not config.dry_run:
         _check_target(config, config.target)
@@ -181,7 +196,9 @@ async def run(
 
                 target = stack.enter_context(sim_process(config.sim_args))
                 say(f"no --target: replaying against the built-in simulator at {target}")
-            return await _live(config, the_plan, target, on_result, collector, say, transport)
+            return await _live(
+                config, the_plan, target, on_result, collector, say, transport, telemetry
+            )
     finally:
         if writer is not None:
             writer.close()
@@ -219,6 +236,7 @@ async def _live(
     collector: ResultCollector,
     say: Callable[[str], None],
     transport: Transport | None,
+    telemetry: Telemetry | None,
 ) -> ReplayOutcome:
     sc = config.schedule
     transport = transport or HttpTransport(
@@ -227,6 +245,14 @@ async def _live(
     builder = RequestBuilder(
         model_map=config.model_map, force_lengths=config.force_lengths, prompts=PromptMaker(sc.seed)
     )
+    metrics: ReplayMetrics | None = None
+
+    def on_each(record: Record) -> None:
+        on_result(record)
+        if metrics is not None:
+            metrics.observe(record)
+
+    telemetry, spans = _telemetry(config, target, say, telemetry)
     dispatcher = Dispatcher(
         transport,
         builder,
@@ -234,8 +260,57 @@ async def _live(
         max_inflight=config.max_inflight,
         new_trace_ids=config.new_trace_ids,
         shard=sc.shard[0] if sc.shard[1] > 1 else None,
-        on_result=on_result,
+        on_result=on_each,
+        spans=spans,
     )
+    async with contextlib.AsyncExitStack() as stack:
+        if config.metrics_listen is not None:
+            metrics = ReplayMetrics(dispatcher.stats)
+            url = await stack.enter_async_context(
+                serve_metrics(metrics.registry, *config.metrics_listen)
+            )
+            say(f"metrics on {url}/metrics")
+        if telemetry is not None:
+            stack.callback(_close_telemetry, telemetry, say)
+        return await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
+
+
+def _telemetry(
+    config: ReplayConfig, target: str, say: Callable[[str], None], telemetry: Telemetry | None
+) -> tuple[Telemetry | None, RecordSpans | None]:
+    if telemetry is None and (config.otlp is None or not config.otlp.enabled):
+        return None, None
+    from opentelemetry.trace import SpanKind
+
+    from tailreplay.exporters.otlp import Telemetry
+    from tailreplay.exporters.spans import RecordSpans
+
+    if telemetry is None:
+        assert config.otlp is not None
+        telemetry = Telemetry.start(config.otlp, service="tailreplay-replay", warn=say)
+    url = URL(target)
+    server = (url.host or "", url.port or 0)
+    extra = {"tailreplay.replay.speed": str(config.schedule.speed)}
+    return telemetry, RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server, extra=extra)
+
+
+def _close_telemetry(telemetry: Telemetry, say: Callable[[str], None]) -> None:
+    exported, lost = telemetry.close()
+    where = telemetry.options.resolved_endpoint()
+    line = f"spans: {exported:,} exported to {where}"
+    say(line + (f", {lost:,} not delivered" if lost else ""))
+
+
+async def _dispatch(
+    config: ReplayConfig,
+    the_plan: Plan,
+    target: str,
+    dispatcher: Dispatcher,
+    transport: Transport,
+    collector: ResultCollector,
+    say: Callable[[str], None],
+) -> ReplayOutcome:
+    sc = config.schedule
     loop = asyncio.get_running_loop()
     interrupted = False
 

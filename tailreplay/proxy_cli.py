@@ -11,6 +11,8 @@ import click
 from yarl import URL
 
 from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.otlp_cli import otlp_options
 from tailreplay.units import parse_duration, parse_host_port, parse_size
 
 __all__ = ["parse_upstream", "proxy"]
@@ -96,6 +98,7 @@ def parse_upstream(text: str, flag: str = "--upstream") -> URL:
 @click.option(
     "--workers", default=1, show_default=True, help="Processes sharing the listening port."
 )
+@otlp_options()
 def proxy(
     upstream: str,
     listen: str,
@@ -115,6 +118,7 @@ def proxy(
     drain_timeout: str,
     fingerprint_key_env: str | None,
     workers: int,
+    otlp: OtlpOptions,
 ) -> None:
     """Reverse proxy that records every exchange with an upstream into archives."""
     from tailreplay.proxy.config import ProxyConfig, Route
@@ -165,6 +169,7 @@ def proxy(
         drain_timeout_s=parse_duration(drain_timeout),
         fingerprint_key=key,
         workers=workers,
+        otlp=otlp if otlp.enabled else None,
     )
 
     def ready(p: RunningProxy) -> None:

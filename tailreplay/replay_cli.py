@@ -11,7 +11,9 @@ from pathlib import Path
 import click
 
 from tailreplay.errors import InputError, UsageError
-from tailreplay.units import parse_duration, parse_time
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.otlp_cli import otlp_options
+from tailreplay.units import parse_duration, parse_host_port, parse_time
 
 __all__ = ["main", "replay"]
 
@@ -123,6 +125,10 @@ def _shard(text: str) -> tuple[int, int]:
     "deployment, which production traces like the shipped peak need).",
 )
 @click.option("--skip-corrupt", is_flag=True)
+@click.option(
+    "--metrics-listen", help="HOST:PORT to serve Prometheus metrics on while the replay runs."
+)
+@otlp_options()
 def replay(
     archives: tuple[Path, ...],
     target: str | None,
@@ -149,6 +155,8 @@ def replay(
     seed: int,
     sim_profile: str,
     skip_corrupt: bool,
+    metrics_listen: str | None,
+    otlp: OtlpOptions,
 ) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
     from tailreplay.replayer.run import ReplayConfig, exit_code, print_summary, run, write_json
@@ -216,6 +224,10 @@ def replay(
         dry_run=dry_run,
         sim_args=("--profile", sim_profile, "--seed", str(seed)),
         live=sys.stderr.isatty(),
+        otlp=otlp,
+        metrics_listen=parse_host_port(metrics_listen, "--metrics-listen")
+        if metrics_listen
+        else None,
     )
 
     def say(line: str) -> None:

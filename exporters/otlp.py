@@ -1,0 +1,317 @@
+"""OTLP export: the one place that turns command-line options into a TracerProvider.
+
+``OtlpOptions`` holds what the user asked for (picklable: the proxy builds its
+provider in the recorder process); ``Telemetry.start`` builds a provider of our
+own — never the global one, so a library in the same process cannot send our
+spans elsewhere — with a BatchSpanProcessor and an exporter for gRPC or
+OTLP/HTTP, TLS, mTLS and extra headers. Options left unset fall back to the
+standard ``OTEL_EXPORTER_OTLP_*`` and ``OTEL_RESOURCE_ATTRIBUTES`` variables,
+because the exporters read those themselves when given None.
+
+A dead or slow collector must not change a run: export happens on the
+processor's thread, failures become one warning line (the SDK's own retry logs
+are silenced), and ``close`` gives up after a bounded flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import Tracer
+from yarl import URL
+
+from tailreplay.errors import UsageError
+from tailreplay.version import __version__
+
+__all__ = ["PROTOCOLS", "OtlpOptions", "Telemetry", "make_exporter"]
+
+log = logging.getLogger("tailreplay.telemetry")
+
+PROTOCOLS = ("grpc", "http/protobuf")
+_ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOL_ENV = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+
+
+@dataclass(frozen=True)
+class OtlpOptions:
+    endpoint: str | None = None
+    protocol: str | None = None
+    """grpc or http/protobuf; None: from the environment, else inferred from the endpoint."""
+    headers: tuple[tuple[str, str], ...] = ()
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    insecure: bool = False
+    resource: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 5.0
+    trace_sample: float = 1.0
+    capture_content: bool = False
+    provider_name: str = "openai"
+    """gen_ai.provider.name on every span."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.endpoint is not None or any(os.environ.get(v) for v in _ENDPOINT_ENV)
+
+    def resolved_endpoint(self) -> str | None:
+        """The endpoint the exporter will use: the flag, else the environment's."""
+        if self.endpoint is not None:
+            return self.endpoint
+        return next((e for v in _ENDPOINT_ENV if (e := os.environ.get(v))), None)
+
+    def resolved_protocol(self) -> str:
+        """The flag, else OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else what the endpoint implies:
+        port 4317 or a grpc:// scheme mean gRPC, anything else OTLP/HTTP."""
+        protocol = self.protocol or next(
+            (p for v in _PROTOCOL_ENV if (p := os.environ.get(v))), None
+        )
+        if protocol is not None:
+            if protocol not in PROTOCOLS:
+                raise UsageError(f"invalid OTLP protocol {protocol!r}: use grpc or http/protobuf")
+            return protocol
+        endpoint = self.resolved_endpoint()
+        if endpoint is not None:
+            url = URL(endpoint)
+            if url.scheme in ("grpc", "grpcs") or url.port == 4317:
+                return "grpc"
+        return "http/protobuf"
+
+
+def _read(path: Path | None) -> bytes | None:
+    return path.read_bytes() if path is not None else None
+
+
+def make_exporter(options: OtlpOptions) -> SpanExporter:
+    """The OTLP span exporter the options describe (gRPC or HTTP/protobuf)."""
+    endpoint = options.endpoint
+    headers = dict(options.headers) or None
+    protocol = options.resolved_protocol()
+    if protocol == "grpc":
+        import grpc  # type: ignore[import-untyped]
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        credentials = None
+        insecure: bool | None = True if options.insecure else None
+        if endpoint is not None:
+            url = URL(endpoint)
+            if url.scheme in ("grpc", "grpcs"):  # not schemes gRPC knows: host:port it is
+                endpoint = f"{url.host}:{url.port}"
+                insecure = insecure or url.scheme == "grpc"
+        if options.ca or options.cert:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(options.ca),
+                private_key=_read(options.key),
+                certificate_chain=_read(options.cert),
+            )
+            insecure = False
+        return GrpcExporter(
+            endpoint=endpoint,
+            insecure=insecure,
+            credentials=credentials,
+            headers=headers,
+            timeout=options.timeout_s,
+        )
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    if endpoint is not None and URL(endpoint).path in ("", "/"):
+        # Collectors listen for OTLP/HTTP traces on /v1/traces; a bare base URL is a
+        # common slip, and the exporter would post to "/" and get a 404 per batch.
+        endpoint = str(URL(endpoint).with_path("/v1/traces"))
+    session = None
+    if options.insecure and endpoint is not None and URL(endpoint).scheme == "https":
+        import requests
+
+        session = requests.Session()
+        session.verify = False  # --otlp-insecure on https: encrypted, not verified
+    return HttpExporter(
+        endpoint=endpoint,
+        certificate_file=str(options.ca) if options.ca else None,
+        client_certificate_file=str(options.cert) if options.cert else None,
+        client_key_file=str(options.key) if options.key else None,
+        headers=headers,
+        timeout=options.timeout_s,
+        session=session,
+    )
+
+
+class PresetIds(IdGenerator):
+    """Lets tailreplay choose a span's ids through the SDK's own span API.
+
+    The ids of our spans are decided before the span exists — the ``traceparent``
+    the replayer sent, the ids a capture recorded — and the SDK takes ids only
+    from its id generator. ``preset`` arms the next span's ids; spans are
+    created on one thread at a time per provider (the replay loop, the recorder,
+    the exporter command), which a lock makes certain.
+    """
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self._trace_id = 0
+        self._span_id = 0
+        self.lock = threading.Lock()
+
+    def preset(self, trace_id: bytes | None, span_id: bytes | None) -> None:
+        self._trace_id = int.from_bytes(trace_id, "big") if trace_id else 0
+        self._span_id = int.from_bytes(span_id, "big") if span_id else 0
+
+    def generate_span_id(self) -> int:
+        sid, self._span_id = self._span_id, 0
+        return sid or self._random.generate_span_id()
+
+    def generate_trace_id(self) -> int:
+        tid, self._trace_id = self._trace_id, 0
+        return tid or self._random.generate_trace_id()
+
+
+class _Reporting(SpanExporter):
+    """Wraps the real exporter: counts spans delivered and failed, warns once."""
+
+    def __init__(self, inner: SpanExporter, warn: Callable[[str], None], where: str) -> None:
+        self.inner = inner
+        self.warn = warn
+        self.where = where
+        self.exported = 0
+        self.failed = 0
+        self.closing = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self.closing:  # past the flush deadline: do not wait on a dead collector
+            self.failed += len(spans)
+            return SpanExportResult.FAILURE
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:  # an exporter bug must not end the run
+            result = SpanExportResult.FAILURE
+            reason = f" ({exc})"
+        else:
+            reason = ""
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(spans)
+        else:
+            if not self.failed:
+                self.warn(
+                    f"warning: OTLP export to {self.where} failed{reason}; "
+                    "spans are being dropped (the run goes on)"
+                )
+            self.failed += len(spans)
+        return result
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _resource(service: str, pairs: tuple[tuple[str, str], ...]) -> Resource:
+    # Resource.create reads OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; an explicit
+    # --resource wins over both, and our service name fills in only when neither set one.
+    env = Resource.create({})
+    attributes: dict[str, Any] = {"service.version": __version__}
+    if str(env.attributes.get("service.name", "unknown_service")).startswith("unknown_service"):
+        attributes["service.name"] = service
+    attributes.update(dict(pairs))
+    return env.merge(Resource(attributes))
+
+
+class Telemetry:
+    """Our TracerProvider, its tracer and exporter, and how to close them in bounded time."""
+
+    def __init__(
+        self,
+        provider: TracerProvider,
+        ids: PresetIds,
+        options: OtlpOptions,
+        exporter: _Reporting | None = None,
+    ) -> None:
+        self.provider = provider
+        self.ids = ids
+        self.options = options
+        self.exporter = exporter
+        self.tracer: Tracer = provider.get_tracer("tailreplay", __version__)
+        self.emitted = 0
+
+    @classmethod
+    def start(
+        cls,
+        options: OtlpOptions,
+        *,
+        service: str,
+        warn: Callable[[str], None],
+        exporter: SpanExporter | None = None,
+        batch: bool = True,
+        max_queue_size: int = 65_536,
+    ) -> Telemetry:
+        """A provider exporting to the configured endpoint (or to ``exporter``, for tests)."""
+        # The SDK logs each retry and each failed batch; we say it once, ourselves.
+        logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
+        logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.ERROR)
+        where = options.resolved_endpoint() or "the OTLP endpoint"
+        reporting = _Reporting(exporter or make_exporter(options), warn, where)
+        processor: SpanProcessor = (
+            BatchSpanProcessor(
+                reporting,
+                max_queue_size=max_queue_size,
+                max_export_batch_size=512,
+                schedule_delay_millis=1000,
+            )
+            if batch
+            else SimpleSpanProcessor(reporting)
+        )
+        ids = PresetIds()
+        # Sampling is ours (--trace-sample keeps errors and the tail, which no SDK
+        # sampler can know at span start): the SDK keeps every span we make.
+        provider = TracerProvider(
+            sampler=ALWAYS_ON, resource=_resource(service, options.resource), id_generator=ids
+        )
+        provider.add_span_processor(processor)
+        return cls(provider, ids, options, reporting)
+
+    @classmethod
+    def for_processor(cls, processor: SpanProcessor, options: OtlpOptions) -> Telemetry:
+        """A provider feeding ``processor`` directly (tests: an InMemorySpanExporter)."""
+        ids = PresetIds()
+        provider = TracerProvider(
+            sampler=ALWAYS_ON, resource=_resource("tailreplay", options.resource), id_generator=ids
+        )
+        provider.add_span_processor(processor)
+        return cls(provider, ids, options)
+
+    def close(self, flush_timeout_s: float = 5.0) -> tuple[int, int]:
+        """Flush what is queued (for at most ``flush_timeout_s``) and shut down.
+
+        Returns (spans exported, spans not delivered).
+        """
+        t0 = time.monotonic()
+        flushed = self.provider.force_flush(int(flush_timeout_s * 1000))
+        if not flushed and self.exporter is not None:
+            self.exporter.closing = True
+            self.exporter.inner.shutdown()  # interrupts a retry back-off in progress
+        self.provider.shutdown()
+        if self.exporter is None:
+            return self.emitted, 0
+        lost = max(self.emitted - self.exporter.exported, self.exporter.failed)
+        log.debug("telemetry closed in %.2f s", time.monotonic() - t0)
+        return self.exporter.exported, lost

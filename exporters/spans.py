@@ -1,0 +1,219 @@
+"""Records become OTLP spans: one span per exchange, with the GenAI semantic conventions.
+
+The same function serves the three places spans come from, because all three
+hold the same ``Record``: the replayer (a CLIENT span per replayed request,
+whose ids are the ``traceparent`` it sent, linked to the recorded original),
+the proxy (a SERVER span per captured request, parented on the incoming
+``traceparent``), and ``traces export otlp`` (an archive's records with their
+recorded timestamps). Spans are made after the exchange has finished, from its
+measured times, so making them never sits between a request and its response.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from tailreplay.exporters.otlp import Telemetry
+from tailreplay.sampling import TraceSampler
+from tailreplay.traces.record import Record, is_error
+
+__all__ = ["OPERATIONS", "RecordSpans", "span_attributes", "span_name"]
+
+OPERATIONS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "text_completion",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "chat",
+}
+"""gen_ai.operation.name for each OpenAI-compatible path."""
+
+_EMPTY = Context()  # no current span: a span made with it is a root unless given a parent
+
+
+def _operation(path: str | None) -> str:
+    if path is None:
+        return "chat"
+    return OPERATIONS.get(path.split("?", 1)[0].rstrip("/"), "chat")
+
+
+def span_name(record: Record) -> str:
+    """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``."""
+    op = _operation(record.path)
+    return f"{op} {record.model}" if record.model else op
+
+
+def _percentile(sorted_values: list[int], q: float) -> int:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def span_attributes(
+    record: Record, *, provider: str, server: tuple[str, int] | None
+) -> dict[str, Any]:
+    """The span's attributes: GenAI semantic conventions, HTTP, and ``tailreplay.*``."""
+    a: dict[str, Any] = {
+        "gen_ai.operation.name": _operation(record.path),
+        "gen_ai.provider.name": provider,
+    }
+    if record.model is not None:
+        a["gen_ai.request.model"] = record.model
+    if record.max_tokens is not None:
+        a["gen_ai.request.max_tokens"] = record.max_tokens
+    if record.input_tokens is not None:
+        a["gen_ai.usage.input_tokens"] = record.input_tokens
+    if record.output_tokens is not None:
+        a["gen_ai.usage.output_tokens"] = record.output_tokens
+    if record.finish_reason is not None:
+        a["gen_ai.response.finish_reasons"] = [record.finish_reason]
+    if server is not None:
+        a["server.address"] = server[0]
+        if server[1]:  # 0: a port picked at start that the span's maker never learned
+            a["server.port"] = server[1]
+    if record.method is not None:
+        a["http.request.method"] = record.method
+    if record.status:
+        a["http.response.status_code"] = record.status
+    if is_error(record.status, record.error):
+        # Semantic conventions: the HTTP status code as text, else the transport error.
+        http_error = record.status is not None and record.status >= 400
+        a["error.type"] = str(record.status) if http_error else (record.error or "no_response")
+    if record.stream is not None:
+        a["tailreplay.stream"] = record.stream
+    if record.tokens_source is not None:
+        a["tailreplay.tokens_source"] = record.tokens_source
+    if record.ttfb_ns is not None:
+        a["tailreplay.ttft_ms"] = record.ttfb_ns / 1e6
+    if record.chunk_gaps_us:
+        gaps = sorted(record.chunk_gaps_us)
+        a["tailreplay.itl.p50_ms"] = _percentile(gaps, 0.5) / 1e3
+        a["tailreplay.itl.p99_ms"] = _percentile(gaps, 0.99) / 1e3
+        a["tailreplay.itl.max_ms"] = gaps[-1] / 1e3
+    if record.lag_ns is not None:
+        a["tailreplay.replay.lag_ms"] = record.lag_ns / 1e6
+    if record.tail is not None:
+        a["tailreplay.replay.tail"] = record.tail
+    if record.orig_trace_id is not None:
+        a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
+    if record.shard is not None:
+        a["tailreplay.replay.shard"] = record.shard
+    return a
+
+
+def _input_messages(body: bytes | None) -> str | None:
+    """The request's messages (or prompt) as GenAI's ``gen_ai.input.messages`` JSON."""
+    if not body:
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    messages = parsed.get("messages")
+    if isinstance(messages, list):
+        return json.dumps(messages, ensure_ascii=False)
+    prompt = parsed.get("prompt")
+    if isinstance(prompt, str):
+        return json.dumps([{"role": "user", "content": prompt}], ensure_ascii=False)
+    return None
+
+
+@dataclass(frozen=True)
+class Content:
+    """What was said, for spans made with --otlp-capture-content (and only then)."""
+
+    request_body: bytes | None = None
+    completion: str | None = None
+
+
+class RecordSpans:
+    """Makes one span per finished record, sampled by --trace-sample."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        *,
+        kind: SpanKind,
+        server: tuple[str, int] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.kind = kind
+        self.server = server
+        self.extra = dict(extra or {})
+        self.sampler = TraceSampler(telemetry.options.trace_sample)
+        self.sampled_out = 0
+
+    def emit(
+        self,
+        record: Record,
+        *,
+        tail: bool | None = None,
+        content: Content | None = None,
+        kind: SpanKind | None = None,
+    ) -> bool:
+        """Make ``record``'s span, unless sampled out; True if it was made.
+
+        The span's ids are the record's (trace_id, span_id); its parent is
+        ``parent_span_id`` when set (a remote parent: the caller's span); the
+        recorded original, if any, is a link. ``tail`` overrides record.tail
+        for sampling (the proxy knows it from its running P99).
+        """
+        error = is_error(record.status, record.error)
+        if not self.sampler.keep(
+            record.trace_id, error=error, tail=bool(record.tail if tail is None else tail)
+        ):
+            self.sampled_out += 1
+            return False
+        tel = self.telemetry
+        start = record.start_ns
+        end = start + (record.duration_ns or 0)
+        attributes = span_attributes(record, provider=tel.options.provider_name, server=self.server)
+        attributes.update(self.extra)
+        if content is not None and tel.options.capture_content:
+            if (messages := _input_messages(content.request_body)) is not None:
+                attributes["gen_ai.input.messages"] = messages
+            if content.completion is not None:
+                attributes["gen_ai.output.messages"] = json.dumps(
+                    [{"role": "assistant", "content": content.completion}], ensure_ascii=False
+                )
+        links = []
+        if record.orig_trace_id is not None and record.orig_span_id is not None:
+            links.append(Link(_remote(record.orig_trace_id, record.orig_span_id)))
+        parent = _EMPTY
+        if record.trace_id is not None and record.parent_span_id is not None:
+            parent = trace.set_span_in_context(
+                trace.NonRecordingSpan(_remote(record.trace_id, record.parent_span_id)), _EMPTY
+            )
+        with tel.ids.lock:
+            tel.ids.preset(record.trace_id, record.span_id)
+            span = tel.tracer.start_span(
+                span_name(record),
+                context=parent,
+                kind=kind or self.kind,
+                attributes=attributes,
+                links=links,
+                start_time=start,
+            )
+        if record.ttfb_ns is not None:
+            span.add_event("first_token", timestamp=start + record.ttfb_ns)
+        if error:
+            span.set_status(Status(StatusCode.ERROR, attributes["error.type"]))
+        span.end(end_time=end)
+        tel.emitted += 1
+        return True
+
+
+def _remote(trace_id: bytes, span_id: bytes) -> SpanContext:
+    return SpanContext(
+        int.from_bytes(trace_id, "big"),
+        int.from_bytes(span_id, "big"),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
