@@ -28,7 +28,6 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
-    SimpleSpanProcessor,
     SpanExporter,
     SpanExportResult,
 )
@@ -40,7 +39,7 @@ from yarl import URL
 from tailreplay.errors import UsageError
 from tailreplay.version import __version__
 
-__all__ = ["PROTOCOLS", "OtlpOptions", "Telemetry", "make_exporter"]
+__all__ = ["PROTOCOLS", "OtlpOptions", "SyncBatches", "Telemetry", "make_exporter"]
 
 log = logging.getLogger("tailreplay.telemetry")
 
@@ -140,11 +139,13 @@ def make_exporter(options: OtlpOptions) -> SpanExporter:
         # common slip, and the exporter would post to "/" and get a 404 per batch.
         endpoint = str(URL(endpoint).with_path("/v1/traces"))
     session = None
-    if options.insecure and endpoint is not None and URL(endpoint).scheme == "https":
+    if options.ca is not None:
         import requests
 
+        # requests lets REQUESTS_CA_BUNDLE (set on many machines) override a session's
+        # own CA (psf/requests#3829): the CA we were given would be silently ignored.
         session = requests.Session()
-        session.verify = False  # --otlp-insecure on https: encrypted, not verified
+        session.trust_env = False
     return HttpExporter(
         endpoint=endpoint,
         certificate_file=str(options.ca) if options.ca else None,
@@ -183,6 +184,39 @@ class PresetIds(IdGenerator):
     def generate_trace_id(self) -> int:
         tid, self._trace_id = self._trace_id, 0
         return tid or self._random.generate_trace_id()
+
+
+class SyncBatches(SpanProcessor):
+    """Exports every ``size`` spans on the caller's thread, waiting for each batch.
+
+    For ``traces export otlp``: an archive can hold millions of records, far more
+    than a BatchSpanProcessor's queue, which would drop the excess; here the
+    reader waits for the collector instead, and a failed batch is known at once.
+    """
+
+    def __init__(self, exporter: SpanExporter, size: int = 512) -> None:
+        self.exporter = exporter
+        self.size = size
+        self._pending: list[ReadableSpan] = []
+        self.failed = False
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._pending.append(span)
+        if len(self._pending) >= self.size:
+            self._export()
+
+    def _export(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch and self.exporter.export(batch) is not SpanExportResult.SUCCESS:
+            self.failed = True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._export()
+        return True
+
+    def shutdown(self) -> None:
+        self._export()
+        self.exporter.shutdown()
 
 
 class _Reporting(SpanExporter):
@@ -244,9 +278,11 @@ class Telemetry:
         provider: TracerProvider,
         ids: PresetIds,
         options: OtlpOptions,
+        processor: SpanProcessor,
         exporter: _Reporting | None = None,
     ) -> None:
         self.provider = provider
+        self.processor = processor
         self.ids = ids
         self.options = options
         self.exporter = exporter
@@ -264,7 +300,11 @@ class Telemetry:
         batch: bool = True,
         max_queue_size: int = 65_536,
     ) -> Telemetry:
-        """A provider exporting to the configured endpoint (or to ``exporter``, for tests)."""
+        """A provider exporting to the configured endpoint (or to ``exporter``, for tests).
+
+        ``batch``: a BatchSpanProcessor (export on its own thread; live traffic);
+        else ``SyncBatches`` (the caller waits; archives).
+        """
         # The SDK logs each retry and each failed batch; we say it once, ourselves.
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.ERROR)
@@ -278,7 +318,7 @@ class Telemetry:
                 schedule_delay_millis=1000,
             )
             if batch
-            else SimpleSpanProcessor(reporting)
+            else SyncBatches(reporting)
         )
         ids = PresetIds()
         # Sampling is ours (--trace-sample keeps errors and the tail, which no SDK
@@ -287,7 +327,7 @@ class Telemetry:
             sampler=ALWAYS_ON, resource=_resource(service, options.resource), id_generator=ids
         )
         provider.add_span_processor(processor)
-        return cls(provider, ids, options, reporting)
+        return cls(provider, ids, options, processor, reporting)
 
     @classmethod
     def for_processor(cls, processor: SpanProcessor, options: OtlpOptions) -> Telemetry:
@@ -297,7 +337,7 @@ class Telemetry:
             sampler=ALWAYS_ON, resource=_resource("tailreplay", options.resource), id_generator=ids
         )
         provider.add_span_processor(processor)
-        return cls(provider, ids, options)
+        return cls(provider, ids, options, processor)
 
     def close(self, flush_timeout_s: float = 5.0) -> tuple[int, int]:
         """Flush what is queued (for at most ``flush_timeout_s``) and shut down.

@@ -69,6 +69,8 @@ class ReplayConfig:
     """Export one span per request sent, when enabled (an endpoint is set)."""
     metrics_listen: tuple[str, int] | None = None
     """Serve Prometheus metrics on HOST:PORT while the replay runs."""
+    metrics_linger_s: float = 0.0
+    """...and this long after it (Prometheus scrapes every 15 s or so)."""
 
 
 @dataclass
@@ -272,7 +274,11 @@ async def _live(
             say(f"metrics on {url}/metrics")
         if telemetry is not None:
             stack.callback(_close_telemetry, telemetry, say)
-        return await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
+        outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
+        if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
+            say(f"serving the final metrics for {config.metrics_linger_s:g} s")
+            await asyncio.sleep(config.metrics_linger_s)
+        return outcome
 
 
 def _telemetry(

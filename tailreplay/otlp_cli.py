@@ -87,7 +87,8 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
             click.option(
                 "--otlp-insecure",
                 is_flag=True,
-                help="gRPC without TLS; for https:// over HTTP, do not verify the certificate.",
+                help="gRPC without TLS (as OTEL_EXPORTER_OTLP_INSECURE); OTLP/HTTP follows "
+                "the endpoint's scheme.",
             ),
             click.option(
                 "--otlp-timeout", default="5s", show_default=True, help="Per export request."

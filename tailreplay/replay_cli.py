@@ -128,6 +128,12 @@ def _shard(text: str) -> tuple[int, int]:
 @click.option(
     "--metrics-listen", help="HOST:PORT to serve Prometheus metrics on while the replay runs."
 )
+@click.option(
+    "--metrics-linger",
+    default="0s",
+    show_default=True,
+    help="Keep serving metrics this long after the run, so the last scrape sees the end.",
+)
 @otlp_options()
 def replay(
     archives: tuple[Path, ...],
@@ -156,6 +162,7 @@ def replay(
     sim_profile: str,
     skip_corrupt: bool,
     metrics_listen: str | None,
+    metrics_linger: str,
     otlp: OtlpOptions,
 ) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
@@ -228,6 +235,7 @@ def replay(
         metrics_listen=parse_host_port(metrics_listen, "--metrics-listen")
         if metrics_listen
         else None,
+        metrics_linger_s=parse_duration(metrics_linger),
     )
 
     def say(line: str) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from tailreplay.errors import UsageError
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.otlp_cli import otlp_options
 from tailreplay.units import format_ns, parse_duration, parse_time
 
 __all__ = ["traces"]
@@ -210,17 +214,80 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
     click.echo(f"imported {written:,} records into {out}", err=True)
 
 
-@traces.command(name="export")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["mooncake", "jsonl"]))
+@traces.group(name="export")
+def export_() -> None:
+    """Export archives: Mooncake JSONL (vLLM bench, AIPerf), plain JSONL, or OTLP spans."""
+
+
+@export_.command(name="mooncake")
 @_archives
 @_output
 @_skip_corrupt
-def export_(fmt: str, files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
-    """Export archives as Mooncake JSONL (vLLM bench, AIPerf) or plain JSONL."""
-    from tailreplay.traces.export import export_jsonl, export_mooncake
+def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
+    """Mooncake JSONL: timestamp, input/output lengths, hash_ids, session."""
+    from tailreplay.traces.export import export_mooncake
 
-    n = (export_mooncake if fmt == "mooncake" else export_jsonl)(files, out)
+    n = export_mooncake(files, out)
     click.echo(f"exported {n:,} records to {out}", err=True)
+
+
+@export_.command(name="jsonl")
+@_archives
+@_output
+@_skip_corrupt
+def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
+    """One JSON object per record (bytes as hex)."""
+    from tailreplay.traces.export import export_jsonl
+
+    n = export_jsonl(files, out)
+    click.echo(f"exported {n:,} records to {out}", err=True)
+
+
+@export_.command(name="otlp")
+@_archives
+@otlp_options(spans_of_live_traffic=False)
+@click.option(
+    "--rebase-time",
+    is_flag=True,
+    help="Shift all timestamps so the last span ends now (some backends drop old spans).",
+)
+@_skip_corrupt
+def export_otlp(
+    files: tuple[Path, ...], otlp: OtlpOptions, rebase_time: bool, skip_corrupt: bool
+) -> None:
+    """Send every record as a span (original timestamps) to an OTLP endpoint."""
+    from tailreplay.exporters.otlp_export import export_otlp
+    from tailreplay.traces.columns import load_columns
+
+    if not otlp.enabled:
+        raise UsageError("no --otlp-endpoint (nor OTEL_EXPORTER_OTLP_ENDPOINT) to export to")
+    total = load_columns(files, [], skip_corrupt=skip_corrupt).n
+    with _progress_bar(total, "spans") as advance:
+        n = export_otlp(
+            files, otlp, rebase=rebase_time, skip_corrupt=skip_corrupt, progress=advance
+        )
+    click.echo(f"exported {n:,} spans to {otlp.resolved_endpoint()}", err=True)
+
+
+@contextlib.contextmanager
+def _progress_bar(total: int, unit: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on a terminal; a line every 10% elsewhere. Yields set(done)."""
+    if not sys.stderr.isatty():
+        step = max(total // 10, 1)
+        last = [0]
+
+        def line(done: int) -> None:
+            if done - last[0] >= step and done < total:
+                last[0] = done
+                click.echo(f"  {done:,} / {total:,} {unit}", err=True)
+
+        yield line
+        return
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(unit, total=total)
+        yield lambda done: bar.update(task, completed=done)
 
 
 def _first_start(files: tuple[Path, ...]) -> int:

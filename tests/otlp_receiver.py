@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import queue
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-__all__ = ["ReceivedSpan", "Receiver", "any_value", "receiver"]
+__all__ = ["ReceivedSpan", "Receiver", "any_value", "receiver", "receiver_in_thread"]
 
 
 def any_value(v: AnyValue) -> Any:
@@ -96,7 +98,10 @@ async def receiver(ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[R
             await asyncio.sleep(state.delay_s)
         if state.status != 200:
             return web.Response(status=state.status)
-        body = await request.read()
+        try:
+            body = await request.read()
+        except ConnectionResetError:  # the exporter gave up waiting (a slow-receiver test)
+            return web.Response(status=499)
         if request.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         state.spans.extend(_decode(body))
@@ -116,3 +121,24 @@ async def receiver(ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[R
         yield state
     finally:
         await runner.cleanup()
+
+
+@contextmanager
+def receiver_in_thread(ssl_context: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """``receiver`` on its own loop in a thread, for tests that run the CLI (CliRunner)."""
+    loop = asyncio.new_event_loop()
+    ready: queue.Queue[Receiver] = queue.Queue()
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        async with receiver(ssl_context) as state:
+            ready.put(state)
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        yield ready.get(timeout=10)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=10)
