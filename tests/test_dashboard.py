@@ -1,0 +1,55 @@
+"""deploy/grafana-dashboard.json asks only for metrics that the proxy and replayer export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+from prometheus_client import generate_latest
+from yarl import URL
+
+from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.exchange import Exchange
+from tailreplay.proxy.metrics import ProxyMetrics
+from tailreplay.proxy.recording import RecorderClient
+from tailreplay.replayer.dispatch import DispatchStats
+from tailreplay.replayer.metrics import ReplayMetrics
+from tailreplay.traces.record import Record
+
+DASHBOARD = Path(__file__).parent.parent / "deploy" / "grafana-dashboard.json"
+
+
+def _exported(tmp_path: Path) -> set[str]:
+    """Every series name the two registries expose (histograms: _bucket, _count, _sum)."""
+    recorder = RecorderClient(ProxyConfig(upstream=URL("http://127.0.0.1:1"), out_dir=tmp_path))
+    try:
+        proxy = ProxyMetrics(recorder)
+        ex = Exchange(b"t" * 16, b"s" * 8, None, 0, 0, "POST", "/v1/chat/completions",
+                      "/v1/chat/completions", [], status=200, ttfb_ns=1, duration_ns=2)  # fmt: skip
+        proxy.on_request(ex)
+        proxy.on_complete(ex)
+        replay = ReplayMetrics(DispatchStats())
+        replay.observe(Record(start_ns=0, path="/v1/chat/completions", model="m", status=500,
+                              stream=True, ttfb_ns=1, duration_ns=2, lag_ns=1,
+                              input_tokens=3, output_tokens=4))  # fmt: skip
+        text = (generate_latest(proxy.registry) + generate_latest(replay.registry)).decode()
+    finally:
+        asyncio.run(recorder.close())
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
+
+
+def test_every_dashboard_query_names_an_exported_metric(tmp_path: Path) -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 20
+    exported = _exported(tmp_path)
+    named = set()
+    for expr in exprs:
+        for name in re.findall(r"\b(tailreplay_[a-z_]+)\b", expr):
+            named.add(name)
+            assert name in exported, f"{name} (in {expr!r}) is not exported"
+    # Both halves are on the dashboard.
+    assert any(n.startswith("tailreplay_proxy_") for n in named)
+    assert any(n.startswith("tailreplay_replay_") for n in named)
