@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -24,7 +24,7 @@ from tailreplay.exporters.otlp import Telemetry
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.record import Record, is_error
 
-__all__ = ["OPERATIONS", "RecordSpans", "span_attributes", "span_name"]
+__all__ = ["OPERATIONS", "Content", "RecordSpans", "SpanSink", "span_attributes", "span_name"]
 
 OPERATIONS = {
     "/v1/chat/completions": "chat",
@@ -132,6 +132,15 @@ class Content:
     completion: str | None = None
 
 
+class SpanSink(Protocol):
+    """Where the replayer hands each finished request: RecordSpans, or SpanProcess."""
+
+    @property
+    def capture_content(self) -> bool: ...
+
+    def emit(self, record: Record, *, content: Content | None = None) -> object: ...
+
+
 class RecordSpans:
     """Makes one span per finished record, sampled by --trace-sample."""
 
@@ -149,6 +158,10 @@ class RecordSpans:
         self.extra = dict(extra or {})
         self.sampler = TraceSampler(telemetry.options.trace_sample)
         self.sampled_out = 0
+
+    @property
+    def capture_content(self) -> bool:
+        return self.telemetry.options.capture_content
 
     def emit(
         self,

@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tailreplay.exporters.spans import Content, RecordSpans
+from tailreplay.exporters.spans import Content, SpanSink
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
@@ -58,7 +58,7 @@ class Dispatcher:
         new_trace_ids: bool = False,
         shard: int | None = None,
         on_result: Callable[[Record], None],
-        spans: RecordSpans | None = None,
+        spans: SpanSink | None = None,
     ) -> None:
         self.transport = transport
         self.builder = builder
@@ -183,7 +183,8 @@ class Dispatcher:
             result = self._result(item, spec, outcome, intended_ns, sent_wall, lag_ns, ctx)
             self.on_result(result)
             if self.spans is not None:
-                self.spans.emit(result, content=Content(request_body=spec.body))
+                content = Content(request_body=spec.body) if self.spans.capture_content else None
+                self.spans.emit(result, content=content)
 
     def _result(
         self,

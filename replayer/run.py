@@ -22,6 +22,7 @@ from yarl import URL
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.exporters.prometheus import serve_metrics
+from tailreplay.exporters.span_process import SpanProcess
 from tailreplay.private import open_private
 from tailreplay.replayer.dispatch import Dispatcher
 from tailreplay.replayer.metrics import ReplayMetrics
@@ -37,7 +38,7 @@ from tailreplay.traces.writer import ArchiveWriter
 
 if TYPE_CHECKING:
     from tailreplay.exporters.otlp import Telemetry
-    from tailreplay.exporters.spans import RecordSpans
+    from tailreplay.exporters.spans import SpanSink
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "run"]
 
@@ -254,7 +255,7 @@ async def _live(
         if metrics is not None:
             metrics.observe(record)
 
-    telemetry, spans = _telemetry(config, target, say, telemetry)
+    spans = _span_sink(config, target, say, telemetry)
     dispatcher = Dispatcher(
         transport,
         builder,
@@ -272,8 +273,11 @@ async def _live(
                 serve_metrics(metrics.registry, *config.metrics_listen)
             )
             say(f"metrics on {url}/metrics")
-        if telemetry is not None:
-            stack.callback(_close_telemetry, telemetry, say)
+        if isinstance(spans, SpanProcess):
+            await spans.attach()
+            stack.push_async_callback(_close_spans, spans, say)
+        elif telemetry is not None:
+            stack.callback(telemetry.close)
         outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
@@ -281,29 +285,29 @@ async def _live(
         return outcome
 
 
-def _telemetry(
+def _span_sink(
     config: ReplayConfig, target: str, say: Callable[[str], None], telemetry: Telemetry | None
-) -> tuple[Telemetry | None, RecordSpans | None]:
-    if telemetry is None and (config.otlp is None or not config.otlp.enabled):
-        return None, None
-    from opentelemetry.trace import SpanKind
-
-    from tailreplay.exporters.otlp import Telemetry
-    from tailreplay.exporters.spans import RecordSpans
-
-    if telemetry is None:
-        assert config.otlp is not None
-        telemetry = Telemetry.start(config.otlp, service="tailreplay-replay", warn=say)
+) -> SpanSink | None:
+    """Spans in a child process (SpanProcess); in this one only for a test's ``telemetry``."""
     url = URL(target)
     server = (url.host or "", url.port or 0)
     extra = {"tailreplay.replay.speed": str(config.schedule.speed)}
-    return telemetry, RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server, extra=extra)
+    if telemetry is not None:
+        from opentelemetry.trace import SpanKind
+
+        from tailreplay.exporters.spans import RecordSpans
+
+        return RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server, extra=extra)
+    if config.otlp is None or not config.otlp.enabled:
+        return None
+    return SpanProcess(
+        config.otlp, service="tailreplay-replay", server=server, extra=extra, say=say
+    )
 
 
-def _close_telemetry(telemetry: Telemetry, say: Callable[[str], None]) -> None:
-    exported, lost = telemetry.close()
-    where = telemetry.options.resolved_endpoint()
-    line = f"spans: {exported:,} exported to {where}"
+async def _close_spans(spans: SpanProcess, say: Callable[[str], None]) -> None:
+    exported, lost = await spans.close()
+    line = f"spans: {exported:,} exported to {spans.options.resolved_endpoint()}"
     say(line + (f", {lost:,} not delivered" if lost else ""))
 
 

@@ -1,0 +1,163 @@
+"""Spans made and exported in a process of their own, for the replayer.
+
+Encoding spans to protobuf costs ~40 µs each in Python and runs on the
+exporter's thread — in the replayer's process that thread takes the GIL from
+the dispatch loop for tens of milliseconds per batch, and dispatch lag P99 went
+from 0.25 ms to 40 ms at 500 requests/s (bench/telemetry.py). So the loop only
+appends each finished result record to a list; every 50 ms the list is pickled
+onto a non-blocking pipe to a child process that samples, makes the spans and
+exports them. A backed-up pipe drops batches (counted) rather than wait.
+
+The proxy needs none of this: its recorder process already makes its spans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import pickle
+import signal
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.spans import Content
+from tailreplay.traces.record import Record
+
+__all__ = ["SpanProcess"]
+
+_FLUSH_S = 0.05
+_PIPE_LIMIT = 32 << 20  # bytes waiting for the child before batches are dropped
+
+
+def _child_main(
+    conn: Any,
+    result: Any,
+    options: OtlpOptions,
+    service: str,
+    server: tuple[str, int] | None,
+    extra: dict[str, Any],
+    failed: Any,
+) -> None:
+    # The parent handles Ctrl-C and then closes the pipe; we must outlive it to flush.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Spans can wait; the dispatcher cannot: on a busy machine it gets the CPU first.
+    os.nice(10)
+    from opentelemetry.trace import SpanKind
+
+    from tailreplay.exporters.otlp import Telemetry
+    from tailreplay.exporters.spans import RecordSpans
+
+    def warn(line: str) -> None:
+        failed.value = 1  # the parent says it, once, on its own stderr
+
+    telemetry = Telemetry.start(options, service=service, warn=warn)
+    spans = RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server, extra=extra)
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            break
+        batch: list[tuple[Record, Content | None]] = pickle.loads(data)
+        for record, content in batch:
+            spans.emit(record, content=content)
+    exported, lost = telemetry.close()
+    result.send((exported, lost))
+
+
+class SpanProcess:
+    """The replayer's span sink: ``emit`` on the loop, spans made in a child process."""
+
+    def __init__(
+        self,
+        options: OtlpOptions,
+        *,
+        service: str,
+        server: tuple[str, int] | None,
+        extra: Mapping[str, Any],
+        say: Callable[[str], None],
+    ) -> None:
+        self.options = options
+        self.say = say
+        ctx = multiprocessing.get_context("spawn")
+        self._failed: Any = ctx.Value("b", 0, lock=False)
+        reader, writer = ctx.Pipe(duplex=False)
+        self._result, result_writer = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(
+            target=_child_main,
+            args=(reader, result_writer, options, service, server, dict(extra), self._failed),
+            name="tailreplay-spans",
+            daemon=True,
+        )
+        self._proc.start()
+        reader.close()
+        result_writer.close()
+        self._conn = writer
+        self._batch: list[tuple[Record, Content | None]] = []
+        self._transport: asyncio.WriteTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._warned = False
+        self.dropped = 0
+
+    @property
+    def capture_content(self) -> bool:
+        return self.options.capture_content
+
+    async def attach(self) -> None:
+        """Start sending from the running loop (a non-blocking pipe)."""
+        loop = asyncio.get_running_loop()
+        pipe = os.fdopen(os.dup(self._conn.fileno()), "wb", buffering=0)
+        self._conn.close()
+        self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
+        self._timer = loop.call_later(_FLUSH_S, self._tick)
+
+    def emit(self, record: Record, *, content: Content | None = None) -> None:
+        self._batch.append((record, content))
+
+    def _tick(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._tick)
+        self._send()
+        self._tick_warning()
+
+    def _send(self) -> None:
+        batch, self._batch = self._batch, []
+        transport = self._transport
+        if not batch or transport is None:
+            return
+        if transport.is_closing() or transport.get_write_buffer_size() > _PIPE_LIMIT:
+            self.dropped += len(batch)  # the child is behind or gone: never block the loop
+            return
+        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        # multiprocessing.Connection framing, so the child can use recv_bytes().
+        transport.write(struct.pack("!i", len(data)) + data)
+
+    async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
+        """Send the rest, let the child flush; returns (spans exported, not delivered)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._send()
+        if self._transport is not None:
+            self._transport.close()
+        else:
+            self._conn.close()
+        self._tick_warning()
+        loop = asyncio.get_running_loop()
+        ready = await loop.run_in_executor(None, self._result.poll, timeout_s)
+        exported, lost = self._result.recv() if ready else (0, 0)
+        await loop.run_in_executor(None, self._proc.join, 5)
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._tick_warning()
+        return exported, lost + self.dropped
+
+    def _tick_warning(self) -> None:
+        """The child's first failed export, said once on the parent's stderr."""
+        if self._failed.value and not self._warned:
+            self._warned = True
+            where = self.options.resolved_endpoint() or "the OTLP endpoint"
+            self.say(
+                f"warning: OTLP export to {where} failed; spans are being dropped (the run goes on)"
+            )
