@@ -18,10 +18,10 @@ import multiprocessing
 import os
 import pickle
 import signal
-import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tailreplay.batch_pipe import BatchPipe
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.exporters.spans import Content
 from tailreplay.traces.record import Record
@@ -95,9 +95,8 @@ class SpanProcess:
         self._proc.start()
         reader.close()
         result_writer.close()
-        self._conn = writer
+        self._pipe = BatchPipe(writer, _PIPE_LIMIT)
         self._batch: list[tuple[Record, Content | None]] = []
-        self._transport: asyncio.WriteTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._warned = False
         self.dropped = 0
@@ -108,11 +107,8 @@ class SpanProcess:
 
     async def attach(self) -> None:
         """Start sending from the running loop (a non-blocking pipe)."""
-        loop = asyncio.get_running_loop()
-        pipe = os.fdopen(os.dup(self._conn.fileno()), "wb", buffering=0)
-        self._conn.close()
-        self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
-        self._timer = loop.call_later(_FLUSH_S, self._tick)
+        await self._pipe.attach()
+        self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._tick)
 
     def emit(self, record: Record, *, content: Content | None = None) -> None:
         self._batch.append((record, content))
@@ -124,25 +120,15 @@ class SpanProcess:
 
     def _send(self) -> None:
         batch, self._batch = self._batch, []
-        transport = self._transport
-        if not batch or transport is None:
-            return
-        if transport.is_closing() or transport.get_write_buffer_size() > _PIPE_LIMIT:
+        if batch and not self._pipe.send(batch):
             self.dropped += len(batch)  # the child is behind or gone: never block the loop
-            return
-        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-        # multiprocessing.Connection framing, so the child can use recv_bytes().
-        transport.write(struct.pack("!i", len(data)) + data)
 
     async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
         """Send the rest, let the child flush; returns (spans exported, not delivered)."""
         if self._timer is not None:
             self._timer.cancel()
         self._send()
-        if self._transport is not None:
-            self._transport.close()
-        else:
-            self._conn.close()
+        self._pipe.close()
         self._tick_warning()
         loop = asyncio.get_running_loop()
         ready = await loop.run_in_executor(None, self._result.poll, timeout_s)

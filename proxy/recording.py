@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import os
 import pickle
 import signal
-import struct
 import time
 from typing import TYPE_CHECKING, Any
 
+from tailreplay.batch_pipe import BatchPipe
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import OPENAI_PATHS, route_label
@@ -148,10 +147,9 @@ class RecorderClient:
         self._proc.start()
         reader.close()
         ready_writer.close()
-        self._conn = writer
+        self._pipe = BatchPipe(writer, _PIPE_LIMIT)
         self._ready = ready_reader
         self._batch: list[Exchange] = []
-        self._transport: asyncio.WriteTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.dropped = 0
         self._drop_logged_at = 0.0
@@ -164,9 +162,7 @@ class RecorderClient:
             from tailreplay.errors import InputError
 
             raise InputError(message)
-        pipe = os.fdopen(os.dup(self._conn.fileno()), "wb", buffering=0)
-        self._conn.close()
-        self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
+        await self._pipe.attach()
         self._timer = loop.call_later(_FLUSH_S, self._flush)
 
     def _wait_ready(self) -> str:
@@ -205,15 +201,8 @@ class RecorderClient:
 
     def _send(self) -> None:
         batch, self._batch = self._batch, []
-        transport = self._transport
-        if not batch or transport is None:
-            return
-        if transport.is_closing() or transport.get_write_buffer_size() > _PIPE_LIMIT:
+        if batch and not self._pipe.send(batch):
             self._drop(len(batch))  # the recorder is behind or gone: never block forwarding
-            return
-        data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-        # multiprocessing.Connection framing, so the recorder can use recv_bytes().
-        transport.write(struct.pack("!i", len(data)) + data)
 
     def _drop(self, n: int) -> None:
         self.dropped += n
@@ -227,10 +216,7 @@ class RecorderClient:
         if self._timer is not None:
             self._timer.cancel()
         self._send()
-        if self._transport is not None:
-            self._transport.close()
-        else:
-            self._conn.close()
+        self._pipe.close()
         await asyncio.get_running_loop().run_in_executor(None, self._proc.join, timeout_s)
         if self._proc.is_alive():
             log.warning("the recorder did not finish in %.0f s; stopping it", timeout_s)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import queue
 import ssl
-import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from tests.proxy_helpers import in_thread
 
 __all__ = ["ReceivedSpan", "Receiver", "any_value", "receiver", "receiver_in_thread"]
 
@@ -123,22 +123,8 @@ async def receiver(ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[R
         await runner.cleanup()
 
 
-@contextmanager
-def receiver_in_thread(ssl_context: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+def receiver_in_thread(
+    ssl_context: ssl.SSLContext | None = None,
+) -> AbstractContextManager[Receiver]:
     """``receiver`` on its own loop in a thread, for tests that run the CLI (CliRunner)."""
-    loop = asyncio.new_event_loop()
-    ready: queue.Queue[Receiver] = queue.Queue()
-    stop = asyncio.Event()
-
-    async def main() -> None:
-        async with receiver(ssl_context) as state:
-            ready.put(state)
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
-    thread.start()
-    try:
-        yield ready.get(timeout=10)
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=10)
+    return in_thread(receiver(ssl_context))

@@ -6,9 +6,14 @@ import asyncio
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from yarl import URL
@@ -17,6 +22,8 @@ from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import RunningProxy, start
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
+
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -48,15 +55,16 @@ async def serve_app(app: web.Application) -> AsyncIterator[str]:
 
 
 @contextmanager
-def serve_in_thread(app: web.Application) -> Iterator[str]:
-    """Serve ``app`` on its own loop in a thread (for tests that call asyncio.run themselves)."""
+def in_thread(manager: AbstractAsyncContextManager[T]) -> Iterator[T]:
+    """Enter an async context manager on its own loop in a thread (for tests that call
+    asyncio.run themselves, or run the CLI through CliRunner)."""
     loop = asyncio.new_event_loop()
-    ready: queue.Queue[str] = queue.Queue()
+    ready: queue.Queue[T] = queue.Queue()
     stop = asyncio.Event()
 
     async def main() -> None:
-        async with serve_app(app) as url:
-            ready.put(url)
+        async with manager as value:
+            ready.put(value)
             await stop.wait()
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
@@ -66,3 +74,8 @@ def serve_in_thread(app: web.Application) -> Iterator[str]:
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=10)
+
+
+def serve_in_thread(app: web.Application) -> AbstractContextManager[str]:
+    """Serve ``app`` on its own loop in a thread."""
+    return in_thread(serve_app(app))
