@@ -126,3 +126,34 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_ctrl_c_flushes_the_spans_of_requests_already_done(tmp_path: Path, sim: str) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tailreplay.traces.reader import ArchiveReader
+
+    _archive(tmp_path / "a.msgpack", 3000, rate=100)  # 30 s: stopped long before the end
+    with receiver_in_thread() as otlp:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "tailreplay", "replay", str(tmp_path / "a.msgpack"),
+                "--target", sim, "--out", str(tmp_path / "r.msgpack"),
+                "--otlp-endpoint", otlp.url,
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        time.sleep(4)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        results = [r for r in ArchiveReader([tmp_path / "r.msgpack"]) if r.sent_ns is not None]
+        assert 100 < len(results) < 3000
+        assert f"spans: {len(results):,} exported" in err
+        assert len(otlp.spans) == len(results)
+        assert {s.span_id for s in otlp.spans} == {r.span_id.hex() for r in results}

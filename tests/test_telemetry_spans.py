@@ -32,7 +32,7 @@ from tailreplay.traces.record import Record
 from tests.fixed_upstream import fixed_app
 from tests.helpers import write_plain
 from tests.otlp_receiver import receiver
-from tests.proxy_helpers import proxy_to, serve_app
+from tests.proxy_helpers import proxy_to, records, serve_app
 
 T0 = 1_700_000_000 * 10**9
 TRACEPARENTS = web.AppKey("traceparents", dict)
@@ -256,3 +256,36 @@ async def test_proxy_span_is_parented_on_the_incoming_traceparent(tmp_path: Path
     streamed = max(otlp.spans, key=lambda s: s.start_ns)
     assert streamed.attributes["tailreplay.stream"] is True
     assert streamed.attributes["tailreplay.itl.max_ms"] >= 15  # the upstream's 20 ms gaps
+
+
+async def test_proxy_trace_sample_and_content_capture(tmp_path: Path) -> None:
+    rng = random.Random(21)
+    incoming = [f"00-{rng.randbytes(16).hex()}-{rng.randbytes(8).hex()}-01" for _ in range(40)]
+    async with receiver() as otlp, serve_app(fixed_app()) as up_url:
+        options = OtlpOptions(endpoint=otlp.url, trace_sample=0.5, capture_content=True)
+        async with (
+            proxy_to(up_url, tmp_path, otlp=options) as proxy,
+            aiohttp.ClientSession() as session,
+        ):
+            for tp in incoming:
+                body = {"model": "fixed", "messages": [{"role": "user", "content": "hi"}]}
+                async with session.post(
+                    proxy.url + "/v1/chat/completions", json=body, headers={"traceparent": tp}
+                ) as resp:
+                    assert resp.status == 200
+        sampler = TraceSampler(0.5)
+        expected = {tp[3:35] for tp in incoming if sampler.keep(bytes.fromhex(tp[3:35]))}
+        for _ in range(50):
+            if len(otlp.spans) >= len(expected):
+                break
+            await asyncio.sleep(0.1)
+    assert 10 < len(expected) < 30
+    assert {s.trace_id for s in otlp.spans} == expected  # every record is still written
+    assert len(records(tmp_path)) == 40
+    for span in otlp.spans:
+        assert json.loads(span.attributes["gen_ai.input.messages"]) == [
+            {"role": "user", "content": "hi"}
+        ]
+        assert json.loads(span.attributes["gen_ai.output.messages"]) == [
+            {"role": "assistant", "content": "Hello there, friend."}
+        ]
