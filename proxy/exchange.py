@@ -8,8 +8,9 @@ once: anything slow happens on their own threads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, fields
+from operator import attrgetter
+from typing import Any, Protocol
 
 from tailreplay.proxy.openai import ResponseTap
 
@@ -45,6 +46,15 @@ class Exchange:
     content_encoding: str | None = None
     usage_event: bytes | None = None
     """The usage-only SSE event stripped from the client's stream, if any."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Every exchange is pickled to the recorder process. The default for a slotted
+        # dataclass calls Python-level state methods per object; the constructor with
+        # a flat tuple of the fields is about twice as fast.
+        return (Exchange, _FIELDS(self))
+
+
+_FIELDS = attrgetter(*(f.name for f in fields(Exchange)))
 
 
 class Sink(Protocol):

@@ -6,11 +6,17 @@ Labels are bounded: ``route`` is a known API path or "other", ``status`` a class
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from tailreplay.proxy.exchange import Exchange
@@ -74,6 +80,69 @@ class _RecorderCollector(Collector):
         yield tokens
 
 
+class _Series:
+    """One route's and status class's counts: plain ints, folded into families at scrape.
+
+    prometheus_client's Counter and Histogram take a lock and walk Python objects
+    on every observation — several microseconds a request, on the proxy's one
+    thread. Here an observation is a bisect and two additions; the buckets are
+    made cumulative only when /metrics is read (on the same thread, so no lock).
+    """
+
+    __slots__ = ("latency", "latency_sum", "requests", "ttfb", "ttfb_sum")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.latency = [0] * (len(_LATENCY) + 1)
+        self.latency_sum = 0.0
+        self.ttfb = [0] * (len(_LATENCY) + 1)
+        self.ttfb_sum = 0.0
+
+
+def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
+    out, total = [], 0
+    for bound, n in zip((*map(str, _LATENCY), "+Inf"), counts, strict=True):
+        total += n
+        out.append((bound, float(total)))
+    return out
+
+
+class _RequestCollector(Collector):
+    def __init__(self, metrics: ProxyMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.metrics
+        requests = CounterMetricFamily(
+            "tailreplay_proxy_requests", "Requests proxied.", labels=["route", "status"]
+        )
+        latency = HistogramMetricFamily(
+            "tailreplay_proxy_request_duration_seconds",
+            "Arrival to last byte delivered.",
+            labels=["route"],
+        )
+        ttfb = HistogramMetricFamily(
+            "tailreplay_proxy_ttfb_seconds",
+            "Arrival to first response byte (for SSE: time to first token).",
+            labels=["route"],
+        )
+        by_route: dict[str, list[_Series]] = {}
+        for (route, status), series in m.series.items():
+            requests.add_metric([route, status], series.requests)
+            by_route.setdefault(route, []).append(series)
+        for route, group in by_route.items():
+            lat = [sum(c) for c in zip(*(g.latency for g in group), strict=True)]
+            first = [sum(c) for c in zip(*(g.ttfb for g in group), strict=True)]
+            latency.add_metric([route], _cumulative(lat), sum(g.latency_sum for g in group))
+            ttfb.add_metric([route], _cumulative(first), sum(g.ttfb_sum for g in group))
+        yield requests
+        yield latency
+        yield ttfb
+        yield GaugeMetricFamily(
+            "tailreplay_proxy_in_flight", "Requests in flight.", value=m.in_flight
+        )
+
+
 class ProxyMetrics:
     """The metrics sink; ``registry`` is what the admin port serves."""
 
@@ -81,58 +150,28 @@ class ProxyMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         if recorder is not None:
             self.registry.register(_RecorderCollector(recorder))
-        self.requests = Counter(
-            "tailreplay_proxy_requests",
-            "Requests proxied.",
-            ["route", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "tailreplay_proxy_request_duration_seconds",
-            "Arrival to last byte delivered.",
-            ["route"],
-            buckets=_LATENCY,
-            registry=self.registry,
-        )
-        self.ttfb = Histogram(
-            "tailreplay_proxy_ttfb_seconds",
-            "Arrival to first response byte (for SSE: time to first token).",
-            ["route"],
-            buckets=_LATENCY,
-            registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            "tailreplay_proxy_in_flight", "Requests in flight.", registry=self.registry
-        )
-        self._in_flight = 0
-        self.in_flight.set_function(lambda: self._in_flight)
-        # labels() takes a lock and builds a key every call; on the request path we
-        # look each labelled child up once and keep it.
-        self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
-
-    def _for(self, route: str, status: str) -> tuple[Any, Any, Any]:
-        key = (route, status)
-        child = self._children.get(key)
-        if child is None:
-            child = (
-                self.requests.labels(route, status),
-                self.latency.labels(route),
-                self.ttfb.labels(route),
-            )
-            self._children[key] = child
-        return child
+        self.series: dict[tuple[str, str], _Series] = {}
+        self.in_flight = 0
+        self.registry.register(_RequestCollector(self))
 
     def on_request(self, ex: Exchange) -> None:
-        self._in_flight += 1
+        self.in_flight += 1
 
     def on_chunk(self, ex: Exchange, size: int) -> None:
         pass
 
     def on_complete(self, ex: Exchange) -> None:
-        self._in_flight -= 1
-        requests, latency, ttfb = self._for(ex.route, status_class(ex))
-        requests.inc()
+        self.in_flight -= 1
+        key = (ex.route, status_class(ex))
+        series = self.series.get(key)
+        if series is None:  # bounded: route and status class take a few values each
+            series = self.series[key] = _Series()
+        series.requests += 1
         if ex.duration_ns is not None:
-            latency.observe(ex.duration_ns / 1e9)
+            seconds = ex.duration_ns / 1e9
+            series.latency[bisect_left(_LATENCY, seconds)] += 1
+            series.latency_sum += seconds
         if ex.ttfb_ns is not None:
-            ttfb.observe(ex.ttfb_ns / 1e9)
+            seconds = ex.ttfb_ns / 1e9
+            series.ttfb[bisect_left(_LATENCY, seconds)] += 1
+            series.ttfb_sum += seconds

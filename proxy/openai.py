@@ -154,6 +154,14 @@ class SseRelay:
         return rest
 
 
+def _restore_tap(stream: bool, kept: bytes, content_events: int, truncated: bool) -> ResponseTap:
+    tap = ResponseTap(stream)
+    tap.kept += kept
+    tap.content_events = content_events
+    tap.truncated = truncated
+    return tap
+
+
 class ResponseTap:
     """Keeps what the recorder needs of a response, bounded in memory.
 
@@ -162,11 +170,17 @@ class ResponseTap:
     Other bodies: the first 1 MiB.
     """
 
+    __slots__ = ("content_events", "kept", "stream", "truncated")
+
     def __init__(self, stream: bool) -> None:
         self.stream = stream
         self.kept = bytearray()
         self.content_events = 0
         self.truncated = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with its exchange (see Exchange.__reduce__): a flat tuple.
+        return (_restore_tap, (self.stream, bytes(self.kept), self.content_events, self.truncated))
 
     def feed(self, chunk: bytes) -> None:
         if self.stream:
