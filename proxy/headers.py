@@ -58,6 +58,27 @@ def _connection_listed(headers: CIMultiDictProxy[str]) -> set[str]:
     return listed
 
 
+_DROP_CACHE: dict[tuple[frozenset[str], tuple[str, ...]], frozenset[str]] = {}
+
+
+def _dropped(base: frozenset[str], headers: CIMultiDictProxy[str]) -> frozenset[str]:
+    """``base`` plus the names the Connection header lists.
+
+    Nearly every message says "Connection: keep-alive" or nothing, so the answer is
+    cached by the header's values (a bounded cache: the values come from peers).
+    """
+    values = tuple(headers.getall("connection", ()))
+    if not values:
+        return base
+    key = (base, values)
+    drop = _DROP_CACHE.get(key)
+    if drop is None:
+        drop = base | _connection_listed(headers)
+        if len(_DROP_CACHE) < 256:
+            _DROP_CACHE[key] = drop
+    return drop
+
+
 _REQUEST_NEVER = HOP_BY_HOP | _REQUEST_DROP
 
 
@@ -73,9 +94,7 @@ def request_headers_upstream(
     A list, not a CIMultiDict: the client session builds its own from it, and on
     the request path one copy of the headers is cheaper than two.
     """
-    drop = _REQUEST_NEVER
-    if "connection" in headers:
-        drop = drop | _connection_listed(headers)
+    drop = _dropped(_REQUEST_NEVER, headers)
     out = [(k, v) for k, v in headers.items() if k.lower() not in drop]
     if client_ip:
         prior = headers.get("X-Forwarded-For")
@@ -87,16 +106,14 @@ def request_headers_upstream(
 
 
 _WITH_LENGTH = HOP_BY_HOP
-_WITHOUT_LENGTH = HOP_BY_HOP | {"content-length"}
+_WITHOUT_LENGTH = HOP_BY_HOP | frozenset({"content-length"})
 
 
 def response_headers_downstream(
     headers: CIMultiDictProxy[str], *, keep_length: bool
 ) -> list[tuple[str, str]]:
     """The upstream's response headers for the client, minus hop-by-hop ones."""
-    drop = _WITH_LENGTH if keep_length else _WITHOUT_LENGTH
-    if "connection" in headers:
-        drop = drop | _connection_listed(headers)
+    drop = _dropped(_WITH_LENGTH if keep_length else _WITHOUT_LENGTH, headers)
     return [(k, v) for k, v in headers.items() if k.lower() not in drop]
 
 

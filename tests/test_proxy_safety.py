@@ -194,3 +194,31 @@ async def test_body_over_max_is_413(tmp_path: Path) -> None:
             s.post(proxy.url + "/v1/chat/completions", json=big) as r,
         ):
             assert r.status == 413
+
+
+async def test_upstream_sees_the_clients_headers_and_nothing_of_aiohttps(tmp_path: Path) -> None:
+    seen: list[dict[str, str]] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", echo)
+    async with serve_app(app) as upstream, proxy_to(upstream, tmp_path / "out") as proxy:
+        port = int(proxy.url.rsplit(":", 1)[1])
+        body = b'{"model":"m","input":"x"}'
+        head = (
+            b"POST /v1/embeddings HTTP/1.1\r\nHost: h\r\nX-Custom: 1\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        answer = await _raw_request(port, head)
+    assert answer.startswith(b"HTTP/1.1 200")
+    (headers,) = seen
+    # No User-Agent, Accept, Accept-Encoding (a compressed reply the client never
+    # asked for) or Content-Type added on the way.
+    assert {k.lower() for k in headers} == {
+        "host", "x-custom", "content-length", "x-forwarded-for", "x-forwarded-proto",
+        "x-forwarded-host", "traceparent",
+    }  # fmt: skip
