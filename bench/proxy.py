@@ -259,9 +259,15 @@ def post_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, flo
         if have_nginx:
             stack.enter_context(process(nginx(tmp, 2, ports["nginx-w2"], up), ports["nginx-w2"]))
             targets["nginx, 2 workers"] = ports["nginx-w2"]
-        for name, port in targets.items():
+        for port in targets.values():
             wrk(f"http://127.0.0.1:{port}", 1)  # warm-up
-            runs = [wrk(f"http://127.0.0.1:{port}", args.seconds) for _ in range(args.runs)]
+        # Interleaved (one run of each target, then the next round), so the drift of a
+        # shared machine hits every target alike instead of whichever ran last.
+        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in targets}
+        for _ in range(args.runs):
+            for name, port in targets.items():
+                results[name].append(wrk(f"http://127.0.0.1:{port}", args.seconds))
+        for name, runs in results.items():
             rows.append((name, *(statistics.median(r[i] for r in runs) for i in range(3))))  # type: ignore[arg-type]
 
     return rows

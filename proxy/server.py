@@ -8,6 +8,7 @@ signal exits at once (records already flushed stay readable, as after kill -9).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -123,6 +124,12 @@ async def run(
         with suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
     async with start(config, reuse_port=config.workers > 1) as proxy:
+        # A proxy process, not a library call: tune the collector for forwarding, which
+        # allocates many short-lived objects — the default young-generation pass every
+        # 700 allocations ran several times a request. What start-up made (modules, the
+        # app, the session) is frozen out of collection (about 5% of a request's CPU).
+        gc.freeze()
+        gc.set_threshold(20_000, 20, 20)
         if ready is not None:
             ready(proxy)
         await stop.wait()
