@@ -105,8 +105,7 @@ def with_usage_requested(path: str, raw: bytes) -> bytes | None:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-_CONTENT = re.compile(rb'"content"\s*:\s*"')
-_EMPTY_CONTENT = re.compile(rb'"content"\s*:\s*""')
+_CONTENT = re.compile(rb'"content"\s*:\s*"(?!")')  # a non-empty content string
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
 _TAIL_BYTES = 16 << 10
 _WHOLE_BYTES = 1 << 20
@@ -137,6 +136,8 @@ class SseRelay:
             return b""
         cut = end + (4 if data.startswith(b"\r\n\r\n", end) else 2)
         whole, self._partial = data[:cut], data[cut:]
+        if b'"usage"' not in whole:
+            return whole  # nothing to remove (the usual chunk: one token, no usage field)
         out = []
         for event in re.split(rb"(?<=\n\n)|(?<=\r\n\r\n)", whole):
             if not event:
@@ -187,7 +188,7 @@ class ResponseTap:
             # A byte search, not a JSON parse: cheap enough for every chunk. An event
             # with an empty content string ("content":"") is a role or final chunk.
             # Servers differ in spacing: llama.cpp writes "content": "…".
-            self.content_events += len(_CONTENT.findall(chunk)) - len(_EMPTY_CONTENT.findall(chunk))
+            self.content_events += len(_CONTENT.findall(chunk))
             self.kept += chunk
             if len(self.kept) > 2 * _TAIL_BYTES:
                 del self.kept[: len(self.kept) - _TAIL_BYTES]
