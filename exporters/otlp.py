@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +39,6 @@ from tailreplay.errors import UsageError
 from tailreplay.version import __version__
 
 __all__ = ["PROTOCOLS", "OtlpOptions", "SyncBatches", "Telemetry", "make_exporter"]
-
-log = logging.getLogger("tailreplay.telemetry")
 
 PROTOCOLS = ("grpc", "http/protobuf")
 _ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -296,11 +293,10 @@ class Telemetry:
         *,
         service: str,
         warn: Callable[[str], None],
-        exporter: SpanExporter | None = None,
         batch: bool = True,
         max_queue_size: int = 65_536,
     ) -> Telemetry:
-        """A provider exporting to the configured endpoint (or to ``exporter``, for tests).
+        """A provider exporting to the endpoint ``options`` describe.
 
         ``batch``: a BatchSpanProcessor (export on its own thread; live traffic);
         else ``SyncBatches`` (the caller waits; archives).
@@ -309,7 +305,7 @@ class Telemetry:
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.ERROR)
         where = options.resolved_endpoint() or "the OTLP endpoint"
-        reporting = _Reporting(exporter or make_exporter(options), warn, where)
+        reporting = _Reporting(make_exporter(options), warn, where)
         processor: SpanProcessor = (
             BatchSpanProcessor(
                 reporting,
@@ -344,7 +340,6 @@ class Telemetry:
 
         Returns (spans exported, spans not delivered).
         """
-        t0 = time.monotonic()
         flushed = self.provider.force_flush(int(flush_timeout_s * 1000))
         if not flushed and self.exporter is not None:
             self.exporter.closing = True
@@ -353,5 +348,4 @@ class Telemetry:
         if self.exporter is None:
             return self.emitted, 0
         lost = max(self.emitted - self.exporter.exported, self.exporter.failed)
-        log.debug("telemetry closed in %.2f s", time.monotonic() - t0)
         return self.exporter.exported, lost

@@ -40,14 +40,13 @@ def export_otlp(
     rebase: bool = False,
     skip_corrupt: bool = False,
     progress: Callable[[int], None] = lambda n: None,
-    telemetry: Telemetry | None = None,
 ) -> int:
     """Send one span per record; returns how many were exported.
 
     Raises RunFailed (exit 1) at the first batch the endpoint refuses (or does not
     answer within the timeout), saying how many spans were delivered.
     """
-    telemetry = telemetry or Telemetry.start(
+    telemetry = Telemetry.start(
         options, service="tailreplay-export", warn=lambda line: None, batch=False
     )
     shift = rebase_shift(paths, time.time_ns()) if rebase else 0
