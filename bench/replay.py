@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -45,7 +46,12 @@ export default function () {
 """
 
 
-def even_archive(path: Path, rate: int, seconds: float) -> None:
+def even_archive(
+    path: Path, rate: int, seconds: float, *, traced: bool = False, **fields: Any
+) -> int:
+    """``rate * seconds`` evenly spaced chat requests (16-token prompts, 2-token outputs);
+    ``traced`` gives each its own trace and span id; ``fields`` set more Record fields.
+    Returns the count."""
     t0 = 1_700_000_000 * 10**9
     n = int(rate * seconds)
     gap = round(1e9 / rate)
@@ -54,13 +60,17 @@ def even_archive(path: Path, rate: int, seconds: float) -> None:
             w.append(
                 Record(
                     start_ns=t0 + i * gap,
+                    trace_id=(i + 1).to_bytes(16, "big") if traced else None,
+                    span_id=(i + 1).to_bytes(8, "big") if traced else None,
                     method="POST",
                     path="/v1/chat/completions",
                     input_tokens=16,
                     output_tokens=2,
                     duration_ns=10**7,
+                    **fields,
                 )
             )
+    return n
 
 
 def ours(url: str, archive: Path, tmp: Path) -> dict[str, float]:

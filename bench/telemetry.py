@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from replay import even_archive
+
 from proxy import free_port, process
-from tailreplay.traces.format import make_header
 from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
 
 SINK = """
 import sys
@@ -45,29 +45,6 @@ app = web.Application(client_max_size=64 << 20)
 app.router.add_post("/v1/traces", traces)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
 """
-
-
-def even_archive(path: Path, rate: int, seconds: float) -> int:
-    t0 = 1_700_000_000 * 10**9
-    n = int(rate * seconds)
-    gap = round(1e9 / rate)
-    with ArchiveWriter(path, header=make_header("bench", ordered=True), block_when_full=True) as w:
-        for i in range(n):
-            w.append(
-                Record(
-                    start_ns=t0 + i * gap,
-                    trace_id=(i + 1).to_bytes(16, "big"),
-                    span_id=(i + 1).to_bytes(8, "big"),
-                    method="POST",
-                    path="/v1/chat/completions",
-                    model="m",
-                    stream=True,
-                    input_tokens=16,
-                    output_tokens=2,
-                    duration_ns=10**7,
-                )
-            )
-    return n
 
 
 def replay(url: str, archive: Path, tmp: Path, *extra: str) -> dict[str, float]:
@@ -125,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         archive = tmp / "a.msgpack"
-        n = even_archive(archive, args.rate, args.seconds)
+        n = even_archive(archive, args.rate, args.seconds, traced=True, model="m", stream=True)
         sim_port, sink_port = free_port(), free_port()
         sim = [sys.executable, "-m", "tailreplay", "sim", "--listen", f"127.0.0.1:{sim_port}",
                "--profile", "fast"]  # fmt: skip
