@@ -66,3 +66,34 @@ async def metric(base_url: str, name: str) -> float:
             if line.startswith((name + "{", name + " ")):
                 return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"{name} not in /metrics")
+
+
+def chat_archive(
+    path: Path, n: int, *, gap_ms: float, seed: int, model: str = "llama-3-8b", **extra: Any
+) -> list[dict[str, Any]]:
+    """``n`` chat-completion records ``gap_ms`` apart, written plainly; returns the maps.
+
+    Each has its own random trace and span id (seeded: distinct seeds, distinct
+    traces), streams alternate, and a recorded duration; ``extra`` sets more fields
+    on every record.
+    """
+    rng = random.Random(seed)
+    maps = [
+        {
+            "start_ns": 1_700_000_000 * 10**9 + round(i * gap_ms * 1e6),
+            "trace_id": rng.randbytes(16),
+            "span_id": rng.randbytes(8),
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "model": model,
+            "stream": i % 2 == 0,
+            "status": 200,
+            "input_tokens": rng.randint(20, 200),
+            "output_tokens": rng.randint(2, 8),
+            "duration_ns": rng.randint(10**7, 10**9),
+            **extra,
+        }
+        for i in range(n)
+    ]
+    write_plain(path, maps)
+    return maps

@@ -6,7 +6,6 @@ given certificates from a throwaway CA (trustme).
 
 from __future__ import annotations
 
-import random
 import ssl
 import time
 from collections.abc import Iterator
@@ -17,29 +16,14 @@ import trustme
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tests.helpers import write_plain
+from tests.helpers import chat_archive, write_plain
 from tests.otlp_receiver import receiver_in_thread
-
-T0 = 1_700_000_000 * 10**9
 
 
 def _archive(path: Path, n: int) -> list[dict]:
-    rng = random.Random(11)
-    maps = [
-        {
-            "start_ns": T0 + i * 7_000_000,
-            "trace_id": rng.randbytes(16),
-            "span_id": rng.randbytes(8),
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "model": "m",
-            "status": 200 if i % 100 else 500,
-            "input_tokens": rng.randint(10, 900),
-            "output_tokens": rng.randint(1, 300),
-            "duration_ns": rng.randint(10**7, 10**9),
-        }
-        for i in range(n)
-    ]
+    maps = chat_archive(path, n, gap_ms=7, seed=11, model="m")
+    for i, m in enumerate(maps):
+        m["status"] = 500 if i % 100 == 0 else 200  # some errors among them
     write_plain(path, maps)
     return maps
 

@@ -30,33 +30,12 @@ from tailreplay.tracecontext import parse_traceparent
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 from tests.fixed_upstream import fixed_app
-from tests.helpers import write_plain
+from tests.helpers import chat_archive
 from tests.otlp_receiver import receiver
 from tests.proxy_helpers import proxy_to, records, serve_app
 
 T0 = 1_700_000_000 * 10**9
 TRACEPARENTS = web.AppKey("traceparents", dict)
-
-
-def _archive(path: Path, n: int, seed: int = 3) -> list[dict]:
-    rng = random.Random(seed)
-    maps = [
-        {
-            "start_ns": T0 + i * 20_000_000,
-            "trace_id": rng.randbytes(16),
-            "span_id": rng.randbytes(8),
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "model": "llama-3-8b",
-            "stream": i % 2 == 0,
-            "input_tokens": rng.randint(20, 100),
-            "output_tokens": rng.randint(2, 8),
-            "duration_ns": rng.randint(10**8, 10**9),
-        }
-        for i in range(n)
-    ]
-    write_plain(path, maps)
-    return maps
 
 
 def _sim_recording_traceparents() -> web.Application:
@@ -77,7 +56,7 @@ def _sim_recording_traceparents() -> web.Application:
 async def _replay_in_memory(
     tmp_path: Path, n: int, options: OtlpOptions
 ) -> tuple[list, dict[str, bytes], list[Record], str]:
-    _archive(tmp_path / "a.msgpack", n)
+    chat_archive(tmp_path / "a.msgpack", n, gap_ms=20, seed=3)
     memory = InMemorySpanExporter()
     telemetry = Telemetry.for_processor(SimpleSpanProcessor(memory), options)
     app = _sim_recording_traceparents()
@@ -96,7 +75,9 @@ async def _replay_in_memory(
 async def test_replayed_span_is_the_context_the_target_received(tmp_path: Path) -> None:
     options = OtlpOptions(resource=(("deployment.environment", "staging"),))
     spans, received, results, url = await _replay_in_memory(tmp_path, 30, options)
-    recorded = {m["trace_id"]: m for m in _archive(tmp_path / "again.msgpack", 30)}
+    recorded = {
+        m["trace_id"]: m for m in chat_archive(tmp_path / "again.msgpack", 30, gap_ms=20, seed=3)
+    }
     assert len(spans) == 30 == len(received)
     port = int(url.rsplit(":", 1)[1])
     by_span = {r.span_id: r for r in results}
@@ -153,7 +134,7 @@ async def test_capture_content_puts_the_prompt_in_the_span(tmp_path: Path) -> No
 
 
 async def test_errors_set_error_type_and_status(tmp_path: Path) -> None:
-    _archive(tmp_path / "a.msgpack", 3)
+    chat_archive(tmp_path / "a.msgpack", 3, gap_ms=20, seed=3)
     memory = InMemorySpanExporter()
     telemetry = Telemetry.for_processor(SimpleSpanProcessor(memory), OtlpOptions())
 

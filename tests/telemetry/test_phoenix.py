@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 from pathlib import Path
 
@@ -10,34 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tests.helpers import write_plain
+from tests.helpers import chat_archive
 from tests.telemetry.conftest import IN_NETNS, Phoenix
-
-T0 = 1_700_000_000 * 10**9
-
-
-def _archive(path: Path, n: int, gap_ms: float, seed: int) -> list[dict]:
-    # Distinct seeds: Phoenix files a trace under the project of its first span, and a
-    # replay's spans join the recorded traces.
-    rng = random.Random(seed)
-    maps = [
-        {
-            "start_ns": T0 + round(i * gap_ms * 1e6),
-            "trace_id": rng.randbytes(16),
-            "span_id": rng.randbytes(8),
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "model": "llama-3-8b",
-            "stream": i % 2 == 0,
-            "status": 200,
-            "input_tokens": rng.randint(20, 200),
-            "output_tokens": rng.randint(2, 8),
-            "duration_ns": rng.randint(10**7, 10**9),
-        }
-        for i in range(n)
-    ]
-    write_plain(path, maps)
-    return maps
 
 
 def _ns(iso: str) -> int:
@@ -51,8 +24,12 @@ def _run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.stdout + result.stderr
 
 
+# Distinct seeds per test: Phoenix files a trace under the project of its first span,
+# and a replay's spans join the recorded traces.
+
+
 def test_replay_of_200_requests_lands_in_phoenix(tmp_path: Path, phoenix: Phoenix) -> None:
-    _archive(tmp_path / "a.msgpack", 200, gap_ms=10, seed=1)
+    chat_archive(tmp_path / "a.msgpack", 200, gap_ms=10, seed=1)
     code, out = _run(
         "replay", str(tmp_path / "a.msgpack"), "--speed", "2x",
         "--out", str(tmp_path / "r.msgpack"),
@@ -76,7 +53,7 @@ def test_replay_of_200_requests_lands_in_phoenix(tmp_path: Path, phoenix: Phoeni
 def test_export_of_1000_records_keeps_original_start_times(
     tmp_path: Path, phoenix: Phoenix
 ) -> None:
-    maps = _archive(tmp_path / "a.msgpack", 1000, gap_ms=3.5, seed=2)
+    maps = chat_archive(tmp_path / "a.msgpack", 1000, gap_ms=3.5, seed=2)
     code, out = _run(
         "traces", "export", "otlp", str(tmp_path / "a.msgpack"),
         "--otlp-endpoint", phoenix.traces,
@@ -95,7 +72,7 @@ def test_export_of_1000_records_keeps_original_start_times(
     "interface); `make test-telemetry` makes one where unshare -n is allowed",
 )
 def test_grpc_export_to_phoenix(tmp_path: Path, phoenix: Phoenix) -> None:
-    maps = _archive(tmp_path / "a.msgpack", 100, gap_ms=5, seed=3)
+    maps = chat_archive(tmp_path / "a.msgpack", 100, gap_ms=5, seed=3)
     code, out = _run(
         "traces", "export", "otlp", str(tmp_path / "a.msgpack"),
         "--otlp-endpoint", phoenix.grpc, "--otlp-protocol", "grpc", "--otlp-insecure",
