@@ -77,6 +77,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/archive.py
 	$(BIN)/python bench/sim.py
+	$(BIN)/python bench/telemetry.py
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache
