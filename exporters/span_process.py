@@ -95,11 +95,10 @@ class SpanProcess:
         self._proc.start()
         reader.close()
         result_writer.close()
-        self._pipe = BatchPipe(writer, _PIPE_LIMIT)
-        self._batch: list[tuple[Record, Content | None]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._pipe = BatchPipe(
+            writer, limit=_PIPE_LIMIT, flush_s=_FLUSH_S, on_flush=self._warn_once
+        )
         self._warned = False
-        self.dropped = 0
 
     @property
     def capture_content(self) -> bool:
@@ -108,38 +107,24 @@ class SpanProcess:
     async def attach(self) -> None:
         """Start sending from the running loop (a non-blocking pipe)."""
         await self._pipe.attach()
-        self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._tick)
 
     def emit(self, record: Record, *, content: Content | None = None) -> None:
-        self._batch.append((record, content))
-
-    def _tick(self) -> None:
-        self._timer = asyncio.get_running_loop().call_later(_FLUSH_S, self._tick)
-        self._send()
-        self._tick_warning()
-
-    def _send(self) -> None:
-        batch, self._batch = self._batch, []
-        if batch and not self._pipe.send(batch):
-            self.dropped += len(batch)  # the child is behind or gone: never block the loop
+        self._pipe.append((record, content))
 
     async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
         """Send the rest, let the child flush; returns (spans exported, not delivered)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._send()
         self._pipe.close()
-        self._tick_warning()
+        self._warn_once()
         loop = asyncio.get_running_loop()
         ready = await loop.run_in_executor(None, self._result.poll, timeout_s)
         exported, lost = self._result.recv() if ready else (0, 0)
         await loop.run_in_executor(None, self._proc.join, 5)
         if self._proc.is_alive():
             self._proc.kill()
-        self._tick_warning()
-        return exported, lost + self.dropped
+        self._warn_once()
+        return exported, lost + self._pipe.dropped
 
-    def _tick_warning(self) -> None:
+    def _warn_once(self) -> None:
         """The child's first failed export, said once on the parent's stderr."""
         if self._failed.value and not self._warned:
             self._warned = True

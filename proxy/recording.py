@@ -152,11 +152,10 @@ class RecorderClient:
         self._proc.start()
         reader.close()
         ready_writer.close()
-        self._pipe = BatchPipe(writer, _PIPE_LIMIT)
+        self._pipe = BatchPipe(
+            writer, limit=_PIPE_LIMIT, flush_s=_FLUSH_S, max_batch=_MAX_BATCH, on_drop=self._dropped
+        )
         self._ready = ready_reader
-        self._batch: list[Exchange] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self.dropped = 0
         self._drop_logged_at = 0.0
 
     async def attach(self) -> None:
@@ -168,7 +167,6 @@ class RecorderClient:
 
             raise InputError(message)
         await self._pipe.attach()
-        self._timer = loop.call_later(_FLUSH_S, self._flush)
 
     def _wait_ready(self) -> str:
         if not self._ready.poll(60):
@@ -181,7 +179,7 @@ class RecorderClient:
 
     @property
     def total_dropped(self) -> int:
-        return self.dropped + int(self.stats[Stat.WRITER_DROPPED])
+        return self._pipe.dropped + int(self.stats[Stat.WRITER_DROPPED])
 
     # -- the sink --------------------------------------------------------------------
 
@@ -192,25 +190,10 @@ class RecorderClient:
         pass
 
     def on_complete(self, ex: Exchange) -> None:
-        if len(self._batch) >= _MAX_BATCH:
-            self._drop(1)
-            return
-        self._batch.append(ex)
+        # The recorder is behind or gone past the pipe's limits: drop, never block.
+        self._pipe.append(ex)
 
-    # -- sending ---------------------------------------------------------------------
-
-    def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(_FLUSH_S, self._flush)
-        self._send()
-
-    def _send(self) -> None:
-        batch, self._batch = self._batch, []
-        if batch and not self._pipe.send(batch):
-            self._drop(len(batch))  # the recorder is behind or gone: never block forwarding
-
-    def _drop(self, n: int) -> None:
-        self.dropped += n
+    def _dropped(self, n: int) -> None:
         now = time.monotonic()
         if now - self._drop_logged_at > 10:  # one line per incident, not per record
             log.warning("recorder behind: dropping records (%d so far)", self.total_dropped)
@@ -218,9 +201,6 @@ class RecorderClient:
 
     async def close(self, timeout_s: float = 60.0) -> None:
         """Send what is left, close the pipe, and wait for the recorder to finish."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._send()
         self._pipe.close()
         await asyncio.get_running_loop().run_in_executor(None, self._proc.join, timeout_s)
         if self._proc.is_alive():

@@ -1,10 +1,11 @@
 """Batches from the event loop to a child process, over a pipe that never blocks the loop.
 
 The proxy's recorder and the replayer's span exporter both do their slow work in
-a child process; the loop only pickles a batch now and then and writes it to the
-pipe through an asyncio write transport. When the child falls behind and the
-bytes waiting pass ``limit``, the batch is dropped (the caller counts it): a
-request is never made to wait for recording or telemetry.
+a child process; the loop only appends items to a list, and every ``flush_s``
+the list is pickled and written to the pipe through an asyncio write transport.
+When the child falls behind and the bytes waiting pass ``limit`` (or the list
+passes ``max_batch`` between flushes), items are dropped and counted: a request
+is never made to wait for recording or telemetry.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import os
 import pickle
 import struct
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -20,20 +22,56 @@ __all__ = ["BatchPipe"]
 
 
 class BatchPipe:
-    def __init__(self, conn: Connection, limit: int) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        *,
+        limit: int,
+        flush_s: float,
+        max_batch: int | None = None,
+        on_drop: Callable[[int], None] | None = None,
+        on_flush: Callable[[], None] | None = None,
+    ) -> None:
         self._conn = conn
         self.limit = limit
+        self.flush_s = flush_s
+        self.max_batch = max_batch
+        self.on_drop = on_drop
+        """Called with the number just dropped (after ``dropped`` is updated)."""
+        self.on_flush = on_flush
+        """Called after every periodic flush (the owner's own periodic checks)."""
+        self.dropped = 0
+        self._batch: list[Any] = []
         self._transport: asyncio.WriteTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     async def attach(self) -> None:
-        """Start writing from the running loop."""
+        """Start writing from the running loop, flushing every ``flush_s``."""
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(self._conn.fileno()), "wb", buffering=0)
         self._conn.close()
         self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
+        self._timer = loop.call_later(self.flush_s, self._tick)
 
-    def send(self, batch: list[Any]) -> bool:
-        """Queue ``batch`` for the child; False if it was dropped (child behind or gone)."""
+    def append(self, item: Any) -> None:
+        if self.max_batch is not None and len(self._batch) >= self.max_batch:
+            self._drop(1)
+            return
+        self._batch.append(item)
+
+    def _tick(self) -> None:
+        self._timer = asyncio.get_running_loop().call_later(self.flush_s, self._tick)
+        self.flush()
+        if self.on_flush is not None:
+            self.on_flush()
+
+    def flush(self) -> None:
+        """Write the items appended so far (or drop them, if the child is behind or gone)."""
+        batch, self._batch = self._batch, []
+        if batch and not self._write(batch):
+            self._drop(len(batch))
+
+    def _write(self, batch: list[Any]) -> bool:
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
@@ -44,8 +82,16 @@ class BatchPipe:
         transport.write(struct.pack("!i", len(data)) + data)
         return True
 
+    def _drop(self, n: int) -> None:
+        self.dropped += n
+        if self.on_drop is not None:
+            self.on_drop(n)
+
     def close(self) -> None:
-        """End of input: the child reads what was sent, then EOF."""
+        """Write what is left; end of input: the child reads what was sent, then EOF."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.flush()
         if self._transport is not None:
             self._transport.close()
         else:
