@@ -64,7 +64,7 @@ class OtlpOptions:
 
     @property
     def enabled(self) -> bool:
-        return self.endpoint is not None or any(os.environ.get(v) for v in _ENDPOINT_ENV)
+        return self.resolved_endpoint() is not None
 
     def resolved_endpoint(self) -> str | None:
         """The endpoint the exporter will use: the flag, else the environment's."""

@@ -13,7 +13,12 @@ from contextlib import asynccontextmanager
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-__all__ = ["BoundedLabel", "metrics_app", "serve_metrics"]
+__all__ = ["BoundedLabel", "metrics_app", "serve_metrics", "status_class"]
+
+
+def status_class(status: int | None) -> str:
+    """The ``status`` label: 2xx, 4xx, 5xx…, or "error" when no response came (status 0)."""
+    return f"{status // 100}xx" if status else "error"
 
 
 class BoundedLabel:

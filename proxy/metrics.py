@@ -19,18 +19,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from tailreplay.exporters.prometheus import status_class
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recording import ROUTES, RecorderClient, Stat
 
-__all__ = ["ProxyMetrics", "status_class"]
+__all__ = ["ProxyMetrics"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-
-
-def status_class(ex: Exchange) -> str:
-    if ex.error is not None and ex.status == 0:
-        return "error"
-    return f"{ex.status // 100}xx"
 
 
 class _RecorderCollector(Collector):
@@ -162,7 +157,7 @@ class ProxyMetrics:
 
     def on_complete(self, ex: Exchange) -> None:
         self.in_flight -= 1
-        key = (ex.route, status_class(ex))
+        key = (ex.route, status_class(ex.status))
         series = self.series.get(key)
         if series is None:  # bounded: route and status class take a few values each
             series = self.series[key] = _Series()

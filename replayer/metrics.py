@@ -16,21 +16,15 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tailreplay.exporters.prometheus import BoundedLabel
+from tailreplay.exporters.prometheus import BoundedLabel, status_class
 from tailreplay.proxy.openai import route_label
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.traces.record import Record
 
-__all__ = ["ReplayMetrics", "status_class"]
+__all__ = ["ReplayMetrics"]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
-
-
-def status_class(record: Record) -> str:
-    if record.status:
-        return f"{record.status // 100}xx"
-    return "error"
 
 
 class _DispatchCollector(Collector):
@@ -104,7 +98,7 @@ class ReplayMetrics:
         """Fold one result record in (dropped ones are counted by the dispatcher)."""
         if r.error == "dropped":
             return
-        route, model, status = route_label(r.path), self.model(r.model), status_class(r)
+        route, model, status = route_label(r.path), self.model(r.model), status_class(r.status)
         self.completed.labels(route, model, status).inc()
         if r.is_error:
             self.errors.labels(route, model, status).inc()

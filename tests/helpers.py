@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,10 @@ def chat_archive(
     ]
     write_plain(path, maps)
     return maps
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (free when asked; tests bind it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import free_port
 
 FLUSH_S = 1.0  # the proxy's flush interval
 SLACK_S = 1.0  # a busy CI machine's scheduling delays, on top of it
@@ -30,14 +30,8 @@ def sim_url() -> Iterator[str]:
         yield url
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_proxy(upstream: str, out: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
-    port, admin = _free_port(), _free_port()
+    port, admin = free_port(), free_port()
     proc = subprocess.Popen(
         [
             sys.executable,

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.sim.launcher import sim_process
-from tests.helpers import write_plain
+from tests.helpers import free_port, write_plain
 from tests.otlp_receiver import receiver_in_thread
 
 T0 = 1_700_000_000 * 10**9
@@ -88,7 +88,7 @@ def test_a_dead_or_slow_otlp_endpoint_changes_nothing_that_matters(
 
 def test_replay_serves_prometheus_metrics_while_it_runs(tmp_path: Path, sim: str) -> None:
     _archive(tmp_path / "a.msgpack", 300, rate=100)
-    port = _free_port()
+    port = free_port()
     scraped: list[str] = []
     done = threading.Event()
 
@@ -118,14 +118,6 @@ def test_replay_serves_prometheus_metrics_while_it_runs(tmp_path: Path, sim: str
     assert (
         'tailreplay_replay_ttft_seconds_count{model="m",route="/v1/chat/completions"} 300.0' in last
     )
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_ctrl_c_flushes_the_spans_of_requests_already_done(tmp_path: Path, sim: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,20 +26,15 @@ from tailreplay.cli import cli
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import start
 from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import free_port
 
 MODEL = os.environ.get("TAILREPLAY_E2E_MODEL")
 pytestmark = pytest.mark.skipif(not MODEL, reason="set by `make e2e-real`")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def llama() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         # By default a new request interrupts the one being generated (its stream is cut);
         # an open-loop replay overlaps requests, so let them queue instead.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,15 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 PHOENIX = os.environ.get("TAILREPLAY_PHOENIX")
 PROMETHEUS = os.environ.get("TAILREPLAY_PROMETHEUS") or shutil.which("prometheus")
 IN_NETNS = os.environ.get("TAILREPLAY_NETNS") == "1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], timeout_s: float, log: Path) -> None:

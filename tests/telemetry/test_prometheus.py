@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from tailreplay.sim.launcher import sim_process
-from tests.telemetry.conftest import PROMETHEUS, free_port, wait_http
+from tests.helpers import free_port
+from tests.telemetry.conftest import PROMETHEUS, wait_http
 
 pytestmark = pytest.mark.skipif(
     not PROMETHEUS, reason="prometheus not installed: run `make test-telemetry`"
