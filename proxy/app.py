@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import aiohttp
 from aiohttp import web
@@ -21,7 +21,6 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
-from multidict import CIMultiDict
 from yarl import URL
 
 from tailreplay.proxy.config import ProxyConfig
@@ -77,24 +76,6 @@ def build_server(
     )
 
 
-_NO_AUTO_HEADERS: CIMultiDict[None] = CIMultiDict(
-    (h, None) for h in ("Accept", "Accept-Encoding", "Content-Type", "User-Agent")
-)
-
-
-class _AsSent(aiohttp.ClientRequest):
-    """A request that adds none of aiohttp's automatic headers to what the client sent.
-
-    The upstream must see the client's headers, not ours: an Accept-Encoding the
-    client never sent would get it a compressed body it did not ask for. aiohttp's
-    ``skip_auto_headers`` does this, but rebuilds and merges header multidicts per
-    request (~7 µs, 3% of forwarding); this sets the same skip list once.
-    """
-
-    def update_auto_headers(self, skip_auto_headers: Iterable[str] | None) -> None:
-        self._skip_auto_headers = _NO_AUTO_HEADERS
-
-
 def client_session(config: ProxyConfig) -> aiohttp.ClientSession:
     """The one upstream session: pooled keep-alive connections, bytes passed as they are."""
     connector = aiohttp.TCPConnector(
@@ -107,6 +88,8 @@ def client_session(config: ProxyConfig) -> aiohttp.ClientSession:
         timeout=aiohttp.ClientTimeout(
             total=config.timeout_s, sock_connect=min(config.timeout_s, 10)
         ),
+        # The upstream sees the client's headers, not aiohttp's defaults: an
+        # Accept-Encoding the client never sent would get it a compressed body.
         skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
     )
 
