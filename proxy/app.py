@@ -102,7 +102,7 @@ class _Forwarder:
         self.sinks = sinks
         self.session = session
         self.allowed = config.allowed_origins()
-        self._targets: dict[str, URL | None] = {}
+        self._targets: dict[str, URL] = {}
 
     def _target(self, raw_path: str) -> URL | None:
         # A few paths carry nearly all traffic: building and checking their URL once
