@@ -10,7 +10,6 @@ ingester, Jaeger with a short retention) drop spans older than a window.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 
 from opentelemetry.trace import SpanKind
@@ -18,15 +17,14 @@ from opentelemetry.trace import SpanKind
 from tailreplay.errors import RunFailed
 from tailreplay.exporters.otlp import OtlpOptions, SyncBatches, Telemetry
 from tailreplay.exporters.spans import RecordSpans
-from tailreplay.traces.columns import load_columns
+from tailreplay.traces.columns import Columns
 from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["export_otlp", "rebase_shift"]
 
 
-def rebase_shift(paths: Sequence[str | os.PathLike[str]], now_ns: int) -> int:
-    """The shift that makes the archive's last span end at ``now_ns``."""
-    cols = load_columns(paths, ["duration_ns"])
+def rebase_shift(cols: Columns, now_ns: int) -> int:
+    """The shift that makes the last span end at ``now_ns`` (``cols`` with duration_ns)."""
     if cols.n == 0:
         return 0
     ends = cols["start_ns"] + cols["duration_ns"]  # absent durations read as 0
@@ -37,11 +35,11 @@ def export_otlp(
     paths: Sequence[str | os.PathLike[str]],
     options: OtlpOptions,
     *,
-    rebase: bool = False,
+    shift_ns: int = 0,
     skip_corrupt: bool = False,
     progress: Callable[[int], None] = lambda n: None,
 ) -> int:
-    """Send one span per record; returns how many were exported.
+    """Send one span per record, its times moved by ``shift_ns``; returns how many.
 
     Raises RunFailed (exit 1) at the first batch the endpoint refuses (or does not
     answer within the timeout), saying how many spans were delivered.
@@ -49,14 +47,13 @@ def export_otlp(
     telemetry = Telemetry.start(
         options, service="tailreplay-export", warn=lambda line: None, batch=False
     )
-    shift = rebase_shift(paths, time.time_ns()) if rebase else 0
     spans = RecordSpans(telemetry, kind=SpanKind.SERVER)
     batches = telemetry.processor if isinstance(telemetry.processor, SyncBatches) else None
     where = options.resolved_endpoint() or "the OTLP endpoint"
     sent = 0
     try:
         for record in ArchiveReader(paths, skip_corrupt=skip_corrupt):
-            record.start_ns += shift
+            record.start_ns += shift_ns
             # A replay's results are client spans (linked to what they replayed).
             kind = SpanKind.CLIENT if record.orig_trace_id is not None else SpanKind.SERVER
             spans.emit(record, kind=kind)

@@ -6,6 +6,7 @@ import contextlib
 import itertools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -256,16 +257,16 @@ def export_otlp(
     files: tuple[Path, ...], otlp: OtlpOptions, rebase_time: bool, skip_corrupt: bool
 ) -> None:
     """Send every record as a span (original timestamps) to an OTLP endpoint."""
-    from tailreplay.exporters.otlp_export import export_otlp
+    from tailreplay.exporters.otlp_export import export_otlp, rebase_shift
     from tailreplay.traces.columns import load_columns
 
     if not otlp.enabled:
         raise UsageError("no --otlp-endpoint (nor OTEL_EXPORTER_OTLP_ENDPOINT) to export to")
-    total = load_columns(files, [], skip_corrupt=skip_corrupt).n
-    with _progress_bar(total, "spans") as advance:
-        n = export_otlp(
-            files, otlp, rebase=rebase_time, skip_corrupt=skip_corrupt, progress=advance
-        )
+    # One pass for the count (the progress bar) and, to rebase, the last end time.
+    cols = load_columns(files, ["duration_ns"] if rebase_time else [], skip_corrupt=skip_corrupt)
+    shift = rebase_shift(cols, time.time_ns()) if rebase_time else 0
+    with _progress_bar(cols.n, "spans") as advance:
+        n = export_otlp(files, otlp, shift_ns=shift, skip_corrupt=skip_corrupt, progress=advance)
     click.echo(f"exported {n:,} spans to {otlp.resolved_endpoint()}", err=True)
 
 
