@@ -1,8 +1,9 @@
 """The forwarding handler: one request in, the same request upstream, the response back.
 
-Streams both ways: the response goes to the client chunk by chunk as it arrives
-(``iter_any``, a 1 MiB read buffer, no decompression), so time to first token is
-the upstream's plus a loop turn. Only configured upstreams are ever contacted:
+Streams both ways: the response goes to the client chunk by chunk as it arrives,
+written from the upstream connection's read callback (``proxy/upstream.py``), so
+time to first token is the upstream's plus a socket write; bytes pass as they are
+(no decompression). Only configured upstreams are ever contacted:
 the target URL is built by appending the request path to the configured base and
 checked again before sending, so absolute-form targets, CONNECT, ``//host`` paths
 and Host headers cannot steer a request elsewhere.
@@ -15,7 +16,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-import aiohttp
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
@@ -33,13 +33,12 @@ from tailreplay.proxy.openai import (
     route_label,
     with_usage_requested,
 )
+from tailreplay.proxy.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
-__all__ = ["build_server", "client_session"]
+__all__ = ["build_server", "upstream_pool"]
 
 log = logging.getLogger("tailreplay.proxy")
-
-_READ_BUFSIZE = 1 << 20
 
 
 def _json_error(status: int, message: str, kind: str) -> web.Response:
@@ -48,16 +47,14 @@ def _json_error(status: int, message: str, kind: str) -> web.Response:
     )
 
 
-def build_server(
-    config: ProxyConfig, sinks: Sequence[Sink], session: aiohttp.ClientSession
-) -> web.Server:
+def build_server(config: ProxyConfig, sinks: Sequence[Sink], pool: UpstreamPool) -> web.Server:
     """The proxy's HTTP server: aiohttp's low-level server, every request to one handler.
 
     A reverse proxy has one route, so the Application layer — router, middleware
     chain, per-request match info — would be pure cost: about 5% of a request's CPU
     (bench/proxy.py).
     """
-    forwarder = _Forwarder(config, list(sinks), session)
+    forwarder = _Forwarder(config, list(sinks), pool)
 
     def make_request(
         message: RawRequestMessage,
@@ -76,48 +73,38 @@ def build_server(
     )
 
 
-def client_session(config: ProxyConfig) -> aiohttp.ClientSession:
-    """The one upstream session: pooled keep-alive connections, bytes passed as they are."""
-    connector = aiohttp.TCPConnector(
-        limit=0, limit_per_host=0, keepalive_timeout=60, ttl_dns_cache=300
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        auto_decompress=False,
-        read_bufsize=_READ_BUFSIZE,
-        timeout=aiohttp.ClientTimeout(
-            total=config.timeout_s, sock_connect=min(config.timeout_s, 10)
-        ),
-        # The upstream sees the client's headers, not aiohttp's defaults: an
-        # Accept-Encoding the client never sent would get it a compressed body.
-        skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept", "Content-Type"),
-    )
+def upstream_pool(config: ProxyConfig) -> UpstreamPool:
+    """The one upstream client: pooled keep-alive connections, bytes passed as they are."""
+    return UpstreamPool(timeout_s=config.timeout_s, connect_timeout_s=min(config.timeout_s, 10))
 
 
 class _Forwarder:
-    def __init__(
-        self, config: ProxyConfig, sinks: list[Sink], session: aiohttp.ClientSession
-    ) -> None:
+    def __init__(self, config: ProxyConfig, sinks: list[Sink], pool: UpstreamPool) -> None:
         self.config = config
         self.sinks = sinks
-        self.session = session
+        self.pool = pool
         self.allowed = config.allowed_origins()
-        self._targets: dict[str, URL] = {}
+        self._targets: dict[str, tuple[Origin, str]] = {}
 
-    def _target(self, raw_path: str) -> URL | None:
-        # A few paths carry nearly all traffic: building and checking their URL once
-        # saves a URL parse per request. Bounded, since paths come from clients.
-        if (url := self._targets.get(raw_path)) is not None:
-            return url
+    def _target(self, raw_path: str) -> tuple[Origin, str] | None:
+        """The upstream origin and request target for a path, or None if not allowed.
+
+        A few paths carry nearly all traffic: building and checking their URL once
+        saves a URL parse per request. Bounded, since paths come from clients.
+        """
+        if (target := self._targets.get(raw_path)) is not None:
+            return target
         base = self.config.upstream_for(raw_path)
         # String concatenation, never URL joining: "//evil.example/x" must stay a path.
         url = URL(str(base).rstrip("/") + raw_path, encoded=True)
-        if (url.scheme, url.host, url.port) not in self.allowed:
+        if (url.scheme, url.host, url.port) not in self.allowed or url.host is None:
             return None
+        assert url.port is not None  # http and https have default ports
+        target = (Origin(url.scheme, url.host, url.port), url.raw_path_qs)
         if len(self._targets) >= 4096:
             self._targets.clear()
-        self._targets[raw_path] = url
-        return url
+        self._targets[raw_path] = target
+        return target
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         # A forward-proxy request is refused before anything else, never resolved.
@@ -182,7 +169,7 @@ class _Forwarder:
         if (tracestate := request.headers.get("tracestate")) is not None:
             headers.append(("tracestate", tracestate))
 
-        data: bytes | aiohttp.StreamReader | None
+        data: bytes | StreamReader | None
         if request.can_read_body and ex.route in OPENAI_PATHS:
             try:
                 raw = await request.read()
@@ -202,37 +189,36 @@ class _Forwarder:
         else:
             data = None
 
+        origin, path = target
         try:
-            upstream = await self.session.request(
+            upstream = await self.pool.send(
+                origin,
                 request.method,
-                target,
-                headers=headers,
-                data=data,
-                allow_redirects=False,
-                compress=None,
-                auto_decompress=False,
+                path,
+                headers,
+                data.iter_any() if isinstance(data, StreamReader) else data,
+                content_length=request.content_length,
             )
-        except TimeoutError:
-            ex.error, ex.status = "upstream_timeout", 504
-            return _json_error(504, "the upstream did not answer in time", "upstream_timeout")
-        except aiohttp.ClientConnectorError as exc:
-            ex.error, ex.status = "upstream_connect", 502
-            return _json_error(
-                502, f"cannot connect to the upstream: {exc.os_error}", "upstream_connect"
-            )
-        except aiohttp.ClientError as exc:
-            ex.error, ex.status = "upstream_error", 502
-            return _json_error(502, f"upstream error: {type(exc).__name__}", "upstream_error")
-
-        async with upstream:
+        except UpstreamError as exc:
+            ex.error, ex.status = exc.kind, exc.status
+            return _json_error(exc.status, exc.message, exc.kind)
+        try:
             return await self._relay(request, upstream, ex)
+        finally:
+            upstream.close()
 
     async def _relay(
-        self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, ex: Exchange
+        self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange
     ) -> web.StreamResponse:
         ex.status = upstream.status
-        ex.content_encoding = upstream.headers.get("Content-Encoding")
-        is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        content_type = ""
+        for name, value in upstream.headers:
+            lower = name.lower()
+            if lower == "content-type":
+                content_type = value
+            elif lower == "content-encoding":
+                ex.content_encoding = value
+        is_sse = content_type.startswith("text/event-stream")
         relay = SseRelay() if is_sse and ex.injected_usage else None
         ex.tap = ResponseTap(stream=is_sse)
         if is_sse:
@@ -244,51 +230,104 @@ class _Forwarder:
         )
         try:
             await response.prepare(request)
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        except ConnectionResetError:
             ex.error = "client_abort"
             return response
-        sinks, tap, t0 = self.sinks, ex.tap, ex.t0_ns
-        try:
-            async for chunk in upstream.content.iter_any():
-                now = time.monotonic_ns()
-                if ex.gaps_us is not None:
-                    # One gap per SSE event (≈ per token): events that arrived in the
-                    # same read came together, so all but the first get a gap of 0.
-                    events = chunk.count(b"\n\n") or 1
-                    first = (now - ex.last_chunk_ns) // 1000 if ex.ttfb_ns is not None else None
-                    if first is not None:
-                        ex.gaps_us.append(first)
-                    ex.gaps_us.extend([0] * (events - 1))
-                if ex.ttfb_ns is None:
-                    ex.ttfb_ns = now - t0
-                ex.last_chunk_ns = now
-                tap.feed(chunk)
-                out = relay.feed(chunk) if relay is not None else chunk
-                if out:
-                    await response.write(out)
-                    ex.bytes_out += len(out)
-                for sink in sinks:
-                    sink.on_chunk(ex, len(chunk))
-        except TimeoutError:
-            ex.error = "upstream_timeout"
-            _abort(request)
+        client = request.transport
+        if client is None or client.is_closing():
+            ex.error = "client_abort"
             return response
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-            ex.error = "upstream_reset"
+        to_client = _ToClient(
+            ex, client, self.sinks, relay,
+            chunked=response.headers.get("Transfer-Encoding") == "chunked",
+        )  # fmt: skip
+        upstream.start(to_client)
+        try:
+            while not await upstream.wait():
+                # The client reads slower than the upstream writes: the upstream
+                # connection is paused until the client's socket buffer drains.
+                if to_client.gone:
+                    ex.error = "client_abort"
+                    return response
+                await response.drain()
+                upstream.resume()
+        except UpstreamError as exc:
+            ex.error = "upstream_timeout" if exc.kind == "upstream_timeout" else "upstream_reset"
             _abort(request)  # the client must see a broken response, not a short one
             return response
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+        except ConnectionResetError:
+            ex.error = "client_abort"
+            return response
+        if to_client.gone:
             ex.error = "client_abort"
             return response
         if relay is not None:
             ex.usage_event = relay.usage_event
-            rest = relay.flush()
-            if rest:
-                await response.write(rest)
-                ex.bytes_out += len(rest)
+            to_client.write(relay.flush())
         await response.write_eof()
-        ex.duration_ns = time.monotonic_ns() - t0
+        ex.duration_ns = time.monotonic_ns() - ex.t0_ns
         return response
+
+
+class _ToClient:
+    """Takes the upstream's body bytes as they are read and writes them to the client.
+
+    Called from the upstream connection's read callback, so it must not block: it
+    notes the timing, feeds the tap, writes to the client's transport, and answers
+    whether the upstream may keep reading (False once the client's socket buffer
+    is over its high-water mark). The body bypasses aiohttp's response writer, so
+    the chunked framing the response's headers announced is written here.
+    """
+
+    __slots__ = ("chunked", "client", "ex", "gone", "high", "relay", "sinks")
+
+    def __init__(
+        self,
+        ex: Exchange,
+        client: asyncio.Transport,
+        sinks: list[Sink],
+        relay: SseRelay | None,
+        *,
+        chunked: bool,
+    ) -> None:
+        self.ex = ex
+        self.client = client
+        self.sinks = sinks
+        self.relay = relay
+        self.chunked = chunked
+        self.high = client.get_write_buffer_limits()[1]
+        self.gone = False
+
+    def __call__(self, chunk: bytes) -> bool:
+        ex = self.ex
+        now = time.monotonic_ns()
+        if chunk:
+            if ex.gaps_us is not None:
+                # One gap per SSE event (≈ per token): events that arrived in the
+                # same read came together, so all but the first get a gap of 0.
+                events = chunk.count(b"\n\n") or 1
+                if ex.ttfb_ns is not None:
+                    ex.gaps_us.append((now - ex.last_chunk_ns) // 1000)
+                if events > 1:
+                    ex.gaps_us.extend([0] * (events - 1))
+            if ex.ttfb_ns is None:
+                ex.ttfb_ns = now - ex.t0_ns
+            ex.last_chunk_ns = now
+            assert ex.tap is not None
+            ex.tap.feed(chunk)
+        self.write(self.relay.feed(chunk) if self.relay is not None else chunk)
+        for sink in self.sinks:
+            sink.on_chunk(ex, len(chunk))
+        return not self.gone and self.client.get_write_buffer_size() <= self.high
+
+    def write(self, out: bytes) -> None:
+        if not out:
+            return
+        if self.client.is_closing():
+            self.gone = True
+            return
+        self.client.write(b"%x\r\n%b\r\n" % (len(out), out) if self.chunked else out)
+        self.ex.bytes_out += len(out)
 
 
 def _abort(request: web.BaseRequest) -> None:

@@ -50,10 +50,10 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
     return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
 
 
-def _connection_listed(headers: CIMultiDictProxy[str]) -> set[str]:
+def _connection_listed(values: tuple[str, ...]) -> set[str]:
     # "Connection: close, X-Foo" makes X-Foo hop-by-hop too.
     listed: set[str] = set()
-    for value in headers.getall("connection", ()):
+    for value in values:
         listed.update(v.strip().lower() for v in value.split(",") if v.strip())
     return listed
 
@@ -61,19 +61,18 @@ def _connection_listed(headers: CIMultiDictProxy[str]) -> set[str]:
 _DROP_CACHE: dict[tuple[frozenset[str], tuple[str, ...]], frozenset[str]] = {}
 
 
-def _dropped(base: frozenset[str], headers: CIMultiDictProxy[str]) -> frozenset[str]:
-    """``base`` plus the names the Connection header lists.
+def _dropped(base: frozenset[str], values: tuple[str, ...]) -> frozenset[str]:
+    """``base`` plus the names the Connection header (``values``) lists.
 
     Nearly every message says "Connection: keep-alive" or nothing, so the answer is
     cached by the header's values (a bounded cache: the values come from peers).
     """
-    values = tuple(headers.getall("connection", ()))
     if not values:
         return base
     key = (base, values)
     drop = _DROP_CACHE.get(key)
     if drop is None:
-        drop = base | _connection_listed(headers)
+        drop = base | _connection_listed(values)
         if len(_DROP_CACHE) < 256:
             _DROP_CACHE[key] = drop
     return drop
@@ -91,10 +90,9 @@ def request_headers_upstream(
 ) -> list[tuple[str, str]]:
     """The headers to send upstream: hop-by-hop and Host dropped, X-Forwarded-* set.
 
-    A list, not a CIMultiDict: the client session builds its own from it, and on
-    the request path one copy of the headers is cheaper than two.
+    A list, not a CIMultiDict: the upstream client writes it out as it is.
     """
-    drop = _dropped(_REQUEST_NEVER, headers)
+    drop = _dropped(_REQUEST_NEVER, tuple(headers.getall("connection", ())))
     out = [(k, v) for k, v in headers.items() if k.lower() not in drop]
     if client_ip:
         prior = headers.get("X-Forwarded-For")
@@ -110,11 +108,12 @@ _WITHOUT_LENGTH = HOP_BY_HOP | frozenset({"content-length"})
 
 
 def response_headers_downstream(
-    headers: CIMultiDictProxy[str], *, keep_length: bool
+    headers: list[tuple[str, str]], *, keep_length: bool
 ) -> list[tuple[str, str]]:
     """The upstream's response headers for the client, minus hop-by-hop ones."""
-    drop = _dropped(_WITH_LENGTH if keep_length else _WITHOUT_LENGTH, headers)
-    return [(k, v) for k, v in headers.items() if k.lower() not in drop]
+    connection = tuple(v for k, v in headers if k.lower() == "connection")
+    drop = _dropped(_WITH_LENGTH if keep_length else _WITHOUT_LENGTH, connection)
+    return [(k, v) for k, v in headers if k.lower() not in drop]
 
 
 def redact_headers(

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from tailreplay.errors import UsageError
 from tailreplay.exporters.prometheus import metrics_app
-from tailreplay.proxy.app import build_server, client_session
+from tailreplay.proxy.app import build_server, upstream_pool
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
@@ -73,9 +73,9 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         await recorder.close()
         raise
     metrics = ProxyMetrics(recorder)
-    session = client_session(config)
+    pool = upstream_pool(config)
     runner = web.ServerRunner(
-        build_server(config, [recorder, metrics], session),
+        build_server(config, [recorder, metrics], pool),
         shutdown_timeout=config.drain_timeout_s,
     )
     admin_runner: web.AppRunner | None = None
@@ -98,7 +98,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         # Stop listening, let requests in flight finish (up to drain_timeout_s), then
         # write out every record they produced.
         await runner.cleanup()
-        await session.close()
+        await pool.close()
         if admin_runner is not None:
             await admin_runner.cleanup()
         await recorder.close()
