@@ -121,6 +121,8 @@ class UpstreamResponse:
     def close(self) -> None:
         """Done with this response. Unfinished, its connection is dropped, which is
         how the upstream learns the request was abandoned."""
+        if self.complete:
+            self.resume()  # a connection goes back to the pool reading
         self._conn.finish(self, reusable=self.complete)
 
     # The connection's side.
