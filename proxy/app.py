@@ -223,7 +223,7 @@ class _Forwarder:
         ex.tap = ResponseTap(stream=is_sse)
         if is_sse:
             ex.gaps_us = []
-        response = web.StreamResponse(
+        response = _Response(
             status=upstream.status,
             reason=upstream.reason,
             headers=response_headers_downstream(upstream.headers, keep_length=relay is None),
@@ -241,8 +241,13 @@ class _Forwarder:
             ex, client, self.sinks, relay,
             chunked=response.headers.get("Transfer-Encoding") == "chunked",
         )  # fmt: skip
-        upstream.start(to_client)
         try:
+            # The bytes that came with the head (usually the first event) leave with
+            # the headers in one write, through aiohttp's writer; the rest bypass it.
+            first = b"".join([to_client.note(chunk) for chunk in upstream.take_held()])
+            await response.write(first)
+            ex.bytes_out += len(first)
+            upstream.start(to_client)
             while not await upstream.wait():
                 # The client reads slower than the upstream writes: the upstream
                 # connection stays paused until the client's socket buffer drains.
@@ -270,6 +275,12 @@ class _Forwarder:
             return response
         ex.duration_ns = time.monotonic_ns() - ex.t0_ns
         return response
+
+
+class _Response(web.StreamResponse):
+    # Headers wait for the first body bytes, so both leave in one write: one
+    # wake-up of the client instead of two (aiohttp's web.Response does the same).
+    _send_headers_immediately = False
 
 
 class _ToClient:
@@ -302,6 +313,11 @@ class _ToClient:
         self.gone = False
 
     def __call__(self, chunk: bytes) -> bool:
+        self.write(self.note(chunk))
+        return not self.gone and self.client.get_write_buffer_size() <= self.high
+
+    def note(self, chunk: bytes) -> bytes:
+        """Time and tap a chunk; returns what the client is to get of it."""
         ex = self.ex
         now = time.monotonic_ns()
         if chunk:
@@ -318,10 +334,9 @@ class _ToClient:
             ex.last_chunk_ns = now
             assert ex.tap is not None
             ex.tap.feed(chunk)
-        self.write(self.relay.feed(chunk) if self.relay is not None else chunk)
         for sink in self.sinks:
             sink.on_chunk(ex, len(chunk))
-        return not self.gone and self.client.get_write_buffer_size() <= self.high
+        return self.relay.feed(chunk) if self.relay is not None else chunk
 
     def backlogged(self) -> bool:
         if self.client.is_closing():

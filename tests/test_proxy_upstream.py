@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
+from tailreplay.proxy.upstream import Origin, UpstreamPool
 from tailreplay.sim.server import SimConfig, serve
 from tests.helpers import metric
 from tests.proxy_helpers import proxy_to, records, serve_app
@@ -240,3 +241,38 @@ async def test_a_client_that_hangs_up_cancels_the_upstream_request(tmp_path: Pat
         assert await metric(sim, "tailreplay_sim_client_aborts_total") == 1
     (rec,) = records(out)
     assert rec.error == "client_abort" and rec.status == 200
+
+
+async def test_idle_connections_are_reused_then_closed_after_the_keepalive() -> None:
+    opened, closed = 0, 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal opened, closed
+        opened += 1
+        try:
+            while True:
+                await read_request(reader)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except asyncio.IncompleteReadError:
+            closed += 1
+
+    pool = UpstreamPool(timeout_s=5, connect_timeout_s=5, keepalive_s=0.4)
+    async with raw_server(answer) as upstream:
+        port = int(upstream.rsplit(":", 1)[1])
+        origin = Origin("http", "127.0.0.1", port)
+        for _ in range(3):
+            response = await pool.send(origin, "GET", "/v1/models", [], None)
+            got = bytearray()
+
+            def take(chunk: bytes, got: bytearray = got) -> bool:
+                got += chunk
+                return True
+
+            response.start(take)
+            assert await response.wait() and got == b"ok"
+            response.close()
+        assert (opened, closed) == (1, 0)  # one connection, kept
+        await asyncio.sleep(1.0)  # past the keep-alive (swept every 0.1 s)
+        assert (opened, closed) == (1, 1)
+        await pool.close()
