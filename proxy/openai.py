@@ -126,6 +126,8 @@ class SseRelay:
         self.usage_event: bytes | None = None
 
     def feed(self, chunk: bytes) -> bytes:
+        if not self._partial and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
+            return chunk  # the usual case: whole events, nothing to remove (one scan)
         data = self._partial + chunk
         end = max(data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n"))
         if end < 0:

@@ -11,7 +11,10 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from tailreplay.proxy.openai import SseRelay
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.tokens import chat_text, count_tokens
 from tests.fixed_upstream import GAP_S, NON_STREAM, WORDS, fixed_app
@@ -146,3 +149,25 @@ async def test_500_mixed_requests_give_500_exact_records(tmp_path: Path, sim_url
         if r.stream:
             assert r.chunk_gaps_us is not None
         assert r.prefix_hashes and r.session is not None
+
+
+@given(cuts=st.lists(st.integers(min_value=1, max_value=2000), max_size=12), crlf=st.booleans())
+def test_usage_removal_does_not_depend_on_how_the_stream_is_cut(
+    cuts: list[int], crlf: bool
+) -> None:
+    # However the upstream's bytes are split into reads, the client gets the stream
+    # it would have got without the injected include_usage.
+    end = b"\r\n\r\n" if crlf else b"\n\n"
+    words = [b"Hello", b" there", b",", b" friend"]
+    chunk = b'data: {"choices":[{"delta":{"content":"%s"}}]%s}' + end
+    injected = b"".join(chunk % (w, b',"usage":null') for w in words)
+    injected += b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}}' + end
+    injected += b"data: [DONE]" + end
+    wanted = b"".join(chunk % (w, b"") for w in words) + b"data: [DONE]" + end
+    relay, out, at = SseRelay(), bytearray(), 0
+    for cut in sorted({min(c, len(injected)) for c in cuts}) + [len(injected)]:
+        out += relay.feed(injected[at:cut])
+        at = cut
+    out += relay.flush()
+    assert bytes(out) == wanted
+    assert relay.usage_event is not None and b'"prompt_tokens":9' in relay.usage_event
