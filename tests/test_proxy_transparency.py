@@ -165,7 +165,7 @@ def test_usage_removal_does_not_depend_on_how_the_stream_is_cut(
     injected += b"data: [DONE]" + end
     wanted = b"".join(chunk % (w, b"") for w in words) + b"data: [DONE]" + end
     relay, out, at = SseRelay(), bytearray(), 0
-    for cut in sorted({min(c, len(injected)) for c in cuts}) + [len(injected)]:
+    for cut in [*sorted({min(c, len(injected)) for c in cuts}), len(injected)]:
         out += relay.feed(injected[at:cut])
         at = cut
     out += relay.flush()
