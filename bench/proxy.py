@@ -9,7 +9,9 @@ to each of
 - nginx: nginx as a reverse proxy (``proxy_buffering off``), if installed,
 and the same with two processes (``--workers 2``, nginx ``worker_processes 2``).
 Then an SSE run: 100 concurrent streams through each proxy, with the added
-time to first token (P50/P99 over direct) measured by an aiohttp client.
+time to first token (P50/P99 over direct), and through bench/raw_forwarder.py —
+bytes passed through, no HTTP beyond a Content-Length: the floor for any
+forwarder written in Python on asyncio, on this machine.
 
 Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``.
 """
@@ -329,7 +331,10 @@ def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, floa
         up = free_port()
         stack.enter_context(process([py, __file__, "--sse", str(up)], up))
         targets = {"direct": up}
-        bare, tr = free_port(), free_port()
+        raw, bare, tr = free_port(), free_port(), free_port()
+        stack.enter_context(
+            process([py, str(ROOT / "bench/raw_forwarder.py"), str(raw), str(up)], raw)
+        )
         stack.enter_context(
             process(
                 [py, str(ROOT / "bench/bare_forwarder.py"), str(bare), f"http://127.0.0.1:{up}"],
@@ -337,7 +342,11 @@ def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, floa
             )
         )
         stack.enter_context(process(tailreplay_proxy(tr, up, tmp / "cap"), tr))
-        targets |= {"bare forwarder": bare, "tailreplay (recording)": tr}
+        targets |= {
+            "raw asyncio pass-through (floor)": raw,
+            "bare forwarder": bare,
+            "tailreplay (recording)": tr,
+        }
         if have_nginx:
             ng = free_port()
             stack.enter_context(process(nginx(tmp, 1, ng, up), ng))

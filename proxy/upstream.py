@@ -218,8 +218,8 @@ class _Connection(asyncio.Protocol):
         response = self.response
         if response is None or response.complete:
             return
-        if response._head.done() and self._ends_at_close():
-            response._on_complete()  # a body delimited by the end of the connection
+        if response._head.done() and exc is None and self._ends_at_close():
+            response._on_complete()  # a body delimited by a clean end of the connection
         elif not response.got_bytes and self.reused:
             response._fail(_Stale())
         elif response._head.done():
