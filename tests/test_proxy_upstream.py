@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +43,17 @@ async def raw_server(
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
+
+
+async def get_via_proxy(answer: Callable[..., object], out: Path) -> tuple[int, bytes]:
+    """GET /v1/models through a proxy in front of ``raw_server(answer)``."""
+    async with (
+        raw_server(answer) as upstream,
+        proxy_to(upstream, out) as proxy,
+        aiohttp.ClientSession() as s,
+        s.get(proxy.url + "/v1/models") as r,
+    ):
+        return r.status, await r.read()
 
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
@@ -148,13 +160,7 @@ async def test_informational_answers_are_skipped(tmp_path: Path) -> None:
         await writer.drain()
         await reader.read()  # until the proxy closes
 
-    async with (
-        raw_server(answer) as upstream,
-        proxy_to(upstream, tmp_path / "out") as proxy,
-        aiohttp.ClientSession() as s,
-        s.get(proxy.url + "/v1/models") as r,
-    ):
-        assert (r.status, await r.read()) == (200, b"ok")
+    assert await get_via_proxy(answer, tmp_path / "out") == (200, b"ok")
 
 
 async def test_a_body_ended_by_closing_arrives_whole(tmp_path: Path) -> None:
@@ -166,13 +172,7 @@ async def test_a_body_ended_by_closing_arrives_whole(tmp_path: Path) -> None:
             await writer.drain()
             await asyncio.sleep(0.02)
 
-    async with (
-        raw_server(answer) as upstream,
-        proxy_to(upstream, tmp_path / "out") as proxy,
-        aiohttp.ClientSession() as s,
-        s.get(proxy.url + "/v1/models") as r,
-    ):
-        assert (r.status, await r.read()) == (200, b"first second third")
+    assert await get_via_proxy(answer, tmp_path / "out") == (200, b"first second third")
     (rec,) = records(tmp_path / "out")
     assert rec.error is None and rec.bytes_out == len(b"first second third")
 
@@ -208,14 +208,8 @@ async def test_garbage_from_the_upstream_is_a_502(tmp_path: Path) -> None:
         writer.write(b"this is not HTTP\r\n\r\n")
         await writer.drain()
 
-    async with (
-        raw_server(answer) as upstream,
-        proxy_to(upstream, tmp_path / "out") as proxy,
-        aiohttp.ClientSession() as s,
-        s.get(proxy.url + "/v1/models") as r,
-    ):
-        assert r.status == 502
-        assert (await r.json())["error"]["type"] == "upstream_error"
+    status, body = await get_via_proxy(answer, tmp_path / "out")
+    assert status == 502 and json.loads(body)["error"]["type"] == "upstream_error"
 
 
 async def test_a_client_that_hangs_up_cancels_the_upstream_request(tmp_path: Path) -> None:
