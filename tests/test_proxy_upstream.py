@@ -12,16 +12,20 @@ import asyncio
 import hashlib
 import json
 import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
+import pytest
+import trustme
 from aiohttp import web
 
 from tailreplay.proxy.upstream import Origin, UpstreamPool
 from tailreplay.sim.server import SimConfig, serve
+from tests.fixed_upstream import WORDS, fixed_app
 from tests.helpers import metric
 from tests.proxy_helpers import proxy_to, records, serve_app
 from tests.test_proxy_safety import QUICK
@@ -270,3 +274,42 @@ async def test_idle_connections_are_reused_then_closed_after_the_keepalive() -> 
         await asyncio.sleep(1.0)  # past the keep-alive (swept every 0.1 s)
         assert (opened, closed) == (1, 1)
         await pool.close()
+
+
+@asynccontextmanager
+async def https_upstream(ca: trustme.CA) -> AsyncIterator[str]:
+    """The deterministic OpenAI-style upstream over TLS, its certificate from ``ca``."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    runner = web.AppRunner(fixed_app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    try:
+        yield f"https://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_https_upstream_is_verified_against_the_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trusted, stranger = trustme.CA(), trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    trusted.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))  # the system trust store, for this test
+    body = {"model": "fixed", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with (
+        https_upstream(trusted) as good,
+        https_upstream(stranger) as bad,
+        proxy_to(good, tmp_path / "good") as proxy,
+        proxy_to(bad, tmp_path / "bad") as refusing,
+        aiohttp.ClientSession() as s,
+    ):
+        async with s.post(proxy.url + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200
+            streamed = await r.read()
+        async with s.post(refusing.url + "/v1/chat/completions", json=body) as r:
+            assert r.status == 502
+            error = (await r.json())["error"]
+    assert streamed.count(b"data: ") == len(WORDS) + 2  # the words, the stop chunk, [DONE]
+    assert error["type"] == "upstream_connect" and "CERTIFICATE_VERIFY_FAILED" in error["message"]
