@@ -252,8 +252,9 @@ class _Forwarder:
                 # The client reads slower than the upstream writes: the upstream
                 # connection stays paused until the client's socket buffer drains.
                 # Polled: aiohttp's drain() is deprecated, and the body bypasses the
-                # writer whose write() would wait. Only slow clients come here.
-                while not to_client.gone and to_client.backlogged():
+                # writer whose write() would wait. Only slow clients come here; one
+                # that never reads is cut off by --timeout, which fails the upstream.
+                while not to_client.gone and not upstream.failed and to_client.backlogged():
                     await asyncio.sleep(0.005)
                 if to_client.gone:
                     ex.error = "client_abort"

@@ -118,6 +118,10 @@ class UpstreamResponse:
         finally:
             self._waiter = None
 
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
     def resume(self) -> None:
         if self._paused and not self._conn.closed:
             self._paused = False

@@ -313,3 +313,29 @@ async def test_an_https_upstream_is_verified_against_the_trust_store(
             error = (await r.json())["error"]
     assert streamed.count(b"data: ") == len(WORDS) + 2  # the words, the stop chunk, [DONE]
     assert error["type"] == "upstream_connect" and "CERTIFICATE_VERIFY_FAILED" in error["message"]
+
+
+async def test_a_client_that_never_reads_is_cut_off_at_the_timeout(tmp_path: Path) -> None:
+    chunk = os.urandom(256 << 10)
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        for _ in range(1024):  # 256 MiB at most; the proxy stops reading long before
+            await resp.write(chunk)
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/v1/big", endless)
+    out = tmp_path / "out"
+    async with serve_app(app) as upstream, proxy_to(upstream, out, timeout_s=1.0) as proxy:
+        port = int(proxy.url.rsplit(":", 1)[1])
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/big HTTP/1.1\r\nHost: x\r\n\r\n")  # and never read
+        deadline = time.monotonic() + 15
+        while not records(out):
+            assert time.monotonic() < deadline, "the stalled client was never cut off"
+            await asyncio.sleep(0.1)
+        writer.close()
+    (rec,) = records(out)
+    assert rec.status == 200 and rec.error == "upstream_timeout"
