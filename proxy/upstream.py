@@ -441,7 +441,6 @@ class UpstreamPool:
         if len(idle) >= self.max_idle:
             conn.abort()
             return
-        conn.reused = False
         conn.keep_alive = False
         conn.idle_since = conn.loop.time()
         idle.append(conn)
