@@ -64,11 +64,11 @@ async def test_openai_sdk_sees_the_same_chunks_and_no_usage_it_did_not_ask_for(
     tmp_path: Path,
 ) -> None:
     async def chunks(base: str) -> list[dict]:
-        client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="k", max_retries=0)
-        stream = await client.chat.completions.create(
-            model="fixed", messages=BODY["messages"], stream=True
-        )
-        return [c.model_dump() async for c in stream]
+        async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="k", max_retries=0) as client:
+            stream = await client.chat.completions.create(
+                model="fixed", messages=BODY["messages"], stream=True
+            )
+            return [c.model_dump() async for c in stream]
 
     async with serve_app(fixed_app()) as upstream:
         direct = await chunks(upstream)
@@ -129,6 +129,7 @@ async def test_500_mixed_requests_give_500_exact_records(tmp_path: Path, sim_url
             sent[trace_id] = seen
 
         await asyncio.gather(*(one(i) for i in range(500)))
+        await client.close()
 
     got = records(out)
     assert len(got) == 500

@@ -38,8 +38,16 @@ def _client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0)
 
 
-async def test_openai_sdk_streaming_with_usage(sim_url: str) -> None:
-    stream = await _client(sim_url).chat.completions.create(
+@pytest.fixture
+async def client(sim_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
+    # Closed here: an SDK client left to the garbage collector closes itself on
+    # whichever event loop runs then (a later test's), or fails on a closed one.
+    async with _client(sim_url) as c:
+        yield c
+
+
+async def test_openai_sdk_streaming_with_usage(client: openai.AsyncOpenAI) -> None:
+    stream = await client.chat.completions.create(
         model="llama", messages=MESSAGES, max_tokens=40, stream=True,
         stream_options={"include_usage": True},
     )  # fmt: skip
@@ -60,8 +68,7 @@ async def test_openai_sdk_streaming_with_usage(sim_url: str) -> None:
     assert finish in ("stop", "length")
 
 
-async def test_openai_sdk_non_streaming_and_completions(sim_url: str) -> None:
-    client = _client(sim_url)
+async def test_openai_sdk_non_streaming_and_completions(client: openai.AsyncOpenAI) -> None:
     chat = await client.chat.completions.create(
         model="llama", messages=MESSAGES, max_tokens=7, extra_body={"ignore_eos": True}
     )
@@ -107,8 +114,7 @@ async def test_stream_without_include_usage_has_no_usage_chunk(sim_url: str) -> 
     assert with_usage[0]["usage"]["completion_tokens"] == 12
 
 
-async def test_min_tokens_and_max_completion_tokens(sim_url: str) -> None:
-    client = _client(sim_url)
+async def test_min_tokens_and_max_completion_tokens(client: openai.AsyncOpenAI) -> None:
     r = await client.chat.completions.create(
         model="m", messages=MESSAGES, max_completion_tokens=300, extra_body={"min_tokens": 250}
     )
@@ -118,8 +124,8 @@ async def test_min_tokens_and_max_completion_tokens(sim_url: str) -> None:
 async def test_deterministic_for_a_seed() -> None:
     async def answers(seed: int) -> list[tuple[str, int]]:
         short = QUICK.with_overrides(output_mean=20.0)
-        async with serve(SimConfig(profile=short, seed=seed, port=0)) as url:
-            client = _client(url)
+        config = SimConfig(profile=short, seed=seed, port=0)
+        async with serve(config) as url, _client(url) as client:
             out = []
             for i in range(6):
                 msgs = [{"role": "user", "content": f"question {i}"}]

@@ -87,6 +87,7 @@ def test_capture_then_replay_a_real_server(tmp_path: Path, llama: str) -> None:
                             "usage": (r.usage.prompt_tokens, r.usage.completion_tokens),
                         }
                     )
+            await client.close()
 
     asyncio.run(capture())
     archive = tmp_path / "capture.msgpack"
