@@ -175,7 +175,11 @@ async def run(
                 extra={
                     "speed": str(sc.speed),
                     "tail_stretch": sc.tail_stretch,
+                    "tail_quantile": sc.tail_quantile,
+                    "amplify": sc.amplify,
                     "shard": list(sc.shard),
+                    # What was replayed, so `tailreplay report` finds the recorded side.
+                    "archives": [str(Path(p).resolve()) for p in sc.paths],
                 },
             ),
             # A dry run produces results far faster than they can be written: it waits

@@ -44,6 +44,7 @@ def cli(verbose: bool) -> None:
 def _register() -> None:
     from tailreplay.proxy_cli import proxy
     from tailreplay.replay_cli import replay
+    from tailreplay.report_cli import report
     from tailreplay.sim_cli import sim
     from tailreplay.traces_cli import traces
 
@@ -51,6 +52,7 @@ def _register() -> None:
     cli.add_command(sim)
     cli.add_command(proxy)
     cli.add_command(replay)
+    cli.add_command(report)
 
 
 _register()

@@ -1,0 +1,295 @@
+"""The report's figures: recorded against replayed, overall, per input length, per request.
+
+``compare(recorded, replayed)`` returns one JSON-ready dict; every renderer
+(terminal, Markdown, HTML) and the SLO check read only that dict.
+
+Definitions (docs/report.md repeats them for users):
+- latency is arrival (recorded) or send (replayed) to the last byte; for a replay
+  ``latency_from_due`` adds the dispatch lag: what a user arriving on schedule felt;
+- TTFT is over streamed requests (for a non-streamed one the first byte is the
+  whole answer); TPOT = (latency - TTFT) / (output tokens - 1); ITL is the gap
+  between streamed chunks;
+- all of them count successful requests only; errors have their own rate;
+- throughput is successful requests per second of the side's own window (first
+  start to last end), so a 2x replay shows twice the recorded throughput;
+- a replayed request is bucketed by the input length recorded for its original
+  (joined on trace and span id), so both columns of a bucket hold the same requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailreplay.exporters.quantiles import QUANTILES, Estimate, estimates
+from tailreplay.exporters.report_side import Side
+from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_label
+
+__all__ = ["DELTA_COLUMNS", "METRICS", "compare", "delta_rows"]
+
+METRICS = ("latency", "latency_from_due", "ttft", "tpot", "itl")
+"""Every metric a report (and an SLO) can name; values in milliseconds."""
+SERIES_BINS = 60
+WORST = 10
+CDF_POINTS = (
+    [float(p) for p in range(1, 90)] + [90 + i * 0.5 for i in range(19)] + [99.5, 99.9, 99.99]
+)
+
+Array = npt.NDArray[Any]
+Mask = npt.NDArray[np.bool_]
+
+
+def compare(
+    recorded: Side | None,
+    replayed: Side,
+    *,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    join = _join(recorded, replayed) if recorded is not None else None
+    bucket_tokens = _bucket_tokens(recorded, replayed, join)
+    sides: dict[str, Side] = {"replayed": replayed}
+    if recorded is not None:
+        sides = {"recorded": recorded, "replayed": replayed}
+    report: dict[str, Any] = {
+        "inputs": {name: side.paths for name, side in sides.items()},
+        "replay": _replay_settings(replayed),
+        "overall": {
+            name: _summary(side, np.ones(side.n, dtype=bool), rng, itl=True)
+            for name, side in sides.items()
+        },
+        "buckets": [],
+        "deltas": _deltas(recorded, replayed, join)
+        if recorded is not None and join is not None
+        else None,
+        "series": {name: _series(side) for name, side in sides.items()},
+        "cdf": {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()},
+        "warnings": [w for side in sides.values() for w in side.warnings],
+    }
+    for label, select in _bucket_masks(bucket_tokens, buckets):
+        row: dict[str, Any] = {"range": label}
+        for name, side in sides.items():
+            sel = select(side)
+            row[name] = _summary(side, sel, rng, itl=False)
+        report["buckets"].append(row)
+    return report
+
+
+def _replay_settings(side: Side) -> dict[str, Any]:
+    header = side.headers[0] if side.headers else {}
+    keep = ("source", "upstream", "speed", "tail_stretch", "tail_quantile", "amplify", "shard")
+    return {k: header[k] for k in keep if k in header}
+
+
+def _values(side: Side, sel: Mask) -> dict[str, Array]:
+    """Per-request milliseconds of each metric over the selected requests."""
+    ms = 1e-6
+    dur, ttfb = side.duration_ns, side.ttfb_ns
+    has_dur = sel & (dur >= 0)
+    streamed = sel & side.stream & (ttfb >= 0)
+    tpot_sel = streamed & has_dur & (side.output_tokens > 1)
+    out = {
+        "latency": dur[has_dur] * ms,
+        "ttft": ttfb[streamed] * ms,
+        "tpot": (dur[tpot_sel] - ttfb[tpot_sel]) / (side.output_tokens[tpot_sel] - 1) * ms,
+    }
+    due = has_dur & (side.lag_ns >= 0)
+    if side.is_replay and due.any():
+        out["latency_from_due"] = (dur[due] + side.lag_ns[due]) * ms
+    return out
+
+
+def _window_s(side: Side, sel: Mask) -> float | None:
+    starts = side.start_ns[sel]
+    if starts.size == 0:
+        return None
+    ends = starts + np.maximum(side.duration_ns[sel], 0)
+    span = float(ends.max() - starts.min()) / 1e9
+    return span if span > 0 else None
+
+
+def _summary(side: Side, sel: Mask, rng: np.random.Generator, *, itl: bool) -> dict[str, Any]:
+    count = int(sel.sum())
+    errors = int((sel & side.error).sum())
+    window = _window_s(side, side.start_ns >= 0)  # the whole side's, so buckets add up
+    metrics: dict[str, Any] = {}
+    for name, values in _values(side, sel & side.ok).items():
+        metrics[name] = _as_json(estimates(values, rng=rng))
+    if itl:
+        metrics["itl"] = _as_json(side.itl_us.percentiles(), scale=1e-3)
+    ok = count - errors
+    out_tokens = side.output_tokens[sel & side.ok]
+    return {
+        "requests": count,
+        "errors": errors,
+        "error_rate": errors / count if count else None,
+        "throughput_rps": ok / window if window else None,
+        "output_tokens_per_s": float(out_tokens[out_tokens > 0].sum()) / window if window else None,
+        "tail": int((sel & side.tail).sum()),
+        "metrics": metrics,
+    }
+
+
+def _as_json(est: dict[str, Estimate] | None, scale: float = 1.0) -> dict[str, Any] | None:
+    if est is None:
+        return None
+    return {
+        q: {
+            "value": e.value * scale,
+            "low": None if e.low is None else e.low * scale,
+            "high": None if e.high is None else e.high * scale,
+        }
+        for q, e in est.items()
+    }
+
+
+def _join(recorded: Side, replayed: Side) -> Array:
+    """For each replayed request, the index of its recorded original, or -1."""
+    where = {key: i for i, key in enumerate(recorded.key) if key is not None}
+    return np.fromiter(
+        (where.get(key, -1) if key is not None else -1 for key in replayed.key),
+        dtype=np.int64,
+        count=replayed.n,
+    )
+
+
+def _bucket_tokens(recorded: Side | None, replayed: Side, join: Array | None) -> dict[int, Array]:
+    """Input tokens to bucket each side by (-1: unknown), keyed by id(side)."""
+    out = {id(replayed): replayed.input_tokens.copy()}
+    if recorded is not None and join is not None:
+        out[id(recorded)] = recorded.input_tokens
+        matched = join >= 0
+        tokens = out[id(replayed)]
+        tokens[matched] = recorded.input_tokens[join[matched]]
+    return out
+
+
+def _bucket_masks(tokens: dict[int, Array], edges: Sequence[int]) -> list[tuple[str, Any]]:
+    bounds: list[tuple[int | None, int | None]] = []
+    lo: int | None = None
+    for edge in sorted(set(edges)):
+        bounds.append((lo, edge))
+        lo = edge
+    bounds.append((lo, None))
+
+    def mask(lo: int | None, hi: int | None) -> Any:
+        def select(side: Side) -> Mask:
+            t = tokens[id(side)]
+            sel: Mask = t >= (lo if lo is not None else 0)
+            if hi is not None:
+                sel &= t < hi
+            return sel
+
+        return select
+
+    rows = [(bucket_label(lo, hi), mask(lo, hi)) for lo, hi in bounds]
+    if any(bool((t < 0).any()) for t in tokens.values()):
+        rows.append(("unknown", lambda side: tokens[id(side)] < 0))
+    return rows
+
+
+def _deltas(recorded: Side, replayed: Side, join: Array) -> dict[str, Any]:
+    """Replayed minus recorded, request by request, for the pairs that both succeeded."""
+    matched = join >= 0
+    both = matched.copy()
+    both[matched] &= recorded.ok[join[matched]] & (recorded.duration_ns[join[matched]] >= 0)
+    both &= replayed.ok & (replayed.duration_ns >= 0)
+    idx = np.flatnonzero(both)
+    rec = recorded.duration_ns[join[idx]] * 1e-6
+    rep = replayed.duration_ns[idx] * 1e-6
+    delta = rep - rec
+    worst = idx[np.argsort(-delta)[:WORST]] if idx.size else idx
+    rows = []
+    for i in worst:
+        j = int(join[i])
+        key = replayed.key[i] or b""
+        rows.append(
+            {
+                "trace_id": key[:16].hex(),
+                "span_id": key[16:].hex(),
+                "input_tokens": int(recorded.input_tokens[j]),
+                "recorded_ms": float(recorded.duration_ns[j]) * 1e-6,
+                "replayed_ms": float(replayed.duration_ns[i]) * 1e-6,
+                "tail": bool(replayed.tail[i]),
+            }
+        )
+    ratio = rep / np.where(rec > 0, rec, np.nan)
+    return {
+        "joined": int(matched.sum()),
+        "unmatched": int((~matched).sum()),
+        "compared": int(idx.size),
+        "latency_delta_ms": _plain(delta),
+        "latency_ratio": _plain(ratio[np.isfinite(ratio)]),
+        "slower_share": float((delta > 0).mean()) if idx.size else None,
+        "worst": rows,
+    }
+
+
+def _plain(values: Array) -> dict[str, float] | None:
+    if values.size == 0:
+        return None
+    qs = np.percentile(values, list(QUANTILES.values()))
+    return {name: float(q) for name, q in zip(QUANTILES, qs, strict=True)}
+
+
+def _series(side: Side) -> dict[str, Any]:
+    """Per time bin: requests started, latency P50/P99, dispatch lag P99 (replays)."""
+    has = side.start_ns >= 0
+    if not has.any():
+        empty: dict[str, Any] = {k: [] for k in ("t_s", "rate_rps", "p50_ms", "p99_ms")}
+        return {"bin_s": None, **empty, "lag_p99_ms": [] if side.is_replay else None}
+    starts = side.start_ns[has]
+    t0 = int(starts.min())
+    span = max(float(starts.max() - t0) / 1e9, 1e-3)
+    bin_s = span / SERIES_BINS
+    which = np.minimum(((side.start_ns - t0) / 1e9 / bin_s).astype(np.int64), SERIES_BINS - 1)
+    ok = has & side.ok & (side.duration_ns >= 0)
+    lagged = has & (side.lag_ns >= 0)
+    out: dict[str, Any] = {"bin_s": bin_s, "t_s": [], "rate_rps": [], "p50_ms": [], "p99_ms": []}
+    out["lag_p99_ms"] = [] if side.is_replay else None
+    for b in range(SERIES_BINS):
+        in_bin = has & (which == b)
+        lat = side.duration_ns[in_bin & ok] * 1e-6
+        out["t_s"].append(b * bin_s)
+        out["rate_rps"].append(float(in_bin.sum()) / bin_s)
+        out["p50_ms"].append(float(np.percentile(lat, 50)) if lat.size else None)
+        out["p99_ms"].append(float(np.percentile(lat, 99)) if lat.size else None)
+        if out["lag_p99_ms"] is not None:
+            lag = side.lag_ns[in_bin & lagged] * 1e-6
+            out["lag_p99_ms"].append(float(np.percentile(lag, 99)) if lag.size else None)
+    return out
+
+
+def _cdf(values: Array) -> dict[str, list[float]]:
+    if values.size == 0:
+        return {"pct": [], "ms": []}
+    return {"pct": CDF_POINTS, "ms": [float(v) for v in np.percentile(values, CDF_POINTS)]}
+
+
+DELTA_COLUMNS = (
+    "trace_id", "span_id", "input_tokens", "recorded_ms", "replayed_ms", "delta_ms",
+    "recorded_ttft_ms", "replayed_ttft_ms", "tail", "replayed_error",
+)  # fmt: skip
+
+
+def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[Any, ...]]:
+    """One row per replayed request with a recorded original (DELTA_COLUMNS)."""
+    join = _join(recorded, replayed)
+
+    def ms(ns: int) -> str:
+        return "" if ns < 0 else f"{ns / 1e6:.3f}"
+
+    for i in np.flatnonzero(join >= 0):
+        j = int(join[i])
+        key = replayed.key[i] or b""
+        rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
+        both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
+        yield (
+            key[:16].hex(), key[16:].hex(), int(recorded.input_tokens[j]), ms(rec), ms(rep),
+            f"{(rep - rec) / 1e6:.3f}" if both else "", ms(int(recorded.ttfb_ns[j])),
+            ms(int(replayed.ttfb_ns[i])), int(replayed.tail[i]), int(replayed.error[i]),
+        )  # fmt: skip

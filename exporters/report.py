@@ -1,0 +1,125 @@
+"""``tailreplay report`` as a library call: load both sides, compare, check SLOs, write.
+
+>>> result = write_report(ReportOptions(replayed=[Path("replays/r.msgpack")]))
+>>> result.slo["passed"]
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tailreplay.errors import RunFailed, UsageError
+from tailreplay.exporters.compare import DELTA_COLUMNS, compare, delta_rows
+from tailreplay.exporters.report_side import Side, load_side
+from tailreplay.exporters.report_tables import ReportTable, headline, report_tables
+from tailreplay.exporters.slo import Objective, check
+from tailreplay.private import open_private
+from tailreplay.traces.stats import DEFAULT_BUCKETS
+
+__all__ = ["ReportOptions", "ReportResult", "fail_on_slo", "write_report"]
+
+
+@dataclass
+class ReportOptions:
+    replayed: Sequence[Path]
+    recorded: Sequence[Path] | None = None
+    """None: the archives the replay's header names (when they are still there)."""
+    objectives: Sequence[Objective] = ()
+    min_score: float = 1.0
+    buckets: Sequence[int] = DEFAULT_BUCKETS
+    json_out: Path | None = None
+    markdown_out: Path | None = None
+    html_out: Path | None = None
+    deltas_out: Path | None = None
+    skip_corrupt: bool = False
+    seed: int = 0
+
+
+@dataclass
+class ReportResult:
+    report: dict[str, Any]
+    slo: dict[str, Any] | None
+    headline: str
+    tables: list[ReportTable] = field(default_factory=list)
+
+
+def write_report(
+    options: ReportOptions, say: Callable[[str], None] = lambda line: None
+) -> ReportResult:
+    """Build the report and write every requested file; ``say`` gets warnings."""
+    replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt)
+    recorded_paths = options.recorded
+    if recorded_paths is None:
+        recorded_paths = _recorded_from_header(replayed, say)
+    recorded = None
+    if recorded_paths:
+        recorded = load_side(recorded_paths, skip_corrupt=options.skip_corrupt)
+    if recorded is None and any(o.relative for o in options.objectives):
+        raise UsageError(
+            "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
+            "pass --recorded"
+        )
+    report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
+    for line in report["warnings"]:
+        say(f"warning: {line}")
+    slo = check(options.objectives, report, options.min_score) if options.objectives else None
+    if slo is not None:
+        report["slo"] = slo
+    line = headline(report, slo)
+    tables = report_tables(report, slo)
+    if options.json_out is not None:
+        with open_private(options.json_out) as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+    if options.markdown_out is not None:
+        from tailreplay.exporters.report_render import markdown
+
+        with open_private(options.markdown_out) as f:
+            f.write(markdown(line, tables))
+    if options.html_out is not None:
+        from tailreplay.exporters.report_html import html_report
+
+        with open_private(options.html_out) as f:
+            f.write(html_report(line, tables, report))
+    if options.deltas_out is not None:
+        if recorded is None:
+            raise UsageError("--deltas needs the recorded archive: pass --recorded")
+        _write_deltas(options.deltas_out, recorded, replayed)
+    return ReportResult(report, slo, line, tables)
+
+
+def fail_on_slo(result: ReportResult) -> None:
+    """Raise RunFailed (exit 1) when the SLO matrix did not pass."""
+    slo = result.slo
+    if slo is None or slo["passed"]:
+        return
+    missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
+    raise RunFailed(
+        f"SLO failed: score {slo['score']:.2f} < {slo['min_score']:.2f} "
+        f"(missed: {', '.join(missed)})"
+    )
+
+
+def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:
+    named = [Path(p) for h in replayed.headers for p in h.get("archives", [])]
+    named = list(dict.fromkeys(named))
+    missing = [p for p in named if not p.exists()]
+    if missing:
+        say(
+            f"warning: the recorded archive {missing[0]} is gone; reporting the replay "
+            "alone (pass --recorded to compare)"
+        )
+        return []
+    return named
+
+
+def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:
+    with open_private(path, newline="") as f:
+        out = csv.writer(f)
+        out.writerow(DELTA_COLUMNS)
+        out.writerows(delta_rows(recorded, replayed))

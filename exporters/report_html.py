@@ -1,0 +1,81 @@
+"""The report as one self-contained HTML page: the tables plus four plots."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+from tailreplay.exporters.report_tables import ReportTable
+from tailreplay.exporters.svg import Line, line_chart
+
+__all__ = ["html_report"]
+
+_COLORS = {"recorded": "#1f77b4", "replayed": "#d62728"}
+_STYLE = """
+body { font-family: sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+caption { caption-side: bottom; text-align: left; color: #666; font-size: 12px; }
+.plots { display: flex; flex-wrap: wrap; gap: 1em; }
+"""
+
+
+def html_report(line: str, tables: list[ReportTable], report: dict[str, Any]) -> str:
+    out = [
+        "<!doctype html>",
+        '<html lang="en"><head><meta charset="utf-8"><title>tailreplay report</title>',
+        f"<style>{_STYLE}</style></head><body>",
+        "<h1>tailreplay report</h1>",
+        f"<p>{escape(line)}</p>",
+        '<div class="plots">',
+        *_plots(report),
+        "</div>",
+    ]
+    for t in tables:
+        if not t.rows:
+            out.append(f"<h2>{escape(t.title)}</h2><p>{escape(t.note)}</p>")
+            continue
+        out.append(f"<h2>{escape(t.title)}</h2><table>")
+        if t.note:
+            out.append(f"<caption>{escape(t.note)}</caption>")
+        out.append("<tr>" + "".join(f"<th>{escape(c)}</th>" for c in t.columns) + "</tr>")
+        for row in t.rows:
+            out.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def _plots(report: dict[str, Any]) -> list[str]:
+    # Percentiles on a "nines" axis, -log10(1 - p), so P99 and P99.9 get as much room
+    # as the body of the distribution.
+    cdf = [
+        Line(name, [-math.log10(1 - p / 100) for p in c["pct"]], c["ms"], _COLORS[name])
+        for name, c in report["cdf"].items()
+    ]
+    series = report["series"]
+    over_time = []
+    rate = []
+    for name, s in series.items():
+        over_time.append(Line(f"{name} P50", s["t_s"], s["p50_ms"], _COLORS[name]))
+        over_time.append(Line(f"{name} P99", s["t_s"], s["p99_ms"], _COLORS[name] + "88"))
+        rate.append(Line(name, s["t_s"], s["rate_rps"], _COLORS[name]))
+    lag = [
+        Line("dispatch lag P99", s["t_s"], s["lag_p99_ms"], _COLORS[name])
+        for name, s in series.items()
+        if s.get("lag_p99_ms") is not None
+    ]
+    return [
+        line_chart(
+            "latency by percentile",
+            cdf,
+            log_y=True,
+            y_label="ms",
+            x_label="nines: 0.3 = P50, 1 = P90, 2 = P99, 3 = P99.9",
+        ),
+        line_chart("latency over time", over_time, x_label="s from start", y_label="ms"),
+        line_chart("request rate", rate, x_label="s from start", y_label="req/s"),
+        line_chart("dispatch lag", lag, x_label="s from start", y_label="ms"),
+    ]

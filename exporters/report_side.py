@@ -1,0 +1,113 @@
+"""One side of a report: the per-request columns of a recorded or a replayed archive.
+
+Read in one pass over the records' maps. Scalars go into numpy arrays; the
+inter-token gaps, which run to hundreds per request, go straight into a
+``LogHistogram`` so memory stays flat however long the capture.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailreplay.exporters.quantiles import LogHistogram
+from tailreplay.traces.reader import ArchiveReader
+
+__all__ = ["Side", "load_side"]
+
+Array = npt.NDArray[Any]
+_GAP_FLUSH = 1 << 20
+
+
+@dataclass
+class Side:
+    """Equal-length arrays (one entry per request, in file order) plus the gap histogram.
+
+    Times are ns; a missing integer is -1; ``key`` is the request's identity: the
+    (trace id, span id) of the recorded exchange, for a replay the original's.
+    """
+
+    paths: list[str]
+    headers: list[dict[str, Any]]
+    start_ns: Array
+    duration_ns: Array
+    ttfb_ns: Array
+    input_tokens: Array
+    output_tokens: Array
+    stream: Array
+    error: Array
+    """True for a failed exchange (error set, status 0, or status >= 400)."""
+    lag_ns: Array
+    tail: Array
+    key: list[bytes | None]
+    itl_us: LogHistogram
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.start_ns.size)
+
+    @property
+    def ok(self) -> Array:
+        return ~self.error
+
+    @property
+    def is_replay(self) -> bool:
+        return any(str(h.get("source", "")).startswith("replay") for h in self.headers)
+
+
+def load_side(paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = False) -> Side:
+    """Read every record of ``paths`` into a ``Side``."""
+    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
+    ints = {
+        name: array("q")
+        for name in ("start_ns", "duration_ns", "ttfb_ns", "input_tokens", "output_tokens",
+                     "lag_ns")
+    }  # fmt: skip
+    flags = {name: array("b") for name in ("stream", "error", "tail")}
+    keys: list[bytes | None] = []
+    itl = LogHistogram()
+    gaps = array("q")
+    appends = [(name, col.append) for name, col in ints.items()]
+    stream, failed, tail = flags["stream"].append, flags["error"].append, flags["tail"].append
+    for m in reader.iter_maps():
+        get = m.get
+        for name, append in appends:
+            v = get(name)
+            append(v if type(v) is int else -1)
+        status = get("status")
+        bad = get("error") is not None or (type(status) is int and (status == 0 or status >= 400))
+        failed(bad)
+        stream(get("stream") is True)
+        tail(get("tail") is True)
+        trace, span = get("orig_trace_id"), get("orig_span_id")
+        if trace is None:
+            trace, span = get("trace_id"), get("span_id")
+        keys.append(trace + span if isinstance(trace, bytes) and isinstance(span, bytes) else None)
+        chunk_gaps = get("chunk_gaps_us")
+        if chunk_gaps and not bad:
+            gaps.extend(chunk_gaps)
+            if len(gaps) >= _GAP_FLUSH:
+                itl.add(np.frombuffer(gaps, dtype=np.int64))
+                gaps = array("q")
+    if gaps:
+        itl.add(np.frombuffer(gaps, dtype=np.int64))
+    columns = {name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
+               for name, col in ints.items()}  # fmt: skip
+    bools = {name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
+             for name, col in flags.items()}  # fmt: skip
+    return Side(
+        paths=[str(p) for p in reader.paths],
+        headers=reader.headers,
+        key=keys,
+        itl_us=itl,
+        warnings=reader.warnings(),
+        **columns,
+        **bools,
+    )

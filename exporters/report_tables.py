@@ -1,0 +1,232 @@
+"""The report as titled tables of strings, rendered to the terminal, Markdown and HTML.
+
+One place decides what the report shows and how numbers read; the three
+renderers only lay the tables out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tailreplay.exporters.quantiles import QUANTILES
+
+__all__ = ["ReportTable", "headline", "report_tables"]
+
+_LABELS = {
+    "latency": "latency ms",
+    "latency_from_due": "latency from due ms",
+    "ttft": "TTFT ms",
+    "tpot": "TPOT ms",
+    "itl": "ITL ms",
+}
+_Q_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9"}
+
+
+@dataclass
+class ReportTable:
+    title: str
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    note: str = ""
+    wide: bool = False
+    """Too wide for a terminal or a PR comment: only the HTML page shows it."""
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def ms(x: float | None) -> str:
+    """Milliseconds to three significant figures or so: 0.42, 38.5, 983, 7,480."""
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.1f}" if abs(x) >= 1 else f"{x:.2f}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.2f}%"
+
+
+def _interval(e: dict[str, Any] | None) -> str:
+    if e is None or e["low"] is None:
+        return ""
+    return f"{ms(e['low'])}-{ms(e['high'])}"
+
+
+def headline(report: dict[str, Any], slo: dict[str, Any] | None) -> str:
+    """One line: what was compared and the verdict."""
+    rep = report["overall"]["replayed"]
+    parts = [f"replayed {rep['requests']:,} requests"]
+    settings = report["replay"]
+    if "speed" in settings:
+        parts.append(f"at {settings['speed']}")
+    if "recorded" in report["overall"]:
+        parts.append(f"against {report['overall']['recorded']['requests']:,} recorded")
+    parts.append(f"errors {pct(rep['error_rate'])}")
+    line = ", ".join(parts)
+    if slo is not None and slo["rows"]:
+        verdict = "PASS" if slo["passed"] else "FAIL"
+        line += f"; SLO {verdict} (score {slo['score']:.2f}, needs {slo['min_score']:.2f})"
+    return line
+
+
+def report_tables(report: dict[str, Any], slo: dict[str, Any] | None) -> list[ReportTable]:
+    tables = [_overview(report), _percentiles(report), _buckets(report)]
+    if slo is not None and slo["rows"]:
+        tables += [_slo(slo), _slo_matrix(slo)]
+    if report["deltas"] is not None:
+        tables += _deltas(report["deltas"])
+    return tables
+
+
+def _sides(report: dict[str, Any]) -> list[str]:
+    return list(report["overall"])
+
+
+def _overview(report: dict[str, Any]) -> ReportTable:
+    sides = _sides(report)
+    t = ReportTable("overview", ["", *sides])
+    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+        ("requests", lambda s: f"{s['requests']:,}"),
+        ("errors", lambda s: f"{s['errors']:,} ({pct(s['error_rate'])})"),
+        ("throughput req/s", lambda s: num(s["throughput_rps"], 2)),
+        ("output tokens/s", lambda s: num(s["output_tokens_per_s"], 0)),
+        ("tail-stretched", lambda s: f"{s['tail']:,}"),
+    ]
+    for label, cell in rows:
+        t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
+    return t
+
+
+def _percentiles(report: dict[str, Any]) -> ReportTable:
+    t = ReportTable(
+        "percentiles (successful requests)",
+        ["metric", "side", *(_Q_LABELS[q] for q in QUANTILES)],
+        note="under each row its 95% bootstrap interval; ITL is read off a 1% histogram",
+    )
+    for metric, label in _LABELS.items():
+        for side in _sides(report):
+            per_q = report["overall"][side]["metrics"].get(metric)
+            if per_q is None:
+                continue
+            t.rows.append(
+                [label, side, *(ms((per_q.get(q) or {}).get("value")) for q in QUANTILES)]
+            )
+            intervals = [_interval(per_q.get(q)) for q in QUANTILES]
+            if any(intervals):
+                t.rows.append(["", "", *intervals])
+    return t
+
+
+def _buckets(report: dict[str, Any]) -> ReportTable:
+    t = ReportTable(
+        "latency by input length (ms)",
+        ["input tokens", "side", "requests", "P50", "P95", "P99", "TTFT P99", "errors"],
+        note="a replayed request counts in the bucket of its recorded original",
+    )
+    for row in report["buckets"]:
+        for n, side in enumerate(_sides(report)):
+            s = row[side]
+            lat = s["metrics"].get("latency") or {}
+            ttft = s["metrics"].get("ttft") or {}
+            t.rows.append(
+                [
+                    row["range"] if n == 0 else "", side, f"{s['requests']:,}",
+                    *(ms((lat.get(q) or {}).get("value")) for q in ("p50", "p95", "p99")),
+                    ms((ttft.get("p99") or {}).get("value")), pct(s["error_rate"]),
+                ]
+            )  # fmt: skip
+    return t
+
+
+def _slo(slo: dict[str, Any]) -> ReportTable:
+    t = ReportTable(
+        f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
+        ["objective", "weight", "replayed", "limit", "overall", "input-length buckets"],
+        note="the score is the weight met overall over the weight of all; buckets are shown, "
+        "not scored",
+    )
+    buckets = slo["columns"][1:]
+    for row in slo["rows"]:
+        rate = row["objective"].startswith("error_rate")
+        show = pct if rate else ms
+        overall = row["cells"]["overall"]
+        missed = [b for b in buckets if row["cells"][b]["ok"] is False]
+        empty = [b for b in buckets if row["cells"][b]["ok"] is None]
+        where = "missed in " + ", ".join(missed) if missed else "all met"
+        if len(empty) == len(buckets):
+            where = "no data"
+        elif empty:
+            where += f" (no data in {', '.join(empty)})"
+        t.rows.append(
+            [
+                row["objective"], f"{row['weight']:g}", show(overall["value"]),
+                show(overall["limit"]), {True: "met", False: "MISSED", None: "no data"}[
+                    overall["ok"]], where,
+            ]
+        )  # fmt: skip
+    return t
+
+
+def _slo_matrix(slo: dict[str, Any]) -> ReportTable:
+    t = ReportTable(
+        "SLO matrix",
+        ["objective", "weight", *slo["columns"]],
+        wide=True,
+        note=(
+            "replayed value, + met, x missed, ? nothing to judge (counts as missed); "
+            "only the overall column is scored"
+        ),
+    )
+    for row in slo["rows"]:
+        cells = [row["objective"], f"{row['weight']:g}"]
+        rate = row["objective"].startswith("error_rate")
+        for label in slo["columns"]:
+            c = row["cells"][label]
+            mark = {True: "+", False: "x", None: "?"}[c["ok"]]
+            cells.append(f"{mark} {pct(c['value']) if rate else ms(c['value'])}")
+        t.rows.append(cells)
+    return t
+
+
+def _deltas(d: dict[str, Any]) -> list[ReportTable]:
+    if not d["compared"]:
+        return [
+            ReportTable(
+                "per request: replayed minus recorded latency",
+                [""],
+                note=(
+                    f"{d['joined']:,} of the replayed requests joined their recorded original "
+                    "by trace id, but no pair has two latencies to compare (an imported "
+                    "trace records arrivals and lengths only)"
+                ),
+            )
+        ]
+    t = ReportTable(
+        "per request: replayed minus recorded latency",
+        ["", *(_Q_LABELS[q] for q in QUANTILES)],
+        note=(
+            f"{d['compared']:,} pairs compared ({d['joined']:,} joined by trace id, "
+            f"{d['unmatched']:,} without a recorded original); slower than recorded: "
+            f"{pct(d['slower_share'])}"
+        ),
+    )
+    delta, ratio = d["latency_delta_ms"], d["latency_ratio"]
+    t.rows.append(["delta ms", *(ms(None if delta is None else delta[k]) for k in QUANTILES)])
+    t.rows.append(["ratio", *(num(None if ratio is None else ratio[k], 2) for k in QUANTILES)])
+    worst = ReportTable(
+        "largest slow-downs",
+        ["trace id", "span id", "input tokens", "recorded ms", "replayed ms", "tail"],
+    )
+    for w in d["worst"]:
+        worst.rows.append(
+            [
+                w["trace_id"], w["span_id"], f"{w['input_tokens']:,}", ms(w["recorded_ms"]),
+                ms(w["replayed_ms"]), "yes" if w["tail"] else "",
+            ]
+        )  # fmt: skip
+    return [t, worst]

@@ -1,0 +1,147 @@
+"""Service-level objectives: parsed from the command line, checked against a report.
+
+An objective is ``METRIC:QUANTILE<=LIMIT[*WEIGHT]`` or ``error_rate<=PERCENT[*WEIGHT]``:
+
+- ``latency:p99<=800ms*10`` — the replayed P99 latency at most 800 ms, weight 10;
+- ``ttft:p95<=1.2x`` — at most 1.2 times the recorded P95 TTFT (a regression gate);
+- ``error_rate<=1%``.
+
+The matrix checks every objective overall and in every input-length bucket. The
+score is the weight of the objectives met overall over the weight of them all; the
+run passes when the score reaches ``min_score`` (default 1: every objective met).
+Bucket cells are shown, not scored: a bucket of three requests should not fail CI.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tailreplay.errors import UsageError
+from tailreplay.exporters.compare import METRICS
+from tailreplay.exporters.quantiles import QUANTILES
+from tailreplay.units import parse_duration
+
+__all__ = ["Objective", "check", "parse_objectives"]
+
+_SPEC = re.compile(
+    r"^\s*(?P<metric>[a-z_]+)(?::(?P<q>p\d+))?\s*<=\s*(?P<limit>[^*\s]+)"
+    r"\s*(?:\*\s*(?P<weight>\d+(?:\.\d*)?))?\s*$"
+)
+_EXAMPLE = "e.g. latency:p99<=800ms*10, ttft:p95<=1.2x, error_rate<=1%"
+
+
+@dataclass(frozen=True, slots=True)
+class Objective:
+    text: str
+    metric: str
+    quantile: str | None
+    """None for error_rate."""
+    limit: float
+    """Milliseconds, a share (error_rate), or a factor of the recorded value."""
+    relative: bool
+    weight: float
+
+
+def parse_objectives(specs: Sequence[str]) -> list[Objective]:
+    """Objectives from ``--slo`` values (each may hold several, comma-separated)."""
+    out = []
+    for spec in specs:
+        for part in spec.split(","):
+            if part.strip():
+                out.append(_parse(part.strip()))
+    return out
+
+
+def _parse(text: str) -> Objective:
+    m = _SPEC.match(text)
+    if m is None:
+        raise UsageError(f"invalid --slo {text!r}: {_EXAMPLE}")
+    metric, q, limit_text = m["metric"], m["q"], m["limit"].lower()
+    weight = float(m["weight"]) if m["weight"] else 1.0
+    if weight <= 0:
+        raise UsageError(f"invalid --slo {text!r}: the weight must be positive")
+    if metric == "error_rate":
+        if q is not None:
+            raise UsageError(f"invalid --slo {text!r}: error_rate takes no percentile")
+        share = _number(text, limit_text.removesuffix("%"))
+        return Objective(text, metric, None, share / 100 if limit_text.endswith("%") else share,
+                         False, weight)  # fmt: skip
+    if metric not in METRICS:
+        raise UsageError(
+            f"invalid --slo {text!r}: unknown metric {metric!r} "
+            f"(one of {', '.join((*METRICS, 'error_rate'))})"
+        )
+    if q is None or q not in QUANTILES:
+        raise UsageError(
+            f"invalid --slo {text!r}: name a percentile ({', '.join(QUANTILES)}), {_EXAMPLE}"
+        )
+    if limit_text.endswith("x"):
+        return Objective(text, metric, q, _number(text, limit_text[:-1]), True, weight)
+    try:
+        seconds = parse_duration(limit_text)
+    except UsageError:
+        raise UsageError(f"invalid --slo {text!r}: the limit is a duration or a factor "
+                         f"like 1.2x; {_EXAMPLE}") from None  # fmt: skip
+    return Objective(text, metric, q, seconds * 1000, False, weight)
+
+
+def _number(text: str, value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise UsageError(f"invalid --slo {text!r}: {_EXAMPLE}") from None
+    if number < 0:
+        raise UsageError(f"invalid --slo {text!r}: the limit must not be negative")
+    return number
+
+
+def check(
+    objectives: Sequence[Objective], report: dict[str, Any], min_score: float = 1.0
+) -> dict[str, Any]:
+    """The SLO matrix of ``report``: one row per objective, a cell per column."""
+    columns = [("overall", report["overall"])]
+    columns += [(row["range"], row) for row in report["buckets"]]
+    rows: list[dict[str, Any]] = []
+    met = 0.0
+    for obj in objectives:
+        cells = {label: _cell(obj, sides) for label, sides in columns}
+        rows.append({"objective": obj.text, "weight": obj.weight, "cells": cells})
+        met += obj.weight if cells["overall"]["ok"] else 0.0
+    total = sum(obj.weight for obj in objectives)
+    score = met / total if total else None
+    return {
+        "columns": [label for label, _ in columns],
+        "rows": rows,
+        "score": score,
+        "min_score": min_score,
+        "passed": score is None or score >= min_score,
+    }
+
+
+def _cell(obj: Objective, sides: dict[str, Any]) -> dict[str, Any]:
+    """value/limit/ok for one objective on one column; ok is None when nothing to judge."""
+    replayed = sides["replayed"]
+    if obj.metric == "error_rate":
+        value = replayed["error_rate"]
+        limit: float | None = obj.limit
+    else:
+        value = _quantile(replayed, obj)
+        limit = obj.limit
+        if obj.relative:
+            base = _quantile(sides["recorded"], obj) if "recorded" in sides else None
+            limit = None if base is None else base * obj.limit
+    if value is None or limit is None:
+        # No data counts as missed overall (an empty replay must not pass CI).
+        return {"value": value, "limit": limit, "ok": None}
+    return {"value": value, "limit": limit, "ok": bool(value <= limit)}
+
+
+def _quantile(side: dict[str, Any], obj: Objective) -> float | None:
+    per_q = side["metrics"].get(obj.metric)
+    if not per_q or obj.quantile not in per_q:
+        return None
+    value: float = per_q[obj.quantile]["value"]
+    return value

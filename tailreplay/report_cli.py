@@ -1,0 +1,111 @@
+"""``tailreplay report``: recorded against replayed, with an SLO gate for CI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tailreplay.errors import UsageError
+
+__all__ = ["report"]
+
+
+def _parent_exists(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    if value is not None and not value.parent.is_dir():
+        raise UsageError(f"--{param.name} {value}: no such directory {value.parent}")
+    return value
+
+
+def _out(name: str, help_text: str) -> click.Option:
+    return click.Option(
+        [f"--{name}"],
+        type=click.Path(path_type=Path, dir_okay=False),
+        callback=_parent_exists,
+        help=help_text,
+    )
+
+
+@click.command(
+    params=[
+        _out("json", "Write the whole report (every figure) as JSON here."),
+        _out("markdown", "Write the tables as Markdown here (for a PR comment)."),
+        _out("html", "Write one HTML page with the tables and plots here."),
+        _out("deltas", "Write one CSV row per replayed request with its recorded original."),
+    ]
+)
+@click.argument("replayed", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True))
+@click.option(
+    "--recorded",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=True),
+    help="The recorded archive(s); default: those the replay's header names.",
+)
+@click.option("--replay-only", is_flag=True, help="Report the replay alone, no recorded side.")
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    help="Objective METRIC:PCT<=LIMIT[*WEIGHT] (repeatable, or comma-separated), e.g. "
+    "latency:p99<=800ms*10, ttft:p95<=1.2x (of the recorded), error_rate<=1%.",
+)
+@click.option(
+    "--slo-min-score",
+    type=click.FloatRange(0, 1),
+    default=1.0,
+    show_default=True,
+    help="Weighted share of objectives that must be met; below it the exit code is 1.",
+)
+@click.option(
+    "--buckets", default="50,256,512,1024,2048", show_default=True,
+    help="Input-token bucket edges.",
+)  # fmt: skip
+@click.option("--skip-corrupt", is_flag=True, help="Skip damaged regions instead of stopping.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap draws.")
+def report(
+    replayed: tuple[Path, ...],
+    recorded: tuple[Path, ...],
+    replay_only: bool,
+    slos: tuple[str, ...],
+    slo_min_score: float,
+    buckets: str,
+    skip_corrupt: bool,
+    seed: int,
+    json: Path | None,
+    markdown: Path | None,
+    html: Path | None,
+    deltas: Path | None,
+) -> None:
+    """Compare a replay with what was recorded: percentiles, buckets, SLOs, deltas.
+
+    Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
+    3 an unreadable archive.
+    """
+    from tailreplay.exporters.report import ReportOptions, fail_on_slo, write_report
+    from tailreplay.exporters.report_render import print_report
+    from tailreplay.exporters.slo import parse_objectives
+
+    if replay_only and recorded:
+        raise UsageError("--replay-only and --recorded contradict each other")
+    try:
+        edges = [int(x) for x in buckets.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"invalid --buckets {buckets!r}: use e.g. 50,256,512,1024") from None
+    if any(e <= 0 for e in edges):
+        raise UsageError("--buckets edges must be positive")
+    options = ReportOptions(
+        replayed=list(replayed),
+        recorded=[] if replay_only else (list(recorded) or None),
+        objectives=parse_objectives(slos),
+        min_score=slo_min_score,
+        buckets=edges,
+        json_out=json,
+        markdown_out=markdown,
+        html_out=html,
+        deltas_out=deltas,
+        skip_corrupt=skip_corrupt,
+        seed=seed,
+    )
+    result = write_report(options, say=lambda line: click.echo(line, err=True))
+    print_report(result.headline, result.tables)
+    fail_on_slo(result)

@@ -1,0 +1,250 @@
+"""``tailreplay report``: figures checked against numpy on known archives, the SLO gate's
+exit codes, the files it writes, and a report straight after a real replay."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import stat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.exporters.quantiles import LogHistogram, estimates
+from tailreplay.sim.launcher import sim_process
+from tests.helpers import HEADER, write_plain
+
+T0 = 1_700_000_000 * 10**9
+N = 1000
+
+
+def _pair(tmp_path: Path, factor: float = 2.0) -> tuple[Path, Path, list[dict], list[dict]]:
+    """A recorded archive and a replay of it where every request took ``factor`` times as long.
+
+    The replay's target counts prompt tokens 10% higher (another tokenizer), so bucketing
+    by the replayed side's own counts would move requests across bucket edges.
+    """
+    rng = random.Random(3)
+    recorded, replayed = [], []
+    for i in range(N):
+        trace, span = rng.randbytes(16), rng.randbytes(8)
+        tokens = rng.choice([30, 200, 255, 300, 900, 3000])
+        duration = (i + 1) * 10**6  # 1..1000 ms
+        ttfb = duration // 4
+        recorded.append(
+            {
+                "start_ns": T0 + i * 10**7, "trace_id": trace, "span_id": span, "status": 200,
+                "stream": True, "input_tokens": tokens, "output_tokens": 11,
+                "duration_ns": duration, "ttfb_ns": ttfb, "chunk_gaps_us": [1000] * 10,
+            }
+        )  # fmt: skip
+        failed = i % 100 == 0  # 1% errors in the replay
+        replayed.append(
+            {
+                "start_ns": T0 + 10**12 + i * 5 * 10**6, "trace_id": trace,
+                "span_id": rng.randbytes(8), "orig_trace_id": trace, "orig_span_id": span,
+                "status": 500 if failed else 200, "stream": True,
+                "input_tokens": round(tokens * 1.1), "output_tokens": 11,
+                "duration_ns": round(duration * factor), "ttfb_ns": round(ttfb * factor),
+                "chunk_gaps_us": [2000] * 10, "lag_ns": 5 * 10**5, "tail": i >= 990,
+                **({"error": "http_500"} if failed else {}),
+            }
+        )  # fmt: skip
+    rec = write_plain(tmp_path / "recorded.msgpack", recorded)
+    header = {**HEADER, "source": "replay", "speed": "2x", "archives": [str(rec.resolve())]}
+    rep = write_plain(tmp_path / "replayed.msgpack", replayed, header)
+    return rec, rep, recorded, replayed
+
+
+def _report(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["report", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _json(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "report.json"
+    code, _, err = _report(*args, "--json", str(out))
+    assert code == 0, err
+    report: dict[str, Any] = json.loads(out.read_text())
+    return report
+
+
+def test_figures_match_numpy_and_requests_keep_their_recorded_bucket(tmp_path: Path) -> None:
+    rec, rep, recorded, replayed = _pair(tmp_path)
+    report = _json(tmp_path, str(rep))  # the recorded side comes from the replay's header
+    assert report["inputs"]["recorded"] == [str(rec)]
+    r, p = report["overall"]["recorded"], report["overall"]["replayed"]
+    assert r["requests"] == p["requests"] == N
+    assert (r["errors"], p["errors"], p["tail"]) == (0, 10, 10)
+    ok = [m for m in replayed if "error" not in m]
+    for side, maps in (("recorded", recorded), ("replayed", ok)):
+        lat = np.array([m["duration_ns"] for m in maps]) / 1e6
+        got = report["overall"][side]["metrics"]["latency"]
+        for q, pct in (("p50", 50), ("p99", 99), ("p999", 99.9)):
+            assert got[q]["value"] == pytest.approx(np.percentile(lat, pct))
+            assert got[q]["low"] <= got[q]["value"] <= got[q]["high"]
+    due = report["overall"]["replayed"]["metrics"]["latency_from_due"]
+    assert due["p50"]["value"] == pytest.approx(p["metrics"]["latency"]["p50"]["value"] + 0.5)
+    assert "latency_from_due" not in r["metrics"]  # a capture has no schedule
+    assert p["metrics"]["itl"]["p50"]["value"] == pytest.approx(2.0, rel=0.01)
+    # Successes over each side's window, first start to last end: the recording spans
+    # 9.99 s + the last request's 1 s, the replay (2x) 4.995 s + 2 s.
+    assert r["throughput_rps"] == pytest.approx(1000 / 10.99)
+    assert p["throughput_rps"] == pytest.approx(990 / 6.995)
+
+    buckets = {b["range"]: b for b in report["buckets"]}
+    for lo, hi in ((None, 50), (50, 256), (256, 512), (512, 1024), (2048, None)):
+        label = f"<{hi}" if lo is None else (f">={lo}" if hi is None else f"{lo}-{hi}")
+        want = sum(1 for m in recorded if (lo or 0) <= m["input_tokens"] < (hi or 10**9))
+        assert buckets[label]["recorded"]["requests"] == want
+        assert buckets[label]["replayed"]["requests"] == want  # 255 * 1.1 stays in 50-256
+
+    d = report["deltas"]
+    assert (d["joined"], d["unmatched"], d["compared"]) == (N, 0, N - 10)
+    assert d["latency_ratio"]["p50"] == pytest.approx(2.0)
+    assert d["slower_share"] == 1.0
+    assert d["worst"][0]["recorded_ms"] == pytest.approx(1000.0)  # i = 999 (not an error)
+    assert d["worst"][0]["replayed_ms"] == pytest.approx(2000.0) and d["worst"][0]["tail"]
+
+
+def test_slo_gate_exit_codes_and_score(tmp_path: Path) -> None:
+    _, rep, _, _ = _pair(tmp_path)
+    # Replayed P50 ~1,000 ms, P99 ~1,980 ms, errors 1%.
+    code, out, err = _report(str(rep), "--slo", "latency:p50<=1.2s*1,latency:p99<=1.5s*10")
+    assert code == 1
+    assert err.strip().splitlines()[-1] == (
+        "Error: SLO failed: score 0.09 < 1.00 (missed: latency:p99<=1.5s*10)"
+    )
+    assert "SLO FAIL" in out
+    code, _, err = _report(
+        str(rep), "--slo", "latency:p50<=1.2s*1,latency:p99<=1.5s*10", "--slo-min-score", "0.05"
+    )
+    assert code == 0, err
+    # Relative to the recording: 2x slower passes 2.1x and misses 1.9x.
+    assert _report(str(rep), "--slo", "latency:p99<=2.1x")[0] == 0
+    assert _report(str(rep), "--slo", "latency:p99<=1.9x")[0] == 1
+    assert _report(str(rep), "--slo", "error_rate<=1%")[0] == 0
+    assert _report(str(rep), "--slo", "error_rate<=0.5%")[0] == 1
+    report = _json(tmp_path, str(rep), "--slo", "ttft:p95<=600ms*3")  # P95 TTFT is 475 ms
+    row = report["slo"]["rows"][0]
+    assert row["cells"]["overall"]["ok"] is True and row["weight"] == 3
+    assert set(row["cells"]) == {"overall", *(b["range"] for b in report["buckets"])}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--slo", "latency<=80ms"], "name a percentile"),
+        (["--slo", "latncy:p99<=80ms"], "unknown metric 'latncy'"),
+        (["--slo", "latency:p99<=fast"], "the limit is a duration or a factor"),
+        (["--slo", "latency:p99<=1.2x", "--replay-only"], "needs the recorded archive"),
+        (["--buckets", "a,b"], "invalid --buckets"),
+        (["--json", "/nonexistent/dir/r.json"], "no such directory"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    _, rep, _, _ = _pair(tmp_path)
+    code, _, err = _report(str(rep), *args)
+    assert code == 2, err
+    assert message in err and "Traceback" not in err
+
+
+def test_a_damaged_archive_exits_3(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(b"not an archive at all")
+    code, _, err = _report(str(bad))
+    assert code == 3 and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_missing_recorded_archive_gives_a_replay_only_report(tmp_path: Path) -> None:
+    rec, rep, _, _ = _pair(tmp_path)
+    rec.unlink()
+    out = tmp_path / "r.json"
+    code, _, err = _report(str(rep), "--json", str(out))
+    assert code == 0, err
+    assert f"the recorded archive {rec} is gone" in err
+    report = json.loads(out.read_text())
+    assert list(report["overall"]) == ["replayed"] and report["deltas"] is None
+
+
+def test_files_are_private_and_hold_the_report(tmp_path: Path) -> None:
+    _, rep, _, replayed = _pair(tmp_path)
+    paths = {ext: tmp_path / f"r.{ext}" for ext in ("json", "md", "html", "csv")}
+    code, _, err = _report(
+        str(rep), "--slo", "latency:p99<=3s", "--json", str(paths["json"]),
+        "--markdown", str(paths["md"]), "--html", str(paths["html"]),
+        "--deltas", str(paths["csv"]),
+    )  # fmt: skip
+    assert code == 0, err
+    for path in paths.values():
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
+    md = paths["md"].read_text()
+    assert "## SLOs: score 1.00 (PASS)" in md and "| latency ms | replayed |" in md
+    html = paths["html"].read_text()
+    assert html.count("<svg") == 4 and "SLO matrix" in html and "<script" not in html
+    rows = list(csv.DictReader(paths["csv"].open()))
+    assert len(rows) == N
+    by_trace = {m["orig_trace_id"].hex(): m for m in replayed}
+    for row in rows[:50]:
+        m = by_trace[row["trace_id"]]
+        if "error" in m:
+            assert row["delta_ms"] == "" and row["replayed_error"] == "1"
+        else:
+            assert float(row["delta_ms"]) == pytest.approx(m["duration_ns"] / 2e6, abs=1e-3)
+
+
+def test_bootstrap_intervals_match_resampling_and_the_histogram_is_within_1pct() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.lognormal(5, 1, 2000)
+    got = estimates(x, rng=np.random.default_rng(1), draws=4000)
+    assert got is not None
+    brute = np.array([np.percentile(rng.choice(x, x.size), [50, 99]) for _ in range(2000)])
+    lo, hi = np.percentile(brute, [2.5, 97.5], axis=0)
+    for i, q in enumerate(("p50", "p99")):
+        width = hi[i] - lo[i]
+        assert got[q].low == pytest.approx(lo[i], abs=0.1 * width)
+        assert got[q].high == pytest.approx(hi[i], abs=0.1 * width)
+    # The histogram: within its 1% bins of the exact percentiles of a long series
+    # (gaps of 0, chunks read together, included).
+    gaps = np.concatenate([rng.lognormal(3, 1, 200_000).round(), np.zeros(5000)])
+    h = LogHistogram()
+    for part in np.array_split(gaps, 7):
+        h.add(part)
+    for q, est in (h.percentiles() or {}).items():
+        exact = np.percentile(gaps, {"p50": 50, "p95": 95, "p99": 99, "p999": 99.9}[q])
+        assert est.value == pytest.approx(exact, rel=0.011), q
+
+
+def test_report_after_a_real_replay_finds_the_recording_and_joins_every_request(
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(8)
+    maps = [
+        {
+            "start_ns": T0 + i * 2 * 10**7, "trace_id": rng.randbytes(16),
+            "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
+            "model": "m", "stream": i % 2 == 0, "status": 200,
+            "input_tokens": rng.randint(20, 3000), "output_tokens": rng.randint(2, 8),
+            "duration_ns": rng.randint(10**8, 10**9), "ttfb_ns": 5 * 10**7,
+        }
+        for i in range(200)
+    ]  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    out = tmp_path / "r.msgpack"
+    with sim_process(["--profile", "fast"]) as sim:
+        result = CliRunner().invoke(
+            cli, ["replay", str(archive), "--target", sim, "--out", str(out), "--speed", "4x"]
+        )
+    assert result.exit_code == 0, result.stderr
+    report = _json(tmp_path, str(out), "--slo", "ttft:p99<=10s")
+    assert report["overall"]["replayed"]["requests"] == 200
+    assert report["deltas"]["joined"] == 200 and report["deltas"]["compared"] == 200
+    assert report["replay"]["speed"] == "4x"
+    assert report["slo"]["passed"]
+    assert sum(b["replayed"]["requests"] for b in report["buckets"]) == 200
