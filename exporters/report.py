@@ -58,7 +58,7 @@ def write_report(
         recorded_paths = _recorded_from_header(replayed, say)
     recorded = None
     if recorded_paths:
-        recorded = load_side(recorded_paths, skip_corrupt=options.skip_corrupt)
+        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say)
     if recorded is None and any(o.relative for o in options.objectives):
         raise UsageError(
             "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
@@ -116,6 +116,23 @@ def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Pa
         )
         return []
     return named
+
+
+def _load_recorded(
+    paths: Sequence[Path], replayed: Side, skip_corrupt: bool, say: Callable[[str], None]
+) -> Side:
+    """The recorded requests the replay sent (a --limit, window or shard sent a part).
+
+    Compared whole, a replay of the first 400 requests would face the percentiles of
+    all 2,400. A replay of something else (nothing joins) is compared with all of it.
+    """
+    keys = {k for k in replayed.key if k is not None}
+    if keys:
+        recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys)
+        if recorded.n:
+            return recorded
+        say("warning: no replayed request comes from the recorded archive; comparing them whole")
+    return load_side(paths, skip_corrupt=skip_corrupt)
 
 
 def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +62,13 @@ class Side:
         return any(str(h.get("source", "")).startswith("replay") for h in self.headers)
 
 
-def load_side(paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = False) -> Side:
-    """Read every record of ``paths`` into a ``Side``."""
+def load_side(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    skip_corrupt: bool = False,
+    keep: Set[bytes] | None = None,
+) -> Side:
+    """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``."""
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
     ints = {
         name: array("q")
@@ -78,6 +83,13 @@ def load_side(paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = F
     stream, failed, tail = flags["stream"].append, flags["error"].append, flags["tail"].append
     for m in reader.iter_maps():
         get = m.get
+        trace, span = get("orig_trace_id"), get("orig_span_id")
+        if trace is None:
+            trace, span = get("trace_id"), get("span_id")
+        key = trace + span if isinstance(trace, bytes) and isinstance(span, bytes) else None
+        if keep is not None and key not in keep:
+            continue
+        keys.append(key)
         for name, append in appends:
             v = get(name)
             append(v if type(v) is int else -1)
@@ -86,10 +98,6 @@ def load_side(paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = F
         failed(bad)
         stream(get("stream") is True)
         tail(get("tail") is True)
-        trace, span = get("orig_trace_id"), get("orig_span_id")
-        if trace is None:
-            trace, span = get("trace_id"), get("span_id")
-        keys.append(trace + span if isinstance(trace, bytes) and isinstance(span, bytes) else None)
         chunk_gaps = get("chunk_gaps_us")
         if chunk_gaps and not bad:
             gaps.extend(chunk_gaps)

@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,10 @@ from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
 from tailreplay.units import parse_duration, parse_host_port, parse_time
+
+if TYPE_CHECKING:
+    from tailreplay.exporters.report import ReportResult
+    from tailreplay.exporters.slo import Objective
 
 __all__ = ["main", "replay"]
 
@@ -134,6 +139,26 @@ def _shard(text: str) -> tuple[int, int]:
     show_default=True,
     help="Keep serving metrics this long after the run, so the last scrape sees the end.",
 )
+@click.option(
+    "--report",
+    "report_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="After the run, write the report (recorded against replayed) here: .html, .md "
+    "or .json by the suffix. Also written after Ctrl-C.",
+)
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    help="Objective to check after the run, as in `tailreplay report --slo`; a missed one exits 1.",
+)
+@click.option(
+    "--slo-min-score",
+    type=click.FloatRange(0, 1),
+    default=1.0,
+    show_default=True,
+    help="Weighted share of --slo objectives that must be met.",
+)
 @otlp_options()
 def replay(
     archives: tuple[Path, ...],
@@ -163,9 +188,14 @@ def replay(
     skip_corrupt: bool,
     metrics_listen: str | None,
     metrics_linger: str,
+    report_out: Path | None,
+    slos: tuple[str, ...],
+    slo_min_score: float,
     otlp: OtlpOptions,
 ) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
+    from tailreplay.exporters.report import fail_on_slo
+    from tailreplay.exporters.slo import parse_objectives
     from tailreplay.replayer.run import ReplayConfig, exit_code, print_summary, run, write_json
     from tailreplay.replayer.schedule import ScheduleConfig
     from tailreplay.replayer.speed import parse_speed
@@ -207,7 +237,12 @@ def replay(
         and any(a.exists() and os.path.samefile(a, out) for a in archives)
     ):
         raise UsageError(f"{out}: the output is also an input; choose another --out")
-    for flag, path in (("--out", out), ("--json", json_out)):
+    objectives = parse_objectives(slos)
+    if report_out is not None and report_out.suffix.lower() not in _REPORT_KINDS:
+        raise UsageError(f"--report {report_out}: name a .html, .md or .json file")
+    if dry_run and (report_out or objectives):
+        raise UsageError("--report and --slo need a real run, not --dry-run")
+    for flag, path in (("--out", out), ("--json", json_out), ("--report", report_out)):
         if path is not None and not path.parent.is_dir():
             raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if out is None:
@@ -250,8 +285,44 @@ def replay(
         except OSError as exc:  # the results archive is written; say so rather than lose it
             raise InputError(f"--json {json_out}: cannot write ({exc.strerror or exc})") from None
     code = exit_code(outcome)
+    if report_out is not None or objectives:
+        result = _report(out, archives, report_out, objectives, slo_min_score, skip_corrupt)
+        if code == 0:
+            fail_on_slo(result)
     if code:
         sys.exit(code)
+
+
+_REPORT_KINDS = {".html": "html_out", ".htm": "html_out", ".md": "markdown_out",
+                 ".json": "json_out"}  # fmt: skip
+
+
+def _report(
+    results: Path,
+    archives: tuple[Path, ...],
+    path: Path | None,
+    objectives: list[Objective],
+    min_score: float,
+    skip_corrupt: bool,
+) -> ReportResult:
+    """The report of the run just done; the SLO lines on stdout, the file if asked."""
+    from tailreplay.exporters.report import ReportOptions, write_report
+    from tailreplay.exporters.report_render import print_report
+
+    options = ReportOptions(
+        replayed=[results],
+        recorded=list(archives),
+        objectives=objectives,
+        min_score=min_score,
+        skip_corrupt=skip_corrupt,
+    )
+    if path is not None:
+        setattr(options, _REPORT_KINDS[path.suffix.lower()], path)
+    result = write_report(options, say=lambda line: click.echo(line, err=True))
+    print_report(result.headline, [t for t in result.tables if t.title.startswith("SLOs")])
+    if path is not None:
+        click.echo(f"report: {path}")
+    return result
 
 
 def main() -> None:
