@@ -105,20 +105,17 @@ def _overview(report: dict[str, Any]) -> ReportTable:
 def _percentiles(report: dict[str, Any]) -> ReportTable:
     t = ReportTable(
         "percentiles (successful requests)",
-        ["metric", "side", *(_Q_LABELS[q] for q in QUANTILES)],
-        note="under each row its 95% bootstrap interval; ITL is read off a 1% histogram",
+        ["metric", "side", *(_Q_LABELS[q] for q in QUANTILES), "P99 95% CI"],
+        note="CI: bootstrap interval (the JSON has one for every percentile); "
+        "ITL is read off a 1% histogram",
     )
     for metric, label in _LABELS.items():
         for side in _sides(report):
             per_q = report["overall"][side]["metrics"].get(metric)
             if per_q is None:
                 continue
-            t.rows.append(
-                [label, side, *(ms((per_q.get(q) or {}).get("value")) for q in QUANTILES)]
-            )
-            intervals = [_interval(per_q.get(q)) for q in QUANTILES]
-            if any(intervals):
-                t.rows.append(["", "", *intervals])
+            values = [ms((per_q.get(q) or {}).get("value")) for q in QUANTILES]
+            t.rows.append([label, side, *values, _interval(per_q.get("p99"))])
     return t
 
 
@@ -129,6 +126,8 @@ def _buckets(report: dict[str, Any]) -> ReportTable:
         note="a replayed request counts in the bucket of its recorded original",
     )
     for row in report["buckets"]:
+        if not any(row[side]["requests"] for side in _sides(report)):
+            continue
         for n, side in enumerate(_sides(report)):
             s = row[side]
             lat = s["metrics"].get("latency") or {}
