@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from tailreplay.errors import UsageError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
 from tailreplay.units import format_ns, parse_duration, parse_time
@@ -268,6 +268,95 @@ def export_otlp(
     with _progress_bar(cols.n, "spans") as advance:
         n = export_otlp(files, otlp, shift_ns=shift, skip_corrupt=skip_corrupt, progress=advance)
     click.echo(f"exported {n:,} spans to {otlp.resolved_endpoint()}", err=True)
+
+
+@traces.command()
+@_archives
+@_output
+@_skip_corrupt
+@click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
+def fit(files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int) -> None:
+    """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
+    from tailreplay.private import open_private
+    from tailreplay.traces.fit import fit as fit_workload
+
+    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed)
+    with open_private(out) as f:
+        json.dump(workload.to_json(), f, indent=1)
+        f.write("\n")
+    a, o = workload.arrivals, workload.arrivals_other
+    click.echo(
+        f"{workload.records:,} records over {workload.duration_s:,.1f} s, "
+        f"{workload.rate_rps:,.2f} req/s"
+    )
+    click.echo(
+        f"arrivals: {a.family} shape {a.shape:.3f} (KS {a.ks:.3f}); "
+        f"{o.family} shape {o.shape:.3f} (KS {o.ks:.3f}) fits worse"
+    )
+    for name, d in (
+        ("input tokens", workload.input_tokens),
+        ("output tokens", workload.output_tokens),
+    ):
+        click.echo(f"{name}: gamma shape {d.shape:.3f} mean {d.mean:,.0f} (KS {d.ks:.3f})")
+    click.echo(f"wrote {out}", err=True)
+
+
+@traces.command()
+@click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
+@_output
+@click.option("--duration", help="Length of the synthetic trace, e.g. 10m.")
+@click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
+@click.option("--rate", type=float, help="Mean requests per second (default: the fitted rate).")
+@click.option("--scale", help="The fitted rate times this, e.g. 3x.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
+def synth(
+    model: Path,
+    out: Path,
+    duration: str | None,
+    count: int | None,
+    rate: float | None,
+    scale: str | None,
+    seed: int,
+    start: str | None,
+) -> None:
+    """Synthesise an archive from a workload model, at any rate and length."""
+    from tailreplay.traces.fit import Workload, synthesize
+
+    if rate is not None and scale is not None:
+        raise UsageError("give --rate or --scale, not both")
+    if rate is not None and rate <= 0:
+        raise UsageError("--rate must be positive")
+    try:
+        data = json.loads(model.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{model}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{model}: not a workload model ({exc})") from None
+    workload = Workload.from_json(data if isinstance(data, dict) else {}, str(model))
+    if scale is not None:
+        factor = _scale_factor(scale)
+        rate = workload.rate_rps * factor
+    written = synthesize(
+        workload,
+        out,
+        duration_s=parse_duration(duration) if duration is not None else None,
+        count=count,
+        rate_rps=rate,
+        seed=seed,
+        start_ns=parse_time(start) if start is not None else None,
+    )
+    click.echo(f"wrote {written:,} records to {out}", err=True)
+
+
+def _scale_factor(text: str) -> float:
+    try:
+        factor = float(text.strip().lower().removesuffix("x"))
+    except ValueError:
+        raise UsageError(f"invalid --scale {text!r}: use e.g. 2x or 0.5x") from None
+    if factor <= 0:
+        raise UsageError("--scale must be positive")
+    return factor
 
 
 @contextlib.contextmanager

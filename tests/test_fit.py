@@ -1,0 +1,146 @@
+"""``traces fit`` and ``traces synth``: known parameters recovered, synthesis at a new
+rate and length, a real public trace fitted and its synthesis replayed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+AZURE = Path(__file__).resolve().parents[2] / "shared/data/azure_llm_2023"
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["traces", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _known(path: Path, n: int = 20_000) -> Path:
+    """Weibull(0.6) arrivals at 20 req/s; Gamma(2, 300) input and Gamma(1.5, 80) output."""
+    rng = np.random.default_rng(11)
+    k = 0.6
+    gaps = rng.weibull(k, n) / 20 / math.gamma(1 + 1 / k)
+    starts = T0 + np.cumsum(gaps * 1e9).astype(np.int64)
+    inputs = np.ceil(rng.gamma(2.0, 300.0, n)).astype(int)
+    outputs = np.ceil(rng.gamma(1.5, 80.0, n)).astype(int)
+    maps = [
+        {
+            "start_ns": int(s), "trace_id": rng.bytes(16), "span_id": rng.bytes(8),
+            "path": "/v1/chat/completions", "model": "big" if i % 4 else "small",
+            "stream": i % 5 != 0, "input_tokens": int(a), "output_tokens": int(b),
+        }
+        for i, (s, a, b) in enumerate(zip(starts, inputs, outputs, strict=True))
+    ]  # fmt: skip
+    return write_plain(path, maps)
+
+
+def test_fit_recovers_known_parameters(tmp_path: Path) -> None:
+    archive = _known(tmp_path / "a.msgpack")
+    model = tmp_path / "m.json"
+    code, out, err = _run("fit", str(archive), "-o", str(model))
+    assert code == 0, err
+    assert "arrivals: weibull shape 0.6" in out
+    assert stat.S_IMODE(os.stat(model).st_mode) == 0o600
+    m = json.loads(model.read_text())
+    assert m["arrivals"]["family"] == "weibull"
+    assert m["arrivals"]["shape"] == pytest.approx(0.6, rel=0.05)
+    assert m["arrivals_other"]["family"] == "gamma"
+    assert m["arrivals"]["loglik"] > m["arrivals_other"]["loglik"]
+    assert m["rate_rps"] == pytest.approx(20, rel=0.05)
+    assert m["input_tokens"]["shape"] == pytest.approx(2.0, rel=0.1)
+    assert m["input_tokens"]["shape"] * m["input_tokens"]["scale"] == pytest.approx(600, rel=0.03)
+    assert m["output_tokens"]["shape"] == pytest.approx(1.5, rel=0.1)
+    assert m["stream_share"] == pytest.approx(0.8)
+    assert m["models"] == {"big": 0.75, "small": 0.25}
+
+
+def test_synth_at_a_new_rate_and_length_keeps_the_shape(tmp_path: Path) -> None:
+    model = tmp_path / "m.json"
+    assert _run("fit", str(_known(tmp_path / "a.msgpack")), "-o", str(model))[0] == 0
+    out = tmp_path / "s.msgpack"
+    code, _, err = _run("synth", str(model), "-o", str(out), "--duration", "5m", "--scale", "3x",
+                        "--seed", "4")  # fmt: skip
+    assert code == 0, err
+    records = list(ArchiveReader([out]))
+    assert len(records) == pytest.approx(3 * 20 * 300, rel=0.08)
+    assert f"wrote {len(records):,} records to {out}" in err
+    starts = np.array([r.start_ns for r in records])
+    assert (starts[-1] - starts[0]) / 1e9 <= 300
+    assert bool(np.all(np.diff(starts) >= 0))
+    refit = json.loads(model.read_text())
+    max_in = refit["max_input_tokens"]
+    assert all(1 <= (r.input_tokens or 0) <= max_in for r in records)
+    # Fitting the synthetic trace gives back the burstiness and a rate three times over.
+    again = tmp_path / "again.json"
+    assert _run("fit", str(out), "-o", str(again))[0] == 0
+    m2 = json.loads(again.read_text())
+    assert m2["arrivals"]["shape"] == pytest.approx(0.6, rel=0.08)
+    assert m2["rate_rps"] == pytest.approx(60, rel=0.08)
+    # Same seed, same requests; --count bounds it exactly.
+    out2 = tmp_path / "s2.msgpack"
+    assert _run("synth", str(model), "-o", str(out2), "--duration", "5m", "--scale", "3x",
+                "--seed", "4")[0] == 0  # fmt: skip
+    assert [r.to_map() for r in ArchiveReader([out2])] == [r.to_map() for r in records]
+    assert _run("synth", str(model), "-o", str(out2), "--count", "500")[0] == 0
+    assert len(list(ArchiveReader([out2]))) == 500
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--count", "5", "--rate", "1", "--scale", "2x"], 2, "not both"),
+        ([], 2, "give --count or --duration"),
+        (["--count", "5", "--scale", "fast"], 2, "invalid --scale"),
+    ],
+)
+def test_synth_bad_options(tmp_path: Path, args: list[str], code: int, message: str) -> None:
+    model = tmp_path / "m.json"
+    assert _run("fit", str(_known(tmp_path / "a.msgpack", 200)), "-o", str(model))[0] == 0
+    got, _, err = _run("synth", str(model), "-o", str(tmp_path / "s.msgpack"), *args)
+    assert got == code and message in err, err
+
+
+def test_bad_inputs_exit_3_with_one_line(tmp_path: Path) -> None:
+    not_json = tmp_path / "m.json"
+    not_json.write_text("{nope")
+    code, _, err = _run("synth", str(not_json), "-o", str(tmp_path / "s.msgpack"), "--count", "5")
+    assert code == 3 and "not a workload model" in err and len(err.strip().splitlines()) == 1
+    other = tmp_path / "o.json"
+    other.write_text('{"format": "something else"}')
+    code, _, err = _run("synth", str(other), "-o", str(tmp_path / "s.msgpack"), "--count", "5")
+    assert code == 3 and "not a tailreplay workload model" in err
+    tiny = write_plain(tmp_path / "t.msgpack", [{"start_ns": T0 + i} for i in range(3)])
+    code, _, err = _run("fit", str(tiny), "-o", str(tmp_path / "m2.json"))
+    assert code == 3 and "too few to fit" in err
+
+
+@pytest.mark.skipif(not AZURE.is_dir(), reason="../shared/data is not beside this checkout")
+def test_a_real_trace_fits_and_its_synthesis_replays(tmp_path: Path) -> None:
+    csv = sorted(AZURE.glob("*code*.csv"))[0]
+    archive = tmp_path / "azure.msgpack"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["traces", "import", "azure", str(csv), "-o", str(archive)])
+    assert result.exit_code == 0, result.stderr
+    model = tmp_path / "m.json"
+    code, out, err = _run("fit", str(archive), "-o", str(model))
+    assert code == 0, err
+    m = json.loads(model.read_text())
+    assert m["arrivals"]["family"] in ("weibull", "gamma") and m["arrivals"]["ks"] < 0.2
+    synth = tmp_path / "s.msgpack"
+    assert _run("synth", str(model), "-o", str(synth), "--count", "2000", "--scale", "2x")[0] == 0
+    result = runner.invoke(
+        cli, ["replay", "--dry-run", str(synth), "--out", str(tmp_path / "d.msgpack")]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(list(ArchiveReader([tmp_path / "d.msgpack"]))) == 2000

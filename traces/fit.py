@@ -1,0 +1,284 @@
+"""Workload models: fitted to an archive, then synthesised at any rate and length.
+
+A model is a renewal arrival process plus independent request shapes:
+
+- inter-arrival times: Weibull and Gamma are both fitted by maximum likelihood;
+  the one with the higher log-likelihood is kept (shape < 1 means burstier than
+  Poisson, > 1 more regular). Synthesis keeps the shape and rescales for a new
+  rate, so "the same traffic, twice as busy" keeps its burstiness;
+- input and output tokens: Gamma each (independent of each other and of time);
+- shares of streamed requests, models and paths.
+
+It keeps no time-of-day pattern, no sessions and no prefix sharing; a replay of
+the archive itself keeps all of those (docs/fit.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats  # type: ignore[import-untyped]
+
+from tailreplay.errors import InputError, UsageError
+from tailreplay.traces.columns import load_columns
+from tailreplay.traces.format import make_header
+from tailreplay.traces.record import Record
+from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["Dist", "Workload", "fit", "synthesize"]
+
+MODEL_VERSION = 1
+FIT_SAMPLE = 200_000
+"""Values a distribution is fitted to at most (a seeded random subset beyond that)."""
+MAX_SYNTH = 50_000_000
+
+Array = npt.NDArray[Any]
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A two-parameter distribution on (0, inf): ``weibull`` or ``gamma``."""
+
+    family: str
+    shape: float
+    scale: float
+    loglik: float | None = None
+    ks: float | None = None
+    """Kolmogorov-Smirnov distance to the data it was fitted to (0 is a perfect fit)."""
+
+    @property
+    def mean(self) -> float:
+        if self.family == "weibull":
+            return self.scale * math.gamma(1 + 1 / self.shape)
+        return self.shape * self.scale
+
+    def with_mean(self, mean: float) -> Dist:
+        return Dist(self.family, self.shape, self.scale * mean / self.mean)
+
+    def sample(self, rng: np.random.Generator, n: int) -> Array:
+        if self.family == "weibull":
+            out: Array = self.scale * rng.weibull(self.shape, n)
+        else:
+            out = rng.gamma(self.shape, self.scale, n)
+        return out
+
+    def frozen(self) -> Any:
+        family = stats.weibull_min if self.family == "weibull" else stats.gamma
+        return family(self.shape, loc=0, scale=self.scale)
+
+
+@dataclass(frozen=True)
+class Workload:
+    records: int
+    duration_s: float
+    rate_rps: float
+    arrivals: Dist
+    arrivals_other: Dist
+    """The family not chosen, for comparison."""
+    input_tokens: Dist
+    output_tokens: Dist
+    max_input_tokens: int
+    max_output_tokens: int
+    stream_share: float
+    models: dict[str, float]
+    paths: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> Workload:
+        if data.get("format") != "tailreplay-workload":
+            raise InputError(f"{where}: not a tailreplay workload model (see `traces fit`)")
+        if data.get("version") != MODEL_VERSION:
+            raise InputError(f"{where}: workload model version {data.get('version')} "
+                             f"is not {MODEL_VERSION}")  # fmt: skip
+        try:
+            fields = {k: v for k, v in data.items() if k not in ("format", "version")}
+            for key in ("arrivals", "arrivals_other", "input_tokens", "output_tokens"):
+                fields[key] = Dist(**fields[key])
+            return cls(**fields)
+        except (TypeError, KeyError) as exc:
+            raise InputError(f"{where}: malformed workload model ({exc})") from None
+
+
+def fit(
+    paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = False, seed: int = 0
+) -> Workload:
+    """Fit a workload model to the records of ``paths``."""
+    paths = list(paths)
+    cols = load_columns(paths, ["input_tokens", "output_tokens", "stream"],
+                        skip_corrupt=skip_corrupt)  # fmt: skip
+    if cols.n < 10:
+        raise InputError(f"{cols.n} records are too few to fit a workload (at least 10)")
+    rng = np.random.default_rng(seed)
+    starts = cols["start_ns"]
+    duration_s = float(starts[-1] - starts[0]) / 1e9
+    gaps = np.diff(starts).astype(np.float64) / 1e9
+    positive = gaps[gaps > 0]
+    if positive.size < 2:
+        raise InputError("the records do not spread over time: no arrival process to fit")
+    # Requests stamped in the same clock tick have a gap of 0, which neither family
+    # allows; they get half the smallest gap seen, as if the clock were finer.
+    gaps = np.where(gaps > 0, gaps, positive.min() / 2)
+    weibull, gamma = _fit_both(_subset(gaps, rng))
+    arrivals, other = weibull, gamma
+    if (gamma.loglik or 0) > (weibull.loglik or 0):
+        arrivals, other = gamma, weibull
+    tokens = {}
+    for name in ("input_tokens", "output_tokens"):
+        values = cols.where(name)
+        values = values[values > 0].astype(np.float64)
+        if values.size < 10:
+            raise InputError(f"too few records with {name} to fit their lengths")
+        tokens[name] = (_fit(stats.gamma, "gamma", _subset(values, rng)), int(values.max()))
+    reader_paths = [str(p) for p in paths]
+    models, route = _shares(reader_paths, skip_corrupt)
+    return Workload(
+        records=cols.n,
+        duration_s=duration_s,
+        rate_rps=(cols.n - 1) / duration_s,
+        arrivals=arrivals,
+        arrivals_other=other,
+        input_tokens=tokens["input_tokens"][0],
+        output_tokens=tokens["output_tokens"][0],
+        max_input_tokens=tokens["input_tokens"][1],
+        max_output_tokens=tokens["output_tokens"][1],
+        stream_share=float(cols.where("stream").mean()) if cols.present["stream"].any() else 1.0,
+        models=models,
+        paths=route,
+    )
+
+
+def _subset(values: Array, rng: np.random.Generator) -> Array:
+    if values.size <= FIT_SAMPLE:
+        return values
+    picked: Array = rng.choice(values, FIT_SAMPLE, replace=False)
+    return picked
+
+
+def _fit_both(gaps: Array) -> tuple[Dist, Dist]:
+    return _fit(stats.weibull_min, "weibull", gaps), _fit(stats.gamma, "gamma", gaps)
+
+
+def _fit(family: Any, name: str, values: Array) -> Dist:
+    shape, _, scale = family.fit(values, floc=0)
+    frozen = family(shape, loc=0, scale=scale)
+    loglik = float(np.sum(frozen.logpdf(values)))
+    ks = float(stats.kstest(values, frozen.cdf).statistic)
+    return Dist(name, float(shape), float(scale), loglik, ks)
+
+
+def _shares(paths: list[str], skip_corrupt: bool) -> tuple[dict[str, float], dict[str, float]]:
+    from tailreplay.traces.reader import ArchiveReader
+
+    models: Counter[str] = Counter()
+    routes: Counter[str] = Counter()
+    for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file").iter_maps():
+        models[str(m.get("model") or "")] += 1
+        routes[str(m.get("path") or "/v1/chat/completions")] += 1
+
+    def share(c: Counter[str]) -> dict[str, float]:
+        total = sum(c.values())
+        return {k: v / total for k, v in c.most_common()}
+
+    return share(models), share(routes)
+
+
+def synthesize(
+    workload: Workload,
+    out: Path,
+    *,
+    duration_s: float | None = None,
+    count: int | None = None,
+    rate_rps: float | None = None,
+    seed: int = 0,
+    start_ns: int | None = None,
+) -> int:
+    """Write a synthetic archive drawn from ``workload``; returns the records written.
+
+    It stops at ``count`` records or ``duration_s`` seconds, whichever comes first
+    (at least one must be given); ``rate_rps`` defaults to the fitted rate.
+    """
+    if count is None and duration_s is None:
+        raise UsageError("give --count or --duration (or both) to bound the synthesis")
+    rate = rate_rps if rate_rps is not None else workload.rate_rps
+    if rate <= 0:
+        raise UsageError("the rate must be positive")
+    expected = count if count is not None else int(rate * (duration_s or 0) * 1.2) + 10
+    if min(expected, count or expected) > MAX_SYNTH:
+        raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
+    rng = np.random.default_rng(seed)
+    arrivals = workload.arrivals.with_mean(1.0 / rate)
+    t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
+    header = make_header("synth", ordered=True, extra={"workload": workload.to_json(),
+                                                       "rate_rps": rate, "seed": seed})  # fmt: skip
+    written = 0
+    writer = ArchiveWriter(out, header=header, block_when_full=True)
+    try:
+        for record in _records(workload, arrivals, rng, t0, duration_s, count):
+            writer.append(record)
+            written += 1
+    finally:
+        writer.close()
+    if writer.error is not None:
+        raise InputError(f"{out}: write failed: {writer.error}")
+    return written
+
+
+def _records(
+    workload: Workload,
+    arrivals: Dist,
+    rng: np.random.Generator,
+    t0: int,
+    duration_s: float | None,
+    count: int | None,
+) -> Iterator[Record]:
+    models = list(workload.models)
+    model_p = np.array(list(workload.models.values()))
+    routes = list(workload.paths)
+    route_p = np.array(list(workload.paths.values()))
+    t = 0.0
+    n = 0
+    end = duration_s if duration_s is not None else math.inf
+    limit = count if count is not None else MAX_SYNTH
+    while n < limit:
+        batch = min(65_536, limit - n)
+        gaps = arrivals.sample(rng, batch)
+        times = t + np.cumsum(gaps)
+        inputs = _lengths(workload.input_tokens, workload.max_input_tokens, rng, batch)
+        outputs = _lengths(workload.output_tokens, workload.max_output_tokens, rng, batch)
+        streamed = rng.random(batch) < workload.stream_share
+        model_i = rng.choice(len(models), batch, p=model_p) if models else None
+        route_i = rng.choice(len(routes), batch, p=route_p)
+        ids = rng.bytes(24 * batch)
+        for i in range(batch):
+            if times[i] >= end:
+                return
+            yield Record(
+                start_ns=t0 + round(float(times[i]) * 1e9),
+                trace_id=ids[24 * i : 24 * i + 16],
+                span_id=ids[24 * i + 16 : 24 * i + 24],
+                method="POST",
+                path=routes[route_i[i]],
+                model=(models[model_i[i]] or None) if model_i is not None else None,
+                stream=bool(streamed[i]),
+                input_tokens=int(inputs[i]),
+                output_tokens=int(outputs[i]),
+            )
+            n += 1
+        t = float(times[-1])
+
+
+def _lengths(dist: Dist, most: int, rng: np.random.Generator, n: int) -> Array:
+    """Token counts: whole, at least 1, at most the largest recorded."""
+    values: Array = np.clip(np.ceil(dist.sample(rng, n)), 1, most).astype(np.int64)
+    return values
