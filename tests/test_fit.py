@@ -133,7 +133,7 @@ def test_a_real_trace_fits_and_its_synthesis_replays(tmp_path: Path) -> None:
     result = runner.invoke(cli, ["traces", "import", "azure", str(csv), "-o", str(archive)])
     assert result.exit_code == 0, result.stderr
     model = tmp_path / "m.json"
-    code, out, err = _run("fit", str(archive), "-o", str(model))
+    code, _, err = _run("fit", str(archive), "-o", str(model))
     assert code == 0, err
     m = json.loads(model.read_text())
     assert m["arrivals"]["family"] in ("weibull", "gamma") and m["arrivals"]["ks"] < 0.2
