@@ -70,11 +70,10 @@ def compare(
         "cdf": {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()},
         "warnings": [w for side in sides.values() for w in side.warnings],
     }
-    for label, select in _bucket_masks(bucket_tokens, buckets):
+    for label, masks in _bucket_masks(bucket_tokens, buckets):
         row: dict[str, Any] = {"range": label}
         for name, side in sides.items():
-            sel = select(side)
-            row[name] = _summary(side, sel, rng, itl=False)
+            row[name] = _summary(side, masks[name], rng, itl=False)
         report["buckets"].append(row)
     return report
 
@@ -157,38 +156,37 @@ def _join(recorded: Side, replayed: Side) -> Array:
     )
 
 
-def _bucket_tokens(recorded: Side | None, replayed: Side, join: Array | None) -> dict[int, Array]:
-    """Input tokens to bucket each side by (-1: unknown), keyed by id(side)."""
-    out = {id(replayed): replayed.input_tokens.copy()}
-    if recorded is not None and join is not None:
-        out[id(recorded)] = recorded.input_tokens
-        matched = join >= 0
-        tokens = out[id(replayed)]
-        tokens[matched] = recorded.input_tokens[join[matched]]
-    return out
+def _bucket_tokens(recorded: Side | None, replayed: Side, join: Array | None) -> dict[str, Array]:
+    """Per side, the input tokens each request is bucketed by (-1: unknown)."""
+    tokens = replayed.input_tokens.copy()
+    if recorded is None or join is None:
+        return {"replayed": tokens}
+    matched = join >= 0
+    tokens[matched] = recorded.input_tokens[join[matched]]
+    return {"recorded": recorded.input_tokens, "replayed": tokens}
 
 
-def _bucket_masks(tokens: dict[int, Array], edges: Sequence[int]) -> list[tuple[str, Any]]:
+def _bucket_masks(
+    tokens: dict[str, Array], edges: Sequence[int]
+) -> list[tuple[str, dict[str, Mask]]]:
+    """(label, {side: mask}) per input-length bucket, plus "unknown" when any side needs it."""
     bounds: list[tuple[int | None, int | None]] = []
     lo: int | None = None
     for edge in sorted(set(edges)):
         bounds.append((lo, edge))
         lo = edge
     bounds.append((lo, None))
-
-    def mask(lo: int | None, hi: int | None) -> Any:
-        def select(side: Side) -> Mask:
-            t = tokens[id(side)]
+    rows = []
+    for lo, hi in bounds:
+        masks = {}
+        for name, t in tokens.items():
             sel: Mask = t >= (lo if lo is not None else 0)
             if hi is not None:
                 sel &= t < hi
-            return sel
-
-        return select
-
-    rows = [(bucket_label(lo, hi), mask(lo, hi)) for lo, hi in bounds]
+            masks[name] = sel
+        rows.append((bucket_label(lo, hi), masks))
     if any(bool((t < 0).any()) for t in tokens.values()):
-        rows.append(("unknown", lambda side: tokens[id(side)] < 0))
+        rows.append(("unknown", {name: t < 0 for name, t in tokens.items()}))
     return rows
 
 
