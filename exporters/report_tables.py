@@ -155,12 +155,10 @@ def _slo(slo: dict[str, Any]) -> ReportTable:
         show = pct if rate else ms
         overall = row["cells"]["overall"]
         missed = [b for b in buckets if row["cells"][b]["ok"] is False]
-        empty = [b for b in buckets if row["cells"][b]["ok"] is None]
+        judged = [b for b in buckets if row["cells"][b]["ok"] is not None]
         where = "missed in " + ", ".join(missed) if missed else "all met"
-        if len(empty) == len(buckets):
+        if not judged:
             where = "no data"
-        elif empty:
-            where += f" (no data in {', '.join(empty)})"
         t.rows.append(
             [
                 row["objective"], f"{row['weight']:g}", show(overall["value"]),
@@ -219,12 +217,13 @@ def _deltas(d: dict[str, Any]) -> list[ReportTable]:
     t.rows.append(["ratio", *(num(None if ratio is None else ratio[k], 2) for k in QUANTILES)])
     worst = ReportTable(
         "largest slow-downs",
-        ["trace id", "span id", "input tokens", "recorded ms", "replayed ms", "tail"],
+        ["trace id", "input tokens", "recorded ms", "replayed ms", "tail"],
+        note="span ids are in the JSON and in --deltas",
     )
     for w in d["worst"]:
         worst.rows.append(
             [
-                w["trace_id"], w["span_id"], f"{w['input_tokens']:,}", ms(w["recorded_ms"]),
+                w["trace_id"], f"{w['input_tokens']:,}", ms(w["recorded_ms"]),
                 ms(w["replayed_ms"]), "yes" if w["tail"] else "",
             ]
         )  # fmt: skip

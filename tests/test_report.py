@@ -7,7 +7,9 @@ import csv
 import json
 import os
 import random
+import re
 import stat
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,8 @@ def test_files_are_private_and_hold_the_report(tmp_path: Path) -> None:
     assert "## SLOs: score 1.00 (PASS)" in md and "| latency ms | replayed |" in md
     html = paths["html"].read_text()
     assert html.count("<svg") == 4 and "SLO matrix" in html and "<script" not in html
+    for svg in re.findall(r"<svg.*?</svg>", html, re.S):
+        assert ET.fromstring(svg).iter("{http://www.w3.org/2000/svg}polyline")  # well-formed
     rows = list(csv.DictReader(paths["csv"].open()))
     assert len(rows) == N
     by_trace = {m["orig_trace_id"].hex(): m for m in replayed}
