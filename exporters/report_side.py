@@ -7,6 +7,7 @@ inter-token gaps, which run to hundreds per request, go straight into a
 
 from __future__ import annotations
 
+import gc
 import os
 from array import array
 from collections.abc import Iterable, Set
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.errors import ArchiveError
 from tailreplay.exporters.quantiles import LogHistogram
 from tailreplay.traces.reader import ArchiveReader
 
@@ -79,31 +81,45 @@ def load_side(
     keys: list[bytes | None] = []
     itl = LogHistogram()
     gaps = array("q")
-    appends = [(name, col.append) for name, col in ints.items()]
-    stream, failed, tail = flags["stream"].append, flags["error"].append, flags["tail"].append
-    for m in reader.iter_maps():
-        get = m.get
-        trace, span = get("orig_trace_id"), get("orig_span_id")
-        if trace is None:
-            trace, span = get("trace_id"), get("span_id")
-        key = trace + span if isinstance(trace, bytes) and isinstance(span, bytes) else None
-        if keep is not None and key not in keep:
-            continue
-        keys.append(key)
-        for name, append in appends:
-            v = get(name)
-            append(v if type(v) is int else -1)
-        status = get("status")
-        bad = get("error") is not None or (type(status) is int and (status == 0 or status >= 400))
-        failed(bad)
-        stream(get("stream") is True)
-        tail(get("tail") is True)
-        chunk_gaps = get("chunk_gaps_us")
-        if chunk_gaps and not bad:
-            gaps.extend(chunk_gaps)
-            if len(gaps) >= _GAP_FLUSH:
-                itl.add(np.frombuffer(gaps, dtype=np.int64))
-                gaps = array("q")
+    # Unrolled, with the collector paused (none of these maps can form a cycle): this
+    # loop is most of a report's time, ~2 µs a record.
+    starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
+    inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
+    stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for m in reader.iter_maps():
+            get = m.get
+            trace, span = get("orig_trace_id"), get("orig_span_id")
+            if trace is None:
+                trace, span = get("trace_id"), get("span_id")
+            key = trace + span if type(trace) is bytes and type(span) is bytes else None
+            if keep is not None and key not in keep:
+                continue
+            keys.append(key)
+            starts(get("start_ns", -1))
+            durations(get("duration_ns", -1))
+            ttfbs(get("ttfb_ns", -1))
+            inputs(get("input_tokens", -1))
+            outputs(get("output_tokens", -1))
+            lags(get("lag_ns", -1))
+            status = get("status")
+            bad = "error" in m or (type(status) is int and (status == 0 or status >= 400))
+            failed(bad)
+            stream(get("stream") is True)
+            tail(get("tail") is True)
+            chunk_gaps = get("chunk_gaps_us")
+            if chunk_gaps and not bad:
+                gaps.extend(chunk_gaps)
+                if len(gaps) >= _GAP_FLUSH:
+                    itl.add(np.frombuffer(gaps, dtype=np.int64))
+                    gaps = array("q")
+    except (TypeError, OverflowError) as exc:
+        raise ArchiveError(f"a record holds a value of the wrong type ({exc})") from None
+    finally:
+        if was_enabled:
+            gc.enable()
     if gaps:
         itl.add(np.frombuffer(gaps, dtype=np.int64))
     columns = {name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
