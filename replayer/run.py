@@ -337,18 +337,22 @@ async def _dispatch(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
+    _freeze_heap()  # before t0: the collection it starts with can take a while
     lead_s = 0.2  # time to get going before the first request is due
+    now_loop, now_wall = loop.time(), time.time_ns()
+    t0_wall = now_wall + round(lead_s * 1e9)
     if config.start_at_ns is not None:
-        wait_s = (config.start_at_ns - time.time_ns()) / 1e9
+        wait_s = (config.start_at_ns - now_wall) / 1e9
         if wait_s < 0:
             say(f"warning: --start-at was {-wait_s:.1f} s ago; starting now")
         lead_s = max(wait_s, 0.0)
-    _freeze_heap()  # before t0: the collection it starts with can take a while
-    t0 = loop.time() + lead_s
-    t0_wall = time.time_ns() + round(lead_s * 1e9)
+        # Shards share the start to the nanosecond: their due times are one schedule.
+        t0_wall = config.start_at_ns if wait_s >= 0 else now_wall
+    t0 = now_loop + lead_s
+    which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     say(
-        f"replaying {the_plan.count:,} requests ({sc.speed}, tail {the_plan.tail_count:,} "
-        f"x{sc.tail_stretch:g}) at {target}"
+        f"replaying {which}{the_plan.count:,} requests ({sc.speed}, tail "
+        f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {target}"
     )
     ticker = loop.create_task(
         _show_progress(_progress(dispatcher, time.monotonic()), say, config.live)

@@ -1,0 +1,169 @@
+"""``replay --workers N``: one replay spread over N processes on this machine.
+
+One process dispatches about 4,000 requests/s before aiohttp's client saturates
+its core (docs/benchmarks.md). Beyond that, N processes each replay one shard
+(``--shard i/N`` by trace id, so none overlap) from one shared start time, exactly
+as N machines would (docs/replay.md), and the parent merges their result archives
+into ``--out`` and summarises the whole. Each worker plans over the whole archive,
+so the tail threshold and the schedule are the same as a single process's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tailreplay.errors import RunFailed, UsageError
+from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
+from tailreplay.replayer.summary import ResultCollector
+from tailreplay.traces.ops import copy_records
+from tailreplay.traces.reader import ArchiveReader, read_header
+
+__all__ = ["run_workers"]
+
+STARTUP_S = 1.0
+"""Lead before the common start, per worker (at least 3 s): each imports, reads and
+plans in it, and on a small machine they take turns at the cores."""
+
+
+def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> None:
+    def say(line: str) -> None:
+        print(f"[worker {index}/{count}] {line}", file=sys.stderr, flush=True)
+
+    # The parent decides about Ctrl-C for everyone; a worker's own handler (inside
+    # run) stops its dispatch cleanly when the signal reaches the process group.
+    try:
+        outcome = asyncio.run(run(config, say))
+        conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
+    except Exception as exc:  # reported by the parent as one line
+        conn.send((None, None, False, f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) -> ReplayOutcome:
+    """Replay ``config`` with ``workers`` processes; the merged results go to config.out."""
+    if config.schedule.shard != (0, 1):
+        raise UsageError("--workers splits the archive itself; run --shard i/N without it")
+    if config.metrics_listen is not None:
+        raise UsageError("--metrics-listen serves one process's metrics; not with --workers")
+    if config.dry_run:
+        raise UsageError("--dry-run needs no workers: it sends nothing")
+    if config.out is None:
+        raise UsageError("--workers needs --out")
+    with _target(config, say) as target:
+        lead_s = max(3.0, STARTUP_S * workers)
+        start_ns = config.start_at_ns or time.time_ns() + round(lead_s * 1e9)
+        parts = config.out.parent / f".{config.out.name}.parts"
+        parts.mkdir(mode=0o700, exist_ok=True)
+        try:
+            results = _run_all(config, target, start_ns, workers, parts, say)
+            return _merge(config, results, parts, workers, target)
+        finally:
+            shutil.rmtree(parts, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _target(config: ReplayConfig, say: Callable[[str], None]) -> Iterator[str]:
+    """The target URL: the configured one, or one simulator all workers share."""
+    if config.target is not None:
+        yield config.target
+        return
+    from tailreplay.sim.launcher import sim_process
+
+    with sim_process(list(config.sim_args)) as url:
+        say(f"no --target: replaying against the built-in simulator at {url}")
+        yield url
+
+
+def _run_all(
+    config: ReplayConfig,
+    target: str,
+    start_ns: int,
+    workers: int,
+    parts: Path,
+    say: Callable[[str], None],
+) -> list[tuple[dict[str, Any], Any, bool]]:
+    ctx = multiprocessing.get_context("spawn")
+    procs, pipes = [], []
+    for i in range(workers):
+        worker_config = replace(
+            config,
+            schedule=replace(config.schedule, shard=(i, workers)),
+            target=target,
+            start_at_ns=start_ns,
+            out=parts / f"part-{i}.msgpack",
+            json_out=None,
+            live=False,
+        )
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker_main, args=(worker_config, i, workers, writer),
+                           name=f"tailreplay-replay-{i}")  # fmt: skip
+        proc.start()
+        writer.close()
+        procs.append(proc)
+        pipes.append(reader)
+    say(f"{workers} workers, one shard each, starting together")
+    interrupted = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        interrupted = True  # the workers got it too (one process group) and stop cleanly
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    try:
+        results = []
+        for i, (proc, pipe) in enumerate(zip(procs, pipes, strict=True)):
+            try:
+                summary, plan, stopped, error = pipe.recv()
+            except EOFError:
+                summary, plan, stopped, error = None, None, False, "exited without a result"
+            proc.join()
+            if error is not None:
+                for other in procs:
+                    other.terminate()
+                raise RunFailed(f"worker {i}/{workers} failed: {error}")
+            results.append((summary, plan, stopped or interrupted))
+        return results
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _merge(
+    config: ReplayConfig,
+    results: list[tuple[dict[str, Any], Any, bool]],
+    parts: Path,
+    workers: int,
+    target: str,
+) -> ReplayOutcome:
+    assert config.out is not None
+    files = sorted(parts.glob("part-*.msgpack"))
+    first = read_header(files[0])
+    keep = ("speed", "tail_stretch", "tail_quantile", "amplify", "archives")
+    extra = {k: first[k] for k in keep if k in first}
+    copy_records(files, config.out, source="replay",
+                 extra_header={**extra, "shard": [0, 1], "workers": workers})  # fmt: skip
+    collector = ResultCollector(
+        tail_factor=config.schedule.tail_stretch, tail_quantile=config.schedule.tail_quantile
+    )
+    for record in ArchiveReader([config.out]):
+        collector.add(record)
+    sent = sum(s["sent"] for s, _, _ in results)
+    dropped = sum(s["dropped"] for s, _, _ in results)
+    summary = collector.summary(sent, dropped)
+    weights = [(s["input_tokens_error"], s["completed"]) for s, _, _ in results
+               if "input_tokens_error" in s]  # fmt: skip
+    if weights and sum(w for _, w in weights):
+        summary["input_tokens_error"] = sum(e * w for e, w in weights) / sum(w for _, w in weights)
+    summary["workers"] = workers
+    plan = results[0][1]
+    return ReplayOutcome(summary, plan, target, any(stopped for _, _, stopped in results))
