@@ -213,8 +213,11 @@ def synthesize(
     rate = rate_rps if rate_rps is not None else workload.rate_rps
     if rate <= 0:
         raise UsageError("the rate must be positive")
-    expected = count if count is not None else int(rate * (duration_s or 0) * 1.2) + 10
-    if min(expected, count or expected) > MAX_SYNTH:
+    # Bounded before anything is written: a typo in --duration must not fill the disk.
+    bounds = [count] if count is not None else []
+    if duration_s is not None:
+        bounds.append(int(rate * duration_s * 1.2) + 10)  # 20% over the mean: bursts
+    if min(bounds) > MAX_SYNTH:
         raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
     rng = np.random.default_rng(seed)
     arrivals = workload.arrivals.with_mean(1.0 / rate)
