@@ -78,6 +78,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/archive.py
 	$(BIN)/python bench/sim.py
 	$(BIN)/python bench/telemetry.py
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .typecheck .pytest_cache .mypy_cache .ruff_cache
