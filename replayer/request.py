@@ -3,22 +3,23 @@
 The recorded method, path and body; recorded credentials are never sent (headers
 come only from --header and TAILREPLAY_HEADER_* variables); the model renamed
 by --model-map; the output budget forced with max_tokens / min_tokens /
-ignore_eos (unless the target refused those fields); and, for records kept
-without a body, a synthetic prompt of the recorded token count.
+ignore_eos (unless the target refused those fields); for records kept without a
+body, a synthetic prompt of the recorded token count; and, last, the user's own
+--body-set / --body-drop on every JSON body.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.schedule import Planned
 
-__all__ = ["DEFAULT_INPUT_TOKENS", "RequestBuilder", "RequestSpec"]
+__all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec"]
 
 log = logging.getLogger("tailreplay.replay")
 
@@ -39,6 +40,32 @@ class RequestSpec:
     """Our count of a synthetic prompt (to compare with the target's usage)."""
 
 
+@dataclass(frozen=True)
+class BodyEdits:
+    """--body-set and --body-drop: dotted keys into the JSON body (``stream_options.x``)."""
+
+    assign: Mapping[str, Any] = field(default_factory=dict)
+    drop: Sequence[str] = ()
+
+    def apply(self, body: dict[str, Any]) -> None:
+        for key in self.drop:
+            *parents, last = key.split(".")
+            node: Any = body
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(last, None)
+        for key, value in self.assign.items():
+            *parents, last = key.split(".")
+            node = body
+            for part in parents:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    child = node[part] = {}
+                node = child
+            node[last] = value
+
+
 class RequestBuilder:
     def __init__(
         self,
@@ -47,7 +74,9 @@ class RequestBuilder:
         force_lengths: bool,
         prompts: PromptMaker,
         default_model: str = "default",
+        edits: BodyEdits | None = None,
     ) -> None:
+        self.edits = edits
         self.model_map = dict(model_map)
         self.force_lengths = force_lengths
         self.forced_fields_ok = True
@@ -111,6 +140,9 @@ class RequestBuilder:
         if stream:
             body["stream_options"] = {"include_usage": True}
         self._force(body, item.budget, bare)
+        if self.edits is not None:
+            self.edits.apply(body)
+            stream = body.get("stream") is True
         return RequestSpec(method, path, json.dumps(body).encode(), stream, ours)
 
     def _from_body(self, raw: bytes, method: str, path: str, budget: int | None) -> RequestSpec:
@@ -123,5 +155,7 @@ class RequestBuilder:
         if "model" in body and isinstance(body["model"], str):
             body["model"] = self._model(body["model"])
         self._force(body, budget, path.split("?", 1)[0])
+        if self.edits is not None:
+            self.edits.apply(body)
         stream = body.get("stream") is True
         return RequestSpec(method, path, json.dumps(body).encode(), stream, None)

@@ -28,7 +28,7 @@ from tailreplay.private import open_private
 from tailreplay.replayer.dispatch import Dispatcher
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.prompts import PromptMaker
-from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.replayer.transport import HttpTransport, Transport
@@ -55,6 +55,8 @@ class ReplayConfig:
     force_lengths: bool = True
     headers: dict[str, str] = field(default_factory=dict)
     model_map: dict[str, str] = field(default_factory=dict)
+    body_edits: BodyEdits | None = None
+    """--body-set / --body-drop, applied last to every JSON body."""
     max_inflight: int = 4096
     connections: int = 1024
     timeout_s: float = 300.0
@@ -251,7 +253,10 @@ async def _live(
         target, connections=config.connections, timeout_s=config.timeout_s
     )
     builder = RequestBuilder(
-        model_map=config.model_map, force_lengths=config.force_lengths, prompts=PromptMaker(sc.seed)
+        model_map=config.model_map,
+        force_lengths=config.force_lengths,
+        prompts=PromptMaker(sc.seed),
+        edits=config.body_edits,
     )
     metrics: ReplayMetrics | None = None
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +20,7 @@ from tailreplay.units import parse_duration, parse_host_port, parse_time
 if TYPE_CHECKING:
     from tailreplay.exporters.report import ReportResult
     from tailreplay.exporters.slo import Objective
+    from tailreplay.replayer.request import BodyEdits
 
 __all__ = ["main", "replay"]
 
@@ -46,6 +48,26 @@ def _headers(pairs: tuple[str, ...]) -> dict[str, str]:
             raise UsageError(f"invalid --header {pair!r}: use 'Name: value'")
         out[name.strip()] = value.strip()
     return out
+
+
+def _body_edits(sets: tuple[str, ...], drops: tuple[str, ...]) -> BodyEdits | None:
+    from tailreplay.replayer.request import BodyEdits
+
+    if not sets and not drops:
+        return None
+    assign: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise UsageError(f"invalid --body-set {item!r}: use KEY=VALUE, e.g. temperature=0")
+        try:
+            assign[key] = json.loads(text)
+        except ValueError:
+            assign[key] = text  # a bare word is a string: --body-set user=replay
+    for key in drops:
+        if not key or any(not part for part in key.split(".")):
+            raise UsageError(f"invalid --body-drop {key!r}: give a key, e.g. tools")
+    return BodyEdits(assign=assign, drop=tuple(drops))
 
 
 def _pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:
@@ -93,6 +115,16 @@ def _shard(text: str) -> tuple[int, int]:
 )
 @click.option(
     "--model-map", "model_maps", multiple=True, help="A=B: send model B where A was recorded."
+)
+@click.option(
+    "--body-set",
+    "body_sets",
+    multiple=True,
+    help="KEY=VALUE to set in every JSON body, last of all (repeatable); VALUE is JSON "
+    "(0, true, {...}) or else a string; KEY may be dotted, e.g. stream_options.include_usage.",
+)
+@click.option(
+    "--body-drop", "body_drops", multiple=True, help="KEY to remove from every JSON body."
 )
 @click.option("--max-inflight", default=4096, show_default=True)
 @click.option("--connections", default=1024, show_default=True)
@@ -178,6 +210,8 @@ def replay(
     force_lengths: bool,
     headers: tuple[str, ...],
     model_maps: tuple[str, ...],
+    body_sets: tuple[str, ...],
+    body_drops: tuple[str, ...],
     max_inflight: int,
     connections: int,
     timeout: str,
@@ -264,6 +298,7 @@ def replay(
         force_lengths=force_lengths,
         headers=_headers(headers),
         model_map=_pairs(model_maps, "--model-map"),
+        body_edits=_body_edits(body_sets, body_drops),
         max_inflight=max_inflight,
         connections=connections,
         timeout_s=parse_duration(timeout),

@@ -251,6 +251,39 @@ def test_a_target_that_rejects_forced_fields_gets_them_dropped(
     assert all("min_tokens" not in b for b in bodies[-15:])
 
 
+def test_body_edits_reach_the_target_last_of_all(tmp_path: Path) -> None:
+    archive = tmp_path / "a.msgpack"
+    recorded = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": "u-1",
+                "tools": [{"type": "function"}], "stream": False}  # fmt: skip
+    maps = _poisson_archive(archive, 6, 0.2, seed=3)
+    maps[0]["req_body"] = json.dumps(recorded).encode()  # one kept its body, five did not
+    write_plain(archive, maps)
+    bodies: list[dict] = []
+
+    async def log(request: web.Request) -> web.Response:
+        bodies.append(await request.json())
+        return web.json_response({"choices": [{"message": {"content": "x"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", log)
+    with serve_in_thread(app) as url:
+        code, _, err = _replay(
+            "--target", url, "--body-set", "temperature=0", "--body-set", "stream=false",
+            "--body-set", "metadata.run=replay-7", "--body-set", "max_tokens=5",
+            "--body-drop", "user", "--body-drop", "tools", str(archive),
+        )  # fmt: skip
+    assert code == 0, err
+    assert len(bodies) == 6
+    for body in bodies:
+        assert body["temperature"] == 0 and body["stream"] is False
+        assert body["metadata"] == {"run": "replay-7"}
+        assert body["max_tokens"] == 5  # the user's word is last, over the tail budget
+        assert "user" not in body and "tools" not in body
+    assert sum(b["messages"] == recorded["messages"] for b in bodies) == 1
+    code, _, err = _replay("--dry-run", "--body-set", "=1", str(archive))
+    assert code == 2 and "invalid --body-set '=1'" in err
+
+
 def test_outputs_in_missing_directories_are_one_line(tmp_path: Path) -> None:
     archive = tmp_path / "a.msgpack"
     _poisson_archive(archive, 5, 0.1)
