@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tailreplay.errors import RunFailed, UsageError
+from tailreplay.errors import RunFailed, TailreplayError, UsageError
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.traces.ops import copy_records
@@ -44,8 +44,10 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     try:
         outcome = asyncio.run(run(config, say))
         conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
-    except Exception as exc:  # reported by the parent as one line
-        conn.send((None, None, False, f"{type(exc).__name__}: {exc}"))
+    except TailreplayError as exc:  # the parent says it, with the same exit code
+        conn.send((None, None, False, (str(exc), exc.exit_code)))
+    except Exception as exc:
+        conn.send((None, None, False, (f"{type(exc).__name__}: {exc}", RunFailed.exit_code)))
     finally:
         conn.close()
 
@@ -126,12 +128,15 @@ def _run_all(
             try:
                 summary, plan, stopped, error = pipe.recv()
             except EOFError:
-                summary, plan, stopped, error = None, None, False, "exited without a result"
+                summary, plan, stopped = None, None, False
+                error = ("exited without a result", RunFailed.exit_code)
             proc.join()
             if error is not None:
                 for other in procs:
                     other.terminate()
-                raise RunFailed(f"worker {i}/{workers} failed: {error}")
+                failure = RunFailed(f"worker {i}/{workers}: {error[0]}")
+                failure.exit_code = error[1]
+                raise failure
             results.append((summary, plan, stopped or interrupted))
         return results
     finally:

@@ -85,3 +85,16 @@ def test_workers_refuse_what_they_cannot_do(tmp_path: Path, extra: list[str], me
          "2", "--out", str(tmp_path / "r.msgpack"), *extra],
     )  # fmt: skip
     assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_workers_refusal_keeps_its_exit_code(tmp_path: Path) -> None:
+    header = {"format": "tailreplay", "version": 1, "source": "proxy",
+              "upstream": "http://127.0.0.1:9"}  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", [{"start_ns": T0}], header)
+    result = CliRunner().invoke(
+        cli,
+        ["replay", str(archive), "--target", "http://127.0.0.1:9", "--workers", "2",
+         "--out", str(tmp_path / "r.msgpack")],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stderr
+    assert "Error: worker 0/2: --target http://127.0.0.1:9 is the upstream" in result.stderr
