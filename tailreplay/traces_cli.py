@@ -275,12 +275,20 @@ def export_otlp(
 @_output
 @_skip_corrupt
 @click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
-def fit(files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int) -> None:
+@click.option(
+    "--profile",
+    help="Also keep the rate's curve over time in bins this long (e.g. 10m for a day), "
+    "so synthesis follows it.",
+)
+def fit(
+    files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: str | None
+) -> None:
     """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
     from tailreplay.private import open_private
     from tailreplay.traces.fit import fit as fit_workload
 
-    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed)
+    bin_s = parse_duration(profile) if profile is not None else None
+    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=bin_s)
     with open_private(out) as f:
         json.dump(workload.to_json(), f, indent=1)
         f.write("\n")
@@ -298,6 +306,12 @@ def fit(files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int) -> No
         ("output tokens", workload.output_tokens),
     ):
         click.echo(f"{name}: gamma shape {d.shape:.3f} mean {d.mean:,.0f} (KS {d.ks:.3f})")
+    if workload.rate_profile is not None:
+        lo, hi = min(workload.rate_profile), max(workload.rate_profile)
+        click.echo(
+            f"rate curve: {len(workload.rate_profile)} bins of {bin_s:g} s, "
+            f"{lo:.2f}x to {hi:.2f}x the mean"
+        )
     click.echo(f"wrote {out}", err=True)
 
 
@@ -310,6 +324,7 @@ def fit(files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int) -> No
 @click.option("--scale", help="The fitted rate times this, e.g. 3x.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
+@click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
 def synth(
     model: Path,
     out: Path,
@@ -319,6 +334,7 @@ def synth(
     scale: str | None,
     seed: int,
     start: str | None,
+    flat: bool,
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
     from tailreplay.traces.fit import Workload, synthesize
@@ -345,6 +361,7 @@ def synth(
         rate_rps=rate,
         seed=seed,
         start_ns=parse_time(start) if start is not None else None,
+        flat=flat,
     )
     click.echo(f"wrote {written:,} records to {out}", err=True)
 

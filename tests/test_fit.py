@@ -8,6 +8,7 @@ import math
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -96,6 +97,55 @@ def test_synth_at_a_new_rate_and_length_keeps_the_shape(tmp_path: Path) -> None:
     assert len(list(ArchiveReader([out2]))) == 500
 
 
+def test_a_rate_curve_is_kept_apart_from_burstiness(tmp_path: Path) -> None:
+    # Poisson arrivals (shape 1) at 10/s for ten minutes, then 40/s for ten more.
+    rng = np.random.default_rng(5)
+    quiet = np.cumsum(rng.exponential(1 / 10, 7000))
+    busy = 600 + np.cumsum(rng.exponential(1 / 40, 26000))
+    times = np.concatenate([quiet[quiet < 600], busy[busy < 1200]])
+    maps = [{"start_ns": T0 + int(t * 1e9), "trace_id": rng.bytes(16), "span_id": rng.bytes(8),
+             "input_tokens": 100, "output_tokens": 10} for t in times]  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    flat_model, curve_model = tmp_path / "flat.json", tmp_path / "curve.json"
+    assert _run("fit", str(archive), "-o", str(flat_model))[0] == 0
+    code, out, err = _run("fit", str(archive), "-o", str(curve_model), "--profile", "1m")
+    assert code == 0, err
+    assert "rate curve: 20 bins of 60 s, 0.3" in out
+    flat, curve = json.loads(flat_model.read_text()), json.loads(curve_model.read_text())
+    # Fitted flat, the rush looks like burstiness; with the curve, it is Poisson again.
+    assert flat["arrivals"]["shape"] < 0.9
+    assert curve["arrivals"]["shape"] == pytest.approx(1.0, abs=0.05)
+    assert curve["rate_profile"][:10] == pytest.approx([0.4] * 10, abs=0.05)
+    assert curve["rate_profile"][10:] == pytest.approx([1.6] * 10, abs=0.1)
+
+    def per_10m(path: Path) -> Any:
+        starts = np.array([r.start_ns for r in ArchiveReader([path])]) - T0
+        return np.histogram(starts / 1e9, bins=[0, 600, 1200, 1800, 2400])[0]
+
+    synth = tmp_path / "s.msgpack"
+    args = [
+        "synth",
+        str(curve_model),
+        "-o",
+        str(synth),
+        "--duration",
+        "40m",
+        "--start",
+        "1700000000",
+    ]
+    assert _run(*args)[0] == 0
+    counts = per_10m(synth)
+    # The curve repeats: quiet, busy, quiet, busy, at 4x between them.
+    assert counts[1] / counts[0] == pytest.approx(4, rel=0.15)
+    assert counts[3] / counts[2] == pytest.approx(4, rel=0.15)
+    assert counts.sum() / 2400 == pytest.approx(curve["rate_rps"], rel=0.05)
+    assert _run(*args, "--flat")[0] == 0
+    counts = per_10m(synth)
+    assert counts.max() / counts.min() == pytest.approx(1, abs=0.15)
+    code, _, err = _run("fit", str(archive), "-o", str(curve_model), "--profile", "1h")
+    assert code == 2 and "not shorter than the recording" in err
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -144,3 +194,18 @@ def test_a_real_trace_fits_and_its_synthesis_replays(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert len(list(ArchiveReader([tmp_path / "d.msgpack"]))) == 2000
+
+
+def test_fixed_lengths_and_even_spacing_fit_as_point_masses(tmp_path: Path) -> None:
+    # A benchmark's archive: one request every 100 ms, always 100 tokens in, 10 out.
+    maps = [{"start_ns": T0 + i * 10**8, "input_tokens": 100, "output_tokens": 10}
+            for i in range(500)]  # fmt: skip
+    model = tmp_path / "m.json"
+    code, _, err = _run("fit", str(write_plain(tmp_path / "a.msgpack", maps)), "-o", str(model))
+    assert code == 0, err  # scipy's optimiser has no optimum here; this must not crash
+    out = tmp_path / "s.msgpack"
+    assert _run("synth", str(model), "-o", str(out), "--count", "200")[0] == 0
+    records = list(ArchiveReader([out]))
+    assert {(r.input_tokens, r.output_tokens) for r in records} == {(100, 10)}
+    gaps = np.diff([r.start_ns for r in records]) / 1e6
+    assert gaps.min() == pytest.approx(100, abs=0.5) and gaps.max() == pytest.approx(100, abs=0.5)

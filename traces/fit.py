@@ -7,10 +7,15 @@ A model is a renewal arrival process plus independent request shapes:
   Poisson, > 1 more regular). Synthesis keeps the shape and rescales for a new
   rate, so "the same traffic, twice as busy" keeps its burstiness;
 - input and output tokens: Gamma each (independent of each other and of time);
-- shares of streamed requests, models and paths.
+- shares of streamed requests, models and paths;
+- optionally (``profile_bin_s``) the rate's shape over time, bin by bin: a daily
+  curve. The renewal process then runs in "operational time", where the rate is
+  flat, and is warped back through the curve, repeated as often as needed. The
+  shape is fitted to operational-time gaps, so a rush hour does not pass for
+  burstiness.
 
-It keeps no time-of-day pattern, no sessions and no prefix sharing; a replay of
-the archive itself keeps all of those (docs/fit.md).
+It keeps no sessions and no prefix sharing; a replay of the archive itself keeps
+those (docs/fit.md).
 """
 
 from __future__ import annotations
@@ -90,6 +95,9 @@ class Workload:
     stream_share: float
     models: dict[str, float]
     paths: dict[str, float]
+    profile_bin_s: float | None = None
+    rate_profile: list[float] | None = None
+    """Each bin's rate over the mean (the bins' mean is 1), or None: a flat rate."""
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
@@ -111,9 +119,14 @@ class Workload:
 
 
 def fit(
-    paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = False, seed: int = 0
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    skip_corrupt: bool = False,
+    seed: int = 0,
+    profile_bin_s: float | None = None,
 ) -> Workload:
-    """Fit a workload model to the records of ``paths``."""
+    """Fit a workload model to the records of ``paths`` (with a rate curve of bins
+    ``profile_bin_s`` long when given)."""
     paths = list(paths)
     cols = load_columns(paths, ["input_tokens", "output_tokens", "stream"],
                         skip_corrupt=skip_corrupt)  # fmt: skip
@@ -122,7 +135,12 @@ def fit(
     rng = np.random.default_rng(seed)
     starts = cols["start_ns"]
     duration_s = float(starts[-1] - starts[0]) / 1e9
-    gaps = np.diff(starts).astype(np.float64) / 1e9
+    offsets = (starts - starts[0]).astype(np.float64) / 1e9
+    profile = None
+    if profile_bin_s is not None:
+        profile = _rate_profile(offsets, duration_s, profile_bin_s)
+        offsets = _operational(offsets, profile, profile_bin_s)
+    gaps = np.diff(offsets)
     positive = gaps[gaps > 0]
     if positive.size < 2:
         raise InputError("the records do not spread over time: no arrival process to fit")
@@ -131,7 +149,9 @@ def fit(
     gaps = np.where(gaps > 0, gaps, positive.min() / 2)
     weibull, gamma = _fit_both(_subset(gaps, rng))
     arrivals, other = weibull, gamma
-    if (gamma.loglik or 0) > (weibull.loglik or 0):
+    if (gamma.loglik if gamma.loglik is not None else 0) > (
+        weibull.loglik if weibull.loglik is not None else 0
+    ):
         arrivals, other = gamma, weibull
     tokens = {}
     for name in ("input_tokens", "output_tokens"):
@@ -155,7 +175,49 @@ def fit(
         stream_share=float(cols.where("stream").mean()) if cols.present["stream"].any() else 1.0,
         models=models,
         paths=route,
+        profile_bin_s=profile_bin_s,
+        rate_profile=[float(f) for f in profile] if profile is not None else None,
     )
+
+
+_FLOOR = 1e-3
+"""Least rate factor of a bin: an empty bin stays (almost) empty and time stays invertible."""
+
+
+def _rate_profile(offsets: Array, duration_s: float, bin_s: float) -> Array:
+    """Each bin's request rate over the mean; the last, partial bin by its own length."""
+    if bin_s <= 0:
+        raise UsageError("--profile must be positive")
+    nbins = math.ceil(duration_s / bin_s)
+    if nbins < 2:
+        raise UsageError(
+            f"--profile {bin_s:g}s is not shorter than the recording ({duration_s:g} s)"
+        )
+    which = np.minimum((offsets // bin_s).astype(np.int64), nbins - 1)
+    counts = np.bincount(which, minlength=nbins).astype(np.float64)
+    widths = np.full(nbins, bin_s)
+    widths[-1] = max(duration_s - bin_s * (nbins - 1), bin_s * 1e-3)
+    factors = np.maximum(counts / widths, _FLOOR * counts.sum() / duration_s)
+    result: Array = factors / factors.mean()
+    return result
+
+
+def _operational(times: Array, profile: Array, bin_s: float) -> Array:
+    """Real times to operational times: the integral of the rate factor up to each."""
+    edges = np.concatenate([[0.0], np.cumsum(profile * bin_s)])
+    which = np.minimum((times // bin_s).astype(np.int64), profile.size - 1)
+    out: Array = edges[which] + profile[which] * (times - which * bin_s)
+    return out
+
+
+def _real(op: Array, profile: Array, bin_s: float) -> Array:
+    """Operational times back to real ones, the curve repeated period after period."""
+    edges = np.concatenate([[0.0], np.cumsum(profile * bin_s)])
+    period_op, period = edges[-1], bin_s * profile.size
+    cycles = np.floor(op / period_op)
+    within = op - cycles * period_op
+    out: Array = cycles * period + np.interp(within, edges, bin_s * np.arange(profile.size + 1))
+    return out
 
 
 def _subset(values: Array, rng: np.random.Generator) -> Array:
@@ -169,8 +231,24 @@ def _fit_both(gaps: Array) -> tuple[Dist, Dist]:
     return _fit(stats.weibull_min, "weibull", gaps), _fit(stats.gamma, "gamma", gaps)
 
 
+_POINT_SHAPE = 1e6
+"""Shape standing for "always the same value" (a fixed-length benchmark, even spacing)."""
+
+
 def _fit(family: Any, name: str, values: Array) -> Dist:
-    shape, _, scale = family.fit(values, floc=0)
+    mean = float(values.mean())
+    if float(values.std()) <= mean * 1e-9:
+        # No spread: maximum likelihood has no optimum (scipy fails); a point mass is
+        # what the data say, and both families reach it as the shape grows.
+        scale = mean if name == "weibull" else mean / _POINT_SHAPE
+        return Dist(name, _POINT_SHAPE, scale, None, 0.0)
+    try:
+        shape, _, scale = family.fit(values, floc=0)
+    except (ValueError, RuntimeError, FloatingPointError):
+        if name == "weibull":  # the other family is fitted too and will be kept
+            return Dist(name, 1.0, mean, -math.inf, 1.0)
+        var = float(values.var())  # Gamma by moments when the optimiser gives up
+        shape, scale = mean * mean / var, var / mean
     frozen = family(shape, loc=0, scale=scale)
     loglik = float(np.sum(frozen.logpdf(values)))
     ks = float(stats.kstest(values, frozen.cdf).statistic)
@@ -202,11 +280,13 @@ def synthesize(
     rate_rps: float | None = None,
     seed: int = 0,
     start_ns: int | None = None,
+    flat: bool = False,
 ) -> int:
     """Write a synthetic archive drawn from ``workload``; returns the records written.
 
     It stops at ``count`` records or ``duration_s`` seconds, whichever comes first
-    (at least one must be given); ``rate_rps`` defaults to the fitted rate.
+    (at least one must be given); ``rate_rps`` defaults to the fitted rate and is the
+    mean over the rate curve, if the model has one and ``flat`` is not set.
     """
     if count is None and duration_s is None:
         raise UsageError("give --count or --duration (or both) to bound the synthesis")
@@ -227,7 +307,10 @@ def synthesize(
     written = 0
     writer = ArchiveWriter(out, header=header, block_when_full=True)
     try:
-        for record in _records(workload, arrivals, rng, t0, duration_s, count):
+        profile = None
+        if workload.rate_profile is not None and workload.profile_bin_s and not flat:
+            profile = (np.array(workload.rate_profile), workload.profile_bin_s)
+        for record in _records(workload, arrivals, rng, t0, duration_s, count, profile):
             writer.append(record)
             written += 1
     finally:
@@ -244,6 +327,7 @@ def _records(
     t0: int,
     duration_s: float | None,
     count: int | None,
+    profile: tuple[Array, float] | None,
 ) -> Iterator[Record]:
     models = list(workload.models)
     model_p = np.array(list(workload.models.values()))
@@ -256,7 +340,8 @@ def _records(
     while n < limit:
         batch = min(65_536, limit - n)
         gaps = arrivals.sample(rng, batch)
-        times = t + np.cumsum(gaps)
+        op = t + np.cumsum(gaps)
+        times = _real(op, *profile) if profile is not None else op
         inputs = _lengths(workload.input_tokens, workload.max_input_tokens, rng, batch)
         outputs = _lengths(workload.output_tokens, workload.max_output_tokens, rng, batch)
         streamed = rng.random(batch) < workload.stream_share
@@ -278,7 +363,7 @@ def _records(
                 output_tokens=int(outputs[i]),
             )
             n += 1
-        t = float(times[-1])
+        t = float(op[-1])
 
 
 def _lengths(dist: Dist, most: int, rng: np.random.Generator, n: int) -> Array:
