@@ -116,6 +116,8 @@ def _percentiles(report: dict[str, Any]) -> ReportTable:
                 continue
             values = [ms((per_q.get(q) or {}).get("value")) for q in QUANTILES]
             t.rows.append([label, side, *values, _interval(per_q.get("p99"))])
+    if not t.rows:
+        t.note = "nothing to measure: no successful request"
     return t
 
 
@@ -139,6 +141,8 @@ def _buckets(report: dict[str, Any]) -> ReportTable:
                     ms((ttft.get("p99") or {}).get("value")), pct(s["error_rate"]),
                 ]
             )  # fmt: skip
+    if not t.rows:
+        t.note = "nothing to measure: no successful request"
     return t
 
 
