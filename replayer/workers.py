@@ -69,9 +69,17 @@ def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) 
         parts.mkdir(mode=0o700, exist_ok=True)
         try:
             results = _run_all(config, target, start_ns, workers, parts, say)
-            return _merge(config, results, parts, workers, target)
-        finally:
+        except BaseException:  # a worker refused or failed: nothing whole to keep
             shutil.rmtree(parts, ignore_errors=True)
+            raise
+        try:
+            outcome = _merge(config, results, parts, workers, target)
+        except Exception:
+            # A full disk or a vanished directory must not take the results with it.
+            say(f"warning: merging failed; each worker's results are kept in {parts}/")
+            raise
+        shutil.rmtree(parts, ignore_errors=True)
+        return outcome
 
 
 @contextlib.contextmanager
