@@ -98,3 +98,27 @@ def test_a_workers_refusal_keeps_its_exit_code(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 2, result.stderr
     assert "Error: worker 0/2: --target http://127.0.0.1:9 is the upstream" in result.stderr
+
+
+def test_a_failed_merge_keeps_every_workers_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tailreplay.replayer.workers as workers
+    from tailreplay.errors import InputError
+
+    def full_disk(*args: object, **kwargs: object) -> None:  # ENOSPC cannot be made here
+        raise InputError("r.msgpack: write failed: [Errno 28] No space left on device")
+
+    monkeypatch.setattr(workers, "copy_records", full_disk)
+    _archive(tmp_path / "a.msgpack", 60)
+    with sim_process(["--profile", "fast"]) as sim:
+        result = CliRunner().invoke(
+            cli,
+            ["replay", str(tmp_path / "a.msgpack"), "--target", sim, "--workers", "2",
+             "--out", str(tmp_path / "r.msgpack")],
+        )  # fmt: skip
+    assert result.exit_code == 3, result.stderr
+    parts = tmp_path / ".r.msgpack.parts"
+    assert f"each worker's results are kept in {parts}/" in result.stderr
+    kept = list(ArchiveReader(sorted(parts.glob("part-*.msgpack"))))
+    assert len(kept) == 60
