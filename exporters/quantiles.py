@@ -33,9 +33,6 @@ class Estimate:
     """Lower end of the 95% bootstrap interval; None without one (histogram estimates)."""
     high: float | None
 
-    def to_json(self) -> dict[str, float | None]:
-        return {"value": self.value, "low": self.low, "high": self.high}
-
 
 def estimates(
     values: Array,
