@@ -62,10 +62,15 @@ def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) 
         raise UsageError("--dry-run needs no workers: it sends nothing")
     if config.out is None:
         raise UsageError("--workers needs --out")
+    parts = config.out.parent / f".{config.out.name}.parts"
+    if parts.exists() and any(parts.iterdir()):
+        raise UsageError(
+            f"{parts}/ holds the results of an earlier run whose merge failed; merge them "
+            f"(`tailreplay traces merge {parts}/part-*.msgpack -o ...`) or remove the folder"
+        )
     with _target(config, say) as target:
         lead_s = max(3.0, STARTUP_S * workers)
         start_ns = config.start_at_ns or time.time_ns() + round(lead_s * 1e9)
-        parts = config.out.parent / f".{config.out.name}.parts"
         parts.mkdir(mode=0o700, exist_ok=True)
         try:
             results = _run_all(config, target, start_ns, workers, parts, say)

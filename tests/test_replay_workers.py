@@ -122,3 +122,11 @@ def test_a_failed_merge_keeps_every_workers_results(
     assert f"each worker's results are kept in {parts}/" in result.stderr
     kept = list(ArchiveReader(sorted(parts.glob("part-*.msgpack"))))
     assert len(kept) == 60
+    # A second run does not mix its results into those, nor delete them.
+    again = CliRunner().invoke(
+        cli,
+        ["replay", str(tmp_path / "a.msgpack"), "--target", "http://127.0.0.1:9",
+         "--workers", "2", "--out", str(tmp_path / "r.msgpack")],
+    )  # fmt: skip
+    assert again.exit_code == 2 and "holds the results of an earlier run" in again.stderr
+    assert len(list(parts.glob("part-*.msgpack"))) == 2
