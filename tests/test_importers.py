@@ -236,3 +236,27 @@ def test_output_in_a_missing_directory_is_one_line(tmp_path: Path, args: list[st
     code, _, err = _run(*argv, "-o", str(tmp_path / "missing" / "out"))
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "no such directory" in err
+
+
+def test_a_failing_disk_is_one_line_exit_3_not_a_short_archive(tmp_path: Path) -> None:
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    src = tmp_path / "azure.csv"
+    rows = [f"2023-11-16 18:15:{i // 100:02d}.{i % 100:02d}0000,{100 + i},{10 + i % 50}"
+            for i in range(5000)]  # fmt: skip
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+
+    def small_disk() -> None:  # files past 20 kB fail with EFBIG, as a full disk would
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "traces", "import", "azure", str(src),
+         "-o", str(tmp_path / "a.msgpack")],
+        capture_output=True, text=True, timeout=120, preexec_fn=small_disk,
+    )  # fmt: skip
+    assert out.returncode == 3, out.stderr
+    assert "write failed" in out.stderr and "Traceback" not in out.stderr

@@ -36,7 +36,7 @@ from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.format import make_header
 from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.writer import write_archive
 
 __all__ = ["Dist", "Workload", "fit", "synthesize"]
 
@@ -304,20 +304,11 @@ def synthesize(
     t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
     header = make_header("synth", ordered=True, extra={"workload": workload.to_json(),
                                                        "rate_rps": rate, "seed": seed})  # fmt: skip
-    written = 0
-    writer = ArchiveWriter(out, header=header, block_when_full=True)
-    try:
-        profile = None
-        if workload.rate_profile is not None and workload.profile_bin_s and not flat:
-            profile = (np.array(workload.rate_profile), workload.profile_bin_s)
-        for record in _records(workload, arrivals, rng, t0, duration_s, count, profile):
-            writer.append(record)
-            written += 1
-    finally:
-        writer.close()
-    if writer.error is not None:
-        raise InputError(f"{out}: write failed: {writer.error}")
-    return written
+    profile = None
+    if workload.rate_profile is not None and workload.profile_bin_s and not flat:
+        profile = (np.array(workload.rate_profile), workload.profile_bin_s)
+    records = _records(workload, arrivals, rng, t0, duration_s, count, profile)
+    return write_archive(out, header, records)
 
 
 def _records(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.writer import write_archive
 
 __all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter"]
 
@@ -80,20 +80,18 @@ def copy_records(
         ordered=True,
         extra={"inputs": [p.name for p in in_paths], **(extra_header or {})},
     )
-    read = written = 0
-    writer = ArchiveWriter(out_path, header=header, block_when_full=True)
-    try:
+    read = 0
+
+    def kept() -> Iterator[dict[str, Any]]:
+        nonlocal read
         for m in reader.iter_maps():
             if stop_after_ns is not None and m["start_ns"] >= stop_after_ns:
                 break
             read += 1
             if keep is None or keep(m):
-                writer.append(m)
-                written += 1
-    finally:
-        writer.close()
-    if writer.error is not None:
-        raise InputError(f"{out_path}: write failed: {writer.error}")
+                yield m
+
+    written = write_archive(out_path, header, kept())
     return OpResult(written=written, read=read, warnings=reader.warnings())
 
 

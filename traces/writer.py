@@ -14,17 +14,19 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
 import zstandard
 
+from tailreplay.errors import InputError
 from tailreplay.private import open_private
 from tailreplay.traces.format import rotated_name
 from tailreplay.traces.record import Record, record_to_map
 
-__all__ = ["ArchiveWriter", "WriterStats"]
+__all__ = ["ArchiveWriter", "WriterStats", "write_archive"]
 
 log = logging.getLogger("tailreplay.archive")
 
@@ -338,3 +340,28 @@ def _records_within(pending: list[bytes], nbytes: int) -> int:
             break
         count += 1
     return count
+
+
+def write_archive(
+    path: str | os.PathLike[str],
+    header: dict[str, Any],
+    records: Iterable[Record | dict[str, Any]],
+) -> int:
+    """Write ``records`` to a new archive at ``path`` for a batch tool; returns how many.
+
+    It waits for the disk rather than drop (a dropped record would be lost data) and
+    turns a failed write into one ``InputError``.
+
+    >>> write_archive("out.msgpack", make_header("merge", ordered=True), records)
+    """
+    writer = ArchiveWriter(path, header=header, block_when_full=True)
+    written = 0
+    try:
+        for record in records:
+            writer.append(record)
+            written += 1
+    finally:
+        writer.close()
+    if writer.error is not None:
+        raise InputError(f"{path}: write failed: {writer.error}")
+    return written

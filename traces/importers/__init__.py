@@ -18,7 +18,7 @@ from tailreplay.errors import InputError
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import check_readable
 from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.writer import write_archive
 
 __all__ = ["FORMATS", "ImportReport", "chat_record", "import_file", "stable_id"]
 
@@ -92,18 +92,11 @@ def import_file(
     path = Path(src)
     _check_input(path)
     report = ImportReport(str(path), strict)
-    written = 0
-    writer = ArchiveWriter(
-        out, header=make_header(f"import:{fmt}", extra={"input": path.name}), block_when_full=True
-    )
+    header = make_header(f"import:{fmt}", extra={"input": path.name})
     try:
-        for record in readers[fmt](path, report):
-            writer.append(record)
-            written += 1
+        written = write_archive(out, header, readers[fmt](path, report))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not text ({exc.reason})") from None
-    finally:
-        writer.close()
     if written == 0:
         raise InputError(
             f"{path}: no {fmt} records found"
