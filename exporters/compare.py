@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from tailreplay.exporters.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.exporters.report_side import Side
-from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_label
+from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label, percentiles
 
 __all__ = ["DELTA_COLUMNS", "METRICS", "compare", "delta_rows"]
 
@@ -170,14 +170,8 @@ def _bucket_masks(
     tokens: dict[str, Array], edges: Sequence[int]
 ) -> list[tuple[str, dict[str, Mask]]]:
     """(label, {side: mask}) per input-length bucket, plus "unknown" when any side needs it."""
-    bounds: list[tuple[int | None, int | None]] = []
-    lo: int | None = None
-    for edge in sorted(set(edges)):
-        bounds.append((lo, edge))
-        lo = edge
-    bounds.append((lo, None))
     rows = []
-    for lo, hi in bounds:
+    for lo, hi in bucket_bounds(edges):
         masks = {}
         for name, t in tokens.items():
             sel: Mask = t >= (lo if lo is not None else 0)
@@ -220,18 +214,11 @@ def _deltas(recorded: Side, replayed: Side, join: Array) -> dict[str, Any]:
         "joined": int(matched.sum()),
         "unmatched": int((~matched).sum()),
         "compared": int(idx.size),
-        "latency_delta_ms": _plain(delta),
-        "latency_ratio": _plain(ratio[np.isfinite(ratio)]),
+        "latency_delta_ms": percentiles(delta, QUANTILES),
+        "latency_ratio": percentiles(ratio[np.isfinite(ratio)], QUANTILES),
         "slower_share": float((delta > 0).mean()) if idx.size else None,
         "worst": rows,
     }
-
-
-def _plain(values: Array) -> dict[str, float] | None:
-    if values.size == 0:
-        return None
-    qs = np.percentile(values, list(QUANTILES.values()))
-    return {name: float(q) for name, q in zip(QUANTILES, qs, strict=True)}
 
 
 def _series(side: Side) -> dict[str, Any]:

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.traces.stats import PERCENTILES
+
 __all__ = ["QUANTILES", "Estimate", "LogHistogram", "estimates"]
 
-QUANTILES: dict[str, float] = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+QUANTILES: dict[str, float] = PERCENTILES  # the ones `traces stats` shows
 DRAWS = 2000
 LEVEL = 0.95
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tailreplay.errors import UsageError
+from tailreplay.units import parse_buckets
 
 __all__ = ["report"]
 
@@ -87,12 +88,7 @@ def report(
 
     if replay_only and recorded:
         raise UsageError("--replay-only and --recorded contradict each other")
-    try:
-        edges = [int(x) for x in buckets.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"invalid --buckets {buckets!r}: use e.g. 50,256,512,1024") from None
-    if any(e <= 0 for e in edges):
-        raise UsageError("--buckets edges must be positive")
+    edges = parse_buckets(buckets)
     options = ReportOptions(
         replayed=list(replayed),
         recorded=[] if replay_only else (list(recorded) or None),

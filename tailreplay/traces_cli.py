@@ -16,7 +16,7 @@ import click
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
-from tailreplay.units import format_ns, parse_duration, parse_time
+from tailreplay.units import format_ns, parse_buckets, parse_duration, parse_time
 
 __all__ = ["traces"]
 
@@ -96,12 +96,7 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bo
     from tailreplay.traces.columns import load_columns
     from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, summarize
 
-    try:
-        edges = [int(x) for x in buckets.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"invalid --buckets {buckets!r}: use e.g. 50,256,512,1024") from None
-    if any(e <= 0 for e in edges):
-        raise UsageError("--buckets edges must be positive")
+    edges = parse_buckets(buckets)
     cols = load_columns(
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
     )

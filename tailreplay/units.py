@@ -11,7 +11,14 @@ from datetime import UTC, datetime
 
 from tailreplay.errors import UsageError
 
-__all__ = ["format_ns", "parse_duration", "parse_host_port", "parse_size", "parse_time"]
+__all__ = [
+    "format_ns",
+    "parse_buckets",
+    "parse_duration",
+    "parse_host_port",
+    "parse_size",
+    "parse_time",
+]
 
 _DURATION_UNITS = {
     "ns": 1e-9,
@@ -106,3 +113,14 @@ def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
     return host.strip("[]"), int(port)
+
+
+def parse_buckets(text: str) -> list[int]:
+    """Input-token bucket edges: ``50,256,512`` → [50, 256, 512] (positive integers)."""
+    try:
+        edges = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"invalid --buckets {text!r}: use e.g. 50,256,512,1024") from None
+    if any(e <= 0 for e in edges):
+        raise UsageError("--buckets edges must be positive")
+    return edges

@@ -24,6 +24,7 @@ __all__ = [
     "PERCENTILES",
     "STATS_FIELDS",
     "STATS_PRESENCE",
+    "bucket_bounds",
     "bucket_label",
     "error_mask",
     "percentiles",
@@ -57,6 +58,17 @@ def error_mask(cols: Columns) -> npt.NDArray[np.bool_]:
         has_status & ((status == 0) | (status >= 400))
     )
     return mask
+
+
+def bucket_bounds(edges: Sequence[int]) -> list[tuple[int | None, int | None]]:
+    """[lo, hi) per bucket from its edges, open at both ends: 50,256 → <50, 50-256, >=256."""
+    bounds: list[tuple[int | None, int | None]] = []
+    lo: int | None = None
+    for edge in sorted(set(edges)):
+        bounds.append((lo, edge))
+        lo = edge
+    bounds.append((lo, None))
+    return bounds
 
 
 def bucket_label(lo: int | None, hi: int | None) -> str:
@@ -103,19 +115,11 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
 def _buckets(
     cols: Columns, errors: npt.NDArray[np.bool_], edges: Sequence[int], duration_s: float
 ) -> list[dict[str, Any]]:
-    edges = sorted(set(edges))
-    bounds: list[tuple[int | None, int | None]] = []
-    lo: int | None = None
-    for edge in edges:
-        bounds.append((lo, edge))
-        lo = edge
-    bounds.append((lo, None))
-
     tokens = cols["input_tokens"]
     has_tokens = cols.present["input_tokens"]
     has_latency = cols.present["duration_ns"]
     rows = []
-    for lo, hi in bounds:
+    for lo, hi in bucket_bounds(edges):
         sel = has_tokens.copy()
         if lo is not None:
             sel &= tokens >= lo
