@@ -15,6 +15,7 @@ import click
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
+from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_duration, parse_host_port, parse_time
 
 if TYPE_CHECKING:
@@ -178,19 +179,7 @@ def _shard(text: str) -> tuple[int, int]:
     help="After the run, write the report (recorded against replayed) here: .html, .md "
     "or .json by the suffix. Also written after Ctrl-C.",
 )
-@click.option(
-    "--slo",
-    "slos",
-    multiple=True,
-    help="Objective to check after the run, as in `tailreplay report --slo`; a missed one exits 1.",
-)
-@click.option(
-    "--slo-min-score",
-    type=click.FloatRange(0, 1),
-    default=1.0,
-    show_default=True,
-    help="Weighted share of --slo objectives that must be met.",
-)
+@slo_options
 @click.option(
     "--workers",
     type=click.IntRange(1, 64),

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from tailreplay.errors import UsageError
+from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_buckets
 
 __all__ = ["report"]
@@ -43,20 +44,7 @@ def _out(name: str, help_text: str) -> click.Option:
     help="The recorded archive(s); default: those the replay's header names.",
 )
 @click.option("--replay-only", is_flag=True, help="Report the replay alone, no recorded side.")
-@click.option(
-    "--slo",
-    "slos",
-    multiple=True,
-    help="Objective METRIC:PCT<=LIMIT[*WEIGHT] (repeatable, or comma-separated), e.g. "
-    "latency:p99<=800ms*10, ttft:p95<=1.2x (of the recorded), error_rate<=1%.",
-)
-@click.option(
-    "--slo-min-score",
-    type=click.FloatRange(0, 1),
-    default=1.0,
-    show_default=True,
-    help="Weighted share of objectives that must be met; below it the exit code is 1.",
-)
+@slo_options
 @click.option(
     "--buckets", default="50,256,512,1024,2048", show_default=True,
     help="Input-token bucket edges.",
