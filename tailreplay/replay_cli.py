@@ -15,6 +15,7 @@ import click
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
+from tailreplay.output_path import output_file
 from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_duration, parse_host_port, parse_time
 
@@ -136,10 +137,15 @@ def _shard(text: str) -> tuple[int, int]:
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
+    callback=output_file,
     help="Result archive (default replays/replay-<UTC>.msgpack).",
 )
 @click.option(
-    "--json", "json_out", type=click.Path(path_type=Path), help="Write the summary as JSON here."
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    callback=output_file,
+    help="Write the summary as JSON here.",
 )
 @click.option(
     "--shard", default="0/1", show_default=True, help="i/N: replay this shard of the trace ids."
@@ -176,6 +182,7 @@ def _shard(text: str) -> tuple[int, int]:
     "--report",
     "report_out",
     type=click.Path(path_type=Path, dir_okay=False),
+    callback=output_file,
     help="After the run, write the report (recorded against replayed) here: .html, .md "
     "or .json by the suffix. Also written after Ctrl-C.",
 )
@@ -274,9 +281,6 @@ def replay(
         raise UsageError(f"--report {report_out}: name a .html, .md or .json file")
     if dry_run and (report_out or objectives):
         raise UsageError("--report and --slo need a real run, not --dry-run")
-    for flag, path in (("--out", out), ("--json", json_out), ("--report", report_out)):
-        if path is not None and not path.parent.is_dir():
-            raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         Path("replays").mkdir(exist_ok=True)

@@ -7,23 +7,18 @@ from pathlib import Path
 import click
 
 from tailreplay.errors import UsageError
+from tailreplay.output_path import output_file
 from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_buckets
 
 __all__ = ["report"]
 
 
-def _parent_exists(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None and not value.parent.is_dir():
-        raise UsageError(f"--{param.name} {value}: no such directory {value.parent}")
-    return value
-
-
 def _out(name: str, help_text: str) -> click.Option:
     return click.Option(
         [f"--{name}"],
         type=click.Path(path_type=Path, dir_okay=False),
-        callback=_parent_exists,
+        callback=output_file,
         help=help_text,
     )
 

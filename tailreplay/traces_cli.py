@@ -16,6 +16,7 @@ import click
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
+from tailreplay.output_path import output_file
 from tailreplay.units import format_ns, parse_buckets, parse_duration, parse_time
 
 __all__ = ["traces"]
@@ -27,21 +28,13 @@ _archives = click.argument(
 )
 
 
-def _writable_parent(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
-    if not value.parent.is_dir():
-        raise UsageError(f"-o {value}: no such directory {value.parent}")
-    if value.is_dir():
-        raise UsageError(f"-o {value}: is a directory; give a file name")
-    return value
-
-
 _output = click.option(
     "-o",
     "--output",
     "out",
     required=True,
     type=click.Path(path_type=Path),
-    callback=_writable_parent,
+    callback=output_file,
     help="File to write.",
 )
 
