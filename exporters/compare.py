@@ -55,11 +55,12 @@ def compare(
     sides: dict[str, Side] = {"replayed": replayed}
     if recorded is not None:
         sides = {"recorded": recorded, "replayed": replayed}
+    windows = {name: _window_s(side) for name, side in sides.items()}
     report: dict[str, Any] = {
         "inputs": {name: side.paths for name, side in sides.items()},
         "replay": _replay_settings(replayed),
         "overall": {
-            name: _summary(side, np.ones(side.n, dtype=bool), rng, itl=True)
+            name: _summary(side, np.ones(side.n, dtype=bool), windows[name], rng, itl=True)
             for name, side in sides.items()
         },
         "buckets": [],
@@ -73,7 +74,7 @@ def compare(
     for label, masks in _bucket_masks(bucket_tokens, buckets):
         row: dict[str, Any] = {"range": label}
         for name, side in sides.items():
-            row[name] = _summary(side, masks[name], rng, itl=False)
+            row[name] = _summary(side, masks[name], windows[name], rng, itl=False)
         report["buckets"].append(row)
     return report
 
@@ -102,7 +103,10 @@ def _values(side: Side, sel: Mask) -> dict[str, Array]:
     return out
 
 
-def _window_s(side: Side, sel: Mask) -> float | None:
+def _window_s(side: Side) -> float | None:
+    """First start to last end of the side, in seconds; every throughput divides by it,
+    the buckets' too, so they add up to the whole."""
+    sel = side.start_ns >= 0
     starts = side.start_ns[sel]
     if starts.size == 0:
         return None
@@ -111,10 +115,11 @@ def _window_s(side: Side, sel: Mask) -> float | None:
     return span if span > 0 else None
 
 
-def _summary(side: Side, sel: Mask, rng: np.random.Generator, *, itl: bool) -> dict[str, Any]:
+def _summary(
+    side: Side, sel: Mask, window: float | None, rng: np.random.Generator, *, itl: bool
+) -> dict[str, Any]:
     count = int(sel.sum())
     errors = int((sel & side.error).sum())
-    window = _window_s(side, side.start_ns >= 0)  # the whole side's, so buckets add up
     metrics: dict[str, Any] = {}
     for name, values in _values(side, sel & side.ok).items():
         metrics[name] = _as_json(estimates(values, rng=rng))

@@ -12,7 +12,7 @@ from typing import Any
 
 from tailreplay.exporters.quantiles import QUANTILES
 
-__all__ = ["ReportTable", "headline", "report_tables"]
+__all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
 
 _LABELS = {
     "latency": "latency ms",
@@ -77,7 +77,7 @@ def headline(report: dict[str, Any], slo: dict[str, Any] | None) -> str:
 def report_tables(report: dict[str, Any], slo: dict[str, Any] | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
     if slo is not None and slo["rows"]:
-        tables += [_slo(slo), _slo_matrix(slo)]
+        tables += [slo_table(slo), _slo_matrix(slo)]
     if report["deltas"] is not None:
         tables += _deltas(report["deltas"])
     return tables
@@ -146,7 +146,8 @@ def _buckets(report: dict[str, Any]) -> ReportTable:
     return t
 
 
-def _slo(slo: dict[str, Any]) -> ReportTable:
+def slo_table(slo: dict[str, Any]) -> ReportTable:
+    """Each objective's value, limit and verdict: what ``replay --slo`` prints."""
     t = ReportTable(
         f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
         ["objective", "weight", "replayed", "limit", "overall", "input-length buckets"],

@@ -350,6 +350,7 @@ def _report(
     """The report of the run just done; the SLO lines on stdout, the file if asked."""
     from tailreplay.exporters.report import ReportOptions, write_report
     from tailreplay.exporters.report_render import print_report
+    from tailreplay.exporters.report_tables import slo_table
 
     options = ReportOptions(
         replayed=[results],
@@ -361,7 +362,7 @@ def _report(
     if path is not None:
         setattr(options, _REPORT_KINDS[path.suffix.lower()], path)
     result = write_report(options, say=lambda line: click.echo(line, err=True))
-    print_report(result.headline, [t for t in result.tables if t.title.startswith("SLOs")])
+    print_report(result.headline, [slo_table(result.slo)] if result.slo else [])
     if path is not None:
         click.echo(f"report: {path}")
     return result
