@@ -44,10 +44,10 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     try:
         outcome = asyncio.run(run(config, say))
         conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
-    except TailreplayError as exc:  # the parent says it, with the same exit code
-        conn.send((None, None, False, (str(exc), exc.exit_code)))
+    except TailreplayError as exc:  # the parent raises it again: same line, same exit code
+        conn.send((None, None, False, exc))
     except Exception as exc:
-        conn.send((None, None, False, (f"{type(exc).__name__}: {exc}", RunFailed.exit_code)))
+        conn.send((None, None, False, RunFailed(f"{type(exc).__name__}: {exc}")))
     finally:
         conn.close()
 
@@ -142,14 +142,12 @@ def _run_all(
                 summary, plan, stopped, error = pipe.recv()
             except EOFError:
                 summary, plan, stopped = None, None, False
-                error = ("exited without a result", RunFailed.exit_code)
+                error = RunFailed("exited without a result")
             proc.join()
             if error is not None:
                 for other in procs:
                     other.terminate()
-                failure = RunFailed(f"worker {i}/{workers}: {error[0]}")
-                failure.exit_code = error[1]
-                raise failure
+                raise type(error)(f"worker {i}/{workers}: {error}")
             results.append((summary, plan, stopped or interrupted))
         return results
     finally:
