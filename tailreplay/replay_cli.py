@@ -15,7 +15,7 @@ import click
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.otlp_cli import otlp_options
-from tailreplay.output_path import output_file
+from tailreplay.output_path import check_output_file
 from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_duration, parse_host_port, parse_time
 
@@ -137,14 +137,12 @@ def _shard(text: str) -> tuple[int, int]:
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    callback=output_file,
     help="Result archive (default replays/replay-<UTC>.msgpack).",
 )
 @click.option(
     "--json",
     "json_out",
     type=click.Path(path_type=Path),
-    callback=output_file,
     help="Write the summary as JSON here.",
 )
 @click.option(
@@ -182,7 +180,6 @@ def _shard(text: str) -> tuple[int, int]:
     "--report",
     "report_out",
     type=click.Path(path_type=Path, dir_okay=False),
-    callback=output_file,
     help="After the run, write the report (recorded against replayed) here: .html, .md "
     "or .json by the suffix. Also written after Ctrl-C.",
 )
@@ -281,6 +278,11 @@ def replay(
         raise UsageError(f"--report {report_out}: name a .html, .md or .json file")
     if dry_run and (report_out or objectives):
         raise UsageError("--report and --slo need a real run, not --dry-run")
+    # In the command, not a parse-time callback: the paths may name folders of the
+    # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
+    for flag, path in (("--out", out), ("--json", json_out), ("--report", report_out)):
+        if path is not None:
+            check_output_file(flag, path)
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         Path("replays").mkdir(exist_ok=True)
