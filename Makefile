@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-PKGS := traces proxy replayer exporters sim
+PKGS := traces proxy replayer exporters sim report
 
 .PHONY: venv test check demo bench clean typecheck-tree e2e-real test-telemetry
 
@@ -31,7 +31,7 @@ check: $(STAMP) typecheck-tree
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	MYPYPATH=.typecheck $(BIN)/mypy --strict -p tailreplay 2>&1 \
-	  | sed -e 's#\.typecheck/tailreplay/\(traces\|proxy\|replayer\|exporters\|sim\)/#\1/#' \
+	  | sed -e 's#\.typecheck/tailreplay/\(traces\|proxy\|replayer\|exporters\|sim\|report\)/#\1/#' \
 	        -e 's#\.typecheck/tailreplay/#tailreplay/#'; \
 	  exit $${PIPESTATUS[0]}
 

@@ -37,7 +37,7 @@ for path in sys.argv[1:]:
 REPORT = """
 import sys
 from pathlib import Path
-from tailreplay.exporters.report import ReportOptions, write_report
+from tailreplay.report.write import ReportOptions, write_report
 out = Path(sys.argv[3])
 write_report(ReportOptions(replayed=[Path(sys.argv[2])], recorded=[Path(sys.argv[1])],
                            json_out=out / "r.json", html_out=out / "r.html"))

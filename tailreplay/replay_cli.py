@@ -20,9 +20,9 @@ from tailreplay.slo_cli import slo_options
 from tailreplay.units import parse_duration, parse_host_port, parse_time
 
 if TYPE_CHECKING:
-    from tailreplay.exporters.report import ReportResult
-    from tailreplay.exporters.slo import Objective
     from tailreplay.replayer.request import BodyEdits
+    from tailreplay.report.slo import Objective
+    from tailreplay.report.write import ReportResult
 
 __all__ = ["main", "replay"]
 
@@ -230,11 +230,11 @@ def replay(
     otlp: OtlpOptions,
 ) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
-    from tailreplay.exporters.report import fail_on_slo
-    from tailreplay.exporters.slo import parse_objectives
     from tailreplay.replayer.run import ReplayConfig, exit_code, print_summary, run, write_json
     from tailreplay.replayer.schedule import ScheduleConfig
     from tailreplay.replayer.speed import parse_speed
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.report.write import fail_on_slo
     from tailreplay.traces.reader import ArchiveReader
 
     if not 0 < tail_quantile < 1:
@@ -350,9 +350,9 @@ def _report(
     skip_corrupt: bool,
 ) -> ReportResult:
     """The report of the run just done; the SLO lines on stdout, the file if asked."""
-    from tailreplay.exporters.report import ReportOptions, write_report
-    from tailreplay.exporters.report_render import print_report
-    from tailreplay.exporters.report_tables import slo_table
+    from tailreplay.report.tables import slo_table
+    from tailreplay.report.terminal import print_report
+    from tailreplay.report.write import ReportOptions, write_report
 
     options = ReportOptions(
         replayed=[results],

@@ -65,9 +65,9 @@ def report(
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
     3 an unreadable archive.
     """
-    from tailreplay.exporters.report import ReportOptions, fail_on_slo, write_report
-    from tailreplay.exporters.report_render import print_report
-    from tailreplay.exporters.slo import parse_objectives
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.report.terminal import print_report
+    from tailreplay.report.write import ReportOptions, fail_on_slo, write_report
 
     if replay_only and recorded:
         raise UsageError("--replay-only and --recorded contradict each other")

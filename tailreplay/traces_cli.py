@@ -63,7 +63,7 @@ def traces() -> None:
 @_skip_corrupt
 def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     """Show an archive's header and its first N records."""
-    from tailreplay.exporters.terminal import describe_header, describe_record
+    from tailreplay.report.terminal import describe_header, describe_record
     from tailreplay.traces.reader import ArchiveReader
 
     reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
@@ -85,7 +85,7 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
 @_skip_corrupt
 def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bool) -> None:
     """Counts, rate, error rate, latency/TTFT/TPOT/token percentiles, per-bucket table."""
-    from tailreplay.exporters.terminal import print_stats
+    from tailreplay.report.terminal import print_stats
     from tailreplay.traces.columns import load_columns
     from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, summarize
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.exporters.quantiles import LogHistogram, estimates
+from tailreplay.report.quantiles import LogHistogram, estimates
 from tailreplay.sim.launcher import sim_process
 from tests.helpers import HEADER, write_plain
 

@@ -6,8 +6,8 @@ import math
 from html import escape
 from typing import Any
 
-from tailreplay.exporters.report_tables import ReportTable
-from tailreplay.exporters.svg import Line, line_chart
+from tailreplay.report.svg import Line, line_chart
+from tailreplay.report.tables import ReportTable
 
 __all__ = ["html_report"]
 

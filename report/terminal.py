@@ -1,4 +1,8 @@
-"""Human-readable terminal output: archive headers and records, stats tables."""
+"""Everything tailreplay prints as tables or readable records on a terminal.
+
+`traces inspect` (an archive's header and records), `traces stats` (the stats
+tables) and `report` / `replay --report` (the report's tables) all render here.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tailreplay.report.tables import ReportTable
 from tailreplay.units import format_ns
 
-__all__ = ["describe_header", "describe_record", "print_stats"]
+__all__ = ["describe_header", "describe_record", "print_report", "print_stats"]
 
 _TIMESTAMPS = frozenset({"start_ns", "intended_ns", "sent_ns", "created_ns"})
 _DURATIONS = frozenset({"duration_ns", "ttfb_ns", "lag_ns"})
@@ -98,3 +103,25 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
             _fmt(None if er is None else er * 100, 2),
         )
     console.print(buckets)
+
+
+def print_report(line: str, tables: list[ReportTable], console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(line)
+    for t in tables:
+        if t.wide:
+            continue
+        if not t.rows:  # a finding in words, not a table
+            console.print(f"{t.title}: {t.note}")
+            continue
+        table = Table(title=t.title, title_justify="left", caption=t.note or None,
+                      caption_justify="left")  # fmt: skip
+        for i, col in enumerate(t.columns):
+            # The row label stays whole; figures fold rather than lose digits to "…".
+            if i == 0:
+                table.add_column(col, no_wrap=True)
+            else:
+                table.add_column(col, justify="right", overflow="fold")
+        for row in t.rows:
+            table.add_row(*row)
+        console.print(table)

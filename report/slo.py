@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tailreplay.errors import UsageError
-from tailreplay.exporters.compare import METRICS
-from tailreplay.exporters.quantiles import QUANTILES
+from tailreplay.report.compare import METRICS
+from tailreplay.report.quantiles import QUANTILES
 from tailreplay.units import parse_duration
 
 __all__ = ["Objective", "check", "parse_objectives"]

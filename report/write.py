@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.errors import RunFailed, UsageError
-from tailreplay.exporters.compare import DELTA_COLUMNS, compare, delta_rows
-from tailreplay.exporters.report_side import Side, load_side
-from tailreplay.exporters.report_tables import ReportTable, headline, report_tables
-from tailreplay.exporters.slo import Objective, check
 from tailreplay.private import open_private
+from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
+from tailreplay.report.side import Side, load_side
+from tailreplay.report.slo import Objective, check
+from tailreplay.report.tables import ReportTable, headline, report_tables
 from tailreplay.traces.stats import DEFAULT_BUCKETS
 
 __all__ = ["ReportOptions", "ReportResult", "fail_on_slo", "write_report"]
@@ -77,12 +77,12 @@ def write_report(
             json.dump(report, f, indent=1)
             f.write("\n")
     if options.markdown_out is not None:
-        from tailreplay.exporters.report_render import markdown
+        from tailreplay.report.markdown import markdown
 
         with open_private(options.markdown_out) as f:
             f.write(markdown(line, tables))
     if options.html_out is not None:
-        from tailreplay.exporters.report_html import html_report
+        from tailreplay.report.html import html_report
 
         with open_private(options.html_out) as f:
             f.write(html_report(line, tables, report))

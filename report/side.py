@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import ArchiveError
-from tailreplay.exporters.quantiles import LogHistogram
+from tailreplay.report.quantiles import LogHistogram
 from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["Side", "load_side"]

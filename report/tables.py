@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailreplay.exporters.quantiles import QUANTILES
+from tailreplay.report.quantiles import QUANTILES
 
 __all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
 

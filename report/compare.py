@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.exporters.quantiles import QUANTILES, Estimate, estimates
-from tailreplay.exporters.report_side import Side
+from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
+from tailreplay.report.side import Side
 from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label, percentiles
 
 __all__ = ["DELTA_COLUMNS", "METRICS", "compare", "delta_rows"]
