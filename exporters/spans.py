@@ -21,31 +21,18 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from tailreplay.exporters.otlp import Telemetry
+from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.record import Record, is_error
 
-__all__ = ["OPERATIONS", "Content", "RecordSpans", "SpanSink", "span_attributes", "span_name"]
-
-OPERATIONS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "text_completion",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "chat",
-}
-"""gen_ai.operation.name for each OpenAI-compatible path."""
+__all__ = ["Content", "RecordSpans", "SpanSink", "span_attributes", "span_name"]
 
 _EMPTY = Context()  # no current span: a span made with it is a root unless given a parent
 
 
-def _operation(path: str | None) -> str:
-    if path is None:
-        return "chat"
-    return OPERATIONS.get(path.split("?", 1)[0].rstrip("/"), "chat")
-
-
 def span_name(record: Record) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``."""
-    op = _operation(record.path)
+    op = operation_name(record.path)
     return f"{op} {record.model}" if record.model else op
 
 
@@ -58,7 +45,7 @@ def span_attributes(
 ) -> dict[str, Any]:
     """The span's attributes: GenAI semantic conventions, HTTP, and ``tailreplay.*``."""
     a: dict[str, Any] = {
-        "gen_ai.operation.name": _operation(record.path),
+        "gen_ai.operation.name": operation_name(record.path),
         "gen_ai.provider.name": provider,
     }
     if record.model is not None:

@@ -23,16 +23,11 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from tailreplay.openai_api import OPENAI_PATHS, route_label
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
-from tailreplay.proxy.openai import (
-    OPENAI_PATHS,
-    ResponseTap,
-    SseRelay,
-    route_label,
-    with_usage_requested,
-)
+from tailreplay.proxy.openai import ResponseTap, SseRelay, with_usage_requested
 from tailreplay.proxy.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from yarl import URL
 
 from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.traces.format import make_header
 
-__all__ = ["BODY_MODES", "ProxyConfig", "Route"]
+__all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
 
 BODY_MODES = ("none", "redacted", "full")
 
@@ -66,3 +68,18 @@ class ProxyConfig:
         """(scheme, host, port) of every configured upstream: the only places we forward to."""
         urls = [self.upstream, *(r.upstream for r in self.routes)]
         return frozenset((u.scheme, u.host, u.port) for u in urls)
+
+
+def archive_header(config: ProxyConfig) -> dict[str, Any]:
+    """The header of every archive file the proxy writes: what was captured, and how."""
+    return make_header(
+        "proxy",
+        upstream=str(config.upstream.with_user(None)),
+        capture={
+            "bodies": config.bodies,
+            "sample": config.sample,
+            "redact_headers": sorted(config.redact_headers),
+            "timeout_s": config.timeout_s,
+            "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
+        },
+    )

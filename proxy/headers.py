@@ -1,4 +1,4 @@
-"""Which headers cross the proxy, and how secrets in them are replaced.
+"""Which headers cross the proxy.
 
 Hop-by-hop headers (RFC 9110 §7.6.1) describe one connection, not the message:
 they are never forwarded. Kept as a frozenset and tested member by member, since a
@@ -7,20 +7,9 @@ missing comma in a tuple of strings silently glues two names together.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from collections.abc import Iterable
-
 from multidict import CIMultiDictProxy
 
-__all__ = [
-    "HOP_BY_HOP",
-    "SECRET_HEADERS",
-    "fingerprint",
-    "redact_headers",
-    "request_headers_upstream",
-    "response_headers_downstream",
-]
+__all__ = ["HOP_BY_HOP", "request_headers_upstream", "response_headers_downstream"]
 
 HOP_BY_HOP = frozenset(
     {
@@ -36,18 +25,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
-)
-
 # Never forwarded upstream: the client's view of the proxy, not of the upstream.
 _REQUEST_DROP = frozenset({"host", "content-length", "traceparent", "tracestate"})
-
-
-def fingerprint(key: bytes, value: str | bytes) -> str:
-    """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
-    data = value.encode() if isinstance(value, str) else value
-    return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
 
 
 def _connection_listed(values: tuple[str, ...]) -> set[str]:
@@ -114,11 +93,3 @@ def response_headers_downstream(
     connection = tuple(v for k, v in headers if k.lower() == "connection")
     drop = _dropped(_WITH_LENGTH if keep_length else _WITHOUT_LENGTH, connection)
     return [(k, v) for k, v in headers if k.lower() not in drop]
-
-
-def redact_headers(
-    headers: Iterable[tuple[str, str]], extra: frozenset[str], key: bytes
-) -> list[tuple[str, str]]:
-    """Headers as recorded: secrets (and ``extra`` names) replaced by fingerprints."""
-    secret = SECRET_HEADERS | extra
-    return [(k.lower(), fingerprint(key, v) if k.lower() in secret else v) for k, v in headers]

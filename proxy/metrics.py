@@ -19,9 +19,10 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tailreplay.exporters.prometheus import status_class
+from tailreplay.openai_api import ROUTES
+from tailreplay.prometheus import status_class
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.recording import ROUTES, RecorderClient, Stat
+from tailreplay.proxy.recording import RecorderClient, Stat
 
 __all__ = ["ProxyMetrics"]
 

@@ -15,32 +15,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tailreplay.usage import Usage, parse_usage
+from tailreplay.openai_api import OPENAI_PATHS
 
 __all__ = [
-    "OPENAI_PATHS",
     "RequestInfo",
     "ResponseTap",
     "SseRelay",
-    "Usage",
-    "parse_usage",
     "request_info",
-    "route_label",
     "with_usage_requested",
 ]
 
-# Paths whose JSON bodies we read (model, stream, max_tokens, usage injection).
-OPENAI_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
-)
 MAX_INSPECT_BYTES = 4 << 20  # larger JSON bodies are forwarded without being parsed
 _USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
-
-
-def route_label(path: str | None) -> str:
-    """A bounded label for metrics: a known API path, or "other"."""
-    bare = (path or "").split("?", 1)[0]
-    return bare if bare in OPENAI_PATHS or bare == "/v1/models" else "other"
 
 
 @dataclass

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Any
 
 from tailreplay.exporters.spans import Content, RecordSpans
+from tailreplay.openai_api import chat_text, parse_usage
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.headers import fingerprint, redact_headers
-from tailreplay.proxy.openai import parse_usage, request_info
-from tailreplay.proxy.redact import redact_path, redact_text
+from tailreplay.proxy.openai import request_info
 from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.record import Record, is_error
-from tailreplay.traces.tokens import chat_text, get
+from tailreplay.traces.redact import fingerprint, redact_headers, redact_path, redact_text
+from tailreplay.traces.tokens import get
 from tailreplay.traces.writer import ArchiveWriter
 
 __all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]

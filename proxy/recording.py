@@ -25,24 +25,22 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tailreplay.batch_pipe import BatchPipe
-from tailreplay.proxy.config import ProxyConfig
+from tailreplay.openai_api import ROUTES, route_label
+from tailreplay.proxy.config import ProxyConfig, archive_header
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.openai import OPENAI_PATHS, route_label
 from tailreplay.traces.record import Record
 
 if TYPE_CHECKING:
     from tailreplay.exporters.otlp import Telemetry
     from tailreplay.exporters.spans import RecordSpans
 
-__all__ = ["ROUTES", "RecorderClient", "Stat"]
+__all__ = ["RecorderClient", "Stat"]
 
 log = logging.getLogger("tailreplay.proxy")
 
 _FLUSH_S = 0.02
 _PIPE_LIMIT = 64 << 20  # bytes waiting for the recorder before batches are dropped
 _MAX_BATCH = 20_000
-
-ROUTES = (*sorted(OPENAI_PATHS), "/v1/models", "other")
 
 
 class Stat:
@@ -68,7 +66,6 @@ def _child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
     # past its limit, drops and counts) instead of slowing every request.
     os.nice(10)
     from tailreplay.proxy.recorder import RecordBuilder
-    from tailreplay.proxy.server import archive_header
     from tailreplay.traces.tokens import get
     from tailreplay.traces.writer import ArchiveWriter
 

@@ -15,19 +15,17 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
 from tailreplay.errors import UsageError
-from tailreplay.exporters.prometheus import metrics_app
+from tailreplay.prometheus import metrics_app
 from tailreplay.proxy.app import build_server, upstream_pool
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
-from tailreplay.traces.format import make_header
 
-__all__ = ["RunningProxy", "archive_header", "run", "start"]
+__all__ = ["RunningProxy", "run", "start"]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -38,20 +36,6 @@ class RunningProxy:
     admin_url: str | None
     recorder: RecorderClient
     metrics: ProxyMetrics
-
-
-def archive_header(config: ProxyConfig) -> dict[str, Any]:
-    return make_header(
-        "proxy",
-        upstream=str(config.upstream.with_user(None)),
-        capture={
-            "bodies": config.bodies,
-            "sample": config.sample,
-            "redact_headers": sorted(config.redact_headers),
-            "timeout_s": config.timeout_s,
-            "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
-        },
-    )
 
 
 @asynccontextmanager

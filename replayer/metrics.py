@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tailreplay.exporters.prometheus import BoundedLabel, status_class
-from tailreplay.proxy.openai import route_label
+from tailreplay.openai_api import route_label
+from tailreplay.prometheus import BoundedLabel, status_class
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.traces.record import Record
 

@@ -15,7 +15,8 @@ import functools
 import hashlib
 import random
 
-from tailreplay.traces.tokens import chat_text, count_tokens, get
+from tailreplay.openai_api import chat_text
+from tailreplay.traces.tokens import count_tokens, get
 
 __all__ = ["PromptMaker", "single_token_words"]
 

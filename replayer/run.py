@@ -22,9 +22,9 @@ from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
-from tailreplay.exporters.prometheus import serve_metrics
 from tailreplay.exporters.span_process import SpanProcess
 from tailreplay.private import open_private
+from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.dispatch import Dispatcher
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.prompts import PromptMaker

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import aiohttp
 
+from tailreplay.openai_api import parse_usage
 from tailreplay.replayer.request import RequestSpec
-from tailreplay.usage import parse_usage
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tailreplay.traces.tokens import chat_text
+from tailreplay.openai_api import chat_text
 
 __all__ = ["BadRequest", "SimRequest", "error_body", "parse_request", "render_chat"]
 

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tailreplay.openai_api import chat_text
 from tailreplay.proxy.openai import SseRelay
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.tokens import chat_text, count_tokens
+from tailreplay.traces.tokens import count_tokens
 from tests.fixed_upstream import GAP_S, NON_STREAM, WORDS, fixed_app
 from tests.proxy_helpers import proxy_to, records, serve_app
 

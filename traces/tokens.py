@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 __all__ = [
     "DEFAULT_ENCODING",
     "ENCODINGS",
     "Encoder",
-    "chat_text",
     "count_tokens",
     "estimate_tokens",
     "get",
@@ -98,25 +97,3 @@ def estimate_tokens(text: str) -> int:
     if not text:
         return 0
     return max(1, math.ceil(len(text.encode("utf-8", "surrogatepass")) / 4))
-
-
-def chat_text(messages: list[Any]) -> str:
-    """The text of chat ``messages`` for counting: each as ``<role>\\n<content>\\n``.
-
-    A stand-in for a chat template (which adds a few tokens per message the same
-    way); the simulator counts prompts with it and the proxy estimates with it.
-    Content given as parts keeps its text parts.
-    """
-    parts = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-        parts.append(f"{m.get('role', '')}\n{content if isinstance(content, str) else ''}\n")
-    return "".join(parts)

@@ -15,10 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tailreplay.proxy.headers import redact_headers
-from tailreplay.proxy.redact import redact_path
 from tailreplay.traces.importers import ImportReport, stable_id
 from tailreplay.traces.record import Record
+from tailreplay.traces.redact import redact_headers, redact_path
 
 __all__ = ["read"]
 

@@ -1,19 +1,33 @@
-"""Deterministic masking of personal data and credentials in recorded text.
+"""Deterministic masking of credentials and personal data in what is recorded.
 
-Used for ``--bodies redacted`` and for query strings (which are part of the
-recorded ``path``). Each match becomes ``[KIND:fingerprint]``: the same value
-always gives the same mask (so repeated prompts still look repeated) and the
-fingerprint is keyed, so masks cannot be reversed by guessing.
+One set of rules for everything that writes an archive: the proxy (headers,
+query strings, ``--bodies redacted``) and the importers of captures that carry
+headers (HAR). Secret headers become keyed fingerprints; each match in text
+becomes ``[KIND:fingerprint]``: the same value always gives the same mask (so
+repeated prompts still look repeated) and the fingerprint is keyed, so masks
+cannot be reversed by guessing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
+from collections.abc import Iterable
 from urllib.parse import parse_qsl, quote, urlencode
 
-from tailreplay.proxy.headers import fingerprint
+__all__ = ["SECRET_HEADERS", "fingerprint", "redact_headers", "redact_path", "redact_text"]
 
-__all__ = ["redact_path", "redact_text"]
+SECRET_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+
+
+def fingerprint(key: bytes, value: str | bytes) -> str:
+    """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
+    data = value.encode() if isinstance(value, str) else value
+    return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
+
 
 # Order matters: keys and tokens before the looser number patterns.
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -66,3 +80,11 @@ def redact_path(path: str, key: bytes) -> str:
     pairs = parse_qsl(query, keep_blank_values=True)
     cleaned = [(k, fingerprint(key, v) if _SECRET_PARAMS.search(k) else v) for k, v in pairs]
     return base + "?" + urlencode(cleaned, quote_via=quote, safe=":/")
+
+
+def redact_headers(
+    headers: Iterable[tuple[str, str]], extra: frozenset[str], key: bytes
+) -> list[tuple[str, str]]:
+    """Headers as recorded: secrets (and ``extra`` names) replaced by fingerprints."""
+    secret = SECRET_HEADERS | extra
+    return [(k.lower(), fingerprint(key, v) if k.lower() in secret else v) for k, v in headers]
