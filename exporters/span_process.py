@@ -18,15 +18,15 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tailreplay.batch_pipe import BatchPipe
 from tailreplay.exporters.otlp import OtlpOptions
-from tailreplay.exporters.spans import Content
 from tailreplay.traces.record import Record
 
-__all__ = ["SpanProcess"]
+__all__ = ["SpanProcess", "replay_spans"]
 
 _FLUSH_S = 0.05
 _PIPE_LIMIT = 32 << 20  # bytes waiting for the child before batches are dropped
@@ -61,9 +61,9 @@ def _child_main(
             data = conn.recv_bytes()
         except (EOFError, OSError):
             break
-        batch: list[tuple[Record, Content | None]] = pickle.loads(data)
-        for record, content in batch:
-            spans.emit(record, content=content)
+        batch: list[tuple[Record, bytes | None]] = pickle.loads(data)
+        for record, request_body in batch:
+            spans.emit(record, request_body=request_body)
     exported, lost = telemetry.close()
     result.send((exported, lost))
 
@@ -108,8 +108,8 @@ class SpanProcess:
         """Start sending from the running loop (a non-blocking pipe)."""
         await self._pipe.attach()
 
-    def emit(self, record: Record, *, content: Content | None = None) -> None:
-        self._pipe.append((record, content))
+    def emit(self, record: Record, *, request_body: bytes | None = None) -> None:
+        self._pipe.append((record, request_body))
 
     async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
         """Send the rest, let the child flush; returns (spans exported, not delivered)."""
@@ -132,3 +132,26 @@ class SpanProcess:
             self.say(
                 f"warning: OTLP export to {where} failed; spans are being dropped (the run goes on)"
             )
+
+
+@asynccontextmanager
+async def replay_spans(
+    options: OtlpOptions,
+    extra: Mapping[str, Any],
+    server: tuple[str, int],
+    say: Callable[[str], None],
+) -> AsyncIterator[SpanProcess]:
+    """The replayer's CLIENT spans for a run against ``server``, made in a child process.
+
+    ``tailreplay replay`` hands this (with ``options`` and ``extra`` bound) to the
+    replayer as ``ReplayConfig.spans``; the run enters it once its target is known
+    and, on leaving, the count of spans exported is said.
+    """
+    spans = SpanProcess(options, service="tailreplay-replay", server=server, extra=extra, say=say)
+    await spans.attach()
+    try:
+        yield spans
+    finally:
+        exported, lost = await spans.close()
+        line = f"spans: {exported:,} exported to {options.resolved_endpoint()}"
+        say(line + (f", {lost:,} not delivered" if lost else ""))

@@ -12,20 +12,23 @@ measured times, so making them never sits between a request and its response.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from tailreplay.exporters.otlp import Telemetry
+from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.record import Record, is_error
 
-__all__ = ["Content", "RecordSpans", "SpanSink", "span_attributes", "span_name"]
+__all__ = ["RecordSpans", "proxy_spans", "span_attributes", "span_name"]
+
+log = logging.getLogger("tailreplay.proxy")
 
 _EMPTY = Context()  # no current span: a span made with it is a root unless given a parent
 
@@ -111,23 +114,6 @@ def _input_messages(body: bytes | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Content:
-    """What was said, for spans made with --otlp-capture-content (and only then)."""
-
-    request_body: bytes | None = None
-    completion: str | None = None
-
-
-class SpanSink(Protocol):
-    """Where the replayer hands each finished request: RecordSpans, or SpanProcess."""
-
-    @property
-    def capture_content(self) -> bool: ...
-
-    def emit(self, record: Record, *, content: Content | None = None) -> object: ...
-
-
 class RecordSpans:
     """Makes one span per finished record, sampled by --trace-sample."""
 
@@ -150,12 +136,17 @@ class RecordSpans:
     def capture_content(self) -> bool:
         return self.telemetry.options.capture_content
 
+    def close(self) -> tuple[int, int]:
+        """Flush and shut the exporter down; returns (spans exported, not delivered)."""
+        return self.telemetry.close()
+
     def emit(
         self,
         record: Record,
         *,
         tail: bool | None = None,
-        content: Content | None = None,
+        request_body: bytes | None = None,
+        completion: str | None = None,
         kind: SpanKind | None = None,
     ) -> bool:
         """Make ``record``'s span, unless sampled out; True if it was made.
@@ -163,7 +154,8 @@ class RecordSpans:
         The span's ids are the record's (trace_id, span_id); its parent is
         ``parent_span_id`` when set (a remote parent: the caller's span); the
         recorded original, if any, is a link. ``tail`` overrides record.tail
-        for sampling (the proxy knows it from its running P99).
+        for sampling (the proxy knows it from its running P99). ``request_body``
+        and ``completion`` become the span's messages with --otlp-capture-content.
         """
         error = is_error(record.status, record.error)
         if not self.sampler.keep(
@@ -176,12 +168,12 @@ class RecordSpans:
         end = start + (record.duration_ns or 0)
         attributes = span_attributes(record, provider=tel.options.provider_name, server=self.server)
         attributes.update(self.extra)
-        if content is not None and tel.options.capture_content:
-            if (messages := _input_messages(content.request_body)) is not None:
+        if tel.options.capture_content:
+            if (messages := _input_messages(request_body)) is not None:
                 attributes["gen_ai.input.messages"] = messages
-            if content.completion is not None:
+            if completion is not None:
                 attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "content": content.completion}], ensure_ascii=False
+                    [{"role": "assistant", "content": completion}], ensure_ascii=False
                 )
         links = []
         if record.orig_trace_id is not None and record.orig_span_id is not None:
@@ -217,3 +209,20 @@ def _remote(trace_id: bytes, span_id: bytes) -> SpanContext:
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
+
+
+@contextmanager
+def proxy_spans(options: OtlpOptions, server: tuple[str, int]) -> Iterator[RecordSpans]:
+    """The proxy's SERVER spans, one per captured exchange, exported to ``options``.
+
+    ``tailreplay proxy`` hands this (with its options bound) to the proxy as
+    ``ProxyConfig.spans``; the recorder process enters it, so spans are made
+    and exported off the request path.
+    """
+    telemetry = Telemetry.start(options, service="tailreplay-proxy", warn=log.warning)
+    spans = RecordSpans(telemetry, kind=SpanKind.SERVER, server=server)
+    try:
+        yield spans
+    finally:
+        exported, lost = spans.close()
+        log.info("spans: %d exported, %d not delivered", exported, lost)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from yarl import URL
 
-from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.traces.format import make_header
 
 __all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
@@ -51,8 +53,10 @@ class ProxyConfig:
     workers: int = 1
     flush_interval_s: float = 1.0
     queue_size: int = 50_000
-    otlp: OtlpOptions | None = None
-    """One SERVER span per request, made and exported by the recorder process."""
+    spans: Callable[[], AbstractContextManager[ServerSpans]] | None = None
+    """One SERVER span per request, made and exported by the recorder process, which
+    enters this for its lifetime (``exporters.spans.proxy_spans`` with the OTLP
+    options bound: picklable, since the recorder is a spawned process)."""
 
     def upstream_for(self, path: str) -> URL:
         """The upstream for ``path``: the longest matching route prefix, else the default."""

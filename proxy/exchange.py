@@ -1,9 +1,10 @@
 """One proxied exchange in flight, and the sinks that observe it.
 
 The handler fills an ``Exchange`` as the request goes through (timings, status,
-bytes, what the response tap kept); sinks — the recorder and the metrics today,
-tracing later — are called at request, chunk and completion, and must return at
-once: anything slow happens on their own threads.
+bytes, what the response tap kept); sinks — the recorder and the metrics — are
+called at request, chunk and completion, and must return at once: anything slow
+happens elsewhere. Spans are made from the finished record in the recorder
+process, by a ``ServerSpans`` the command line hands in.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from tailreplay.proxy.openai import ResponseTap
+from tailreplay.traces.record import Record
 
-__all__ = ["Exchange", "Sink"]
+__all__ = ["Exchange", "ServerSpans", "Sink"]
 
 
 @dataclass(slots=True, eq=False)
@@ -63,3 +65,21 @@ class Sink(Protocol):
     def on_chunk(self, ex: Exchange, size: int) -> None: ...
 
     def on_complete(self, ex: Exchange) -> None: ...
+
+
+class ServerSpans(Protocol):
+    """Makes one SERVER span per captured exchange (``exporters.spans.RecordSpans``)."""
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether spans carry the prompt and completion (--otlp-capture-content)."""
+        ...
+
+    def emit(
+        self,
+        record: Record,
+        *,
+        tail: bool | None = None,
+        request_body: bytes | None = None,
+        completion: str | None = None,
+    ) -> object: ...

@@ -14,10 +14,9 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from tailreplay.exporters.spans import Content, RecordSpans
 from tailreplay.openai_api import chat_text, parse_usage
 from tailreplay.proxy.config import ProxyConfig
-from tailreplay.proxy.exchange import Exchange
+from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
 from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.record import Record, is_error
@@ -147,7 +146,7 @@ class RecordBuilder:
     """
 
     def __init__(
-        self, config: ProxyConfig, writer: ArchiveWriter, spans: RecordSpans | None = None
+        self, config: ProxyConfig, writer: ArchiveWriter, spans: ServerSpans | None = None
     ) -> None:
         self.config = config
         self.writer = writer
@@ -180,12 +179,12 @@ class RecordBuilder:
             _span(self.spans, ex, record, tail)
 
 
-def _span(spans: RecordSpans, ex: Exchange, record: Record, tail: bool) -> None:
-    content = None
-    if spans.telemetry.options.capture_content:
+def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:
+    body, completion = None, None
+    if spans.capture_content:
         kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
-        content = Content(ex.req_body, _completion_text(kept) if kept else None)
+        body, completion = ex.req_body, _completion_text(kept) if kept else None
     try:
-        spans.emit(record, tail=tail, content=content)
+        spans.emit(record, tail=tail, request_body=body, completion=completion)
     except Exception:  # telemetry must never cost a record
         log.exception("could not make a span")

@@ -16,12 +16,14 @@ small shared array that /metrics reads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
 import os
 import pickle
 import signal
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tailreplay.batch_pipe import BatchPipe
@@ -31,8 +33,8 @@ from tailreplay.proxy.exchange import Exchange
 from tailreplay.traces.record import Record
 
 if TYPE_CHECKING:
-    from tailreplay.exporters.otlp import Telemetry
-    from tailreplay.exporters.spans import RecordSpans
+    from tailreplay.proxy.recorder import RecordBuilder
+    from tailreplay.traces.writer import ArchiveWriter
 
 __all__ = ["RecorderClient", "Stat"]
 
@@ -67,69 +69,70 @@ def _child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
     os.nice(10)
     from tailreplay.proxy.recorder import RecordBuilder
     from tailreplay.traces.tokens import get
-    from tailreplay.traces.writer import ArchiveWriter
 
     try:
-        writer = ArchiveWriter(
-            directory=config.out_dir,
-            prefix=config.prefix,
-            header=archive_header(config),
-            rotate_bytes=config.rotate_bytes,
-            rotate_interval_s=config.rotate_interval_s,
-            flush_interval=config.flush_interval_s,
-            compress=config.compress,
-            queue_size=config.queue_size,
-        )
+        writer = _open_writer(config)
         get()  # load the tokenizer before saying ready
     except OSError as exc:
         ready.send(f"cannot write archives in {config.out_dir}: {exc.strerror or exc}")
         return
-    telemetry, spans = _telemetry(config)
-    ready.send("ok")
-    builder = RecordBuilder(config, writer, spans)
+    with contextlib.ExitStack() as stack:
+        # Spans are made here, from the finished records, off the request path.
+        spans = stack.enter_context(config.spans()) if config.spans is not None else None
+        ready.send("ok")
+        builder = RecordBuilder(config, writer, spans)
+        builder.on_record = _token_counter(stats)
+        try:
+            _record_batches(conn, builder, stats)
+        finally:
+            writer.close()
+            stats[Stat.WRITTEN] = writer.stats.written
+            stats[Stat.WRITER_DROPPED] = writer.stats.dropped
+
+
+def _open_writer(config: ProxyConfig) -> ArchiveWriter:
+    from tailreplay.traces.writer import ArchiveWriter
+
+    return ArchiveWriter(
+        directory=config.out_dir,
+        prefix=config.prefix,
+        header=archive_header(config),
+        rotate_bytes=config.rotate_bytes,
+        rotate_interval_s=config.rotate_interval_s,
+        flush_interval=config.flush_interval_s,
+        compress=config.compress,
+        queue_size=config.queue_size,
+    )
+
+
+def _token_counter(stats: Any) -> Callable[[Record], None]:
+    """Adds each record's tokens to its route's counters (what /metrics shows)."""
 
     def count_tokens(record: Record) -> None:
         base = Stat.TOKENS + 2 * ROUTES.index(route_label(record.path))
         stats[base] += record.input_tokens or 0
         stats[base + 1] += record.output_tokens or 0
 
-    builder.on_record = count_tokens
-    try:
-        while True:
-            try:
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                break
-            batch: list[Exchange] = pickle.loads(data)
-            stats[Stat.BACKLOG] = len(batch)
-            for ex in batch:
-                builder.build(ex)
-            stats[Stat.WRITTEN] = writer.stats.written
-            stats[Stat.WRITER_DROPPED] = writer.stats.dropped
-            stats[Stat.SAMPLED_OUT] = builder.sampled_out
-            stats[Stat.FAILED] = builder.failed
-            stats[Stat.BACKLOG] = 0
-    finally:
-        writer.close()
+    return count_tokens
+
+
+def _record_batches(conn: Any, builder: RecordBuilder, stats: Any) -> None:
+    """Build and write the record of every exchange in every batch, until the pipe closes."""
+    writer = builder.writer
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        batch: list[Exchange] = pickle.loads(data)
+        stats[Stat.BACKLOG] = len(batch)
+        for ex in batch:
+            builder.build(ex)
         stats[Stat.WRITTEN] = writer.stats.written
         stats[Stat.WRITER_DROPPED] = writer.stats.dropped
-        if telemetry is not None:
-            exported, lost = telemetry.close()
-            log.info("spans: %d exported, %d not delivered", exported, lost)
-
-
-def _telemetry(config: ProxyConfig) -> tuple[Telemetry | None, RecordSpans | None]:
-    """The recorder's span exporter: spans are made here, off the request path."""
-    if config.otlp is None or not config.otlp.enabled:
-        return None, None
-    from opentelemetry.trace import SpanKind
-
-    from tailreplay.exporters.otlp import Telemetry
-    from tailreplay.exporters.spans import RecordSpans
-
-    telemetry = Telemetry.start(config.otlp, service="tailreplay-proxy", warn=log.warning)
-    server = (config.listen_host, config.listen_port)
-    return telemetry, RecordSpans(telemetry, kind=SpanKind.SERVER, server=server)
+        stats[Stat.SAMPLED_OUT] = builder.sampled_out
+        stats[Stat.FAILED] = builder.failed
+        stats[Stat.BACKLOG] = 0
 
 
 class RecorderClient:

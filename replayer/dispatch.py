@@ -17,19 +17,31 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from tailreplay.exporters.spans import Content, SpanSink
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
+from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
 from tailreplay.traces.record import Record
 
-__all__ = ["DispatchStats", "Dispatcher"]
+__all__ = ["DispatchStats", "Dispatcher", "SpanSink"]
 
 log = logging.getLogger("tailreplay.replay")
 
 _SPIN_S = 0.0015
+
+
+class SpanSink(Protocol):
+    """Where each sent request's result goes to become a span (exporters' SpanProcess)."""
+
+    @property
+    def capture_content(self) -> bool:
+        """Whether the span wants the request body (--otlp-capture-content)."""
+        ...
+
+    def emit(self, record: Record, *, request_body: bytes | None = None) -> object: ...
 
 
 @dataclass
@@ -100,8 +112,9 @@ class Dispatcher:
             intended_ns = t0_wall_ns + round(item.due_s * 1e9)
             if stats.in_flight >= self.max_inflight and not await self._wait_slot(due):
                 stats.dropped += 1
+                dropped = Outcome(error="dropped")
                 self.on_result(
-                    self._result(item, spec, Outcome(error="dropped"), intended_ns, None, None)
+                    result_record(item, intended_ns, shard=self.shard, spec=spec, outcome=dropped)
                 )
                 continue
             stats.in_flight += 1
@@ -150,12 +163,10 @@ class Dispatcher:
         headers["traceparent"] = ctx.traceparent()
         if spec.body is not None:
             headers.setdefault("Content-Type", "application/json")
-        sent_mono = loop.time()
-        sent_wall = time.time_ns()
-        lag_ns = round((sent_mono - due) * 1e9)
-        self.lags_ns.append(lag_ns)
+        sent = Sent(time.time_ns(), round((loop.time() - due) * 1e9), ctx)
+        self.lags_ns.append(sent.lag_ns)
         self.stats.sent += 1
-        outcome: Outcome | None = None
+        outcome = Outcome(error="cancelled")
         try:
             outcome = await self.transport.send(spec, headers)
             if outcome.status in (400, 422) and self.builder.rejects_forced_fields(
@@ -168,63 +179,27 @@ class Dispatcher:
             outcome = Outcome(error="cancelled")
             raise
         finally:
-            self.stats.in_flight -= 1
-            self._slot_freed.set()
-            if outcome is None:
-                outcome = Outcome(error="cancelled")
-            ok = outcome.error is None and outcome.status < 400
-            self.stats.completed += 1
-            self.stats.errors += not ok
-            if ok and spec.prompt_tokens and outcome.prompt_tokens:
-                self.builder.prompts.observe(spec.prompt_tokens, outcome.prompt_tokens)
-                if item.record.input_tokens:
-                    self.stats.input_intended += item.record.input_tokens
-                    self.stats.input_reported += outcome.prompt_tokens
-            result = self._result(item, spec, outcome, intended_ns, sent_wall, lag_ns, ctx)
-            self.on_result(result)
-            if self.spans is not None:
-                content = Content(request_body=spec.body) if self.spans.capture_content else None
-                self.spans.emit(result, content=content)
+            self._done(item, spec, outcome, intended_ns, sent)
 
-    def _result(
-        self,
-        item: Planned,
-        spec: RequestSpec,
-        outcome: Outcome,
-        intended_ns: int,
-        sent_ns: int | None,
-        lag_ns: int | None,
-        ctx: TraceContext | None = None,
-    ) -> Record:
-        record = item.record
-        return Record(
-            start_ns=sent_ns if sent_ns is not None else intended_ns,
-            trace_id=ctx.trace_id if ctx else None,
-            span_id=ctx.span_id if ctx else None,
-            duration_ns=outcome.duration_ns,
-            ttfb_ns=outcome.ttfb_ns,
-            chunk_gaps_us=outcome.gaps_us or None,
-            method=spec.method,
-            path=spec.path,
-            status=outcome.status,
-            model=record.model,
-            stream=spec.stream,
-            input_tokens=outcome.prompt_tokens,
-            output_tokens=outcome.completion_tokens,
-            tokens_source="usage" if outcome.completion_tokens is not None else None,
-            max_tokens=item.budget,
-            finish_reason=outcome.finish_reason,
-            prefix_hashes=record.prefix_hashes,
-            bytes_in=len(spec.body) if spec.body else 0,
-            bytes_out=outcome.bytes_out,
-            error=outcome.error
-            if outcome.error
-            else (f"http_{outcome.status}" if outcome.status >= 400 else None),
-            orig_trace_id=record.trace_id,
-            orig_span_id=record.span_id,
-            intended_ns=intended_ns,
-            sent_ns=sent_ns,
-            lag_ns=lag_ns,
-            tail=item.tail,
-            shard=self.shard,
+    def _done(
+        self, item: Planned, spec: RequestSpec, outcome: Outcome, intended_ns: int, sent: Sent
+    ) -> None:
+        """Account for a finished request (or a cancelled one) and hand on its result."""
+        stats = self.stats
+        stats.in_flight -= 1
+        self._slot_freed.set()
+        ok = outcome.error is None and outcome.status < 400
+        stats.completed += 1
+        stats.errors += not ok
+        if ok and spec.prompt_tokens and outcome.prompt_tokens:
+            self.builder.prompts.observe(spec.prompt_tokens, outcome.prompt_tokens)
+            if item.record.input_tokens:
+                stats.input_intended += item.record.input_tokens
+                stats.input_reported += outcome.prompt_tokens
+        result = result_record(
+            item, intended_ns, shard=self.shard, spec=spec, outcome=outcome, sent=sent
         )
+        self.on_result(result)
+        if self.spans is not None:
+            body = spec.body if self.spans.capture_content else None
+            self.spans.emit(result, request_body=body)

@@ -1,7 +1,9 @@
-"""A whole replay: plan, target, dispatch, results, summary.
+"""A whole replay: plan, target, dispatch, results.
 
 ``run(config)`` is what ``tailreplay replay`` calls; everything it needs comes in
-through ``ReplayConfig``.
+through ``ReplayConfig``, including the parts the replayer does not build itself:
+the built-in simulator to start when there is no target, and the span exporter
+(both handed in by the command line, so this package imports neither).
 """
 
 from __future__ import annotations
@@ -9,26 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
-from tailreplay.exporters.otlp import OtlpOptions
-from tailreplay.exporters.span_process import SpanProcess
-from tailreplay.private import open_private
 from tailreplay.prometheus import serve_metrics
-from tailreplay.replayer.dispatch import Dispatcher
+from tailreplay.replayer.dispatch import Dispatcher, SpanSink
 from tailreplay.replayer.metrics import ReplayMetrics
+from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
+from tailreplay.replayer.results import result_record
 from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.replayer.transport import HttpTransport, Transport
@@ -37,21 +37,23 @@ from tailreplay.traces.reader import read_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
 
-if TYPE_CHECKING:
-    from tailreplay.exporters.otlp import Telemetry
-    from tailreplay.exporters.spans import SpanSink
-
-__all__ = ["ReplayConfig", "ReplayOutcome", "run"]
+__all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 
 STOP_GRACE_S = 5.0
-PROGRESS_EVERY_S = 2.0
-LIVE_EVERY_S = 0.5
+LEAD_S = 0.2
+"""Time to get going before the first request is due."""
+
+Say = Callable[[str], None]
+SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
+"""Given the target's (host, port) and ``say``: the span sink for the run, entered for
+its length (``exporters.span_process.replay_spans`` with the OTLP options bound)."""
 
 
 @dataclass
 class ReplayConfig:
     schedule: ScheduleConfig
     target: str | None = None
+    """Base URL; None: the built-in simulator (``builtin_target``), or nothing for a dry run."""
     force_lengths: bool = True
     headers: dict[str, str] = field(default_factory=dict)
     model_map: dict[str, str] = field(default_factory=dict)
@@ -61,16 +63,17 @@ class ReplayConfig:
     connections: int = 1024
     timeout_s: float = 300.0
     out: Path | None = None
-    json_out: Path | None = None
     start_at_ns: int | None = None
     allow_upstream: bool = False
     new_trace_ids: bool = False
     dry_run: bool = False
-    sim_args: tuple[str, ...] = ()
+    builtin_target: Callable[[], AbstractContextManager[str]] | None = None
+    """Starts the built-in simulator and yields its URL, for a run without ``target``
+    (``sim.launcher.sim_process`` with the profile bound; picklable for --workers)."""
     live: bool = False
     """A live progress display (a terminal); else plain progress lines."""
-    otlp: OtlpOptions | None = None
-    """Export one span per request sent, when enabled (an endpoint is set)."""
+    spans: SpanFactory | None = None
+    """One span per request sent, when set."""
     metrics_listen: tuple[str, int] | None = None
     """Serve Prometheus metrics on HOST:PORT while the replay runs."""
     metrics_linger_s: float = 0.0
@@ -83,6 +86,47 @@ class ReplayOutcome:
     plan: Plan
     target: str | None
     interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        """130 after Ctrl-C, 1 when nothing sent was answered, else 0."""
+        if self.interrupted:
+            return 130
+        if self.summary["sent"] and not self.summary["completed"]:
+            return RunFailed.exit_code
+        return 0
+
+
+async def run(config: ReplayConfig, say: Say, transport: Transport | None = None) -> ReplayOutcome:
+    """Replay ``config``; ``transport`` replaces the HTTP client (tests)."""
+    sc = config.schedule
+    if config.target is not None and not config.dry_run:
+        _check_target(config, config.target)
+    the_plan = plan(sc)
+    _note_plan(the_plan, sc, say)
+    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile)
+    writer = _result_writer(config)
+
+    def on_result(record: Record) -> None:
+        collector.add(record)
+        if writer is not None:
+            writer.append(record)
+
+    try:
+        if config.dry_run:
+            _dry_run(config, the_plan, on_result)
+            return ReplayOutcome(collector.summary(collector.requests, 0), the_plan, None)
+        with contextlib.ExitStack() as stack:
+            target = config.target
+            if target is None:
+                if config.builtin_target is None:
+                    raise UsageError("no --target, and no built-in simulator to replay against")
+                target = stack.enter_context(config.builtin_target())
+                say(f"no --target: replaying against the built-in simulator at {target}")
+            return await _live(config, the_plan, target, on_result, collector, say, transport)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _check_target(config: ReplayConfig, target: str) -> None:
@@ -100,142 +144,50 @@ def _check_target(config: ReplayConfig, target: str) -> None:
             )
 
 
-def _progress(d: Dispatcher, started: float) -> Callable[[], str]:
-    """A function returning the current status line (rate since its last call)."""
-    last = {"t": time.monotonic(), "completed": 0}
-
-    def status() -> str:
-        s = d.stats
-        now = time.monotonic()
-        rate = (s.completed - last["completed"]) / max(now - last["t"], 1e-9)
-        last.update(t=now, completed=s.completed)
-        recent = np.frombuffer(d.lags_ns[-5000:], dtype=np.int64) if d.lags_ns else None
-        lag = (
-            f"{np.percentile(recent, 99) / 1e6:.1f} ms"
-            if recent is not None and recent.size
-            else "-"
-        )
-        return (
-            f"  {now - started:6.1f}s  due {s.due:,}  sent {s.sent:,}  done {s.completed:,}  "
-            f"in flight {s.in_flight:,}  errors {s.errors:,}  dropped {s.dropped:,}  "
-            f"{rate:,.0f}/s  lag p99 {lag}"
-        )
-
-    return status
-
-
-async def _show_progress(status: Callable[[], str], say: Callable[[str], None], live: bool) -> None:
-    """A live line on a terminal (rich), else a plain line every PROGRESS_EVERY_S."""
-    if not live:
-        while True:
-            await asyncio.sleep(PROGRESS_EVERY_S)
-            say(status())
-    from rich.console import Console
-    from rich.live import Live
-    from rich.text import Text
-
-    with Live(Text(status()), console=Console(stderr=True), auto_refresh=False) as display:
-        try:
-            while True:
-                await asyncio.sleep(LIVE_EVERY_S)
-                display.update(Text(status()), refresh=True)
-        finally:
-            display.update(Text(status()), refresh=True)
-
-
-async def run(
-    config: ReplayConfig,
-    say: Callable[[str], None],
-    transport: Transport | None = None,
-    telemetry: Telemetry | None = None,
-) -> ReplayOutcome:
-    """Replay ``config``; ``transport`` and ``telemetry`` replace the real ones in tests."""
-    sc = config.schedule
-    if config.target is not None and not config.dry_run:
-        _check_target(config, config.target)
-    the_plan = plan(sc)
+def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
+    """What the user should know of the plan before it runs: how the tail was chosen."""
     if the_plan.tail_by == "output_tokens":
         say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
     elif the_plan.tail_by is None:
         say("note: the archive records neither latencies nor output tokens; no tail stretch")
     if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
-        why = (
-            "too weak to keep the tail's pressure"
-            if sc.tail_stretch < 1.5
-            else "it distorts the workload"
-        )
+        weak = sc.tail_stretch < 1.5
+        why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"
         say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside 1.5-2.0 ({why})")
 
-    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile)
-    writer = None
-    if config.out is not None:
-        writer = ArchiveWriter(
-            config.out,
-            header=make_header(
-                "replay" if not config.dry_run else "replay:dry-run",
-                upstream=config.target,
-                extra={
-                    "speed": str(sc.speed),
-                    "tail_stretch": sc.tail_stretch,
-                    "tail_quantile": sc.tail_quantile,
-                    "amplify": sc.amplify,
-                    "shard": list(sc.shard),
-                    # What was replayed, so `tailreplay report` finds the recorded side.
-                    "archives": [str(Path(p).resolve()) for p in sc.paths],
-                },
-            ),
-            # A dry run produces results far faster than they can be written: it waits
-            # for the writer. A live run never does (its pace is the schedule's).
-            queue_size=10_000 if config.dry_run else 100_000,
-            block_when_full=config.dry_run,
-        )
 
-    def on_result(record: Record) -> None:
-        collector.add(record)
-        if writer is not None:
-            writer.append(record)
-
-    try:
-        if config.dry_run:
-            _dry_run(config, the_plan, on_result)
-            return ReplayOutcome(collector.summary(collector.requests, 0), the_plan, None)
-        with contextlib.ExitStack() as stack:
-            target = config.target
-            if target is None:
-                from tailreplay.sim.launcher import sim_process
-
-                target = stack.enter_context(sim_process(config.sim_args))
-                say(f"no --target: replaying against the built-in simulator at {target}")
-            return await _live(
-                config, the_plan, target, on_result, collector, say, transport, telemetry
-            )
-    finally:
-        if writer is not None:
-            writer.close()
+def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
+    if config.out is None:
+        return None
+    sc = config.schedule
+    header = make_header(
+        "replay" if not config.dry_run else "replay:dry-run",
+        upstream=config.target,
+        extra={
+            "speed": str(sc.speed),
+            "tail_stretch": sc.tail_stretch,
+            "tail_quantile": sc.tail_quantile,
+            "amplify": sc.amplify,
+            "shard": list(sc.shard),
+            # What was replayed, so `tailreplay report` finds the recorded side.
+            "archives": [str(Path(p).resolve()) for p in sc.paths],
+        },
+    )
+    # A dry run produces results far faster than they can be written: it waits for
+    # the writer. A live run never does (its pace is the schedule's).
+    return ArchiveWriter(
+        config.out,
+        header=header,
+        queue_size=10_000 if config.dry_run else 100_000,
+        block_when_full=config.dry_run,
+    )
 
 
 def _dry_run(config: ReplayConfig, the_plan: Plan, on_result: Callable[[Record], None]) -> None:
     t0 = config.start_at_ns if config.start_at_ns is not None else the_plan.first_start_ns
     shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
     for item in schedule(config.schedule, the_plan):
-        r = item.record
-        on_result(
-            Record(
-                start_ns=t0 + round(item.due_s * 1e9),
-                intended_ns=t0 + round(item.due_s * 1e9),
-                method=r.method,
-                path=r.path,
-                model=r.model,
-                stream=r.stream,
-                input_tokens=r.input_tokens,
-                max_tokens=item.budget,
-                prefix_hashes=r.prefix_hashes,
-                orig_trace_id=r.trace_id,
-                orig_span_id=r.span_id,
-                tail=item.tail,
-                shard=shard,
-            )
-        )
+        on_result(result_record(item, t0 + round(item.due_s * 1e9), shard=shard))
 
 
 async def _live(
@@ -244,9 +196,8 @@ async def _live(
     target: str,
     on_result: Callable[[Record], None],
     collector: ResultCollector,
-    say: Callable[[str], None],
+    say: Say,
     transport: Transport | None,
-    telemetry: Telemetry | None,
 ) -> ReplayOutcome:
     sc = config.schedule
     transport = transport or HttpTransport(
@@ -265,60 +216,34 @@ async def _live(
         if metrics is not None:
             metrics.observe(record)
 
-    spans = _span_sink(config, target, say, telemetry)
-    dispatcher = Dispatcher(
-        transport,
-        builder,
-        headers=config.headers,
-        max_inflight=config.max_inflight,
-        new_trace_ids=config.new_trace_ids,
-        shard=sc.shard[0] if sc.shard[1] > 1 else None,
-        on_result=on_each,
-        spans=spans,
-    )
     async with contextlib.AsyncExitStack() as stack:
+        spans = None
+        if config.spans is not None:
+            url = URL(target)
+            spans = await stack.enter_async_context(
+                config.spans((url.host or "", url.port or 0), say)
+            )
+        dispatcher = Dispatcher(
+            transport,
+            builder,
+            headers=config.headers,
+            max_inflight=config.max_inflight,
+            new_trace_ids=config.new_trace_ids,
+            shard=sc.shard[0] if sc.shard[1] > 1 else None,
+            on_result=on_each,
+            spans=spans,
+        )
         if config.metrics_listen is not None:
             metrics = ReplayMetrics(dispatcher.stats)
-            url = await stack.enter_async_context(
+            metrics_url = await stack.enter_async_context(
                 serve_metrics(metrics.registry, *config.metrics_listen)
             )
-            say(f"metrics on {url}/metrics")
-        if isinstance(spans, SpanProcess):
-            await spans.attach()
-            stack.push_async_callback(_close_spans, spans, say)
-        elif telemetry is not None:
-            stack.callback(telemetry.close)
+            say(f"metrics on {metrics_url}/metrics")
         outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
             await asyncio.sleep(config.metrics_linger_s)
         return outcome
-
-
-def _span_sink(
-    config: ReplayConfig, target: str, say: Callable[[str], None], telemetry: Telemetry | None
-) -> SpanSink | None:
-    """Spans in a child process (SpanProcess); in this one only for a test's ``telemetry``."""
-    url = URL(target)
-    server = (url.host or "", url.port or 0)
-    extra = {"tailreplay.replay.speed": str(config.schedule.speed)}
-    if telemetry is not None:
-        from opentelemetry.trace import SpanKind
-
-        from tailreplay.exporters.spans import RecordSpans
-
-        return RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server, extra=extra)
-    if config.otlp is None or not config.otlp.enabled:
-        return None
-    return SpanProcess(
-        config.otlp, service="tailreplay-replay", server=server, extra=extra, say=say
-    )
-
-
-async def _close_spans(spans: SpanProcess, say: Callable[[str], None]) -> None:
-    exported, lost = await spans.close()
-    line = f"spans: {exported:,} exported to {spans.options.resolved_endpoint()}"
-    say(line + (f", {lost:,} not delivered" if lost else ""))
 
 
 async def _dispatch(
@@ -328,7 +253,7 @@ async def _dispatch(
     dispatcher: Dispatcher,
     transport: Transport,
     collector: ResultCollector,
-    say: Callable[[str], None],
+    say: Say,
 ) -> ReplayOutcome:
     sc = config.schedule
     loop = asyncio.get_running_loop()
@@ -343,28 +268,17 @@ async def _dispatch(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     _freeze_heap()  # before t0: the collection it starts with can take a while
-    lead_s = 0.2  # time to get going before the first request is due
-    now_loop, now_wall = loop.time(), time.time_ns()
-    t0_wall = now_wall + round(lead_s * 1e9)
-    if config.start_at_ns is not None:
-        wait_s = (config.start_at_ns - now_wall) / 1e9
-        if wait_s < 0:
-            say(f"warning: --start-at was {-wait_s:.1f} s ago; starting now")
-        lead_s = max(wait_s, 0.0)
-        # Shards share the start to the nanosecond: their due times are one schedule.
-        t0_wall = config.start_at_ns if wait_s >= 0 else now_wall
-    t0 = now_loop + lead_s
+    t0, t0_wall = _start_times(loop.time(), config.start_at_ns, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     say(
         f"replaying {which}{the_plan.count:,} requests ({sc.speed}, tail "
         f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {target}"
     )
     ticker = loop.create_task(
-        _show_progress(_progress(dispatcher, time.monotonic()), say, config.live)
+        show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
     )
     try:
-        items: Iterator[Any] = schedule(sc, the_plan)
-        await dispatcher.run(items, t0, t0_wall)
+        await dispatcher.run(schedule(sc, the_plan), t0, t0_wall)
         if interrupted:
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:
@@ -383,6 +297,19 @@ async def _dispatch(
     return ReplayOutcome(summary, the_plan, target, interrupted)
 
 
+def _start_times(now_loop: float, start_at_ns: int | None, say: Say) -> tuple[float, int]:
+    """The replay's t0 on the loop's clock and on the wall clock: LEAD_S from now, or
+    ``--start-at`` (shards share it to the nanosecond: their due times are one schedule)."""
+    now_wall = time.time_ns()
+    if start_at_ns is None:
+        return now_loop + LEAD_S, now_wall + round(LEAD_S * 1e9)
+    wait_s = (start_at_ns - now_wall) / 1e9
+    if wait_s < 0:
+        say(f"warning: --start-at was {-wait_s:.1f} s ago; starting now")
+        return now_loop, now_wall
+    return now_loop + wait_s, start_at_ns
+
+
 def _freeze_heap() -> None:
     """Keep what the process holds before the run out of the collector's walks during it.
 
@@ -394,51 +321,3 @@ def _freeze_heap() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def write_json(path: Path, summary: dict[str, Any]) -> None:
-    with open_private(path) as f:
-        json.dump(summary, f, indent=2)
-        f.write("\n")
-
-
-def print_summary(outcome: ReplayOutcome, say: Callable[[str], None] = print) -> None:
-    s = outcome.summary
-
-    def row(name: str, key: str) -> None:
-        p = s.get(key)
-        if p:
-            cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
-            say(f"  {name:<10} {cells} ms")
-
-    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
-    rate = s["throughput_rps"]
-    say(
-        f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
-        f"dropped {s['dropped']:,}  errors: {errors}"
-    )
-    say(
-        f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
-        if rate
-        else f"duration {s['duration_s']:.1f} s"
-    )
-    row("latency", "latency_ms")
-    row("service", "service_ms")
-    row("TTFT", "ttft_ms")
-    row("TPOT", "tpot_ms")
-    row("lag", "lag_ms")
-    t = s["tail"]
-    quantile = f"P{t['quantile'] * 100:g}"
-    say(f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}")
-    if "input_tokens_error" in s:
-        error = s["input_tokens_error"] * 100
-        say(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
-
-
-def exit_code(outcome: ReplayOutcome) -> int:
-    if outcome.interrupted:
-        return 130
-    s = outcome.summary
-    if s["sent"] and not s["completed"]:
-        return RunFailed.exit_code
-    return 0

@@ -9,17 +9,13 @@ length.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
-from tailreplay.errors import UsageError
+from tailreplay.units import parse_factor
 
 __all__ = ["Speed", "parse_speed"]
 
-_FACTOR = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(x|%)?\s*$", re.IGNORECASE)
+_FORMS = "2x, 200%, 0.5x or 1x..4x"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,32 +27,19 @@ class Speed:
     def is_ramp(self) -> bool:
         return self.start != self.end
 
-    def replay_offsets(
-        self, recorded_s: npt.NDArray[np.float64], span_s: float
-    ) -> npt.NDArray[np.float64]:
-        """Replay offsets (s) for recorded offsets (s) from the first request.
+    def replay_offset(self, recorded_s: float, span_s: float) -> float:
+        """The replay offset (s) of a recorded offset (s) from the first request.
 
         ``span_s`` is the recorded span of the whole replayed set (needed for a ramp).
 
-        >>> Speed(2, 2).replay_offsets(np.array([0.0, 10.0]), 10.0)
-        array([0., 5.])
+        >>> Speed(2, 2).replay_offset(10.0, 10.0)
+        5.0
         """
         a, b = self.start, self.end
         if not self.is_ramp or span_s <= 0:
-            out: npt.NDArray[np.float64] = recorded_s / a
-            return out
-        total = 2 * span_s / (a + b)  # the replay's own length
-        k = (b - a) / total  # df/dτ
-        # Solve a·τ + k·τ²/2 = t for τ >= 0 (the root that grows with t).
-        disc = np.maximum(a * a + 2 * k * recorded_s, 0.0)
-        tau: npt.NDArray[np.float64] = (np.sqrt(disc) - a) / k
-        return tau
-
-    def replay_offset(self, recorded_s: float, span_s: float) -> float:
-        """``replay_offsets`` for one value, without numpy's per-call cost."""
-        a, b = self.start, self.end
-        if not self.is_ramp or span_s <= 0:
             return recorded_s / a
+        # df/dτ over the replay's own length 2·span_s/(a + b); then solve
+        # a·τ + k·τ²/2 = t for τ >= 0 (the root that grows with t).
         k = (b - a) * (a + b) / (2 * span_s)
         return (math.sqrt(max(a * a + 2 * k * recorded_s, 0.0)) - a) / k
 
@@ -64,20 +47,8 @@ class Speed:
         return f"{self.start:g}x" if not self.is_ramp else f"{self.start:g}x..{self.end:g}x"
 
 
-def _factor(text: str, whole: str) -> float:
-    m = _FACTOR.match(text)
-    if not m:
-        raise UsageError(f"invalid --speed {whole!r}: use e.g. 2x, 200%, 0.5x or 1x..4x")
-    value = float(m.group(1)) / (100.0 if (m.group(2) or "").lower() == "%" else 1.0)
-    if value <= 0:
-        raise UsageError(f"invalid --speed {whole!r}: the factor must be positive")
-    return value
-
-
 def parse_speed(text: str) -> Speed:
     """``2x``, ``200%``, ``0.5x``, ``1.5`` or a ramp ``1x..4x``."""
-    if ".." in text:
-        left, _, right = text.partition("..")
-        return Speed(_factor(left, text), _factor(right, text))
-    f = _factor(text, text)
-    return Speed(f, f)
+    left, ramp, right = text.partition("..")
+    start = parse_factor(left, "--speed", shown=text, forms=_FORMS)
+    return Speed(start, parse_factor(right, "--speed", shown=text, forms=_FORMS) if ramp else start)

@@ -1,8 +1,8 @@
-"""The replay's results: each result record is written, and folded into the summary.
+"""The replay's summary: folded from each result record as it comes, read as lines after.
 
 ``ResultCollector`` keeps only numbers (compact arrays), so the summary of a
 long replay costs a few bytes a request; the records themselves go to the
-result archive.
+result archive. ``summary_lines`` is the summary as ``replay`` prints it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 
 from tailreplay.traces.record import Record, is_error
 
-__all__ = ["ResultCollector"]
+__all__ = ["ResultCollector", "summary_lines"]
 
 _PCTS = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
 
@@ -96,3 +96,28 @@ class ResultCollector:
                 "quantile": self.tail_quantile,
             },
         }
+
+
+def summary_lines(s: dict[str, Any]) -> list[str]:
+    """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
+    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
+    rate = s["throughput_rps"]
+    lines = [
+        f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
+        f"dropped {s['dropped']:,}  errors: {errors}",
+        f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
+        if rate
+        else f"duration {s['duration_s']:.1f} s",
+    ]
+    for name, key in (("latency", "latency_ms"), ("service", "service_ms"), ("TTFT", "ttft_ms"),
+                      ("TPOT", "tpot_ms"), ("lag", "lag_ms")):  # fmt: skip
+        if p := s.get(key):
+            cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
+            lines.append(f"  {name:<10} {cells} ms")
+    t = s["tail"]
+    quantile = f"P{t['quantile'] * 100:g}"
+    lines.append(f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}")
+    if "input_tokens_error" in s:
+        error = s["input_tokens_error"] * 100
+        lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
+    return lines

@@ -93,9 +93,9 @@ def _target(config: ReplayConfig, say: Callable[[str], None]) -> Iterator[str]:
     if config.target is not None:
         yield config.target
         return
-    from tailreplay.sim.launcher import sim_process
-
-    with sim_process(list(config.sim_args)) as url:
+    if config.builtin_target is None:
+        raise UsageError("no --target, and no built-in simulator to replay against")
+    with config.builtin_target() as url:
         say(f"no --target: replaying against the built-in simulator at {url}")
         yield url
 
@@ -117,7 +117,6 @@ def _run_all(
             target=target,
             start_at_ns=start_ns,
             out=parts / f"part-{i}.msgpack",
-            json_out=None,
             live=False,
         )
         reader, writer = ctx.Pipe(duplex=False)

@@ -1,5 +1,5 @@
-"""``python -m tailreplay.sim`` is ``tailreplay sim``."""
+"""``python -m tailreplay.sim`` is ``tailreplay sim`` (an entry point: it imports the CLI)."""
 
-from tailreplay.sim_cli import main
+from tailreplay.cli import sim_main
 
-main()
+sim_main()

@@ -1,26 +1,24 @@
-"""The check every command's output-file option shares, as a click callback."""
+"""The check every output file gets before any work is done."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from pathlib import Path
-
-import click
 
 from tailreplay.errors import UsageError
 
-__all__ = ["check_output_file", "output_file"]
+__all__ = ["check_output_file"]
 
 
-def check_output_file(flag: str, path: Path) -> None:
-    """Refuse, before any work, an output whose folder is missing or which is a folder."""
+def check_output_file(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> None:
+    """Refuse an output whose folder is missing, which is a folder, or which is an input.
+
+    >>> check_output_file("-o", Path("out.msgpack"), inputs=[Path("in.msgpack")])
+    """
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory; give a file name")
-
-
-def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """``check_output_file`` as a click callback, at parse time."""
-    if value is not None:
-        check_output_file(param.opts[0] if param.opts else str(param.name), value)
-    return value
+    if path.exists() and any(p.exists() and os.path.samefile(p, path) for p in inputs):
+        raise UsageError(f"{path}: the output is also an input; choose another {flag}")

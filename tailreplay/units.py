@@ -9,13 +9,17 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from yarl import URL
+
 from tailreplay.errors import UsageError
 
 __all__ = [
     "format_ns",
     "parse_buckets",
     "parse_duration",
+    "parse_factor",
     "parse_host_port",
+    "parse_http_url",
     "parse_size",
     "parse_time",
 ]
@@ -34,6 +38,7 @@ _SIZE_UNITS = {
     "kib": 1024, "mib": 1024**2, "gib": 1024**3,
 }  # fmt: skip
 _DURATION_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s|m|h|d)")
+_FACTOR_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(x|%)?\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: str) -> float:
@@ -60,6 +65,26 @@ def parse_duration(text: str) -> float:
     if pos != len(s) or not s:
         raise UsageError(f"invalid duration {text!r}: use e.g. 30s, 10m, 1h30m, 250ms")
     return total
+
+
+def parse_factor(
+    text: str, flag: str, *, shown: str | None = None, forms: str = "2x, 200% or 0.5x"
+) -> float:
+    """A positive factor in ``text``: ``2x``, ``200%``, ``0.5x`` or a bare ``1.5``.
+
+    Errors name ``flag`` and ``shown`` (default ``text``) and suggest ``forms``.
+
+    >>> parse_factor("150%", "--amplify")
+    1.5
+    """
+    m = _FACTOR_RE.match(text)
+    shown = text if shown is None else shown
+    if not m:
+        raise UsageError(f"invalid {flag} {shown!r}: use e.g. {forms}")
+    value = float(m.group(1)) / (100.0 if (m.group(2) or "").lower() == "%" else 1.0)
+    if value <= 0:
+        raise UsageError(f"invalid {flag} {shown!r}: the factor must be positive")
+    return value
 
 
 def parse_size(text: str) -> int:
@@ -113,6 +138,14 @@ def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
     return host.strip("[]"), int(port)
+
+
+def parse_http_url(text: str, flag: str) -> URL:
+    """An http(s) base URL with a host: ``http://127.0.0.1:8000``, ``https://api.example/v2``."""
+    url = URL(text)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise UsageError(f"invalid {flag} {text!r}: use http(s)://HOST[:PORT][/PATH]")
+    return url
 
 
 def parse_buckets(text: str) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 from yarl import URL
 
+from tailreplay.exporters.spans import proxy_spans
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import RunningProxy, start
 from tailreplay.traces.reader import ArchiveReader
@@ -31,6 +33,9 @@ async def proxy_to(upstream: str, out: Path, **overrides: Any) -> AsyncIterator[
     config = ProxyConfig(
         upstream=URL(upstream), listen_port=0, admin_port=0, out_dir=out, flush_interval_s=0.1
     )
+    options = overrides.pop("otlp", None)
+    if options is not None:  # as `tailreplay proxy --otlp-endpoint ...` does
+        config.spans = functools.partial(proxy_spans, options, (config.listen_host, 0))
     for k, v in overrides.items():
         setattr(config, k, v)
     async with start(config) as proxy:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tailreplay.cli import cli
+from tailreplay.units import parse_time
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 
@@ -44,12 +45,13 @@ def test_manifest_args_parse_with_the_real_cli(manifest: str, command: str) -> N
     ctx = sub.make_context(command, args[1:])  # raises on an unknown or malformed option
     assert isinstance(ctx, click.Context)
     if command == "replay":
-        assert ctx.params["shard"] == "3/4" and ctx.params["start_at"] == env["START_AT"]
+        assert ctx.params["shard"] == (3, 4)
+        assert ctx.params["start_at"] == parse_time(env["START_AT"])
         assert str(ctx.params["out"]) == "/results/shard-3.msgpack"
         assert not ctx.params["headers"]  # credentials come from the environment
         assert "TAILREPLAY_HEADER_AUTHORIZATION" in env
     else:
-        assert ctx.params["upstream"] == "http://127.0.0.1:8000"
+        assert str(ctx.params["upstream"]) == "http://127.0.0.1:8000"
         assert ctx.params["fingerprint_key_env"] in env
 
 

@@ -169,10 +169,17 @@ def test_parse_speed_rejects(text: str) -> None:
         parse_speed(text)
 
 
-def test_ramp_scalar_matches_vector() -> None:
-    s = Speed(1, 4)
-    t = np.linspace(0, 100, 57)
-    np.testing.assert_allclose([s.replay_offset(x, 100.0) for x in t], s.replay_offsets(t, 100.0))
+def test_a_ramp_plays_the_recording_at_the_speed_it_has_reached() -> None:
+    s, span = Speed(1, 4), 100.0
+    length = 2 * span / (1 + 4)  # the mean factor is 2.5: 100 s recorded take 40 s
+    assert s.replay_offset(0.0, span) == 0.0
+    assert s.replay_offset(span, span) == pytest.approx(length)
+    for t in np.linspace(1, 99, 25):
+        tau = s.replay_offset(t, span)
+        # Recorded time advances at f(τ) = 1 + 3·τ/length per second of replay.
+        step = 1e-4
+        rate = step / (s.replay_offset(t + step, span) - tau)
+        assert rate == pytest.approx(1 + 3 * tau / length, rel=1e-3)
 
 
 def test_out_may_not_overwrite_an_input(tmp_path: Path) -> None:

@@ -15,6 +15,21 @@ from tests.sim_load import open_loop
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 50  # 501 tokens with the template
 
 
+def _sum_count(metrics: str, name: str) -> tuple[float, float]:
+    """(sum, count) of a histogram in Prometheus text (this test's one model)."""
+    values = {}
+    for line in metrics.splitlines():
+        for part in ("_sum", "_count"):
+            if line.startswith(f"{name}{part}{{"):
+                values[part] = float(line.rsplit(" ", 1)[1])
+    return values["_sum"], values["_count"]
+
+
+def _mean_between(before: str, after: str, name: str) -> float:
+    (s0, n0), (s1, n1) = _sum_count(before, name), _sum_count(after, name)
+    return (s1 - s0) / (n1 - n0)
+
+
 async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
     p = PROFILES["default"]
     body = {
@@ -28,6 +43,11 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
     ttfts, tpots = [], []
     with sim_process(["--profile", "default"]) as url:
         async with aiohttp.ClientSession() as s:
+            # The first request of a process pays for imports and code paths.
+            async with s.post(url + "/v1/chat/completions", json=body) as r:
+                await r.read()
+            async with s.get(url + "/metrics") as r:
+                warm = await r.text()
             for _ in range(8):  # one at a time: batch size 1, no queueing
                 t0 = time.monotonic()
                 stamps = []
@@ -41,10 +61,20 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
                 assert len(stamps) == 40 and prompt_tokens is not None
                 ttfts.append(stamps[0] - t0)
                 tpots.append((stamps[-1] - stamps[0]) / 39)
+            async with s.get(url + "/metrics") as r:
+                metrics = await r.text()
     want_ttft = (p.prefill_base_ms + p.prefill_per_token_ms * prompt_tokens) / 1000
     want_tpot = p.decode_ms(1) / 1000
-    assert abs(statistics.median(ttfts) - want_ttft) / want_ttft < 0.10, (ttfts, want_ttft)
-    assert abs(statistics.median(tpots) - want_tpot) / want_tpot < 0.10, (tpots, want_tpot)
+    # The engine keeps to its model (its own view: arrival to first token emitted)...
+    server_ttft = _mean_between(warm, metrics, "vllm:time_to_first_token_seconds")
+    server_tpot = _mean_between(warm, metrics, "vllm:time_per_output_token_seconds")
+    assert abs(server_ttft - want_ttft) / want_ttft < 0.10, (server_ttft, want_ttft)
+    assert abs(server_tpot - want_tpot) / want_tpot < 0.10, (server_tpot, want_tpot)
+    # ...and the client sees it a little later: HTTP, SSE, and the wake-up of an idle
+    # process after tens of ms asleep (5-6 ms on this project's VMs).
+    ttft, tpot = statistics.median(ttfts), statistics.median(tpots)
+    assert 0 <= ttft - server_ttft < 0.25 * want_ttft, (ttfts, server_ttft)
+    assert abs(tpot - server_tpot) / want_tpot < 0.10, (tpots, server_tpot)
 
 
 async def test_p99_rises_with_offered_load_and_429s_appear_past_capacity() -> None:

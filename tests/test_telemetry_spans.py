@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -20,7 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.exporters.spans import RecordSpans
-from tailreplay.replayer.run import ReplayConfig, run
+from tailreplay.replayer.run import ReplayConfig, SpanFactory, run
 from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.sampling import TraceSampler
@@ -53,6 +55,16 @@ def _sim_recording_traceparents() -> web.Application:
     return app
 
 
+def _in_memory(telemetry: Telemetry) -> SpanFactory:
+    """The replayer's spans made in this process, into ``telemetry``'s exporter."""
+
+    @asynccontextmanager
+    async def spans(server: tuple[str, int], say: object) -> AsyncIterator[RecordSpans]:
+        yield RecordSpans(telemetry, kind=SpanKind.CLIENT, server=server)
+
+    return spans
+
+
 async def _replay_in_memory(
     tmp_path: Path, n: int, options: OtlpOptions
 ) -> tuple[list, dict[str, bytes], list[Record], str]:
@@ -65,9 +77,9 @@ async def _replay_in_memory(
             schedule=ScheduleConfig(paths=[tmp_path / "a.msgpack"], speed=parse_speed("4x")),
             target=url,
             out=tmp_path / "r.msgpack",
-            otlp=options,
+            spans=_in_memory(telemetry),
         )
-        await run(config, lambda line: None, telemetry=telemetry)
+        await run(config, lambda line: None)
     results = list(ArchiveReader([tmp_path / "r.msgpack"]))
     return list(memory.get_finished_spans()), app[TRACEPARENTS], results, url
 
@@ -148,8 +160,9 @@ async def test_errors_set_error_type_and_status(tmp_path: Path) -> None:
             schedule=ScheduleConfig(paths=[tmp_path / "a.msgpack"], speed=parse_speed("4x")),
             target=url,
             out=tmp_path / "r.msgpack",
+            spans=_in_memory(telemetry),
         )
-        await run(config, lambda line: None, telemetry=telemetry)
+        await run(config, lambda line: None)
     spans = memory.get_finished_spans()
     assert len(spans) == 3
     for span in spans:

@@ -14,12 +14,14 @@ from tailreplay.traces.reader import ArchiveReader
 __all__ = ["export_jsonl", "export_mooncake"]
 
 
-def export_mooncake(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
+def export_mooncake(
+    paths: Iterable[str | os.PathLike[str]], out: Path, *, skip_corrupt: bool = False
+) -> int:
     """Mooncake JSONL (vLLM bench, AIPerf, GuideLLM): timestamps in ms from the first record."""
     n = 0
     first: int | None = None
     with open_private(out, encoding="utf-8") as f:
-        for r in ArchiveReader(paths):
+        for r in ArchiveReader(paths, skip_corrupt=skip_corrupt):
             first = r.start_ns if first is None else first
             obj: dict[str, Any] = {
                 "timestamp": _ms(r.start_ns - first),
@@ -47,11 +49,13 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def export_jsonl(paths: Iterable[str | os.PathLike[str]], out: Path) -> int:
+def export_jsonl(
+    paths: Iterable[str | os.PathLike[str]], out: Path, *, skip_corrupt: bool = False
+) -> int:
     """One JSON object per record, ids (and bodies) in hex."""
     n = 0
     with open_private(out, encoding="utf-8") as f:
-        for m in ArchiveReader(paths).iter_maps():
+        for m in ArchiveReader(paths, skip_corrupt=skip_corrupt).iter_maps():
             f.write(json.dumps({k: _jsonable(v) for k, v in m.items()}) + "\n")
             n += 1
     return n

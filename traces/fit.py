@@ -20,6 +20,7 @@ those (docs/fit.md).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -101,6 +102,35 @@ class Workload:
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
+
+    @classmethod
+    def load(cls, path: Path) -> Workload:
+        """The model in the JSON file ``path`` (what ``traces fit`` wrote)."""
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a workload model ({exc})") from None
+        return cls.from_json(data if isinstance(data, dict) else {}, str(path))
+
+    def describe(self) -> list[str]:
+        """The model in a few lines: what ``traces fit`` prints."""
+        a, o = self.arrivals, self.arrivals_other
+        lines = [
+            f"{self.records:,} records over {self.duration_s:,.1f} s, {self.rate_rps:,.2f} req/s",
+            f"arrivals: {a.family} shape {a.shape:.3f} (KS {a.ks:.3f}); "
+            f"{o.family} shape {o.shape:.3f} (KS {o.ks:.3f}) fits worse",
+        ]
+        for name, d in (("input tokens", self.input_tokens), ("output tokens", self.output_tokens)):
+            lines.append(f"{name}: gamma shape {d.shape:.3f} mean {d.mean:,.0f} (KS {d.ks:.3f})")
+        if self.rate_profile is not None:
+            lo, hi = min(self.rate_profile), max(self.rate_profile)
+            lines.append(
+                f"rate curve: {len(self.rate_profile)} bins of {self.profile_bin_s:g} s, "
+                f"{lo:.2f}x to {hi:.2f}x the mean"
+            )
+        return lines
 
     @classmethod
     def from_json(cls, data: dict[str, Any], where: str) -> Workload:

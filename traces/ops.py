@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tailreplay.errors import InputError, UsageError
+from tailreplay.output_path import check_output_file
 from tailreplay.traces.columns import load_columns
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader
@@ -43,16 +44,6 @@ class Peak:
     tokens: int
 
 
-def _check_output(inputs: Sequence[Path], out: Path) -> None:
-    if out.exists() and out.is_dir():
-        raise UsageError(f"{out}: is a directory; -o needs a file name")
-    for p in inputs:
-        if p.exists() and out.exists() and os.path.samefile(p, out):
-            raise UsageError(f"{out}: the output is also an input; choose another -o")
-    if not out.parent.exists():
-        raise InputError(f"{out.parent}: no such directory")
-
-
 def copy_records(
     inputs: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -70,7 +61,7 @@ def copy_records(
     """
     in_paths = [Path(p) for p in inputs]
     out_path = Path(out)
-    _check_output(in_paths, out_path)
+    check_output_file("-o", out_path, inputs=in_paths)
     reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt)
     first = reader.headers[0]
     header = make_header(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
+from tailreplay.cli.options import buckets_option, output_file, skip_corrupt_option, slo_options
 from tailreplay.errors import UsageError
-from tailreplay.output_path import output_file
-from tailreplay.slo_cli import slo_options
-from tailreplay.units import parse_buckets
+
+if TYPE_CHECKING:
+    from tailreplay.report.slo import Objective
 
 __all__ = ["report"]
 
@@ -40,19 +42,16 @@ def _out(name: str, help_text: str) -> click.Option:
 )
 @click.option("--replay-only", is_flag=True, help="Report the replay alone, no recorded side.")
 @slo_options
-@click.option(
-    "--buckets", default="50,256,512,1024,2048", show_default=True,
-    help="Input-token bucket edges.",
-)  # fmt: skip
-@click.option("--skip-corrupt", is_flag=True, help="Skip damaged regions instead of stopping.")
+@buckets_option
+@skip_corrupt_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap draws.")
 def report(
     replayed: tuple[Path, ...],
     recorded: tuple[Path, ...],
     replay_only: bool,
-    slos: tuple[str, ...],
+    slos: list[Objective],
     slo_min_score: float,
-    buckets: str,
+    buckets: list[int],
     skip_corrupt: bool,
     seed: int,
     json: Path | None,
@@ -65,19 +64,17 @@ def report(
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
     3 an unreadable archive.
     """
-    from tailreplay.report.slo import parse_objectives
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import ReportOptions, fail_on_slo, write_report
 
     if replay_only and recorded:
         raise UsageError("--replay-only and --recorded contradict each other")
-    edges = parse_buckets(buckets)
     options = ReportOptions(
         replayed=list(replayed),
         recorded=[] if replay_only else (list(recorded) or None),
-        objectives=parse_objectives(slos),
+        objectives=slos,
         min_score=slo_min_score,
-        buckets=edges,
+        buckets=buckets,
         json_out=json,
         markdown_out=markdown,
         html_out=html,

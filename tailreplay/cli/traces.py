@@ -1,4 +1,4 @@
-"""``tailreplay traces``: look at, summarise and cut archives."""
+"""``tailreplay traces``: look at, summarise, cut, import, export, fit and synthesise archives."""
 
 from __future__ import annotations
 
@@ -9,42 +9,24 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
-from tailreplay.errors import InputError, UsageError
+from tailreplay.cli.options import (
+    DURATION,
+    FACTOR,
+    archives_argument,
+    buckets_option,
+    otlp_options,
+    output_option,
+    skip_corrupt_option,
+    time_window,
+)
+from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp import OtlpOptions
-from tailreplay.otlp_cli import otlp_options
-from tailreplay.output_path import output_file
-from tailreplay.units import format_ns, parse_buckets, parse_duration, parse_time
+from tailreplay.units import format_ns, parse_time
 
 __all__ = ["traces"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-_archives = click.argument(
-    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
-)
-
-
-_output = click.option(
-    "-o",
-    "--output",
-    "out",
-    required=True,
-    type=click.Path(path_type=Path),
-    callback=output_file,
-    help="File to write.",
-)
-
-
-def _skip_corrupt(f: F) -> F:
-    return click.option(
-        "--skip-corrupt",
-        is_flag=True,
-        help="Skip damaged regions (reporting how many bytes) instead of stopping.",
-    )(f)
 
 
 def _warn(lines: list[str]) -> None:
@@ -59,8 +41,15 @@ def traces() -> None:
 
 @traces.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=True))
-@click.option("-n", "count", default=10, show_default=True, help="Records to show.")
-@_skip_corrupt
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="Records to show.",
+)
+@skip_corrupt_option
 def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     """Show an archive's header and its first N records."""
     from tailreplay.report.terminal import describe_header, describe_record
@@ -68,33 +57,27 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
 
     reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
     click.echo(describe_header(str(file), reader.headers[0]))
-    for i, m in enumerate(itertools.islice(reader.iter_maps(), max(count, 0)), start=1):
+    for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
         click.echo(describe_record(i, m))
     _warn(reader.warnings())
 
 
 @traces.command()
-@_archives
+@archives_argument
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-@click.option(
-    "--buckets",
-    default="50,256,512,1024,2048",
-    show_default=True,
-    help="Input-token bucket edges.",
-)
-@_skip_corrupt
-def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bool) -> None:
+@buckets_option
+@skip_corrupt_option
+def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corrupt: bool) -> None:
     """Counts, rate, error rate, latency/TTFT/TPOT/token percentiles, per-bucket table."""
     from tailreplay.report.terminal import print_stats
     from tailreplay.traces.columns import load_columns
     from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, summarize
 
-    edges = parse_buckets(buckets)
     cols = load_columns(
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
     )
     _warn(cols.warnings)
-    summary = summarize(cols, edges)
+    summary = summarize(cols, buckets)
     if as_json:
         click.echo(json.dumps(summary))
     else:
@@ -102,9 +85,9 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: str, skip_corrupt: bo
 
 
 @traces.command()
-@_archives
-@_output
-@_skip_corrupt
+@archives_argument
+@output_option
+@skip_corrupt_option
 def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """Merge archives (e.g. from several proxy replicas) into one, in time order."""
     from tailreplay.traces.ops import copy_records
@@ -115,14 +98,14 @@ def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
 
 
 @traces.command(name="slice")
-@_archives
-@_output
+@archives_argument
+@output_option
 @click.option("--from", "from_", help="Start (ISO-8601, unix seconds, or +DURATION).")
 @click.option("--to", help="End, exclusive (same forms as --from).")
 @click.option("--path", "path_glob", help="Keep paths matching this glob, e.g. '/v1/chat/*'.")
 @click.option("--model", help="Keep records for this model.")
 @click.option("--status", type=click.Choice(["2xx", "3xx", "4xx", "5xx", "error"]))
-@_skip_corrupt
+@skip_corrupt_option
 def slice_(
     files: tuple[Path, ...],
     out: Path,
@@ -136,9 +119,7 @@ def slice_(
     """Write the records matching every given filter to a new archive."""
     from tailreplay.traces.ops import copy_records, record_filter
 
-    origin = _first_start(files) if any(t and t.startswith("+") for t in (from_, to)) else None
-    start_ns = parse_time(from_, origin_ns=origin) if from_ else None
-    end_ns = parse_time(to, origin_ns=origin) if to else None
+    start_ns, end_ns = time_window(files, from_, to)
     keep = record_filter(
         start_ns=start_ns, end_ns=end_ns, path_glob=path_glob, model=model, status=status
     )
@@ -150,18 +131,20 @@ def slice_(
 
 
 @traces.command()
-@_archives
-@_output
-@click.option("--window", default="10m", show_default=True, help="Window length, e.g. 5m.")
+@archives_argument
+@output_option
+@click.option(
+    "--window", type=DURATION, default="10m", show_default=True, help="Window length, e.g. 5m."
+)
 @click.option(
     "--by", type=click.Choice(["requests", "tokens"]), default="requests", show_default=True
 )
-@_skip_corrupt
-def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt: bool) -> None:
+@skip_corrupt_option
+def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrupt: bool) -> None:
     """Cut the busiest window (by requests or by tokens) into its own archive."""
     from tailreplay.traces.ops import copy_records, find_peak, record_filter
 
-    window_ns = round(parse_duration(window) * 1e9)
+    window_ns = round(window * 1e9)
     found = find_peak(files, window_ns, by=by, skip_corrupt=skip_corrupt)
     keep = record_filter(start_ns=found.start_ns, end_ns=found.end_ns)
     result = copy_records(
@@ -171,12 +154,12 @@ def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt:
         keep=keep,
         skip_corrupt=skip_corrupt,
         stop_after_ns=found.end_ns,
-        extra_header={"peak": {"window_s": window_ns / 1e9, "by": by, "start_ns": found.start_ns}},
+        extra_header={"peak": {"window_s": window, "by": by, "start_ns": found.start_ns}},
     )
     _warn(result.warnings)
     click.echo(
-        f"busiest {window} by {by}: {format_ns(found.start_ns)} to {format_ns(found.end_ns)}, "
-        f"{found.requests:,} requests, {found.tokens:,} tokens; "
+        f"busiest {window:g} s by {by}: {format_ns(found.start_ns)} to "
+        f"{format_ns(found.end_ns)}, {found.requests:,} requests, {found.tokens:,} tokens; "
         f"wrote {result.written:,} records to {out}",
         err=True,
     )
@@ -189,7 +172,7 @@ def peak(files: tuple[Path, ...], out: Path, window: str, by: str, skip_corrupt:
     type=click.Choice(["azure", "mooncake", "burstgpt", "har", "otlp-json"]),
 )
 @click.argument("src", type=click.Path(path_type=Path, dir_okay=True))
-@_output
+@output_option
 @click.option("--strict", is_flag=True, help="A malformed row is an error (exit 3), not a warning.")
 def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
     """Import a public trace (Azure, Mooncake, BurstGPT, HAR, OTLP/JSON) as an archive."""
@@ -209,38 +192,38 @@ def export_() -> None:
 
 
 @export_.command(name="mooncake")
-@_archives
-@_output
-@_skip_corrupt
+@archives_argument
+@output_option
+@skip_corrupt_option
 def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """Mooncake JSONL: timestamp, input/output lengths, hash_ids, session."""
     from tailreplay.traces.export import export_mooncake
 
-    n = export_mooncake(files, out)
+    n = export_mooncake(files, out, skip_corrupt=skip_corrupt)
     click.echo(f"exported {n:,} records to {out}", err=True)
 
 
 @export_.command(name="jsonl")
-@_archives
-@_output
-@_skip_corrupt
+@archives_argument
+@output_option
+@skip_corrupt_option
 def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """One JSON object per record (bytes as hex)."""
     from tailreplay.traces.export import export_jsonl
 
-    n = export_jsonl(files, out)
+    n = export_jsonl(files, out, skip_corrupt=skip_corrupt)
     click.echo(f"exported {n:,} records to {out}", err=True)
 
 
 @export_.command(name="otlp")
-@_archives
+@archives_argument
 @otlp_options(spans_of_live_traffic=False)
 @click.option(
     "--rebase-time",
     is_flag=True,
     help="Shift all timestamps so the last span ends now (some backends drop old spans).",
 )
-@_skip_corrupt
+@skip_corrupt_option
 def export_otlp(
     files: tuple[Path, ...], otlp: OtlpOptions, rebase_time: bool, skip_corrupt: bool
 ) -> None:
@@ -259,67 +242,53 @@ def export_otlp(
 
 
 @traces.command()
-@_archives
-@_output
-@_skip_corrupt
+@archives_argument
+@output_option
+@skip_corrupt_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
 @click.option(
     "--profile",
+    type=DURATION,
     help="Also keep the rate's curve over time in bins this long (e.g. 10m for a day), "
     "so synthesis follows it.",
 )
 def fit(
-    files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: str | None
+    files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: float | None
 ) -> None:
     """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
     from tailreplay.private import open_private
     from tailreplay.traces.fit import fit as fit_workload
 
-    bin_s = parse_duration(profile) if profile is not None else None
-    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=bin_s)
+    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
     with open_private(out) as f:
         json.dump(workload.to_json(), f, indent=1)
         f.write("\n")
-    a, o = workload.arrivals, workload.arrivals_other
-    click.echo(
-        f"{workload.records:,} records over {workload.duration_s:,.1f} s, "
-        f"{workload.rate_rps:,.2f} req/s"
-    )
-    click.echo(
-        f"arrivals: {a.family} shape {a.shape:.3f} (KS {a.ks:.3f}); "
-        f"{o.family} shape {o.shape:.3f} (KS {o.ks:.3f}) fits worse"
-    )
-    for name, d in (
-        ("input tokens", workload.input_tokens),
-        ("output tokens", workload.output_tokens),
-    ):
-        click.echo(f"{name}: gamma shape {d.shape:.3f} mean {d.mean:,.0f} (KS {d.ks:.3f})")
-    if workload.rate_profile is not None:
-        lo, hi = min(workload.rate_profile), max(workload.rate_profile)
-        click.echo(
-            f"rate curve: {len(workload.rate_profile)} bins of {bin_s:g} s, "
-            f"{lo:.2f}x to {hi:.2f}x the mean"
-        )
+    for line in workload.describe():
+        click.echo(line)
     click.echo(f"wrote {out}", err=True)
 
 
 @traces.command()
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
-@_output
-@click.option("--duration", help="Length of the synthetic trace, e.g. 10m.")
+@output_option
+@click.option("--duration", type=DURATION, help="Length of the synthetic trace, e.g. 10m.")
 @click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
-@click.option("--rate", type=float, help="Mean requests per second (default: the fitted rate).")
-@click.option("--scale", help="The fitted rate times this, e.g. 3x.")
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Mean requests per second (default: the fitted rate).",
+)
+@click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
 @click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
 def synth(
     model: Path,
     out: Path,
-    duration: str | None,
+    duration: float | None,
     count: int | None,
     rate: float | None,
-    scale: str | None,
+    scale: float | None,
     seed: int,
     start: str | None,
     flat: bool,
@@ -329,39 +298,18 @@ def synth(
 
     if rate is not None and scale is not None:
         raise UsageError("give --rate or --scale, not both")
-    if rate is not None and rate <= 0:
-        raise UsageError("--rate must be positive")
-    try:
-        data = json.loads(model.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{model}: no such file") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{model}: not a workload model ({exc})") from None
-    workload = Workload.from_json(data if isinstance(data, dict) else {}, str(model))
-    if scale is not None:
-        factor = _scale_factor(scale)
-        rate = workload.rate_rps * factor
+    workload = Workload.load(model)
     written = synthesize(
         workload,
         out,
-        duration_s=parse_duration(duration) if duration is not None else None,
+        duration_s=duration,
         count=count,
-        rate_rps=rate,
+        rate_rps=workload.rate_rps * scale if scale is not None else rate,
         seed=seed,
         start_ns=parse_time(start) if start is not None else None,
         flat=flat,
     )
     click.echo(f"wrote {written:,} records to {out}", err=True)
-
-
-def _scale_factor(text: str) -> float:
-    try:
-        factor = float(text.strip().lower().removesuffix("x"))
-    except ValueError:
-        raise UsageError(f"invalid --scale {text!r}: use e.g. 2x or 0.5x") from None
-    if factor <= 0:
-        raise UsageError("--scale must be positive")
-    return factor
 
 
 @contextlib.contextmanager
@@ -383,12 +331,3 @@ def _progress_bar(total: int, unit: str) -> Iterator[Callable[[int], None]]:
     with Progress(transient=True) as bar:
         task = bar.add_task(unit, total=total)
         yield lambda done: bar.update(task, completed=done)
-
-
-def _first_start(files: tuple[Path, ...]) -> int:
-    from tailreplay.traces.columns import load_columns
-
-    cols = load_columns(files, [])
-    if cols.n == 0:
-        raise UsageError("relative --from/--to given, but the archive holds no records")
-    return int(cols["start_ns"][0])

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
+from tailreplay.cli.options import HOST_PORT
 from tailreplay.errors import TailreplayError, UsageError
-from tailreplay.units import parse_host_port
 
-__all__ = ["main", "sim"]
+__all__ = ["sim"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Profile parameters that can be overridden from the command line: flag -> (field, type).
 _OVERRIDES: dict[str, tuple[str, type]] = {
@@ -30,7 +33,7 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
 }
 
 
-def _with_overrides(f: Any) -> Any:
+def _with_overrides(f: F) -> F:
     for flag, (name, kind) in reversed(_OVERRIDES.items()):
         f = click.option(
             flag, name, type=kind, default=None, help=f"Override the profile's {name}."
@@ -41,6 +44,7 @@ def _with_overrides(f: Any) -> Any:
 @click.command()
 @click.option(
     "--listen",
+    type=HOST_PORT,
     default="127.0.0.1:8000",
     show_default=True,
     help="HOST:PORT (port 0: any free port).",
@@ -56,7 +60,7 @@ def _with_overrides(f: Any) -> Any:
 @click.option("--fault-reset-rate", default=0.0, help="Share of streams reset mid-way.")
 @_with_overrides
 def sim(
-    listen: str,
+    listen: tuple[str, int],
     profile_name: str,
     seed: int,
     fault_error_rate: float,
@@ -70,7 +74,7 @@ def sim(
     from tailreplay.sim.profiles import profile
     from tailreplay.sim.server import SimConfig, run
 
-    host, port = parse_host_port(listen, "--listen")
+    host, port = listen
     try:
         chosen = profile(profile_name).with_overrides(**overrides)
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
@@ -85,11 +89,4 @@ def sim(
     try:
         asyncio.run(run(config, ready))
     except OSError as exc:
-        raise TailreplayError(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-
-
-def main() -> None:
-    """Entry point of ``python -m tailreplay.sim``."""
-    from tailreplay.cli import cli
-
-    cli(["sim", *sys.argv[1:]], prog_name="tailreplay")
+        raise TailreplayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None

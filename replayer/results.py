@@ -1,0 +1,85 @@
+"""The result record of one planned request: what was due, what was sent, what came back.
+
+One function builds it for every path a planned request can take, so the three
+kinds of result agree field by field: sent and answered (or failed), dropped at
+``--max-inflight`` (nothing sent), and planned only (``--dry-run``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tailreplay.replayer.request import RequestSpec
+from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.transport import Outcome
+from tailreplay.tracecontext import TraceContext
+from tailreplay.traces.record import Record
+
+__all__ = ["Sent", "result_record"]
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """When a request left and under which trace context (absent for one never sent)."""
+
+    wall_ns: int
+    lag_ns: int
+    """Sent minus due, on the loop's monotonic clock."""
+    ctx: TraceContext
+
+
+def result_record(
+    item: Planned,
+    intended_ns: int,
+    *,
+    shard: int | None,
+    spec: RequestSpec | None = None,
+    outcome: Outcome | None = None,
+    sent: Sent | None = None,
+) -> Record:
+    """The result record for ``item``, due at ``intended_ns`` (unix ns).
+
+    Without ``spec`` and ``outcome`` it is the plan alone (a dry run: the recorded
+    request's fields and its output budget); with them, the request as built and
+    what the target answered; ``sent`` is None for a request that never left.
+    """
+    r = item.record
+    record = Record(
+        start_ns=sent.wall_ns if sent is not None else intended_ns,
+        trace_id=sent.ctx.trace_id if sent is not None else None,
+        span_id=sent.ctx.span_id if sent is not None else None,
+        method=spec.method if spec is not None else r.method,
+        path=spec.path if spec is not None else r.path,
+        model=r.model,
+        stream=spec.stream if spec is not None else r.stream,
+        input_tokens=r.input_tokens if outcome is None else outcome.prompt_tokens,
+        max_tokens=item.budget,
+        prefix_hashes=r.prefix_hashes,
+        orig_trace_id=r.trace_id,
+        orig_span_id=r.span_id,
+        intended_ns=intended_ns,
+        sent_ns=sent.wall_ns if sent is not None else None,
+        lag_ns=sent.lag_ns if sent is not None else None,
+        tail=item.tail,
+        shard=shard,
+    )
+    if outcome is not None:
+        _answered(record, outcome, spec)
+    return record
+
+
+def _answered(record: Record, outcome: Outcome, spec: RequestSpec | None) -> None:
+    """What the target answered (or why nothing was): timings, status, usage, error."""
+    record.duration_ns = outcome.duration_ns
+    record.ttfb_ns = outcome.ttfb_ns
+    record.chunk_gaps_us = outcome.gaps_us or None
+    record.status = outcome.status
+    record.output_tokens = outcome.completion_tokens
+    record.tokens_source = "usage" if outcome.completion_tokens is not None else None
+    record.finish_reason = outcome.finish_reason
+    record.bytes_in = len(spec.body) if spec is not None and spec.body else 0
+    record.bytes_out = outcome.bytes_out
+    if outcome.error:
+        record.error = outcome.error
+    elif outcome.status >= 400:
+        record.error = f"http_{outcome.status}"

@@ -1,0 +1,303 @@
+"""What the commands share: the parameter types of everything a user types, and option sets.
+
+Values are parsed by click types at parse time: factors (``2x``, ``200%``),
+speeds (``1x..4x``), durations, sizes, HOST:PORT, K=V pairs, shards, headers,
+URLs, bucket edges. A wrong value raises ``UsageError`` naming the flag, which
+the group prints as one line with exit 2 (click's own range checks print
+click's usage message, also with exit 2).
+
+Option sets used by more than one command are decorators here: the archives
+argument, ``-o/--output``, ``--skip-corrupt``, ``--buckets``, the SLO flags and
+the OTLP flags (which hand the command one ``otlp: OtlpOptions``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from tailreplay.errors import UsageError
+from tailreplay.exporters.otlp import PROTOCOLS, OtlpOptions
+from tailreplay.output_path import check_output_file
+from tailreplay.replayer.speed import parse_speed
+from tailreplay.units import (
+    parse_buckets,
+    parse_duration,
+    parse_factor,
+    parse_host_port,
+    parse_http_url,
+    parse_size,
+    parse_time,
+)
+
+__all__ = [
+    "BUCKETS",
+    "DURATION",
+    "FACTOR",
+    "HEADER",
+    "HOST_PORT",
+    "HTTP_URL",
+    "KEY_VALUE",
+    "MODEL_MAP",
+    "SHARD",
+    "SIZE",
+    "SPEED",
+    "Parsed",
+    "archives_argument",
+    "buckets_option",
+    "otlp_options",
+    "output_file",
+    "output_option",
+    "skip_corrupt_option",
+    "slo_options",
+    "time_window",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any, Any]  # generic since click 8.5
+else:
+    _ParamType = click.ParamType
+
+
+class Parsed(_ParamType):
+    """A click type over one of tailreplay's parsers, called as ``parse(text, flag)``."""
+
+    def __init__(self, name: str, parse: Callable[[str, str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value  # a default already of the parsed type
+        return self._parse(value, _flag(param))
+
+
+def _flag(param: click.Parameter | None) -> str:
+    if param is None:
+        return "value"
+    return param.opts[0] if param.opts else f"<{param.name}>"
+
+
+def _pair(text: str, flag: str, *, value_required: bool) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not key or (value_required and not value):
+        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE")
+    return key, value
+
+
+def _shard(text: str, flag: str) -> tuple[int, int]:
+    i, sep, n = text.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
+        raise UsageError(f"invalid {flag} {text!r}: use i/N with 0 <= i < N, e.g. 0/4")
+    return int(i), int(n)
+
+
+def _header(text: str, flag: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise UsageError(f"invalid {flag} {text!r}: use 'Name: value'")
+    return name.strip(), value.strip()
+
+
+FACTOR = Parsed("factor", parse_factor)
+SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
+DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
+SIZE = Parsed("size", lambda text, flag: parse_size(text))
+HOST_PORT = Parsed("host:port", parse_host_port)
+HTTP_URL = Parsed("url", parse_http_url)
+KEY_VALUE = Parsed("key=value", functools.partial(_pair, value_required=False))
+MODEL_MAP = Parsed("a=b", functools.partial(_pair, value_required=True))
+SHARD = Parsed("i/n", _shard)
+HEADER = Parsed("name: value", _header)
+BUCKETS = Parsed("edges", lambda text, flag: parse_buckets(text))
+
+
+def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """``check_output_file`` as a click callback: a bad output fails before any work."""
+    if value is not None:
+        check_output_file(_flag(param), value)
+    return value
+
+
+archives_argument = click.argument(
+    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
+)
+
+output_option = click.option(
+    "-o",
+    "--output",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    callback=output_file,
+    help="File to write.",
+)
+
+skip_corrupt_option = click.option(
+    "--skip-corrupt",
+    is_flag=True,
+    help="Skip damaged regions (reporting how many bytes) instead of stopping.",
+)
+
+buckets_option = click.option(
+    "--buckets",
+    type=BUCKETS,
+    default="50,256,512,1024,2048",
+    show_default=True,
+    help="Input-token bucket edges.",
+)
+
+
+def _objectives(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    from tailreplay.report.slo import parse_objectives
+
+    return parse_objectives(value)
+
+
+def slo_options(f: F) -> F:
+    """Add ``--slo`` (the command gets ``slos``, a list of Objective) and ``--slo-min-score``."""
+    f = click.option(
+        "--slo-min-score",
+        type=click.FloatRange(0, 1),
+        default=1.0,
+        show_default=True,
+        help="Weighted share of the objectives that must be met; below it the exit code is 1.",
+    )(f)
+    return click.option(
+        "--slo",
+        "slos",
+        multiple=True,
+        callback=_objectives,
+        help="Objective METRIC:PCT<=LIMIT[*WEIGHT] (repeatable, or comma-separated), e.g. "
+        "latency:p99<=800ms*10, ttft:p95<=1.2x (of the recorded), error_rate<=1%.",
+    )(f)
+
+
+_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+_OTLP_OPTIONS = [
+    click.option(
+        "--otlp-endpoint",
+        help="Send spans here, e.g. http://127.0.0.1:4318/v1/traces or "
+        "http://127.0.0.1:4317 (gRPC); also OTEL_EXPORTER_OTLP_ENDPOINT.",
+    ),
+    click.option(
+        "--otlp-protocol",
+        type=click.Choice(PROTOCOLS),
+        help="Default: OTEL_EXPORTER_OTLP_PROTOCOL, else gRPC for port 4317, else HTTP.",
+    ),
+    click.option(
+        "--otlp-header",
+        "otlp_headers",
+        type=KEY_VALUE,
+        multiple=True,
+        help="K=V sent with every export (repeatable), e.g. authorization=Bearer ...",
+    ),
+    click.option("--otlp-ca", type=_PEM, help="CA certificate (PEM) to trust."),
+    click.option("--otlp-cert", type=_PEM, help="Client certificate (PEM) for mTLS."),
+    click.option("--otlp-key", type=_PEM, help="Client private key (PEM) for mTLS."),
+    click.option(
+        "--otlp-insecure",
+        is_flag=True,
+        help="gRPC without TLS (as OTEL_EXPORTER_OTLP_INSECURE); OTLP/HTTP follows "
+        "the endpoint's scheme.",
+    ),
+    click.option(
+        "--otlp-timeout", type=DURATION, default="5s", show_default=True, help="Per export request."
+    ),
+    click.option(
+        "--resource",
+        "resource_attrs",
+        type=KEY_VALUE,
+        multiple=True,
+        help="K=V resource attribute (repeatable), e.g. deployment.environment=staging.",
+    ),
+]
+_LIVE_TRAFFIC_OPTIONS = [
+    click.option(
+        "--trace-sample",
+        type=click.FloatRange(0, 1, min_open=True),
+        default=1.0,
+        show_default=True,
+        help="Share of traces to export (by trace id; errors and the tail always).",
+    ),
+    click.option(
+        "--otlp-capture-content",
+        is_flag=True,
+        help="Put prompt and completion text in spans (off: they may hold personal data).",
+    ),
+    click.option(
+        "--gen-ai-provider",
+        default="openai",
+        show_default=True,
+        help="gen_ai.provider.name on spans.",
+    ),
+]
+
+
+def _otlp(kwargs: dict[str, Any]) -> OtlpOptions:
+    """Take the OTLP flags out of a command's keyword arguments, as one OtlpOptions."""
+    cert, key = kwargs.pop("otlp_cert"), kwargs.pop("otlp_key")
+    if (cert is None) != (key is None):
+        raise UsageError("--otlp-cert and --otlp-key go together (mTLS needs both)")
+    return OtlpOptions(
+        endpoint=kwargs.pop("otlp_endpoint"),
+        protocol=kwargs.pop("otlp_protocol"),
+        headers=tuple(kwargs.pop("otlp_headers")),
+        ca=kwargs.pop("otlp_ca"),
+        cert=cert,
+        key=key,
+        insecure=kwargs.pop("otlp_insecure"),
+        resource=tuple(kwargs.pop("resource_attrs")),
+        timeout_s=kwargs.pop("otlp_timeout"),
+        trace_sample=kwargs.pop("trace_sample", 1.0),
+        capture_content=kwargs.pop("otlp_capture_content", False),
+        provider_name=kwargs.pop("gen_ai_provider", "openai"),
+    )
+
+
+def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
+    """The OTLP flags; the command gets one ``otlp: OtlpOptions`` argument instead.
+
+    ``spans_of_live_traffic`` adds the sampling and content flags (the proxy and the
+    replayer; an archive export sends every record).
+    """
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs["otlp"] = _otlp(kwargs)
+            return func(*args, **kwargs)
+
+        options = _OTLP_OPTIONS + (_LIVE_TRAFFIC_OPTIONS if spans_of_live_traffic else [])
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def time_window(
+    files: tuple[Path, ...], from_: str | None, to: str | None, *, skip_corrupt: bool = False
+) -> tuple[int | None, int | None]:
+    """``--from``/``--to`` as unix ns; ``+DURATION`` counts from the archives' first record."""
+    from tailreplay.traces.columns import load_columns
+
+    origin = None
+    if any(t is not None and t.strip().startswith("+") for t in (from_, to)):
+        cols = load_columns(files, [], skip_corrupt=skip_corrupt)
+        if cols.n == 0:
+            raise UsageError("relative --from/--to given, but the archive holds no records")
+        origin = int(cols["start_ns"][0])
+    return (
+        parse_time(from_, origin_ns=origin) if from_ is not None else None,
+        parse_time(to, origin_ns=origin) if to is not None else None,
+    )

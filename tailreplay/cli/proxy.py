@@ -1,0 +1,238 @@
+"""``tailreplay proxy``: the capturing reverse proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from yarl import URL
+
+from tailreplay.cli.options import DURATION, HOST_PORT, HTTP_URL, SIZE, Parsed, otlp_options
+from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.units import parse_host_port, parse_http_url
+
+if TYPE_CHECKING:
+    from tailreplay.proxy.config import ProxyConfig, Route
+
+__all__ = ["proxy"]
+
+
+def _route(text: str, flag: str) -> Route:
+    from tailreplay.proxy.config import Route
+
+    prefix, sep, url = text.partition("=")
+    if not sep or not prefix.startswith("/"):
+        raise UsageError(f"invalid {flag} {text!r}: use /PREFIX=http://HOST:PORT")
+    return Route(prefix, parse_http_url(url, flag))
+
+
+def _admin(text: str, flag: str) -> tuple[str, int] | None:
+    return None if text == "off" else parse_host_port(text, flag)
+
+
+@dataclass(frozen=True)
+class _Args:
+    """The command's options, parsed (the names are click's)."""
+
+    upstream: URL
+    listen: tuple[str, int]
+    admin_listen: tuple[str, int] | None
+    out_dir: Path
+    prefix: str
+    rotate_size: int
+    rotate_interval: float
+    compress: bool
+    bodies: str
+    sample: float
+    redact_header: tuple[str, ...]
+    routes: tuple[Route, ...]
+    inject_usage: bool
+    max_body: int
+    timeout: float
+    drain_timeout: float
+    fingerprint_key_env: str | None
+    workers: int
+    otlp: OtlpOptions
+
+
+@click.command()
+@click.option(
+    "--upstream",
+    type=HTTP_URL,
+    required=True,
+    help="The endpoint to capture, e.g. http://127.0.0.1:8000.",
+)
+@click.option(
+    "--listen",
+    type=HOST_PORT,
+    default="127.0.0.1:8080",
+    show_default=True,
+    help="HOST:PORT for clients.",
+)
+@click.option(
+    "--admin-listen",
+    type=Parsed("host:port|off", _admin),
+    default="127.0.0.1:9464",
+    show_default=True,
+    help="HOST:PORT for /metrics and /healthz ('off' to disable).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="captures",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Directory for archive files.",
+)
+@click.option("--prefix", default="capture", show_default=True, help="Archive file name prefix.")
+@click.option(
+    "--rotate-size",
+    type=SIZE,
+    default="256MiB",
+    show_default=True,
+    help="Start a new file past this size.",
+)
+@click.option(
+    "--rotate-interval",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="Start a new file after this long.",
+)
+@click.option("--compress/--no-compress", default=False, help="Write .msgpack.zst files.")
+@click.option(
+    "--bodies",
+    type=click.Choice(["none", "redacted", "full"]),
+    default="none",
+    show_default=True,
+    help="What to keep of request bodies.",
+)
+@click.option(
+    "--sample",
+    type=click.FloatRange(0, 1, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Share of requests to record (by trace id; errors and slow ones always kept).",
+)
+@click.option("--redact-header", multiple=True, help="Another header to fingerprint (repeatable).")
+@click.option(
+    "--route",
+    "routes",
+    type=Parsed("/prefix=url", _route),
+    multiple=True,
+    help="PREFIX=URL: send paths under PREFIX to URL (repeatable).",
+)
+@click.option(
+    "--inject-usage/--no-inject-usage",
+    default=True,
+    show_default=True,
+    help="Ask streaming upstreams for usage, and strip it from the client's stream.",
+)
+@click.option(
+    "--max-body",
+    type=SIZE,
+    default="10MiB",
+    show_default=True,
+    help="Largest request body accepted.",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="600s",
+    show_default=True,
+    help="Upstream timeout per request.",
+)
+@click.option(
+    "--drain-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="How long SIGTERM waits for requests in flight.",
+)
+@click.option(
+    "--fingerprint-key-env",
+    default=None,
+    help="Environment variable holding the key for fingerprints (else a random key per run).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes sharing the listening port.",
+)
+@otlp_options()
+def proxy(**options: Any) -> None:
+    """Reverse proxy that records every exchange with an upstream into archives."""
+    from tailreplay.proxy.server import RunningProxy, run
+
+    config = _config(_Args(**options))
+
+    def ready(p: RunningProxy) -> None:
+        click.echo(f"tailreplay proxy listening on {p.url} -> {config.upstream}")
+        if p.admin_url:
+            click.echo(f"tailreplay proxy admin on {p.admin_url}")
+        click.echo(f"recording into {config.out_dir}/")
+        sys.stdout.flush()
+
+    if config.workers > 1:
+        from tailreplay.proxy.workers import run_workers
+
+        run_workers(config, click.echo)
+        return
+    try:
+        asyncio.run(run(config, ready))
+    except OSError as exc:
+        raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
+
+
+def _config(args: _Args) -> ProxyConfig:
+    from tailreplay.exporters.spans import proxy_spans
+    from tailreplay.proxy.config import ProxyConfig
+
+    host, port = args.listen
+    if args.workers > 1 and port == 0:
+        raise UsageError("--workers needs a fixed --listen port (workers share it)")
+    admin_host, admin_port = args.admin_listen or (None, None)
+    return ProxyConfig(
+        upstream=args.upstream,
+        listen_host=host,
+        listen_port=port,
+        admin_host=admin_host or "127.0.0.1",
+        admin_port=admin_port,
+        out_dir=args.out_dir,
+        prefix=args.prefix,
+        rotate_bytes=args.rotate_size,
+        rotate_interval_s=args.rotate_interval,
+        compress=args.compress,
+        bodies=args.bodies,
+        sample=args.sample,
+        redact_headers=frozenset(h.lower() for h in args.redact_header),
+        routes=args.routes,
+        inject_usage=args.inject_usage,
+        max_body=args.max_body,
+        timeout_s=args.timeout,
+        drain_timeout_s=args.drain_timeout,
+        fingerprint_key=_fingerprint_key(args.fingerprint_key_env),
+        workers=args.workers,
+        spans=functools.partial(proxy_spans, args.otlp, (host, port))
+        if args.otlp.enabled
+        else None,
+    )
+
+
+def _fingerprint_key(env: str | None) -> bytes:
+    """The key for fingerprints: the named variable's value, else random for this run."""
+    if env is None:
+        return os.urandom(32)
+    secret = os.environ.get(env)
+    if not secret:
+        raise UsageError(f"--fingerprint-key-env {env}: the variable is not set")
+    return secret.encode()

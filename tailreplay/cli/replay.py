@@ -1,0 +1,401 @@
+"""``tailreplay replay`` (also the ``replay`` command): replay archives at a target."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tailreplay.cli.options import (
+    DURATION,
+    FACTOR,
+    HEADER,
+    HOST_PORT,
+    HTTP_URL,
+    MODEL_MAP,
+    SHARD,
+    SPEED,
+    Parsed,
+    otlp_options,
+    skip_corrupt_option,
+    slo_options,
+    time_window,
+)
+from tailreplay.errors import InputError, UsageError
+from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.output_path import check_output_file
+from tailreplay.private import open_private
+from tailreplay.units import parse_time
+
+if TYPE_CHECKING:
+    from yarl import URL
+
+    from tailreplay.replayer.request import BodyEdits
+    from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
+    from tailreplay.replayer.speed import Speed
+    from tailreplay.report.slo import Objective
+    from tailreplay.report.write import ReportResult
+
+__all__ = ["replay"]
+
+_REPORT_KINDS = {".html": "html_out", ".htm": "html_out", ".md": "markdown_out",
+                 ".json": "json_out"}  # fmt: skip
+_HEADER_ENV = "TAILREPLAY_HEADER_"
+
+
+def _body_set(text: str, flag: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE, e.g. temperature=0")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value  # a bare word is a string: --body-set user=replay
+
+
+def _body_drop(key: str, flag: str) -> str:
+    if not key or any(not part for part in key.split(".")):
+        raise UsageError(f"invalid {flag} {key!r}: give a key, e.g. tools")
+    return key
+
+
+@dataclass(frozen=True)
+class _Args:
+    """The command's options, parsed (the names are click's)."""
+
+    archives: tuple[Path, ...]
+    target: URL | None
+    speed: Speed
+    amplify: float
+    tail_stretch: float
+    tail_quantile: float
+    force_lengths: bool
+    headers: tuple[tuple[str, str], ...]
+    model_maps: tuple[tuple[str, str], ...]
+    body_sets: tuple[tuple[str, Any], ...]
+    body_drops: tuple[str, ...]
+    max_inflight: int
+    connections: int
+    timeout: float
+    limit: int | None
+    from_: str | None
+    to: str | None
+    out: Path | None
+    json_out: Path | None
+    shard: tuple[int, int]
+    start_at: int | None
+    allow_upstream: bool
+    new_trace_ids: bool
+    dry_run: bool
+    seed: int
+    sim_profile: str
+    skip_corrupt: bool
+    metrics_listen: tuple[str, int] | None
+    metrics_linger: float
+    report_out: Path | None
+    slos: list[Objective]
+    slo_min_score: float
+    workers: int
+    otlp: OtlpOptions
+
+
+@click.command()
+@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
+)
+@click.option(
+    "--speed", type=SPEED, default="1x", show_default=True, help="2x, 200%, 0.5x, or a ramp 1x..4x."
+)
+@click.option(
+    "--amplify",
+    type=FACTOR,
+    default="1x",
+    show_default=True,
+    help="Send N copies of each request (e.g. 3x, 1.5x).",
+)
+@click.option(
+    "--tail-stretch",
+    type=click.FloatRange(min=1),
+    default=1.8,
+    show_default=True,
+    help="Output budget factor for the tail (1 turns it off).",
+)
+@click.option(
+    "--tail-quantile",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.99,
+    show_default=True,
+    help="Where the tail starts.",
+)
+@click.option(
+    "--force-lengths/--no-force-lengths",
+    default=True,
+    show_default=True,
+    help="Send min_tokens and ignore_eos so the target generates exactly the budget.",
+)
+@click.option(
+    "--header",
+    "headers",
+    type=HEADER,
+    multiple=True,
+    help="'Name: value' to send (repeatable); also TAILREPLAY_HEADER_<NAME>.",
+)
+@click.option(
+    "--model-map",
+    "model_maps",
+    type=MODEL_MAP,
+    multiple=True,
+    help="A=B: send model B where A was recorded.",
+)
+@click.option(
+    "--body-set",
+    "body_sets",
+    type=Parsed("key=value", _body_set),
+    multiple=True,
+    help="KEY=VALUE to set in every JSON body, last of all (repeatable); VALUE is JSON "
+    "(0, true, {...}) or else a string; KEY may be dotted, e.g. stream_options.include_usage.",
+)
+@click.option(
+    "--body-drop",
+    "body_drops",
+    type=Parsed("key", _body_drop),
+    multiple=True,
+    help="KEY to remove from every JSON body.",
+)
+@click.option("--max-inflight", type=click.IntRange(min=1), default=4096, show_default=True)
+@click.option("--connections", type=click.IntRange(min=0), default=1024, show_default=True)
+@click.option("--timeout", type=DURATION, default="300s", show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=0), default=None, help="Replay only the first N records."
+)
+@click.option("--from", "from_", help="Start of the window (ISO-8601, unix s, or +DURATION).")
+@click.option("--to", help="End of the window (exclusive).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Result archive (default replays/replay-<UTC>.msgpack).",
+)
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), help="Write the summary as JSON here."
+)
+@click.option(
+    "--shard",
+    type=SHARD,
+    default="0/1",
+    show_default=True,
+    help="i/N: replay this shard of the trace ids.",
+)
+@click.option(
+    "--start-at",
+    type=Parsed("time", lambda text, flag: parse_time(text)),
+    help="Common start (ISO-8601 or unix s) for sharded replays.",
+)
+@click.option(
+    "--allow-upstream", is_flag=True, help="Allow replaying at the captured upstream itself."
+)
+@click.option(
+    "--new-trace-ids", is_flag=True, help="Start new traces instead of spans in the recorded ones."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Write the schedule as a result archive; send nothing."
+)
+@click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--sim-profile",
+    default="fast",
+    show_default=True,
+    help="Profile of the built-in simulator when there is no --target (fast: an H100-class "
+    "deployment, which production traces like the shipped peak need).",
+)
+@skip_corrupt_option
+@click.option(
+    "--metrics-listen",
+    type=HOST_PORT,
+    help="HOST:PORT to serve Prometheus metrics on while the replay runs.",
+)
+@click.option(
+    "--metrics-linger",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Keep serving metrics this long after the run, so the last scrape sees the end.",
+)
+@click.option(
+    "--report",
+    "report_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="After the run, write the report (recorded against replayed) here: .html, .md "
+    "or .json by the suffix. Also written after Ctrl-C.",
+)
+@slo_options
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Processes on this machine, one shard each, merged into one result "
+    "(one process sends ~4,000 requests/s).",
+)
+@otlp_options()
+def replay(**options: Any) -> None:
+    """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
+    from tailreplay.replayer.summary import summary_lines
+    from tailreplay.report.write import fail_on_slo
+
+    args = _Args(**options)
+    config = _config(args)
+    outcome = _run(config, args.workers)
+    for line in summary_lines(outcome.summary):
+        click.echo(line)
+    click.echo(f"results: {config.out}")
+    if args.json_out is not None:
+        _write_json(args.json_out, outcome.summary)
+    code = outcome.exit_code
+    if args.report_out is not None or args.slos:
+        assert config.out is not None
+        result = _report(config.out, args)
+        if code == 0:
+            fail_on_slo(result)
+    if code:
+        sys.exit(code)
+
+
+def _config(args: _Args) -> ReplayConfig:
+    """The replay the options describe; every refusal (bad files, clashing flags) first."""
+    from tailreplay.exporters.span_process import replay_spans
+    from tailreplay.replayer.run import ReplayConfig
+    from tailreplay.replayer.schedule import ScheduleConfig
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.traces.reader import ArchiveReader
+
+    ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
+    start_ns, end_ns = time_window(args.archives, args.from_, args.to,
+                                   skip_corrupt=args.skip_corrupt)  # fmt: skip
+    out = _check_outputs(args)
+    schedule = ScheduleConfig(
+        paths=args.archives, speed=args.speed, amplify=args.amplify,
+        tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
+        end_ns=end_ns, limit=args.limit, shard=args.shard, seed=args.seed,
+        skip_corrupt=args.skip_corrupt,
+    )  # fmt: skip
+    speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
+    return ReplayConfig(
+        schedule=schedule,
+        target=str(args.target).rstrip("/") if args.target is not None else None,
+        force_lengths=args.force_lengths,
+        headers=_headers(args.headers),
+        model_map=dict(args.model_maps),
+        body_edits=_body_edits(args.body_sets, args.body_drops),
+        max_inflight=args.max_inflight,
+        connections=args.connections,
+        timeout_s=args.timeout,
+        out=out,
+        start_at_ns=args.start_at,
+        allow_upstream=args.allow_upstream,
+        new_trace_ids=args.new_trace_ids,
+        dry_run=args.dry_run,
+        builtin_target=functools.partial(
+            sim_process, ("--profile", args.sim_profile, "--seed", str(args.seed))
+        ),
+        live=sys.stderr.isatty(),
+        spans=functools.partial(replay_spans, args.otlp, speed_attribute)
+        if args.otlp.enabled
+        else None,
+        metrics_listen=args.metrics_listen,
+        metrics_linger_s=args.metrics_linger,
+    )
+
+
+def _check_outputs(args: _Args) -> Path:
+    """Refuse clashing or unwritable outputs before any work; the result archive's path."""
+    if args.report_out is not None and args.report_out.suffix.lower() not in _REPORT_KINDS:
+        raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
+    if args.dry_run and (args.report_out or args.slos):
+        raise UsageError("--report and --slo need a real run, not --dry-run")
+    # In the command, not a parse-time callback: the paths may name folders of the
+    # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
+    for flag, path in (
+        ("--out", args.out),
+        ("--json", args.json_out),
+        ("--report", args.report_out),
+    ):
+        if path is not None:
+            check_output_file(flag, path, inputs=args.archives)
+    if args.out is not None:
+        return args.out
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    Path("replays").mkdir(exist_ok=True)
+    return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
+
+
+def _headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Headers to send: staging credentials from the environment
+    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
+    out: dict[str, str] = {}
+    for key, value in os.environ.items():
+        if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
+            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
+    out.update(pairs)
+    return out
+
+
+def _body_edits(sets: tuple[tuple[str, Any], ...], drops: tuple[str, ...]) -> BodyEdits | None:
+    from tailreplay.replayer.request import BodyEdits
+
+    if not sets and not drops:
+        return None
+    return BodyEdits(assign=dict(sets), drop=drops)
+
+
+def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    if workers > 1:
+        from tailreplay.replayer.workers import run_workers
+
+        return run_workers(config, workers, say)
+    from tailreplay.replayer.run import run
+
+    return asyncio.run(run(config, say))
+
+
+def _write_json(path: Path, summary: dict[str, Any]) -> None:
+    try:
+        with open_private(path) as f:
+            json.dump(summary, f, indent=2)
+            f.write("\n")
+    except OSError as exc:  # the results archive is written; say so rather than lose it
+        raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _report(results: Path, args: _Args) -> ReportResult:
+    """The report of the run just done; the SLO lines on stdout, the file if asked."""
+    from tailreplay.report.tables import slo_table
+    from tailreplay.report.terminal import print_report
+    from tailreplay.report.write import ReportOptions, write_report
+
+    options = ReportOptions(
+        replayed=[results],
+        recorded=list(args.archives),
+        objectives=args.slos,
+        min_score=args.slo_min_score,
+        skip_corrupt=args.skip_corrupt,
+    )
+    path = args.report_out
+    if path is not None:
+        setattr(options, _REPORT_KINDS[path.suffix.lower()], path)
+    result = write_report(options, say=lambda line: click.echo(line, err=True))
+    print_report(result.headline, [slo_table(result.slo)] if result.slo else [])
+    if path is not None:
+        click.echo(f"report: {path}")
+    return result

@@ -1,0 +1,127 @@
+"""The layout holds: imports point down the layers, functions and modules stay small.
+
+Layers (docs/architecture.md), lowest first; a module may import its own package
+and any package on a lower layer, never one beside or above it:
+
+    0  tailreplay (core: errors, units, OpenAI-API facts, ...)
+    1  traces
+    2  proxy, replayer, sim, exporters, report
+    3  tailreplay.cli, and every __main__.py (entry points, which nothing imports)
+
+Read with ast, so lazy imports inside functions count as much as top-level ones.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"traces": "traces", "proxy": "proxy", "replayer": "replayer", "sim": "sim",
+           "exporters": "exporters", "report": "report"}  # fmt: skip
+LAYER = {"core": 0, "traces": 1, "proxy": 2, "replayer": 2, "sim": 2, "exporters": 2,
+         "report": 2, "cli": 3}  # fmt: skip
+MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 500
+
+
+def _modules() -> Iterator[tuple[Path, str]]:
+    """Every product module with its import name."""
+    for path in sorted((ROOT / "tailreplay").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        yield path, ".".join(rel.parts).removesuffix(".__init__")
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            name = ".".join(("tailreplay", folder, *rel.parts)).removesuffix(".__init__")
+            yield path, name
+
+
+def _package(module: str) -> str:
+    """The layout package of an import name: core, cli, or one of FOLDERS."""
+    parts = module.split(".")
+    if parts[-1] == "__main__":
+        return "cli"
+    if len(parts) > 1 and (parts[1] in FOLDERS or parts[1] == "cli"):
+        return parts[1]
+    return "core"
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+
+
+def test_imports_point_down_the_layers() -> None:
+    wrong = []
+    for path, module in _modules():
+        here = _package(module)
+        for line, target in _imports(path):
+            if target != "tailreplay" and not target.startswith("tailreplay."):
+                continue
+            there = _package(target)
+            if there != here and LAYER[there] >= LAYER[here]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({here}) imports {target} ({there})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_itself_back_at_import_time() -> None:
+    """Top-level imports between modules form no cycle (a cycle breaks on import order)."""
+    names = {module: path for path, module in _modules()}
+    graph: dict[str, set[str]] = {}
+    for module, path in names.items():
+        tree = ast.parse(path.read_text())
+        targets = set()
+        for node in tree.body:  # module level only: lazy imports cannot form an import cycle
+            if isinstance(node, ast.ImportFrom) and node.module in names:
+                targets.add(node.module)
+            elif isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in names)
+        graph[module] = targets
+    cycles = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "\n".join(cycles)
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+@pytest.mark.parametrize(("path", "module"), [pytest.param(p, m, id=m) for p, m in _modules()])
+def test_functions_and_modules_stay_small(path: Path, module: str) -> None:
+    source = path.read_text()
+    assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it by concern"
+    long = [
+        f"{fn.name} ({(fn.end_lineno or fn.lineno) - fn.lineno + 1} lines)"
+        for fn in _functions(ast.parse(source))
+        # From the def to the last line: a click command's option decorators don't count.
+        if (fn.end_lineno or fn.lineno) - fn.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+    assert not long, f"{module}: {', '.join(long)}"
+
+
+def test_the_checks_see_every_package() -> None:
+    """A package the walk missed would pass every check above unseen."""
+    seen = {_package(module) for _, module in _modules()}
+    assert seen == set(LAYER)
