@@ -143,19 +143,14 @@ class _Forwarder:
     async def _forward(
         self, request: web.BaseRequest, ex: Exchange, flags: int
     ) -> web.StreamResponse:
-        config = self.config
         target = self._target(request.raw_path)
         if target is None:
             ex.status = 400
             return _json_error(
                 400, "no configured upstream serves this path", "invalid_request_error"
             )
-        if request.content_length is not None and request.content_length > config.max_body:
-            ex.status = 413
-            return _json_error(
-                413, f"request body over {config.max_body} bytes", "invalid_request_error"
-            )
-
+        if request.content_length is not None and request.content_length > self.config.max_body:
+            return self._too_large(ex)
         headers = request_headers_upstream(
             request.headers, client_ip=request.remote, scheme=request.scheme, host=request.host
         )
@@ -163,27 +158,10 @@ class _Forwarder:
         headers.append(("traceparent", f"00-{ex.trace_id.hex()}-{ex.span_id.hex()}-{flags:02x}"))
         if (tracestate := request.headers.get("tracestate")) is not None:
             headers.append(("tracestate", tracestate))
-
-        data: bytes | StreamReader | None
-        if request.can_read_body and ex.route in OPENAI_PATHS:
-            try:
-                raw = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                ex.status = 413
-                return _json_error(
-                    413, f"request body over {config.max_body} bytes", "invalid_request_error"
-                )
-            ex.bytes_in = len(raw)
-            ex.req_body = raw
-            changed = with_usage_requested(request.raw_path, raw) if config.inject_usage else None
-            ex.injected_usage = changed is not None
-            data = changed if changed is not None else raw
-        elif request.can_read_body:
-            data = request.content  # streamed; client_max_size does not apply to it
-            ex.bytes_in = request.content_length or 0
-        else:
-            data = None
-
+        try:
+            data = await self._body(request, ex)
+        except web.HTTPRequestEntityTooLarge:
+            return self._too_large(ex)
         origin, path = target
         try:
             upstream = await self.pool.send(
@@ -201,6 +179,28 @@ class _Forwarder:
             return await self._relay(request, upstream, ex)
         finally:
             upstream.close()
+
+    def _too_large(self, ex: Exchange) -> web.Response:
+        ex.status = 413
+        return _json_error(
+            413, f"request body over {self.config.max_body} bytes", "invalid_request_error"
+        )
+
+    async def _body(self, request: web.BaseRequest, ex: Exchange) -> bytes | StreamReader | None:
+        """What to send upstream: an OpenAI route's body read whole (the recorder needs it,
+        and the proxy may ask for usage in it), any other body streamed as it comes."""
+        if request.can_read_body and ex.route in OPENAI_PATHS:
+            raw = await request.read()  # client_max_size bounds it
+            ex.bytes_in = len(raw)
+            ex.req_body = raw
+            inject = self.config.inject_usage
+            changed = with_usage_requested(request.raw_path, raw) if inject else None
+            ex.injected_usage = changed is not None
+            return changed if changed is not None else raw
+        if request.can_read_body:
+            ex.bytes_in = request.content_length or 0
+            return request.content  # streamed; client_max_size does not apply to it
+        return None
 
     async def _relay(
         self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange
@@ -237,31 +237,7 @@ class _Forwarder:
             chunked=response.headers.get("Transfer-Encoding") == "chunked",
         )  # fmt: skip
         try:
-            # The bytes that came with the head (usually the first event) leave with
-            # the headers in one write, through aiohttp's writer; the rest bypass it.
-            first = b"".join([to_client.note(chunk) for chunk in upstream.take_held()])
-            await response.write(first)
-            ex.bytes_out += len(first)
-            upstream.start(to_client)
-            while not await upstream.wait():
-                # The client reads slower than the upstream writes: the upstream
-                # connection stays paused until the client's socket buffer drains.
-                # Polled: aiohttp's drain() is deprecated, and the body bypasses the
-                # writer whose write() would wait. Only slow clients come here; one
-                # that never reads is cut off by --timeout, which fails the upstream.
-                while not to_client.gone and not upstream.failed and to_client.backlogged():
-                    await asyncio.sleep(0.005)
-                if to_client.gone:
-                    ex.error = "client_abort"
-                    return response
-                upstream.resume()
-            if relay is not None:
-                ex.usage_event = relay.usage_event
-                to_client.write(relay.flush())
-            if to_client.gone:
-                ex.error = "client_abort"
-                return response
-            await response.write_eof()
+            await self._stream(response, upstream, to_client)
         except UpstreamError as exc:
             ex.error = "upstream_timeout" if exc.kind == "upstream_timeout" else "upstream_reset"
             _abort(request)  # the client must see a broken response, not a short one
@@ -269,8 +245,39 @@ class _Forwarder:
         except ConnectionResetError:  # the client left as the response ended
             ex.error = "client_abort"
             return response
+        if to_client.gone:
+            ex.error = "client_abort"
+            return response
         ex.duration_ns = time.monotonic_ns() - ex.t0_ns
         return response
+
+    async def _stream(
+        self, response: _Response, upstream: UpstreamResponse, to_client: _ToClient
+    ) -> None:
+        """The body, upstream to client as it arrives; returns early if the client left."""
+        ex = to_client.ex
+        # The bytes that came with the head (usually the first event) leave with the
+        # headers in one write, through aiohttp's writer; the rest bypass it.
+        first = b"".join([to_client.note(chunk) for chunk in upstream.take_held()])
+        await response.write(first)
+        ex.bytes_out += len(first)
+        upstream.start(to_client)
+        while not await upstream.wait():
+            # The client reads slower than the upstream writes: the upstream
+            # connection stays paused until the client's socket buffer drains.
+            # Polled: aiohttp's drain() is deprecated, and the body bypasses the
+            # writer whose write() would wait. Only slow clients come here; one
+            # that never reads is cut off by --timeout, which fails the upstream.
+            while not to_client.gone and not upstream.failed and to_client.backlogged():
+                await asyncio.sleep(0.005)
+            if to_client.gone:
+                return
+            upstream.resume()
+        if to_client.relay is not None:
+            ex.usage_event = to_client.relay.usage_event
+            to_client.write(to_client.relay.flush())
+        if not to_client.gone:
+            await response.write_eof()
 
 
 class _Response(web.StreamResponse):
