@@ -8,7 +8,7 @@ tested with a fake, while integration tests and real replays use ``HttpTransport
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
@@ -33,7 +33,6 @@ class Outcome:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error_text: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Transport(Protocol):

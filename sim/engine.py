@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -46,7 +45,6 @@ class Sequence:
 
     __slots__ = (
         "_waiter",
-        "admitted_at",
         "arrival",
         "cancelled",
         "finished",
@@ -63,7 +61,6 @@ class Sequence:
         self.prompt_tokens = prompt_tokens
         self.target = target
         self.arrival = arrival
-        self.admitted_at = 0.0
         self.generated = 0
         self.prefilled = 0
         self.pending = 0
@@ -201,7 +198,7 @@ class Engine:
                 self._wake.clear()
                 await self._wake.wait()
                 step_start = loop.time()
-            self._admit(step_start)
+            self._admit()
             decoding = [s for s in self.running if not s.in_prefill]
             self._make_room(decoding)
             prefill = self._plan_prefill()
@@ -236,7 +233,7 @@ class Engine:
             self.stats.achieved_s += next_start - step_start
             step_start = next_start
 
-    def _admit(self, now: float) -> None:
+    def _admit(self) -> None:
         p = self.profile
         while self.waiting and len(self.running) < p.max_num_seqs:
             seq = self.waiting[0]
@@ -244,7 +241,6 @@ class Engine:
             if self.kv_used + need > p.kv_tokens:
                 break  # first come, first served: no overtaking
             self.waiting.popleft()
-            seq.admitted_at = now
             seq.prefilled = 0
             self.running.append(seq)
             self.kv_used += self._held(seq)
@@ -298,9 +294,3 @@ class Engine:
             self.running.remove(seq)
             self.kv_used -= self._held(seq)
             stats.finished += 1
-
-    def expected_ttft_ms(self, prompt_tokens: int) -> float:
-        """TTFT of a lone request: its prefill steps (chunked by max_batched_tokens)."""
-        p = self.profile
-        steps = max(1, math.ceil(prompt_tokens / p.max_batched_tokens))
-        return steps * p.prefill_base_ms + prompt_tokens * p.prefill_per_token_ms

@@ -15,7 +15,6 @@ __all__ = [
     "BOOL_FIELDS",
     "FIELDS",
     "INT_FIELDS",
-    "STR_FIELDS",
     "Record",
     "is_error",
     "record_to_map",
@@ -95,9 +94,6 @@ INT_FIELDS = frozenset(
     }
 )  # fmt: skip
 BOOL_FIELDS = frozenset({"stream", "tail"})
-STR_FIELDS = frozenset(
-    {"method", "path", "model", "tokens_source", "finish_reason", "session", "error"}
-)
 
 
 def _compile_to_map() -> Any:

@@ -37,10 +37,9 @@ _IDLE_WAIT_S = 0.05  # how long the writer thread sleeps when it has nothing to 
 class WriterStats:
     """Counters a caller can read at any time (plain ints; read without locking)."""
 
-    __slots__ = ("appended", "dropped", "files", "written")
+    __slots__ = ("dropped", "files", "written")
 
     def __init__(self) -> None:
-        self.appended = 0
         self.written = 0
         self.dropped = 0
         self.files: list[Path] = []
@@ -127,7 +126,6 @@ class ArchiveWriter:
                 self.stats.dropped += 1
             return False
         self._queue.append(record)
-        self.stats.appended += 1
         return True
 
     @property
