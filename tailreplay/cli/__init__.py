@@ -27,13 +27,19 @@ __all__ = ["cli", "main", "replay_main", "sim_main"]
 
 
 class TailreplayGroup(click.Group):
-    """A click group that turns library errors into one line and an exit code."""
+    """A click group that turns library errors and wrong flags into one line and an exit code."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except TailreplayError as exc:
             click.echo(f"Error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except click.UsageError as exc:  # click's own checks (ranges, choices, unknown flags)
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            # The `replay` script runs `tailreplay replay` under the name "replay".
+            where = " ".join(dict.fromkeys(where.split()))
+            click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
             ctx.exit(exc.exit_code)
 
 
