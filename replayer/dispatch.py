@@ -125,8 +125,17 @@ class Dispatcher:
                 # Behind schedule (or a tie): let the new task start sending now, rather
                 # than queueing a burst of tasks that would all start late.
                 await asyncio.sleep(0)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._settle()
+
+    async def _settle(self) -> None:
+        """Wait for the requests in flight to finish, or for a stop: then the caller's
+        ``cancel_in_flight`` gives them their grace."""
+        if not self._tasks or self.stopping.is_set():
+            return
+        everything = asyncio.gather(*self._tasks, return_exceptions=True)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({everything, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
 
     async def cancel_in_flight(self, grace_s: float) -> None:
         """After a stop: give requests in flight ``grace_s``, then cancel them."""
@@ -173,11 +182,15 @@ class Dispatcher:
                 outcome.error_text
             ):
                 # Sent with min_tokens/ignore_eos (perhaps built before the first refusal):
-                # send again without them.
-                outcome = await self.transport.send(self.builder.build(item), headers)
+                # send again without them; the result describes this second request.
+                spec = self.builder.build(item)
+                outcome = await self.transport.send(spec, headers)
         except asyncio.CancelledError:
             outcome = Outcome(error="cancelled")
             raise
+        except Exception as exc:  # a failure is a result, never the end of the run
+            log.debug("request failed in the transport", exc_info=True)
+            outcome = Outcome(error=type(exc).__name__)
         finally:
             self._done(item, spec, outcome, intended_ns, sent)
 

@@ -64,11 +64,13 @@ def result_record(
         shard=shard,
     )
     if outcome is not None:
-        _answered(record, outcome, spec)
+        _answered(record, outcome, spec, sent)
     return record
 
 
-def _answered(record: Record, outcome: Outcome, spec: RequestSpec | None) -> None:
+def _answered(
+    record: Record, outcome: Outcome, spec: RequestSpec | None, sent: Sent | None
+) -> None:
     """What the target answered (or why nothing was): timings, status, usage, error."""
     record.duration_ns = outcome.duration_ns
     record.ttfb_ns = outcome.ttfb_ns
@@ -77,7 +79,8 @@ def _answered(record: Record, outcome: Outcome, spec: RequestSpec | None) -> Non
     record.output_tokens = outcome.completion_tokens
     record.tokens_source = "usage" if outcome.completion_tokens is not None else None
     record.finish_reason = outcome.finish_reason
-    record.bytes_in = len(spec.body) if spec is not None and spec.body else 0
+    if sent is not None:  # a dropped request sent no bytes
+        record.bytes_in = len(spec.body) if spec is not None and spec.body else 0
     record.bytes_out = outcome.bytes_out
     if outcome.error:
         record.error = outcome.error
