@@ -17,7 +17,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
@@ -132,8 +132,8 @@ class Dispatcher:
         ``cancel_in_flight`` gives them their grace."""
         if not self._tasks or self.stopping.is_set():
             return
-        everything = asyncio.gather(*self._tasks, return_exceptions=True)
-        stop = asyncio.ensure_future(self.stopping.wait())
+        everything: asyncio.Future[Any] = asyncio.gather(*self._tasks, return_exceptions=True)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({everything, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -39,6 +39,10 @@ _UNPACK_ERRORS = (
 # up to its duration after a later-starting one. Writers that know their timeout say
 # so in the header (capture.timeout_s); otherwise assume this much.
 DEFAULT_REORDER_WINDOW_NS = 15 * 60 * 10**9
+
+_Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+_Records = Generator[dict[str, Any], None, None]
+_Damage = tuple[int, str]  # (absolute byte offset, what is wrong there)
 
 
 def _new_unpacker() -> msgpack.Unpacker:
@@ -114,7 +118,7 @@ def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
         f.close()
 
 
-def _upgrade(header: dict[str, Any], path: Path) -> list[Any]:
+def _upgrade(header: dict[str, Any], path: Path) -> list[_Upgrade]:
     version = header.get("version")
     if type(version) is not int:
         raise NotAnArchive(f"{path}: header has no integer version")
@@ -131,29 +135,65 @@ def _upgrade(header: dict[str, Any], path: Path) -> list[Any]:
     return steps
 
 
-def _iter_file(path: Path, report: FileReport, skip_corrupt: bool) -> Iterator[dict[str, Any]]:
-    """Yield the record maps of one file in file order, filling ``report`` as it goes."""
-    chunks = open_chunks(path)
-    unpacker = _new_unpacker()
-    # ``buf`` mirrors the bytes the unpacker has not consumed yet, starting at
-    # absolute offset ``buf_base``: on damage we need them to look for the next record.
-    buf = bytearray()
-    buf_base = 0
-    base = 0  # absolute offset where the next object starts
-    ubase = 0  # absolute offset where the current unpacker started
-    upgrades: list[Any] | None = None
-    eof = False
+class _FileScan:
+    """The scan of one archive file, one step at a time.
 
-    while True:
-        if not eof:
-            chunk = next(chunks, None)
-            if chunk is None:
-                eof = True
-            else:
-                unpacker.feed(chunk)
-                buf += chunk
-        bad_at: int | None = None
-        reason = ""
+    ``records()`` drives it: read the next chunk, unpack the whole objects it
+    completes (the header first), and on damage or at the end of the file decide
+    what the bytes that did not unpack are. Offsets are absolute: decompressed bytes
+    from the start of the file.
+    """
+
+    def __init__(self, path: Path, report: FileReport, skip_corrupt: bool) -> None:
+        self.path = path
+        self.report = report
+        self.skip_corrupt = skip_corrupt
+        self.chunks = open_chunks(path)
+        self.eof = False
+        self.unpacker = _new_unpacker()
+        # ``buf`` mirrors the bytes the unpacker has not consumed yet: on damage we
+        # need them to look for the next record. Between steps it starts at ``base``.
+        self.buf = bytearray()
+        self.base = 0  # absolute offset where the next object starts
+        self.ubase = 0  # absolute offset where the current unpacker started
+        self.upgrades: list[_Upgrade] | None = None  # None until the header is read
+
+    def records(self) -> _Records:
+        """Yield the record maps in file order, filling ``report`` as it goes."""
+        while True:
+            if not self.eof and (chunk := self._read_chunk()) is not None:
+                self.unpacker.feed(chunk)
+            damage = yield from self._unpack_whole_objects()
+            if damage is None and self.eof:
+                damage = self._leftover_damage()
+            if damage is not None:
+                if not self._get_past(*damage):
+                    return
+            elif self.eof:
+                self._check_end()
+                return
+
+    def _read_chunk(self) -> bytes | None:
+        """Append the file's next chunk to ``buf`` and return it; None (``eof`` set) at the end."""
+        chunk = next(self.chunks, None)
+        if chunk is None:
+            self.eof = True
+        else:
+            self.buf += chunk
+        return chunk
+
+    def _unpack_whole_objects(self) -> Generator[dict[str, Any], None, _Damage | None]:
+        """Yield the records the unpacker holds whole; return the damage that stopped it, if any.
+
+        The header is checked when it comes by. ``buf`` is trimmed to what is left.
+        """
+        # The hot loop of every read: its state lives in locals while it runs.
+        unpacker = self.unpacker
+        ubase = self.ubase
+        upgrades = self.upgrades
+        report = self.report
+        start = base = self.base
+        damage: _Damage | None = None
         while True:
             # ``base`` is where the next object starts: tell() cannot be trusted for
             # that after an OutOfData, since it then already counts the partial object.
@@ -163,118 +203,124 @@ def _iter_file(path: Path, report: FileReport, skip_corrupt: bool) -> Iterator[d
             except msgpack.OutOfData:
                 break
             except _UNPACK_ERRORS as exc:
-                bad_at, reason = pos, f"undecodable: {str(exc) or type(exc).__name__}"
+                damage = pos, f"undecodable: {str(exc) or type(exc).__name__}"
                 break
             base = ubase + unpacker.tell()
             if upgrades is None:
-                if type(obj) is not dict or obj.get("format") != fmt.FORMAT:
-                    raise NotAnArchive(f"{path}: not a tailreplay archive (no header)")
-                report.header = obj
-                upgrades = _upgrade(obj, path)
+                upgrades = self.upgrades = self._check_header(obj)
                 continue
             if not _valid_record(obj):
-                bad_at, reason = pos, "not a record map"
+                damage = pos, "not a record map"
                 break
             for step in upgrades:
                 obj = step(obj)
             report.records += 1
             yield obj
-        consumed = pos if bad_at is None else bad_at
-        del buf[: consumed - buf_base]
-        buf_base = consumed
+        # Damaged or partial, the object at ``pos`` is not consumed: trim ``buf`` to start
+        # there, where the other steps expect it.
+        self.base = pos
+        del self.buf[: pos - start]
+        return damage
 
+    def _check_header(self, obj: object) -> list[_Upgrade]:
+        """Check the file's first object is a header; return the upgrades its version needs."""
+        if type(obj) is not dict or obj.get("format") != fmt.FORMAT:
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive (no header)")
+        self.report.header = obj
+        return _upgrade(obj, self.path)
+
+    def _leftover_damage(self) -> _Damage | None:
+        """At the end of the file: are the bytes that form no whole object damage?"""
         # Bytes left at the end that do not form a whole object: a torn final record,
         # unless a valid record follows them — then a damaged length prefix is
         # swallowing the rest of the file, and that is corruption.
-        if (
-            eof
-            and bad_at is None
-            and buf
-            and upgrades is not None
-            and _resync(bytearray(buf), iter(()))[1]
-        ):
-            bad_at, reason = base, "an object's length runs past the records after it"
+        if self.buf and self.upgrades is not None and _record_follows(self.buf):
+            return self.base, "an object's length runs past the records after it"
+        return None
 
-        if bad_at is not None:
-            if upgrades is None:
-                raise NotAnArchive(f"{path}: not a tailreplay archive ({reason})")
-            if _rest_is_zeros(buf, chunks):
-                # Zero-filled blocks after a power loss: a torn tail, not damage.
-                report.torn_at = bad_at
-                return
-            if not skip_corrupt:
-                raise ArchiveCorrupt(str(path), bad_at, reason)
-            skipped, found = _resync(buf, chunks)
-            report.skipped_bytes += skipped
-            report.skipped_regions += 1
-            if not found:
-                return
-            base = ubase = buf_base = bad_at + skipped
-            unpacker = _new_unpacker()
-            unpacker.feed(bytes(buf))
-            continue
+    def _get_past(self, bad_at: int, reason: str) -> bool:
+        """Deal with damage at ``bad_at``: raise, end as a torn tail, or resync.
 
-        if eof:
-            if upgrades is None:
-                what = "empty file" if base == 0 and not buf else "truncated header"
-                raise NotAnArchive(f"{path}: not a tailreplay archive ({what})")
-            if buf:
-                report.torn_at = base
-            return
-
-
-def _rest_is_zeros(buf: bytearray, chunks: Iterator[bytes]) -> bool:
-    """True if ``buf`` and the rest of the stream hold only zero bytes.
-
-    Reads ahead only while it sees zeros; what it reads is appended to ``buf``.
-    """
-    if any(buf):
-        return False
-    for chunk in chunks:
-        buf += chunk
-        if any(chunk):
+        True when a record was found after the damage and the scan goes on.
+        """
+        if self.upgrades is None:
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive ({reason})")
+        if self._rest_is_zeros():
+            # Zero-filled blocks after a power loss: a torn tail, not damage.
+            self.report.torn_at = bad_at
             return False
-    return True
+        if not self.skip_corrupt:
+            raise ArchiveCorrupt(str(self.path), bad_at, reason)
+        skipped, found = self._resync()
+        self.report.skipped_bytes += skipped
+        self.report.skipped_regions += 1
+        if not found:
+            return False
+        self.base = self.ubase = bad_at + skipped
+        self.unpacker = _new_unpacker()
+        self.unpacker.feed(bytes(self.buf))
+        return True
 
+    def _rest_is_zeros(self) -> bool:
+        """True if ``buf`` and the rest of the file hold only zero bytes.
 
-def _resync(buf: bytearray, chunks: Iterator[bytes]) -> tuple[int, bool]:
-    """Drop bytes from the front of ``buf`` up to the next decodable record.
+        Reads ahead only while it sees zeros; what it reads stays in ``buf``.
+        """
+        if any(self.buf):
+            return False
+        while (chunk := self._read_chunk()) is not None:
+            if any(chunk):
+                return False
+        return True
 
-    Returns (bytes dropped, whether a record was found). Scanned bytes are dropped as
-    the scan goes, so memory stays bounded by one record however long the damage.
-    """
-    dropped = 0
-    i = 1
-    eof = False
-    while True:
-        if i >= len(buf) - 1 and not eof:
-            chunk = next(chunks, None)
-            if chunk is None:
-                eof = True
-            else:
-                buf += chunk
-            continue
-        if i >= len(buf):
-            dropped += len(buf)
-            buf.clear()
-            return dropped, False
-        if buf[i] in _MAP_STARTS:
-            verdict = _probe(buf, i, eof)
-            if verdict is None:  # needs more bytes than we hold yet
-                chunk = next(chunks, None)
-                if chunk is None:
-                    eof = True
-                else:
-                    buf += chunk
+    def _resync(self) -> tuple[int, bool]:
+        """Drop bytes from the front of ``buf`` up to the next decodable record.
+
+        Returns (bytes dropped, whether a record was found). Scanned bytes are dropped
+        as the scan goes, so memory stays bounded by one record however long the damage.
+        """
+        buf = self.buf
+        dropped = 0
+        i = 1
+        while True:
+            if i >= len(buf) - 1 and not self.eof:
+                self._read_chunk()
                 continue
-            if verdict:
-                del buf[:i]
-                return dropped + i, True
-        i += 1
-        if i > fmt.MAX_RECORD_BYTES:
-            del buf[: i - 1]
-            dropped += i - 1
-            i = 1
+            if i >= len(buf):
+                dropped += len(buf)
+                buf.clear()
+                return dropped, False
+            if buf[i] in _MAP_STARTS:
+                verdict = _probe(buf, i, self.eof)
+                if verdict is None:  # needs more bytes than we hold yet
+                    self._read_chunk()
+                    continue
+                if verdict:
+                    del buf[:i]
+                    return dropped + i, True
+            i += 1
+            if i > fmt.MAX_RECORD_BYTES:
+                del buf[: i - 1]
+                dropped += i - 1
+                i = 1
+
+    def _check_end(self) -> None:
+        """The file ended cleanly or torn: a header must have been read; note a torn tail."""
+        if self.upgrades is None:
+            what = "empty file" if self.base == 0 and not self.buf else "truncated header"
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive ({what})")
+        if self.buf:
+            self.report.torn_at = self.base
+
+
+def _iter_file(path: Path, report: FileReport, skip_corrupt: bool) -> _Records:
+    """Yield the record maps of one file in file order, filling ``report`` as it goes."""
+    return _FileScan(path, report, skip_corrupt).records()
+
+
+def _record_follows(buf: bytearray) -> bool:
+    """Does a valid record start in ``buf`` after its first byte? (No more bytes will come.)"""
+    return any(buf[i] in _MAP_STARTS and _probe(buf, i, True) for i in range(1, len(buf)))
 
 
 def _probe(buf: bytearray, i: int, eof: bool) -> bool | None:
@@ -307,7 +353,7 @@ def read_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ArchiveCorrupt:
         pass  # the header itself was fine
     finally:
-        it.close()  # type: ignore[attr-defined]
+        it.close()
     return report.header
 
 
