@@ -1,7 +1,7 @@
 """The report's figures: recorded against replayed, overall, per input length, per request.
 
-``compare(recorded, replayed)`` returns one JSON-ready dict; every renderer
-(terminal, Markdown, HTML) and the SLO check read only that dict.
+``compare(recorded, replayed)`` returns one JSON-ready ``Report`` (report.model);
+every renderer (terminal, Markdown, HTML) and the SLO check read only that.
 
 Definitions (docs/report.md repeats them for users):
 - latency is arrival (recorded) or send (replayed) to the last byte; for a replay
@@ -24,14 +24,26 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.report.model import (
+    Cdf,
+    Deltas,
+    Metric,
+    Metrics,
+    Percentiles,
+    ReplaySettings,
+    Report,
+    Series,
+    SideName,
+    SideSummary,
+    SlowDown,
+    per_side,
+)
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.report.side import Side
 from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label, percentiles
 
-__all__ = ["DELTA_COLUMNS", "METRICS", "compare", "delta_rows"]
+__all__ = ["DELTA_COLUMNS", "compare", "delta_rows"]
 
-METRICS = ("latency", "latency_from_due", "ttft", "tpot", "itl")
-"""Every metric a report (and an SLO) can name; values in milliseconds."""
 SERIES_BINS = 60
 WORST = 10
 CDF_POINTS = (
@@ -48,51 +60,59 @@ def compare(
     *,
     buckets: Sequence[int] = DEFAULT_BUCKETS,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> Report:
+    """``replayed`` against ``recorded`` (None: the replay alone); ``seed`` fixes the bootstrap."""
     rng = np.random.default_rng(seed)
     join = _join(recorded, replayed) if recorded is not None else None
     bucket_tokens = _bucket_tokens(recorded, replayed, join)
-    sides: dict[str, Side] = {"replayed": replayed}
+    sides: dict[SideName, Side] = {"replayed": replayed}
     if recorded is not None:
         sides = {"recorded": recorded, "replayed": replayed}
     windows = {name: _window_s(side) for name, side in sides.items()}
-    report: dict[str, Any] = {
-        "inputs": {name: side.paths for name, side in sides.items()},
+    # Every comprehension runs the recorded side first: the bootstrap draws come from
+    # one generator, so the order fixes the intervals.
+    report: Report = {
+        "inputs": per_side({name: side.paths for name, side in sides.items()}),
         "replay": _replay_settings(replayed),
-        "overall": {
-            name: _summary(side, np.ones(side.n, dtype=bool), windows[name], rng, itl=True)
-            for name, side in sides.items()
-        },
+        "overall": per_side(
+            {
+                name: _summary(side, np.ones(side.n, dtype=bool), windows[name], rng, itl=True)
+                for name, side in sides.items()
+            }
+        ),
         "buckets": [],
         "deltas": _deltas(recorded, replayed, join)
         if recorded is not None and join is not None
         else None,
-        "series": {name: _series(side) for name, side in sides.items()},
-        "cdf": {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()},
+        "series": per_side({name: _series(side) for name, side in sides.items()}),
+        "cdf": per_side(
+            {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()}
+        ),
         "warnings": [w for side in sides.values() for w in side.warnings],
     }
     for label, masks in _bucket_masks(bucket_tokens, buckets):
-        row: dict[str, Any] = {"range": label}
-        for name, side in sides.items():
-            row[name] = _summary(side, masks[name], windows[name], rng, itl=False)
-        report["buckets"].append(row)
+        summaries = {
+            name: _summary(side, masks[name], windows[name], rng, itl=False)
+            for name, side in sides.items()
+        }
+        report["buckets"].append({"range": label, **per_side(summaries)})
     return report
 
 
-def _replay_settings(side: Side) -> dict[str, Any]:
+def _replay_settings(side: Side) -> ReplaySettings:
     header = side.headers[0] if side.headers else {}
     keep = ("source", "upstream", "speed", "tail_stretch", "tail_quantile", "amplify", "shard")
     return {k: header[k] for k in keep if k in header}
 
 
-def _values(side: Side, sel: Mask) -> dict[str, Array]:
+def _values(side: Side, sel: Mask) -> dict[Metric, Array]:
     """Per-request milliseconds of each metric over the selected requests."""
     ms = 1e-6
     dur, ttfb = side.duration_ns, side.ttfb_ns
     has_dur = sel & (dur >= 0)
     streamed = sel & side.stream & (ttfb >= 0)
     tpot_sel = streamed & has_dur & (side.output_tokens > 1)
-    out = {
+    out: dict[Metric, Array] = {
         "latency": dur[has_dur] * ms,
         "ttft": ttfb[streamed] * ms,
         "tpot": (dur[tpot_sel] - ttfb[tpot_sel]) / (side.output_tokens[tpot_sel] - 1) * ms,
@@ -117,10 +137,10 @@ def _window_s(side: Side) -> float | None:
 
 def _summary(
     side: Side, sel: Mask, window: float | None, rng: np.random.Generator, *, itl: bool
-) -> dict[str, Any]:
+) -> SideSummary:
     count = int(sel.sum())
     errors = int((sel & side.error).sum())
-    metrics: dict[str, Any] = {}
+    metrics: Metrics = {}
     for name, values in _values(side, sel & side.ok).items():
         metrics[name] = _as_json(estimates(values, rng=rng))
     if itl:
@@ -138,7 +158,7 @@ def _summary(
     }
 
 
-def _as_json(est: dict[str, Estimate] | None, scale: float = 1.0) -> dict[str, Any] | None:
+def _as_json(est: dict[str, Estimate] | None, scale: float = 1.0) -> Percentiles | None:
     if est is None:
         return None
     return {
@@ -161,7 +181,9 @@ def _join(recorded: Side, replayed: Side) -> Array:
     )
 
 
-def _bucket_tokens(recorded: Side | None, replayed: Side, join: Array | None) -> dict[str, Array]:
+def _bucket_tokens(
+    recorded: Side | None, replayed: Side, join: Array | None
+) -> dict[SideName, Array]:
     """Per side, the input tokens each request is bucketed by (-1: unknown)."""
     tokens = replayed.input_tokens.copy()
     if recorded is None or join is None:
@@ -172,12 +194,12 @@ def _bucket_tokens(recorded: Side | None, replayed: Side, join: Array | None) ->
 
 
 def _bucket_masks(
-    tokens: dict[str, Array], edges: Sequence[int]
-) -> list[tuple[str, dict[str, Mask]]]:
+    tokens: dict[SideName, Array], edges: Sequence[int]
+) -> list[tuple[str, dict[SideName, Mask]]]:
     """(label, {side: mask}) per input-length bucket, plus "unknown" when any side needs it."""
     rows = []
     for lo, hi in bucket_bounds(edges):
-        masks = {}
+        masks: dict[SideName, Mask] = {}
         for name, t in tokens.items():
             sel: Mask = t >= (lo if lo is not None else 0)
             if hi is not None:
@@ -189,7 +211,7 @@ def _bucket_masks(
     return rows
 
 
-def _deltas(recorded: Side, replayed: Side, join: Array) -> dict[str, Any]:
+def _deltas(recorded: Side, replayed: Side, join: Array) -> Deltas:
     """Replayed minus recorded, request by request, for the pairs that both succeeded."""
     matched = join >= 0
     both = matched.copy()
@@ -200,7 +222,7 @@ def _deltas(recorded: Side, replayed: Side, join: Array) -> dict[str, Any]:
     rep = replayed.duration_ns[idx] * 1e-6
     delta = rep - rec
     worst = idx[np.argsort(-delta)[:WORST]] if idx.size else idx
-    rows = []
+    rows: list[SlowDown] = []
     for i in worst:
         j = int(join[i])
         key = replayed.key[i] or b""
@@ -226,12 +248,19 @@ def _deltas(recorded: Side, replayed: Side, join: Array) -> dict[str, Any]:
     }
 
 
-def _series(side: Side) -> dict[str, Any]:
+def _series(side: Side) -> Series:
     """Per time bin: requests started, latency P50/P99, dispatch lag P99 (replays)."""
     has = side.start_ns >= 0
+    out: Series = {
+        "bin_s": None,
+        "t_s": [],
+        "rate_rps": [],
+        "p50_ms": [],
+        "p99_ms": [],
+        "lag_p99_ms": [] if side.is_replay else None,
+    }
     if not has.any():
-        empty: dict[str, Any] = {k: [] for k in ("t_s", "rate_rps", "p50_ms", "p99_ms")}
-        return {"bin_s": None, **empty, "lag_p99_ms": [] if side.is_replay else None}
+        return out
     starts = side.start_ns[has]
     t0 = int(starts.min())
     span = max(float(starts.max() - t0) / 1e9, 1e-3)
@@ -239,8 +268,7 @@ def _series(side: Side) -> dict[str, Any]:
     which = np.minimum(((side.start_ns - t0) / 1e9 / bin_s).astype(np.int64), SERIES_BINS - 1)
     ok = has & side.ok & (side.duration_ns >= 0)
     lagged = has & (side.lag_ns >= 0)
-    out: dict[str, Any] = {"bin_s": bin_s, "t_s": [], "rate_rps": [], "p50_ms": [], "p99_ms": []}
-    out["lag_p99_ms"] = [] if side.is_replay else None
+    out["bin_s"] = bin_s
     for b in range(SERIES_BINS):
         in_bin = has & (which == b)
         lat = side.duration_ns[in_bin & ok] * 1e-6
@@ -254,7 +282,7 @@ def _series(side: Side) -> dict[str, Any]:
     return out
 
 
-def _cdf(values: Array) -> dict[str, list[float]]:
+def _cdf(values: Array) -> Cdf:
     if values.size == 0:
         return {"pct": [], "ms": []}
     return {"pct": CDF_POINTS, "ms": [float(v) for v in np.percentile(values, CDF_POINTS)]}
@@ -266,7 +294,7 @@ DELTA_COLUMNS = (
 )  # fmt: skip
 
 
-def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[Any, ...]]:
+def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]]:
     """One row per replayed request with a recorded original (DELTA_COLUMNS)."""
     join = _join(recorded, replayed)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import Any
 
+from tailreplay.report.model import Report, SideName, side_items
 from tailreplay.report.svg import Line, line_chart
 from tailreplay.report.tables import ReportTable
 
 __all__ = ["html_report"]
 
-_COLORS = {"recorded": "#1f77b4", "replayed": "#d62728"}
+_COLORS: dict[SideName, str] = {"recorded": "#1f77b4", "replayed": "#d62728"}
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
@@ -22,7 +22,7 @@ caption { caption-side: bottom; text-align: left; color: #666; font-size: 12px; 
 """
 
 
-def html_report(line: str, tables: list[ReportTable], report: dict[str, Any]) -> str:
+def html_report(line: str, tables: list[ReportTable], report: Report) -> str:
     out = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8"><title>tailreplay report</title>',
@@ -48,24 +48,24 @@ def html_report(line: str, tables: list[ReportTable], report: dict[str, Any]) ->
     return "\n".join(out)
 
 
-def _plots(report: dict[str, Any]) -> list[str]:
+def _plots(report: Report) -> list[str]:
     # Percentiles on a "nines" axis, -log10(1 - p), so P99 and P99.9 get as much room
     # as the body of the distribution.
     cdf = [
         Line(name, [-math.log10(1 - p / 100) for p in c["pct"]], c["ms"], _COLORS[name])
-        for name, c in report["cdf"].items()
+        for name, c in side_items(report["cdf"])
     ]
-    series = report["series"]
+    series = side_items(report["series"])
     over_time = []
     rate = []
-    for name, s in series.items():
+    for name, s in series:
         over_time.append(Line(f"{name} P50", s["t_s"], s["p50_ms"], _COLORS[name]))
         over_time.append(Line(f"{name} P99", s["t_s"], s["p99_ms"], _COLORS[name] + "88"))
         rate.append(Line(name, s["t_s"], s["rate_rps"], _COLORS[name]))
     lag = [
         Line("dispatch lag P99", s["t_s"], s["lag_p99_ms"], _COLORS[name])
-        for name, s in series.items()
-        if s.get("lag_p99_ms") is not None
+        for name, s in series
+        if s["lag_p99_ms"] is not None
     ]
     return [
         line_chart(

@@ -25,6 +25,8 @@ __all__ = ["Side", "load_side"]
 
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
+_INTS = ("start_ns", "duration_ns", "ttfb_ns", "input_tokens", "output_tokens", "lag_ns")
+_FLAGS = ("stream", "error", "tail")
 
 
 @dataclass
@@ -72,14 +74,39 @@ def load_side(
 ) -> Side:
     """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``."""
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
-    ints = {
-        name: array("q")
-        for name in ("start_ns", "duration_ns", "ttfb_ns", "input_tokens", "output_tokens",
-                     "lag_ns")
-    }  # fmt: skip
-    flags = {name: array("b") for name in ("stream", "error", "tail")}
-    keys: list[bytes | None] = []
-    itl = LogHistogram()
+    columns = _Columns()
+    _read(reader, keep, columns)
+    return Side(
+        paths=[str(p) for p in reader.paths],
+        headers=reader.headers,
+        key=columns.keys,
+        itl_us=columns.itl,
+        warnings=reader.warnings(),
+        **columns.arrays(),
+    )
+
+
+@dataclass
+class _Columns:
+    """A side's columns while its records are read: typed arrays, cheap to append to."""
+
+    ints: dict[str, array[int]] = field(default_factory=lambda: {k: array("q") for k in _INTS})
+    flags: dict[str, array[int]] = field(default_factory=lambda: {k: array("b") for k in _FLAGS})
+    keys: list[bytes | None] = field(default_factory=list)
+    itl: LogHistogram = field(default_factory=LogHistogram)
+
+    def arrays(self) -> dict[str, Array]:
+        """Every column of ``_INTS`` (int64) and ``_FLAGS`` (bool) as a numpy array."""
+        ints = {name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
+                for name, col in self.ints.items()}  # fmt: skip
+        flags = {name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
+                 for name, col in self.flags.items()}  # fmt: skip
+        return {**ints, **flags}
+
+
+def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> None:
+    """Append the records of ``reader`` (those whose key is in ``keep``) to ``columns``."""
+    ints, flags, keys, itl = columns.ints, columns.flags, columns.keys, columns.itl
     gaps = array("q")
     # Unrolled, with the collector paused (none of these maps can form a cycle): this
     # loop is most of a report's time, ~2 µs a record.
@@ -122,16 +149,3 @@ def load_side(
             gc.enable()
     if gaps:
         itl.add(np.frombuffer(gaps, dtype=np.int64))
-    columns = {name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
-               for name, col in ints.items()}  # fmt: skip
-    bools = {name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
-             for name, col in flags.items()}  # fmt: skip
-    return Side(
-        paths=[str(p) for p in reader.paths],
-        headers=reader.headers,
-        key=keys,
-        itl_us=itl,
-        warnings=reader.warnings(),
-        **columns,
-        **bools,
-    )

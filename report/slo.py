@@ -17,10 +17,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypeGuard
 
 from tailreplay.errors import UsageError
-from tailreplay.report.compare import METRICS
+from tailreplay.report.model import (
+    METRICS,
+    Metric,
+    PerSide,
+    Report,
+    SideSummary,
+    SloCell,
+    SloMatrix,
+    SloRow,
+)
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.units import parse_duration
 
@@ -36,7 +45,7 @@ _EXAMPLE = "e.g. latency:p99<=800ms*10, ttft:p95<=1.2x, error_rate<=1%"
 @dataclass(frozen=True, slots=True)
 class Objective:
     text: str
-    metric: str
+    metric: Metric | Literal["error_rate"]
     quantile: str | None
     """None for error_rate."""
     limit: float
@@ -67,9 +76,9 @@ def _parse(text: str) -> Objective:
         if q is not None:
             raise UsageError(f"invalid --slo {text!r}: error_rate takes no percentile")
         share = _number(text, limit_text.removesuffix("%"))
-        return Objective(text, metric, None, share / 100 if limit_text.endswith("%") else share,
-                         False, weight)  # fmt: skip
-    if metric not in METRICS:
+        limit = share / 100 if limit_text.endswith("%") else share
+        return Objective(text, "error_rate", None, limit, False, weight)
+    if not _is_metric(metric):
         raise UsageError(
             f"invalid --slo {text!r}: unknown metric {metric!r} "
             f"(one of {', '.join((*METRICS, 'error_rate'))})"
@@ -88,6 +97,10 @@ def _parse(text: str) -> Objective:
     return Objective(text, metric, q, seconds * 1000, False, weight)
 
 
+def _is_metric(name: str) -> TypeGuard[Metric]:
+    return name in METRICS
+
+
 def _number(text: str, value: str) -> float:
     try:
         number = float(value)
@@ -98,13 +111,11 @@ def _number(text: str, value: str) -> float:
     return number
 
 
-def check(
-    objectives: Sequence[Objective], report: dict[str, Any], min_score: float = 1.0
-) -> dict[str, Any]:
+def check(objectives: Sequence[Objective], report: Report, min_score: float = 1.0) -> SloMatrix:
     """The SLO matrix of ``report``: one row per objective, a cell per column."""
-    columns = [("overall", report["overall"])]
+    columns: list[tuple[str, PerSide[SideSummary]]] = [("overall", report["overall"])]
     columns += [(row["range"], row) for row in report["buckets"]]
-    rows: list[dict[str, Any]] = []
+    rows: list[SloRow] = []
     met = 0.0
     for obj in objectives:
         cells = {label: _cell(obj, sides) for label, sides in columns}
@@ -121,17 +132,18 @@ def check(
     }
 
 
-def _cell(obj: Objective, sides: dict[str, Any]) -> dict[str, Any]:
+def _cell(obj: Objective, sides: PerSide[SideSummary]) -> SloCell:
     """value/limit/ok for one objective on one column; ok is None when nothing to judge."""
     replayed = sides["replayed"]
     if obj.metric == "error_rate":
         value = replayed["error_rate"]
         limit: float | None = obj.limit
     else:
-        value = _quantile(replayed, obj)
+        value = _quantile(replayed, obj.metric, obj.quantile)
         limit = obj.limit
         if obj.relative:
-            base = _quantile(sides["recorded"], obj) if "recorded" in sides else None
+            recorded = sides.get("recorded")
+            base = None if recorded is None else _quantile(recorded, obj.metric, obj.quantile)
             limit = None if base is None else base * obj.limit
     if value is None or limit is None:
         # No data counts as missed overall (an empty replay must not pass CI).
@@ -139,9 +151,8 @@ def _cell(obj: Objective, sides: dict[str, Any]) -> dict[str, Any]:
     return {"value": value, "limit": limit, "ok": bool(value <= limit)}
 
 
-def _quantile(side: dict[str, Any], obj: Objective) -> float | None:
-    per_q = side["metrics"].get(obj.metric)
-    if not per_q or obj.quantile not in per_q:
+def _quantile(side: SideSummary, metric: Metric, quantile: str | None) -> float | None:
+    per_q = side["metrics"].get(metric)
+    if not per_q or quantile not in per_q:
         return None
-    value: float = per_q[obj.quantile]["value"]
-    return value
+    return per_q[quantile]["value"]

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from tailreplay.report.model import (
+    Deltas,
+    Metric,
+    Percentile,
+    Percentiles,
+    Report,
+    SideName,
+    SideSummary,
+    SloMatrix,
+    side_items,
+)
 from tailreplay.report.quantiles import QUANTILES
 
 __all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
 
-_LABELS = {
+_LABELS: dict[Metric, str] = {
     "latency": "latency ms",
     "latency_from_due": "latency from due ms",
     "ttft": "TTFT ms",
@@ -51,21 +61,28 @@ def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
 
 
-def _interval(e: dict[str, Any] | None) -> str:
+def _value(per_q: Percentiles | None, q: str) -> float | None:
+    """The value of percentile ``q``; None when it was not measured."""
+    e = per_q.get(q) if per_q else None
+    return None if e is None else e["value"]
+
+
+def _interval(e: Percentile | None) -> str:
     if e is None or e["low"] is None:
         return ""
     return f"{ms(e['low'])}-{ms(e['high'])}"
 
 
-def headline(report: dict[str, Any], slo: dict[str, Any] | None) -> str:
+def headline(report: Report, slo: SloMatrix | None) -> str:
     """One line: what was compared and the verdict."""
     rep = report["overall"]["replayed"]
     parts = [f"replayed {rep['requests']:,} requests"]
     settings = report["replay"]
     if "speed" in settings:
         parts.append(f"at {settings['speed']}")
-    if "recorded" in report["overall"]:
-        parts.append(f"against {report['overall']['recorded']['requests']:,} recorded")
+    recorded = report["overall"].get("recorded")
+    if recorded is not None:
+        parts.append(f"against {recorded['requests']:,} recorded")
     parts.append(f"errors {pct(rep['error_rate'])}")
     line = ", ".join(parts)
     if slo is not None and slo["rows"]:
@@ -74,7 +91,7 @@ def headline(report: dict[str, Any], slo: dict[str, Any] | None) -> str:
     return line
 
 
-def report_tables(report: dict[str, Any], slo: dict[str, Any] | None) -> list[ReportTable]:
+def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
     if slo is not None and slo["rows"]:
         tables += [slo_table(slo), _slo_matrix(slo)]
@@ -83,14 +100,14 @@ def report_tables(report: dict[str, Any], slo: dict[str, Any] | None) -> list[Re
     return tables
 
 
-def _sides(report: dict[str, Any]) -> list[str]:
-    return list(report["overall"])
+def _sides(report: Report) -> list[SideName]:
+    return [name for name, _ in side_items(report["overall"])]
 
 
-def _overview(report: dict[str, Any]) -> ReportTable:
+def _overview(report: Report) -> ReportTable:
     sides = _sides(report)
     t = ReportTable("overview", ["", *sides])
-    rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    rows: list[tuple[str, Callable[[SideSummary], str]]] = [
         ("requests", lambda s: f"{s['requests']:,}"),
         ("errors", lambda s: f"{s['errors']:,} ({pct(s['error_rate'])})"),
         ("throughput req/s", lambda s: num(s["throughput_rps"], 2)),
@@ -102,7 +119,7 @@ def _overview(report: dict[str, Any]) -> ReportTable:
     return t
 
 
-def _percentiles(report: dict[str, Any]) -> ReportTable:
+def _percentiles(report: Report) -> ReportTable:
     t = ReportTable(
         "percentiles (successful requests)",
         ["metric", "side", *(_Q_LABELS[q] for q in QUANTILES), "P99 95% CI"],
@@ -114,14 +131,14 @@ def _percentiles(report: dict[str, Any]) -> ReportTable:
             per_q = report["overall"][side]["metrics"].get(metric)
             if per_q is None:
                 continue
-            values = [ms((per_q.get(q) or {}).get("value")) for q in QUANTILES]
+            values = [ms(_value(per_q, q)) for q in QUANTILES]
             t.rows.append([label, side, *values, _interval(per_q.get("p99"))])
     if not t.rows:
         t.note = "nothing to measure: no successful request"
     return t
 
 
-def _buckets(report: dict[str, Any]) -> ReportTable:
+def _buckets(report: Report) -> ReportTable:
     t = ReportTable(
         "latency by input length (ms)",
         ["input tokens", "side", "requests", "P50", "P95", "P99", "TTFT P99", "errors"],
@@ -132,13 +149,12 @@ def _buckets(report: dict[str, Any]) -> ReportTable:
             continue
         for n, side in enumerate(_sides(report)):
             s = row[side]
-            lat = s["metrics"].get("latency") or {}
-            ttft = s["metrics"].get("ttft") or {}
+            lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
             t.rows.append(
                 [
                     row["range"] if n == 0 else "", side, f"{s['requests']:,}",
-                    *(ms((lat.get(q) or {}).get("value")) for q in ("p50", "p95", "p99")),
-                    ms((ttft.get("p99") or {}).get("value")), pct(s["error_rate"]),
+                    *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
+                    ms(_value(ttft, "p99")), pct(s["error_rate"]),
                 ]
             )  # fmt: skip
     if not t.rows:
@@ -146,7 +162,7 @@ def _buckets(report: dict[str, Any]) -> ReportTable:
     return t
 
 
-def slo_table(slo: dict[str, Any]) -> ReportTable:
+def slo_table(slo: SloMatrix) -> ReportTable:
     """Each objective's value, limit and verdict: what ``replay --slo`` prints."""
     t = ReportTable(
         f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
@@ -174,7 +190,7 @@ def slo_table(slo: dict[str, Any]) -> ReportTable:
     return t
 
 
-def _slo_matrix(slo: dict[str, Any]) -> ReportTable:
+def _slo_matrix(slo: SloMatrix) -> ReportTable:
     t = ReportTable(
         "SLO matrix",
         ["objective", "weight", *slo["columns"]],
@@ -195,7 +211,7 @@ def _slo_matrix(slo: dict[str, Any]) -> ReportTable:
     return t
 
 
-def _deltas(d: dict[str, Any]) -> list[ReportTable]:
+def _deltas(d: Deltas) -> list[ReportTable]:
     if not d["compared"]:
         return [
             ReportTable(

@@ -11,11 +11,11 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
+from tailreplay.report.model import Report, SloMatrix
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check
 from tailreplay.report.tables import ReportTable, headline, report_tables
@@ -42,8 +42,9 @@ class ReportOptions:
 
 @dataclass
 class ReportResult:
-    report: dict[str, Any]
-    slo: dict[str, Any] | None
+    report: Report
+    slo: SloMatrix | None
+    """Also ``report["slo"]``; None without objectives."""
     headline: str
     tables: list[ReportTable] = field(default_factory=list)
 

@@ -1,0 +1,211 @@
+"""The report's data: what ``compare`` and ``check`` return and the renderers read.
+
+TypedDicts, so a report is a plain dict at run time: ``json.dump`` writes it as it
+is, and users read the same keys back from ``--json``. Times are milliseconds
+unless the key names another unit (``bin_s``, ``t_s``); None stands for "nothing
+to measure".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
+
+__all__ = [
+    "METRICS",
+    "BucketRow",
+    "Cdf",
+    "Deltas",
+    "Metric",
+    "Metrics",
+    "PerSide",
+    "Percentile",
+    "Percentiles",
+    "ReplaySettings",
+    "Report",
+    "Series",
+    "SideName",
+    "SideSummary",
+    "SloCell",
+    "SloMatrix",
+    "SloRow",
+    "SlowDown",
+    "per_side",
+    "side_items",
+]
+
+T = TypeVar("T")
+
+SideName: TypeAlias = Literal["recorded", "replayed"]
+
+Metric: TypeAlias = Literal["latency", "latency_from_due", "ttft", "tpot", "itl"]
+METRICS: tuple[Metric, ...] = ("latency", "latency_from_due", "ttft", "tpot", "itl")
+"""Every metric a report (and an SLO) can name; values in milliseconds."""
+
+
+class PerSide(TypedDict, Generic[T]):
+    """One value per side; a report of the replay alone has no ``recorded``."""
+
+    recorded: NotRequired[T]
+    replayed: T
+
+
+def per_side(values: Mapping[SideName, T]) -> PerSide[T]:
+    """``values`` (which must hold ``replayed``) as a PerSide, recorded first."""
+    if "recorded" in values:
+        return {"recorded": values["recorded"], "replayed": values["replayed"]}
+    return {"replayed": values["replayed"]}
+
+
+def side_items(values: PerSide[T]) -> list[tuple[SideName, T]]:
+    """(side, value) for each side ``values`` holds, recorded first."""
+    if "recorded" in values:
+        return [("recorded", values["recorded"]), ("replayed", values["replayed"])]
+    return [("replayed", values["replayed"])]
+
+
+class Percentile(TypedDict):
+    """One percentile's value and its 95% bootstrap interval."""
+
+    value: float
+    low: float | None
+    """Lower end of the 95% bootstrap interval; None without one (ITL's histogram)."""
+    high: float | None
+
+
+Percentiles: TypeAlias = dict[str, Percentile]
+"""Keyed by quantile name (``p50``, ``p95``, ``p99``, ``p999``)."""
+
+
+class Metrics(TypedDict, total=False):
+    """A side's percentiles per metric; None: nothing to measure.
+
+    ``latency``, ``ttft`` and ``tpot`` are always there; ``latency_from_due`` only for
+    a replay whose requests carry their dispatch lag; ``itl`` only in ``overall``.
+    """
+
+    latency: Percentiles | None
+    latency_from_due: Percentiles | None
+    ttft: Percentiles | None
+    tpot: Percentiles | None
+    itl: Percentiles | None
+
+
+class SideSummary(TypedDict):
+    """One side's figures over a set of requests (all of them, or one bucket's)."""
+
+    requests: int
+    errors: int
+    error_rate: float | None
+    throughput_rps: float | None
+    """Successes per second of the side's whole window (first start to last end)."""
+    output_tokens_per_s: float | None
+    tail: int
+    """Tail-stretched requests."""
+    metrics: Metrics
+
+
+class BucketRow(PerSide[SideSummary]):
+    """One input-length bucket; a replayed request counts in its recorded original's."""
+
+    range: str
+    """The bucket's label: ``<50``, ``50-256``, ``>=2048``, or ``unknown``."""
+
+
+class SlowDown(TypedDict):
+    """One of the requests whose replay was slowest against its recorded original."""
+
+    trace_id: str
+    """Hex, like ``span_id``."""
+    span_id: str
+    input_tokens: int
+    recorded_ms: float
+    replayed_ms: float
+    tail: bool
+
+
+class Deltas(TypedDict):
+    """Replayed minus recorded, request by request, over the pairs that both succeeded."""
+
+    joined: int
+    """Replayed requests with a recorded original (``unmatched``: without one)."""
+    unmatched: int
+    compared: int
+    """Joined pairs where both sides succeeded with a latency: what the rest covers."""
+    latency_delta_ms: dict[str, float] | None
+    """Percentiles (by quantile name) of replayed minus recorded latency."""
+    latency_ratio: dict[str, float] | None
+    """Percentiles of replayed over recorded latency."""
+    slower_share: float | None
+    """The share of compared pairs whose replay took longer."""
+    worst: list[SlowDown]
+    """The largest slow-downs, largest first."""
+
+
+class Series(TypedDict):
+    """Per time bin of a side: requests started, latency P50/P99, dispatch lag P99."""
+
+    bin_s: float | None
+    """None when no request has a start time (then every list is empty)."""
+    t_s: list[float]
+    rate_rps: list[float]
+    p50_ms: list[float | None]
+    """None for a bin without a successful request, like the other percentile lists."""
+    p99_ms: list[float | None]
+    lag_p99_ms: list[float | None] | None
+    """None for a recording (no dispatch schedule)."""
+
+
+class Cdf(TypedDict):
+    """Latency at fixed percentiles (both lists empty without a successful request)."""
+
+    pct: list[float]
+    ms: list[float]
+
+
+ReplaySettings: TypeAlias = dict[str, Any]
+"""The replay's header values (speed, upstream, ...), copied through as they are."""
+
+
+class SloCell(TypedDict):
+    """One objective on one column; ``ok`` is None when there is nothing to judge."""
+
+    value: float | None
+    limit: float | None
+    ok: bool | None
+
+
+class SloRow(TypedDict):
+    objective: str
+    """As given on the command line."""
+    weight: float
+    cells: dict[str, SloCell]
+    """Keyed by column: ``overall`` and each bucket's range."""
+
+
+class SloMatrix(TypedDict):
+    """Every objective against the overall column and every bucket, and the verdict."""
+
+    columns: list[str]
+    rows: list[SloRow]
+    score: float | None
+    """None without objectives."""
+    min_score: float
+    passed: bool
+
+
+class Report(TypedDict):
+    """Recorded against replayed: what ``--json`` writes, key for key."""
+
+    inputs: PerSide[list[str]]
+    """Each side's archive paths."""
+    replay: ReplaySettings
+    overall: PerSide[SideSummary]
+    buckets: list[BucketRow]
+    deltas: Deltas | None
+    """None without a recorded side."""
+    series: PerSide[Series]
+    cdf: PerSide[Cdf]
+    warnings: list[str]
+    slo: NotRequired[SloMatrix]
+    """Only when objectives were given."""
