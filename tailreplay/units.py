@@ -14,6 +14,7 @@ from yarl import URL
 from tailreplay.errors import UsageError
 
 __all__ = [
+    "format_duration",
     "format_ns",
     "parse_buckets",
     "parse_duration",
@@ -126,6 +127,22 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
     return int(dt.timestamp()) * 10**9 + dt.microsecond * 1000
 
 
+def format_duration(seconds: float) -> str:
+    """``seconds`` as a user would type it: ``1h30m``, ``5m``, ``90s``, ``250ms``.
+
+    >>> format_duration(5400.0)
+    '1h30m'
+    """
+    if seconds < 1 or seconds != int(seconds):
+        return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
+    rest, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts)
+
+
 def format_ns(ns: int) -> str:
     """ISO-8601 UTC with milliseconds: ``2023-11-16T18:15:46.684Z``."""
     dt = datetime.fromtimestamp(ns // 10**9, tz=UTC)
@@ -135,7 +152,7 @@ def format_ns(ns: int) -> str:
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     """``127.0.0.1:8000`` (or ``[::1]:8000``) → (host, port); port 0 means any free port."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
     return host.strip("[]"), int(port)
 

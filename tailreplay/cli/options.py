@@ -14,6 +14,7 @@ the OTLP flags (which hand the command one ``otlp: OtlpOptions``).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +47,7 @@ __all__ = [
     "SHARD",
     "SIZE",
     "SPEED",
+    "FiniteRange",
     "Parsed",
     "archives_argument",
     "buckets_option",
@@ -77,6 +79,16 @@ class Parsed(_ParamType):
         if not isinstance(value, str):
             return value  # a default already of the parsed type
         return self._parse(value, _flag(param))
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses nan and inf (which compare false to any bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number.", param, ctx)
+        return number
 
 
 def _flag(param: click.Parameter | None) -> str:
@@ -166,7 +178,7 @@ def slo_options(f: F) -> F:
     """Add ``--slo`` (the command gets ``slos``, a list of Objective) and ``--slo-min-score``."""
     f = click.option(
         "--slo-min-score",
-        type=click.FloatRange(0, 1),
+        type=FiniteRange(0, 1),
         default=1.0,
         show_default=True,
         help="Weighted share of the objectives that must be met; below it the exit code is 1.",
@@ -224,7 +236,7 @@ _OTLP_OPTIONS = [
 _LIVE_TRAFFIC_OPTIONS = [
     click.option(
         "--trace-sample",
-        type=click.FloatRange(0, 1, min_open=True),
+        type=FiniteRange(0, 1, min_open=True),
         default=1.0,
         show_default=True,
         help="Share of traces to export (by trace id; errors and the tail always).",
@@ -291,6 +303,7 @@ def time_window(
     """``--from``/``--to`` as unix ns; ``+DURATION`` counts from the archives' first record."""
     from tailreplay.traces.columns import load_columns
 
+    from_, to = (t if t and t.strip() else None for t in (from_, to))  # empty: not given
     origin = None
     if any(t is not None and t.strip().startswith("+") for t in (from_, to)):
         cols = load_columns(files, [], skip_corrupt=skip_corrupt)

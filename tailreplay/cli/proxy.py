@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 from yarl import URL
 
-from tailreplay.cli.options import DURATION, HOST_PORT, HTTP_URL, SIZE, Parsed, otlp_options
+from tailreplay.cli.options import (
+    DURATION,
+    HOST_PORT,
+    HTTP_URL,
+    SIZE,
+    FiniteRange,
+    Parsed,
+    otlp_options,
+)
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.units import parse_host_port, parse_http_url
@@ -116,7 +124,7 @@ class _Args:
 )
 @click.option(
     "--sample",
-    type=click.FloatRange(0, 1, min_open=True),
+    type=FiniteRange(0, 1, min_open=True),
     default=1.0,
     show_default=True,
     help="Share of requests to record (by trace id; errors and slow ones always kept).",

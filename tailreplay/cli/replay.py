@@ -23,6 +23,7 @@ from tailreplay.cli.options import (
     MODEL_MAP,
     SHARD,
     SPEED,
+    FiniteRange,
     Parsed,
     otlp_options,
     skip_corrupt_option,
@@ -124,14 +125,14 @@ class _Args:
 )
 @click.option(
     "--tail-stretch",
-    type=click.FloatRange(min=1),
+    type=FiniteRange(min=1),
     default=1.8,
     show_default=True,
     help="Output budget factor for the tail (1 turns it off).",
 )
 @click.option(
     "--tail-quantile",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=FiniteRange(0, 1, min_open=True, max_open=True),
     default=0.99,
     show_default=True,
     help="Where the tail starts.",
@@ -196,7 +197,7 @@ class _Args:
 )
 @click.option(
     "--start-at",
-    type=Parsed("time", lambda text, flag: parse_time(text)),
+    type=Parsed("time", lambda text, flag: parse_time(text) if text.strip() else None),
     help="Common start (ISO-8601 or unix s) for sharded replays.",
 )
 @click.option(

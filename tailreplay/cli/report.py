@@ -9,6 +9,7 @@ import click
 
 from tailreplay.cli.options import buckets_option, output_file, skip_corrupt_option, slo_options
 from tailreplay.errors import UsageError
+from tailreplay.output_path import check_output_file
 
 if TYPE_CHECKING:
     from tailreplay.report.slo import Objective
@@ -69,6 +70,10 @@ def report(
 
     if replay_only and recorded:
         raise UsageError("--replay-only and --recorded contradict each other")
+    outputs = {"--json": json, "--markdown": markdown, "--html": html, "--deltas": deltas}
+    for flag, path in outputs.items():
+        if path is not None:
+            check_output_file(flag, path, inputs=[*replayed, *recorded])
     options = ReportOptions(
         replayed=list(replayed),
         recorded=[] if replay_only else (list(recorded) or None),

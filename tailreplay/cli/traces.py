@@ -15,6 +15,7 @@ import click
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
+    FiniteRange,
     archives_argument,
     buckets_option,
     otlp_options,
@@ -24,7 +25,8 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp import OtlpOptions
-from tailreplay.units import format_ns, parse_time
+from tailreplay.output_path import check_output_file
+from tailreplay.units import format_duration, format_ns, parse_time
 
 __all__ = ["traces"]
 
@@ -158,7 +160,7 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
     )
     _warn(result.warnings)
     click.echo(
-        f"busiest {window:g} s by {by}: {format_ns(found.start_ns)} to "
+        f"busiest {format_duration(window)} by {by}: {format_ns(found.start_ns)} to "
         f"{format_ns(found.end_ns)}, {found.requests:,} requests, {found.tokens:,} tokens; "
         f"wrote {result.written:,} records to {out}",
         err=True,
@@ -178,6 +180,7 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
     """Import a public trace (Azure, Mooncake, BurstGPT, HAR, OTLP/JSON) as an archive."""
     from tailreplay.traces.importers import import_file
 
+    check_output_file("-o", out, inputs=[src])
     written, report = import_file(fmt, src, out, strict=strict)
     for line, reason in report.malformed[:20]:
         click.echo(f"warning: {src}:{line}: {reason}; skipped", err=True)
@@ -199,6 +202,7 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
     """Mooncake JSONL: timestamp, input/output lengths, hash_ids, session."""
     from tailreplay.traces.export import export_mooncake
 
+    check_output_file("-o", out, inputs=files)
     n = export_mooncake(files, out, skip_corrupt=skip_corrupt)
     click.echo(f"exported {n:,} records to {out}", err=True)
 
@@ -211,6 +215,7 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
     """One JSON object per record (bytes as hex)."""
     from tailreplay.traces.export import export_jsonl
 
+    check_output_file("-o", out, inputs=files)
     n = export_jsonl(files, out, skip_corrupt=skip_corrupt)
     click.echo(f"exported {n:,} records to {out}", err=True)
 
@@ -259,6 +264,7 @@ def fit(
     from tailreplay.private import open_private
     from tailreplay.traces.fit import fit as fit_workload
 
+    check_output_file("-o", out, inputs=files)
     workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
     with open_private(out) as f:
         json.dump(workload.to_json(), f, indent=1)
@@ -275,7 +281,7 @@ def fit(
 @click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
 @click.option(
     "--rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteRange(min=0, min_open=True),
     help="Mean requests per second (default: the fitted rate).",
 )
 @click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
@@ -298,6 +304,7 @@ def synth(
 
     if rate is not None and scale is not None:
         raise UsageError("give --rate or --scale, not both")
+    check_output_file("-o", out, inputs=[model])
     workload = Workload.load(model)
     written = synthesize(
         workload,

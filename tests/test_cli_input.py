@@ -1,0 +1,108 @@
+"""Bad input on every command: one line on stderr, exit 2, and nothing already on disk harmed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+
+PEAK = Path(__file__).resolve().parents[1] / "traces" / "peak.msgpack"
+
+
+def _run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    path = tmp_path / "in.msgpack"
+    shutil.copyfile(PEAK, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        (["traces", "merge"], "-o"),
+        (["traces", "slice"], "-o"),
+        (["traces", "peak", "--window", "1m"], "-o"),
+        (["traces", "export", "jsonl"], "-o"),
+        (["traces", "export", "mooncake"], "-o"),
+        (["traces", "fit"], "-o"),
+        (["report", "--replay-only"], "--json"),
+        (["report", "--replay-only"], "--markdown"),
+        (["report", "--replay-only"], "--html"),
+        (["replay", "--dry-run"], "--out"),
+        (["replay", "--dry-run"], "--json"),
+    ],
+)
+def test_no_command_writes_over_its_input(archive: Path, command: list[str], flag: str) -> None:
+    before = archive.read_bytes()
+    code, _, err = _run(*command, str(archive), flag, str(archive))
+    assert code == 2, err
+    assert err == f"Error: {archive}: the output is also an input; choose another {flag}\n"
+    assert archive.read_bytes() == before
+
+
+def test_import_and_synth_do_not_write_over_their_source(archive: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m.json"
+    assert _run("traces", "fit", str(archive), "-o", str(model))[0] == 0
+    text = model.read_text()
+    code, _, err = _run("traces", "synth", str(model), "-o", str(model), "--count", "5")
+    assert code == 2 and "the output is also an input" in err
+    assert model.read_text() == text
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 3}) + "\n")
+    code, _, err = _run("traces", "import", "mooncake", str(trace), "-o", str(trace))
+    assert code == 2 and "the output is also an input" in err
+    assert trace.read_text().startswith('{"timestamp": 0')
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["replay", "--dry-run", "--tail-quantile", "nan"],
+        ["replay", "--dry-run", "--tail-stretch", "inf"],
+        ["replay", "--dry-run", "--trace-sample", "nan"],
+        ["report", "--replay-only", "--slo", "latency:p99<=1s", "--slo-min-score", "nan"],
+    ],
+)
+def test_nan_and_inf_are_refused_before_any_work(archive: Path, args: list[str]) -> None:
+    code, out, err = _run(*args, str(archive))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "is not a finite number" in err
+
+
+def test_nan_sample_and_rate_are_refused(tmp_path: Path, archive: Path) -> None:
+    code, _, err = _run("proxy", "--upstream", "http://127.0.0.1:9", "--sample", "nan")
+    assert code == 2 and "'--sample': nan is not a finite number" in err
+    model = tmp_path / "m.json"
+    assert _run("traces", "fit", str(archive), "-o", str(model))[0] == 0
+    code, _, err = _run("traces", "synth", str(model), "-o", str(tmp_path / "s.msgpack"),
+                        "--count", "5", "--rate", "nan")  # fmt: skip
+    assert code == 2 and "'--rate': nan is not a finite number" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sim", "--listen", "127.0.0.1:99999"],
+        ["proxy", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:65536"],
+        ["replay", "--metrics-listen", "127.0.0.1:70000", str(PEAK)],
+    ],
+)
+def test_a_port_out_of_range_is_a_usage_error(args: list[str]) -> None:
+    code, _, err = _run(*args)
+    assert code == 2 and err.startswith("Error: invalid --") and err.count("\n") == 1
+
+
+def test_an_empty_time_means_no_bound(archive: Path, tmp_path: Path) -> None:
+    out = tmp_path / "all.msgpack"
+    code, _, err = _run("traces", "slice", str(archive), "-o", str(out), "--from", "", "--to", "")
+    assert code == 0 and "wrote 2,382 of 2,382 records" in err
