@@ -23,12 +23,13 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
-from tailreplay.openai_api import OPENAI_PATHS, route_label
+from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
-from tailreplay.proxy.openai import ResponseTap, SseRelay, with_usage_requested
+from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.proxy.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
+from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
 __all__ = ["build_server", "upstream_pool"]
@@ -135,8 +136,7 @@ class _Forwarder:
             ex.error = ex.error or "client_abort"
             raise
         finally:
-            if ex.duration_ns is None:
-                ex.duration_ns = time.monotonic_ns() - t0
+            ex.finish(time.monotonic_ns())
             for sink in self.sinks:
                 sink.on_complete(ex)
 
@@ -217,7 +217,7 @@ class _Forwarder:
         relay = SseRelay() if is_sse and ex.injected_usage else None
         ex.tap = ResponseTap(stream=is_sse)
         if is_sse:
-            ex.gaps_us = []
+            ex.timeline = StreamTimeline()
         response = _Response(
             status=upstream.status,
             reason=upstream.reason,
@@ -322,19 +322,12 @@ class _ToClient:
     def note(self, chunk: bytes) -> bytes:
         """Time and tap a chunk; returns what the client is to get of it."""
         ex = self.ex
-        now = time.monotonic_ns()
         if chunk:
-            if ex.gaps_us is not None:
-                # One gap per SSE event (≈ per token): events that arrived in the
-                # same read came together, so all but the first get a gap of 0.
-                events = chunk.count(b"\n\n") or 1
-                if ex.ttfb_ns is not None:
-                    ex.gaps_us.append((now - ex.last_chunk_ns) // 1000)
-                if events > 1:
-                    ex.gaps_us.extend([0] * (events - 1))
-            if ex.ttfb_ns is None:
+            now = time.monotonic_ns()
+            if ex.timeline is not None:
+                ex.timeline.feed(chunk, now)  # TTFT and gaps: token events only
+            elif ex.ttfb_ns is None:
                 ex.ttfb_ns = now - ex.t0_ns
-            ex.last_chunk_ns = now
             assert ex.tap is not None
             ex.tap.feed(chunk)
         for sink in self.sinks:

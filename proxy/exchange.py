@@ -13,7 +13,8 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any, Protocol
 
-from tailreplay.proxy.openai import ResponseTap
+from tailreplay.openai_api import ResponseTap
+from tailreplay.sse import StreamTimeline
 from tailreplay.traces.record import Record
 
 __all__ = ["Exchange", "ServerSpans", "Sink"]
@@ -38,9 +39,12 @@ class Exchange:
     """The proxy added stream_options.include_usage to this request."""
     status: int = 0
     ttfb_ns: int | None = None
+    """First body byte; for SSE (set by ``finish``) the first token event."""
+    ttft_content_ns: int | None = None
+    """SSE: the first answer token, when reasoning came before it."""
     duration_ns: int | None = None
-    last_chunk_ns: int = 0
-    gaps_us: list[int] | None = None
+    timeline: StreamTimeline | None = None
+    """SSE responses: the token timeline (tailreplay.sse)."""
     bytes_in: int = 0
     bytes_out: int = 0
     error: str | None = None
@@ -48,6 +52,18 @@ class Exchange:
     content_encoding: str | None = None
     usage_event: bytes | None = None
     """The usage-only SSE event stripped from the client's stream, if any."""
+
+    def finish(self, now_ns: int) -> None:
+        """The response is over (or abandoned): settle the times sinks and records read."""
+        if self.duration_ns is None:
+            self.duration_ns = now_ns - self.t0_ns
+        timeline = self.timeline
+        if timeline is not None:
+            timeline.finish(now_ns)
+            first, answer = timeline.first_ns, timeline.first_answer_ns
+            self.ttfb_ns = first - self.t0_ns if first is not None else None
+            if answer is not None and answer != first:
+                self.ttft_content_ns = answer - self.t0_ns
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Every exchange is pickled to the recorder process. The default for a slotted

@@ -5,7 +5,8 @@ On the request path this module only does cheap byte work: it injects
 only bodies that mention "stream"), and relays SSE events — stripping what the
 injection added, so the client sees exactly the stream it asked for. Request
 fields, usage and token counts are read later, in the recorder process, from the
-bytes kept (``request_info``, ``ResponseTap``, ``parse_usage``).
+bytes kept (``request_info``, ``tailreplay.openai_api``'s ``ResponseTap`` and
+``parse_usage``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from tailreplay.openai_api import OPENAI_PATHS
 
 __all__ = [
     "RequestInfo",
-    "ResponseTap",
     "SseRelay",
     "request_info",
     "with_usage_requested",
@@ -91,10 +91,8 @@ def with_usage_requested(path: str, raw: bytes) -> bytes | None:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-_CONTENT = re.compile(rb'"content"\s*:\s*"(?!")')  # a non-empty content string
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')
 _TAIL_BYTES = 16 << 10
-_WHOLE_BYTES = 1 << 20
 
 
 class SseRelay:
@@ -141,46 +139,3 @@ class SseRelay:
     def flush(self) -> bytes:
         rest, self._partial = self._partial, b""
         return rest
-
-
-def _restore_tap(stream: bool, kept: bytes, content_events: int, truncated: bool) -> ResponseTap:
-    tap = ResponseTap(stream)
-    tap.kept += kept
-    tap.content_events = content_events
-    tap.truncated = truncated
-    return tap
-
-
-class ResponseTap:
-    """Keeps what the recorder needs of a response, bounded in memory.
-
-    Streams: the last 16 KiB (usage and finish reason come last) and a running
-    count of content deltas (for estimates when the server reports no usage).
-    Other bodies: the first 1 MiB.
-    """
-
-    __slots__ = ("content_events", "kept", "stream", "truncated")
-
-    def __init__(self, stream: bool) -> None:
-        self.stream = stream
-        self.kept = bytearray()
-        self.content_events = 0
-        self.truncated = False
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Pickled with its exchange (see Exchange.__reduce__): a flat tuple.
-        return (_restore_tap, (self.stream, bytes(self.kept), self.content_events, self.truncated))
-
-    def feed(self, chunk: bytes) -> None:
-        if self.stream:
-            # A byte search, not a JSON parse: cheap enough for every chunk. An event
-            # with an empty content string ("content":"") is a role or final chunk.
-            # Servers differ in spacing: llama.cpp writes "content": "…".
-            self.content_events += len(_CONTENT.findall(chunk))
-            self.kept += chunk
-            if len(self.kept) > 2 * _TAIL_BYTES:
-                del self.kept[: len(self.kept) - _TAIL_BYTES]
-        else:
-            room = _WHOLE_BYTES - len(self.kept)
-            self.kept += chunk[: max(room, 0)]
-            self.truncated = self.truncated or len(chunk) > room

@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from tailreplay.openai_api import chat_text, parse_usage
+from tailreplay.openai_api import chat_text, parse_usage, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
@@ -95,7 +95,8 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
         parent_span_id=ex.parent_span_id,
         duration_ns=ex.duration_ns,
         ttfb_ns=ex.ttfb_ns,
-        chunk_gaps_us=ex.gaps_us or None,
+        ttft_content_ns=ex.ttft_content_ns,
+        chunk_gaps_us=(ex.timeline.gaps_us or None) if ex.timeline is not None else None,
         method=ex.method,
         path=redact_path(ex.path, key),
         status=ex.status,
@@ -119,17 +120,22 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
         record.prefix_hashes = prefix_hashes(tokens) or None
 
     kept = bytes(ex.tap.kept) if ex.tap is not None else b""
+    if record.error is None and ex.tap is not None and not ex.content_encoding:
+        record.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
     usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
     record.finish_reason = usage.finish_reason
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         record.input_tokens = usage.prompt_tokens
         record.output_tokens = usage.completion_tokens
+        record.cached_tokens = usage.cached_tokens
+        record.reasoning_tokens = usage.reasoning_tokens
         record.tokens_source = "usage"
     elif tokens is not None and ex.status == 200:
         # No usage from the server (llama.cpp ignores include_usage): count ourselves.
         record.input_tokens = len(tokens)
-        if ex.tap is not None and ex.tap.stream:
-            record.output_tokens = ex.tap.content_events
+        if ex.timeline is not None:
+            record.output_tokens = ex.timeline.tokens
+            record.reasoning_tokens = ex.timeline.reasoning or None
         else:
             text = _completion_text(kept) if ex.tap is not None and not ex.tap.truncated else None
             record.output_tokens = len(get().encode_ordinary(text)) if text is not None else None

@@ -74,10 +74,13 @@ def _answered(
     """What the target answered (or why nothing was): timings, status, usage, error."""
     record.duration_ns = outcome.duration_ns
     record.ttfb_ns = outcome.ttfb_ns
+    record.ttft_content_ns = outcome.ttft_content_ns
     record.chunk_gaps_us = outcome.gaps_us or None
     record.status = outcome.status
     record.output_tokens = outcome.completion_tokens
-    record.tokens_source = "usage" if outcome.completion_tokens is not None else None
+    record.cached_tokens = outcome.cached_tokens
+    record.reasoning_tokens = outcome.reasoning_tokens
+    record.tokens_source = outcome.tokens_source
     record.finish_reason = outcome.finish_reason
     if sent is not None:  # a dropped request sent no bytes
         record.bytes_in = len(spec.body) if spec is not None and spec.body else 0

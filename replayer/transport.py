@@ -13,24 +13,32 @@ from typing import Protocol
 
 import aiohttp
 
-from tailreplay.openai_api import parse_usage
+from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
 from tailreplay.replayer.request import RequestSpec
+from tailreplay.sse import StreamTimeline
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
-
-_TAIL = 16 << 10
 
 
 @dataclass(slots=True)
 class Outcome:
+    """What came back for one request, measured the way the proxy measures a capture."""
+
     status: int = 0
     error: str | None = None
     ttfb_ns: int | None = None
+    """First body byte; for SSE the first token event (tailreplay.sse)."""
+    ttft_content_ns: int | None = None
+    """SSE: the first answer token, when reasoning came before it."""
     duration_ns: int | None = None
     gaps_us: list[int] | None = None
     bytes_out: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    tokens_source: str | None = None
+    """``usage`` (the target said), ``estimate`` (counted here), or None."""
     finish_reason: str | None = None
     error_text: str = ""
 
@@ -59,30 +67,23 @@ class HttpTransport:
                 spec.method, self.base + spec.path, data=spec.body, headers=headers
             ) as resp:
                 out.status = resp.status
-                tail = bytearray()
-                last = 0
-                gaps: list[int] | None = [] if spec.stream else None
+                sse = resp.content_type == "text/event-stream"
+                timeline = StreamTimeline() if sse else None
+                tap = ResponseTap(stream=sse)
                 async for chunk in resp.content.iter_any():
                     now = time.monotonic_ns()
-                    if out.ttfb_ns is None:
+                    if timeline is not None:
+                        timeline.feed(chunk, now)
+                    elif out.ttfb_ns is None:
                         out.ttfb_ns = now - t0
-                    elif gaps is not None:
-                        gaps.append((now - last) // 1000)
-                        gaps.extend([0] * (chunk.count(b"\n\n") - 1))
-                    last = now
                     out.bytes_out += len(chunk)
-                    tail += chunk
-                    if len(tail) > 2 * _TAIL:
-                        del tail[:-_TAIL]
-                out.duration_ns = time.monotonic_ns() - t0
-                out.gaps_us = gaps
-                if resp.status >= 400:
-                    out.error_text = bytes(tail[:2000]).decode("utf-8", "replace")
-                else:
-                    usage = parse_usage(bytes(tail))
-                    out.prompt_tokens = usage.prompt_tokens
-                    out.completion_tokens = usage.completion_tokens
-                    out.finish_reason = usage.finish_reason
+                    tap.feed(chunk)
+                end = time.monotonic_ns()
+                out.duration_ns = end - t0
+                if timeline is not None:
+                    timeline.finish(end)
+                    _timeline(out, timeline, t0)
+                _read_body(out, spec, tap, timeline)
         except TimeoutError:
             out.error = "timeout"
         except aiohttp.ClientConnectorError:
@@ -97,3 +98,33 @@ class HttpTransport:
 
     async def close(self) -> None:
         await self._session.close()
+
+
+def _timeline(out: Outcome, timeline: StreamTimeline, t0_ns: int) -> None:
+    """A stream's TTFT, time to the answer and inter-token gaps."""
+    first, answer = timeline.first_ns, timeline.first_answer_ns
+    out.ttfb_ns = first - t0_ns if first is not None else None
+    if answer is not None and answer != first:
+        out.ttft_content_ns = answer - t0_ns
+    out.gaps_us = timeline.gaps_us
+
+
+def _read_body(
+    out: Outcome, spec: RequestSpec, tap: ResponseTap, timeline: StreamTimeline | None
+) -> None:
+    """Error text, or usage and finish reason; tokens counted here when the target gave none."""
+    if out.status >= 400:
+        out.error_text = bytes(tap.kept[:2000]).decode("utf-8", "replace")
+        return
+    out.error = response_problem(spec.path, out.status, tap, timeline)
+    usage = parse_usage(bytes(tap.kept))
+    out.finish_reason = usage.finish_reason
+    if usage.prompt_tokens is not None and usage.completion_tokens is not None:
+        out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens
+        out.cached_tokens, out.reasoning_tokens = usage.cached_tokens, usage.reasoning_tokens
+        out.tokens_source = "usage"
+    elif out.error is None and timeline is not None and timeline.tokens:
+        # No usage (llama.cpp ignores include_usage): one token an event, as the proxy counts.
+        out.completion_tokens = timeline.tokens
+        out.reasoning_tokens = timeline.reasoning or None
+        out.tokens_source = "estimate"

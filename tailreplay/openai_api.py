@@ -14,15 +14,20 @@ import json
 import re
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tailreplay.sse import StreamTimeline
 
 __all__ = [
     "OPENAI_PATHS",
     "ROUTES",
+    "ResponseTap",
     "Usage",
     "chat_text",
     "operation_name",
     "parse_usage",
+    "response_problem",
     "route_label",
 ]
 
@@ -57,40 +62,71 @@ def operation_name(path: str | None) -> str:
 
 @dataclass
 class Usage:
+    """What the server reported of a response's tokens (None: not reported)."""
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    """All generated tokens, reasoning included."""
+    cached_tokens: int | None = None
+    """Prompt tokens served from the prefix cache."""
+    reasoning_tokens: int | None = None
+    """Generated tokens spent thinking before the answer (inside completion_tokens)."""
     finish_reason: str | None = None
 
 
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
-_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
+_USAGE_KEY = re.compile(r'"usage"\s*:\s*\{')
+_FINISH = re.compile(r'"finish_reason"\s*:\s*"([a-z_]+)"')
+_DECODER = json.JSONDecoder()
+# Each count under the names servers give it: OpenAI's chat and completions, its
+# Responses API and Anthropic's (input/output), vLLM, SGLang, TGI and llama.cpp
+# (OpenAI's names), nested as OpenAI nests the details.
+_PROMPT = (("prompt_tokens",), ("input_tokens",))
+_COMPLETION = (("completion_tokens",), ("output_tokens",))
+_CACHED = (("prompt_tokens_details", "cached_tokens"), ("input_tokens_details", "cached_tokens"),
+           ("cache_read_input_tokens",))  # fmt: skip
+_REASONING = (("completion_tokens_details", "reasoning_tokens"),
+              ("output_tokens_details", "reasoning_tokens"))  # fmt: skip
 
 
 def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
-    """Usage and finish reason from the kept response bytes (last ones win)."""
+    """Usage and finish reason from the kept response bytes (the last of each wins).
+
+    ``kept`` may be a whole JSON body, an SSE stream or only its tail: every
+    ``"usage": {...}`` object in it is decoded as JSON, whatever it nests.
+
+    >>> parse_usage(b'{"usage": {"prompt_tokens": 9, "completion_tokens": 2}}').prompt_tokens
+    9
+    """
     if content_encoding in ("gzip", "deflate"):
         try:
             kept = zlib.decompressobj(47).decompress(bytes(kept))  # 47: gzip or zlib header
         except zlib.error:
             return Usage()
+    text = bytes(kept).decode("utf-8", "replace")
     usage = Usage()
-    for m in _USAGE.finditer(kept):
+    for m in _USAGE_KEY.finditer(text):
         try:
-            fields = json.loads(m.group(1))
+            fields, _ = _DECODER.raw_decode(text, m.end() - 1)
         except ValueError:
-            continue
-        pt, ct = (
-            fields.get("prompt_tokens", fields.get("input_tokens")),
-            fields.get("completion_tokens", fields.get("output_tokens")),
-        )
-        if isinstance(pt, int):
-            usage.prompt_tokens = pt
-        if isinstance(ct, int):
-            usage.completion_tokens = ct
-    finishes = _FINISH.findall(kept)
+            continue  # cut off by the kept window, or not JSON
+        _update(usage, fields)
+    finishes = _FINISH.findall(text)
     if finishes:
-        usage.finish_reason = finishes[-1].decode()
+        usage.finish_reason = finishes[-1]
     return usage
+
+
+def _update(usage: Usage, fields: dict[str, Any]) -> None:
+    """Set what one usage object reports; counts it does not report stay as they were."""
+    for name, paths in (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
+                        ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING)):  # fmt: skip
+        for path in paths:
+            value: Any = fields
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(usage, name, value)
+                break
 
 
 def chat_text(messages: list[Any]) -> str:
@@ -113,3 +149,73 @@ def chat_text(messages: list[Any]) -> str:
             )
         parts.append(f"{m.get('role', '')}\n{content if isinstance(content, str) else ''}\n")
     return "".join(parts)
+
+
+_TAIL_BYTES = 16 << 10
+_WHOLE_BYTES = 1 << 20
+
+
+def _restore_tap(stream: bool, kept: bytes, truncated: bool) -> ResponseTap:
+    tap = ResponseTap(stream)
+    tap.kept += kept
+    tap.truncated = truncated
+    return tap
+
+
+class ResponseTap:
+    """Keeps what the recorder needs of a response, bounded in memory.
+
+    Streams: the last 16 KiB (usage and finish reason come last; their token
+    events are counted by a ``tailreplay.sse.StreamTimeline``). Other bodies: the
+    first 1 MiB. The proxy keeps one per exchange, the replayer one per request.
+    """
+
+    __slots__ = ("kept", "stream", "truncated")
+
+    def __init__(self, stream: bool) -> None:
+        self.stream = stream
+        self.kept = bytearray()
+        self.truncated = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the proxy's exchange (see Exchange.__reduce__): a flat tuple.
+        return (_restore_tap, (self.stream, bytes(self.kept), self.truncated))
+
+    def feed(self, chunk: bytes) -> None:
+        if self.stream:
+            self.kept += chunk
+            if len(self.kept) > 2 * _TAIL_BYTES:
+                del self.kept[: len(self.kept) - _TAIL_BYTES]
+        else:
+            room = _WHOLE_BYTES - len(self.kept)
+            self.kept += chunk[: max(room, 0)]
+            self.truncated = self.truncated or len(chunk) > room
+
+
+_DONE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+"""Streams that end with ``data: [DONE]`` (the Responses API ends with an event instead)."""
+
+
+def response_problem(
+    path: str | None, status: int, tap: ResponseTap, timeline: StreamTimeline | None
+) -> str | None:
+    """Why a successful answer on an OpenAI route is not what the API promises, or None.
+
+    A body that is not JSON (an HTML page, a proxy's error text), a stream with
+    events that are not JSON, or a chat/completions stream that ends without
+    ``[DONE]`` (cut short) is a ``bad_response``, whatever its status said.
+    """
+    bare = (path or "").split("?", 1)[0]
+    if status >= 400 or bare not in OPENAI_PATHS:
+        return None
+    if timeline is not None:
+        if timeline.malformed:
+            return "bad_response"
+        return "bad_response" if bare in _DONE_PATHS and not timeline.done else None
+    if tap.truncated:
+        return None  # over 1 MiB: not judged
+    try:
+        json.loads(bytes(tap.kept))
+    except ValueError:
+        return "bad_response"
+    return None

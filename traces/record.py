@@ -30,6 +30,9 @@ class Record:
     parent_span_id: bytes | None = None
     duration_ns: int | None = None
     ttfb_ns: int | None = None
+    """Arrival to the first generated token of any kind (for SSE: the first event with text)."""
+    ttft_content_ns: int | None = None
+    """Arrival to the first answer token, when reasoning tokens came before it."""
     chunk_gaps_us: list[int] | None = None
     method: str | None = None
     path: str | None = None
@@ -40,6 +43,11 @@ class Record:
     stream: bool | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    """Every generated token, reasoning included."""
+    cached_tokens: int | None = None
+    """Prompt tokens served from the server's prefix cache (usage details)."""
+    reasoning_tokens: int | None = None
+    """Thinking tokens of a reasoning model (inside output_tokens)."""
     tokens_source: str | None = None
     max_tokens: int | None = None
     finish_reason: str | None = None
@@ -89,8 +97,9 @@ _FIELD_SET = frozenset(FIELDS)
 
 INT_FIELDS = frozenset(
     {
-        "start_ns", "duration_ns", "ttfb_ns", "status", "input_tokens", "output_tokens",
-        "max_tokens", "bytes_in", "bytes_out", "intended_ns", "sent_ns", "lag_ns", "shard",
+        "start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "status", "input_tokens",
+        "output_tokens", "cached_tokens", "reasoning_tokens", "max_tokens", "bytes_in",
+        "bytes_out", "intended_ns", "sent_ns", "lag_ns", "shard",
     }
 )  # fmt: skip
 BOOL_FIELDS = frozenset({"stream", "tail"})

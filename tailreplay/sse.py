@@ -1,0 +1,125 @@
+"""The token timeline of a streamed (SSE) response: which events carry generated text, and when.
+
+The proxy, capturing, and the replayer, measuring its target, feed the same
+``StreamTimeline`` with each chunk as it arrives, so TTFT, time to the answer
+and inter-token gaps mean one thing on both sides:
+
+- an event is complete at its blank line (``\\n\\n`` or ``\\r\\n\\r\\n``); its time is
+  the arrival of the chunk that completes it;
+- an event is a *token event* when it carries generated text: a non-empty
+  ``content``, ``text``, ``arguments`` (tool calls) or ``delta`` string (the
+  answer), or ``reasoning_content``, ``reasoning`` or ``thinking`` (a reasoning
+  model's thoughts). Keep-alive comments (``: ping``), role-only and usage-only
+  events and ``[DONE]`` are not;
+- ``first_ns`` is the first token event of any kind (TTFT); ``first_answer_ns``
+  the first answer token (later than ``first_ns`` when the model reasoned first);
+- ``gaps_us`` holds one gap per token event after the first: the time since the
+  previous one. Events completed by the same read arrived together (the network
+  or the server's buffering coalesced them): all but the first of them get 0.
+
+``tokens`` counts token events: one per generated token for servers that send a
+token an event (OpenAI, vLLM, SGLang, llama.cpp), fewer when a server batches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["StreamTimeline"]
+
+_TEXT = re.compile(
+    rb'"(content|text|arguments|delta|reasoning_content|reasoning|thinking)"\s*:\s*"(?!")'
+)
+_REASONING = frozenset((b"reasoning_content", b"reasoning", b"thinking"))
+_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n")
+_MAX_PARTIAL = 1 << 20
+"""An unfinished event longer than this is not SSE as servers send it: dropped."""
+
+
+class StreamTimeline:
+    """Feed it every chunk with its arrival time (ns, monotonic); read the timeline after."""
+
+    __slots__ = ("_last_ns", "_partial", "done", "first_answer_ns", "first_ns", "gaps_us",
+                 "malformed", "reasoning", "tokens")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.first_ns: int | None = None
+        self.first_answer_ns: int | None = None
+        self.gaps_us: list[int] = []
+        self.tokens = 0
+        """Token events, reasoning included."""
+        self.reasoning = 0
+        """Token events that carried reasoning, not answer."""
+        self.done = False
+        """``data: [DONE]`` came (OpenAI's chat and completions streams end with it)."""
+        self.malformed = 0
+        """Events whose data is neither a JSON object nor [DONE]."""
+        self._last_ns = 0
+        self._partial = b""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with the proxy's exchange to the recorder process: a flat tuple.
+        state = (self.first_ns, self.first_answer_ns, self.gaps_us, self.tokens, self.reasoning,
+                 self.done, self.malformed)  # fmt: skip
+        return (_restore, state)
+
+    def feed(self, chunk: bytes, now_ns: int) -> None:
+        """Take the next chunk of the body, which arrived at ``now_ns``."""
+        if not self._partial and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r\n\r\n" not in chunk:
+            self._event(chunk, now_ns, first_of_read=True)  # the usual case: one whole event
+            return
+        data = self._partial + chunk if self._partial else chunk
+        start = 0
+        first = True
+        for m in _BOUNDARY.finditer(data):
+            if self._event(data[start : m.end()], now_ns, first_of_read=first):
+                first = False
+            start = m.end()
+        rest = data[start:]
+        self._partial = rest if len(rest) <= _MAX_PARTIAL else b""
+
+    def finish(self, now_ns: int) -> None:
+        """The body ended: an event not closed by a blank line still counts."""
+        if self._partial:
+            self._event(self._partial, now_ns, first_of_read=True)
+            self._partial = b""
+
+    def _event(self, event: bytes, now_ns: int, *, first_of_read: bool) -> bool:
+        """Account for one complete event; True if it carried generated text."""
+        at = event.find(b"data:")
+        if at < 0:
+            return False  # a comment (": ping"), or an event with no data
+        payload = event[at + 5 :].lstrip()
+        if not payload.startswith(b"{"):
+            if payload.startswith(b"[DONE]"):
+                self.done = True
+            elif payload:
+                self.malformed += 1
+            return False
+        keys = _TEXT.findall(event)
+        if not keys:
+            return False
+        answer = any(key not in _REASONING for key in keys)
+        self.tokens += 1
+        if not answer:
+            self.reasoning += 1
+        if self.first_ns is None:
+            self.first_ns = now_ns
+        else:
+            self.gaps_us.append((now_ns - self._last_ns) // 1000 if first_of_read else 0)
+        if answer and self.first_answer_ns is None:
+            self.first_answer_ns = now_ns
+        self._last_ns = now_ns
+        return True
+
+
+def _restore(
+    first_ns: int | None, first_answer_ns: int | None, gaps_us: list[int], tokens: int,
+    reasoning: int, done: bool, malformed: int,
+) -> StreamTimeline:  # fmt: skip
+    timeline = StreamTimeline()
+    timeline.first_ns, timeline.first_answer_ns = first_ns, first_answer_ns
+    timeline.gaps_us, timeline.tokens, timeline.reasoning = gaps_us, tokens, reasoning
+    timeline.done, timeline.malformed = done, malformed
+    return timeline

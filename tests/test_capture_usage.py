@@ -1,0 +1,129 @@
+"""Token counts and first-token times as OpenAI and DeepSeek-R1 report them, through capture
+and replay: exact counts from nested usage, reasoning timed apart from the answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+from aiohttp import web
+
+from tailreplay.replayer.run import ReplayConfig, run
+from tailreplay.replayer.schedule import ScheduleConfig
+from tailreplay.replayer.speed import parse_speed
+from tailreplay.traces.reader import ArchiveReader
+from tests.fixed_upstream import (
+    CACHED_TOKENS,
+    GAP_S,
+    PROMPT_TOKENS,
+    THOUGHTS,
+    WORDS,
+    fixed_app,
+    usage,
+)
+from tests.proxy_helpers import proxy_to, records, serve_app
+
+CASES = [  # (model, stream, include_usage)
+    (model, stream, include)
+    for model in ("gpt-4o", "deepseek-r1")
+    for stream, include in ((False, False), (True, True), (True, False))
+]
+
+
+async def _capture(tmp_path: Path) -> tuple[list, str]:
+    """One request of each case through the proxy, with the openai SDK."""
+    out = tmp_path / "cap"
+    async with serve_app(fixed_app()) as up, proxy_to(up, out) as proxy:
+        client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="k", max_retries=0)
+        for model, stream, include in CASES:
+            messages = [{"role": "user", "content": f"{model} {stream} {include}"}]
+            if not stream:
+                await client.chat.completions.create(model=model, messages=messages)
+                continue
+            extra = {"stream_options": {"include_usage": True}} if include else {}
+            async for _ in await client.chat.completions.create(
+                model=model, messages=messages, stream=True, **extra
+            ):
+                pass
+        await client.close()
+    return sorted(records(out), key=lambda r: r.start_ns), str(out)
+
+
+def _check(r, model: str, stream: bool) -> None:  # type: ignore[no-untyped-def]
+    want = usage("deepseek-r1" if model == "deepseek-r1" else "fixed")
+    assert (r.status, r.error, r.tokens_source) == (200, None, "usage")
+    assert (r.input_tokens, r.cached_tokens) == (PROMPT_TOKENS, CACHED_TOKENS)
+    assert r.output_tokens == want["completion_tokens"]
+    reasoning = want["completion_tokens_details"]["reasoning_tokens"]
+    assert r.reasoning_tokens == reasoning
+    if not stream:
+        assert r.ttft_content_ns is None and r.chunk_gaps_us is None
+        return
+    # A gap between each two of the streamed tokens, each about GAP_S.
+    tokens = len(WORDS) + (len(THOUGHTS) if reasoning else 0)
+    assert len(r.chunk_gaps_us) == tokens - 1
+    assert min(r.chunk_gaps_us) >= GAP_S * 1e6 * 0.5
+    if reasoning:  # the answer began after the thoughts: one gap per thought later
+        assert r.ttft_content_ns - r.ttfb_ns >= len(THOUGHTS) * GAP_S * 1e9 * 0.8
+    else:
+        assert r.ttft_content_ns is None
+
+
+async def test_capture_records_openai_and_r1_usage_exactly(tmp_path: Path) -> None:
+    got, _ = await _capture(tmp_path)
+    assert [(r.model, r.stream) for r in got] == [(m, s) for m, s, _ in CASES]
+    for r, (model, stream, _) in zip(got, CASES, strict=True):
+        _check(r, model, stream)
+
+
+async def test_the_replay_measures_what_the_capture_did(tmp_path: Path) -> None:
+    _, out = await _capture(tmp_path)
+    archives = sorted(Path(out).glob("*.msgpack"))
+    async with serve_app(fixed_app()) as target:
+        config = ReplayConfig(
+            schedule=ScheduleConfig(paths=archives, speed=parse_speed("10x"), tail_stretch=1.0),
+            target=target,
+            force_lengths=False,
+            out=tmp_path / "replay.msgpack",
+        )
+        await run(config, lambda line: None)
+    results = sorted(ArchiveReader([tmp_path / "replay.msgpack"]), key=lambda r: r.intended_ns)
+    for r, (model, stream, _) in zip(results, CASES, strict=True):
+        _check(r, model, stream)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_200_that_is_not_the_api_is_a_bad_response(tmp_path: Path, stream: bool) -> None:
+    async def html(request: web.Request) -> web.Response:
+        await request.read()
+        kind = "text/event-stream" if stream else "text/html"
+        body = "data: <html>maintenance</html>\n\n" if stream else "<html>maintenance</html>"
+        return web.Response(text=body, content_type=kind)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", html)
+    out = tmp_path / "cap"
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    async with (
+        serve_app(app) as up,
+        proxy_to(up, out) as proxy,
+        aiohttp.ClientSession() as session,
+        session.post(proxy.url + "/v1/chat/completions", json=body) as resp,
+    ):
+        assert resp.status == 200  # passed on as it came
+        await resp.read()
+    (r,) = records(out)
+    assert (r.status, r.error) == (200, "bad_response")
+    # Replayed at the same target, the result says the same.
+    async with serve_app(app) as target:
+        config = ReplayConfig(
+            schedule=ScheduleConfig(paths=sorted(out.glob("*.msgpack"))),
+            target=target,
+            out=tmp_path / "replay.msgpack",
+        )
+        outcome = await run(config, lambda line: None)
+    (result,) = ArchiveReader([tmp_path / "replay.msgpack"])
+    assert (result.status, result.error) == (200, "bad_response")
+    assert outcome.summary["errors"] == {"bad_response": 1} and outcome.exit_code == 1
