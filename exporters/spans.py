@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
@@ -24,12 +25,14 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
-from tailreplay.traces.record import Record, is_error
+from tailreplay.traces.metrics import is_error, percentiles
+from tailreplay.traces.record import Record
 
 __all__ = ["RecordSpans", "proxy_spans", "span_attributes", "span_name"]
 
 log = logging.getLogger("tailreplay.proxy")
 
+_ITL = {"p50": 50.0, "p99": 99.0}
 _EMPTY = Context()  # no current span: a span made with it is a root unless given a parent
 
 
@@ -37,10 +40,6 @@ def span_name(record: Record) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``."""
     op = operation_name(record.path)
     return f"{op} {record.model}" if record.model else op
-
-
-def _percentile(sorted_values: list[int], q: float) -> int:
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
 def span_attributes(
@@ -80,10 +79,11 @@ def span_attributes(
     if record.ttfb_ns is not None:
         a["tailreplay.ttft_ms"] = record.ttfb_ns / 1e6
     if record.chunk_gaps_us:
-        gaps = sorted(record.chunk_gaps_us)
-        a["tailreplay.itl.p50_ms"] = _percentile(gaps, 0.5) / 1e3
-        a["tailreplay.itl.p99_ms"] = _percentile(gaps, 0.99) / 1e3
-        a["tailreplay.itl.max_ms"] = gaps[-1] / 1e3
+        gaps = np.asarray(record.chunk_gaps_us, dtype=np.float64) / 1e3
+        itl = percentiles(gaps, _ITL)
+        assert itl is not None
+        a["tailreplay.itl.p50_ms"], a["tailreplay.itl.p99_ms"] = itl["p50"], itl["p99"]
+        a["tailreplay.itl.max_ms"] = float(gaps.max())
     if record.lag_ns is not None:
         a["tailreplay.replay.lag_ms"] = record.lag_ns / 1e6
     if record.tail is not None:

@@ -13,38 +13,53 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from tailreplay.traces.record import Record, is_error
+from tailreplay.traces.metrics import Metric, Requests, is_error, metric_values, percentiles
+from tailreplay.traces.record import Record
 
 __all__ = ["ResultCollector", "summary_lines"]
 
+Array = npt.NDArray[Any]
+
 _PCTS = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
+_COLUMNS = ("duration_ns", "ttfb_ns", "ttft_content_ns", "lag_ns", "output_tokens")
+_SHOWN: tuple[tuple[str, Metric], ...] = (
+    ("latency", "latency"), ("from due", "latency_from_due"), ("TTFT", "ttft"),
+    ("to answer", "ttft_content"), ("TPOT", "tpot"),
+)  # fmt: skip
+"""The summary's rows: a label and the shared metric it shows."""
 
 
-def _summary(values: array[Any], scale: float) -> dict[str, float] | None:
-    if not values:
-        return None
-    data = np.frombuffer(values, dtype=np.int64 if values.typecode == "q" else np.float64) * scale
-    out = {
-        k: float(v) for k, v in zip(_PCTS, np.percentile(data, list(_PCTS.values())), strict=True)
-    }
-    out["max"] = float(data.max())
+def _summary(values: Array) -> dict[str, float] | None:
+    """P50/P95/P99 and the maximum of ``values`` (ms), or None when there are none."""
+    out = percentiles(values, _PCTS)
+    if out is not None:
+        out["max"] = float(values.max())
     return out
+
+
+def _int(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 @dataclass
 class ResultCollector:
+    """The replay's figures so far, a few compact arrays: each request's columns of the
+    shared metric definitions (tailreplay.traces.metrics), and every dispatch lag."""
+
     tail_factor: float
     tail_quantile: float
     requests: int = 0
     ok: int = 0
     tail: int = 0
     errors: Counter[str] = field(default_factory=Counter)
-    latency_ns: array[int] = field(default_factory=lambda: array("q"))
-    service_ns: array[int] = field(default_factory=lambda: array("q"))
-    ttft_ns: array[int] = field(default_factory=lambda: array("q"))
-    tpot_ns: array[float] = field(default_factory=lambda: array("d"))
-    lag_ns: array[int] = field(default_factory=lambda: array("q"))
+    columns: dict[str, array[int]] = field(
+        default_factory=lambda: {name: array("q") for name in _COLUMNS}
+    )
+    stream: array[int] = field(default_factory=lambda: array("b"))
+    failed: array[int] = field(default_factory=lambda: array("b"))
+    dispatch_lag_ns: array[int] = field(default_factory=lambda: array("q"))
     first_sent_ns: int | None = None
     last_done_ns: int | None = None
 
@@ -52,24 +67,34 @@ class ResultCollector:
         self.requests += 1
         self.tail += bool(r.tail)
         if r.lag_ns is not None:
-            self.lag_ns.append(r.lag_ns)
+            self.dispatch_lag_ns.append(r.lag_ns)
         if r.sent_ns is not None:
             self.first_sent_ns = min(self.first_sent_ns or r.sent_ns, r.sent_ns)
             end = r.sent_ns + (r.duration_ns or 0)
             self.last_done_ns = max(self.last_done_ns or end, end)
         if r.error == "dropped":
             return  # counted by the dispatcher, reported as "dropped"
-        if is_error(r.status, r.error):
+        failed = is_error(r.status, r.error)
+        if failed:
             self.errors[r.error or f"http_{r.status}"] += 1
-            return
-        self.ok += 1
-        if r.duration_ns is not None:
-            self.service_ns.append(r.duration_ns)
-            self.latency_ns.append(r.duration_ns + max(r.lag_ns or 0, 0))
-        if r.ttfb_ns is not None and r.stream:
-            self.ttft_ns.append(r.ttfb_ns)
-            if r.output_tokens and r.output_tokens > 1 and r.duration_ns is not None:
-                self.tpot_ns.append((r.duration_ns - r.ttfb_ns) / (r.output_tokens - 1))
+        else:
+            self.ok += 1
+        c = self.columns
+        c["duration_ns"].append(_int(r.duration_ns))
+        c["ttfb_ns"].append(_int(r.ttfb_ns))
+        c["ttft_content_ns"].append(_int(r.ttft_content_ns))
+        c["lag_ns"].append(_int(r.lag_ns))
+        c["output_tokens"].append(_int(r.output_tokens))
+        self.stream.append(r.stream is True)
+        self.failed.append(failed)
+
+    def requests_view(self) -> Requests:
+        """The collected columns as the shared metric definitions read them."""
+        col = {name: np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
+               for name, a in self.columns.items()}  # fmt: skip
+        flags = [np.frombuffer(a, dtype=np.int8).astype(bool) if a else np.zeros(0, bool)
+                 for a in (self.stream, self.failed)]  # fmt: skip
+        return Requests(**col, stream=flags[0], error=flags[1])
 
     def summary(self, sent: int, dropped: int) -> dict[str, Any]:
         duration_s = (
@@ -77,6 +102,8 @@ class ResultCollector:
             if self.first_sent_ns is not None and self.last_done_ns is not None
             else 0.0
         )
+        values = metric_values(self.requests_view())
+        lag = np.frombuffer(self.dispatch_lag_ns, dtype=np.int64) * 1e-6
         return {
             "requests": self.requests,
             "sent": sent,
@@ -85,11 +112,11 @@ class ResultCollector:
             "dropped": dropped,
             "duration_s": duration_s,
             "throughput_rps": self.ok / duration_s if duration_s > 0 else None,
-            "latency_ms": _summary(self.latency_ns, 1e-6),
-            "service_ms": _summary(self.service_ns, 1e-6),
-            "ttft_ms": _summary(self.ttft_ns, 1e-6),
-            "tpot_ms": _summary(self.tpot_ns, 1e-6),
-            "lag_ms": _summary(self.lag_ns, 1e-6),
+            **{
+                f"{metric}_ms": _summary(values[metric]) if metric in values else None
+                for _, metric in _SHOWN
+            },
+            "lag_ms": _summary(lag),
             "tail": {
                 "count": self.tail,
                 "factor": self.tail_factor,
@@ -109,8 +136,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         if rate
         else f"duration {s['duration_s']:.1f} s",
     ]
-    for name, key in (("latency", "latency_ms"), ("service", "service_ms"), ("TTFT", "ttft_ms"),
-                      ("TPOT", "tpot_ms"), ("lag", "lag_ms")):  # fmt: skip
+    for name, key in (*((label, f"{metric}_ms") for label, metric in _SHOWN), ("lag", "lag_ms")):
         if p := s.get(key):
             cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
             lines.append(f"  {name:<10} {cells} ms")

@@ -40,7 +40,8 @@ from tailreplay.report.model import (
 )
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.report.side import Side
-from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label, percentiles
+from tailreplay.traces.metrics import metric_values, percentiles
+from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
 
 __all__ = ["DELTA_COLUMNS", "compare", "delta_rows"]
 
@@ -106,21 +107,8 @@ def _replay_settings(side: Side) -> ReplaySettings:
 
 
 def _values(side: Side, sel: Mask) -> dict[Metric, Array]:
-    """Per-request milliseconds of each metric over the selected requests."""
-    ms = 1e-6
-    dur, ttfb = side.duration_ns, side.ttfb_ns
-    has_dur = sel & (dur >= 0)
-    streamed = sel & side.stream & (ttfb >= 0)
-    tpot_sel = streamed & has_dur & (side.output_tokens > 1)
-    out: dict[Metric, Array] = {
-        "latency": dur[has_dur] * ms,
-        "ttft": ttfb[streamed] * ms,
-        "tpot": (dur[tpot_sel] - ttfb[tpot_sel]) / (side.output_tokens[tpot_sel] - 1) * ms,
-    }
-    due = has_dur & (side.lag_ns >= 0)
-    if side.is_replay and due.any():
-        out["latency_from_due"] = (dur[due] + side.lag_ns[due]) * ms
-    return out
+    """Per-request milliseconds of each metric over the selected successful requests."""
+    return metric_values(side.requests, sel)
 
 
 def _window_s(side: Side) -> float | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
+from tailreplay.traces.metrics import METRICS, Metric
+
 __all__ = [
     "METRICS",
     "BucketRow",
@@ -38,9 +40,7 @@ T = TypeVar("T")
 
 SideName: TypeAlias = Literal["recorded", "replayed"]
 
-Metric: TypeAlias = Literal["latency", "latency_from_due", "ttft", "tpot", "itl"]
-METRICS: tuple[Metric, ...] = ("latency", "latency_from_due", "ttft", "tpot", "itl")
-"""Every metric a report (and an SLO) can name; values in milliseconds."""
+# Every metric a report (and an SLO) can name, in milliseconds: the shared definitions.
 
 
 class PerSide(TypedDict, Generic[T]):
@@ -81,12 +81,14 @@ class Metrics(TypedDict, total=False):
     """A side's percentiles per metric; None: nothing to measure.
 
     ``latency``, ``ttft`` and ``tpot`` are always there; ``latency_from_due`` only for
-    a replay whose requests carry their dispatch lag; ``itl`` only in ``overall``.
+    a replay whose requests carry their dispatch lag; ``ttft_content`` only where an
+    answer came after reasoning; ``itl`` only in ``overall``.
     """
 
     latency: Percentiles | None
     latency_from_due: Percentiles | None
     ttft: Percentiles | None
+    ttft_content: Percentiles | None
     tpot: Percentiles | None
     itl: Percentiles | None
 

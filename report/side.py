@@ -19,13 +19,15 @@ import numpy.typing as npt
 
 from tailreplay.errors import ArchiveError
 from tailreplay.report.quantiles import LogHistogram
+from tailreplay.traces.metrics import Requests, is_error
 from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["Side", "load_side"]
 
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
-_INTS = ("start_ns", "duration_ns", "ttfb_ns", "input_tokens", "output_tokens", "lag_ns")
+_INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
+         "lag_ns")  # fmt: skip
 _FLAGS = ("stream", "error", "tail")
 
 
@@ -42,6 +44,7 @@ class Side:
     start_ns: Array
     duration_ns: Array
     ttfb_ns: Array
+    ttft_content_ns: Array
     input_tokens: Array
     output_tokens: Array
     stream: Array
@@ -60,6 +63,19 @@ class Side:
     @property
     def ok(self) -> Array:
         return ~self.error
+
+    @property
+    def requests(self) -> Requests:
+        """The columns the shared metric definitions read (tailreplay.traces.metrics)."""
+        return Requests(
+            duration_ns=self.duration_ns,
+            ttfb_ns=self.ttfb_ns,
+            ttft_content_ns=self.ttft_content_ns,
+            lag_ns=self.lag_ns,
+            output_tokens=self.output_tokens,
+            stream=self.stream,
+            error=self.error,
+        )
 
     @property
     def is_replay(self) -> bool:
@@ -111,12 +127,15 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     # Unrolled, with the collector paused (none of these maps can form a cycle): this
     # loop is most of a report's time, ~2 µs a record.
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
+    contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         for m in reader.iter_maps():
+            if None in m.values():  # nil means absent (docs/archive-format.md)
+                m = {k: v for k, v in m.items() if v is not None}
             get = m.get
             trace, span = get("orig_trace_id"), get("orig_span_id")
             if trace is None:
@@ -128,11 +147,11 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             starts(get("start_ns", -1))
             durations(get("duration_ns", -1))
             ttfbs(get("ttfb_ns", -1))
+            contents(get("ttft_content_ns", -1))
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
-            status = get("status")
-            bad = "error" in m or (type(status) is int and (status == 0 or status >= 400))
+            bad = is_error(get("status"), get("error"))
             failed(bad)
             stream(get("stream") is True)
             tail(get("tail") is True)

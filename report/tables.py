@@ -28,6 +28,7 @@ _LABELS: dict[Metric, str] = {
     "latency": "latency ms",
     "latency_from_due": "latency from due ms",
     "ttft": "TTFT ms",
+    "ttft_content": "TTFT to answer ms",
     "tpot": "TPOT ms",
     "itl": "ITL ms",
 }

@@ -85,12 +85,13 @@ def test_2x_replay_keeps_the_arrival_process(tmp_path: Path, fast_sim: str) -> N
     assert (sent[-1] - sent[0]) / 1e9 == pytest.approx(
         15.0 * (maps[-1]["start_ns"] - maps[0]["start_ns"]) / 30e9, abs=0.5
     )
-    # Per-second send counts follow the recorded ones compressed by two.
-    recorded = (np.array([m["start_ns"] for m in maps]) - maps[0]["start_ns"]) / 2e9
-    replayed = (sent - sent[0]) / 1e9
-    bins = np.arange(0, 16)
-    corr = np.corrcoef(np.histogram(recorded, bins)[0], np.histogram(replayed, bins)[0])[0, 1]
-    assert corr >= 0.99, corr
+    # Each request was due at its recorded offset halved, to the nanosecond...
+    by_trace = {m["trace_id"]: m["start_ns"] - maps[0]["start_ns"] for m in maps}
+    first_due = min(r.intended_ns for r in results)
+    for r in results:
+        assert r.intended_ns - first_due == pytest.approx(by_trace[r.orig_trace_id] / 2, abs=1)
+        # ...and left when due plus its dispatch lag (the wall clock agrees within 1 ms).
+        assert abs(r.sent_ns - r.intended_ns - r.lag_ns) < 1_000_000
     lag_p99 = s["lag_ms"]["p99"]
     print(f"lag p99 {lag_p99:.2f} ms at 200 rps")
     assert lag_p99 <= 10.0  # the benchmark reports the real figure; CI machines are busy
@@ -182,7 +183,7 @@ def test_tail_stretch_raises_the_targets_p99(tmp_path: Path, fast_sim: str) -> N
             str(archive),
         )
         assert code == 0, err
-        p99[factor] = json.loads(summary.read_text())["service_ms"]["p99"]
+        p99[factor] = json.loads(summary.read_text())["latency_ms"]["p99"]
     print(f"simulator P99: stretch 1.0 {p99['1.0']:.0f} ms, stretch 1.8 {p99['1.8']:.0f} ms")
     assert p99["1.8"] > 1.3 * p99["1.0"]
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tailreplay.traces.metrics import is_error
+
 __all__ = [
     "BOOL_FIELDS",
     "FIELDS",
     "INT_FIELDS",
     "Record",
-    "is_error",
     "record_to_map",
 ]
 
@@ -83,13 +84,6 @@ class Record:
     @property
     def is_error(self) -> bool:
         return is_error(self.status, self.error)
-
-
-def is_error(status: int | None, error: str | None) -> bool:
-    """A failed exchange: a transport error, no response (status 0), or an HTTP 4xx/5xx."""
-    if error is not None:
-        return True
-    return status is not None and (status == 0 or status >= 400)
 
 
 FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Record))

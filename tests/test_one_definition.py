@@ -1,0 +1,108 @@
+"""Every view of the same records gives the same figures: `traces stats`, `report` and the
+replay's summary read one set of definitions (tailreplay.traces.metrics)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.replayer.summary import ResultCollector
+from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+HEADER = {"format": "tailreplay", "version": 1, "source": "replay", "created_ns": T0}
+
+
+def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
+    """Replay results of every kind: streamed or not, reasoning first or not, failed in
+    every way, with fields absent and fields written as nil."""
+    rng = random.Random(seed)
+    maps = []
+    for i in range(n):
+        stream = rng.random() < 0.6
+        duration = rng.randint(50, 5000) * 10**6
+        m: dict[str, Any] = {
+            "start_ns": T0 + i * 10**7,
+            "orig_trace_id": rng.randbytes(16),
+            "orig_span_id": rng.randbytes(8),
+            "duration_ns": duration,
+            "ttfb_ns": rng.randint(5, 40) * duration // 100,
+            "status": 200,
+            "stream": stream,
+            "input_tokens": rng.randint(10, 3000),
+            "output_tokens": rng.randint(1, 400),
+            "lag_ns": rng.randint(0, 3 * 10**6),
+            "sent_ns": T0 + i * 10**7,
+        }
+        if stream and rng.random() < 0.3:  # a reasoning model: the answer came later
+            m["ttft_content_ns"] = m["ttfb_ns"] + (duration - m["ttfb_ns"]) // 3
+        roll = rng.random()
+        if roll < 0.04:
+            m["status"] = 503
+        elif roll < 0.07:
+            m["status"], m["error"] = 0, "reset"
+        elif roll < 0.09:
+            m["error"] = "bad_response"  # a 200 whose body broke the API
+        elif roll < 0.15:
+            m["error"] = None  # nil: absent, so a success
+        if rng.random() < 0.05:
+            m["ttft_content_ns"] = None
+        maps.append(m)
+    return maps
+
+
+def _json(*args: str) -> dict[str, Any]:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.stderr
+    out: dict[str, Any] = json.loads(result.stdout)
+    return out
+
+
+@pytest.fixture(scope="module")
+def views(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    path = write_plain(tmp_path_factory.mktemp("mixed") / "r.msgpack", _mixed(2000), HEADER)
+    stats = _json("traces", "stats", "--json", str(path))
+    out = path.with_suffix(".json")
+    CliRunner().invoke(cli, ["report", "--replay-only", "--json", str(out), str(path)])
+    report = json.loads(out.read_text())["overall"]["replayed"]
+    collector = ResultCollector(tail_factor=1.8, tail_quantile=0.99)
+    for record in ArchiveReader([path]):
+        collector.add(record)
+    summary = collector.summary(sent=2000, dropped=0)
+    return {"stats": stats, "report": report, "summary": summary}
+
+
+@pytest.mark.parametrize("metric", ["latency", "latency_from_due", "ttft", "ttft_content", "tpot"])
+def test_stats_report_and_replay_summary_agree(views: dict[str, Any], metric: str) -> None:
+    stats = views["stats"][f"{metric}_ms"]
+    report = {q: e["value"] for q, e in views["report"]["metrics"][metric].items()}
+    summary = views["summary"][f"{metric}_ms"]
+    assert stats is not None and summary is not None
+    assert report == pytest.approx(stats)
+    for q in ("p50", "p95", "p99"):
+        assert summary[q] == pytest.approx(stats[q])
+
+
+def test_the_error_rate_and_the_counts_agree(views: dict[str, Any]) -> None:
+    maps = _mixed(2000)
+    failed = sum(m.get("error") is not None or m["status"] == 0 or m["status"] >= 400 for m in maps)
+    assert 150 < failed < 250  # the fixture has errors of every kind
+    assert views["stats"]["error_rate"] == pytest.approx(failed / 2000)
+    assert views["report"]["error_rate"] == pytest.approx(failed / 2000)
+    assert sum(views["summary"]["errors"].values()) == failed
+    assert views["summary"]["completed"] == 2000 - failed
+
+
+def test_ttft_counts_streamed_answers_only(views: dict[str, Any]) -> None:
+    maps = [m for m in _mixed(2000) if m.get("error") is None and m["status"] == 200]
+    streamed = [m["ttfb_ns"] / 1e6 for m in maps if m["stream"]]
+    want = np.percentile(streamed, [50, 95, 99, 99.9])
+    got = views["stats"]["ttft_ms"]
+    assert [got["p50"], got["p95"], got["p99"], got["p999"]] == pytest.approx(list(want))
