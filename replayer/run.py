@@ -42,6 +42,8 @@ __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 STOP_GRACE_S = 5.0
 LEAD_S = 0.2
 """Time to get going before the first request is due."""
+LATE_START_S = 10.0
+"""How far past ``--start-at`` a run may start and still keep the shared schedule."""
 
 Say = Callable[[str], None]
 SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
@@ -268,7 +270,7 @@ async def _dispatch(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     _freeze_heap()  # before t0: the collection it starts with can take a while
-    t0, t0_wall = _start_times(loop.time(), config.start_at_ns, say)
+    t0, t0_wall = _start_times(loop.time(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     say(
         f"replaying {which}{the_plan.count:,} requests ({sc.speed}, tail "
@@ -297,16 +299,27 @@ async def _dispatch(
     return ReplayOutcome(summary, the_plan, target, interrupted)
 
 
-def _start_times(now_loop: float, start_at_ns: int | None, say: Say) -> tuple[float, int]:
+def _start_times(
+    now_loop: float, start_at_ns: int | None, shard: tuple[int, int], say: Say
+) -> tuple[float, int]:
     """The replay's t0 on the loop's clock and on the wall clock: LEAD_S from now, or
-    ``--start-at`` (shards share it to the nanosecond: their due times are one schedule)."""
+    ``--start-at``, which shards share to the nanosecond: their due times are one
+    schedule, so a shard that starts late keeps it and its late requests show as lag."""
     now_wall = time.time_ns()
     if start_at_ns is None:
         return now_loop + LEAD_S, now_wall + round(LEAD_S * 1e9)
     wait_s = (start_at_ns - now_wall) / 1e9
+    if wait_s < -LATE_START_S:
+        raise UsageError(
+            f"--start-at was {-wait_s:.0f} s ago: the shared schedule is lost; "
+            "give a time in the future"
+        )
     if wait_s < 0:
-        say(f"warning: --start-at was {-wait_s:.1f} s ago; starting now")
-        return now_loop, now_wall
+        which = f"shard {shard[0]}/{shard[1]}" if shard[1] > 1 else "the replay"
+        say(
+            f"warning: {which} started {-wait_s * 1000:.0f} ms after --start-at; "
+            "its first requests are that late (counted as lag)"
+        )
     return now_loop + wait_s, start_at_ns
 
 

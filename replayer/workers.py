@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import multiprocessing
 import shutil
 import signal
@@ -146,7 +147,9 @@ def _run_all(
             if error is not None:
                 for other in procs:
                     other.terminate()
-                raise type(error)(f"worker {i}/{workers}: {error}")
+                error = copy.copy(error)  # the same class and exit code, the worker named
+                error.args = (f"worker {i}/{workers}: {error}",)
+                raise error
             results.append((summary, plan, stopped or interrupted))
         return results
     finally:

@@ -8,6 +8,8 @@ stderr and the documented exit code (DESIGN §7): 2 usage, 3 unreadable input,
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INPUT",
@@ -74,3 +76,14 @@ class ArchiveCorrupt(ArchiveError):
             f"{path}: corrupt archive at byte offset {offset} ({reason}); "
             "use --skip-corrupt to recover the records after it"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its parts (it crosses from a --workers process to the parent),
+        # keeping a message the parent may have prefixed.
+        return (_rebuild_corrupt, (self.path, self.offset, self.reason, self.args))
+
+
+def _rebuild_corrupt(path: str, offset: int, reason: str, args: tuple[Any, ...]) -> ArchiveCorrupt:
+    error = ArchiveCorrupt(path, offset, reason)
+    error.args = args
+    return error

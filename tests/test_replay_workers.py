@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -130,3 +133,51 @@ def test_a_failed_merge_keeps_every_workers_results(
     )  # fmt: skip
     assert again.exit_code == 2 and "holds the results of an earlier run" in again.stderr
     assert len(list(parts.glob("part-*.msgpack"))) == 2
+
+
+def test_a_shard_that_starts_late_keeps_the_common_schedule(tmp_path: Path) -> None:
+    """Two machines' shards with one --start-at; the second starts about a second late."""
+    maps = _archive(tmp_path / "a.msgpack", 200)
+    starts = {m["trace_id"]: m["start_ns"] for m in maps}
+    replay = [sys.executable, "-m", "tailreplay", "replay", str(tmp_path / "a.msgpack")]
+    with sim_process(["--profile", "fast", "--max-num-seqs", "512"]) as sim:
+        start_at = time.time_ns() + 2 * 10**9
+        common = ["--target", sim, "--start-at", str(start_at / 1e9)]
+        first = subprocess.Popen(
+            [*replay, *common, "--shard", "0/2", "--out", str(tmp_path / "0.msgpack")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3.0)  # past --start-at, by a second and the second one's start-up
+        late = subprocess.run(
+            [*replay, *common, "--shard", "1/2", "--out", str(tmp_path / "1.msgpack")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert first.wait(timeout=120) == 0, first.stderr.read() if first.stderr else ""
+    assert late.returncode == 0, late.stderr
+    assert "warning: shard 1/2 started" in late.stderr and "after --start-at" in late.stderr
+    shard0 = list(ArchiveReader([tmp_path / "0.msgpack"]))
+    shard1 = list(ArchiveReader([tmp_path / "1.msgpack"]))
+    assert len(shard0) + len(shard1) == 200
+    # One schedule, to the nanosecond: due at --start-at plus the recorded offset.
+    first_start = min(starts.values())
+    for r in (*shard0, *shard1):
+        assert r.intended_ns == round(start_at / 1e9 * 1e9) + starts[r.orig_trace_id] - first_start
+    # The late shard's first requests carry the delay as lag; the punctual one's do not.
+    assert min(r.lag_ns for r in shard1) >= 0 and max(r.lag_ns for r in shard1) >= 10**9
+    assert max(r.lag_ns for r in shard0) < 5 * 10**8
+
+
+def test_a_damaged_archive_under_workers_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    path = tmp_path / "a.msgpack"
+    _archive(path, 400)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 40] = b"\xc1" * 40  # 0xc1: never valid msgpack
+    path.write_bytes(bytes(data))
+    result = CliRunner().invoke(
+        cli, ["replay", str(path), "--target", "http://127.0.0.1:9", "--workers", "2",
+              "--out", str(tmp_path / "r.msgpack")],
+    )  # fmt: skip
+    assert result.exit_code == 3, result.stderr
+    *_, last = result.stderr.strip().splitlines()
+    assert last.startswith("Error: worker ") and "corrupt archive at byte offset" in last
+    assert "Traceback" not in result.stderr
