@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from tailreplay.sim.profiles import EngineProfile
 from tailreplay.sim.schema import SimRequest
 
-__all__ = ["plan_output", "words"]
+__all__ = ["plan_output", "plan_reasoning", "words"]
 
 _VOCABULARY = [
     "the",
@@ -183,6 +183,19 @@ def plan_output(
     if natural >= budget:
         return budget, "length"
     return natural, "stop"
+
+
+def plan_reasoning(req: SimRequest, target: int, profile: EngineProfile, seed: int) -> int:
+    """How many of a chat request's ``target`` output tokens are thinking, before the answer.
+
+    A share (``reasoning_share``) of requests, chosen by their digest, think for
+    ``reasoning_tokens`` (leaving at least one answer token); the rest answer at once.
+    """
+    if req.kind != "chat" or profile.reasoning_share <= 0 or target < 2:
+        return 0
+    if _rng(req, seed, b"think").random() >= profile.reasoning_share:
+        return 0
+    return min(profile.reasoning_tokens, target - 1)
 
 
 def words(req: SimRequest, seed: int) -> Iterator[str]:

@@ -37,6 +37,10 @@ class EngineProfile:
     """Mean of the Gamma distribution output lengths are drawn from (when not forced)."""
     output_shape: float
     """Shape of that Gamma: 1 is exponential, larger is tighter around the mean."""
+    reasoning_share: float = 0.0
+    """Share of chat requests answered as a reasoning model does: thinking first."""
+    reasoning_tokens: int = 32
+    """Tokens such a request thinks (``reasoning_content``) before its answer."""
 
     def decode_ms(self, batch: int) -> float:
         return self.decode_base_ms + self.decode_per_seq_ms * batch

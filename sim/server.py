@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from tailreplay.sim.engine import Engine, NeverFits, QueueFull, Sequence
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.metrics import SimMetrics
-from tailreplay.sim.output import plan_output, words
+from tailreplay.sim.output import plan_output, plan_reasoning, words
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
 from tailreplay.traces.tokens import count_tokens
@@ -137,7 +137,8 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         metrics.rejected.labels("queue_full").inc()
         return _error(429, str(exc), **{"Retry-After": "1"})
 
-    reply = _Reply(req, prompt_tokens, finish_reason)
+    reasoning = plan_reasoning(req, target, config.profile, config.seed)
+    reply = _Reply(req, prompt_tokens, finish_reason, reasoning)
     try:
         if req.stream:
             return await _stream(request, state, req, seq, reply, fault.reset_after, arrival)
@@ -151,32 +152,43 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
 class _Reply:
     """Builds the OpenAI-shaped bodies for one request."""
 
-    def __init__(self, req: SimRequest, prompt_tokens: int, finish: str) -> None:
+    def __init__(self, req: SimRequest, prompt_tokens: int, finish: str, reasoning: int) -> None:
         self.req = req
         self.prompt_tokens = prompt_tokens
         self.finish = finish
+        self.reasoning = reasoning
+        """The first this many output tokens are thinking (``reasoning_content``)."""
         self.chat = req.kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.model = req.model or ""
         self.object = "chat.completion" if self.chat else "text_completion"
 
-    def usage(self, completion_tokens: int) -> dict[str, int]:
-        return {
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
         }
+        if self.reasoning:  # as OpenAI and vLLM report a reasoning model's thinking
+            thought = min(self.reasoning, completion_tokens)
+            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
+        return usage
 
-    def whole(self, text: str, completion_tokens: int) -> dict[str, Any]:
+    def whole(self, tokens: list[str], completion_tokens: int) -> dict[str, Any]:
         if self.chat:
+            thought, answer = tokens[: self.reasoning], tokens[self.reasoning :]
+            message = {"role": "assistant", "content": "".join(answer)}
+            if thought:
+                message["reasoning_content"] = "".join(thought)
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": message,
                 "finish_reason": self.finish,
                 "logprobs": None,
             }
         else:
+            text = "".join(tokens)
             choice = {"index": 0, "text": text, "finish_reason": self.finish, "logprobs": None}
         return {
             "id": self.id,
@@ -187,13 +199,14 @@ class _Reply:
             "usage": self.usage(completion_tokens),
         }
 
-    def chunk(self, text: str | None, first: bool, finish: str | None = None) -> bytes:
+    def chunk(self, text: str | None, index: int, finish: str | None = None) -> bytes:
+        """The SSE event of output token ``index`` (-1: the closing event)."""
         if self.chat:
             delta: dict[str, Any] = {}
-            if first:
+            if index == 0:
                 delta["role"] = "assistant"
             if text is not None:
-                delta["content"] = text
+                delta["reasoning_content" if index < self.reasoning else "content"] = text
             choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
@@ -226,9 +239,9 @@ async def _whole(
     first_at = None
     while await seq.next_tokens():
         first_at = first_at or time.monotonic()
-    text = "".join(itertools.islice(words(req, state.config.seed), seq.generated))
+    tokens = list(itertools.islice(words(req, state.config.seed), seq.generated))
     _observe(state, seq, reply, arrival, first_at)
-    return web.json_response(reply.whole(text, seq.generated))
+    return web.json_response(reply.whole(tokens, seq.generated))
 
 
 async def _stream(
@@ -257,10 +270,10 @@ async def _stream(
                     request.transport.abort()  # an RST, as a crashed server gives
                 state.engine.cancel(seq)
                 return resp
-            out.append(reply.chunk(next(text), first=sent == 0))
+            out.append(reply.chunk(next(text), sent))
             sent += 1
         await resp.write(b"".join(out))
-    tail = [reply.chunk(None, first=False, finish=reply.finish)]
+    tail = [reply.chunk(None, -1, finish=reply.finish)]
     if req.include_usage:
         tail.append(reply.usage_chunk(sent))
     tail.append(b"data: [DONE]\n\n")

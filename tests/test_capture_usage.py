@@ -13,6 +13,8 @@ from aiohttp import web
 from tailreplay.replayer.run import ReplayConfig, run
 from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.replayer.speed import parse_speed
+from tailreplay.sim.profiles import PROFILES
+from tailreplay.sim.server import SimConfig, serve
 from tailreplay.traces.reader import ArchiveReader
 from tests.fixed_upstream import (
     CACHED_TOKENS,
@@ -127,3 +129,47 @@ async def test_a_200_that_is_not_the_api_is_a_bad_response(tmp_path: Path, strea
     (result,) = ArchiveReader([tmp_path / "replay.msgpack"])
     assert (result.status, result.error) == (200, "bad_response")
     assert outcome.summary["errors"] == {"bad_response": 1} and outcome.exit_code == 1
+
+
+async def test_the_simulator_thinks_like_a_reasoning_model(tmp_path: Path) -> None:
+    """``--reasoning-share 0.5``: half the chat requests think 12 tokens first; a capture
+    through the proxy and a replay of it both time the answer apart and count the
+    thinking exactly."""
+    profile = PROFILES["default"].with_overrides(
+        decode_base_ms=3.0, decode_per_seq_ms=0.0, prefill_base_ms=1.0,
+        prefill_per_token_ms=0.0, reasoning_share=0.5, reasoning_tokens=12,
+    )  # fmt: skip
+    out = tmp_path / "cap"
+    async with serve(SimConfig(profile=profile, seed=3, port=0)) as sim, proxy_to(sim, out) as p:
+        client = openai.AsyncOpenAI(base_url=p.url + "/v1", api_key="k", max_retries=0)
+        for i in range(40):
+            messages = [{"role": "user", "content": f"question {i}"}]
+            if i % 2:
+                await client.chat.completions.create(model="r1", messages=messages,
+                                                     max_tokens=30)  # fmt: skip
+                continue
+            async for _ in await client.chat.completions.create(
+                model="r1", messages=messages, max_tokens=30, stream=True
+            ):
+                pass
+        await client.close()
+        got = records(out)
+        archives = sorted(out.glob("*.msgpack"))
+        config = ReplayConfig(
+            schedule=ScheduleConfig(paths=archives, speed=parse_speed("20x"), tail_stretch=1.0),
+            target=sim,
+            allow_upstream=True,  # the same simulator: a test, not production
+            out=tmp_path / "replay.msgpack",
+        )
+        await run(config, lambda line: None)
+    replayed = list(ArchiveReader([tmp_path / "replay.msgpack"]))
+    for rs in (got, replayed):
+        thinking = [r for r in rs if r.reasoning_tokens]
+        assert 10 <= len(thinking) <= 30  # about half, chosen per request
+        assert all(r.reasoning_tokens == 12 and r.output_tokens > 12 for r in thinking)
+        assert all(r.tokens_source == "usage" for r in rs)
+        for r in thinking:
+            if r.stream:  # the answer's first token came twelve steps after the first
+                assert r.ttft_content_ns - r.ttfb_ns >= 12 * 3e6 * 0.8
+        plain = [r for r in rs if not r.reasoning_tokens]
+        assert all(r.ttft_content_ns is None for r in plain)

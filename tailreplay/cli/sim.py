@@ -30,6 +30,8 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
     "--output-mean": ("output_mean", float),
     "--output-shape": ("output_shape", float),
     "--served-model": ("served_model", str),
+    "--reasoning-share": ("reasoning_share", float),
+    "--reasoning-tokens": ("reasoning_tokens", int),
 }
 
 
