@@ -19,7 +19,8 @@ from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
 from tailreplay.sampling import RunningP99, TraceSampler
-from tailreplay.traces.record import Record, is_error
+from tailreplay.traces.metrics import is_error
+from tailreplay.traces.record import Record
 from tailreplay.traces.redact import fingerprint, redact_headers, redact_path, redact_text
 from tailreplay.traces.tokens import get
 from tailreplay.traces.writer import ArchiveWriter
