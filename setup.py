@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         # Optional: without a compiler the install still succeeds and load_columns
-        # uses its pure-Python path (about 3x slower).
+        # uses its pure-Python path (~15x slower; docs/benchmarks.md).
         Extension(
             "tailreplay.traces._colscan",
             ["traces/_colscan.c"],

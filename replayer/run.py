@@ -117,7 +117,8 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
     try:
         if config.dry_run:
             _dry_run(config, the_plan, on_result)
-            return ReplayOutcome(collector.summary(collector.requests, 0), the_plan, None)
+            summary = {**collector.summary(0, 0), "dry_run": True}
+            return ReplayOutcome(summary, the_plan, None)
         with contextlib.ExitStack() as stack:
             target = config.target
             if target is None:

@@ -127,6 +127,11 @@ class ResultCollector:
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
     """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
+    t = s["tail"]
+    quantile = f"P{t['quantile'] * 100:g}"
+    tail = f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}"
+    if s.get("dry_run"):
+        return [f"dry run: {s['requests']:,} requests planned, none sent", tail]
     errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
     rate = s["throughput_rps"]
     lines = [
@@ -140,9 +145,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         if p := s.get(key):
             cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
             lines.append(f"  {name:<10} {cells} ms")
-    t = s["tail"]
-    quantile = f"P{t['quantile'] * 100:g}"
-    lines.append(f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}")
+    lines.append(tail)
     if "input_tokens_error" in s:
         error = s["input_tokens_error"] * 100
         lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")

@@ -47,7 +47,9 @@ def _dry(tmp_path: Path, archive: Path, *args: str, name: str = "dry") -> list:
         cli, ["replay", "--dry-run", "--out", str(out), *args, str(archive)]
     )
     assert result.exit_code == 0, result.output
-    return list(ArchiveReader([out], order="file"))
+    planned = list(ArchiveReader([out], order="file"))
+    assert f"dry run: {len(planned):,} requests planned, none sent" in result.stdout
+    return planned
 
 
 @pytest.mark.parametrize(

@@ -129,7 +129,7 @@ def slice_(
         files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop_after_ns=end_ns
     )
     _warn(result.warnings)
-    click.echo(f"wrote {result.written:,} of {result.read:,} records to {out}", err=True)
+    click.echo(f"wrote {result.written:,} records to {out} (of {result.read:,} read)", err=True)
 
 
 @traces.command()
