@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.dispatch import Dispatcher, SpanSink
+from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
@@ -32,6 +34,7 @@ from tailreplay.replayer.results import result_record
 from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.replayer.transport import HttpTransport, Transport
+from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import read_header
 from tailreplay.traces.record import Record
@@ -80,6 +83,8 @@ class ReplayConfig:
     """Serve Prometheus metrics on HOST:PORT while the replay runs."""
     metrics_linger_s: float = 0.0
     """...and this long after it (Prometheus scrapes every 15 s or so)."""
+    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS
+    """Dispatch lag P99 above this: the client was the bottleneck, and the run says so."""
 
 
 @dataclass
@@ -174,6 +179,7 @@ def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
             "shard": list(sc.shard),
             # What was replayed, so `tailreplay report` finds the recorded side.
             "archives": [str(Path(p).resolve()) for p in sc.paths],
+            "lag_limit_ms": config.lag_limit_ms,
         },
     )
     # A dry run produces results far faster than they can be written: it waits for
@@ -280,15 +286,18 @@ async def _dispatch(
     ticker = loop.create_task(
         show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
     )
+    watch = LoopWatch()
+    watcher = loop.create_task(watch.run())
     try:
         await dispatcher.run(schedule(sc, the_plan), t0, t0_wall)
         if interrupted:
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:
         gc.unfreeze()
-        ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await ticker
+        for task in (ticker, watcher):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await transport.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -297,6 +306,8 @@ async def _dispatch(
     summary = collector.summary(s.sent, s.dropped)
     if s.input_intended:
         summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
+    lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
+    summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
     return ReplayOutcome(summary, the_plan, target, interrupted)
 
 

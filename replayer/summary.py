@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.traces.client_health import verdict_line
 from tailreplay.traces.metrics import Metric, Requests, is_error, metric_values, percentiles
 from tailreplay.traces.record import Record
 
@@ -146,6 +147,8 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
             cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
             lines.append(f"  {name:<10} {cells} ms")
     lines.append(tail)
+    if "client" in s:
+        lines.append(verdict_line(s["client"]))
     if "input_tokens_error" in s:
         error = s["input_tokens_error"] * 100
         lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")

@@ -23,9 +23,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
 from tailreplay.replayer.summary import ResultCollector
+from tailreplay.traces.client_health import ClientVerdict, client_verdict
 from tailreplay.traces.ops import copy_records
 from tailreplay.traces.reader import ArchiveReader, read_header
 
@@ -166,7 +169,7 @@ def _merge(
     assert config.out is not None
     files = sorted(parts.glob("part-*.msgpack"))
     first = read_header(files[0])
-    keep = ("speed", "tail_stretch", "tail_quantile", "amplify", "archives")
+    keep = ("speed", "tail_stretch", "tail_quantile", "amplify", "archives", "lag_limit_ms")
     extra = {k: first[k] for k in keep if k in first}
     copy_records(files, config.out, source="replay",
                  extra_header={**extra, "shard": [0, 1], "workers": workers})  # fmt: skip
@@ -183,5 +186,21 @@ def _merge(
     if weights and sum(w for _, w in weights):
         summary["input_tokens_error"] = sum(e * w for e, w in weights) / sum(w for _, w in weights)
     summary["workers"] = workers
+    summary["client"] = _merged_health(config, collector, [s for s, _, _ in results])
     plan = results[0][1]
     return ReplayOutcome(summary, plan, target, any(stopped for _, _, stopped in results))
+
+
+def _merged_health(
+    config: ReplayConfig, collector: ResultCollector, summaries: list[dict[str, Any]]
+) -> ClientVerdict:
+    """One verdict for all workers: the lag P99 over every send; the loop stalls summed,
+    the worst stall and the busiest worker's CPU."""
+    lags = np.frombuffer(collector.dispatch_lag_ns, dtype=np.int64)
+    verdict = client_verdict(lags, config.lag_limit_ms)
+    health = [s["client"] for s in summaries if "client" in s]
+    if health:
+        verdict["loop_stalls"] = sum(h["loop_stalls"] or 0 for h in health)
+        verdict["worst_stall_ms"] = max(h["worst_stall_ms"] or 0.0 for h in health)
+        verdict["cpu_share"] = max(h["cpu_share"] or 0.0 for h in health)
+    return verdict

@@ -40,6 +40,12 @@ from tailreplay.report.model import (
 )
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.report.side import Side
+from tailreplay.traces.client_health import (
+    DEFAULT_LAG_LIMIT_MS,
+    ClientVerdict,
+    client_verdict,
+    verdict_line,
+)
 from tailreplay.traces.metrics import metric_values, percentiles
 from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
 
@@ -90,7 +96,11 @@ def compare(
             {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()}
         ),
         "warnings": [w for side in sides.values() for w in side.warnings],
+        "client": _client(replayed),
     }
+    client = report["client"]
+    if client is not None and client["client_bound"]:
+        report["warnings"].append(verdict_line(client).removeprefix("warning: "))
     for label, masks in _bucket_masks(bucket_tokens, buckets):
         summaries = {
             name: _summary(side, masks[name], windows[name], rng, itl=False)
@@ -98,6 +108,15 @@ def compare(
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
     return report
+
+
+def _client(side: Side) -> ClientVerdict | None:
+    """The replay's verdict on its client, from the lags its records carry."""
+    if not side.is_replay:
+        return None
+    limit = next((h["lag_limit_ms"] for h in side.headers if "lag_limit_ms" in h), None)
+    lags = side.lag_ns[side.lag_ns >= 0]
+    return client_verdict(lags, float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS)
 
 
 def _replay_settings(side: Side) -> ReplaySettings:

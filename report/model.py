@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
+from tailreplay.traces.client_health import ClientVerdict
 from tailreplay.traces.metrics import METRICS, Metric
 
 __all__ = [
@@ -209,5 +210,7 @@ class Report(TypedDict):
     series: PerSide[Series]
     cdf: PerSide[Cdf]
     warnings: list[str]
+    client: ClientVerdict | None
+    """Was the replaying client fast enough to measure the target? None: not a replay."""
     slo: NotRequired[SloMatrix]
     """Only when objectives were given."""

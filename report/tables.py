@@ -86,8 +86,13 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         parts.append(f"against {recorded['requests']:,} recorded")
     parts.append(f"errors {pct(rep['error_rate'])}")
     line = ", ".join(parts)
+    client = report["client"]
+    if client is not None and client["client_bound"]:
+        line += f"; CLIENT-BOUND (dispatch lag P99 {client['lag_p99_ms']:.1f} ms)"
     if slo is not None and slo["rows"]:
         verdict = "PASS" if slo["passed"] else "FAIL"
+        if client is not None and client["client_bound"]:
+            verdict = "NOT JUDGED"
         line += f"; SLO {verdict} (score {slo['score']:.2f}, needs {slo['min_score']:.2f})"
     return line
 

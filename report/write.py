@@ -95,8 +95,16 @@ def write_report(
 
 
 def fail_on_slo(result: ReportResult) -> None:
-    """Raise RunFailed (exit 1) when the SLO matrix did not pass."""
+    """Raise RunFailed (exit 1) when the SLO matrix did not pass, or could not be judged
+    because the replaying client, not the target, was the bottleneck."""
     slo = result.slo
+    client = result.report["client"]
+    if slo is not None and client is not None and client["client_bound"]:
+        raise RunFailed(
+            f"SLO not judged: the client was the bottleneck (dispatch lag P99 "
+            f"{client['lag_p99_ms']:.1f} ms > {client['lag_limit_ms']:g} ms); "
+            "the target did not see the recorded arrival process"
+        )
     if slo is None or slo["passed"]:
         return
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]

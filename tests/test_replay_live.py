@@ -292,3 +292,36 @@ def test_outputs_in_missing_directories_are_one_line(tmp_path: Path) -> None:
         code, _, err = _replay("--dry-run", flag, str(tmp_path / "missing" / "x"), str(archive))
         assert code == 2 and f"{flag} " in err and "no such directory" in err
         assert "Traceback" not in err
+
+
+def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
+    tmp_path: Path, fast_sim: str
+) -> None:
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 200, 2.0)
+    # A limit no machine meets stands in for a busy client (tests/load checks the real one).
+    out, summary = tmp_path / "r.msgpack", tmp_path / "s.json"
+    code, stdout, err = _replay("--target", fast_sim, "--lag-limit", "1ns", "--out", str(out),
+                                "--json", str(summary), str(archive))  # fmt: skip
+    assert code == 0, err
+    assert "warning: the client was the bottleneck: dispatch lag P99" in stdout
+    client = json.loads(summary.read_text())["client"]
+    assert client["client_bound"] and client["lag_limit_ms"] == pytest.approx(1e-6)
+    assert client["cpu_share"] > 0 and client["loop_stalls"] is not None
+    # The report of that run says it, and an SLO gate on it is not judged (exit 1).
+    result = CliRunner().invoke(cli, ["report", str(out), "--slo", "latency:p99<=60s"])
+    assert result.exit_code == 1
+    assert "CLIENT-BOUND" in result.stdout and "SLO NOT JUDGED" in result.stdout
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("Error: SLO not judged: the client was the bottleneck (dispatch lag P99")
+    )
+    # The same run with the default limit on this light load: measured, and said so.
+    code, stdout, err = _replay("--target", fast_sim, "--out", str(tmp_path / "ok.msgpack"),
+                                str(archive))  # fmt: skip
+    assert code == 0, err
+    assert "client: dispatch lag P99" in stdout and "bottleneck" not in stdout
+    ok = CliRunner().invoke(cli, ["report", str(tmp_path / "ok.msgpack"),
+                                  "--slo", "latency:p99<=60s"])  # fmt: skip
+    assert ok.exit_code == 0 and "SLO PASS" in ok.stdout, ok.stderr

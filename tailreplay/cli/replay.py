@@ -101,6 +101,7 @@ class _Args:
     skip_corrupt: bool
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
+    lag_limit: float
     report_out: Path | None
     slos: list[Objective]
     slo_min_score: float
@@ -231,6 +232,14 @@ class _Args:
     help="Keep serving metrics this long after the run, so the last scrape sees the end.",
 )
 @click.option(
+    "--lag-limit",
+    type=DURATION,
+    default="5ms",
+    show_default=True,
+    help="Dispatch lag P99 above this means the client, not the target, was the limit: "
+    "the run says so and an SLO gate is not judged.",
+)
+@click.option(
     "--report",
     "report_out",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -313,6 +322,7 @@ def _config(args: _Args) -> ReplayConfig:
         else None,
         metrics_listen=args.metrics_listen,
         metrics_linger_s=args.metrics_linger,
+        lag_limit_ms=args.lag_limit * 1000,
     )
 
 

@@ -1,0 +1,72 @@
+"""A replay's verdict on its own health: was the client fast enough to measure the target?
+
+A replay reproduces the recorded arrival process only while it sends on time.
+When the replaying machine is short of CPU, requests leave late: the target
+sees a different (smoother, later) load than production's, and every figure then
+describes the client as much as the target. When the dispatch lag P99 exceeds the
+run's limit (``--lag-limit``, default 5 ms) the run is ``client_bound``: the
+replay's summary, ``report`` and its SLO gate say so instead of presenting the
+figures as the target's. The replayer adds what it saw of its event loop and CPU
+(replayer/health.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["DEFAULT_LAG_LIMIT_MS", "ClientVerdict", "client_verdict", "verdict_line"]
+
+DEFAULT_LAG_LIMIT_MS = 5.0
+
+
+class ClientVerdict(TypedDict):
+    lag_p99_ms: float | None
+    lag_limit_ms: float
+    loop_stalls: int | None
+    """Times the event loop was blocked 50 ms or more (None: not watched, e.g. a merge)."""
+    worst_stall_ms: float | None
+    cpu_share: float | None
+    """The replayer process's CPU time over wall time (1.0: a whole core)."""
+    client_bound: bool
+
+
+def client_verdict(
+    lags_ns: npt.NDArray[Any],
+    lag_limit_ms: float,
+    *,
+    loop_stalls: int | None = None,
+    worst_stall_ms: float | None = None,
+    cpu_share: float | None = None,
+) -> ClientVerdict:
+    """The verdict from a run's dispatch lags (ns); the loop and CPU figures when known."""
+    lag_p99 = float(np.percentile(lags_ns, 99)) / 1e6 if lags_ns.size else None
+    return {
+        "lag_p99_ms": lag_p99,
+        "lag_limit_ms": lag_limit_ms,
+        "loop_stalls": loop_stalls,
+        "worst_stall_ms": worst_stall_ms,
+        "cpu_share": cpu_share,
+        "client_bound": lag_p99 is not None and lag_p99 > lag_limit_ms,
+    }
+
+
+def verdict_line(v: ClientVerdict) -> str:
+    """One line for people: the numbers, and what they mean when the client was the limit."""
+    if v["lag_p99_ms"] is None:
+        return "client: nothing was sent"
+    parts = [f"dispatch lag P99 {v['lag_p99_ms']:.1f} ms (limit {v['lag_limit_ms']:g} ms)"]
+    if v["cpu_share"] is not None:
+        parts.append(f"CPU {v['cpu_share'] * 100:.0f}% of a core")
+    if v["loop_stalls"]:
+        parts.append(f"{v['loop_stalls']} loop stalls (worst {v['worst_stall_ms']:.0f} ms)")
+    line = ", ".join(parts)
+    if not v["client_bound"]:
+        return f"client: {line}"
+    return (
+        f"warning: the client was the bottleneck: {line}. Requests left late, so the target "
+        "saw a different arrival process than recorded: every latency here describes this "
+        "client as much as the target. Replay on a less busy machine, with --workers, or slower."
+    )
