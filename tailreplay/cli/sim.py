@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -60,6 +61,14 @@ def _with_overrides(f: F) -> F:
 @click.option("--fault-error-rate", default=0.0, help="Share of requests answered with 500.")
 @click.option("--fault-stall-ms", default=0.0, help="Delay before each request's first token.")
 @click.option("--fault-reset-rate", default=0.0, help="Share of streams reset mid-way.")
+@click.option(
+    "--nice",
+    type=click.IntRange(0, 19),
+    default=0,
+    show_default=True,
+    help="Lower this process's CPU priority (replay's built-in target uses 5, so on a busy "
+    "machine the replayer's timing comes first).",
+)
 @_with_overrides
 def sim(
     listen: tuple[str, int],
@@ -68,6 +77,7 @@ def sim(
     fault_error_rate: float,
     fault_stall_ms: float,
     fault_reset_rate: float,
+    nice: int,
     **overrides: Any,
 ) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
@@ -77,6 +87,8 @@ def sim(
     from tailreplay.sim.server import SimConfig, run
 
     host, port = listen
+    if nice:
+        os.nice(nice)
     try:
         chosen = profile(profile_name).with_overrides(**overrides)
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
