@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import openai
 import pytest
@@ -33,15 +34,21 @@ pytestmark = pytest.mark.skipif(not MODEL, reason="set by `make e2e-real`")
 
 
 @pytest.fixture(scope="module")
-def llama() -> Iterator[str]:
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "wb") as sink:
+        yield from _serve(port, sink, log)
+
+
+def _serve(port: int, sink: IO[bytes], log: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         # By default a new request interrupts the one being generated (its stream is cut);
         # an open-loop replay overlaps requests, so let them queue instead.
         [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--chat_format", "gemma",
          "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port),
          "--interrupt_requests", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=sink, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -51,13 +58,18 @@ def llama() -> Iterator[str]:
                 urllib.request.urlopen(url + "/v1/models", timeout=2)
                 break
             except OSError:
-                assert proc.poll() is None, "llama.cpp server exited"
-                assert time.monotonic() < deadline, "llama.cpp server did not start"
+                assert proc.poll() is None, f"llama.cpp server exited: {_tail(log)}"
+                assert time.monotonic() < deadline, f"llama.cpp did not start: {_tail(log)}"
                 time.sleep(0.5)
         yield url
+        assert proc.poll() is None, f"llama.cpp server died during the test: {_tail(log)}"
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def _tail(log: Path) -> str:
+    return log.read_bytes()[-2000:].decode("utf-8", "replace")
 
 
 def test_capture_then_replay_a_real_server(tmp_path: Path, llama: str) -> None:
@@ -126,3 +138,58 @@ def test_capture_then_replay_a_real_server(tmp_path: Path, llama: str) -> None:
     s = json.loads(summary.read_text())
     assert s["requests"] == 50, s
     assert s["completed"] == 50 and not s["errors"], s
+
+
+def test_queued_streams_time_the_first_token_not_the_keep_alive(tmp_path: Path, llama: str) -> None:
+    """Requests queued behind each other (one slot) wait long enough for the server's
+    `: ping` keep-alive comments (every 15 s): the record's TTFT is the first content
+    the client saw, no gap comes from a comment, and a replay has TPOT from estimates."""
+    out = tmp_path / "capture"
+    first_content: dict[int, float] = {}
+
+    async def one(client: openai.AsyncOpenAI, i: int) -> None:
+        stream = await client.chat.completions.create(
+            model="gemma", messages=[{"role": "user", "content": f"Say {i} in words."}],
+            max_tokens=24, stream=True, extra_headers={"x-request-index": str(i)},
+        )  # fmt: skip
+        async for c in stream:
+            if c.choices and c.choices[0].delta.content and i not in first_content:
+                first_content[i] = time.time_ns()  # wall clock, as records' start_ns
+
+    async def capture() -> None:
+        config = ProxyConfig(upstream=URL(llama), listen_port=0, admin_port=None, out_dir=out)
+        async with start(config) as proxy:
+            client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk", max_retries=0,
+                                        timeout=300)  # fmt: skip
+            await asyncio.gather(*(one(client, i) for i in range(48)))
+            await client.close()
+
+    asyncio.run(capture())
+    records = list(ArchiveReader(sorted(out.glob("*.msgpack"))))
+    assert len(records) == 48 and all(r.status == 200 and r.error is None for r in records)
+    by_request = {int(dict(r.req_headers or [])["x-request-index"]): r for r in records}
+    waited = [r for r in records if r.ttfb_ns > 16 * 10**9]
+    assert waited, f"no request queued past a keep-alive: {sorted(r.ttfb_ns for r in records)}"
+    for i, client_first in first_content.items():
+        r = by_request[i]
+        # The record's first token is the first content the client saw (the proxy sits
+        # between, a few ms ahead): not the keep-alive comment that came seconds before.
+        assert abs(r.start_ns + r.ttfb_ns - client_first) < 50_000_000, (i, r, client_first)
+        assert r.tokens_source == "estimate" and r.output_tokens and r.output_tokens >= 1
+        assert all(g < 5_000_000 for g in r.chunk_gaps_us or []), r.chunk_gaps_us  # no ping gap
+
+    archive = tmp_path / "capture.msgpack"
+    merged = CliRunner().invoke(
+        cli, ["traces", "merge", *map(str, out.glob("*.msgpack")), "-o", str(archive)]
+    )
+    assert merged.exit_code == 0, merged.stderr
+    summary = tmp_path / "s.json"
+    result = CliRunner().invoke(
+        cli, ["replay", "--speed", "1x", "--target", llama, "--allow-upstream", "--timeout",
+              "600s", "--json", str(summary), "--out", str(tmp_path / "r.msgpack"), str(archive)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    s = json.loads(summary.read_text())
+    assert s["completed"] == 48 and s["tpot_ms"] is not None, s
+    results = list(ArchiveReader([tmp_path / "r.msgpack"]))
+    assert all(r.tokens_source == "estimate" and r.output_tokens for r in results)
