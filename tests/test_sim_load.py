@@ -31,24 +31,31 @@ def _mean_between(before: str, after: str, name: str) -> float:
 
 
 async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
-    p = PROFILES["default"]
+    # Steps long enough that a VM's wake-up jitter (5-20 ms seen on this project's
+    # machines) is a few percent of them: the claim is the engine's arithmetic.
+    p = PROFILES["default"].with_overrides(
+        prefill_base_ms=200.0, prefill_per_token_ms=0.1, decode_base_ms=100.0,
+        decode_per_seq_ms=0.0,
+    )  # fmt: skip
+    overrides = ["--prefill-base-ms", "200", "--prefill-per-token-ms", "0.1",
+                 "--decode-base-ms", "100", "--decode-per-seq-ms", "0"]  # fmt: skip
     body = {
         "model": "m",
         "messages": [{"role": "user", "content": PROMPT}],
-        "max_tokens": 40,
+        "max_tokens": 8,
         "ignore_eos": True,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     ttfts, tpots = [], []
-    with sim_process(["--profile", "default"]) as url:
+    with sim_process(["--profile", "default", *overrides]) as url:
         async with aiohttp.ClientSession() as s:
             # The first request of a process pays for imports and code paths.
             async with s.post(url + "/v1/chat/completions", json=body) as r:
                 await r.read()
             async with s.get(url + "/metrics") as r:
                 warm = await r.text()
-            for _ in range(8):  # one at a time: batch size 1, no queueing
+            for _ in range(6):  # one at a time: batch size 1, no queueing
                 t0 = time.monotonic()
                 stamps = []
                 prompt_tokens = None
@@ -58,9 +65,9 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
                             stamps.append(time.monotonic())
                         if b'"prompt_tokens"' in line:
                             prompt_tokens = int(line.split(b'"prompt_tokens":')[1].split(b",")[0])
-                assert len(stamps) == 40 and prompt_tokens is not None
+                assert len(stamps) == 8 and prompt_tokens is not None
                 ttfts.append(stamps[0] - t0)
-                tpots.append((stamps[-1] - stamps[0]) / 39)
+                tpots.append((stamps[-1] - stamps[0]) / 7)
             async with s.get(url + "/metrics") as r:
                 metrics = await r.text()
     want_ttft = (p.prefill_base_ms + p.prefill_per_token_ms * prompt_tokens) / 1000
@@ -70,11 +77,11 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
     server_tpot = _mean_between(warm, metrics, "vllm:time_per_output_token_seconds")
     assert abs(server_ttft - want_ttft) / want_ttft < 0.10, (server_ttft, want_ttft)
     assert abs(server_tpot - want_tpot) / want_tpot < 0.10, (server_tpot, want_tpot)
-    # ...and the client sees it a little later: HTTP, SSE, and the wake-up of an idle
-    # process after tens of ms asleep (5-6 ms on this project's VMs).
+    # ...and the client sees it as the engine produced it, later by HTTP, the request's
+    # parsing and tokenising, and the wake-up of two idle processes (15-35 ms here).
     ttft, tpot = statistics.median(ttfts), statistics.median(tpots)
-    assert 0 <= ttft - server_ttft < 0.25 * want_ttft, (ttfts, server_ttft)
-    assert abs(tpot - server_tpot) / want_tpot < 0.10, (tpots, server_tpot)
+    assert 0 < ttft - server_ttft < 0.15 * want_ttft, (ttfts, server_ttft, want_ttft)
+    assert abs(tpot - server_tpot) / want_tpot < 0.10, (tpots, server_tpot, want_tpot)
 
 
 async def test_p99_rises_with_offered_load_and_429s_appear_past_capacity() -> None:
