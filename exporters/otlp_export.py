@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry.trace import SpanKind
+from yarl import URL
 
 from tailreplay.errors import RunFailed
 from tailreplay.exporters.otlp import OtlpOptions, SyncBatches, Telemetry
 from tailreplay.exporters.spans import RecordSpans
+from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.columns import Columns
 from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.record import Record
 
-__all__ = ["export_otlp", "rebase_shift"]
+__all__ = ["Exported", "export_otlp", "rebase_shift"]
 
 
 def rebase_shift(cols: Columns, now_ns: int) -> int:
@@ -31,18 +36,29 @@ def rebase_shift(cols: Columns, now_ns: int) -> int:
     return now_ns - int(ends.max())
 
 
+@dataclass
+class Exported:
+    spans: int = 0
+    renamed: int = 0
+    """Spans sent under new span ids (linked to their originals), whose originals the
+    proxy or the replayer had already exported live: a receiver drops a repeated id."""
+
+
 def export_otlp(
     paths: Sequence[str | os.PathLike[str]],
     options: OtlpOptions,
     *,
     shift_ns: int = 0,
     skip_corrupt: bool = False,
+    new_ids: bool | None = None,
     progress: Callable[[int], None] = lambda n: None,
-) -> int:
-    """Send one span per record, its times moved by ``shift_ns``; returns how many.
+) -> Exported:
+    """Send one span per record, its times moved by ``shift_ns``.
 
-    Raises RunFailed (exit 1) at the first batch the endpoint refuses (or does not
-    answer within the timeout), saying how many spans were delivered.
+    ``new_ids``: None sends new span ids only for archives whose header says their
+    spans went out live; True or False forces it. Raises RunFailed (exit 1) at the
+    first batch the endpoint refuses (or does not answer within the timeout), saying
+    how many spans were delivered.
     """
     telemetry = Telemetry.start(
         options, service="tailreplay-export", warn=lambda line: None, batch=False
@@ -50,23 +66,55 @@ def export_otlp(
     spans = RecordSpans(telemetry, kind=SpanKind.SERVER)
     batches = telemetry.processor if isinstance(telemetry.processor, SyncBatches) else None
     where = options.resolved_endpoint() or "the OTLP endpoint"
-    sent = 0
+    done = Exported()
     try:
-        for record in ArchiveReader(paths, skip_corrupt=skip_corrupt):
-            record.start_ns += shift_ns
-            # A replay's results are client spans (linked to what they replayed).
-            kind = SpanKind.CLIENT if record.orig_trace_id is not None else SpanKind.SERVER
-            spans.emit(record, kind=kind)
-            sent += 1
-            if sent % 512 == 0:
-                _check(batches, telemetry, sent, where)
-                progress(sent)
+        for path in paths:
+            reader = ArchiveReader([path], skip_corrupt=skip_corrupt, order="file")
+            header = reader.headers[0]
+            spans.server = _server(header)
+            rename = _live(header) if new_ids is None else new_ids
+            for record in reader:
+                _emit(spans, record, shift_ns, rename)
+                done.spans += 1
+                done.renamed += rename
+                if done.spans % 512 == 0:
+                    _check(batches, telemetry, done.spans, where)
+                    progress(done.spans)
         telemetry.provider.force_flush()
-        _check(batches, telemetry, sent, where)
-        progress(sent)
+        _check(batches, telemetry, done.spans, where)
+        progress(done.spans)
     finally:
         telemetry.provider.shutdown()
-    return sent
+    return done
+
+
+def _emit(spans: RecordSpans, record: Record, shift_ns: int, rename: bool) -> None:
+    # A replay's results are client spans (linked to what they replayed).
+    kind = SpanKind.CLIENT if record.orig_trace_id is not None else SpanKind.SERVER
+    record.start_ns += shift_ns
+    live = None
+    if rename and record.trace_id is not None and record.span_id is not None:
+        live = (record.trace_id, record.span_id)  # the new span links to the live one
+        record.span_id = new_span_id()
+    spans.emit(record, kind=kind, also_link=live)
+
+
+def _server(header: dict[str, Any]) -> tuple[str, int] | None:
+    """``server.address``/``port`` of an archive's spans, as live spans carry them: the
+    proxy's listener for a capture, the target for a replay's results."""
+    listen = (header.get("capture") or {}).get("listen")
+    if isinstance(listen, list) and len(listen) == 2:
+        return str(listen[0]), int(listen[1])
+    upstream = header.get("upstream")
+    if str(header.get("source", "")).startswith("replay") and isinstance(upstream, str):
+        url = URL(upstream)
+        return url.host or "", url.port or 0
+    return None
+
+
+def _live(header: dict[str, Any]) -> bool:
+    capture = header.get("capture") or {}
+    return bool(header.get("otlp_live") or capture.get("otlp_live"))
 
 
 def _check(batches: SyncBatches | None, telemetry: Telemetry, sent: int, where: str) -> None:

@@ -37,9 +37,12 @@ _EMPTY = Context()  # no current span: a span made with it is a root unless give
 
 
 def span_name(record: Record) -> str:
-    """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``."""
+    """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``; a
+    replayed request's is prefixed ``replay `` so that, in the original's trace, the two
+    cannot be mistaken for each other."""
     op = operation_name(record.path)
-    return f"{op} {record.model}" if record.model else op
+    name = f"{op} {record.model}" if record.model else op
+    return f"replay {name}" if record.orig_trace_id is not None else name
 
 
 def span_attributes(
@@ -148,6 +151,7 @@ class RecordSpans:
         request_body: bytes | None = None,
         completion: str | None = None,
         kind: SpanKind | None = None,
+        also_link: tuple[bytes, bytes] | None = None,
     ) -> bool:
         """Make ``record``'s span, unless sampled out; True if it was made.
 
@@ -155,7 +159,8 @@ class RecordSpans:
         ``parent_span_id`` when set (a remote parent: the caller's span); the
         recorded original, if any, is a link. ``tail`` overrides record.tail
         for sampling (the proxy knows it from its running P99). ``request_body``
-        and ``completion`` become the span's messages with --otlp-capture-content.
+        and ``completion`` become the span's messages with --otlp-capture-content;
+        ``also_link`` is one more (trace id, span id) to link to.
         """
         error = is_error(record.status, record.error)
         if not self.sampler.keep(
@@ -178,6 +183,8 @@ class RecordSpans:
         links = []
         if record.orig_trace_id is not None and record.orig_span_id is not None:
             links.append(Link(_remote(record.orig_trace_id, record.orig_span_id)))
+        if also_link is not None:
+            links.append(Link(_remote(*also_link)))
         parent = _EMPTY
         if record.trace_id is not None and record.parent_span_id is not None:
             parent = trace.set_span_in_context(

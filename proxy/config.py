@@ -85,5 +85,8 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
             "redact_headers": sorted(config.redact_headers),
             "timeout_s": config.timeout_s,
             "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
+            "listen": [config.listen_host, config.listen_port],
+            # Spans went out live: `traces export otlp` then sends these as new spans.
+            "otlp_live": config.spans is not None,
         },
     )

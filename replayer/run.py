@@ -180,6 +180,7 @@ def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
             # What was replayed, so `tailreplay report` finds the recorded side.
             "archives": [str(Path(p).resolve()) for p in sc.paths],
             "lag_limit_ms": config.lag_limit_ms,
+            "otlp_live": config.spans is not None,
         },
     )
     # A dry run produces results far faster than they can be written: it waits for

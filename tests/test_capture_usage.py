@@ -3,9 +3,11 @@ and replay: exact counts from nested usage, reasoning timed apart from the answe
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import openai
 import pytest
 from aiohttp import web
@@ -173,3 +175,41 @@ async def test_the_simulator_thinks_like_a_reasoning_model(tmp_path: Path) -> No
                 assert r.ttft_content_ns - r.ttfb_ns >= 12 * 3e6 * 0.8
         plain = [r for r in rs if not r.reasoning_tokens]
         assert all(r.ttft_content_ns is None for r in plain)
+
+
+async def test_capture_and_replay_measure_the_same_inter_token_gaps(tmp_path: Path) -> None:
+    """An upstream that sends one token event every 10 ms: the recorded and the replayed
+    inter-token latency are both 10 ms, measured by one routine (tailreplay/sse.py)."""
+
+    async def tokens(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b": ping\n\n")  # a comment first: never a token
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for i in range(30):  # paced from one start, so sleep overshoot does not add up
+            await asyncio.sleep(max(0.0, start + i * 0.010 - loop.time()))
+            await resp.write(b'data: {"choices":[{"delta":{"content":"w"}}]}\n\n')
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", tokens)
+    out = tmp_path / "cap"
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with serve_app(app) as up, proxy_to(up, out) as proxy, aiohttp.ClientSession() as s:
+        for _ in range(5):
+            async with s.post(proxy.url + "/v1/chat/completions", json=body) as resp:
+                await resp.read()
+    async with serve_app(app) as target:
+        config = ReplayConfig(
+            schedule=ScheduleConfig(paths=sorted(out.glob("*.msgpack"))),
+            target=target,
+            out=tmp_path / "replay.msgpack",
+        )
+        await run(config, lambda line: None)
+    for rs in (records(out), list(ArchiveReader([tmp_path / "replay.msgpack"]))):
+        gaps = np.concatenate([r.chunk_gaps_us for r in rs]) / 1000
+        assert len(gaps) == 5 * 29 and all(r.output_tokens == 30 for r in rs)
+        assert abs(float(np.percentile(gaps, 50)) - 10.0) <= 1.0, sorted(gaps)

@@ -53,6 +53,35 @@ def test_export_sends_every_record_with_its_original_times(tmp_path: Path) -> No
     assert otlp.spans[0].resource["service.name"] == "tailreplay-export"
 
 
+@pytest.mark.parametrize("ids", ["auto", "keep"])
+def test_a_capture_already_exported_live_goes_out_under_new_span_ids(
+    tmp_path: Path, ids: str
+) -> None:
+    maps = chat_archive(tmp_path / "tmp.msgpack", 20, gap_ms=7, seed=3, model="m")
+    header = {"format": "tailreplay", "version": 1, "source": "proxy", "created_ns": 0,
+              "capture": {"listen": ["10.0.0.5", 8080], "otlp_live": True}}  # fmt: skip
+    write_plain(tmp_path / "live.msgpack", maps, header)
+    with receiver_in_thread() as otlp:
+        code, err = _run("traces", "export", "otlp", str(tmp_path / "live.msgpack"),
+                         "--otlp-endpoint", otlp.url, "--ids", ids)  # fmt: skip
+        assert code == 0, err
+    assert len(otlp.spans) == 20
+    for span, m in zip(sorted(otlp.spans, key=lambda s: s.start_ns), maps, strict=True):
+        # As the live span said it: the proxy's listener is the server.
+        assert (span.attributes["server.address"], span.attributes["server.port"]) == (
+            "10.0.0.5", 8080)  # fmt: skip
+        assert span.trace_id == m["trace_id"].hex()
+        if ids == "keep":
+            assert span.span_id == m["span_id"].hex() and not span.links
+            continue
+        # A receiver drops a span id it has seen: a new one, linked to the live span.
+        assert span.span_id != m["span_id"].hex()
+        assert span.links == [(m["trace_id"].hex(), m["span_id"].hex())]
+        assert (span.name, span.kind) == ("chat m", 2)  # still the captured SERVER span
+    if ids == "auto":
+        assert "(20 under new span ids linked to the originals exported live)" in err
+
+
 def test_rebase_time_shifts_every_span_to_end_now(tmp_path: Path) -> None:
     maps = _archive(tmp_path / "a.msgpack", 50)
     with receiver_in_thread() as otlp:

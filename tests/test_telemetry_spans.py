@@ -98,7 +98,7 @@ async def test_replayed_span_is_the_context_the_target_received(tmp_path: Path) 
         # The span's own context is exactly the traceparent the target got.
         assert f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01" in received
         assert span.parent is None
-        assert span.name == "chat llama-3-8b"
+        assert span.name == "replay chat llama-3-8b"  # never mistaken for the original
         assert span.kind is SpanKind.CLIENT
         result = by_span[ctx.span_id.to_bytes(8, "big")]
         original = recorded[result.orig_trace_id]

@@ -228,9 +228,18 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
     is_flag=True,
     help="Shift all timestamps so the last span ends now (some backends drop old spans).",
 )
+@click.option(
+    "--ids",
+    type=click.Choice(["auto", "keep", "new"]),
+    default="auto",
+    show_default=True,
+    help="Span ids: the recorded ones (keep), new ones linked to them (new), or new only "
+    "where the archive's spans were already exported live (auto; a receiver drops a "
+    "repeated id).",
+)
 @skip_corrupt_option
 def export_otlp(
-    files: tuple[Path, ...], otlp: OtlpOptions, rebase_time: bool, skip_corrupt: bool
+    files: tuple[Path, ...], otlp: OtlpOptions, rebase_time: bool, ids: str, skip_corrupt: bool
 ) -> None:
     """Send every record as a span (original timestamps) to an OTLP endpoint."""
     from tailreplay.exporters.otlp_export import export_otlp, rebase_shift
@@ -242,8 +251,15 @@ def export_otlp(
     cols = load_columns(files, ["duration_ns"] if rebase_time else [], skip_corrupt=skip_corrupt)
     shift = rebase_shift(cols, time.time_ns()) if rebase_time else 0
     with _progress_bar(cols.n, "spans") as advance:
-        n = export_otlp(files, otlp, shift_ns=shift, skip_corrupt=skip_corrupt, progress=advance)
-    click.echo(f"exported {n:,} spans to {otlp.resolved_endpoint()}", err=True)
+        done = export_otlp(files, otlp, shift_ns=shift, skip_corrupt=skip_corrupt,
+                           new_ids={"auto": None, "keep": False, "new": True}[ids],
+                           progress=advance)  # fmt: skip
+    renamed = (
+        f" ({done.renamed:,} under new span ids linked to the originals exported live)"
+        if done.renamed
+        else ""
+    )
+    click.echo(f"exported {done.spans:,} spans to {otlp.resolved_endpoint()}{renamed}", err=True)
 
 
 @traces.command()

@@ -42,7 +42,7 @@ def test_replay_of_200_requests_lands_in_phoenix(tmp_path: Path, phoenix: Phoeni
     assert len(spans) == 200
     for span in spans:
         a = span["attributes"]
-        assert span["name"] == "chat llama-3-8b"
+        assert span["name"] == "replay chat llama-3-8b"
         assert a["gen_ai.operation.name"] == "chat"
         assert a["gen_ai.request.model"] == "llama-3-8b"
         assert a["gen_ai.usage.output_tokens"] >= 2
