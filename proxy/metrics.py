@@ -20,13 +20,13 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from tailreplay.openai_api import ROUTES
-from tailreplay.prometheus import status_class
+from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recording import RecorderClient, Stat
 
 __all__ = ["ProxyMetrics"]
 
-_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_LATENCY = LATENCY_BUCKETS
 
 
 class _RecorderCollector(Collector):
@@ -85,14 +85,14 @@ class _Series:
     made cumulative only when /metrics is read (on the same thread, so no lock).
     """
 
-    __slots__ = ("latency", "latency_sum", "requests", "ttfb", "ttfb_sum")
+    __slots__ = ("latency", "latency_sum", "requests", "ttft", "ttft_sum")
 
     def __init__(self) -> None:
         self.requests = 0
         self.latency = [0] * (len(_LATENCY) + 1)
         self.latency_sum = 0.0
-        self.ttfb = [0] * (len(_LATENCY) + 1)
-        self.ttfb_sum = 0.0
+        self.ttft = [0] * (len(_LATENCY) + 1)
+        self.ttft_sum = 0.0
 
 
 def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
@@ -117,23 +117,26 @@ class _RequestCollector(Collector):
             "Arrival to last byte delivered.",
             labels=["route"],
         )
-        ttfb = HistogramMetricFamily(
-            "tailreplay_proxy_ttfb_seconds",
-            "Arrival to first response byte (for SSE: time to first token).",
+        ttft = HistogramMetricFamily(
+            "tailreplay_proxy_ttft_seconds",
+            "Arrival to the first token of a streamed (SSE) response.",
             labels=["route"],
         )
         by_route: dict[str, list[_Series]] = {}
-        for (route, status), series in m.series.items():
-            requests.add_metric([route, status], series.requests)
-            by_route.setdefault(route, []).append(series)
+        for route in ROUTES:  # every known series from the start, at 0 until counted
+            for status in STATUS_CLASSES:
+                series = m.series.get((route, status))
+                requests.add_metric([route, status], series.requests if series else 0)
+                if series is not None:
+                    by_route.setdefault(route, []).append(series)
         for route, group in by_route.items():
             lat = [sum(c) for c in zip(*(g.latency for g in group), strict=True)]
-            first = [sum(c) for c in zip(*(g.ttfb for g in group), strict=True)]
+            first = [sum(c) for c in zip(*(g.ttft for g in group), strict=True)]
             latency.add_metric([route], _cumulative(lat), sum(g.latency_sum for g in group))
-            ttfb.add_metric([route], _cumulative(first), sum(g.ttfb_sum for g in group))
+            ttft.add_metric([route], _cumulative(first), sum(g.ttft_sum for g in group))
         yield requests
         yield latency
-        yield ttfb
+        yield ttft
         yield GaugeMetricFamily(
             "tailreplay_proxy_in_flight", "Requests in flight.", value=m.in_flight
         )
@@ -167,7 +170,7 @@ class ProxyMetrics:
             seconds = ex.duration_ns / 1e9
             series.latency[bisect_left(_LATENCY, seconds)] += 1
             series.latency_sum += seconds
-        if ex.ttfb_ns is not None:
+        if ex.ttfb_ns is not None and ex.timeline is not None:  # TTFT: streamed only
             seconds = ex.ttfb_ns / 1e9
-            series.ttfb[bisect_left(_LATENCY, seconds)] += 1
-            series.ttfb_sum += seconds
+            series.ttft[bisect_left(_LATENCY, seconds)] += 1
+            series.ttft_sum += seconds

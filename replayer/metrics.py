@@ -16,14 +16,13 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tailreplay.openai_api import route_label
-from tailreplay.prometheus import BoundedLabel, status_class
+from tailreplay.openai_api import ROUTES, route_label
+from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, BoundedLabel, status_class
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.traces.record import Record
 
 __all__ = ["ReplayMetrics"]
 
-_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _LAG = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 
 
@@ -67,6 +66,12 @@ class ReplayMetrics:
             [*labels, "status"],
             registry=self.registry,
         )
+        # Every route and status class from the start, at 0: a clean run's error panel
+        # reads 0, not "no data". (Models are only known as they come: "none" here.)
+        for route in ROUTES:
+            for status in STATUS_CLASSES:
+                self.completed.labels(route, "none", status)
+                self.errors.labels(route, "none", status)
         self.tokens = Counter(
             "tailreplay_replay_tokens",
             "Tokens the target reported.",
@@ -77,14 +82,14 @@ class ReplayMetrics:
             "tailreplay_replay_request_duration_seconds",
             "Send to last byte.",
             labels,
-            buckets=_LATENCY,
+            buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.ttft = Histogram(
             "tailreplay_replay_ttft_seconds",
-            "Send to first byte of a streamed response (time to first token).",
+            "Send to the first token of a streamed (SSE) response.",
             labels,
-            buckets=_LATENCY,
+            buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.lag = Histogram(

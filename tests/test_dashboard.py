@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from yarl import URL
 
+from tailreplay.prometheus import LATENCY_BUCKETS
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
@@ -53,3 +55,18 @@ def test_every_dashboard_query_names_an_exported_metric(tmp_path: Path) -> None:
     # Both halves are on the dashboard.
     assert any(n.startswith("tailreplay_proxy_") for n in named)
     assert any(n.startswith("tailreplay_replay_") for n in named)
+
+
+def test_counters_exist_at_zero_and_buckets_are_dense() -> None:
+    """A clean run's error panel reads 0 (not "no data"), and a P99 read off a histogram is
+    within a step of at most 1.5x from 100 ms to 300 s."""
+    replay = generate_latest(ReplayMetrics(DispatchStats()).registry).decode()
+    assert (
+        'tailreplay_replay_errors_total{model="none",route="/v1/chat/completions",status="5xx"} 0.0'
+        in replay
+    )
+    proxy = generate_latest(ProxyMetrics().registry).decode()
+    assert 'tailreplay_proxy_requests_total{route="/v1/completions",status="error"} 0.0' in proxy
+    bounds = [b for b in LATENCY_BUCKETS if b >= 0.1]
+    assert bounds[0] == 0.1 and bounds[-1] == 300
+    assert max(b / a for a, b in itertools.pairwise(bounds)) <= 1.5 + 1e-9

@@ -99,7 +99,7 @@ def test_prometheus_counts_what_went_through_the_proxy(tmp_path: Path) -> None:
                 'sum(tailreplay_proxy_requests_total{status="2xx"})': sent,
                 'sum(tailreplay_proxy_tokens_total{kind="input"})': prompt,
                 'sum(tailreplay_proxy_tokens_total{kind="output"})': completion,
-                "sum(tailreplay_proxy_ttfb_seconds_count)": sent,
+                "sum(tailreplay_proxy_ttft_seconds_count)": sent // 2,  # the streamed half
             }
             deadline = time.monotonic() + 30
             while True:
