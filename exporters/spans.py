@@ -171,15 +171,7 @@ class RecordSpans:
         tel = self.telemetry
         start = record.start_ns
         end = start + (record.duration_ns or 0)
-        attributes = span_attributes(record, provider=tel.options.provider_name, server=self.server)
-        attributes.update(self.extra)
-        if tel.options.capture_content:
-            if (messages := _input_messages(request_body)) is not None:
-                attributes["gen_ai.input.messages"] = messages
-            if completion is not None:
-                attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "content": completion}], ensure_ascii=False
-                )
+        attributes = self._attributes(record, request_body, completion)
         links = []
         if record.orig_trace_id is not None and record.orig_span_id is not None:
             links.append(Link(_remote(record.orig_trace_id, record.orig_span_id)))
@@ -207,6 +199,21 @@ class RecordSpans:
         span.end(end_time=end)
         tel.emitted += 1
         return True
+
+    def _attributes(
+        self, record: Record, request_body: bytes | None, completion: str | None
+    ) -> dict[str, Any]:
+        options = self.telemetry.options
+        attributes = span_attributes(record, provider=options.provider_name, server=self.server)
+        attributes.update(self.extra)
+        if options.capture_content:
+            if (messages := _input_messages(request_body)) is not None:
+                attributes["gen_ai.input.messages"] = messages
+            if completion is not None:
+                attributes["gen_ai.output.messages"] = json.dumps(
+                    [{"role": "assistant", "content": completion}], ensure_ascii=False
+                )
+        return attributes
 
 
 def _remote(trace_id: bytes, span_id: bytes) -> SpanContext:

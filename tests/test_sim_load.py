@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 
@@ -47,6 +48,15 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    # What this machine adds to a sleep of one step right now: a process that wakes after
+    # 250 ms asleep wakes late on a busy machine, the simulator's like this test's.
+    loop = asyncio.get_running_loop()
+    overshoot = []
+    for _ in range(4):
+        t = loop.time()
+        await asyncio.sleep(0.25)
+        overshoot.append(loop.time() - t - 0.25)
+    jitter = statistics.median(overshoot)
     ttfts, tpots = [], []
     with sim_process(["--profile", "default", *overrides]) as url:
         async with aiohttp.ClientSession() as s:
@@ -75,13 +85,21 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
     # The engine keeps to its model (its own view: arrival to first token emitted)...
     server_ttft = _mean_between(warm, metrics, "vllm:time_to_first_token_seconds")
     server_tpot = _mean_between(warm, metrics, "vllm:time_per_output_token_seconds")
-    assert abs(server_ttft - want_ttft) / want_ttft < 0.10, (server_ttft, want_ttft)
-    assert abs(server_tpot - want_tpot) / want_tpot < 0.10, (server_tpot, want_tpot)
+    assert abs(server_ttft - want_ttft) < 0.10 * want_ttft + jitter, (
+        server_ttft,
+        want_ttft,
+        jitter,
+    )
+    assert abs(server_tpot - want_tpot) < 0.10 * want_tpot + jitter, (
+        server_tpot,
+        want_tpot,
+        jitter,
+    )
     # ...and the client sees it as the engine produced it, later by HTTP, the request's
     # parsing and tokenising, and the wake-up of two idle processes (15-35 ms here).
     ttft, tpot = statistics.median(ttfts), statistics.median(tpots)
-    assert 0 < ttft - server_ttft < 0.15 * want_ttft, (ttfts, server_ttft, want_ttft)
-    assert abs(tpot - server_tpot) / want_tpot < 0.10, (tpots, server_tpot, want_tpot)
+    assert 0 < ttft - server_ttft < 0.15 * want_ttft + jitter, (ttfts, server_ttft, jitter)
+    assert abs(tpot - server_tpot) < 0.10 * want_tpot + jitter, (tpots, server_tpot, jitter)
 
 
 async def test_p99_rises_with_offered_load_and_429s_appear_past_capacity() -> None:
