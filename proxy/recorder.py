@@ -17,9 +17,10 @@ from typing import Any
 from tailreplay.openai_api import chat_text, parse_usage, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
-from tailreplay.proxy.openai import request_info
+from tailreplay.proxy.openai import RequestInfo, request_info
 from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.metrics import is_error
+from tailreplay.traces.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.traces.record import Record
 from tailreplay.traces.redact import fingerprint, redact_headers, redact_path, redact_text
 from tailreplay.traces.tokens import get
@@ -85,8 +86,14 @@ def _completion_text(kept: bytes) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def build_record(ex: Exchange, config: ProxyConfig) -> Record:
-    """The archive record for a finished exchange (DESIGN §2)."""
+def build_record(
+    ex: Exchange, config: ProxyConfig, calibration: Calibration | None = None
+) -> Record:
+    """The archive record for a finished exchange (docs/archive-format.md).
+
+    ``calibration`` learns each model's true prompt counts from its reported usage and
+    corrects the estimates of requests that reported none.
+    """
     key = config.fingerprint_key
     info = request_info(ex.path, ex.req_body)
     record = Record(
@@ -123,17 +130,38 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
     kept = bytes(ex.tap.kept) if ex.tap is not None else b""
     if record.error is None and ex.tap is not None and not ex.content_encoding:
         record.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
+    _count_tokens(record, ex, info, tokens, kept, calibration or Calibration())
+    return record
+
+
+def _count_tokens(
+    record: Record,
+    ex: Exchange,
+    info: RequestInfo,
+    tokens: list[int] | None,
+    kept: bytes,
+    calibration: Calibration,
+) -> None:
+    """Tokens from the server's usage; else counted here and marked as estimates."""
     usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
     record.finish_reason = usage.finish_reason
+    messages = info.body.get("messages") if info.body is not None else None
+    estimate = None
+    if tokens is not None:
+        estimate = len(tokens)
+        if isinstance(messages, list):  # a chat: the model's template wraps every message
+            estimate = estimate_prompt_tokens(len(tokens), len(messages), info.model)
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         record.input_tokens = usage.prompt_tokens
         record.output_tokens = usage.completion_tokens
         record.cached_tokens = usage.cached_tokens
         record.reasoning_tokens = usage.reasoning_tokens
         record.tokens_source = "usage"
-    elif tokens is not None and ex.status == 200:
+        if estimate is not None:
+            calibration.observe(info.model, estimated=estimate, reported=usage.prompt_tokens)
+    elif estimate is not None and ex.status == 200:
         # No usage from the server (llama.cpp ignores include_usage): count ourselves.
-        record.input_tokens = len(tokens)
+        record.input_tokens = calibration.correct(info.model, estimate)
         if ex.timeline is not None:
             record.output_tokens = ex.timeline.tokens
             record.reasoning_tokens = ex.timeline.reasoning or None
@@ -141,7 +169,6 @@ def build_record(ex: Exchange, config: ProxyConfig) -> Record:
             text = _completion_text(kept) if ex.tap is not None and not ex.tap.truncated else None
             record.output_tokens = len(get().encode_ordinary(text)) if text is not None else None
         record.tokens_source = "estimate"
-    return record
 
 
 class RecordBuilder:
@@ -161,13 +188,15 @@ class RecordBuilder:
         self.sampled_out = 0
         self.failed = 0
         self._p99 = RunningP99()
+        self.calibration = Calibration()
+        """Each model's prompt counts as its server reports them, for the estimates."""
         self._sampler = TraceSampler(config.sample)
         self.on_record: Callable[[Record], None] | None = None
         """Called with every record built (the metrics count tokens from it)."""
 
     def build(self, ex: Exchange) -> None:
         try:
-            record = build_record(ex, self.config)
+            record = build_record(ex, self.config, self.calibration)
         except Exception:  # a bug here must not stop the recording of everything else
             self.failed += 1
             log.exception("could not build a record; it is dropped")

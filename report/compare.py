@@ -161,6 +161,7 @@ def _summary(
         "throughput_rps": ok / window if window else None,
         "output_tokens_per_s": float(out_tokens[out_tokens > 0].sum()) / window if window else None,
         "tail": int((sel & side.tail).sum()),
+        "estimated_share": float((sel & side.estimated).sum()) / count if count else None,
         "metrics": metrics,
     }
 

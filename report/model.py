@@ -105,6 +105,8 @@ class SideSummary(TypedDict):
     output_tokens_per_s: float | None
     tail: int
     """Tail-stretched requests."""
+    estimated_share: float | None
+    """Share of the requests whose token counts were estimated, not reported by the server."""
     metrics: Metrics
 
 

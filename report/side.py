@@ -28,7 +28,7 @@ Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
 _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
          "lag_ns")  # fmt: skip
-_FLAGS = ("stream", "error", "tail")
+_FLAGS = ("stream", "error", "tail", "estimated")
 
 
 @dataclass
@@ -52,6 +52,8 @@ class Side:
     """True for a failed exchange (error set, status 0, or status >= 400)."""
     lag_ns: Array
     tail: Array
+    estimated: Array
+    """Token counts estimated here, not reported by the server (tokens_source)."""
     key: list[bytes | None]
     itl_us: LogHistogram
     warnings: list[str] = field(default_factory=list)
@@ -130,6 +132,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
+    estimated = flags["estimated"].append
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -155,6 +158,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             failed(bad)
             stream(get("stream") is True)
             tail(get("tail") is True)
+            estimated(get("tokens_source") == "estimate")
             chunk_gaps = get("chunk_gaps_us")
             if chunk_gaps and not bad:
                 gaps.extend(chunk_gaps)

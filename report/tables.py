@@ -119,6 +119,7 @@ def _overview(report: Report) -> ReportTable:
         ("throughput req/s", lambda s: num(s["throughput_rps"], 2)),
         ("output tokens/s", lambda s: num(s["output_tokens_per_s"], 0)),
         ("tail-stretched", lambda s: f"{s['tail']:,}"),
+        ("tokens estimated", lambda s: pct(s["estimated_share"])),
     ]
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])

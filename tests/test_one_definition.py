@@ -40,6 +40,7 @@ def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
             "output_tokens": rng.randint(1, 400),
             "lag_ns": rng.randint(0, 3 * 10**6),
             "sent_ns": T0 + i * 10**7,
+            "tokens_source": "estimate" if i % 4 == 0 else "usage",
         }
         if stream and rng.random() < 0.3:  # a reasoning model: the answer came later
             m["ttft_content_ns"] = m["ttfb_ns"] + (duration - m["ttfb_ns"]) // 3
@@ -98,6 +99,7 @@ def test_the_error_rate_and_the_counts_agree(views: dict[str, Any]) -> None:
     assert views["report"]["error_rate"] == pytest.approx(failed / 2000)
     assert sum(views["summary"]["errors"].values()) == failed
     assert views["summary"]["completed"] == 2000 - failed
+    assert views["report"]["estimated_share"] == 0.25  # a quarter counted, not reported
 
 
 def test_ttft_counts_streamed_answers_only(views: dict[str, Any]) -> None:

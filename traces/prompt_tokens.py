@@ -6,7 +6,7 @@ message in special tokens and primes the reply. Counting only the text put short
 prompts at half their true count (6 against llama.cpp's 13 for gemma), and in the
 wrong input-length bucket. The estimate is
 
-    tokens(contents) + per_message x messages + fixed
+    tokens(texts) + per_message x messages + fixed
 
 with the template's numbers per model family where known (``TEMPLATES``), and
 OpenAI's documented ones otherwise (3 a message, the role's token, 3 to prime the
@@ -18,13 +18,16 @@ requests and corrects the model's other estimates with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from tailreplay.traces.tokens import count_tokens
-
-__all__ = ["TEMPLATES", "Calibration", "Template", "estimate_prompt_tokens", "template_for"]
+__all__ = [
+    "OPENAI",
+    "TEMPLATES",
+    "Calibration",
+    "Template",
+    "estimate_prompt_tokens",
+    "template_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,25 +63,19 @@ def template_for(model: str | None) -> Template:
     return OPENAI
 
 
-def estimate_prompt_tokens(messages: Sequence[Any], model: str | None) -> int:
-    """Tokens of a chat prompt as the model's template would have it (cl100k counts)."""
+RENDERED_PER_MESSAGE = 3
+"""Tokens ``chat_text`` itself puts around each message: the role and two newlines."""
+
+
+def estimate_prompt_tokens(rendered: int, messages: int, model: str | None) -> int:
+    """A chat prompt's tokens as the model's template has it, from ``rendered``: the
+    cl100k count of ``chat_text(messages)`` (what the proxy tokenises for prefix hashes).
+
+    >>> estimate_prompt_tokens(rendered=9, messages=1, model="gemma-3")  # 9 - 3 + 5 + 4
+    15
+    """
     template = template_for(model)
-    contents = 0
-    count = 0
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        count += 1
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-        if isinstance(content, str) and content:
-            contents += count_tokens(content)
-    return contents + template.per_message * count + template.fixed
+    return rendered + messages * (template.per_message - RENDERED_PER_MESSAGE) + template.fixed
 
 
 _MIN_POINTS = 8
