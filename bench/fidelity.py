@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -21,12 +22,18 @@ import tempfile
 from pathlib import Path
 
 from tailreplay.sim.launcher import sim_process
-from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SIM = ["--profile", "fast", "--seed", "1"]
 FIGURES = [(m, q) for m in ("latency_ms", "ttft_ms", "tpot_ms") for q in ("p50", "p95", "p99")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _run(*args: str | Path) -> str:
@@ -39,7 +46,7 @@ def _run(*args: str | Path) -> str:
 def _capture(work: Path, window: str) -> Path:
     """The peak's window, replayed through the proxy into simulator A: the capture."""
     with sim_process(SIM) as a:
-        port = free_port()
+        port = _free_port()
         proxy = subprocess.Popen(
             [BIN / "tailreplay", "proxy", "--upstream", a, "--listen", f"127.0.0.1:{port}",
              "--admin-listen", "off", "--out", work / "cap"],
