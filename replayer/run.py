@@ -45,6 +45,8 @@ __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 STOP_GRACE_S = 5.0
 LEAD_S = 0.2
 """Time to get going before the first request is due."""
+WARM_CONNECTIONS = 32
+"""Connections opened before t0 (the first requests of a burst would each pay a connect)."""
 LATE_START_S = 10.0
 """How far past ``--start-at`` a run may start and still keep the shared schedule."""
 
@@ -277,7 +279,9 @@ async def _dispatch(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
-    _freeze_heap()  # before t0: the collection it starts with can take a while
+    # Before t0: connections for the first burst, then a collection that can take a while.
+    await transport.warm(min(WARM_CONNECTIONS, max(config.connections, 1)))
+    _freeze_heap()
     t0, t0_wall = _start_times(loop.time(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     say(

@@ -1,6 +1,6 @@
 """Demo step 2: capture real traffic. Starts the simulator and the capture proxy, sends a
-few hundred requests through the proxy with the openai SDK (streaming and not), then
-stops the proxy (which drains and closes its archive).
+few hundred requests through the proxy with the openai SDK (streaming and not, arriving
+as a Poisson process), then stops the proxy (which drains and closes its archive).
 
 Usage: python scripts/demo_capture.py OUT_DIR [REQUESTS]
 """
@@ -29,7 +29,12 @@ async def main(out: Path, n: int) -> None:
         async with start(config) as proxy:
             print(f"simulator {sim}, capture proxy {proxy.url}, archive in {out}/")
             client = openai.AsyncOpenAI(base_url=proxy.url + "/v1", api_key="sk-demo-not-a-secret")
-            gate = asyncio.Semaphore(16)
+            # Open-loop arrivals, as users make them: Poisson at 20 requests/s.
+            loop = asyncio.get_running_loop()
+            t_start, offsets, t = loop.time(), [], 0.0
+            for _ in range(n):
+                t += rng.expovariate(20.0)
+                offsets.append(t)
 
             async def one(i: int) -> None:
                 # A shared system prompt, so captured prefix hashes show the sharing.
@@ -37,19 +42,18 @@ async def main(out: Path, n: int) -> None:
                     {"role": "system", "content": "You are a concise assistant. " * 60},
                     {"role": "user", "content": f"Explain {rng.choice(TOPICS)} ({i})."},
                 ]
-                async with gate:
-                    await asyncio.sleep(rng.expovariate(20.0))
-                    if i % 3:
-                        stream = await client.chat.completions.create(
-                            model="demo-8b", messages=messages, stream=True,
-                            max_tokens=rng.randint(20, 200),
-                        )  # fmt: skip
-                        async for _ in stream:
-                            pass
-                    else:
-                        await client.chat.completions.create(
-                            model="demo-8b", messages=messages, max_tokens=rng.randint(20, 200)
-                        )
+                max_tokens = rng.randint(20, 200)
+                await asyncio.sleep(t_start + offsets[i] - loop.time())
+                if i % 3:
+                    stream = await client.chat.completions.create(
+                        model="demo-8b", messages=messages, stream=True, max_tokens=max_tokens
+                    )
+                    async for _ in stream:
+                        pass
+                else:
+                    await client.chat.completions.create(
+                        model="demo-8b", messages=messages, max_tokens=max_tokens
+                    )
 
             await asyncio.gather(*(one(i) for i in range(n)))
             print(f"sent {n} requests through the proxy; stopping it")
