@@ -12,9 +12,10 @@ and Host headers cannot steer a request elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
@@ -25,6 +26,14 @@ from yarl import URL
 
 from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.connections import (
+    BodyTimeout,
+    BodyTooLarge,
+    ConnectionGuard,
+    GuardedServer,
+    read_body,
+    stream_body,
+)
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
@@ -36,6 +45,8 @@ __all__ = ["build_server", "upstream_pool"]
 
 log = logging.getLogger("tailreplay.proxy")
 
+LINGER_S = 2.0
+
 
 def _json_error(status: int, message: str, kind: str) -> web.Response:
     return web.json_response(
@@ -43,14 +54,17 @@ def _json_error(status: int, message: str, kind: str) -> web.Response:
     )
 
 
-def build_server(config: ProxyConfig, sinks: Sequence[Sink], pool: UpstreamPool) -> web.Server:
+def build_server(
+    config: ProxyConfig, sinks: Sequence[Sink], pool: UpstreamPool, guard: ConnectionGuard
+) -> web.Server:
     """The proxy's HTTP server: aiohttp's low-level server, every request to one handler.
 
     A reverse proxy has one route, so the Application layer — router, middleware
     chain, per-request match info — would be pure cost: about 5% of a request's CPU
-    (bench/proxy.py).
+    (bench/proxy.py). Connections are admitted and timed out by ``guard``
+    (``proxy/connections.py``).
     """
-    forwarder = _Forwarder(config, list(sinks), pool)
+    forwarder = _Forwarder(config, list(sinks), pool, guard)
 
     def make_request(
         message: RawRequestMessage,
@@ -59,13 +73,24 @@ def build_server(config: ProxyConfig, sinks: Sequence[Sink], pool: UpstreamPool)
         writer: AbstractStreamWriter,
         task: asyncio.Task[None],
     ) -> web.BaseRequest:
+        guard.busy(protocol)  # a whole head arrived: not idle until its response is out
         return web.BaseRequest(
             message, payload, protocol, writer, task, task.get_loop(),
             client_max_size=config.max_body,
         )  # fmt: skip
 
-    return web.Server(
-        forwarder.handle, request_factory=make_request, handler_cancellation=True, access_log=None
+    return GuardedServer(
+        forwarder.handle,
+        request_factory=make_request,
+        handler_cancellation=True,
+        access_log=None,
+        # Idle keep-alive, and the time to send a whole head (aiohttp's timer runs
+        # from the connection or the last response until a head is complete).
+        keepalive_timeout=config.idle_timeout_s,
+        # After an early answer (413, 408) the rest of a body is read and discarded
+        # for this long, so the client sees the answer rather than a reset.
+        lingering_time=LINGER_S,
+        guard=guard,
     )
 
 
@@ -75,8 +100,11 @@ def upstream_pool(config: ProxyConfig) -> UpstreamPool:
 
 
 class _Forwarder:
-    def __init__(self, config: ProxyConfig, sinks: list[Sink], pool: UpstreamPool) -> None:
+    def __init__(
+        self, config: ProxyConfig, sinks: list[Sink], pool: UpstreamPool, guard: ConnectionGuard
+    ) -> None:
         self.config = config
+        self.guard = guard
         self.sinks = sinks
         self.pool = pool
         self.allowed = config.allowed_origins()
@@ -103,6 +131,20 @@ class _Forwarder:
         return target
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            response = await self._exchange(request)
+            # An answer made here (not relayed) is written out here, so that the
+            # connection is idle (and may be evicted at the cap, with a graceful
+            # close) only once its response is on its way.
+            if not response.prepared:
+                with contextlib.suppress(ConnectionResetError):
+                    await response.prepare(request)
+                    await response.write_eof()
+            return response
+        finally:
+            self.guard.idle(request.protocol)
+
+    async def _exchange(self, request: web.BaseRequest) -> web.StreamResponse:
         # A forward-proxy request is refused before anything else, never resolved.
         if request.method == "CONNECT" or not request.raw_path.startswith("/"):
             return _json_error(
@@ -158,20 +200,20 @@ class _Forwarder:
         headers.append(("traceparent", f"00-{ex.trace_id.hex()}-{ex.span_id.hex()}-{flags:02x}"))
         if (tracestate := request.headers.get("tracestate")) is not None:
             headers.append(("tracestate", tracestate))
-        try:
-            data = await self._body(request, ex)
-        except web.HTTPRequestEntityTooLarge:
-            return self._too_large(ex)
         origin, path = target
         try:
+            data = await self._body(request, ex)
             upstream = await self.pool.send(
-                origin,
-                request.method,
-                path,
-                headers,
-                data.iter_any() if isinstance(data, StreamReader) else data,
-                content_length=request.content_length,
+                origin, request.method, path, headers, data, content_length=request.content_length
             )
+        except BodyTooLarge:
+            return self._too_large(ex)
+        except BodyTimeout:
+            self.guard.body_timeouts += 1
+            ex.error, ex.status = "client_timeout", 408
+            response = _json_error(408, "request body timed out", "invalid_request_error")
+            response.force_close()  # mid-body: the connection cannot carry another request
+            return response
         except UpstreamError as exc:
             ex.error, ex.status = exc.kind, exc.status
             return _json_error(exc.status, exc.message, exc.kind)
@@ -186,21 +228,25 @@ class _Forwarder:
             413, f"request body over {self.config.max_body} bytes", "invalid_request_error"
         )
 
-    async def _body(self, request: web.BaseRequest, ex: Exchange) -> bytes | StreamReader | None:
+    async def _body(
+        self, request: web.BaseRequest, ex: Exchange
+    ) -> bytes | AsyncIterator[bytes] | None:
         """What to send upstream: an OpenAI route's body read whole (the recorder needs it,
-        and the proxy may ask for usage in it), any other body streamed as it comes."""
-        if request.can_read_body and ex.route in OPENAI_PATHS:
-            raw = await request.read()  # client_max_size bounds it
+        and the proxy may ask for usage in it), any other body streamed as it comes.
+        Both are bounded by --max-body and --body-timeout (between reads)."""
+        if not request.can_read_body:
+            return None
+        limit, timeout_s = self.config.max_body, self.config.body_timeout_s
+        if ex.route in OPENAI_PATHS:
+            raw = await read_body(request.content, limit=limit, timeout_s=timeout_s)
             ex.bytes_in = len(raw)
             ex.req_body = raw
             inject = self.config.inject_usage
             changed = with_usage_requested(request.raw_path, raw) if inject else None
             ex.injected_usage = changed is not None
             return changed if changed is not None else raw
-        if request.can_read_body:
-            ex.bytes_in = request.content_length or 0
-            return request.content  # streamed; client_max_size does not apply to it
-        return None
+        ex.bytes_in = request.content_length or 0
+        return stream_body(request.content, limit=limit, timeout_s=timeout_s)
 
     async def _relay(
         self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange

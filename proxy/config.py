@@ -46,6 +46,12 @@ class ProxyConfig:
     inject_usage: bool = True
     max_body: int = 10 << 20
     timeout_s: float = 600.0
+    idle_timeout_s: float = 60.0
+    """A client's time to send a whole request head, from connecting or its last response."""
+    body_timeout_s: float = 30.0
+    """The longest a client may pause in the middle of a request body."""
+    max_connections: int | None = None
+    """Client connections at once; None: as many as the open-file limit allows."""
     drain_timeout_s: float = 30.0
     fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32))
     """Keys the HMACs that replace secrets and session ids. Random per process unless

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from tailreplay.openai_api import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
+from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recording import RecorderClient, Stat
 
@@ -74,6 +75,29 @@ class _RecorderCollector(Collector):
             tokens.add_metric([route, "input"], stats[Stat.TOKENS + 2 * i])
             tokens.add_metric([route, "output"], stats[Stat.TOKENS + 2 * i + 1])
         yield tokens
+
+
+class _ConnectionCollector(Collector):
+    def __init__(self, guard: ConnectionGuard) -> None:
+        self.guard = guard
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.guard
+        yield GaugeMetricFamily(
+            "tailreplay_proxy_client_connections", "Client connections open.", value=g.open
+        )
+        yield GaugeMetricFamily(
+            "tailreplay_proxy_client_connections_max",
+            "The client-connection cap (--max-connections, or what the open-file limit allows).",
+            value=g.cap,
+        )
+        for name, doc, value in (
+            ("evicted", "Idle client connections closed to admit new ones at the cap.", g.evicted),
+            ("refused", "Client connections refused with a 503 at the cap.", g.refused),
+            ("body_timeouts", "Requests cut off by --body-timeout.", g.body_timeouts),
+            ("accept_errors", "Failed accept() calls (no descriptors or memory).", g.accept_errors),
+        ):
+            yield CounterMetricFamily(f"tailreplay_proxy_connections_{name}", doc, value=value)
 
 
 class _Series:
@@ -145,10 +169,14 @@ class _RequestCollector(Collector):
 class ProxyMetrics:
     """The metrics sink; ``registry`` is what the admin port serves."""
 
-    def __init__(self, recorder: RecorderClient | None = None) -> None:
+    def __init__(
+        self, recorder: RecorderClient | None = None, guard: ConnectionGuard | None = None
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         if recorder is not None:
             self.registry.register(_RecorderCollector(recorder))
+        if guard is not None:
+            self.registry.register(_ConnectionCollector(guard))
         self.series: dict[tuple[str, str], _Series] = {}
         self.in_flight = 0
         self.registry.register(_RequestCollector(self))

@@ -22,6 +22,14 @@ from tailreplay.errors import UsageError
 from tailreplay.prometheus import metrics_app
 from tailreplay.proxy.app import build_server, upstream_pool
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.connections import (
+    ACCEPT_BATCH,
+    ConnectionGuard,
+    accept_error_handler,
+    connection_cap,
+    listening_sockets,
+    relisten,
+)
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
 
@@ -38,6 +46,13 @@ class RunningProxy:
     metrics: ProxyMetrics
 
 
+def _guard(config: ProxyConfig) -> ConnectionGuard:
+    cap, warning = connection_cap(config.max_connections)
+    if warning is not None:
+        log.warning("%s", warning)
+    return ConnectionGuard(cap)
+
+
 @asynccontextmanager
 async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterator[RunningProxy]:
     """Run the proxy on this loop until the block exits, then drain and close.
@@ -50,25 +65,27 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         raise UsageError(
             f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
         ) from None
+    guard = _guard(config)
+    loop = asyncio.get_running_loop()
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(accept_error_handler(guard))
     recorder = RecorderClient(config)
     try:
         await recorder.attach()
     except BaseException:
         await recorder.close()
+        loop.set_exception_handler(previous_handler)
         raise
-    metrics = ProxyMetrics(recorder)
+    metrics = ProxyMetrics(recorder, guard)
     pool = upstream_pool(config)
     runner = web.ServerRunner(
-        build_server(config, [recorder, metrics], pool),
+        build_server(config, [recorder, metrics], pool, guard),
         shutdown_timeout=config.drain_timeout_s,
     )
     admin_runner: web.AppRunner | None = None
     try:
         await runner.setup()
-        site = web.TCPSite(
-            runner, config.listen_host, config.listen_port, reuse_port=reuse_port or None
-        )
-        await site.start()
+        await _listen(runner, config, reuse_port=reuse_port)
         host, port = runner.addresses[0][:2]
         admin_url = None
         if config.admin_port is not None:
@@ -86,6 +103,18 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         if admin_runner is not None:
             await admin_runner.cleanup()
         await recorder.close()
+        loop.set_exception_handler(previous_handler)
+
+
+async def _listen(runner: web.ServerRunner, config: ProxyConfig, *, reuse_port: bool) -> None:
+    try:
+        sockets = listening_sockets(config.listen_host, config.listen_port, reuse_port=reuse_port)
+    except OSError as exc:
+        where = f"{config.listen_host}:{config.listen_port}"
+        raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
+    for sock in sockets:
+        await web.SockSite(runner, sock, backlog=ACCEPT_BATCH).start()
+    relisten(sockets)
 
 
 async def run(

@@ -64,6 +64,9 @@ class _Args:
     inject_usage: bool
     max_body: int
     timeout: float
+    idle_timeout: float
+    body_timeout: float
+    max_connections: int | None
     drain_timeout: float
     fingerprint_key_env: str | None
     workers: int
@@ -158,6 +161,27 @@ class _Args:
     help="Upstream timeout per request.",
 )
 @click.option(
+    "--idle-timeout",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="A client's time to send a whole request head (from connecting or its last response).",
+)
+@click.option(
+    "--body-timeout",
+    type=DURATION,
+    default="30s",
+    show_default=True,
+    help="The longest pause allowed in the middle of a request body.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Client connections at once (default: what the open-file limit allows); "
+    "at the cap the longest-idle one is closed, or a 503 when none is idle.",
+)
+@click.option(
     "--drain-timeout",
     type=DURATION,
     default="30s",
@@ -227,6 +251,9 @@ def _config(args: _Args) -> ProxyConfig:
         inject_usage=args.inject_usage,
         max_body=args.max_body,
         timeout_s=args.timeout,
+        idle_timeout_s=args.idle_timeout,
+        body_timeout_s=args.body_timeout,
+        max_connections=args.max_connections,
         drain_timeout_s=args.drain_timeout,
         fingerprint_key=_fingerprint_key(args.fingerprint_key_env),
         workers=args.workers,

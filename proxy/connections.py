@@ -1,0 +1,258 @@
+"""Client-connection hygiene: what keeps idle and slow clients from starving the proxy.
+
+Three defences, as nginx and Envoy have them:
+
+- **Timeouts.** A client has ``idle_timeout_s`` to send a complete request head,
+  counted from when it connected or its last response ended (aiohttp's keep-alive
+  timer, which also covers a head trickled a byte at a time), and
+  ``body_timeout_s`` between two reads of a request body (``read_body``).
+- **A connection cap** below the open-file limit. Every client connection may
+  need an upstream connection too, so the cap is half of what the limit leaves
+  after a reserve for archives, pipes, the admin port and one accept batch. At the cap a new
+  connection evicts the client connection idle the longest (no request in
+  progress); when every connection has a request in flight the newcomer gets a
+  503 and is closed. A normal client therefore still gets in while thousands
+  of idle sockets are open, and ``accept()`` never runs out of descriptors.
+- **No log flood.** Accept errors (out of descriptors or memory) are counted and
+  logged once per ``LOG_EVERY_S``, without a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import socket
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiohttp import web
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import RequestHandler
+
+__all__ = [
+    "ACCEPT_BATCH",
+    "FD_RESERVE",
+    "BodyTimeout",
+    "BodyTooLarge",
+    "ConnectionGuard",
+    "GuardedServer",
+    "accept_error_handler",
+    "connection_cap",
+    "listening_sockets",
+    "read_body",
+    "relisten",
+    "stream_body",
+]
+
+log = logging.getLogger("tailreplay.proxy")
+
+FD_RESERVE = 64
+"""Descriptors kept for archives, the recorder's pipes, the admin port and the loop."""
+ACCEPT_BATCH = 128
+"""Connections asyncio accepts in one go before any is admitted (its ``backlog`` argument)."""
+LISTEN_BACKLOG = 4096
+"""The kernel's accept queue (capped by net.core.somaxconn): a burst of connects waits
+there for accept() instead of having its SYNs dropped and retried a second later."""
+LOG_EVERY_S = 10.0
+
+_REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%b"
+)
+_REFUSED_BODY = (
+    b'{"error":{"message":"the proxy is at its connection limit","type":"overloaded_error",'
+    b'"param":null,"code":null}}'
+)
+
+
+def listening_sockets(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
+    """Bound, listening sockets for every address of ``host``, with a deep accept queue.
+
+    asyncio accepts as many connections in one go as its ``backlog`` argument, and
+    listens with it too; the sockets are made here so that the kernel's queue can be
+    deep (``relisten``) while asyncio's batch stays ``ACCEPT_BATCH``.
+    """
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, Any]] = set()
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    try:
+        for family, _, _, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sockets.append(
+                socket.create_server(
+                    address[:2], family=family, backlog=LISTEN_BACKLOG, reuse_port=reuse_port
+                )
+            )
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def relisten(sockets: list[socket.socket]) -> None:
+    """Deepen the accept queue again after asyncio's ``listen(ACCEPT_BATCH)``."""
+    for sock in sockets:
+        sock.listen(LISTEN_BACKLOG)
+
+
+def connection_cap(requested: int | None) -> tuple[int, str | None]:
+    """The client-connection cap, and a warning when the open-file limit lowers it.
+
+    The soft open-file limit is first raised to the hard one (as nginx's
+    ``worker_rlimit_nofile`` does), since a proxy needs descriptors and most
+    systems set a low soft limit only for interactive shells.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    # A batch of accepted sockets exists before the cap is applied to any of them.
+    allowed = max((soft - FD_RESERVE - ACCEPT_BATCH) // 2, 1)
+    if requested is None:
+        return allowed, None
+    if requested <= allowed:
+        return requested, None
+    return allowed, (
+        f"--max-connections {requested}: the open-file limit ({soft}) allows {allowed}; "
+        "raise it (ulimit -n, or LimitNOFILE= in a systemd unit) for more"
+    )
+
+
+class ConnectionGuard:
+    """Tracks client connections, which are idle, and enforces the cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        # handler -> (transport, monotonic time it became idle, or None while busy);
+        # insertion order is connection order, and idle ones are re-inserted when
+        # they become idle, so the first idle entry is the one idle the longest.
+        self._conns: dict[RequestHandler, tuple[asyncio.Transport, float | None]] = {}
+        self.evicted = 0
+        self.refused = 0
+        self.body_timeouts = 0
+        self.accept_errors = 0
+
+    @property
+    def open(self) -> int:
+        return len(self._conns)
+
+    def connected(self, handler: RequestHandler, transport: asyncio.Transport) -> bool:
+        """Admit a new connection, evicting the longest idle one at the cap; False if refused."""
+        if len(self._conns) >= self.cap and not self._evict_one():
+            self.refused += 1
+            transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
+            transport.close()
+            return False
+        self._conns[handler] = (transport, time.monotonic())
+        return True
+
+    def lost(self, handler: RequestHandler) -> None:
+        self._conns.pop(handler, None)
+
+    def busy(self, handler: RequestHandler) -> None:
+        entry = self._conns.get(handler)
+        if entry is not None:
+            self._conns[handler] = (entry[0], None)
+
+    def idle(self, handler: RequestHandler) -> None:
+        entry = self._conns.pop(handler, None)
+        if entry is not None:
+            self._conns[handler] = (entry[0], time.monotonic())
+
+    def _evict_one(self) -> bool:
+        for handler, (transport, idle_since) in self._conns.items():
+            if idle_since is not None:
+                del self._conns[handler]
+                self.evicted += 1
+                transport.close()  # a response just written still flushes first
+                return True
+        return False
+
+
+class GuardedServer(web.Server):
+    """aiohttp's low-level server with every connection admitted by a ``ConnectionGuard``."""
+
+    def __init__(self, *args: Any, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard = guard
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        self.guard.connected(handler, transport)
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.guard.lost(handler)
+        super().connection_lost(handler, exc)
+
+
+class BodyTimeout(Exception):
+    """The client sent nothing for ``body_timeout_s`` in the middle of a request body."""
+
+
+class BodyTooLarge(Exception):
+    """A request body ran past ``--max-body``."""
+
+
+async def _chunk(content: StreamReader, timeout_s: float) -> bytes:
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await content.readany()
+    except TimeoutError:
+        raise BodyTimeout from None
+
+
+async def read_body(content: StreamReader, *, limit: int, timeout_s: float) -> bytes:
+    """The whole body, at most ``limit`` bytes, with at most ``timeout_s`` between reads."""
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await _chunk(content, timeout_s):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def stream_body(
+    content: StreamReader, *, limit: int, timeout_s: float
+) -> AsyncIterator[bytes]:
+    """The body as it comes (for the upstream), under the same bounds as ``read_body``."""
+    size = 0
+    while chunk := await _chunk(content, timeout_s):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        yield chunk
+
+
+def accept_error_handler(guard: ConnectionGuard) -> Any:
+    """A loop exception handler: accept errors counted and logged at most once per
+    ``LOG_EVERY_S`` without a traceback; everything else as asyncio logs it."""
+    last = [0.0]
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        if not message.startswith("socket.accept()"):
+            loop.default_exception_handler(context)
+            return
+        guard.accept_errors += 1
+        now = time.monotonic()
+        if now - last[0] >= LOG_EVERY_S:
+            last[0] = now
+            exc = context.get("exception")
+            log.error(
+                "cannot accept connections: %s (%d times so far; retrying)",
+                getattr(exc, "strerror", None) or exc or message,
+                guard.accept_errors,
+            )
+
+    return handle
