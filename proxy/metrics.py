@@ -23,7 +23,7 @@ from tailreplay.openai_api import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.recording import RecorderClient, Stat
+from tailreplay.proxy.recording import RecorderClient
 
 __all__ = ["ProxyMetrics"]
 
@@ -35,7 +35,7 @@ class _RecorderCollector(Collector):
         self.recorder = recorder
 
     def collect(self) -> Iterator[Metric]:
-        r, stats = self.recorder, self.recorder.stats
+        counts = self.recorder.counts()
 
         def one(kind: type[Any], name: str, doc: str, value: float) -> Metric:
             family = kind(name, doc)
@@ -46,25 +46,38 @@ class _RecorderCollector(Collector):
             CounterMetricFamily,
             "tailreplay_proxy_records_written",
             "Records written to the archive.",
-            stats[Stat.WRITTEN],
+            counts.written,
         )
         yield one(
             CounterMetricFamily,
             "tailreplay_proxy_records_dropped",
-            "Records lost to a backed-up recorder or a failing disk (traffic was not affected).",
-            r.total_dropped,
+            "Records lost to a backed-up or dead recorder or a failing disk "
+            "(traffic was not affected).",
+            counts.dropped,
         )
         yield one(
             CounterMetricFamily,
             "tailreplay_proxy_records_sampled_out",
             "Records left out by --sample.",
-            stats[Stat.SAMPLED_OUT],
+            counts.sampled_out,
         )
         yield one(
             GaugeMetricFamily,
             "tailreplay_proxy_record_backlog",
             "Exchanges being recorded.",
-            stats[Stat.BACKLOG],
+            counts.backlog,
+        )
+        yield one(
+            GaugeMetricFamily,
+            "tailreplay_proxy_capture_up",
+            "1 while exchanges are being recorded, 0 while the recorder is down.",
+            0 if self.recorder.down else 1,
+        )
+        yield one(
+            CounterMetricFamily,
+            "tailreplay_proxy_recorder_restarts",
+            "Times the recorder process died and was started again.",
+            self.recorder.restarts,
         )
         tokens = CounterMetricFamily(
             "tailreplay_proxy_tokens",
@@ -72,8 +85,8 @@ class _RecorderCollector(Collector):
             labels=["route", "kind"],
         )
         for i, route in enumerate(ROUTES):
-            tokens.add_metric([route, "input"], stats[Stat.TOKENS + 2 * i])
-            tokens.add_metric([route, "output"], stats[Stat.TOKENS + 2 * i + 1])
+            tokens.add_metric([route, "input"], counts.tokens[2 * i])
+            tokens.add_metric([route, "output"], counts.tokens[2 * i + 1])
         yield tokens
 
 

@@ -1,151 +1,83 @@
-"""The recorder sink, with the recording work in a process of its own.
+"""The recorder sink, with the recording work in a process of its own, supervised.
 
 Python runs one thread at a time, so record building in the proxy's process —
 usage parsing, tokenising prompts, hashing, redaction, packing — would be paid
 for by forwarding (it cost ~40% of throughput when done on a thread). Instead
 the proxy's event loop only appends each finished exchange to a batch; every
 20 ms the batch is pickled and written to a pipe (non-blocking) read by the
-recorder process, which builds records and writes the archive.
+recorder process (``proxy/recorder_child.py``), which builds records and
+writes the archive.
 
 Nothing here can hurt a request: when the pipe backs up past a limit, batches
 are dropped and counted. If the proxy dies (even kill -9), the recorder sees
-the pipe close, writes what it has, and exits. Counters come back through a
-small shared array that /metrics reads.
+the pipe close, writes what it has, and exits. If the recorder dies, the proxy
+sees it at once (its process sentinel becomes readable), counts every exchange
+it had sent that the recorder never wrote as dropped, and starts a new one;
+exchanges finished meanwhile wait for it (up to a batch's limit). Every
+exchange is thus written, sampled out, or counted as dropped — exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import multiprocessing
-import os
-import pickle
-import signal
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from tailreplay.batch_pipe import BatchPipe
-from tailreplay.openai_api import ROUTES, route_label
-from tailreplay.proxy.config import ProxyConfig, archive_header
+from tailreplay.openai_api import ROUTES
+from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.traces.record import Record
+from tailreplay.proxy.recorder_child import Stat, child_main
 
-if TYPE_CHECKING:
-    from tailreplay.proxy.recorder import RecordBuilder
-    from tailreplay.traces.writer import ArchiveWriter
-
-__all__ = ["RecorderClient", "Stat"]
+__all__ = ["RecorderClient", "RecorderCounts"]
 
 log = logging.getLogger("tailreplay.proxy")
 
 _FLUSH_S = 0.02
 _PIPE_LIMIT = 64 << 20  # bytes waiting for the recorder before batches are dropped
 _MAX_BATCH = 20_000
+_RESTART_BACKOFF_S = (0.5, 30.0)  # first and longest wait between failed restarts
 
 
-class Stat:
-    """Indices into the shared counter array."""
+@dataclass
+class RecorderCounts:
+    """What became of the exchanges handed to the recorder, over all its lifetimes."""
 
-    WRITTEN = 0
-    WRITER_DROPPED = 1
-    SAMPLED_OUT = 2
-    FAILED = 3
-    BACKLOG = 4
-    TOKENS = 5  # then (input, output) per route in ROUTES order
-    SIZE = 5 + 2 * len(ROUTES)
-
-
-def _child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
-    """The recorder process: read batches until the proxy closes the pipe."""
-    # The proxy relays shutdown by closing the pipe; signals meant for the process
-    # group must not cut the recorder short while it still holds records.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    # Traffic first, recording second: when the machine is short of CPU the
-    # forwarding process gets it, and the recorder catches up from the pipe (or,
-    # past its limit, drops and counts) instead of slowing every request.
-    os.nice(10)
-    from tailreplay.proxy.recorder import RecordBuilder
-    from tailreplay.traces.tokens import get
-
-    try:
-        writer = _open_writer(config)
-        get()  # load the tokenizer before saying ready
-    except OSError as exc:
-        ready.send(f"cannot write archives in {config.out_dir}: {exc.strerror or exc}")
-        return
-    with contextlib.ExitStack() as stack:
-        # Spans are made here, from the finished records, off the request path.
-        spans = stack.enter_context(config.spans()) if config.spans is not None else None
-        ready.send("ok")
-        builder = RecordBuilder(config, writer, spans)
-        builder.on_record = _token_counter(stats)
-        try:
-            _record_batches(conn, builder, stats)
-        finally:
-            writer.close()
-            stats[Stat.WRITTEN] = writer.stats.written
-            stats[Stat.WRITER_DROPPED] = writer.stats.dropped
-
-
-def _open_writer(config: ProxyConfig) -> ArchiveWriter:
-    from tailreplay.traces.writer import ArchiveWriter
-
-    return ArchiveWriter(
-        directory=config.out_dir,
-        prefix=config.prefix,
-        header=archive_header(config),
-        rotate_bytes=config.rotate_bytes,
-        rotate_interval_s=config.rotate_interval_s,
-        flush_interval=config.flush_interval_s,
-        compress=config.compress,
-        queue_size=config.queue_size,
-    )
-
-
-def _token_counter(stats: Any) -> Callable[[Record], None]:
-    """Adds each record's tokens to its route's counters (what /metrics shows)."""
-
-    def count_tokens(record: Record) -> None:
-        base = Stat.TOKENS + 2 * ROUTES.index(route_label(record.path))
-        stats[base] += record.input_tokens or 0
-        stats[base + 1] += record.output_tokens or 0
-
-    return count_tokens
-
-
-def _record_batches(conn: Any, builder: RecordBuilder, stats: Any) -> None:
-    """Build and write the record of every exchange in every batch, until the pipe closes."""
-    writer = builder.writer
-    while True:
-        try:
-            data = conn.recv_bytes()
-        except (EOFError, OSError):
-            return
-        batch: list[Exchange] = pickle.loads(data)
-        stats[Stat.BACKLOG] = len(batch)
-        for ex in batch:
-            builder.build(ex)
-        stats[Stat.WRITTEN] = writer.stats.written
-        stats[Stat.WRITER_DROPPED] = writer.stats.dropped
-        stats[Stat.SAMPLED_OUT] = builder.sampled_out
-        stats[Stat.FAILED] = builder.failed
-        stats[Stat.BACKLOG] = 0
+    written: int = 0
+    dropped: int = 0
+    sampled_out: int = 0
+    failed: int = 0
+    backlog: int = 0
+    tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
+    """(input, output) per route in ROUTES order."""
 
 
 class RecorderClient:
-    """The recorder sink in the proxy's process: batches exchanges to the recorder."""
+    """The recorder sink in the proxy's process: batches exchanges to the recorder,
+    and restarts the recorder when it dies."""
 
     def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.restarts = 0
+        self.down: str | None = None
+        """Why capture is stopped, while it is (/healthz reports it); None when recording."""
+        self._retired = RecorderCounts()  # recorders that died
+        self._closing = False
+        self._restarting: asyncio.Task[None] | None = None
+        self._drop_logged_at = 0.0
+        self._spawn([])
+
+    def _spawn(self, carried: list[Exchange]) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.stats: Any = ctx.Array("q", Stat.SIZE, lock=False)
         reader, writer = ctx.Pipe(duplex=False)
         ready_reader, ready_writer = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
-            target=_child_main,
-            args=(reader, ready_writer, config, self.stats),
+            target=child_main,
+            args=(reader, ready_writer, self.config, self.stats),
             name="tailreplay-recorder",
             daemon=True,
         )
@@ -155,18 +87,22 @@ class RecorderClient:
         self._pipe = BatchPipe(
             writer, limit=_PIPE_LIMIT, flush_s=_FLUSH_S, max_batch=_MAX_BATCH, on_drop=self._dropped
         )
+        for ex in carried:
+            self._pipe.append(ex)
         self._ready = ready_reader
-        self._drop_logged_at = 0.0
 
     async def attach(self) -> None:
         """Wait until the recorder is ready, then start sending from this loop."""
-        loop = asyncio.get_running_loop()
-        message = await loop.run_in_executor(None, self._wait_ready)
+        message = await asyncio.get_running_loop().run_in_executor(None, self._wait_ready)
         if message != "ok":
             from tailreplay.errors import InputError
 
             raise InputError(message)
+        await self._connect()
+
+    async def _connect(self) -> None:
         await self._pipe.attach()
+        asyncio.get_running_loop().add_reader(self._proc.sentinel, self._on_exit)
 
     def _wait_ready(self) -> str:
         if not self._ready.poll(60):
@@ -177,9 +113,80 @@ class RecorderClient:
             return "the recorder process exited at start"
         return message
 
+    # -- the counts ------------------------------------------------------------------
+
+    def counts(self) -> RecorderCounts:
+        """Totals over every recorder so far, exact at the time of the call."""
+        s, r = self.stats, self._retired
+        return RecorderCounts(
+            written=r.written + s[Stat.WRITTEN],
+            dropped=r.dropped + self._pipe.dropped + s[Stat.WRITER_DROPPED],
+            sampled_out=r.sampled_out + s[Stat.SAMPLED_OUT],
+            failed=r.failed + s[Stat.FAILED],
+            backlog=s[Stat.BACKLOG],
+            tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
+        )
+
     @property
     def total_dropped(self) -> int:
-        return self._pipe.dropped + int(self.stats[Stat.WRITER_DROPPED])
+        return self.counts().dropped
+
+    # -- supervision -----------------------------------------------------------------
+
+    def _on_exit(self) -> None:
+        """The recorder died: count what it never wrote, and start another."""
+        asyncio.get_running_loop().remove_reader(self._proc.sentinel)
+        if self._closing:
+            return
+        self._proc.join(0.5)  # reap it (dead already: the sentinel closed at its exit)
+        lost = self._retire()
+        code = self._proc.exitcode
+        self.down = f"the recorder exited (code {code}); restarting it"
+        log.error(
+            "the recorder process exited (code %s); %d exchanges it had were not recorded "
+            "(counted as dropped); restarting it",
+            code,
+            lost,
+        )
+        carried = self._pipe.take_pending()
+        self._pipe.close()
+        self._spawn(carried)
+        self._restarting = asyncio.get_running_loop().create_task(self._restart())
+
+    def _retire(self) -> int:
+        """Fold the dead recorder's counts into the totals; returns the exchanges it lost."""
+        s, r = self.stats, self._retired
+        accounted: int = sum(s[i] for i in Stat.ACCOUNTED)
+        lost = max(self._pipe.sent - accounted, 0)
+        r.written += s[Stat.WRITTEN]
+        r.dropped += s[Stat.WRITER_DROPPED] + self._pipe.dropped + lost
+        r.sampled_out += s[Stat.SAMPLED_OUT]
+        r.failed += s[Stat.FAILED]
+        r.tokens = [a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)]
+        return lost
+
+    async def _restart(self) -> None:
+        loop = asyncio.get_running_loop()
+        delay = _RESTART_BACKOFF_S[0]
+        while not self._closing:
+            message = await loop.run_in_executor(None, self._wait_ready)
+            if self._closing:
+                return
+            if message == "ok":
+                await self._connect()
+                self.restarts += 1
+                self.down = None
+                log.warning("the recorder restarted; capture resumed")
+                return
+            self.down = f"the recorder cannot start: {message}"
+            log.error("%s; retrying in %.1f s", self.down, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _RESTART_BACKOFF_S[1])
+            self._proc.join(1)
+            self._retire()
+            carried = self._pipe.take_pending()
+            self._pipe.close()
+            self._spawn(carried)
 
     # -- the sink --------------------------------------------------------------------
 
@@ -201,8 +208,13 @@ class RecorderClient:
 
     async def close(self, timeout_s: float = 60.0) -> None:
         """Send what is left, close the pipe, and wait for the recorder to finish."""
+        self._closing = True
+        if self._restarting is not None and not self._restarting.done():
+            self._restarting.cancel()
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._proc.sentinel)
         self._pipe.close()
-        await asyncio.get_running_loop().run_in_executor(None, self._proc.join, timeout_s)
+        await loop.run_in_executor(None, self._proc.join, timeout_s)
         if self._proc.is_alive():
             log.warning("the recorder did not finish in %.0f s; stopping it", timeout_s)
             self._proc.kill()

@@ -89,7 +89,9 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         host, port = runner.addresses[0][:2]
         admin_url = None
         if config.admin_port is not None:
-            admin_runner = web.AppRunner(metrics_app(metrics.registry), access_log=None)
+            admin_runner = web.AppRunner(
+                metrics_app(metrics.registry, lambda: recorder.down), access_log=None
+            )
             await admin_runner.setup()
             await web.TCPSite(admin_runner, config.admin_host, config.admin_port).start()
             ahost, aport = admin_runner.addresses[0][:2]

@@ -41,6 +41,8 @@ class BatchPipe:
         self.on_flush = on_flush
         """Called after every periodic flush (the owner's own periodic checks)."""
         self.dropped = 0
+        self.sent = 0
+        """Items written to the pipe (whether or not the child then read them)."""
         self._batch: list[Any] = []
         self._transport: asyncio.WriteTransport | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -58,6 +60,11 @@ class BatchPipe:
             self._drop(1)
             return
         self._batch.append(item)
+
+    def take_pending(self) -> list[Any]:
+        """The items appended and not yet written, which are no longer this pipe's."""
+        batch, self._batch = self._batch, []
+        return batch
 
     def _tick(self) -> None:
         self._timer = asyncio.get_running_loop().call_later(self.flush_s, self._tick)
@@ -80,6 +87,7 @@ class BatchPipe:
         data = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
         # multiprocessing.Connection framing, so the child can use recv_bytes().
         transport.write(struct.pack("!i", len(data)) + data)
+        self.sent += len(batch)
         return True
 
     def _drop(self, n: int) -> None:

@@ -1,9 +1,19 @@
-"""Files that hold captured traffic or its summaries are created mode 0600."""
+"""Files that hold captured traffic or its summaries are created mode 0600.
+
+An output path is opened without following a symbolic link and refused when it is
+not a plain file of its own (a hard link, a FIFO, a device): a proxy run as root
+with a shared output folder must not be steered into truncating, or changing the
+mode of, some other file.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import IO, Any
+
+from tailreplay.errors import UsageError
 
 __all__ = ["open_private"]
 
@@ -13,9 +23,24 @@ def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -
 
     >>> with open_private("summary.json") as f: f.write("{}")
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path}: is a symbolic link; refusing to write through it") from None
+        if exc.errno == errno.ENXIO:
+            raise UsageError(f"{path}: is a FIFO or socket, not a file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+            kind = "has other hard links" if stat.S_ISREG(st.st_mode) else "is not a plain file"
+            raise UsageError(f"{path}: {kind}; refusing to overwrite it")
+        # Truncated only now, after the checks: a file refused is left as it was.
+        os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
         return os.fdopen(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)

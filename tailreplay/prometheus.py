@@ -7,7 +7,7 @@ event loop: a scrape is one short callback, not a second thread holding the GIL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from aiohttp import web
@@ -61,8 +61,16 @@ class BoundedLabel:
         return "other"
 
 
-def metrics_app(registry: CollectorRegistry) -> web.Application:
-    """An app serving ``/metrics`` from ``registry`` and ``/healthz``."""
+def metrics_app(
+    registry: CollectorRegistry, degraded: Callable[[], str | None] = lambda: None
+) -> web.Application:
+    """An app serving ``/metrics`` from ``registry``, ``/healthz`` and ``/healthz/capture``.
+
+    ``degraded`` says why capture is stopped, or None. ``/healthz`` answers 200
+    while the process serves traffic, with "ok" or "degraded: <why>" (a readiness
+    probe must not take a serving proxy out of rotation); ``/healthz/capture``
+    answers 503 while degraded, for monitors that alert on a status code.
+    """
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
@@ -70,11 +78,19 @@ def metrics_app(registry: CollectorRegistry) -> web.Application:
         )
 
     async def health(request: web.Request) -> web.Response:
-        return web.Response(text="ok")
+        why = degraded()
+        return web.Response(text="ok" if why is None else f"degraded: {why}")
+
+    async def capture(request: web.Request) -> web.Response:
+        why = degraded()
+        if why is None:
+            return web.Response(text="ok")
+        return web.Response(text=f"degraded: {why}", status=503)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", health)
+    app.router.add_get("/healthz/capture", capture)
     return app
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import subprocess
+import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -26,6 +28,31 @@ from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 
 T = TypeVar("T")
+
+
+def start_proxy_process(
+    upstream: str, out: Path, *extra: str, preexec_fn: Callable[[], None] | None = None
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    """``tailreplay proxy`` as a process; returns it, its URL and its admin URL."""
+    from tests.helpers import free_port
+
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "tailreplay", "proxy", "--upstream", upstream,
+            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
+            "--out", str(out), *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec_fn,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    line = proc.stdout.readline().decode()
+    if "listening on" not in line:
+        proc.kill()
+        raise AssertionError(line + proc.stderr.read().decode())
+    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
 
 
 @asynccontextmanager

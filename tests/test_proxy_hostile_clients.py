@@ -7,7 +7,6 @@ import asyncio
 import http.client
 import resource
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -20,8 +19,8 @@ from aiohttp import web
 from tailreplay.sim.launcher import sim_process
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
-from tests.helpers import free_port, metric
-from tests.proxy_helpers import proxy_to, records, serve_app
+from tests.helpers import metric
+from tests.proxy_helpers import proxy_to, records, serve_app, start_proxy_process
 
 QUICK = PROFILES["default"].with_overrides(decode_base_ms=2.0, output_mean=4.0)
 IDLE_TIMEOUT_S = 3.0
@@ -39,21 +38,9 @@ def _limit_fds() -> None:
 
 
 def _start_proxy(upstream: str, out: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "tailreplay", "proxy", "--upstream", upstream,
-            "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-            "--out", str(out), "--idle-timeout", f"{IDLE_TIMEOUT_S}s", "--body-timeout", "2s",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=_limit_fds,  # the limit many systemd services inherit
-    )  # fmt: skip
-    assert proc.stdout is not None and proc.stderr is not None
-    line = proc.stdout.readline().decode()
-    assert "listening on" in line, line + proc.stderr.read().decode()
-    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+    timeouts = ("--idle-timeout", f"{IDLE_TIMEOUT_S}s", "--body-timeout", "2s")
+    # The open-file limit many systemd services inherit.
+    return start_proxy_process(upstream, out, *timeouts, preexec_fn=_limit_fds)
 
 
 class _Attackers:

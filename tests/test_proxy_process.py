@@ -16,7 +16,7 @@ import pytest
 
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.reader import ArchiveReader
-from tests.helpers import free_port
+from tests.proxy_helpers import start_proxy_process
 
 FLUSH_S = 1.0  # the proxy's flush interval
 SLACK_S = 1.0  # a busy CI machine's scheduling delays, on top of it
@@ -30,32 +30,8 @@ def sim_url() -> Iterator[str]:
         yield url
 
 
-def _start_proxy(upstream: str, out: Path, *extra: str) -> tuple[subprocess.Popen[str], str, str]:
-    port, admin = free_port(), free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailreplay",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--admin-listen",
-            f"127.0.0.1:{admin}",
-            "--out",
-            str(out),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "listening on" in line, line + (proc.stderr.read() if proc.poll() is not None else "")
-    return proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+def _start_proxy(upstream: str, out: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str, str]:
+    return start_proxy_process(upstream, out, *extra)
 
 
 def _records(out: Path) -> list:

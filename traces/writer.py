@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -69,6 +69,8 @@ class ArchiveWriter:
         compress: bool | None = None,
         queue_size: int = 100_000,
         block_when_full: bool = False,
+        on_written: Callable[[int], None] | None = None,
+        on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         if (path is None) == (directory is None):
             raise ValueError("give exactly one of path or directory")
@@ -88,6 +90,11 @@ class ArchiveWriter:
         self._block = block_when_full
         self._space = threading.Event()
         self.stats = WriterStats()
+        self._on_written = on_written
+        """Called on the writer thread after every write to the file, with the number of
+        records now in files (the recorder publishes its counts from here)."""
+        self._on_dropped = on_dropped
+        """Called with the new total after every drop, from whichever thread dropped."""
         self.error: OSError | None = None
         """The last write error; the single-file form stops writing after one."""
 
@@ -122,8 +129,7 @@ class ArchiveWriter:
             self._space.clear()
             self._space.wait(_IDLE_WAIT_S)
         if self._closing or len(self._queue) >= self._maxsize:
-            with self._drop_lock:
-                self.stats.dropped += 1
+            self._count_dropped(1)
             return False
         self._queue.append(record)
         return True
@@ -233,9 +239,15 @@ class ArchiveWriter:
             complete = _records_within(pending, done)
             self.stats.written += complete
             self._count_dropped(len(pending) - complete)
+            self._published()
             self._fail(exc)
             return
         self.stats.written += len(pending)
+        self._published()
+
+    def _published(self) -> None:
+        if self._on_written is not None:
+            self._on_written(self.stats.written)
 
     def _fail(self, exc: OSError) -> None:
         if self._failed_at is None:
@@ -269,9 +281,11 @@ class ArchiveWriter:
             name = rotated_name(self._prefix, time.time_ns(), self._seq, compress=self._compress)
             path = self._directory / name
             self._seq += 1
+        created = False
         try:
             # Unbuffered: a short write tells _flush exactly what reached the file.
             f: BinaryIO = open_private(path, "wb", buffering=0)  # type: ignore[assignment]
+            created = True
             self._file = f
             header = dict(self._header, created_ns=time.time_ns())
             head = msgpack.packb(header)
@@ -283,6 +297,10 @@ class ArchiveWriter:
                 f.write(head)
             f.flush()
         except OSError as exc:
+            if created:  # no whole header (a full disk): never leave an unreadable file
+                self._close_file(fsync=False)
+                with contextlib.suppress(OSError):
+                    path.unlink()
             if self._failed_at is None and not self.stats.files:
                 raise  # the very first open: let the caller report a bad --out
             self._fail(exc)
@@ -316,6 +334,8 @@ class ArchiveWriter:
     def _count_dropped(self, n: int) -> None:
         with self._drop_lock:
             self.stats.dropped += n
+            if self._on_dropped is not None:
+                self._on_dropped(self.stats.dropped)
 
 
 def _take(queue: deque[Record | dict[str, Any]], limit: int) -> list[Record | dict[str, Any]]:

@@ -1,0 +1,126 @@
+"""The recorder process: reads batches of exchanges from the proxy, builds and writes records.
+
+Its counters live in a small shared array (``Stat``) that the proxy reads for
+/metrics and, when this process dies, to count exactly what it never wrote.
+What the array says was written is what reached the archive file: the writer
+publishes its count right after each write (``ArchiveWriter(on_written=...)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tailreplay.openai_api import ROUTES, route_label
+from tailreplay.proxy.config import ProxyConfig, archive_header
+from tailreplay.proxy.exchange import Exchange
+from tailreplay.traces.record import Record
+
+if TYPE_CHECKING:
+    from tailreplay.proxy.recorder import RecordBuilder
+    from tailreplay.traces.writer import ArchiveWriter
+
+__all__ = ["Stat", "child_main"]
+
+
+class Stat:
+    """Indices into the shared counter array."""
+
+    WRITTEN = 0
+    WRITER_DROPPED = 1
+    SAMPLED_OUT = 2
+    FAILED = 3
+    BACKLOG = 4
+    TOKENS = 5  # then (input, output) per route in ROUTES order
+    SIZE = 5 + 2 * len(ROUTES)
+    ACCOUNTED = (WRITTEN, WRITER_DROPPED, SAMPLED_OUT, FAILED)
+    """The counters that together account for every exchange the recorder received."""
+
+
+def child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
+    """The recorder process: read batches until the proxy closes the pipe."""
+    # The proxy relays shutdown by closing the pipe; signals meant for the process
+    # group must not cut the recorder short while it still holds records.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Traffic first, recording second: when the machine is short of CPU the
+    # forwarding process gets it, and the recorder catches up from the pipe (or,
+    # past its limit, drops and counts) instead of slowing every request.
+    os.nice(10)
+    from tailreplay.errors import TailreplayError
+    from tailreplay.proxy.recorder import RecordBuilder
+    from tailreplay.traces.tokens import get
+
+    try:
+        writer = _open_writer(config, stats)
+        get()  # load the tokenizer before saying ready
+    except OSError as exc:
+        ready.send(f"cannot write archives in {config.out_dir}: {exc.strerror or exc}")
+        return
+    except TailreplayError as exc:
+        ready.send(f"cannot write archives in {config.out_dir}: {exc}")
+        return
+    with contextlib.ExitStack() as stack:
+        # Spans are made here, from the finished records, off the request path.
+        spans = stack.enter_context(config.spans()) if config.spans is not None else None
+        ready.send("ok")
+        builder = RecordBuilder(config, writer, spans)
+        builder.on_record = _token_counter(stats)
+        try:
+            _record_batches(conn, builder, stats)
+        finally:
+            writer.close()
+
+
+def _open_writer(config: ProxyConfig, stats: Any) -> ArchiveWriter:
+    from tailreplay.traces.writer import ArchiveWriter
+
+    def written(n: int) -> None:
+        stats[Stat.WRITTEN] = n
+
+    def dropped(n: int) -> None:
+        stats[Stat.WRITER_DROPPED] = n
+
+    return ArchiveWriter(
+        directory=config.out_dir,
+        prefix=config.prefix,
+        header=archive_header(config),
+        rotate_bytes=config.rotate_bytes,
+        rotate_interval_s=config.rotate_interval_s,
+        flush_interval=config.flush_interval_s,
+        compress=config.compress,
+        queue_size=config.queue_size,
+        on_written=written,
+        on_dropped=dropped,
+    )
+
+
+def _token_counter(stats: Any) -> Callable[[Record], None]:
+    """Adds each record's tokens to its route's counters (what /metrics shows)."""
+
+    def count_tokens(record: Record) -> None:
+        base = Stat.TOKENS + 2 * ROUTES.index(route_label(record.path))
+        stats[base] += record.input_tokens or 0
+        stats[base + 1] += record.output_tokens or 0
+
+    return count_tokens
+
+
+def _record_batches(conn: Any, builder: RecordBuilder, stats: Any) -> None:
+    """Build and hand to the writer the record of every exchange, until the pipe closes."""
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        batch: list[Exchange] = pickle.loads(data)
+        stats[Stat.BACKLOG] = len(batch)
+        for ex in batch:
+            builder.build(ex)
+        stats[Stat.SAMPLED_OUT] = builder.sampled_out
+        stats[Stat.FAILED] = builder.failed
+        stats[Stat.BACKLOG] = 0

@@ -1,0 +1,72 @@
+"""Output files: created 0600, never written through a symlink or into a hard-linked file."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tests.helpers import random_maps, write_plain
+
+
+def _merge(src: Path, out: Path) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["traces", "merge", str(src), "-o", str(out)])
+    return result.exit_code, result.stderr
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    path = tmp_path / "in.msgpack"
+    write_plain(path, random_maps(5))
+    return path
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """Someone else's file, world-readable, that an output path must not touch."""
+    path = tmp_path / "victim.txt"
+    path.write_text("precious")
+    path.chmod(0o644)
+    return path
+
+
+def _untouched(victim: Path) -> bool:
+    return victim.read_text() == "precious" and stat.S_IMODE(victim.stat().st_mode) == 0o644
+
+
+def test_an_output_path_that_is_a_symlink_is_refused(
+    tmp_path: Path, archive: Path, victim: Path
+) -> None:
+    out = tmp_path / "out.msgpack"
+    out.symlink_to(victim)
+    code, err = _merge(archive, out)
+    assert code == 2
+    assert err.strip().endswith(f"{out}: is a symbolic link; refusing to write through it")
+    assert len(err.strip().splitlines()) == 1
+    assert _untouched(victim)
+
+
+def test_an_output_path_with_another_hard_link_is_refused(
+    tmp_path: Path, archive: Path, victim: Path
+) -> None:
+    out = tmp_path / "out.msgpack"
+    os.link(victim, out)
+    code, err = _merge(archive, out)
+    assert code == 2
+    assert "has other hard links; refusing to overwrite it" in err
+    assert _untouched(victim)
+
+
+def test_an_output_file_is_created_0600_and_an_old_one_replaced(
+    tmp_path: Path, archive: Path
+) -> None:
+    out = tmp_path / "out.msgpack"
+    out.write_text("old")
+    out.chmod(0o644)
+    assert _merge(archive, out)[0] == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert out.read_bytes()[:1] != b"o"
