@@ -27,6 +27,7 @@ from yarl import URL
 from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
+    LOG_EVERY_S,
     BodyTimeout,
     BodyTooLarge,
     ConnectionGuard,
@@ -105,6 +106,7 @@ class _Forwarder:
     ) -> None:
         self.config = config
         self.guard = guard
+        self._logged: dict[str, float] = {}  # error kind -> when last logged
         self.sinks = sinks
         self.pool = pool
         self.allowed = config.allowed_origins()
@@ -216,11 +218,21 @@ class _Forwarder:
             return response
         except UpstreamError as exc:
             ex.error, ex.status = exc.kind, exc.status
+            self._log_upstream(exc)
             return _json_error(exc.status, exc.message, exc.kind)
         try:
             return await self._relay(request, upstream, ex)
         finally:
             upstream.close()
+
+    def _log_upstream(self, exc: UpstreamError) -> None:
+        # One line per kind of failure per LOG_EVERY_S: a dead upstream fails every
+        # request, and the log must stay readable.
+        now = time.monotonic()
+        if now - self._logged.get(exc.kind, -LOG_EVERY_S) >= LOG_EVERY_S:
+            self._logged[exc.kind] = now
+            detail = f" ({exc.detail})" if exc.detail else ""
+            log.warning("upstream: %s%s", exc.message, detail)
 
     def _too_large(self, ex: Exchange) -> web.Response:
         ex.status = 413

@@ -34,6 +34,7 @@ from aiohttp.web_protocol import RequestHandler
 __all__ = [
     "ACCEPT_BATCH",
     "FD_RESERVE",
+    "LOG_EVERY_S",
     "BodyTimeout",
     "BodyTooLarge",
     "ConnectionGuard",

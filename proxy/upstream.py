@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple
@@ -35,17 +36,31 @@ BodyConsumer = Callable[[bytes], bool]
 
 
 class UpstreamError(Exception):
-    """Talking to the upstream failed; ``kind`` is the record's error name."""
+    """Talking to the upstream failed; ``kind`` is the record's error name.
 
-    def __init__(self, kind: str, message: str, status: int = 502) -> None:
+    ``message`` is for the client and never names the upstream (its address is the
+    operator's business); ``detail`` is for the proxy's log.
+    """
+
+    def __init__(self, kind: str, message: str, status: int = 502, detail: str = "") -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
+        self.detail = detail
 
 
 def _timeout() -> UpstreamError:
     return UpstreamError("upstream_timeout", "the upstream did not answer in time", 504)
+
+
+def _reason(exc: OSError) -> str:
+    """Why a connect failed, without the address (asyncio puts it in ``strerror``)."""
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or "TLS handshake failed")
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return type(exc).__name__
 
 
 class _Stale(Exception):
@@ -229,10 +244,8 @@ class _Connection(asyncio.Protocol):
         elif response._head.done():
             response._fail(UpstreamError("upstream_reset", "the upstream reset the stream"))
         else:
-            reason = f": {exc}" if exc else ""
-            response._fail(
-                UpstreamError("upstream_error", f"the upstream closed the connection{reason}")
-            )
+            message = "the upstream closed the connection"
+            response._fail(UpstreamError("upstream_error", message, detail=str(exc or "")))
 
     def pause_writing(self) -> None:
         self._can_write.clear()
@@ -431,8 +444,9 @@ class UpstreamPool:
         except TimeoutError:
             raise _timeout() from None
         except OSError as exc:
-            message = f"cannot connect to the upstream: {exc}"
-            raise UpstreamError("upstream_connect", message) from None
+            message = f"cannot connect to the upstream: {_reason(exc)}"
+            detail = f"{origin.host}:{origin.port}: {exc}"
+            raise UpstreamError("upstream_connect", message, detail=detail) from None
         self._all.add(conn)
         return conn
 

@@ -126,6 +126,7 @@ async def test_upstream_down_is_502_within_a_second(tmp_path: Path) -> None:
                 body = await r.json()
             elapsed = time.monotonic() - t0
     assert r.status == 502 and body["error"]["type"] == "upstream_connect"
+    assert body["error"]["message"] == "cannot connect to the upstream: Connection refused"
     assert elapsed < 1.0
     (rec,) = records(out)
     assert rec.status == 502 and rec.error == "upstream_connect"
