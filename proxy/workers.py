@@ -88,6 +88,47 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     asyncio.run(_serve_admin(config, procs, [admin for _, admin in urls], announce))
 
 
+def _admin_app(
+    session: aiohttp.ClientSession, procs: list[Any], admin_urls: list[str]
+) -> web.Application:
+    """The parent's admin port: the workers' metrics summed, and their health."""
+
+    async def prom(request: web.Request) -> web.Response:
+        texts = []
+        for url in admin_urls:
+            with suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url + "/metrics") as r:
+                    texts.append(await r.text())
+        return web.Response(text=merge_metrics(texts), content_type="text/plain")
+
+    async def degraded() -> list[str]:
+        """The workers' capture problems, as their /healthz says them."""
+        out = []
+        for i, url in enumerate(admin_urls):
+            with suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url + "/healthz") as r:
+                    text = await r.text()
+                if text.startswith("degraded"):
+                    out.append(f"worker {i}: {text}")
+        return out
+
+    async def health(request: web.Request) -> web.Response:
+        alive = sum(p.is_alive() for p in procs)
+        problems = await degraded()
+        text = f"{alive}/{len(procs)} workers" + "".join(f"; {p}" for p in problems)
+        return web.Response(text=text, status=200 if alive == len(procs) else 503)
+
+    async def capture(request: web.Request) -> web.Response:
+        problems = await degraded()
+        return web.Response(text="; ".join(problems) or "ok", status=503 if problems else 200)
+
+    app = web.Application()
+    app.router.add_get("/metrics", prom)
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/healthz/capture", capture)
+    return app
+
+
 async def _serve_admin(
     config: ProxyConfig, procs: list[Any], admin_urls: list[str], announce: Any
 ) -> None:
@@ -108,27 +149,9 @@ async def _serve_admin(
         loop.add_signal_handler(sig, on_signal)
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
-
-        async def prom(request: web.Request) -> web.Response:
-            texts = []
-            for url in admin_urls:
-                with suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    async with session.get(url + "/metrics") as r:
-                        texts.append(await r.text())
-            return web.Response(text=merge_metrics(texts), content_type="text/plain")
-
-        async def health(request: web.Request) -> web.Response:
-            alive = sum(p.is_alive() for p in procs)
-            return web.Response(
-                text=f"{alive}/{len(procs)} workers", status=200 if alive == len(procs) else 503
-            )
-
         runner: web.AppRunner | None = None
         if config.admin_port is not None:
-            app = web.Application()
-            app.router.add_get("/metrics", prom)
-            app.router.add_get("/healthz", health)
-            runner = web.AppRunner(app, access_log=None)
+            runner = web.AppRunner(_admin_app(session, procs, admin_urls), access_log=None)
             await runner.setup()
             await web.TCPSite(runner, config.admin_host, config.admin_port).start()
             announce(f"tailreplay proxy admin on http://{config.admin_host}:{config.admin_port}")
