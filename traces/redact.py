@@ -304,8 +304,9 @@ def _user(key: bytes, value: str) -> str:
 
 def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool = False) -> Any:
     """Parsed JSON with every string redacted (``redact_text``), the values of
-    credential-named members masked whole (``[SECRET:fp:…]``, everything inside them
-    too) and ``user`` fields fingerprinted as ``session`` is."""
+    credential-named members masked whole (``[SECRET:fp:…]``: strings and member
+    numbers, inside them too) and ``user`` fields fingerprinted as ``session`` is.
+    ``redact_body`` applies the same rules to JSON text, keeping its bytes."""
     secret = secret or (name is not None and is_secret_name(name))
     if isinstance(value, str):
         if secret:
@@ -318,8 +319,9 @@ def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool =
             redact_text(str(k), key): redact_value(v, key, str(k), secret) for k, v in value.items()
         }
     if isinstance(value, list):
-        return [redact_value(v, key, name, secret) for v in value]
-    if secret and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [redact_value(v, key, None, secret) for v in value]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if secret and name is not None and number:  # a member's number: `"pin": 1234`
         return _masked("SECRET", key, json.dumps(value))
     return value
 
@@ -359,6 +361,8 @@ class _JsonRedactor:
         self.key = key
         self.depth = 0
         self.secret_depth: int | None = None
+        self.opens_container = False
+        """The text after the current literal starts an object or an array."""
 
     def member(self, name_literal: str, sep: str | None, value: str | None) -> str:
         key = self.key
@@ -370,7 +374,7 @@ class _JsonRedactor:
         name = _literal(name_literal)
         secret = self.secret_depth is not None or is_secret_name(name)
         if value is None:  # an object, an array, true, false or null follows
-            if secret and self.secret_depth is None:
+            if secret and self.secret_depth is None and self.opens_container:
                 self.secret_depth = self.depth
             return out + sep
         text = _literal(value) if value.startswith('"') else value
@@ -388,13 +392,25 @@ class _JsonRedactor:
         for m in _MEMBER.finditer(text):
             gap = text[pos : m.start()]
             out.append(gap)
-            self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
-            if self.secret_depth is not None and self.depth <= self.secret_depth:
-                self.secret_depth = None
+            self._walk(gap)
+            self.opens_container = text[m.end() : m.end() + 1] in ("{", "[")
             out.append(self.member(m.group(1), m.group(2), m.group(3)))
             pos = m.end()
         out.append(text[pos:])
         return "".join(out)
+
+    def _walk(self, gap: str) -> None:
+        """Brackets between two literals; a secret value ends where its brackets close."""
+        if self.secret_depth is None:
+            self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
+            return
+        for ch in gap:
+            if ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+                if self.secret_depth is not None and self.depth <= self.secret_depth:
+                    self.secret_depth = None
 
 
 def redact_body(body: bytes, key: bytes) -> bytes:
