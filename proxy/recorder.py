@@ -217,7 +217,7 @@ class RecordBuilder:
 
 def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:
     body, completion = None, None
-    if spans.capture_content:
+    if spans.capture_content:  # handed over as sent: the span maker redacts it (redact.py)
         kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
         body, completion = ex.req_body, _completion_text(kept) if kept else None
     try:

@@ -5,7 +5,7 @@ the proxy's archive (headers, path and query, ``--bodies redacted``), the
 content that ``--otlp-capture-content`` puts on spans, URLs in log lines, and
 the importers of captures that carry headers (HAR).
 
-The rules (docs/proxy.md, "What is recorded"):
+The rules (docs/proxy.md, "Redaction"):
 
 - A *name* (header, query or path parameter, JSON member) is a credential's
   when one of its words is ``auth``/``authorization``/``authentication``,
