@@ -127,6 +127,8 @@ def test_urls_for_log_lines(url: str, expected: str) -> None:
         ("password=hunter2 and api-key: zz", "password=[SECRET:fp:…] and api-key: [SECRET:fp:…]"),
         ("token: Bearer abcdefghijk", "token: [SECRET:fp:…]"),
         ("Authorization: Basic dXNlcjpwYXNz", "Authorization: [SECRET:fp:…]"),
+        ("Cookie: session=abc123; theme=dark", "Cookie: [SECRET:fp:…]; theme=dark"),
+        ("https://x.example/c?sv=2024&sig=AbC%2Bd", "https://x.example/c?sv=2024&sig=[SECRET:fp:…]"),
         ("header Basic dXNlcjpwYXNz", "header [BASIC:fp:…]"),
         ("a basic understanding", "a basic understanding"),  # not base64 of user:password
         ("use Bearer abcdefghijkl", "use [BEARER:fp:…]"),

@@ -97,9 +97,10 @@ def is_secret_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
 # ``\b`` or group would make it try every pattern in full at every character); the
 # word boundary is checked just after that first character, by ``(?<!\w.)``.
 _B = r"(?<!\w.)"
-_NAME_ENDS = (
+_NAME_ENDS = (  # what a secret name in text ends with (a bare `key` is too common a word)
     "password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "authorization",
-    "sessid", "sessionid", "session_id", "session-id",
+    "credential", "credentials", "cookie", "signature", "sig", "session", "sessid",
+    "sessionid", "session_id", "session-id",
     *(f"{p}{s}key" for p in ("api", "access", "private", "secret") for s in ("", "_", "-")),
 )  # fmt: skip
 _ENDS_SECRET = "(?:" + "|".join(f"(?<=(?i:{e}))" for e in _NAME_ENDS) + ")"
