@@ -36,6 +36,7 @@ from opentelemetry.trace import Tracer
 from yarl import URL
 
 from tailreplay.errors import UsageError
+from tailreplay.traces.redact import redact_url
 from tailreplay.version import __version__
 
 __all__ = ["PROTOCOLS", "OtlpOptions", "SyncBatches", "Telemetry", "make_exporter"]
@@ -71,6 +72,11 @@ class OtlpOptions:
         if self.endpoint is not None:
             return self.endpoint
         return next((e for v in _ENDPOINT_ENV if (e := os.environ.get(v))), None)
+
+    def shown_endpoint(self) -> str:
+        """The endpoint as log lines show it: credentials in the URL masked."""
+        endpoint = self.resolved_endpoint()
+        return redact_url(endpoint) if endpoint is not None else "the OTLP endpoint"
 
     def resolved_protocol(self) -> str:
         """The flag, else OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else what the endpoint implies:
@@ -304,7 +310,7 @@ class Telemetry:
         # The SDK logs each retry and each failed batch; we say it once, ourselves.
         logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
         logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.ERROR)
-        where = options.resolved_endpoint() or "the OTLP endpoint"
+        where = options.shown_endpoint()
         reporting = _Reporting(make_exporter(options), warn, where)
         processor: SpanProcessor = (
             BatchSpanProcessor(

@@ -65,7 +65,7 @@ def export_otlp(
     )
     spans = RecordSpans(telemetry, kind=SpanKind.SERVER)
     batches = telemetry.processor if isinstance(telemetry.processor, SyncBatches) else None
-    where = options.resolved_endpoint() or "the OTLP endpoint"
+    where = options.shown_endpoint()
     done = Exported()
     try:
         for path in paths:

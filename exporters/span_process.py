@@ -128,7 +128,7 @@ class SpanProcess:
         """The child's first failed export, said once on the parent's stderr."""
         if self._failed.value and not self._warned:
             self._warned = True
-            where = self.options.resolved_endpoint() or "the OTLP endpoint"
+            where = self.options.shown_endpoint()
             self.say(
                 f"warning: OTLP export to {where} failed; spans are being dropped (the run goes on)"
             )
@@ -153,5 +153,5 @@ async def replay_spans(
         yield spans
     finally:
         exported, lost = await spans.close()
-        line = f"spans: {exported:,} exported to {options.resolved_endpoint()}"
+        line = f"spans: {exported:,} exported to {options.shown_endpoint()}"
         say(line + (f", {lost:,} not delivered" if lost else ""))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -27,6 +28,7 @@ from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.metrics import is_error, percentiles
 from tailreplay.traces.record import Record
+from tailreplay.traces.redact import redact_text, redact_value
 
 __all__ = ["RecordSpans", "proxy_spans", "span_attributes", "span_name"]
 
@@ -98,8 +100,9 @@ def span_attributes(
     return a
 
 
-def _input_messages(body: bytes | None) -> str | None:
-    """The request's messages (or prompt) as GenAI's ``gen_ai.input.messages`` JSON."""
+def _input_messages(body: bytes | None, key: bytes) -> str | None:
+    """The request's messages (or prompt) as GenAI's ``gen_ai.input.messages`` JSON,
+    redacted as ``--bodies redacted`` redacts a body (``traces/redact.py``)."""
     if not body:
         return None
     try:
@@ -110,15 +113,21 @@ def _input_messages(body: bytes | None) -> str | None:
         return None
     messages = parsed.get("messages")
     if isinstance(messages, list):
-        return json.dumps(messages, ensure_ascii=False)
+        return json.dumps(redact_value(messages, key), ensure_ascii=False)
     prompt = parsed.get("prompt")
     if isinstance(prompt, str):
-        return json.dumps([{"role": "user", "content": prompt}], ensure_ascii=False)
+        content = redact_text(prompt, key)
+        return json.dumps([{"role": "user", "content": content}], ensure_ascii=False)
     return None
 
 
 class RecordSpans:
-    """Makes one span per finished record, sampled by --trace-sample."""
+    """Makes one span per finished record, sampled by --trace-sample.
+
+    With --otlp-capture-content, the prompt and completion on a span are redacted
+    with ``redact_key`` (the proxy hands in its fingerprint key, so a secret masked
+    in the archive and on the span has the same mask; else a random key).
+    """
 
     def __init__(
         self,
@@ -127,8 +136,10 @@ class RecordSpans:
         kind: SpanKind,
         server: tuple[str, int] | None = None,
         extra: Mapping[str, Any] | None = None,
+        redact_key: bytes | None = None,
     ) -> None:
         self.telemetry = telemetry
+        self.redact_key = redact_key or os.urandom(32)
         self.kind = kind
         self.server = server
         self.extra = dict(extra or {})
@@ -207,11 +218,13 @@ class RecordSpans:
         attributes = span_attributes(record, provider=options.provider_name, server=self.server)
         attributes.update(self.extra)
         if options.capture_content:
-            if (messages := _input_messages(request_body)) is not None:
+            key = self.redact_key
+            if (messages := _input_messages(request_body, key)) is not None:
                 attributes["gen_ai.input.messages"] = messages
             if completion is not None:
+                content = redact_text(completion, key)
                 attributes["gen_ai.output.messages"] = json.dumps(
-                    [{"role": "assistant", "content": completion}], ensure_ascii=False
+                    [{"role": "assistant", "content": content}], ensure_ascii=False
                 )
         return attributes
 
@@ -226,15 +239,17 @@ def _remote(trace_id: bytes, span_id: bytes) -> SpanContext:
 
 
 @contextmanager
-def proxy_spans(options: OtlpOptions, server: tuple[str, int]) -> Iterator[RecordSpans]:
+def proxy_spans(
+    options: OtlpOptions, server: tuple[str, int], redact_key: bytes | None = None
+) -> Iterator[RecordSpans]:
     """The proxy's SERVER spans, one per captured exchange, exported to ``options``.
 
-    ``tailreplay proxy`` hands this (with its options bound) to the proxy as
-    ``ProxyConfig.spans``; the recorder process enters it, so spans are made
-    and exported off the request path.
+    ``tailreplay proxy`` hands this (with its options and fingerprint key bound) to
+    the proxy as ``ProxyConfig.spans``; the recorder process enters it, so spans are
+    made and exported off the request path.
     """
     telemetry = Telemetry.start(options, service="tailreplay-proxy", warn=log.warning)
-    spans = RecordSpans(telemetry, kind=SpanKind.SERVER, server=server)
+    spans = RecordSpans(telemetry, kind=SpanKind.SERVER, server=server, redact_key=redact_key)
     try:
         yield spans
     finally:

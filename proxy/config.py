@@ -13,6 +13,7 @@ from yarl import URL
 
 from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.traces.format import make_header
+from tailreplay.traces.redact import redact_url
 
 __all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
 
@@ -80,17 +81,22 @@ class ProxyConfig:
         return frozenset((u.scheme, u.host, u.port) for u in urls)
 
 
+def _shown(url: URL) -> str:
+    """An upstream as archive headers keep it: no user or password, no credentials."""
+    return redact_url(str(url.with_user(None)))
+
+
 def archive_header(config: ProxyConfig) -> dict[str, Any]:
     """The header of every archive file the proxy writes: what was captured, and how."""
     return make_header(
         "proxy",
-        upstream=str(config.upstream.with_user(None)),
+        upstream=_shown(config.upstream),
         capture={
             "bodies": config.bodies,
             "sample": config.sample,
             "redact_headers": sorted(config.redact_headers),
             "timeout_s": config.timeout_s,
-            "routes": {r.prefix: str(r.upstream.with_user(None)) for r in config.routes},
+            "routes": {r.prefix: _shown(r.upstream) for r in config.routes},
             "listen": [config.listen_host, config.listen_port],
             # Spans went out live: `traces export otlp` then sends these as new spans.
             "otlp_live": config.spans is not None,

@@ -88,7 +88,8 @@ class ServerSpans(Protocol):
 
     @property
     def capture_content(self) -> bool:
-        """Whether spans carry the prompt and completion (--otlp-capture-content)."""
+        """Whether spans carry the prompt and completion (--otlp-capture-content), which
+        the span maker redacts (``traces/redact.py``)."""
         ...
 
     def emit(

@@ -22,7 +22,7 @@ from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.metrics import is_error
 from tailreplay.traces.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.traces.record import Record
-from tailreplay.traces.redact import fingerprint, redact_headers, redact_path, redact_text
+from tailreplay.traces.redact import fingerprint, redact_body, redact_headers, redact_path
 from tailreplay.traces.tokens import get
 from tailreplay.traces.writer import ArchiveWriter
 
@@ -120,7 +120,7 @@ def build_record(
     if ex.req_body is not None and config.bodies == "full":
         record.req_body = ex.req_body
     elif ex.req_body is not None and config.bodies == "redacted":
-        record.req_body = redact_text(ex.req_body.decode("utf-8", "replace"), key).encode()
+        record.req_body = redact_body(ex.req_body, key)
 
     prompt = _prompt_text(info.body) if info.body is not None else None
     tokens = get().encode_ordinary(prompt) if prompt is not None else None
@@ -217,7 +217,7 @@ class RecordBuilder:
 
 def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:
     body, completion = None, None
-    if spans.capture_content:
+    if spans.capture_content:  # handed over as sent: the span maker redacts it (redact.py)
         kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
         body, completion = ex.req_body, _completion_text(kept) if kept else None
     try:

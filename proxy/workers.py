@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.traces.redact import redact_url
 
 __all__ = ["merge_metrics", "run_workers"]
 
@@ -82,9 +83,8 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     for p in procs:
         p.start()
     urls = [ready.get(timeout=60) for _ in procs]
-    announce(
-        f"tailreplay proxy: {len(procs)} workers listening on {urls[0][0]} -> {config.upstream}"
-    )
+    upstream = redact_url(str(config.upstream))
+    announce(f"tailreplay proxy: {len(procs)} workers listening on {urls[0][0]} -> {upstream}")
     asyncio.run(_serve_admin(config, procs, [admin for _, admin in urls], announce))
 
 

@@ -38,6 +38,7 @@ from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import read_header
 from tailreplay.traces.record import Record
+from tailreplay.traces.redact import redact_url
 from tailreplay.traces.writer import ArchiveWriter
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
@@ -149,7 +150,7 @@ def _check_target(config: ReplayConfig, target: str) -> None:
         u = URL(upstream)
         if (u.host, u.port) == (t.host, t.port) and not config.allow_upstream:
             raise UsageError(
-                f"--target {target} is the upstream this archive was captured from "
+                f"--target {redact_url(target)} is the upstream this archive was captured from "
                 f"({upstream}); pass --allow-upstream if you really mean to replay there"
             )
 
@@ -172,7 +173,7 @@ def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
     sc = config.schedule
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",
-        upstream=config.target,
+        upstream=redact_url(config.target) if config.target is not None else None,
         extra={
             "speed": str(sc.speed),
             "tail_stretch": sc.tail_stretch,
@@ -286,7 +287,7 @@ async def _dispatch(
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     say(
         f"replaying {which}{the_plan.count:,} requests ({sc.speed}, tail "
-        f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {target}"
+        f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"
     )
     ticker = loop.create_task(
         show_progress(status_line(dispatcher, time.monotonic()), say, config.live)

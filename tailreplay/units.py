@@ -159,9 +159,13 @@ def parse_host_port(text: str, flag: str) -> tuple[str, int]:
 
 def parse_http_url(text: str, flag: str) -> URL:
     """An http(s) base URL with a host: ``http://127.0.0.1:8000``, ``https://api.example/v2``."""
-    url = URL(text)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise UsageError(f"invalid {flag} {text!r}: use http(s)://HOST[:PORT][/PATH]")
+    try:
+        url = URL(text)
+    except ValueError:
+        url = None
+    if url is None or url.scheme not in ("http", "https") or not url.host:
+        shown = re.sub(r"//[^/?#]*@", "//***@", text, count=1)  # never echo a password
+        raise UsageError(f"invalid {flag} {shown!r}: use http(s)://HOST[:PORT][/PATH]")
     return url
 
 

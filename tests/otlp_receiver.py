@@ -56,6 +56,8 @@ class ReceivedSpan:
 class Receiver:
     url: str = ""
     spans: list[ReceivedSpan] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+    """Every export request's body as received (decompressed): to grep for bytes."""
     requests: int = 0
     delay_s: float = 0.0
     status: int = 200
@@ -104,6 +106,7 @@ async def receiver(ssl_context: ssl.SSLContext | None = None) -> AsyncIterator[R
             return web.Response(status=499)
         if request.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
+        state.raw.append(body)
         state.spans.extend(_decode(body))
         return web.Response(
             body=ExportTraceServiceResponse().SerializeToString(),

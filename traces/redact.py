@@ -1,47 +1,154 @@
-"""Deterministic masking of credentials and personal data in what is recorded.
+"""Deterministic masking of credentials and personal data, by rule.
 
-One set of rules for everything that writes an archive: the proxy (headers,
-query strings, ``--bodies redacted``) and the importers of captures that carry
-headers (HAR). Secret headers become keyed fingerprints; each match in text
-becomes ``[KIND:fingerprint]``: the same value always gives the same mask (so
-repeated prompts still look repeated) and the fingerprint is keyed, so masks
-cannot be reversed by guessing.
+One family of functions for everything that stores or shows what a client sent:
+the proxy's archive (headers, path and query, ``--bodies redacted``), the
+content that ``--otlp-capture-content`` puts on spans, URLs in log lines, and
+the importers of captures that carry headers (HAR).
+
+The rules (docs/proxy.md, "Redaction"):
+
+- A *name* (header, query or path parameter, JSON member) is a credential's
+  when one of its words is ``auth``/``authorization``/``authentication``,
+  ``password``/``passwd``/``pwd``/``pass``/``passphrase``, ``secret``,
+  ``credential(s)``, ``cookie``, ``signature``/``sig`` or ``session`` (alone or
+  ending a compound: ``oauth``, ``clientsecret``), or when its *last* word is
+  ``key`` or ``token`` (``x-goog-api-key``, ``apiKey``, ``access_token``, but
+  not ``token_count`` or ``x-ratelimit-remaining-tokens``). Words are split on
+  ``-``, ``_``, ``.`` and camelCase. A short allowlist of non-secret names stays
+  readable (``READABLE``).
+- A *value* is a credential when it has a known key shape (OpenAI/Anthropic/
+  Stripe ``sk-``, AWS ``AKIA``, GitHub, GitLab, Slack, Hugging Face, Google
+  ``AIza``, JWTs), is a ``Bearer``/``Basic`` credential, or follows a secret
+  name in ``name=value`` / ``name: value`` text.
+- Text in bodies is also cleared of emails, card numbers (Luhn-checked) and
+  phone numbers; JSON string escapes are decoded before matching.
+
+Every match becomes a keyed fingerprint (``fp:`` + 16 hex of an HMAC-SHA256),
+in text as ``[KIND:fp:…]``: the same value always gives the same mask (repeated
+prompts still look repeated) and masks cannot be reversed by guessing.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import functools
 import hashlib
 import hmac
+import json
 import re
-from collections.abc import Iterable
-from urllib.parse import parse_qsl, quote, urlencode
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import unquote, unquote_plus
 
-__all__ = ["SECRET_HEADERS", "fingerprint", "redact_headers", "redact_path", "redact_text"]
+__all__ = [
+    "READABLE",
+    "USER_FIELDS",
+    "fingerprint",
+    "is_secret_name",
+    "redact_body",
+    "redact_headers",
+    "redact_path",
+    "redact_text",
+    "redact_url",
+    "redact_value",
+]
 
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+READABLE = re.compile(
+    r"(?:x-|anthropic-)?ratelimit-[a-z0-9-]*|(?:x-)?idempotency-key|prompt-cache-key"
 )
+"""Names (words joined by ``-``) that the rule would mask but that hold no secret."""
+
+USER_FIELDS = frozenset({"user", "safety_identifier"})
+"""JSON members naming the caller: fingerprinted like ``session`` (``fp:`` of ``user:`` + value)."""
+
+_STRONG = re.compile(
+    r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|secret"
+    r"|credentials?|cookie|signature|session)|pwd|pass|sig|sessid|sessionid"
+)
+_WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SEPARATORS = re.compile(r"[^a-z0-9]+")
 
 
 def fingerprint(key: bytes, value: str | bytes) -> str:
     """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
-    data = value.encode() if isinstance(value, str) else value
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
     return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
 
 
-# Order matters: keys and tokens before the looser number patterns.
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("BEARER", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")),
-    ("KEY", re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}\b")),  # OpenAI-style keys
-    ("KEY", re.compile(r"\bAKIA[0-9A-Z]{16}\b")),  # AWS access key ids
-    ("KEY", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b")),  # GitHub tokens
-    ("KEY", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\b")),  # JWTs
-    ("EMAIL", re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")),
-    ("CARD", re.compile(r"\b(?:\d[ -]?){12,18}\d\b")),
-    ("PHONE", re.compile(r"(?<!\w)\+?\d{1,3}?[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}(?!\w)")),
+@functools.lru_cache(maxsize=4096)  # names repeat: every request sends the same headers
+def is_secret_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether a header, parameter or member of this name holds a credential.
+
+    >>> [is_secret_name(n) for n in ("X-Auth-Token", "apiKey", "max_tokens", "token_count")]
+    [True, True, False, False]
+    """
+    if name.lower() in extra:
+        return True
+    words = [w for w in _SEPARATORS.split(_CAMEL.sub("-", name).lower()) if w]
+    if not words or READABLE.fullmatch("-".join(words)):
+        return False
+    return _WEAK.fullmatch(words[-1]) is not None or any(_STRONG.fullmatch(w) for w in words)
+
+
+# Patterns for text. Each starts with one literal character or character class, so
+# that the regex engine rejects a position with one comparison per pattern (a leading
+# ``\b`` or group would make it try every pattern in full at every character); the
+# word boundary is checked just after that first character, by ``(?<!\w.)``.
+_B = r"(?<!\w.)"
+_NAME_ENDS = (  # what a secret name in text ends with (a bare `key` is too common a word)
+    "password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "authorization",
+    "credential", "credentials", "cookie", "signature", "sig", "session", "sessid",
+    "sessionid", "session_id", "session-id",
+    *(f"{p}{s}key" for p in ("api", "access", "private", "secret") for s in ("", "_", "-")),
+)  # fmt: skip
+_ENDS_SECRET = "(?:" + "|".join(f"(?<=(?i:{e}))" for e in _NAME_ENDS) + ")"
+_ASSIGN = (  # a secret-named assignment in text: `password=…`, `"api_key": "…"`
+    r"({n}[A-Za-z0-9_-](?<![\w-].)(?=[\w-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_-]*+"
+    + _ENDS_SECRET
+    + r")({s}[\"']?[ \t]*[:=][ \t]*[\"']?)"
+    r"({v}(?:[Bb](?i:earer|asic)[ \t]+)?[^\s\"'&;,<>\\]+)"
+)
+_CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
+    ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}"),
+    ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}"),
+    ("SECRET", _ASSIGN.format(n="?:", s="?:", v="?:")),
+    ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}"),  # OpenAI, Anthropic, Stripe
+    ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b"),  # AWS access key ids
+    ("KEY", rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}\b|ithub_pat_[A-Za-z0-9_]{{22,}})"),  # GitHub
+    ("KEY", rf"g{_B}lpat-[A-Za-z0-9_-]{{20,}}"),  # GitLab
+    ("KEY", rf"x{_B}ox[abprs]-[A-Za-z0-9-]{{10,}}"),  # Slack
+    ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b"),  # Hugging Face
+    ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}"),  # Google
+    ("KEY", rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b"),  # JWTs
+)
+_LOCAL = "[A-Za-z0-9._%+-]"  # an email address's local part
+_EMAIL = ("EMAIL", rf"{_LOCAL}(?<!{_LOCAL}.){_LOCAL}*+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,}}\b")
+_PHONE_REST = r"[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}(?!\w)"
+_PII_KINDS: tuple[tuple[str, str], ...] = (
+    ("CARD", rf"\d{_B}(?:[ -]?\d){{12,18}}\b"),  # 13 to 19 digits
+    ("PHONE", rf"\+{_B}\d{{1,3}}?{_PHONE_REST}"),
+    ("PHONE", rf"\d{_B}\d{{0,2}}?{_PHONE_REST}"),
 )
 
-_SECRET_PARAMS = re.compile(r"(?i)(key|token|secret|sig|signature|password|passwd|auth)")
+
+class _Kinds:
+    """Several patterns as one alternation, searched in one pass (so a mask is never
+    matched again by a later pattern; at one position the first pattern listed wins).
+    Which pattern matched is found afterwards, on the match alone."""
+
+    def __init__(self, kinds: tuple[tuple[str, str], ...]) -> None:
+        self.pattern = re.compile("|".join(p for _, p in kinds))
+        self.each = [(kind, re.compile(p)) for kind, p in kinds]
+
+    def kind(self, value: str) -> str:
+        return next((kind for kind, p in self.each if p.fullmatch(value)), "SECRET")
+
+
+_TEXT = _Kinds((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS))
+_TARGET = _Kinds((*_CREDENTIAL_KINDS, _EMAIL))  # paths and headers: numeric ids stay readable
+_ASSIGN_RE = re.compile(_ASSIGN.format(n="?P<aname>", s="?P<asep>", v="?P<aval>"))
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -54,37 +161,270 @@ def _luhn_ok(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _is_basic(value: str) -> bool:
+    """``Basic <base64 of user:password>``; not the words "basic understanding"."""
+    encoded = value.split()[-1]
+    try:
+        return b":" in base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+
+
+def _kept(kind: str, value: str) -> bool:
+    """A match that is not what its pattern is after, left as it is."""
+    if kind == "CARD":
+        return not _luhn_ok(re.sub(r"\D", "", value))
+    return kind == "BASIC" and not _is_basic(value)
+
+
 def redact_text(text: str, key: bytes) -> str:
-    """``text`` with emails, phone and card numbers, keys and bearer tokens masked.
+    """``text`` with credentials, emails, phone and card numbers masked.
 
-    >>> redact_text("mail bob@example.com", b"k")
-    'mail [EMAIL:fp:…]'
+    >>> redact_text("mail bob@example.com, password=hunter2", b"k")
+    'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
-    for kind, pattern in _PATTERNS:
 
-        def mask(m: re.Match[str], kind: str = kind) -> str:
-            value = m.group(0)
-            if kind == "CARD" and not _luhn_ok(re.sub(r"\D", "", value)):
-                return value  # a long number that is not a card number: keep it
-            return f"[{kind}:{fingerprint(key, value)}]"
+    def mask(m: re.Match[str]) -> str:
+        value = m.group(0)
+        kind = _TEXT.kind(value)
+        if _kept(kind, value):
+            return value
+        if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
+            return f"{a['aname']}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
+        return f"[{kind}:{fingerprint(key, value)}]"
 
-        text = pattern.sub(mask, text)
-    return text
+    return _TEXT.pattern.sub(mask, text)
 
 
-def redact_path(path: str, key: bytes) -> str:
-    """``path`` with the values of secret-looking query parameters fingerprinted."""
-    base, sep, query = path.partition("?")
-    if not sep:
-        return path
-    pairs = parse_qsl(query, keep_blank_values=True)
-    cleaned = [(k, fingerprint(key, v) if _SECRET_PARAMS.search(k) else v) for k, v in pairs]
-    return base + "?" + urlencode(cleaned, quote_via=quote, safe=":/")
+# A lower-cased substring of every match of _TARGET's patterns: most header values and
+# paths hold none, and 25 substring tests cost a tenth of one search with the patterns.
+_HINTS = (
+    "bearer", "basic", "pass", "pwd", "secret", "token", "auth", "sess", "key",
+    "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "akia", "asia", "ghp_", "gho_", "ghu_",
+    "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "hf_", "aiza", "eyj", "@",
+)  # fmt: skip
+
+
+def _has_credential(text: str) -> bool:
+    """Whether ``text`` holds a credential or an email (what _TARGET matches)."""
+    low = text.lower()
+    if not any(h in low for h in _HINTS):
+        return False
+    return any(not _kept(_TARGET.kind(m[0]), m[0]) for m in _TARGET.pattern.finditer(text))
+
+
+# ---- names and values: headers, paths, URLs ----
 
 
 def redact_headers(
     headers: Iterable[tuple[str, str]], extra: frozenset[str], key: bytes
 ) -> list[tuple[str, str]]:
-    """Headers as recorded: secrets (and ``extra`` names) replaced by fingerprints."""
-    secret = SECRET_HEADERS | extra
-    return [(k.lower(), fingerprint(key, v) if k.lower() in secret else v) for k, v in headers]
+    """Headers as recorded (names lower-cased): a credential's name, an ``extra`` name,
+    or a value holding a credential shape or an email, and the value becomes a
+    fingerprint."""
+    out = [(name.lower(), value) for name, value in headers]
+    secret = [is_secret_name(name, extra) for name, _ in out]
+    # One search over every other value (the usual case: nothing), then each if needed.
+    rest = "\n".join(v for (_, v), s in zip(out, secret, strict=True) if not s)
+    if rest and _has_credential(rest):
+        secret = [s or _has_credential(v) for (_, v), s in zip(out, secret, strict=True)]
+    return [
+        (name, fingerprint(key, value) if s else value)
+        for (name, value), s in zip(out, secret, strict=True)
+    ]
+
+
+def _redact_piece(piece: str, mask: Callable[[str], str], plus: bool) -> str:
+    """One ``name=value`` parameter or path segment: the value masked if the name is a
+    credential's or the (percent-decoded) text holds a credential or an email."""
+    decode = unquote_plus if plus else unquote
+    name, eq, value = piece.partition("=")
+    if eq and is_secret_name(decode(name)):
+        return f"{name}={mask(decode(value))}" if value else piece
+    text = decode(value if eq else piece)
+    if text and _has_credential(text):
+        return f"{name}={mask(text)}" if eq else mask(text)
+    return piece
+
+
+def _redact_target(target: str, mask: Callable[[str], str]) -> str:
+    """Path segments (and their ``;`` parameters) and query parameters (``&`` or ``;``),
+    each masked on its own; every other byte is kept as it was."""
+    if "=" not in target and not _has_credential(unquote(target)):
+        return target  # the usual case: no parameters, nothing shaped like a credential
+    path, sep, query = target.partition("?")
+    segments = (
+        "".join(_redact_piece(p, mask, False) if p != ";" else p for p in re.split(r"(;)", s))
+        for s in path.split("/")
+    )
+    path = "/".join(segments)
+    if sep:
+        query = "".join(
+            _redact_piece(p, mask, True) if p not in ("&", ";") else p
+            for p in re.split(r"([&;])", query)
+        )
+    return path + sep + query
+
+
+def redact_path(path: str, key: bytes) -> str:
+    """A request target as recorded: credentials in path segments and query parameters
+    fingerprinted.
+
+    >>> redact_path("/v1/x;api_key=abc?a=1;token=def", b"k")
+    '/v1/x;api_key=fp:…?a=1;token=fp:…'
+    """
+    return _redact_target(path, lambda value: fingerprint(key, value))
+
+
+def redact_url(url: str) -> str:
+    """A URL fit for a log line: user and password, and credentials in the path and
+    query, replaced by ``***``.
+
+    >>> redact_url("http://user:pw@127.0.0.1:8000/v1?key=abc")
+    'http://***@127.0.0.1:8000/v1?key=***'
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return _redact_target(url, lambda _: "***")
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, target = rest[:cut], rest[cut:]
+    _userinfo, at, host = authority.rpartition("@")
+    return f"{scheme}://{'***@' if at else ''}{host}{_redact_target(target, lambda _: '***')}"
+
+
+# ---- bodies ----
+
+
+def _masked(kind: str, key: bytes, value: str) -> str:
+    return f"[{kind}:{fingerprint(key, value)}]"
+
+
+def _user(key: bytes, value: str) -> str:
+    return fingerprint(key, "user:" + value)  # as the record's session
+
+
+def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool = False) -> Any:
+    """Parsed JSON with every string redacted (``redact_text``), the values of
+    credential-named members masked whole (``[SECRET:fp:…]``: strings and member
+    numbers, inside them too) and ``user`` fields fingerprinted as ``session`` is.
+    ``redact_body`` applies the same rules to JSON text, keeping its bytes."""
+    secret = secret or (name is not None and is_secret_name(name))
+    if isinstance(value, str):
+        if secret:
+            return _masked("SECRET", key, value)
+        if name in USER_FIELDS:
+            return _user(key, value)
+        return redact_text(value, key)
+    if isinstance(value, dict):
+        return {
+            redact_text(str(k), key): redact_value(v, key, str(k), secret) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_value(v, key, None, secret) for v in value]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if secret and name is not None and number:  # a member's number: `"pin": 1234`
+        return _masked("SECRET", key, json.dumps(value))
+    return value
+
+
+_STRING = r'"(?:[^"\\]|\\.)*"'
+_MEMBER = re.compile(rf"({_STRING})(?:(\s*:\s*)({_STRING}|-?\d[\d.eE+-]*)?)?")
+
+
+def _literal(text: str) -> str:
+    """A JSON string literal's value (its escapes decoded)."""
+    if "\\" not in text:
+        return text[1:-1]
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text[1:-1]
+    return value if isinstance(value, str) else text[1:-1]
+
+
+def _redact_literal(literal: str, key: bytes) -> str:
+    """A JSON string literal redacted: unchanged bytes when nothing in it is masked."""
+    value = _literal(literal)
+    redacted = redact_text(value, key)
+    if redacted == value:
+        return literal
+    return '"' + redacted + '"' if "\\" not in literal else json.dumps(redacted)
+
+
+class _JsonRedactor:
+    """Walks a JSON text's string literals in order, keeping every byte between them.
+
+    ``depth`` counts open brackets between literals; ``secret_depth`` is set while
+    inside the value of a credential-named member: every string there is masked.
+    """
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key
+        self.depth = 0
+        self.secret_depth: int | None = None
+        self.opens_container = False
+        """The text after the current literal starts an object or an array."""
+
+    def member(self, name_literal: str, sep: str | None, value: str | None) -> str:
+        key = self.key
+        out = _redact_literal(name_literal, key)
+        if sep is None:  # an array element or a lone value
+            if self.secret_depth is not None:
+                return json.dumps(_masked("SECRET", key, _literal(name_literal)))
+            return out
+        name = _literal(name_literal)
+        secret = self.secret_depth is not None or is_secret_name(name)
+        if value is None:  # an object, an array, true, false or null follows
+            if secret and self.secret_depth is None and self.opens_container:
+                self.secret_depth = self.depth
+            return out + sep
+        text = _literal(value) if value.startswith('"') else value
+        if secret:
+            value = json.dumps(_masked("SECRET", key, text))
+        elif name in USER_FIELDS and value.startswith('"'):
+            value = json.dumps(_user(key, text))
+        elif value.startswith('"'):
+            value = _redact_literal(value, key)
+        return out + sep + value
+
+    def run(self, text: str) -> str:
+        out: list[str] = []
+        pos = 0
+        for m in _MEMBER.finditer(text):
+            gap = text[pos : m.start()]
+            out.append(gap)
+            self._walk(gap)
+            self.opens_container = text[m.end() : m.end() + 1] in ("{", "[")
+            out.append(self.member(m.group(1), m.group(2), m.group(3)))
+            pos = m.end()
+        out.append(text[pos:])
+        return "".join(out)
+
+    def _walk(self, gap: str) -> None:
+        """Brackets between two literals; a secret value ends where its brackets close."""
+        if self.secret_depth is None:
+            self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
+            return
+        for ch in gap:
+            if ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+                if self.secret_depth is not None and self.depth <= self.secret_depth:
+                    self.secret_depth = None
+
+
+def redact_body(body: bytes, key: bytes) -> bytes:
+    """A request body as ``--bodies redacted`` keeps it.
+
+    A JSON body keeps every byte outside the strings it masks: each string literal
+    is decoded, redacted and, only if something in it was masked, written again;
+    credential-named members are masked whole and ``user`` fingerprinted
+    (``redact_value``'s rules). Any other body is redacted as text.
+    """
+    try:
+        text = body.decode("utf-8")
+        json.loads(text)
+    except ValueError:  # UnicodeDecodeError included
+        return redact_text(body.decode("utf-8", "replace"), key).encode()
+    return _JsonRedactor(key).run(text).encode("utf-8", "surrogatepass")

@@ -24,6 +24,7 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.traces.redact import redact_url
 from tailreplay.units import parse_host_port, parse_http_url
 
 if TYPE_CHECKING:
@@ -208,7 +209,7 @@ def proxy(**options: Any) -> None:
     config = _config(_Args(**options))
 
     def ready(p: RunningProxy) -> None:
-        click.echo(f"tailreplay proxy listening on {p.url} -> {config.upstream}")
+        click.echo(f"tailreplay proxy listening on {p.url} -> {redact_url(str(config.upstream))}")
         if p.admin_url:
             click.echo(f"tailreplay proxy admin on {p.admin_url}")
         click.echo(f"recording into {config.out_dir}/")
@@ -233,6 +234,7 @@ def _config(args: _Args) -> ProxyConfig:
     if args.workers > 1 and port == 0:
         raise UsageError("--workers needs a fixed --listen port (workers share it)")
     admin_host, admin_port = args.admin_listen or (None, None)
+    key = _fingerprint_key(args.fingerprint_key_env)
     return ProxyConfig(
         upstream=args.upstream,
         listen_host=host,
@@ -255,9 +257,9 @@ def _config(args: _Args) -> ProxyConfig:
         body_timeout_s=args.body_timeout,
         max_connections=args.max_connections,
         drain_timeout_s=args.drain_timeout,
-        fingerprint_key=_fingerprint_key(args.fingerprint_key_env),
+        fingerprint_key=key,
         workers=args.workers,
-        spans=functools.partial(proxy_spans, args.otlp, (host, port))
+        spans=functools.partial(proxy_spans, args.otlp, (host, port), key)
         if args.otlp.enabled
         else None,
     )

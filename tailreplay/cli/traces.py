@@ -259,7 +259,7 @@ def export_otlp(
         if done.renamed
         else ""
     )
-    click.echo(f"exported {done.spans:,} spans to {otlp.resolved_endpoint()}{renamed}", err=True)
+    click.echo(f"exported {done.spans:,} spans to {otlp.shown_endpoint()}{renamed}", err=True)
 
 
 @traces.command()

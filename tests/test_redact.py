@@ -1,0 +1,225 @@
+"""The redaction rules (traces/redact.py), case by case: names, headers, paths, URLs,
+text and JSON bodies. tests/test_redaction_corpus.py sends a corpus through the proxy."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tailreplay.cli import cli
+from tailreplay.traces.redact import (
+    fingerprint,
+    is_secret_name,
+    redact_body,
+    redact_headers,
+    redact_path,
+    redact_text,
+    redact_url,
+    redact_value,
+)
+
+KEY = b"k" * 32
+_FP = re.compile(r"fp:[0-9a-f]{16}")
+
+
+def shown(text: str) -> str:
+    """Fingerprints as docs write them: ``fp:…``."""
+    return _FP.sub("fp:…", text)
+
+
+SECRET_NAMES = [
+    "Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "Api-Key",
+    "X-Auth-Token", "Ocp-Apim-Subscription-Key", "X-Goog-Api-Key", "X-Amz-Security-Token",
+    "X-Amz-Signature", "X-Amz-Credential", "Private-Token", "X-Session-Id", "X-Session-Token",
+    "X-Vault-Token", "X-Csrf-Token", "sig", "key", "token", "api_key", "apiKey", "APIKey",
+    "access_token", "accessToken", "refresh_token", "client_secret", "aws_secret_access_key",
+    "password", "passwd", "pwd", "passphrase", "secret", "oauth", "sessionid", "credentials",
+]  # fmt: skip
+READABLE_NAMES = [
+    "Content-Type", "User-Agent", "X-Request-Id", "OpenAI-Organization", "OpenAI-Project",
+    "Accept", "traceparent", "Keep-Alive", "Idempotency-Key", "x-ratelimit-remaining-tokens",
+    "x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-remaining", "max_tokens",
+    "max_completion_tokens", "maxOutputTokens", "token_count", "tokenCount", "key_id",
+    "access_key_id", "prompt_cache_key", "author", "keywords", "user", "model",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_credential_names_are_secret(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", READABLE_NAMES)
+def test_other_names_stay_readable(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_redact_header_names_are_secret_whatever_the_rule() -> None:
+    assert is_secret_name("X-Tenant", frozenset({"x-tenant"}))
+
+
+def test_headers_keep_readable_values_and_fingerprint_the_rest() -> None:
+    headers = [
+        ("Content-Type", "application/json"),
+        ("X-Request-Id", "req-1"),
+        ("X-Goog-Api-Key", "AIza-not-checked-by-shape"),
+        ("X-Note", "using sk-abcdefghijklmnopqrstuv"),  # a harmless name, a key's shape
+        ("X-Tenant", "acme"),
+        ("Referer", "https://app.example/cb?token=abc123"),
+    ]
+    out = dict(redact_headers(headers, frozenset({"x-tenant"}), KEY))
+    assert out["content-type"] == "application/json" and out["x-request-id"] == "req-1"
+    for name in ("x-goog-api-key", "x-note", "x-tenant", "referer"):
+        assert _FP.fullmatch(out[name]), name
+    assert out["x-tenant"] == fingerprint(KEY, "acme")  # equal values, equal fingerprints
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("/v1/chat/completions", "/v1/chat/completions"),
+        ("/v1/keys/sk-abcdefghijklmnopqrstu/x", "/v1/keys/fp:…/x"),
+        ("/v1/keys/sk%2Dabcdefghijklmnopqrstu/x", "/v1/keys/fp:…/x"),
+        ("/v1/x/key=abc123/y", "/v1/x/key=fp:…/y"),
+        ("/v1/models;api_key=zzz;v=2", "/v1/models;api_key=fp:…;v=2"),
+        ("/v1/files/ghp_abcdefghijklmnopqrstuvwxyz0123456789", "/v1/files/fp:…"),
+        ("/v1/users/bob@example.com", "/v1/users/fp:…"),
+        ("/v1/files/123456789012345", "/v1/files/123456789012345"),  # ids stay readable
+        ("/v1/m?api_key=abc&limit=2", "/v1/m?api_key=fp:…&limit=2"),
+        ("/v1/m?a=1;key=abc", "/v1/m?a=1;key=fp:…"),
+        ("/v1/m?x=1;access_token=abc&b=a+b%21", "/v1/m?x=1;access_token=fp:…&b=a+b%21"),
+        ("/v1/m?q=sk-abcdefghijklmnopqrstu", "/v1/m?q=fp:…"),
+        ("/v1/m?sv=2024&sig=a%2Bb%3D&se=x", "/v1/m?sv=2024&sig=fp:…&se=x"),
+        ("/v1/m?api-version=2024-02-01&max_tokens=5", "/v1/m?api-version=2024-02-01&max_tokens=5"),
+        ("/v1/m?token=&flag", "/v1/m?token=&flag"),
+    ],
+)  # fmt: skip
+def test_paths(path: str, expected: str) -> None:
+    assert shown(redact_path(path, KEY)) == expected
+
+
+def test_path_fingerprints_the_decoded_value() -> None:
+    assert redact_path("/m?key=a%2Db", KEY) == redact_path("/m?key=a-b", KEY)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://user:pw@127.0.0.1:8000", "http://***@127.0.0.1:8000"),
+        ("https://tok@api.example/v1?api-key=abc&x=1", "https://***@api.example/v1?api-key=***&x=1"),
+        ("http://127.0.0.1:4318/v1/traces", "http://127.0.0.1:4318/v1/traces"),
+        ("http://h/v1/keys/sk-abcdefghijklmnopqrstu", "http://h/v1/keys/***"),
+    ],
+)  # fmt: skip
+def test_urls_for_log_lines(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("mail bob@example.com", "mail [EMAIL:fp:…]"),
+        ("password=hunter2 and api-key: zz", "password=[SECRET:fp:…] and api-key: [SECRET:fp:…]"),
+        ("token: Bearer abcdefghijk", "token: [SECRET:fp:…]"),
+        ("Authorization: Basic dXNlcjpwYXNz", "Authorization: [SECRET:fp:…]"),
+        ("Cookie: session=abc123; theme=dark", "Cookie: [SECRET:fp:…]; theme=dark"),
+        ("https://x.example/c?sv=2024&sig=AbC%2Bd", "https://x.example/c?sv=2024&sig=[SECRET:fp:…]"),
+        ("header Basic dXNlcjpwYXNz", "header [BASIC:fp:…]"),
+        ("a basic understanding", "a basic understanding"),  # not base64 of user:password
+        ("use Bearer abcdefghijkl", "use [BEARER:fp:…]"),
+        ("sk-proj-abcdefghijklmnop, sk_live_abcdefghijklmnop", "[KEY:fp:…], [KEY:fp:…]"),
+        ("AKIAABCDEFGHIJKLMNOP", "[KEY:fp:…]"),
+        ("glpat-abcdefghijklmnopqrst xoxb-1234567890-abc", "[KEY:fp:…] [KEY:fp:…]"),
+        ("AIzaSyA1234567890abcdefghijklmnopqrstuv", "[KEY:fp:…]"),
+        ("jwt eyJhbGciOiJI.eyJzdWIiOiIx.c2lnbmF0dXJl", "jwt [KEY:fp:…]"),
+        ("4111 1111 1111 1111, not 4111 1111 1111 1112", "[CARD:fp:…], not 4111 1111 1111 1112"),
+        ("call +1 555 123 4567", "call [PHONE:fp:…]"),
+        ("max_tokens=5, tokens: 7", "max_tokens=5, tokens: 7"),
+        ("task_sk-abcdefghijklmnopqrstu", "task_sk-abcdefghijklmnopqrstu"),  # inside a word
+    ],
+)  # fmt: skip
+def test_text(text: str, expected: str) -> None:
+    assert shown(redact_text(text, KEY)) == expected
+
+
+def test_a_masked_text_is_masked_no_further() -> None:
+    once = redact_text("bob@example.com sk-abcdefghijklmnopqrstu +1 555 123 4567", KEY)
+    assert redact_text(once, KEY) == once
+
+
+def test_json_body_keeps_its_bytes_when_nothing_is_secret() -> None:
+    body = b'{ "model" : "m",\n "messages": [{"role": "user", "content": "caf\\u00e9 \\"q\\""}],'
+    body += b' "seed": 12345678901234, "max_tokens": 5, "n": 4111111111111111 }'
+    assert redact_body(body, KEY) == body  # numbers are never taken for phone or card numbers
+
+
+def test_json_body_masks_escaped_keys_secret_members_and_the_user() -> None:
+    body = (
+        json.dumps(
+            {
+                "user": "alice",
+                "api_key": "abc",
+                "password": 1234,
+                "config": {"secret": {"a": "b", "list": ["c", 5]}, "other": "d"},
+                "messages": [{"role": "user", "content": "ESC"}],
+                "tool": {"arguments": json.dumps({"password": "hunter2"})},
+                "max_tokens": 5,
+            }
+        )
+        .replace("ESC", "key sk\\u002dabcdefghijklmnopqrstuv, caf\\u00e9")
+        .encode()
+    )
+    out = json.loads(redact_body(body, KEY))
+    assert out["user"] == fingerprint(KEY, "user:alice")  # what the record's session holds
+    assert out["api_key"].startswith("[SECRET:fp:") and out["password"].startswith("[SECRET:fp:")
+    secret = out["config"]["secret"]
+    assert secret["a"].startswith("[SECRET:") and secret["list"][0].startswith("[SECRET:")
+    assert out["config"]["other"] == "d"
+    assert shown(out["messages"][0]["content"]) == "key [KEY:fp:…], café"
+    assert shown(out["tool"]["arguments"]) == '{"password": "[SECRET:fp:…]"}'
+    assert out["max_tokens"] == 5
+
+
+def test_a_body_that_is_not_json_is_redacted_as_text() -> None:
+    form = b"grant_type=password&password=hunter2&user=bob@example.com"
+    assert shown(redact_body(form, KEY).decode()) == (
+        "grant_type=password&password=[SECRET:fp:…]&user=[EMAIL:fp:…]"
+    )
+    assert b"\xff" not in redact_body(b"\xffbinary", KEY)
+
+
+_SECRETISH = st.sampled_from(
+    ["sk-abcdefghijklmnopqrstu", "password=x", "bob@example.com", "Basic dXNlcjpwYXNz",
+     "4111 1111 1111 1111", "caf\u00e9 \"q\" \\", ""]
+)  # fmt: skip
+_NAMES = st.one_of(st.text(max_size=8), st.sampled_from(["user", "api_key", "token", "max_tokens"]))
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20) | _SECRETISH,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_NAMES, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_JSON, indent=st.sampled_from([None, 1]), ascii_only=st.booleans())
+def test_json_bodies_redact_as_their_parsed_form_does(
+    doc: object, indent: int | None, ascii_only: bool
+) -> None:
+    body = json.dumps(doc, indent=indent, ensure_ascii=ascii_only).encode()
+    redacted = redact_body(body, KEY)
+    expected = redact_value(doc, KEY)
+    assert json.loads(redacted) == expected
+    if expected == doc:
+        assert redacted == body
+
+
+def test_an_invalid_upstream_is_shown_without_its_password() -> None:
+    for url in ("ftp://user:hunter2@h/x", "http://user:hunter2@/x"):
+        result = CliRunner().invoke(cli, ["proxy", "--upstream", url])
+        assert result.exit_code == 2
+        assert "hunter2" not in result.output and "***@" in result.stderr
