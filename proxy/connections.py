@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import resource
 import socket
 import time
@@ -68,12 +69,18 @@ _REFUSED_BODY = (
 )
 
 
-def listening_sockets(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
+def listening_sockets(
+    host: str, port: int, *, reuse_port: bool, defer_s: float
+) -> list[socket.socket]:
     """Bound, listening sockets for every address of ``host``, with a deep accept queue.
 
     asyncio accepts as many connections in one go as its ``backlog`` argument, and
     listens with it too; the sockets are made here so that the kernel's queue can be
-    deep (``relisten``) while asyncio's batch stays ``ACCEPT_BATCH``.
+    deep (``relisten``) while asyncio's batch stays ``ACCEPT_BATCH``. Where the
+    system has it (Linux), a connection is handed to accept() only once its first
+    bytes arrive or ``defer_s`` has passed (TCP_DEFER_ACCEPT, nginx's ``deferred``):
+    sockets that connect and send nothing never reach the proxy before then, so a
+    client with a request does not queue behind them.
     """
     sockets: list[socket.socket] = []
     seen: set[tuple[int, Any]] = set()
@@ -83,11 +90,12 @@ def listening_sockets(host: str, port: int, *, reuse_port: bool) -> list[socket.
             if (family, address) in seen:
                 continue
             seen.add((family, address))
-            sockets.append(
-                socket.create_server(
-                    address[:2], family=family, backlog=LISTEN_BACKLOG, reuse_port=reuse_port
-                )
+            sock = socket.create_server(
+                address[:2], family=family, backlog=LISTEN_BACKLOG, reuse_port=reuse_port
             )
+            sockets.append(sock)
+            if hasattr(socket, "TCP_DEFER_ACCEPT"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, math.ceil(defer_s))
     except BaseException:
         for sock in sockets:
             sock.close()

@@ -110,7 +110,12 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
 
 async def _listen(runner: web.ServerRunner, config: ProxyConfig, *, reuse_port: bool) -> None:
     try:
-        sockets = listening_sockets(config.listen_host, config.listen_port, reuse_port=reuse_port)
+        sockets = listening_sockets(
+            config.listen_host,
+            config.listen_port,
+            reuse_port=reuse_port,
+            defer_s=config.idle_timeout_s,
+        )
     except OSError as exc:
         where = f"{config.listen_host}:{config.listen_port}"
         raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
