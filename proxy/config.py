@@ -53,6 +53,9 @@ class ProxyConfig:
     """The longest a client may pause in the middle of a request body."""
     max_connections: int | None = None
     """Client connections at once; None: as many as the open-file limit allows."""
+    tls_cert: Path | None = None
+    """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
+    tls_key: Path | None = None
     drain_timeout_s: float = 30.0
     fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32))
     """Keys the HMACs that replace secrets and session ids. Random per process unless

@@ -32,6 +32,7 @@ from tailreplay.proxy.connections import (
 )
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
+from tailreplay.proxy.tls import server_context
 
 __all__ = ["RunningProxy", "run", "start"]
 
@@ -96,7 +97,8 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
             await web.TCPSite(admin_runner, config.admin_host, config.admin_port).start()
             ahost, aport = admin_runner.addresses[0][:2]
             admin_url = f"http://{ahost}:{aport}"
-        yield RunningProxy(f"http://{host}:{port}", admin_url, recorder, metrics)
+        scheme = "https" if config.tls_cert is not None else "http"
+        yield RunningProxy(f"{scheme}://{host}:{port}", admin_url, recorder, metrics)
     finally:
         # Stop listening, let requests in flight finish (up to drain_timeout_s), then
         # write out every record they produced.
@@ -119,8 +121,11 @@ async def _listen(runner: web.ServerRunner, config: ProxyConfig, *, reuse_port: 
     except OSError as exc:
         where = f"{config.listen_host}:{config.listen_port}"
         raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
+    tls = None
+    if config.tls_cert is not None and config.tls_key is not None:
+        tls = server_context(config.tls_cert, config.tls_key)
     for sock in sockets:
-        await web.SockSite(runner, sock, backlog=ACCEPT_BATCH).start()
+        await web.SockSite(runner, sock, backlog=ACCEPT_BATCH, ssl_context=tls).start()
     relisten(sockets)
 
 

@@ -68,6 +68,8 @@ class _Args:
     idle_timeout: float
     body_timeout: float
     max_connections: int | None
+    tls_cert: Path | None
+    tls_key: Path | None
     drain_timeout: float
     fingerprint_key_env: str | None
     workers: int
@@ -87,6 +89,18 @@ class _Args:
     default="127.0.0.1:8080",
     show_default=True,
     help="HOST:PORT for clients.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="PEM certificate (with its chain) for a TLS listener; needs --tls-key.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="PEM private key for --tls-cert.",
 )
 @click.option(
     "--admin-listen",
@@ -234,6 +248,12 @@ def _config(args: _Args) -> ProxyConfig:
     if args.workers > 1 and port == 0:
         raise UsageError("--workers needs a fixed --listen port (workers share it)")
     admin_host, admin_port = args.admin_listen or (None, None)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if args.tls_cert is not None and args.tls_key is not None:
+        from tailreplay.proxy.tls import server_context
+
+        server_context(args.tls_cert, args.tls_key)  # unusable files: one line, at start
     key = _fingerprint_key(args.fingerprint_key_env)
     return ProxyConfig(
         upstream=args.upstream,
@@ -256,6 +276,8 @@ def _config(args: _Args) -> ProxyConfig:
         idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.body_timeout,
         max_connections=args.max_connections,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
         drain_timeout_s=args.drain_timeout,
         fingerprint_key=key,
         workers=args.workers,
