@@ -31,5 +31,6 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
         raise UsageError(f"--tls-cert/--tls-key: {exc.filename}: no such file") from None
     except (ssl.SSLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-        raise UsageError(f"--tls-cert {cert} / --tls-key {key}: cannot use them ({reason})") from None
+        message = f"--tls-cert {cert} / --tls-key {key}: cannot use them ({reason})"
+        raise UsageError(message) from None
     return context
