@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml setup.py traces/_colscan.c
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# Every test but those against real servers installed by their own targets
+# (e2e-real, test-telemetry); -rs lists any skip with its reason.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -rs --ignore=tests/e2e --ignore=tests/telemetry
 
 # mypy cannot follow setuptools' editable import hook, so it checks a link tree
 # (.typecheck/tailreplay/<pkg> -> ../../<pkg>) and we map its paths back to the real files.

@@ -19,7 +19,7 @@ from tailreplay.traces.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
-AZURE = Path(__file__).resolve().parents[2] / "shared/data/azure_llm_2023"
+AZURE = Path(__file__).resolve().parent / "data/azure_llm_2023"
 
 
 def _run(*args: str) -> tuple[int, str, str]:
@@ -175,7 +175,6 @@ def test_bad_inputs_exit_3_with_one_line(tmp_path: Path) -> None:
     assert code == 3 and "too few to fit" in err
 
 
-@pytest.mark.skipif(not AZURE.is_dir(), reason="../shared/data is not beside this checkout")
 def test_a_real_trace_fits_and_its_synthesis_replays(tmp_path: Path) -> None:
     csv = sorted(AZURE.glob("*code*.csv"))[0]
     archive = tmp_path / "azure.msgpack"

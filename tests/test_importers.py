@@ -1,4 +1,4 @@
-"""Importers against the real public traces in shared/data, and hand-written samples."""
+"""Importers against the real public traces in tests/data, and hand-written samples."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.traces.reader import ArchiveReader
 
-DATA = Path(__file__).parents[2] / "shared/data"
-needs_data = pytest.mark.skipif(not DATA.exists(), reason="shared data not present")
+DATA = Path(__file__).parent / "data"
 
 
 def _run(*args: str) -> tuple[int, str, str]:
@@ -21,7 +20,6 @@ def _run(*args: str) -> tuple[int, str, str]:
     return r.exit_code, r.stdout, r.stderr
 
 
-@needs_data
 @pytest.mark.parametrize(
     ("name", "count", "span", "inp", "out"),
     [
@@ -44,7 +42,6 @@ def test_azure_matches_its_published_summary(
     assert [round(s["output_tokens"][q]) for q in ("p50", "p95", "p99")] == list(out)
 
 
-@needs_data
 def test_har_files_import_with_counts_methods_statuses_and_no_credentials(tmp_path: Path) -> None:
     for name, count, first_status in (
         ("http2-chrome.har", 11, 200),

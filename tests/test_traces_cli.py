@@ -17,9 +17,7 @@ from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
 from tests.helpers import random_maps, write_plain
 
-AZURE_CONV = (
-    Path(__file__).parents[2] / "shared/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
-)
+AZURE_CONV = Path(__file__).parent / "data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 
 
 def _run(*args: str) -> tuple[int, str, str]:
@@ -104,7 +102,6 @@ def test_slice_with_iso_times(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="shared data not present")
 def test_peak_finds_the_busiest_window_of_the_azure_trace(tmp_path: Path) -> None:
     src = tmp_path / "azure.msgpack"
     records = _azure_archive(src)
@@ -146,9 +143,8 @@ def test_peak_rejects_bad_window(tmp_path: Path) -> None:
     assert code == 2 and "invalid duration" in err
 
 
-@pytest.mark.skipif(not AZURE_CONV.exists(), reason="shared data not present")
 def test_stats_of_the_azure_trace_match_its_published_summary(tmp_path: Path) -> None:
-    # shared/data/SOURCES.md: 19,366 requests over 3,501.7 s, mean rate 5.530 req/s,
+    # tests/data/README.md: 19,366 requests over 3,501.7 s, mean rate 5.530 req/s,
     # input P50/P95/P99 1,020/4,083/4,142, output 129/451/601.
     src = tmp_path / "azure.msgpack"
     _azure_archive(src)
