@@ -2,7 +2,7 @@
 
 Inside a run, failures are data (a record with ``error`` set); these exceptions are
 for the edges — bad files, bad options — where the CLI turns them into one line on
-stderr and the documented exit code (DESIGN §7): 2 usage, 3 unreadable input,
+stderr and the documented exit code (README, "Exit codes"): 2 usage, 3 unreadable input,
 1 a failed run or SLO.
 """
 

@@ -74,7 +74,7 @@ def make_header(
 
 
 def rotated_name(prefix: str, start_ns: int, seq: int, *, compress: bool) -> str:
-    """``<prefix>-<UTC start>-<host>-<pid>-<seq>.msgpack[.zst]`` (DESIGN §2)."""
+    """``<prefix>-<UTC start>-<host>-<pid>-<seq>.msgpack[.zst]`` (docs/archive-format.md)."""
     stamp = datetime.fromtimestamp(start_ns / 1e9, tz=UTC).strftime("%Y%m%dT%H%M%SZ")
     host = socket.gethostname().replace("-", "_").replace("/", "_") or "host"
     suffix = ".msgpack.zst" if compress else ".msgpack"

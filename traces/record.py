@@ -1,4 +1,4 @@
-"""The one record type that flows through every stage (DESIGN §2).
+"""The one record type that flows through every stage (docs/archive-format.md).
 
 A ``Record`` is one HTTP exchange: captured by the proxy, read by the replayer,
 written again — with the result fields set — as a replay result. On disk it is a
