@@ -27,6 +27,7 @@ from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.dispatch import Dispatcher, SpanSink
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
+from tailreplay.replayer.preflight import FailFast, probe
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
@@ -88,6 +89,10 @@ class ReplayConfig:
     """...and this long after it (Prometheus scrapes every 15 s or so)."""
     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS
     """Dispatch lag P99 above this: the client was the bottleneck, and the run says so."""
+    preflight: bool = True
+    """Probe the target with the first request before the schedule starts."""
+    fail_fast: int = 20
+    """Stop when the first N results all failed the same way (0: never)."""
 
 
 @dataclass
@@ -97,12 +102,15 @@ class ReplayOutcome:
     target: str | None
     interrupted: bool = False
 
+    aborted: str | None = None
+    """Why the replay stopped early by itself (``--fail-fast``)."""
+
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C, 1 when nothing sent was answered, else 0."""
+        """130 after Ctrl-C, 1 when stopped early or nothing sent was answered, else 0."""
         if self.interrupted:
             return 130
-        if self.summary["sent"] and not self.summary["completed"]:
+        if self.aborted or (self.summary["sent"] and not self.summary["completed"]):
             return RunFailed.exit_code
         return 0
 
@@ -216,18 +224,20 @@ async def _live(
     transport = transport or HttpTransport(
         target, connections=config.connections, timeout_s=config.timeout_s
     )
-    builder = RequestBuilder(
-        model_map=config.model_map,
-        force_lengths=config.force_lengths,
-        prompts=PromptMaker(sc.seed),
-        edits=config.body_edits,
-    )
+    builder = _builder(config)
     metrics: ReplayMetrics | None = None
+    guard = FailFast(config.fail_fast)
+    dispatcher: Dispatcher | None = None
 
     def on_each(record: Record) -> None:
         on_result(record)
         if metrics is not None:
             metrics.observe(record)
+        if guard.observe(record) and dispatcher is not None:
+            dispatcher.stopping.set()
+
+    if config.preflight:
+        await _preflight(config, the_plan, transport, builder, say)
 
     async with contextlib.AsyncExitStack() as stack:
         spans = None
@@ -253,10 +263,35 @@ async def _live(
             )
             say(f"metrics on {metrics_url}/metrics")
         outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
+        if guard.reason is not None:
+            outcome.aborted = outcome.summary["aborted"] = guard.reason
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
             await asyncio.sleep(config.metrics_linger_s)
         return outcome
+
+
+def _builder(config: ReplayConfig) -> RequestBuilder:
+    return RequestBuilder(
+        model_map=config.model_map,
+        force_lengths=config.force_lengths,
+        prompts=PromptMaker(config.schedule.seed),
+        edits=config.body_edits,
+    )
+
+
+async def _preflight(
+    config: ReplayConfig, the_plan: Plan, transport: Transport, builder: RequestBuilder, say: Say
+) -> None:
+    """The first scheduled request, one token, before t0 (``replayer/preflight.py``)."""
+    first = next(iter(schedule(config.schedule, the_plan)), None)
+    if first is None:
+        return
+    try:
+        say(await probe(transport, builder, first, config.headers))
+    except BaseException:
+        await transport.close()
+        raise
 
 
 async def _dispatch(
@@ -296,7 +331,7 @@ async def _dispatch(
     watcher = loop.create_task(watch.run())
     try:
         await dispatcher.run(schedule(sc, the_plan), t0, t0_wall)
-        if interrupted:
+        if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:
         gc.unfreeze()

@@ -42,10 +42,15 @@ class Outcome:
     """``usage`` (the target said), ``estimate`` (counted here), or None."""
     finish_reason: str | None = None
     error_text: str = ""
+    content_type: str = ""
 
 
 class Transport(Protocol):
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome: ...
+
+    def url(self, path: str) -> str:
+        """Where a recorded path is sent (for messages)."""
+        ...
 
     async def warm(self, connections: int) -> None:
         """Open up to ``connections`` connections before the first request is due."""
@@ -83,6 +88,9 @@ class HttpTransport:
 
     def __init__(self, base_url: str, *, connections: int, timeout_s: float) -> None:
         self.base = base_url.rstrip("/")
+        # A base given with /v1 (as OpenAI SDKs take it) is not doubled: /v1/x goes to
+        # <host>/v1/x, not <host>/v1/v1/x.
+        self._v1_base = self.base[: -len("/v1")] if self.base.endswith("/v1") else None
         trace = aiohttp.TraceConfig()
         trace.on_request_headers_sent.append(_headers_sent)
         self._session = aiohttp.ClientSession(
@@ -98,11 +106,12 @@ class HttpTransport:
         clock = _Clock(time.monotonic_ns())  # until the head is written: the call's start
         try:
             async with self._session.request(
-                spec.method, self.base + spec.path, data=spec.body, headers=headers,
+                spec.method, self.url(spec.path), data=spec.body, headers=headers,
                 trace_request_ctx=clock,
             ) as resp:  # fmt: skip
                 t0 = clock.t0_ns
                 out.status = resp.status
+                out.content_type = resp.content_type
                 sse = resp.content_type == "text/event-stream"
                 timeline = StreamTimeline() if sse else None
                 tap = ResponseTap(stream=sse)
@@ -132,6 +141,12 @@ class HttpTransport:
             out.duration_ns = time.monotonic_ns() - clock.t0_ns
         return out
 
+    def url(self, path: str) -> str:
+        """Where a recorded path is sent."""
+        if self._v1_base is not None and (path.startswith("/v1/") or path == "/v1"):
+            return self._v1_base + path
+        return self.base + path
+
     async def warm(self, connections: int) -> None:
         """Open ``connections`` keep-alive connections with ``GET /v1/models`` (any answer
         will do), so the first burst of due requests does not each pay for a connect:
@@ -139,7 +154,7 @@ class HttpTransport:
 
         async def one() -> None:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self._session.get(self.base + "/v1/models") as resp:
+                async with self._session.get(self.url("/v1/models")) as resp:
                     await resp.read()
 
         # Bounded: a target that hangs on it is found by the replay itself.

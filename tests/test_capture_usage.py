@@ -126,6 +126,7 @@ async def test_a_200_that_is_not_the_api_is_a_bad_response(tmp_path: Path, strea
             schedule=ScheduleConfig(paths=sorted(out.glob("*.msgpack"))),
             target=target,
             out=tmp_path / "replay.msgpack",
+            preflight=False,  # which would stop it before the request: tested elsewhere
         )
         outcome = await run(config, lambda line: None)
     (result,) = ArchiveReader([tmp_path / "replay.msgpack"])

@@ -102,6 +102,8 @@ class _Args:
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
     lag_limit: float
+    preflight: bool
+    fail_fast: int
     report_out: Path | None
     slos: list[Objective]
     slo_min_score: float
@@ -240,6 +242,20 @@ class _Args:
     "the run says so and an SLO gate is not judged.",
 )
 @click.option(
+    "--preflight/--no-preflight",
+    default=True,
+    show_default=True,
+    help="Before the schedule starts, send the first request (one output token) and stop "
+    "with the cause if the target cannot answer it (down, 404, HTML, 401).",
+)
+@click.option(
+    "--fail-fast",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Stop when the first N results all failed the same way (0: never).",
+)
+@click.option(
     "--report",
     "report_out",
     type=click.Path(path_type=Path, dir_okay=False),
@@ -269,6 +285,8 @@ def replay(**options: Any) -> None:
     click.echo(f"results: {config.out}")
     if args.json_out is not None:
         _write_json(args.json_out, outcome.summary)
+    if outcome.aborted:
+        click.echo(f"Error: {outcome.aborted}", err=True)
     code = outcome.exit_code
     if args.report_out is not None or args.slos:
         assert config.out is not None
@@ -324,6 +342,8 @@ def _config(args: _Args) -> ReplayConfig:
         metrics_listen=args.metrics_listen,
         metrics_linger_s=args.metrics_linger,
         lag_limit_ms=args.lag_limit * 1000,
+        preflight=args.preflight,
+        fail_fast=args.fail_fast,
     )
 
 

@@ -26,6 +26,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
+from tailreplay.traces.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns, parse_time
 
 __all__ = ["traces"]
@@ -354,3 +355,23 @@ def _progress_bar(total: int, unit: str) -> Iterator[Callable[[int], None]]:
     with Progress(transient=True) as bar:
         task = bar.add_task(unit, total=total)
         yield lambda done: bar.update(task, completed=done)
+
+
+@traces.command()
+@click.argument("name", type=click.Choice(sorted(SAMPLES)), default="peak")
+@click.option(
+    "-o", "--out", type=click.Path(path_type=Path), default=None, help="Default: NAME.msgpack."
+)
+def sample(name: str, out: Path | None) -> None:
+    """Write an archive shipped with tailreplay, e.g. to try `replay` on.
+
+    \b
+    tailreplay traces sample peak -o peak.msgpack
+    replay --speed 2x peak.msgpack
+    """
+    from tailreplay.traces.samples import write_sample
+
+    out = out or Path(f"{name}.msgpack")
+    check_output_file("-o", out)
+    write_sample(name, out)
+    click.echo(f"wrote {out}: {SAMPLES[name][1]}", err=True)

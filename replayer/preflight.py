@@ -1,0 +1,93 @@
+"""Failing fast on a wrong target: a probe before the schedule starts, and a guard after.
+
+A replay of a busy recording runs for minutes; a target that is down, a server
+answering HTML 404s, or a wrong path must not cost that long to find out. Before
+t0 one probe — the first scheduled request, asking for one output token — must
+get an API answer; while the replay runs, the first ``FailFast.first`` results
+all failing the same way stop it. Both end the run with one line naming the
+cause (``RunFailed``, exit 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from tailreplay.errors import RunFailed
+from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.transport import Outcome, Transport
+from tailreplay.tracecontext import new_span_id, new_trace_id
+from tailreplay.traces.record import Record
+
+__all__ = ["PROBE_HEADER", "FailFast", "probe"]
+
+PROBE_HEADER = "X-Tailreplay-Preflight"
+_API_TYPES = ("application/json", "text/event-stream")
+
+
+async def probe(
+    transport: Transport, builder: RequestBuilder, first: Planned, headers: dict[str, str]
+) -> str:
+    """Send the first request (one output token) and judge the answer; returns a line
+    saying what was requested and how it went, or raises ``RunFailed`` with the cause."""
+    spec = builder.build(dataclasses.replace(first, budget=1, tail=False))
+    url = transport.url(spec.path)
+    # A trace of its own, and a name, so the target's logs and traces can tell it apart.
+    traceparent = f"00-{new_trace_id().hex()}-{new_span_id().hex()}-01"
+    headers = {**headers, "traceparent": traceparent, PROBE_HEADER: "1"}
+    t0 = time.monotonic()
+    out = await transport.send(spec, headers)
+    took = f"{(time.monotonic() - t0) * 1e3:.0f} ms"
+    problem = _judge(out, f"{spec.method} {url}")
+    if problem is not None:
+        raise RunFailed(f"preflight: {problem} (skip this check with --no-preflight)")
+    return f"preflight: {spec.method} {url} answered {out.status} in {took}"
+
+
+def _judge(out: Outcome, request: str) -> str | None:
+    """Why the probe's answer means the replay cannot measure the target, or None."""
+    if out.error == "connect":
+        return f"cannot connect for {request}: nothing listens there, or it refused"
+    if out.error == "timeout":
+        return f"no answer to {request} within --timeout"
+    if out.status == 0:
+        return f"{request} failed: {out.error}"
+    if out.status == 404:
+        return f"{request} is 404 Not Found: is --target the API's base URL?"
+    if out.status in (401, 403):
+        return (
+            f"{request} is refused with {out.status}: "
+            "pass credentials with --header 'Authorization: Bearer ...'"
+        )
+    if not out.content_type.startswith(_API_TYPES):
+        kind = out.content_type or "no content type"
+        return f"{request} answered {out.status} with {kind}, not an API response"
+    if out.status >= 500:
+        return f"{request} answered {out.status}: {out.error_text[:200].strip()}"
+    return None  # 2xx, or an API's own 4xx about the probe's request: the API is there
+
+
+class FailFast:
+    """Stops a replay whose first ``first`` results all failed the same way."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.seen = 0
+        self.errors: set[str] = set()
+        self.reason: str | None = None
+        """Set once the replay should stop: what every one of them met."""
+
+    def observe(self, record: Record) -> bool:
+        """Count a result; True when the replay should stop now."""
+        if self.first <= 0 or self.seen >= self.first or self.reason is not None:
+            return False
+        self.seen += 1
+        self.errors.add(record.error or "ok")
+        if self.seen == self.first and len(self.errors) == 1 and "ok" not in self.errors:
+            self.reason = (
+                f"the first {self.first} requests all failed with {record.error}; stopped "
+                "(--fail-fast 0 replays on regardless)"
+            )
+            return True
+        return False

@@ -1,0 +1,116 @@
+"""A wrong target is found in seconds, not after the whole replay."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from tailreplay.sim.launcher import sim_process
+from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import chat_archive
+from tests.proxy_helpers import serve_in_thread
+
+# 200 requests over 100 s: a replay that ran to the end would take minutes.
+N, GAP_MS = 200, 500.0
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with sim_process(["--decode-base-ms", "1", "--output-mean", "4"]) as url:
+        yield url
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    path = tmp_path / "a.msgpack"
+    chat_archive(path, N, gap_ms=GAP_MS, seed=1)
+    return path
+
+
+def _replay(*args: str, timeout: float = 120) -> tuple[int, str, str, float]:
+    """``replay`` as a user runs it: exit code, stdout, stderr, seconds taken."""
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", "from tailreplay.cli import replay_main; replay_main()", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - t0
+
+
+def _error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("Error:")]
+
+
+def test_a_port_with_nothing_listening_stops_before_the_schedule(
+    tmp_path: Path, archive: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        code, stdout, err, took = _replay("--target", dead, str(archive))
+    assert code == 1 and took < 5 + 3  # start-up of the interpreter on a busy machine
+    (line,) = _error_lines(err)
+    assert line.startswith("Error: preflight: cannot connect for POST ")
+    assert f"{dead}/v1/chat/completions" in line
+    assert stdout == ""  # no summary of a replay that never started
+
+
+def test_a_server_answering_html_404_stops_before_the_schedule(archive: Path) -> None:
+    async def html(request: web.Request) -> web.Response:
+        return web.Response(text="<html>Not Found</html>", status=404, content_type="text/html")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", html)
+    with serve_in_thread(app) as url:
+        code, _, err, took = _replay("--target", url + "/api", str(archive))
+    assert code == 1 and took < 5 + 3
+    (line,) = _error_lines(err)
+    assert f"POST {url}/api/v1/chat/completions is 404 Not Found" in line
+    assert "is --target the API's base URL?" in line
+
+
+def test_a_target_given_with_v1_is_not_doubled(tmp_path: Path, sim_url: str) -> None:
+    archive = tmp_path / "short.msgpack"
+    chat_archive(archive, 10, gap_ms=20, seed=2)
+    out = tmp_path / "r.msgpack"
+    code, _, err, _ = _replay("--target", sim_url + "/v1/", "--out", str(out), str(archive))
+    assert code == 0, err
+    assert f"preflight: POST {sim_url}/v1/chat/completions answered 200" in err
+    records = list(ArchiveReader([out]))
+    assert len(records) == 10 and all(r.status == 200 for r in records)
+
+
+def test_the_first_requests_all_failing_alike_stop_the_replay(
+    tmp_path: Path, archive: Path
+) -> None:
+    seen: list[int] = []
+
+    async def overloaded(request: web.Request) -> web.Response:
+        seen.append(1)
+        if len(seen) == 1:  # the probe gets an answer; then every request fails
+            return web.json_response({"choices": [{"message": {"content": "x"}}]})
+        return web.json_response({"error": {"message": "overloaded"}}, status=503)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", overloaded)
+    summary = tmp_path / "s.json"
+    with serve_in_thread(app) as url:
+        code, _, err, took = _replay(
+            "--target", url, "--speed", "10x", "--json", str(summary), str(archive)
+        )
+    assert code == 1
+    assert took < 2 + 20 * GAP_MS / 1e3 / 10 + 5  # the 20th is due at 1 s
+    (line,) = _error_lines(err)
+    assert "the first 20 requests all failed with http_503; stopped" in line
+    data = json.loads(summary.read_text())
+    assert data["aborted"] == line.removeprefix("Error: ")
+    assert 20 <= data["sent"] < N
