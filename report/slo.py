@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, TypeGuard
 
 from tailreplay.errors import UsageError
@@ -33,7 +34,7 @@ from tailreplay.report.model import (
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.units import parse_duration
 
-__all__ = ["Objective", "check", "parse_objectives"]
+__all__ = ["Objective", "check", "check_judgeable", "parse_objectives"]
 
 _SPEC = re.compile(
     r"^\s*(?P<metric>[a-z_]+)(?::(?P<q>p\d+))?\s*<=\s*(?P<limit>[^*\s]+)"
@@ -95,6 +96,48 @@ def _parse(text: str) -> Objective:
         raise UsageError(f"invalid --slo {text!r}: the limit is a duration or a factor "
                          f"like 1.2x; {_EXAMPLE}") from None  # fmt: skip
     return Objective(text, metric, q, seconds * 1000, False, weight)
+
+
+# The recorded field without which a metric has no recorded value to be relative to.
+_RECORDED_BY: dict[str, str] = {
+    "latency": "duration_ns",
+    "ttft": "ttfb_ns",
+    "ttft_content": "ttft_content_ns",
+    "tpot": "ttfb_ns",
+    "itl": "chunk_gaps_us",
+}
+
+
+def check_judgeable(
+    objectives: Sequence[Objective], archives: Sequence[Path], *, skip_corrupt: bool = False
+) -> None:
+    """Refuse, before a replay, relative objectives its recording cannot judge.
+
+    ``ttft:p99<=1.2x`` needs recorded TTFTs: on an archive without any (imported
+    token counts, say) it could only fail after the whole run. A ``UsageError``
+    (exit 2) names what the archive lacks and what to use instead.
+    """
+    relative = [o for o in objectives if o.relative and o.metric != "error_rate"]
+    if not relative:
+        return
+    for obj in relative:
+        if obj.metric == "latency_from_due":
+            raise UsageError(
+                f"--slo {obj.text!r}: latency_from_due exists only in a replay; "
+                "give it an absolute limit (e.g. 800ms)"
+            )
+    from tailreplay.traces.columns import load_columns
+
+    fields = sorted({_RECORDED_BY[o.metric] for o in relative})
+    cols = load_columns(archives, [], presence_only=fields, skip_corrupt=skip_corrupt)
+    for obj in relative:
+        field = _RECORDED_BY[obj.metric]
+        if not cols.present[field].any():
+            raise UsageError(
+                f"--slo {obj.text!r}: relative to the recording, but the archive records no "
+                f"{obj.metric} ({field} is absent from all {len(cols.present[field]):,} records); "
+                "give an absolute limit instead (e.g. 800ms)"
+            )
 
 
 def _is_metric(name: str) -> TypeGuard[Metric]:

@@ -114,3 +114,16 @@ def test_the_first_requests_all_failing_alike_stop_the_replay(
     data = json.loads(summary.read_text())
     assert data["aborted"] == line.removeprefix("Error: ")
     assert 20 <= data["sent"] < N
+
+
+def test_a_relative_slo_the_recording_cannot_judge_is_refused_before_the_run() -> None:
+    peak = Path(__file__).parents[1] / "traces/peak.msgpack"  # token counts, no latencies
+    code, stdout, err, took = _replay("--slo", "ttft:p99<=1.2x", str(peak))
+    assert code == 2 and stdout == ""
+    assert err.strip() == (
+        "Error: --slo 'ttft:p99<=1.2x': relative to the recording, but the archive records "
+        "no ttft (ttfb_ns is absent from all 2,382 records); give an absolute limit instead "
+        "(e.g. 800ms)"
+    )
+    code, _, err, _ = _replay("--slo", "latency_from_due:p99<=2x", str(peak))
+    assert code == 2 and "exists only in a replay" in err

@@ -309,6 +309,10 @@ def _config(args: _Args) -> ReplayConfig:
     start_ns, end_ns = time_window(args.archives, args.from_, args.to,
                                    skip_corrupt=args.skip_corrupt)  # fmt: skip
     out = _check_outputs(args)
+    if args.slos:
+        from tailreplay.report.slo import check_judgeable
+
+        check_judgeable(args.slos, args.archives, skip_corrupt=args.skip_corrupt)
     schedule = ScheduleConfig(
         paths=args.archives, speed=args.speed, amplify=args.amplify,
         tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
