@@ -24,7 +24,7 @@ from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
-from tailreplay.replayer.dispatch import Dispatcher, SpanSink
+from tailreplay.replayer.dispatch import Dispatcher, DispatchStats, SpanSink
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.preflight import FailFast, probe
@@ -130,6 +130,13 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         if writer is not None:
             writer.append(record)
 
+    # Ctrl-C (or SIGTERM) from here on ends the run cleanly at whatever stage it is:
+    # starting the simulator, the preflight, or sending.
+    loop = asyncio.get_running_loop()
+    stop = _Stop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
     try:
         if config.dry_run:
             _dry_run(config, the_plan, on_result)
@@ -142,10 +149,35 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
                     raise UsageError("no --target, and no built-in simulator to replay against")
                 target = stack.enter_context(config.builtin_target())
                 say(f"no --target: replaying against the built-in simulator at {target}")
-            return await _live(config, the_plan, target, on_result, collector, say, transport)
+            if stop.is_set:
+                return _stopped_before_sending(sc, the_plan, target, collector)
+            return await _live(config, the_plan, target, on_result, collector, say, transport, stop)
     finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
         if writer is not None:
             writer.close()
+
+
+class _Stop:
+    """Ctrl-C or SIGTERM was received; ``callbacks`` run when it is (the dispatcher's)."""
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self.callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        self.is_set = True
+        for callback in self.callbacks:
+            callback()
+
+
+def _stopped_before_sending(
+    sc: ScheduleConfig, the_plan: Plan, target: str, collector: ResultCollector
+) -> ReplayOutcome:
+    summary = {**collector.summary(0, 0), **_unsent(sc, the_plan, 0, 0)}
+    return ReplayOutcome(summary, the_plan, target, interrupted=True)
 
 
 def _check_target(config: ReplayConfig, target: str) -> None:
@@ -219,6 +251,7 @@ async def _live(
     collector: ResultCollector,
     say: Say,
     transport: Transport | None,
+    stop: _Stop,
 ) -> ReplayOutcome:
     sc = config.schedule
     transport = transport or HttpTransport(
@@ -238,6 +271,9 @@ async def _live(
 
     if config.preflight:
         await _preflight(config, the_plan, transport, builder, say)
+    if stop.is_set:
+        await transport.close()
+        return _stopped_before_sending(sc, the_plan, target, collector)
 
     async with contextlib.AsyncExitStack() as stack:
         spans = None
@@ -247,28 +283,34 @@ async def _live(
                 config.spans((url.host or "", url.port or 0), say)
             )
         dispatcher = Dispatcher(
-            transport,
-            builder,
-            headers=config.headers,
-            max_inflight=config.max_inflight,
-            new_trace_ids=config.new_trace_ids,
-            shard=sc.shard[0] if sc.shard[1] > 1 else None,
-            on_result=on_each,
-            spans=spans,
-        )
+            transport, builder, headers=config.headers, max_inflight=config.max_inflight,
+            new_trace_ids=config.new_trace_ids, shard=sc.shard[0] if sc.shard[1] > 1 else None,
+            on_result=on_each, spans=spans,
+        )  # fmt: skip
         if config.metrics_listen is not None:
             metrics = ReplayMetrics(dispatcher.stats)
             metrics_url = await stack.enter_async_context(
                 serve_metrics(metrics.registry, *config.metrics_listen)
             )
             say(f"metrics on {metrics_url}/metrics")
+        stop.callbacks.append(dispatcher.stopping.set)
         outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
-        if guard.reason is not None:
-            outcome.aborted = outcome.summary["aborted"] = guard.reason
+        _how_it_ended(outcome, stop, guard, dispatcher.stats, sc)
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
             await asyncio.sleep(config.metrics_linger_s)
         return outcome
+
+
+def _how_it_ended(
+    outcome: ReplayOutcome, stop: _Stop, guard: FailFast, stats: DispatchStats, sc: ScheduleConfig
+) -> None:
+    """Interrupted (what was never sent), or stopped by --fail-fast (why)."""
+    outcome.interrupted = stop.is_set
+    if stop.is_set:
+        outcome.summary.update(_unsent(sc, outcome.plan, stats.due, stats.sent))
+    if guard.reason is not None:
+        outcome.aborted = outcome.summary["aborted"] = guard.reason
 
 
 def _builder(config: ReplayConfig) -> RequestBuilder:
@@ -305,16 +347,6 @@ async def _dispatch(
 ) -> ReplayOutcome:
     sc = config.schedule
     loop = asyncio.get_running_loop()
-    interrupted = False
-
-    def on_signal() -> None:
-        nonlocal interrupted
-        interrupted = True
-        dispatcher.stopping.set()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, on_signal)
     # Before t0: connections for the first burst, then a collection that can take a while.
     await transport.warm(min(WARM_CONNECTIONS, max(config.connections, 1)))
     _freeze_heap()
@@ -340,16 +372,26 @@ async def _dispatch(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await transport.close()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
     s = dispatcher.stats
     summary = collector.summary(s.sent, s.dropped)
     if s.input_intended:
         summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
-    return ReplayOutcome(summary, the_plan, target, interrupted)
+    return ReplayOutcome(summary, the_plan, target)
+
+
+def _unsent(sc: ScheduleConfig, the_plan: Plan, due: int, sent: int) -> dict[str, Any]:
+    """What an interrupted run did not do: the schedule's size is exact when one process
+    replays all of it with whole copies (else only the due count is known)."""
+    exact = sc.shard[1] == 1 and sc.amplify == int(sc.amplify)
+    scheduled = the_plan.count * int(sc.amplify) if exact else None
+    return {
+        "interrupted": True,
+        "due": due,
+        "scheduled": scheduled,
+        "unsent": scheduled - sent if scheduled is not None else None,
+    }
 
 
 def _start_times(

@@ -134,8 +134,10 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     if s.get("dry_run"):
         return [f"dry run: {s['requests']:,} requests planned, none sent", tail]
     errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
+    head = [_interrupted_line(s)] if s.get("interrupted") else []
     rate = s["throughput_rps"]
     lines = [
+        *head,
         f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
         f"dropped {s['dropped']:,}  errors: {errors}",
         f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
@@ -153,3 +155,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         error = s["input_tokens_error"] * 100
         lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
     return lines
+
+
+def _interrupted_line(s: dict[str, Any]) -> str:
+    if s.get("scheduled") is None:
+        return f"interrupted after {s['due']:,} due ({s['sent']:,} sent); the rest never sent"
+    return f"interrupted after {s['due']:,} of {s['scheduled']:,} due; {s['unsent']:,} never sent"

@@ -77,8 +77,10 @@ def _interval(e: Percentile | None) -> str:
 def headline(report: Report, slo: SloMatrix | None) -> str:
     """One line: what was compared and the verdict."""
     rep = report["overall"]["replayed"]
-    parts = [f"replayed {rep['requests']:,} requests"]
     settings = report["replay"]
+    if settings.get("source") == "replay:dry-run":
+        return f"dry run: {rep['requests']:,} requests scheduled, none sent"
+    parts = [f"replayed {rep['requests']:,} requests"]
     if "speed" in settings:
         parts.append(f"at {settings['speed']}")
     recorded = report["overall"].get("recorded")

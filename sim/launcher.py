@@ -26,7 +26,11 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
     >>> with sim_process(["--profile", "fast", "--seed", "3"]) as url: ...
     """
     cmd = [sys.executable, "-m", "tailreplay.sim", "--listen", "127.0.0.1:0", *args]
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A session of its own: Ctrl-C at a terminal reaches the whole process group, and the
+    # parent, not the simulator, decides what it means (it stops the simulator, below).
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         assert child.stdout is not None
         line = _read_line(child, timeout_s)

@@ -118,7 +118,7 @@ def test_the_first_requests_all_failing_alike_stop_the_replay(
 
 def test_a_relative_slo_the_recording_cannot_judge_is_refused_before_the_run() -> None:
     peak = Path(__file__).parents[1] / "traces/peak.msgpack"  # token counts, no latencies
-    code, stdout, err, took = _replay("--slo", "ttft:p99<=1.2x", str(peak))
+    code, stdout, err, _ = _replay("--slo", "ttft:p99<=1.2x", str(peak))
     assert code == 2 and stdout == ""
     assert err.strip() == (
         "Error: --slo 'ttft:p99<=1.2x': relative to the recording, but the archive records "

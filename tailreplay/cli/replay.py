@@ -278,8 +278,14 @@ def replay(**options: Any) -> None:
     from tailreplay.report.write import fail_on_slo
 
     args = _Args(**options)
-    config = _config(args)
-    outcome = _run(config, args.workers)
+    try:
+        config = _config(args)
+        outcome = _run(config, args.workers)
+    except KeyboardInterrupt:  # before the replay could take over Ctrl-C: nothing sent
+        if args.json_out is not None:
+            _write_json(args.json_out, {"interrupted": True, "due": 0, "sent": 0})
+        click.echo("interrupted before the first request was sent", err=True)
+        sys.exit(130)
     for line in summary_lines(outcome.summary):
         click.echo(line)
     click.echo(f"results: {config.out}")

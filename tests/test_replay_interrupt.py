@@ -1,0 +1,44 @@
+"""Ctrl-C at any moment of a replay: exit 130, and a summary that says what was not sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PEAK = Path(__file__).parents[1] / "traces/peak.msgpack"  # 2,382 requests over 300 s
+
+
+@pytest.mark.parametrize("after_s", [0.5, 1.0, 5.0])
+def test_ctrl_c_exits_130_and_the_json_says_what_was_never_sent(
+    tmp_path: Path, after_s: float
+) -> None:
+    summary = tmp_path / "s.json"
+    # Its own session, so that the signal goes to the whole group as a terminal's
+    # Ctrl-C does: the replay and the simulator it started.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from tailreplay.cli import replay_main; replay_main()",
+         "--json", str(summary), "--out", str(tmp_path / "r.msgpack"), str(PEAK)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    time.sleep(after_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "Aborted" not in err
+    data = json.loads(summary.read_text())
+    assert data["interrupted"] is True
+    assert data["sent"] < 2_382
+    if "scheduled" in data:  # the replay had begun: the counts are exact
+        assert data["scheduled"] == 2_382
+        assert data["unsent"] == 2_382 - data["sent"]
+        assert out.startswith(f"interrupted after {data['due']:,} of 2,382 due; ")
+    else:  # Ctrl-C came before the replay could take it over
+        assert data["sent"] == 0
+        assert "interrupted before the first request was sent" in err
