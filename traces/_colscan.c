@@ -76,6 +76,11 @@ static uint64_t be(const uint8_t *p, int n) {
 static int utf8_ok(const uint8_t *s, uint64_t n) {
     uint64_t i = 0;
     while (i < n) {
+        if (n - i >= 8) { /* ASCII, eight bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) { i += 8; continue; }
+        }
         uint8_t b = s[i];
         if (b < 0x80) { i++; continue; }
         int len;
@@ -99,8 +104,8 @@ static int utf8_ok(const uint8_t *s, uint64_t n) {
     return 1;
 }
 
-/* A str object: its bytes and length. 0 = got it, -1 = not a str, too long or bad UTF-8. */
-static int read_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
+/* A str object's bytes and length, unchecked as UTF-8. 0 = got it, -1 = not a str or too long. */
+static int read_raw_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
     if (!need(c, 1)) return -1;
     uint8_t t = *c->p;
     uint64_t n;
@@ -110,11 +115,16 @@ static int read_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t 
     else if (t == 0xda && need(c, 3)) { n = be(c->p + 1, 2); h = 3; }
     else if (t == 0xdb && need(c, 5)) { n = be(c->p + 1, 4); h = 5; }
     else return -1;
-    if (n > lim->max_str || !need(c, h + n) || !utf8_ok(c->p + h, n)) return -1;
+    if (n > lim->max_str || !need(c, h + n)) return -1;
     *s = c->p + h;
     *len = n;
     c->p += h + n;
     return 0;
+}
+
+/* A str object, checked as UTF-8. 0 = got it, -1 = not a str, too long or bad UTF-8. */
+static int read_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
+    return read_raw_str(c, lim, s, len) < 0 || !utf8_ok(*s, *len) ? -1 : 0;
 }
 
 /* A bin object's length. 0 = got it (skipped), -1 = not a bin or too long. */
@@ -291,12 +301,12 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
     for (uint64_t k = 0; k < pairs; k++) {
         const uint8_t *key;
         uint64_t klen;
-        if (read_str(c, x->lim, &key, &klen) < 0) return -1; /* a bin key: Python decides */
+        if (read_raw_str(c, x->lim, &key, &klen) < 0) return -1; /* a bin key: Python decides */
         Py_ssize_t hint = k < 256 ? x->hints[k] : -1;
         Py_ssize_t j = find_spec(x->specs, x->ns, key, klen, hint);
         if (k < 256) x->hints[k] = j;
-        if (j < 0) {
-            if (skip(c, x->lim, 1) < 0) return -1;
+        if (j < 0) { /* a known name is ASCII; any other key must be valid UTF-8 */
+            if (!utf8_ok(key, klen) || skip(c, x->lim, 1) < 0) return -1;
             continue;
         }
         if (need(c, 1) && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -37,7 +38,12 @@ log = logging.getLogger("tailreplay.archive")
 
 _CHUNK = 1 << 20
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_MAP_STARTS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # fixmap, map16, map32
+_KEY_STARTS = frozenset([*range(0xA0, 0xC0), 0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB])  # str, bin
+# Where a record can start: a map header (fixmap of 1..15 keys, map16, map32) and the
+# first byte of a str or bin key. Found at C speed in damaged bytes.
+_KEY = rb"[\xa0-\xbf\xc4-\xc6\xd9-\xdb]"
+_RECORD_START = re.compile(rb"[\x81-\x8f]" + _KEY + rb"|\xde[\x00-\xff]{2}" + _KEY
+                           + rb"|\xdf[\x00-\xff]{4}" + _KEY)  # fmt: skip
 _UNPACK_ERRORS = (
     ValueError,  # includes msgpack.FormatError, StackError, ExtraData, size limits
     UnicodeDecodeError,
@@ -401,33 +407,40 @@ class FileScan:
     def _resync(self) -> tuple[int, bool]:
         """Drop bytes from the front of ``buf`` up to the next decodable record.
 
-        Returns (bytes dropped, whether a record was found). Scanned bytes are dropped
-        as the scan goes, so memory stays bounded by one record however long the damage.
+        Returns (bytes dropped, whether a record was found). Only bytes that can start
+        a map are probed (found by a regex, at C speed); scanned bytes are dropped as
+        the scan goes, so memory stays bounded by one record however long the damage.
         """
         buf = self.buf
         dropped = 0
-        i = 1
+        i = 1  # the damaged byte itself starts no record
         while True:
-            if i >= len(buf) - 1 and not self.eof:
+            found = _RECORD_START.search(buf, i)
+            if found is None:
+                # No record starts in buf[i:], unless in its last bytes (a map header the
+                # next chunk completes): let the rest go, read on.
+                cut = len(buf) - min(len(buf) - i, 5)
+                del buf[:cut]
+                dropped += cut
+                i = 0
+                if self._read_chunk() is None:
+                    dropped += len(buf)
+                    buf.clear()
+                    return dropped, False
+                continue
+            i = found.start()
+            verdict = _probe(buf, i, self.eof)
+            if verdict is None:  # needs more bytes than we hold yet
                 self._read_chunk()
                 continue
-            if i >= len(buf):
-                dropped += len(buf)
-                buf.clear()
-                return dropped, False
-            if buf[i] in _MAP_STARTS:
-                verdict = _probe(buf, i, self.eof)
-                if verdict is None:  # needs more bytes than we hold yet
-                    self._read_chunk()
-                    continue
-                if verdict:
-                    del buf[:i]
-                    return dropped + i, True
+            if verdict:
+                del buf[:i]
+                return dropped + i, True
             i += 1
             if i > fmt.MAX_RECORD_BYTES:
-                del buf[: i - 1]
-                dropped += i - 1
-                i = 1
+                del buf[:i]
+                dropped += i
+                i = 0
 
     def _check_end(self) -> None:
         """The file ended cleanly or torn: a header must have been read; note a torn tail."""
@@ -448,15 +461,34 @@ class FileScan:
 
 def _record_follows(buf: bytearray) -> bool:
     """Does a valid record start in ``buf`` after its first byte? (No more bytes will come.)"""
-    return any(buf[i] in _MAP_STARTS and _probe(buf, i, True) for i in range(1, len(buf)))
+    return any(_probe(buf, m.start(), True) for m in _RECORD_START.finditer(buf, 1))
+
+
+def _could_start_record(buf: bytearray, i: int) -> bool:
+    """A quick look at the map header at ``buf[i]``: a record has 1..MAX_MAP_LEN keys,
+    the first a str or bin. False rules most candidates in damaged bytes out."""
+    head = buf[i]
+    if head <= 0x8F:
+        n, key = head & 0x0F, i + 1
+    else:
+        size = 2 if head == 0xDE else 4
+        n, key = int.from_bytes(buf[i + 1 : i + 1 + size], "big"), i + 1 + size
+        if key > len(buf):
+            return True  # not enough bytes to tell: the probe will ask for more
+    if not 0 < n <= fmt.MAX_MAP_LEN:
+        return False
+    return key >= len(buf) or buf[key] in _KEY_STARTS
 
 
 def _probe(buf: bytearray, i: int, eof: bool) -> bool | None:
     """Does a valid record start at ``buf[i]``? None when more bytes are needed to tell."""
-    window = 1 << 16
+    if not _could_start_record(buf, i):
+        return False
+    window = 512  # most candidates in damage fail within a few bytes
     while True:
         probe = new_unpacker(_Counter())
-        probe.feed(bytes(buf[i : i + window]))
+        with memoryview(buf) as view, view[i : i + window] as part:
+            probe.feed(part)
         try:
             return record_problem(probe.unpack()) is None
         except msgpack.OutOfData:

@@ -165,22 +165,23 @@ _MAX_CHECKERS = 256  # a hostile file cannot grow the caches without bound
 def _compile(keys: tuple[str, ...]) -> _Checker:
     if "start_ns" not in keys:
         return lambda m: False
-    lines = ["def check(m):"]
-    for key in keys:
+    names = [f"v{i}" for i in range(len(keys))]
+    lines = ["def check(m):", f"    {', '.join(names)}, = m.values()"]
+    for v, key in zip(names, keys, strict=True):
         spec = FIELD_SPECS.get(key)
         if spec is None:
             continue
         kind, lo, hi = spec
         test = {
-            INT: f"type(v) is not int or not {lo} <= v < {hi}",
-            BOOL: "type(v) is not bool",
-            STR: "type(v) is not str",
-            BIN: f"type(v) is not bytes{f' or len(v) != {hi}' if hi else ''}",
-            INTS: f"type(v) not in arrays or not ints_ok(v, {lo}, {hi})",
-            PAIRS: "type(v) not in arrays or not pairs_ok(v)",
+            INT: f"type({v}) is not int or not {lo} <= {v} < {hi}",
+            BOOL: f"type({v}) is not bool",
+            STR: f"type({v}) is not str",
+            BIN: f"type({v}) is not bytes{f' or len({v}) != {hi}' if hi else ''}",
+            INTS: f"type({v}) not in arrays or not ints_ok({v}, {lo}, {hi})",
+            PAIRS: f"type({v}) not in arrays or not pairs_ok({v})",
         }[kind]
-        nil = "" if key == "start_ns" else "v is not None and "
-        lines += [f"    v = m[{key!r}]", f"    if {nil}({test}): return False"]
+        nil = "" if key == "start_ns" else f"{v} is not None and "
+        lines.append(f"    if {nil}({test}): return False")
     lines.append("    return True")
     namespace: dict[str, Any] = {"ints_ok": _ints_ok, "pairs_ok": _pairs_ok, "arrays": _ARRAYS}
     exec("\n".join(lines), namespace)
