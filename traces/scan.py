@@ -1,20 +1,19 @@
 """One archive file, scanned: chunks in, checked record maps out, damage found and got past.
 
-Reading is defensive: the header is checked, unpacking is size-limited (per value,
-per record in bytes and in objects, so a hostile file cannot make a reader
-allocate without bound), every record is checked (``traces/validate.py``), a torn
-final record (a crash, ``kill -9``) is tolerated with a warning, damage in the
+Reading is defensive: the header is checked, unpacking is limited in bytes and in
+objects (``traces/unpack.py``), every record is checked (``traces/validate.py``), a
+torn final record (a crash, ``kill -9``) is tolerated with a warning, damage in the
 middle raises ``ArchiveCorrupt`` naming the byte offset — or, with
 ``skip_corrupt``, is skipped: a damaged record that decodes is skipped whole, bytes
-that do not decode are skipped by resynchronising on the next valid record.
-Offsets in ``.zst`` files count decompressed bytes.
+that do not decode are skipped up to the next valid record (``traces/resync.py``).
+An empty or zero-filled file is no damage: it holds no records. Offsets in ``.zst``
+files count decompressed bytes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -30,6 +29,8 @@ from tailreplay.errors import (
     NotAnArchive,
 )
 from tailreplay.traces import format as fmt
+from tailreplay.traces.resync import RECORD_START, probe, record_follows
+from tailreplay.traces.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
 from tailreplay.traces.validate import clean_header, header_problems, record_problem
 
 __all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
@@ -38,17 +39,6 @@ log = logging.getLogger("tailreplay.archive")
 
 _CHUNK = 1 << 20
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_KEY_STARTS = frozenset([*range(0xA0, 0xC0), 0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB])  # str, bin
-# Where a record can start: a map header (fixmap of 1..15 keys, map16, map32) and the
-# first byte of a str or bin key. Found at C speed in damaged bytes.
-_KEY = rb"[\xa0-\xbf\xc4-\xc6\xd9-\xdb]"
-_RECORD_START = re.compile(rb"[\x81-\x8f]" + _KEY + rb"|\xde[\x00-\xff]{2}" + _KEY
-                           + rb"|\xdf[\x00-\xff]{4}" + _KEY)  # fmt: skip
-_UNPACK_ERRORS = (
-    ValueError,  # includes msgpack.FormatError, StackError, ExtraData, size limits
-    UnicodeDecodeError,
-    TypeError,  # an unhashable map key
-)
 _BIG = 4 << 20
 _TOO_LONG = f"an object longer than the {fmt.MAX_RECORD_BYTES >> 20} MiB record limit"
 
@@ -142,47 +132,6 @@ def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
         f.close()
 
 
-class TooManyObjects(ValueError):
-    """A record holds more maps, arrays and entries than ``MAX_RECORD_OBJECTS``."""
-
-
-class _Counter:
-    """Counts what an unpacker builds for the current object (its hooks see every map
-    and array), so nested hostile data stops at a bound instead of filling memory."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def on_list(self, value: list[Any]) -> list[Any]:
-        self.n += len(value) + 1
-        if self.n > fmt.MAX_RECORD_OBJECTS:
-            raise TooManyObjects(f"more than {fmt.MAX_RECORD_OBJECTS:,} objects in one record")
-        return value
-
-    def on_map(self, value: dict[str, Any]) -> dict[str, Any]:
-        self.n += 2 * len(value) + 1
-        if self.n > fmt.MAX_RECORD_OBJECTS:
-            raise TooManyObjects(f"more than {fmt.MAX_RECORD_OBJECTS:,} objects in one record")
-        return value
-
-
-def new_unpacker(counter: _Counter) -> msgpack.Unpacker:
-    return msgpack.Unpacker(
-        raw=False,
-        strict_map_key=True,
-        max_buffer_size=fmt.MAX_RECORD_BYTES,
-        max_str_len=fmt.MAX_STR_LEN,
-        max_bin_len=fmt.MAX_BIN_LEN,
-        max_array_len=fmt.MAX_ARRAY_LEN,
-        max_map_len=fmt.MAX_MAP_LEN,
-        max_ext_len=0,
-        list_hook=counter.on_list,
-        object_hook=counter.on_map,
-    )
-
-
 def _upgrades(header: dict[str, Any], path: Path) -> list[_Upgrade]:
     version = header.get("version")
     if type(version) is not int:
@@ -217,7 +166,7 @@ class FileScan:
         self.header_only = False
         self.chunks = open_chunks(path)
         self.eof = False
-        self.counter = _Counter()
+        self.counter = ObjectCounter()
         self.unpacker = new_unpacker(self.counter)
         # ``buf`` mirrors the bytes the unpacker has not consumed yet: on damage we
         # need them to look for the next record. Between steps it starts at ``base``.
@@ -279,7 +228,7 @@ class FileScan:
                 obj = unpacker.unpack()
             except msgpack.OutOfData:
                 break
-            except _UNPACK_ERRORS as exc:
+            except UNPACK_ERRORS as exc:
                 damage = pos, f"undecodable: {str(exc) or type(exc).__name__}"
                 break
             base = ubase + unpacker.tell()
@@ -350,7 +299,7 @@ class FileScan:
         # Bytes left at the end that do not form a whole object: a torn final record,
         # unless a valid record follows them — then a damaged length prefix is
         # swallowing the rest of the file, and that is corruption.
-        if self.buf and self.upgrades is not None and _record_follows(self.buf):
+        if self.buf and self.upgrades is not None and record_follows(self.buf):
             return self.base, "an object's length runs past the records after it"
         return None
 
@@ -415,7 +364,7 @@ class FileScan:
         dropped = 0
         i = 1  # the damaged byte itself starts no record
         while True:
-            found = _RECORD_START.search(buf, i)
+            found = RECORD_START.search(buf, i)
             if found is None:
                 # No record starts in buf[i:], unless in its last bytes (a map header the
                 # next chunk completes): let the rest go, read on.
@@ -429,7 +378,7 @@ class FileScan:
                     return dropped, False
                 continue
             i = found.start()
-            verdict = _probe(buf, i, self.eof)
+            verdict = probe(buf, i, self.eof)
             if verdict is None:  # needs more bytes than we hold yet
                 self._read_chunk()
                 continue
@@ -457,46 +406,3 @@ class FileScan:
         self.header_only = True
         for _ in self.records():
             pass
-
-
-def _record_follows(buf: bytearray) -> bool:
-    """Does a valid record start in ``buf`` after its first byte? (No more bytes will come.)"""
-    return any(_probe(buf, m.start(), True) for m in _RECORD_START.finditer(buf, 1))
-
-
-def _could_start_record(buf: bytearray, i: int) -> bool:
-    """A quick look at the map header at ``buf[i]``: a record has 1..MAX_MAP_LEN keys,
-    the first a str or bin. False rules most candidates in damaged bytes out."""
-    head = buf[i]
-    if head <= 0x8F:
-        n, key = head & 0x0F, i + 1
-    else:
-        size = 2 if head == 0xDE else 4
-        n, key = int.from_bytes(buf[i + 1 : i + 1 + size], "big"), i + 1 + size
-        if key > len(buf):
-            return True  # not enough bytes to tell: the probe will ask for more
-    if not 0 < n <= fmt.MAX_MAP_LEN:
-        return False
-    return key >= len(buf) or buf[key] in _KEY_STARTS
-
-
-def _probe(buf: bytearray, i: int, eof: bool) -> bool | None:
-    """Does a valid record start at ``buf[i]``? None when more bytes are needed to tell."""
-    if not _could_start_record(buf, i):
-        return False
-    window = 512  # most candidates in damage fail within a few bytes
-    while True:
-        probe = new_unpacker(_Counter())
-        with memoryview(buf) as view, view[i : i + window] as part:
-            probe.feed(part)
-        try:
-            return record_problem(probe.unpack()) is None
-        except msgpack.OutOfData:
-            if i + window < len(buf) and window < fmt.MAX_RECORD_BYTES:
-                window *= 16
-                continue
-            if eof or window >= fmt.MAX_RECORD_BYTES:
-                return False
-            return None
-        except _UNPACK_ERRORS:
-            return False
