@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := traces proxy replayer exporters sim report
 
-.PHONY: venv test check demo bench clean typecheck-tree e2e-real test-telemetry
+.PHONY: venv test check demo bench clean typecheck-tree e2e-real test-telemetry fuzz
 
 venv: $(STAMP)
 
@@ -19,6 +19,13 @@ $(STAMP): pyproject.toml setup.py traces/_colscan.c
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# Fuzzing at length (never part of `make test`, which runs a short budget of the same
+# tests): 1,200 hostile archives through every command that reads archives, then the
+# full-size memory checks (4M records in one window, 60 MB records; under 500 MB).
+fuzz: $(STAMP)
+	TAILREPLAY_FUZZ_EXAMPLES=1200 $(BIN)/python -m pytest -q tests/test_archive_fuzz.py
+	$(BIN)/python bench/read_memory.py --check
 
 # mypy cannot follow setuptools' editable import hook, so it checks a link tree
 # (.typecheck/tailreplay/<pkg> -> ../../<pkg>) and we map its paths back to the real files.

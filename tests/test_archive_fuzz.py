@@ -17,19 +17,16 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 
 from tailreplay.cli import cli
 from tests.archive_strategies import Archive, archives
+from tests.helpers import run_measured
 
 EXAMPLES = int(os.environ.get("TAILREPLAY_FUZZ_EXAMPLES", "0")) or None
 DEADLINE_S = 20
@@ -144,28 +141,6 @@ def test_every_command_reaches_one_verdict(tmp_path: Path, archive: Archive) -> 
         assert _peak_rss_mb() < MAX_RSS_MB
 
 
-def _child(args: list[str], tmp: Path) -> tuple[int, str, float]:
-    """Run ``python -m tailreplay ARGS``: (exit code, stderr, its own peak RSS in MB);
-    killed and failed past the deadline."""
-    with open(tmp / "stderr", "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tailreplay", *args], stdout=subprocess.DEVNULL, stderr=err
-        )
-        deadline = time.monotonic() + DEADLINE_S
-        while True:  # reaped here (not by Popen) for this child's own rusage
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                pytest.fail(f"{args} ran past {DEADLINE_S} s")
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, (tmp / "stderr").read_text(), usage.ru_maxrss / 1024
-
-
 @settings(FUZZ, max_examples=(EXAMPLES or 100) // 20)
 @given(archive=archives())
 def test_commands_in_their_own_process(tmp_path: Path, archive: Archive) -> None:
@@ -179,7 +154,7 @@ def test_commands_in_their_own_process(tmp_path: Path, archive: Archive) -> None
         ["replay", "--dry-run", "--out", str(tmp / "dry.msgpack"), str(path)],
     ):
         (tmp / "dry.msgpack").unlink(missing_ok=True)
-        code, err, rss = _child(args, tmp)
+        code, err, rss = run_measured(args, tmp, timeout_s=DEADLINE_S)
         assert code in (0, 3) and "Traceback" not in err, (args, err)
         assert rss < MAX_RSS_MB, (args, rss)
         if "no records to replay" not in err:

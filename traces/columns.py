@@ -225,24 +225,34 @@ def _scan_chunks(
     nvalued: int,
     take: Callable[[bytes, bytes, int], None],
 ) -> bool:
-    buf = bytearray()  # appended to and trimmed in place: no copy of the whole per chunk
-    offset: int | None = None
+    # A chunk is scanned where it lies; only a record split across chunks is copied
+    # (into ``pending``, which grows in place while a big record comes in).
+    pending = bytearray()
+    header_read = False
     for chunk in chunks:
-        buf += chunk
-        if offset is None:
-            offset = _header_end(buf)
-            if offset is None:
-                if len(buf) > fmt.MAX_RECORD_BYTES:
+        if pending:
+            pending += chunk
+        buf: bytes | bytearray = pending if pending else chunk
+        offset = 0
+        if not header_read:
+            end = _header_end(buf)
+            if end is None:
+                if buf is chunk:
+                    pending = bytearray(chunk)
+                if len(pending) > fmt.MAX_RECORD_BYTES:
                     return False
                 continue
+            header_read, offset = True, end
         status = 2
         while status == 2:
             offset, count, vals, pres, status = _colscan.scan(
                 buf, offset, keys, nvalued, COLSCAN_SPECS, _LIMITS, _CHUNK_RECORDS
             )
             take(vals, pres, count)
-        del buf[:offset]
-        offset = 0
-        if len(buf) > fmt.MAX_RECORD_BYTES:
+        if buf is pending:
+            del pending[:offset]
+        elif offset < len(chunk):
+            pending = bytearray(memoryview(chunk)[offset:])
+        if len(pending) > fmt.MAX_RECORD_BYTES:
             return False  # not a record split across chunks: damage; let Python report it
-    return offset is not None and not buf
+    return header_read and not pending

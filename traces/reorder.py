@@ -56,7 +56,10 @@ def window_ns(header: dict[str, Any]) -> int:
 
 
 def _size(n: int) -> str:
-    return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
 
 
 class Reorder:
