@@ -7,8 +7,9 @@ not, the same number of records. For archives whose bytes are intact the verdict
 is also known in advance: a record or header field outside ``traces/validate.py``
 is damage, and ``--skip-corrupt`` reads exactly the valid records.
 
-``make test`` runs a short budget; ``make fuzz`` sets TAILREPLAY_FUZZ_EXAMPLES
-(1,000 and more mutated archives).
+``make test`` runs a short budget (30 archives in-process, 5 in child processes);
+``make fuzz`` sets TAILREPLAY_FUZZ_EXAMPLES=1500 (about 1,070 of them with damaged
+bytes, the rest with hostile values; a twentieth of them in child processes too).
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ def test_every_command_reaches_one_verdict(tmp_path: Path, archive: Archive) -> 
     for skip in (False, True):
         verdicts = _run_all(archive, tmp, skip)
         assert len(set(verdicts.values())) == 1, (skip, archive.damage, verdicts)
-        if not archive.damage and (skip or archive.header_ok):
-            clean = archive.valid == archive.records and archive.header_ok
+        if not archive.damage:  # intact bytes: the verdict is known in advance
+            clean = archive.header_ok and archive.valid == archive.records
             want: int | str = archive.valid if skip or clean else "damaged"
             assert verdicts["stats"] == want, (skip, verdicts, archive)
     if measured:
