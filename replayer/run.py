@@ -122,7 +122,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         _check_target(config, config.target)
     the_plan = plan(sc)
     _note_plan(the_plan, sc, say)
-    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile)
+    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run)
     writer = _result_writer(config)
 
     def on_result(record: Record) -> None:
@@ -139,7 +139,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
             loop.add_signal_handler(sig, stop.set)
     try:
         if config.dry_run:
-            _dry_run(config, the_plan, on_result)
+            _dry_run(config, the_plan, on_result, say)
             summary = {**collector.summary(0, 0), "dry_run": True}
             return ReplayOutcome(summary, the_plan, None)
         with contextlib.ExitStack() as stack:
@@ -184,7 +184,7 @@ def _check_target(config: ReplayConfig, target: str) -> None:
     """Refuse to replay at the deployment the archive was captured from."""
     t = URL(target)
     for path in config.schedule.paths:
-        upstream = read_header(path).get("upstream")
+        upstream = read_header(path, skip_corrupt=config.schedule.skip_corrupt).get("upstream")
         if not isinstance(upstream, str):
             continue
         u = URL(upstream)
@@ -196,7 +196,10 @@ def _check_target(config: ReplayConfig, target: str) -> None:
 
 
 def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
-    """What the user should know of the plan before it runs: how the tail was chosen."""
+    """What the user should know of the plan before it runs: what reading the archives
+    met, how the tail was chosen."""
+    for line in the_plan.warnings:
+        say(f"warning: {line}")
     if the_plan.tail_by == "output_tokens":
         say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
     elif the_plan.tail_by is None:
@@ -236,10 +239,12 @@ def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
     )
 
 
-def _dry_run(config: ReplayConfig, the_plan: Plan, on_result: Callable[[Record], None]) -> None:
+def _dry_run(
+    config: ReplayConfig, the_plan: Plan, on_result: Callable[[Record], None], say: Say
+) -> None:
     t0 = config.start_at_ns if config.start_at_ns is not None else the_plan.first_start_ns
     shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
-    for item in schedule(config.schedule, the_plan):
+    for item in schedule(config.schedule, the_plan, say):
         on_result(result_record(item, t0 + round(item.due_s * 1e9), shard=shard))
 
 
@@ -362,7 +367,7 @@ async def _dispatch(
     watch = LoopWatch()
     watcher = loop.create_task(watch.run())
     try:
-        await dispatcher.run(schedule(sc, the_plan), t0, t0_wall)
+        await dispatcher.run(schedule(sc, the_plan, say), t0, t0_wall)
         if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:

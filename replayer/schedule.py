@@ -13,7 +13,7 @@ import hashlib
 import heapq
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +56,8 @@ class Plan:
     """``duration_ns``, ``output_tokens`` (no durations recorded), or None (neither)."""
     tail_threshold: float | None
     tail_count: int
+    warnings: list[str] = field(default_factory=list)
+    """What reading the archives met: empty files, torn tails, skipped records and bytes."""
 
 
 @dataclass(slots=True)
@@ -132,6 +134,7 @@ def plan(config: ScheduleConfig) -> Plan:
         tail_by=tail_by,
         tail_threshold=threshold,
         tail_count=tail_count,
+        warnings=cols.warnings,
     )
 
 
@@ -142,8 +145,13 @@ def _budget(record: Record, tail: bool, factor: float) -> int | None:
     return math.ceil(factor * base) if tail else base
 
 
-def schedule(config: ScheduleConfig, the_plan: Plan) -> Iterator[Planned]:
-    """Second pass: every request to send, in due order (ties keep archive order)."""
+def schedule(
+    config: ScheduleConfig, the_plan: Plan, warn: Callable[[str], None] | None = None
+) -> Iterator[Planned]:
+    """Second pass: every request to send, in due order (ties keep archive order).
+
+    ``warn`` hears, at the end, of records that came out of start order (the first
+    pass, in file order, could not see that)."""
     shard, shards = config.shard
     first = the_plan.first_start_ns
     speed = config.speed
@@ -181,3 +189,6 @@ def schedule(config: ScheduleConfig, the_plan: Plan) -> Iterator[Planned]:
             yield heapq.heappop(heap)[2]
     while heap:
         yield heapq.heappop(heap)[2]
+    if warn is not None and reader.reorder is not None:
+        for line in reader.reorder.warnings():
+            warn(f"warning: {line}")

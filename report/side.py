@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.errors import ArchiveError
 from tailreplay.report.quantiles import LogHistogram
 from tailreplay.traces.metrics import Requests, is_error
 from tailreplay.traces.reader import ArchiveReader
@@ -165,8 +164,6 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
                 if len(gaps) >= _GAP_FLUSH:
                     itl.add(np.frombuffer(gaps, dtype=np.int64))
                     gaps = array("q")
-    except (TypeError, OverflowError) as exc:
-        raise ArchiveError(f"a record holds a value of the wrong type ({exc})") from None
     finally:
         if was_enabled:
             gc.enable()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +108,44 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# A child's own peak RSS: VmHWM of the process after exec. (getrusage's ru_maxrss
+# also counts the parent's memory the child was forked with.)
+_MEASURED = """
+import atexit, sys
+from pathlib import Path
+out = Path(sys.argv.pop(1))
+def peak():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            out.write_text(line.split()[1])
+atexit.register(peak)
+from tailreplay.cli import main
+main()
+"""
+
+
+def run_measured(
+    args: list[str], tmp: Path, *, timeout_s: float, env: dict[str, str] | None = None
+) -> tuple[int, str, float]:
+    """Run ``tailreplay ARGS`` in its own process: (exit code, stderr, peak RSS in MB).
+
+    Killed, and a ``TimeoutError``, past ``timeout_s``."""
+    peak, err_path = tmp / "peak_kb", tmp / "stderr"
+    peak.unlink(missing_ok=True)
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _MEASURED, str(peak), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise TimeoutError(f"tailreplay {' '.join(args)} ran past {timeout_s} s") from None
+    kb = int(peak.read_text()) if peak.exists() else 0
+    return code, err_path.read_text(), kb / 1024

@@ -108,14 +108,14 @@ def test_hostile_length_is_rejected_without_allocating(tmp_path: Path) -> None:
         (lambda p: None, "no such file"),
         (lambda p: p.mkdir(), "is a directory"),
         (lambda p: p.write_text("TIMESTAMP,ContextTokens\n"), "not a tailreplay archive"),
-        (lambda p: p.write_bytes(b""), "not a tailreplay archive (empty file)"),
+        (lambda p: p.write_bytes(b"\x85\xa6for"), "not a tailreplay archive (truncated header)"),
         (lambda p: p.write_bytes(msgpack.packb({"format": "other"})), "not a tailreplay archive"),
         (
             lambda p: p.write_bytes(msgpack.packb({**HEADER, "version": 99})),
             "archive format version 99 is newer",
         ),
     ],
-    ids=["missing", "directory", "csv", "empty", "foreign-msgpack", "newer-version"],
+    ids=["missing", "directory", "csv", "torn-header", "foreign-msgpack", "newer-version"],
 )
 def test_bad_input_one_line_exit_3(tmp_path: Path, setup, message: str) -> None:
     path = tmp_path / "in.msgpack"
@@ -125,6 +125,35 @@ def test_bad_input_one_line_exit_3(tmp_path: Path, setup, message: str) -> None:
         assert result.exit_code == 3, (command, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\0" * 3_000_000, zstandard.ZstdCompressor().compress(b"")],
+    ids=["0-byte", "zero-filled", "empty-zstd"],
+)
+@pytest.mark.parametrize("skip", [[], ["--skip-corrupt"]])
+def test_an_empty_file_in_a_capture_set_is_skipped_with_a_warning(
+    tmp_path: Path, content: bytes, skip: list[str]
+) -> None:
+    # What a full disk leaves behind: a file created, nothing (or only zeros) written.
+    maps = random_maps(30)
+    good = write_plain(tmp_path / "a.msgpack", maps)
+    empty = tmp_path / "b.msgpack"
+    empty.write_bytes(content)
+    code, data, err = _stats(*skip, str(good), str(empty))
+    assert code == 0, err
+    assert data is not None and data["records"] == 30
+    assert err.strip().splitlines() == [
+        f"warning: {empty}: empty file skipped (no header, no records)"
+    ]
+    out = tmp_path / "m.msgpack"
+    result = CliRunner().invoke(
+        cli, ["traces", "merge", *skip, "-o", str(out), str(empty), str(good)]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "empty file skipped" in result.stderr
+    assert list(ArchiveReader([out]).iter_maps()) == maps
 
 
 def test_truncated_zstd_archive_reads_what_was_flushed(tmp_path: Path) -> None:

@@ -4,22 +4,34 @@
  * Why this exists: statistics over millions of records need a few integer fields
  * per record, and msgpack-python builds a dict with a fresh str per key for every
  * record (~3 us each). Here we walk the msgpack bytes once, compare keys against
- * the requested names and copy integers into one int64 buffer — no Python object
- * per record. Anything unusual (a torn tail, damage, a float where an int belongs)
- * makes scan() stop and report where; the caller then re-reads that file with the
- * careful pure-Python reader, which owns all error handling and warnings.
+ * the record fields and copy integers into one int64 buffer — no Python object
+ * per record.
  *
- * scan(data, offset, names, nvalued[, max_records]) -> (end, count, values, present, status)
+ * Every record is checked against the same table the Python reader uses
+ * (traces/validate.py: COLSCAN_SPECS) and the same unpacking limits, and more
+ * strictly where that is cheaper: anything the Python reader could reject (a
+ * value of the wrong type or range, a torn tail, damage, bad UTF-8, an ext type,
+ * nesting deeper than MAX_DEPTH) makes scan() stop and report where; the caller
+ * then re-reads that file with the pure-Python reader, which owns every verdict,
+ * error and warning. So this scanner never accepts a record Python rejects.
+ *
+ * scan(data, offset, names, nvalued, specs, limits[, max_records])
+ *     -> (end, count, values, present, status)
  *   data     a bytes-like object holding record maps from ``offset`` on
- *   names    a tuple of field names (bytes); names[0] must be b"start_ns"
- *   nvalued  names[:nvalued] must hold integers or bools (anything else stops the
- *            scan); the rest are presence-only: any type, value left 0
+ *   names    a tuple of field names (bytes), each one of the specs; names[0] must
+ *            be b"start_ns"
+ *   nvalued  names[:nvalued] are integer or bool fields whose values are copied;
+ *            the rest are presence-only (value left 0)
+ *   specs    a tuple of (name, kind, lo, hi) per record field: kind 0 int in
+ *            lo..hi, 1 bool, 2 str, 3 bin (of exactly hi bytes when hi > 0),
+ *            4 array of ints in lo..hi, 5 array of [str, str]
+ *   limits   (max_str, max_bin, max_array, max_map, max_record_bytes, max_objects)
  *   end      offset just past the last record scanned
  *   count    records scanned
  *   values   bytes: count * len(names) native int64, row-major (0 where absent)
  *   present  bytes: count * len(names) flags (1 where the record has the field)
  *   status   0 = reached the end of data cleanly, 1 = stopped at ``end``
- *            (an incomplete, damaged or unsupported object there), 2 = stopped
+ *            (an incomplete, damaged, invalid or unsupported object there), 2 = stopped
  *            after max_records (call again from ``end``; bounds the memory a call uses)
  */
 #define PY_SSIZE_T_CLEAN
@@ -27,15 +39,31 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MAX_FIELDS 32
+#define MAX_FIELDS 64
 #define MAX_DEPTH 32
+
+enum { K_INT, K_BOOL, K_STR, K_BIN, K_INTS, K_PAIRS };
 
 typedef struct {
     const uint8_t *p;
     const uint8_t *end;
+    uint64_t objects; /* containers and their entries, as the Python reader counts them */
 } cursor;
 
-static int need(cursor *c, Py_ssize_t n) { return c->end - c->p >= n; }
+typedef struct {
+    uint64_t max_str, max_bin, max_array, max_map, max_record, max_objects;
+} limits_t;
+
+typedef struct {
+    const char *name;
+    Py_ssize_t len;
+    int kind;
+    int64_t lo;
+    uint64_t hi;
+    Py_ssize_t column; /* index into the requested names, or -1 */
+} spec_t;
+
+static int need(cursor *c, uint64_t n) { return (uint64_t)(c->end - c->p) >= n; }
 
 static uint64_t be(const uint8_t *p, int n) {
     uint64_t v = 0;
@@ -43,76 +71,41 @@ static uint64_t be(const uint8_t *p, int n) {
     return v;
 }
 
-/* Skip one object. Returns 0 on success, -1 if incomplete or invalid. */
-static int skip(cursor *c, int depth) {
-    if (depth > MAX_DEPTH || !need(c, 1)) return -1;
-    uint8_t t = *c->p++;
-    uint64_t n = 0, i;
-    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) return 0;
-    if ((t & 0xe0) == 0xa0) { n = t & 0x1f; goto bytes; }
-    if ((t & 0xf0) == 0x90) { n = t & 0x0f; goto array; }
-    if ((t & 0xf0) == 0x80) { n = (uint64_t)(t & 0x0f) * 2; goto array; }
-    switch (t) {
-    case 0xcc: case 0xd0: n = 1; goto bytes;
-    case 0xcd: case 0xd1: n = 2; goto bytes;
-    case 0xce: case 0xd2: case 0xca: n = 4; goto bytes;
-    case 0xcf: case 0xd3: case 0xcb: n = 8; goto bytes;
-    case 0xc4: case 0xd9: if (!need(c, 1)) return -1; n = be(c->p, 1); c->p += 1; goto bytes;
-    case 0xc5: case 0xda: if (!need(c, 2)) return -1; n = be(c->p, 2); c->p += 2; goto bytes;
-    case 0xc6: case 0xdb: if (!need(c, 4)) return -1; n = be(c->p, 4); c->p += 4; goto bytes;
-    case 0xdc: if (!need(c, 2)) return -1; n = be(c->p, 2); c->p += 2; goto array;
-    case 0xdd: if (!need(c, 4)) return -1; n = be(c->p, 4); c->p += 4; goto array;
-    case 0xde: if (!need(c, 2)) return -1; n = be(c->p, 2) * 2; c->p += 2; goto array;
-    case 0xdf: if (!need(c, 4)) return -1; n = be(c->p, 4) * 2; c->p += 4; goto array;
-    default: return -1; /* ext types and 0xc1 are not part of the format */
-    }
-bytes:
-    if ((uint64_t)(c->end - c->p) < n) return -1;
-    c->p += n;
-    return 0;
-array:
-    for (i = 0; i < n; i++)
-        if (skip(c, depth + 1) < 0) return -1;
-    return 0;
-}
-
-/* Read an integer or bool value. 1 = got it, 0 = some other type (skipped), -1 = error. */
-static int read_int(cursor *c, int64_t *out) {
-    if (!need(c, 1)) return -1;
-    uint8_t t = *c->p;
-    if (t <= 0x7f) { *out = t; c->p++; return 1; }
-    if (t >= 0xe0) { *out = (int8_t)t; c->p++; return 1; }
-    if (t == 0xc2 || t == 0xc3) { *out = t == 0xc3; c->p++; return 1; }
-    int n = 0, sign = 0;
-    switch (t) {
-    case 0xcc: n = 1; break; case 0xcd: n = 2; break; case 0xce: n = 4; break; case 0xcf: n = 8; break;
-    case 0xd0: n = 1; sign = 1; break; case 0xd1: n = 2; sign = 1; break;
-    case 0xd2: n = 4; sign = 1; break; case 0xd3: n = 8; sign = 1; break;
-    default: return skip(c, 0) < 0 ? -1 : 0;
-    }
-    if (!need(c, 1 + n)) return -1;
-    uint64_t v = be(c->p + 1, n);
-    c->p += 1 + n;
-    if (sign) {
-        int shift = 64 - 8 * n;
-        *out = shift ? ((int64_t)(v << shift)) >> shift : (int64_t)v;
-    } else {
-        if (v > INT64_MAX) return -1; /* larger than any int64 column can hold */
-        *out = (int64_t)v;
+/* Well-formed UTF-8 as Python's strict decoder takes it (no surrogates, overlongs
+ * or code points past U+10FFFF). */
+static int utf8_ok(const uint8_t *s, uint64_t n) {
+    uint64_t i = 0;
+    while (i < n) {
+        if (n - i >= 8) { /* ASCII, eight bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (!(w & 0x8080808080808080ULL)) { i += 8; continue; }
+        }
+        uint8_t b = s[i];
+        if (b < 0x80) { i++; continue; }
+        int len;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (b >= 0xc2 && b <= 0xdf) len = 2;
+        else if (b >= 0xe0 && b <= 0xef) {
+            len = 3;
+            if (b == 0xe0) lo = 0xa0;
+            if (b == 0xed) hi = 0x9f;
+        } else if (b >= 0xf0 && b <= 0xf4) {
+            len = 4;
+            if (b == 0xf0) lo = 0x90;
+            if (b == 0xf4) hi = 0x8f;
+        } else return 0;
+        if (n - i < (uint64_t)len) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (int k = 2; k < len; k++)
+            if (s[i + k] < 0x80 || s[i + k] > 0xbf) return 0;
+        i += len;
     }
     return 1;
 }
 
-static int map_len(cursor *c, uint64_t *n) {
-    if (!need(c, 1)) return -1;
-    uint8_t t = *c->p;
-    if ((t & 0xf0) == 0x80) { *n = t & 0x0f; c->p += 1; return 0; }
-    if (t == 0xde && need(c, 3)) { *n = be(c->p + 1, 2); c->p += 3; return 0; }
-    if (t == 0xdf && need(c, 5)) { *n = be(c->p + 1, 4); c->p += 5; return 0; }
-    return -1;
-}
-
-static int str_key(cursor *c, const uint8_t **s, Py_ssize_t *len) {
+/* A str object's bytes and length, unchecked as UTF-8. 0 = got it, -1 = not a str or too long. */
+static int read_raw_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
     if (!need(c, 1)) return -1;
     uint8_t t = *c->p;
     uint64_t n;
@@ -120,87 +113,291 @@ static int str_key(cursor *c, const uint8_t **s, Py_ssize_t *len) {
     if ((t & 0xe0) == 0xa0) { n = t & 0x1f; h = 1; }
     else if (t == 0xd9 && need(c, 2)) { n = be(c->p + 1, 1); h = 2; }
     else if (t == 0xda && need(c, 3)) { n = be(c->p + 1, 2); h = 3; }
+    else if (t == 0xdb && need(c, 5)) { n = be(c->p + 1, 4); h = 5; }
     else return -1;
-    if ((uint64_t)(c->end - c->p - h) < n) return -1;
+    if (n > lim->max_str || !need(c, h + n)) return -1;
     *s = c->p + h;
-    *len = (Py_ssize_t)n;
+    *len = n;
     c->p += h + n;
     return 0;
 }
 
+/* A str object, checked as UTF-8. 0 = got it, -1 = not a str, too long or bad UTF-8. */
+static int read_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
+    return read_raw_str(c, lim, s, len) < 0 || !utf8_ok(*s, *len) ? -1 : 0;
+}
+
+/* A bin object's length. 0 = got it (skipped), -1 = not a bin or too long. */
+static int read_bin(cursor *c, const limits_t *lim, uint64_t *len) {
+    if (!need(c, 1)) return -1;
+    uint8_t t = *c->p;
+    int h = t == 0xc4 ? 1 : t == 0xc5 ? 2 : t == 0xc6 ? 4 : 0;
+    if (!h || !need(c, 1 + h)) return -1;
+    uint64_t n = be(c->p + 1, h);
+    if (n > lim->max_bin || !need(c, 1 + h + n)) return -1;
+    *len = n;
+    c->p += 1 + h + n;
+    return 0;
+}
+
+/* Container length for an array (pairs = 0) or a map (pairs = 1). -1 = not one, or too long. */
+static int read_len(cursor *c, const limits_t *lim, int map, uint64_t *n) {
+    if (!need(c, 1)) return -1;
+    uint8_t t = *c->p;
+    int h;
+    if (!map && (t & 0xf0) == 0x90) { *n = t & 0x0f; h = 0; }
+    else if (map && (t & 0xf0) == 0x80) { *n = t & 0x0f; h = 0; }
+    else if (t == (map ? 0xde : 0xdc)) h = 2;
+    else if (t == (map ? 0xdf : 0xdd)) h = 4;
+    else return -1;
+    if (h) {
+        if (!need(c, 1 + h)) return -1;
+        *n = be(c->p + 1, h);
+    }
+    if (*n > (map ? lim->max_map : lim->max_array)) return -1;
+    c->p += 1 + h;
+    c->objects += 1 + (map ? 2 : 1) * *n;
+    return c->objects > lim->max_objects ? -1 : 0;
+}
+
+/* An integer (not a bool). 1 = got it, 0 = another type (nothing consumed), -1 = incomplete. */
+static int read_int(cursor *c, int *neg, uint64_t *mag) {
+    if (!need(c, 1)) return -1;
+    uint8_t t = *c->p;
+    *neg = 0;
+    if (t <= 0x7f) { *mag = t; c->p++; return 1; }
+    if (t >= 0xe0) { *neg = 1; *mag = (uint64_t)(-(int64_t)(int8_t)t); c->p++; return 1; }
+    int n, sign = 0;
+    switch (t) {
+    case 0xcc: n = 1; break; case 0xcd: n = 2; break; case 0xce: n = 4; break; case 0xcf: n = 8; break;
+    case 0xd0: n = 1; sign = 1; break; case 0xd1: n = 2; sign = 1; break;
+    case 0xd2: n = 4; sign = 1; break; case 0xd3: n = 8; sign = 1; break;
+    default: return 0;
+    }
+    if (!need(c, 1 + n)) return -1;
+    uint64_t v = be(c->p + 1, n);
+    c->p += 1 + n;
+    if (sign) {
+        int shift = 64 - 8 * n;
+        int64_t s = shift ? ((int64_t)(v << shift)) >> shift : (int64_t)v;
+        if (s < 0) { *neg = 1; *mag = (uint64_t)0 - (uint64_t)s; return 1; }
+        v = (uint64_t)s;
+    }
+    *mag = v;
+    return 1;
+}
+
+static int in_range(int neg, uint64_t mag, const spec_t *s) {
+    if (neg) return s->lo < 0 && mag <= (uint64_t)0 - (uint64_t)s->lo;
+    return (s->lo <= 0 || mag >= (uint64_t)s->lo) && mag <= s->hi;
+}
+
+/* Skip one object of a field this scanner does not know, as strictly as the Python
+ * reader unpacks it. 0 = skipped, -1 = incomplete, invalid or past a limit. */
+static int skip(cursor *c, const limits_t *lim, int depth) {
+    if (depth > MAX_DEPTH || !need(c, 1)) return -1;
+    uint8_t t = *c->p;
+    uint64_t n, i;
+    const uint8_t *s;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) { c->p++; return 0; }
+    if ((t & 0xe0) == 0xa0 || (t >= 0xd9 && t <= 0xdb)) return read_str(c, lim, &s, &n);
+    if (t >= 0xc4 && t <= 0xc6) return read_bin(c, lim, &n);
+    switch (t) {
+    case 0xcc: case 0xd0: n = 1; break;
+    case 0xcd: case 0xd1: n = 2; break;
+    case 0xce: case 0xd2: case 0xca: n = 4; break;
+    case 0xcf: case 0xd3: case 0xcb: n = 8; break;
+    default: n = 0;
+    }
+    if (n) {
+        if (!need(c, 1 + n)) return -1;
+        c->p += 1 + n;
+        return 0;
+    }
+    if ((t & 0xf0) == 0x90 || t == 0xdc || t == 0xdd) {
+        if (read_len(c, lim, 0, &n) < 0) return -1;
+        for (i = 0; i < n; i++)
+            if (skip(c, lim, depth + 1) < 0) return -1;
+        return 0;
+    }
+    if ((t & 0xf0) == 0x80 || t == 0xde || t == 0xdf) {
+        if (read_len(c, lim, 1, &n) < 0) return -1;
+        for (i = 0; i < n; i++) {
+            uint64_t klen;
+            if (!need(c, 1)) return -1;
+            uint8_t k = *c->p; /* map keys: str or bin only (strict_map_key) */
+            int r = (k >= 0xc4 && k <= 0xc6) ? read_bin(c, lim, &klen) : read_str(c, lim, &s, &klen);
+            if (r < 0 || skip(c, lim, depth + 1) < 0) return -1;
+        }
+        return 0;
+    }
+    return -1; /* ext types and 0xc1 */
+}
+
+/* Check one value of a known field against its spec; *out gets an int or bool value.
+ * 0 = valid (consumed), -1 = anything else. */
+static int check_value(cursor *c, const limits_t *lim, const spec_t *s, int64_t *out) {
+    int neg;
+    uint64_t mag, n, i;
+    const uint8_t *str;
+    switch (s->kind) {
+    case K_INT:
+        if (read_int(c, &neg, &mag) != 1 || !in_range(neg, mag, s)) return -1;
+        *out = neg ? -(int64_t)mag : (int64_t)mag;
+        return 0;
+    case K_BOOL:
+        if (!need(c, 1) || (*c->p != 0xc2 && *c->p != 0xc3)) return -1;
+        *out = *c->p++ == 0xc3;
+        return 0;
+    case K_STR:
+        return read_str(c, lim, &str, &n);
+    case K_BIN:
+        if (read_bin(c, lim, &n) < 0) return -1;
+        return s->hi && n != s->hi ? -1 : 0;
+    case K_INTS:
+        if (read_len(c, lim, 0, &n) < 0) return -1;
+        for (i = 0; i < n; i++)
+            if (read_int(c, &neg, &mag) != 1 || !in_range(neg, mag, s)) return -1;
+        return 0;
+    case K_PAIRS:
+        if (read_len(c, lim, 0, &n) < 0) return -1;
+        for (i = 0; i < n; i++) {
+            uint64_t two;
+            if (read_len(c, lim, 0, &two) < 0 || two != 2) return -1;
+            if (read_str(c, lim, &str, &two) < 0 || read_str(c, lim, &str, &two) < 0) return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* The spec of a key: ``hint`` (the field at this key position in the previous record,
+ * which the next record almost always repeats) first, then every spec. */
+static Py_ssize_t find_spec(const spec_t *specs, Py_ssize_t ns, const uint8_t *key,
+                            uint64_t klen, Py_ssize_t hint) {
+    if (hint >= 0 && (uint64_t)specs[hint].len == klen && memcmp(specs[hint].name, key, klen) == 0)
+        return hint;
+    for (Py_ssize_t j = 0; j < ns; j++)
+        if ((uint64_t)specs[j].len == klen && memcmp(specs[j].name, key, klen) == 0) return j;
+    return -1;
+}
+
+typedef struct {
+    const spec_t *specs;
+    Py_ssize_t ns, nf, start_col;
+    const limits_t *lim;
+    Py_ssize_t hints[256];
+} scan_ctx;
+
+/* Scan one record into (row, mark). 0 = a valid record, -1 = stop before it. */
+static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
+    const uint8_t *begin = c->p;
+    uint64_t pairs;
+    c->objects = 0;
+    if (read_len(c, x->lim, 1, &pairs) < 0) return -1;
+    memset(row, 0, sizeof(int64_t) * x->nf);
+    memset(mark, 0, x->nf);
+    int has_start = 0;
+    for (uint64_t k = 0; k < pairs; k++) {
+        const uint8_t *key;
+        uint64_t klen;
+        if (read_raw_str(c, x->lim, &key, &klen) < 0) return -1; /* a bin key: Python decides */
+        Py_ssize_t hint = k < 256 ? x->hints[k] : -1;
+        Py_ssize_t j = find_spec(x->specs, x->ns, key, klen, hint);
+        if (k < 256) x->hints[k] = j;
+        if (j < 0) { /* a known name is ASCII; any other key must be valid UTF-8 */
+            if (!utf8_ok(key, klen) || skip(c, x->lim, 1) < 0) return -1;
+            continue;
+        }
+        if (need(c, 1) && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */
+        int64_t v = 0;
+        if (check_value(c, x->lim, &x->specs[j], &v) < 0) return -1;
+        Py_ssize_t col = x->specs[j].column;
+        if (col == x->start_col) has_start = 1;
+        if (col >= 0) { row[col] = v; mark[col] = 1; }
+    }
+    if (!has_start || (uint64_t)(c->p - begin) > x->lim->max_record) return -1;
+    return 0;
+}
+
 /* Scan records into rows [*count, cap). Returns 0 at the end of data, 1 when stopped
- * by an incomplete or invalid object, 2 when the buffers are full. Runs without the GIL. */
-static int scan_rows(cursor *c, const uint8_t **done, Py_ssize_t nf, Py_ssize_t nvalued,
-                     const char **fname, const Py_ssize_t *flen, int64_t *values,
+ * by an incomplete, invalid or unsupported object, 2 when the buffers are full. Runs
+ * without the GIL. */
+static int scan_rows(cursor *c, const uint8_t **done, scan_ctx *x, int64_t *values,
                      uint8_t *present, Py_ssize_t cap, Py_ssize_t *count) {
     while (c->p < c->end) {
         if (*count == cap) return 2;
-        int64_t *row = values + *count * nf;
-        uint8_t *mark = present + *count * nf;
-        memset(row, 0, sizeof(int64_t) * nf);
-        memset(mark, 0, nf);
-        uint64_t pairs;
-        if (map_len(c, &pairs) < 0) return 1;
-        for (uint64_t k = 0; k < pairs; k++) {
-            const uint8_t *key;
-            Py_ssize_t klen, j;
-            if (str_key(c, &key, &klen) < 0) return 1;
-            for (j = 0; j < nf; j++)
-                if (flen[j] == klen && memcmp(fname[j], key, klen) == 0) break;
-            if (j == nf) {
-                if (skip(c, 0) < 0) return 1;
-                continue;
-            }
-            if (c->p < c->end && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */
-            int r = read_int(c, &row[j]);
-            if (r < 0 || (r == 0 && j < nvalued)) return 1; /* e.g. a float: Python decides */
-            mark[j] = 1;
-        }
-        if (!mark[0]) return 1;
+        if (scan_record(c, x, values + *count * x->nf, present + *count * x->nf) < 0) return 1;
         *done = c->p;
         (*count)++;
     }
     return 0;
 }
 
+/* Fill specs from the Python table and tie each requested name to its spec. */
+static int parse_specs(PyObject *names, PyObject *table, spec_t *specs, Py_ssize_t *ns) {
+    Py_ssize_t nf = PyTuple_GET_SIZE(names);
+    *ns = PyTuple_GET_SIZE(table);
+    if (*ns < 1 || *ns > MAX_FIELDS || nf < 1 || nf > *ns) goto bad;
+    for (Py_ssize_t j = 0; j < *ns; j++) {
+        const char *name;
+        Py_ssize_t len;
+        long long lo;
+        unsigned long long hi;
+        int kind;
+        PyObject *row = PyTuple_GET_ITEM(table, j);
+        if (!PyTuple_Check(row) || !PyArg_ParseTuple(row, "y#iLK", &name, &len, &kind, &lo, &hi))
+            goto bad;
+        specs[j] = (spec_t){name, len, kind, (int64_t)lo, (uint64_t)hi, -1};
+    }
+    for (Py_ssize_t i = 0; i < nf; i++) {
+        PyObject *o = PyTuple_GET_ITEM(names, i);
+        Py_ssize_t j;
+        if (!PyBytes_Check(o)) goto bad;
+        for (j = 0; j < *ns; j++)
+            if (specs[j].len == PyBytes_GET_SIZE(o) &&
+                memcmp(specs[j].name, PyBytes_AS_STRING(o), specs[j].len) == 0)
+                break;
+        if (j == *ns || specs[j].column >= 0) goto bad;
+        specs[j].column = i;
+    }
+    return 0;
+bad:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad names or specs for scan()");
+    return -1;
+}
+
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX;
-    PyObject *names;
-    if (!PyArg_ParseTuple(args, "y*nO!n|n", &buf, &offset, &PyTuple_Type, &names, &nvalued,
+    Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX, ns;
+    PyObject *names, *table;
+    limits_t lim;
+    spec_t specs[MAX_FIELDS];
+    if (!PyArg_ParseTuple(args, "y*nO!nO!(KKKKKK)|n", &buf, &offset, &PyTuple_Type, &names,
+                          &nvalued, &PyTuple_Type, &table, &lim.max_str, &lim.max_bin,
+                          &lim.max_array, &lim.max_map, &lim.max_record, &lim.max_objects,
                           &max_records))
         return NULL;
-
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
-    const char *fname[MAX_FIELDS];
-    Py_ssize_t flen[MAX_FIELDS];
-    if (nf < 1 || nf > MAX_FIELDS || nvalued < 1 || nvalued > nf || offset < 0 ||
-        offset > buf.len) {
+    if (parse_specs(names, table, specs, &ns) < 0 || nvalued < 1 || nvalued > nf ||
+        offset < 0 || offset > buf.len || max_records < 1) {
         PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_ValueError, "bad arguments to scan()");
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad arguments to scan()");
         return NULL;
     }
-    for (Py_ssize_t j = 0; j < nf; j++) {
-        PyObject *o = PyTuple_GET_ITEM(names, j);
-        if (!PyBytes_Check(o)) {
-            PyBuffer_Release(&buf);
-            PyErr_SetString(PyExc_TypeError, "names must be bytes");
-            return NULL;
-        }
-        fname[j] = PyBytes_AS_STRING(o);
-        flen[j] = PyBytes_GET_SIZE(o);
-    }
+    scan_ctx x = {specs, ns, nf, 0, &lim, {0}};
+    for (int k = 0; k < 256; k++) x.hints[k] = -1;
 
     Py_ssize_t cap = max_records < 4096 ? max_records : 4096, count = 0;
     int64_t *values = PyMem_Malloc(sizeof(int64_t) * nf * cap);
     uint8_t *present = PyMem_Malloc(nf * cap);
-    cursor c = {(const uint8_t *)buf.buf + offset, (const uint8_t *)buf.buf + buf.len};
+    cursor c = {(const uint8_t *)buf.buf + offset, (const uint8_t *)buf.buf + buf.len, 0};
     const uint8_t *done = c.p;
     int status;
     for (;;) {
         if (!values || !present) goto nomem;
         Py_BEGIN_ALLOW_THREADS
-        status = scan_rows(&c, &done, nf, nvalued, fname, flen, values, present, cap, &count);
+        status = scan_rows(&c, &done, &x, values, present, cap, &count);
         Py_END_ALLOW_THREADS
         if (status != 2 || count >= max_records) break;
         cap = cap * 2 > max_records ? max_records : cap * 2; /* grow (needs the GIL), go on */
@@ -229,7 +426,8 @@ nomem:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, offset, names, nvalued[, max_records]) -> (end, count, values, present, status)"},
+     "scan(data, offset, names, nvalued, specs, limits[, max_records])"
+     " -> (end, count, values, present, status)"},
     {NULL, NULL, 0, NULL},
 };
 

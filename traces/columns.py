@@ -3,9 +3,10 @@
 ``load_columns`` reads archives in file order (no re-ordering window needed) and
 sorts the result by ``start_ns`` once, with numpy, at the end. Clean files whose
 requested fields are all integers go through the small C scanner in
-``_colscan.c`` (several times faster); any file it cannot take whole — damage, a
-torn tail, another type — is read by the careful pure-Python reader instead, which
-owns every warning and error.
+``_colscan.c`` (several times faster), which checks every record against the same
+table as the Python reader (``traces/validate.py``); any file it cannot take whole —
+damage, a torn tail, an invalid or unusual record — is read by the careful
+pure-Python reader instead, which owns every verdict, warning and error.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ import numpy.typing as npt
 
 from tailreplay.errors import ArchiveError
 from tailreplay.traces import format as fmt
-from tailreplay.traces.reader import ArchiveReader, open_chunks
+from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import BOOL_FIELDS, FIELDS, INT_FIELDS
+from tailreplay.traces.scan import FileScan, open_chunks
+from tailreplay.traces.validate import COLSCAN_SPECS
 
 try:
     from tailreplay.traces import _colscan  # type: ignore[attr-defined]
@@ -90,12 +93,9 @@ def load_columns(
         fast = None
         if _colscan is not None and numeric and report.header.get("version") == fmt.VERSION:
             fast = _scan_file(path, names, len(valued))
-        if fast is None:
-            single = ArchiveReader([path], skip_corrupt=skip_corrupt, order="file")
-            fast = _load_python(single.iter_maps(), names, set(valued))
-            report.torn_at = single.reports[0].torn_at
-            report.skipped_bytes = single.reports[0].skipped_bytes
-            report.skipped_regions = single.reports[0].skipped_regions
+        if fast is None:  # the careful reader: every verdict, error and warning is its own
+            scan = FileScan(path, report, skip_corrupt)
+            fast = _load_python(scan.records(), names, set(valued))
         parts.append(fast)
 
     if len(parts) == 1:
@@ -209,30 +209,50 @@ def _header_end(data: Any) -> int | None:
     return offset
 
 
+_LIMITS = (
+    fmt.MAX_STR_LEN,
+    fmt.MAX_BIN_LEN,
+    fmt.MAX_ARRAY_LEN,
+    fmt.MAX_MAP_LEN,
+    fmt.MAX_RECORD_BYTES,
+    fmt.MAX_RECORD_OBJECTS,
+)
+
+
 def _scan_chunks(
     chunks: Iterator[bytes],
     keys: tuple[bytes, ...],
     nvalued: int,
     take: Callable[[bytes, bytes, int], None],
 ) -> bool:
-    buf = b""
-    offset: int | None = None
+    # A chunk is scanned where it lies; only a record split across chunks is copied
+    # (into ``pending``, which grows in place while a big record comes in).
+    pending = bytearray()
+    header_read = False
     for chunk in chunks:
-        buf = buf + chunk if buf else chunk
-        if offset is None:
-            offset = _header_end(buf)
-            if offset is None:
-                if len(buf) > fmt.MAX_RECORD_BYTES:
+        if pending:
+            pending += chunk
+        buf: bytes | bytearray = pending if pending else chunk
+        offset = 0
+        if not header_read:
+            end = _header_end(buf)
+            if end is None:
+                if buf is chunk:
+                    pending = bytearray(chunk)
+                if len(pending) > fmt.MAX_RECORD_BYTES:
                     return False
                 continue
+            header_read, offset = True, end
         status = 2
         while status == 2:
             offset, count, vals, pres, status = _colscan.scan(
-                buf, offset, keys, nvalued, _CHUNK_RECORDS
+                buf, offset, keys, nvalued, COLSCAN_SPECS, _LIMITS, _CHUNK_RECORDS
             )
             take(vals, pres, count)
-        buf = buf[offset:]
-        offset = 0
-        if len(buf) > fmt.MAX_RECORD_BYTES:
+        if buf is pending:
+            del pending[:offset]
+        elif offset < len(chunk):
+            pending = bytearray(memoryview(chunk)[offset:])
+        if len(pending) > fmt.MAX_RECORD_BYTES:
             return False  # not a record split across chunks: damage; let Python report it
-    return offset is not None and not buf
+    return header_read and not pending

@@ -32,12 +32,18 @@ VERSION = 1
 UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 # Limits for unpacking, so a hostile or damaged file cannot make a reader allocate
-# without bound: a length prefix over these is rejected before any allocation.
+# without bound: a length prefix over these is rejected before any allocation, and a
+# record over MAX_RECORD_BYTES or holding more than MAX_RECORD_OBJECTS map and array
+# entries (each at most 64 bytes in memory beyond its encoded bytes) is damage.
 MAX_STR_LEN = 1 << 20  # paths, header values, model names
 MAX_BIN_LEN = 64 << 20  # request bodies (the proxy's --max-body default is 10 MiB)
-MAX_ARRAY_LEN = 1 << 22  # chunk_gaps_us of a very long stream
+MAX_ARRAY_LEN = 1 << 20  # chunk_gaps_us: one per streamed token
 MAX_MAP_LEN = 256
 MAX_RECORD_BYTES = 80 << 20
+MAX_RECORD_OBJECTS = 1 << 21
+
+DEFAULT_READ_BUDGET = 256 << 20
+"""Bytes of records a reader holds back to re-order a file (TAILREPLAY_READ_BUDGET)."""
 
 
 def make_header(

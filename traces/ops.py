@@ -63,7 +63,7 @@ def copy_records(
     out_path = Path(out)
     check_output_file("-o", out_path, inputs=in_paths)
     reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt)
-    first = reader.headers[0]
+    first = next((h for h in reader.headers if h), {})  # an empty file has none
     header = make_header(
         source,
         upstream=first.get("upstream"),

@@ -122,7 +122,7 @@ def slice_(
     """Write the records matching every given filter to a new archive."""
     from tailreplay.traces.ops import copy_records, record_filter
 
-    start_ns, end_ns = time_window(files, from_, to)
+    start_ns, end_ns = time_window(files, from_, to, skip_corrupt=skip_corrupt)
     keep = record_filter(
         start_ns=start_ns, end_ns=end_ns, path_glob=path_glob, model=model, status=status
     )
@@ -187,6 +187,10 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
         click.echo(f"warning: {src}:{line}: {reason}; skipped", err=True)
     if len(report.malformed) > 20:
         click.echo(f"warning: {len(report.malformed) - 20} more malformed rows skipped", err=True)
+    for n, reason in report.invalid[:20]:
+        click.echo(f"warning: {src}: record {n}: {reason}; skipped", err=True)
+    if len(report.invalid) > 20:
+        click.echo(f"warning: {len(report.invalid) - 20} more invalid records skipped", err=True)
     click.echo(f"imported {written:,} records into {out}", err=True)
 
 

@@ -18,6 +18,7 @@ from tailreplay.errors import InputError
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import check_readable
 from tailreplay.traces.record import Record
+from tailreplay.traces.validate import record_problem
 from tailreplay.traces.writer import write_archive
 
 __all__ = ["FORMATS", "ImportReport", "chat_record", "import_file", "stable_id"]
@@ -29,10 +30,18 @@ class ImportReport:
     strict: bool = False
     malformed: list[tuple[int, str]] = field(default_factory=list)
 
+    invalid: list[tuple[int, str]] = field(default_factory=list)
+    """Records that parsed but hold a value no reader accepts: (record number, why)."""
+
     def bad(self, line: int, reason: str) -> None:
         self.malformed.append((line, reason))
         if self.strict:
             raise InputError(f"{self.path}:{line}: {reason}")
+
+    def reject(self, n: int, reason: str) -> None:
+        self.invalid.append((n, reason))
+        if self.strict:
+            raise InputError(f"{self.path}: record {n}: {reason}")
 
 
 def stable_id(source: str, n: int, size: int = 16) -> bytes:
@@ -82,6 +91,16 @@ def _check_input(path: Path) -> None:
         raise InputError(f"{path}: a binary file, not a text trace")
 
 
+def _valid(records: Iterator[Record], report: ImportReport) -> Iterator[Record]:
+    """The records every reader will accept (traces/validate.py); the rest are rejected."""
+    for n, record in enumerate(records, start=1):
+        problem = record_problem(record.to_map())
+        if problem is None:
+            yield record
+        else:
+            report.reject(n, problem)
+
+
 def import_file(
     fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], *, strict: bool = False
 ) -> tuple[int, ImportReport]:
@@ -94,12 +113,12 @@ def import_file(
     report = ImportReport(str(path), strict)
     header = make_header(f"import:{fmt}", extra={"input": path.name})
     try:
-        written = write_archive(out, header, readers[fmt](path, report))
+        written = write_archive(out, header, _valid(readers[fmt](path, report), report))
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not text ({exc.reason})") from None
     if written == 0:
         raise InputError(
             f"{path}: no {fmt} records found"
-            + (f" ({report.malformed[0][1]})" if report.malformed else "")
+            + (f" ({why[0][1]})" if (why := report.malformed or report.invalid) else "")
         )
     return written, report

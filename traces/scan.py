@@ -1,0 +1,408 @@
+"""One archive file, scanned: chunks in, checked record maps out, damage found and got past.
+
+Reading is defensive: the header is checked, unpacking is limited in bytes and in
+objects (``traces/unpack.py``), every record is checked (``traces/validate.py``), a
+torn final record (a crash, ``kill -9``) is tolerated with a warning, damage in the
+middle raises ``ArchiveCorrupt`` naming the byte offset — or, with
+``skip_corrupt``, is skipped: a damaged record that decodes is skipped whole, bytes
+that do not decode are skipped up to the next valid record (``traces/resync.py``).
+An empty or zero-filled file is no damage: it holds no records. Offsets in ``.zst``
+files count decompressed bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgpack
+import zstandard
+
+from tailreplay.errors import (
+    ArchiveCorrupt,
+    ArchiveError,
+    ArchiveVersionError,
+    InputError,
+    NotAnArchive,
+)
+from tailreplay.traces import format as fmt
+from tailreplay.traces.resync import RECORD_START, probe, record_follows
+from tailreplay.traces.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
+from tailreplay.traces.validate import clean_header, header_problems, record_problem
+
+__all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
+
+log = logging.getLogger("tailreplay.archive")
+
+_CHUNK = 1 << 20
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_BIG = 4 << 20
+_TOO_LONG = f"an object longer than the {fmt.MAX_RECORD_BYTES >> 20} MiB record limit"
+
+_Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+_Damage = tuple[int, str]  # (absolute byte offset, what is wrong there)
+
+
+class FileReport:
+    """What reading one file found: its header and any damage."""
+
+    __slots__ = (
+        "empty", "first_skip", "header", "header_problems", "path", "records",
+        "skipped_bytes", "skipped_records", "skipped_regions", "torn_at",
+    )  # fmt: skip
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.header: dict[str, Any] = {}
+        self.header_problems: list[str] = []
+        self.empty = False
+        """The file holds no bytes (or only zero bytes): no header, no records."""
+        self.records = 0
+        self.torn_at: int | None = None
+        self.skipped_bytes = 0
+        self.skipped_regions = 0
+        self.skipped_records = 0
+        self.first_skip: _Damage | None = None
+
+    def warnings(self) -> list[str]:
+        """One human line per problem met so far."""
+        lines = []
+        if self.empty:
+            lines.append(f"{self.path}: empty file skipped (no header, no records)")
+        if self.header_problems:
+            lines.append(
+                f"{self.path}: ignored damaged header fields: {'; '.join(self.header_problems)}"
+            )
+        if self.torn_at is not None:
+            lines.append(
+                f"{self.path}: torn final record at byte offset {self.torn_at} ignored "
+                f"(the writer was interrupted); {self.records} complete records read"
+            )
+        if self.skipped_records and self.first_skip is not None:
+            at, why = self.first_skip
+            lines.append(
+                f"{self.path}: skipped {self.skipped_records} damaged record(s) "
+                f"(the first at byte offset {at}: {why})"
+            )
+        if self.skipped_bytes:
+            lines.append(
+                f"{self.path}: skipped {self.skipped_bytes} corrupt bytes in "
+                f"{self.skipped_regions} region(s)"
+            )
+        return lines
+
+
+def check_readable(path: Path) -> None:
+    """One clear error for a path that cannot be read as a file."""
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: permission denied")
+
+
+def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
+    """The file's bytes in chunks, decompressed when it is a zstd stream."""
+    try:
+        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in finally below
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from exc
+    try:
+        magic = f.read(4)
+        f.seek(0)
+        if magic == _ZSTD_MAGIC:
+            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
+            while True:
+                try:
+                    chunk = reader.read(chunk_size)
+                except zstandard.ZstdError as exc:
+                    log.warning("%s: compressed stream damaged (%s); reading stops here", path, exc)
+                    return
+                if not chunk:
+                    return
+                yield chunk
+        else:
+            while chunk := f.read(chunk_size):
+                yield chunk
+    finally:
+        f.close()
+
+
+def _upgrades(header: dict[str, Any], path: Path) -> list[_Upgrade]:
+    version = header.get("version")
+    if type(version) is not int:
+        raise NotAnArchive(f"{path}: header has no integer version")
+    if version > fmt.VERSION:
+        raise ArchiveVersionError(
+            f"{path}: archive format version {version} is newer than this tailreplay reads "
+            f"(version {fmt.VERSION}); upgrade tailreplay"
+        )
+    steps = []
+    for v in range(version, fmt.VERSION):
+        if v not in fmt.UPGRADES:
+            raise ArchiveVersionError(f"{path}: no upgrade from archive format version {v}")
+        steps.append(fmt.UPGRADES[v])
+    return steps
+
+
+class FileScan:
+    """The scan of one archive file, one step at a time.
+
+    ``records()`` drives it: read the next chunk, unpack the whole objects it
+    completes (the header first), check each, and on damage or at the end of the
+    file decide what the bytes that did not unpack are. Offsets are absolute:
+    decompressed bytes from the start of the file. After each record it yields,
+    ``cost`` is an upper bound of the bytes that record holds in memory.
+    """
+
+    def __init__(self, path: Path, report: FileReport, skip_corrupt: bool) -> None:
+        self.path = path
+        self.report = report
+        self.skip_corrupt = skip_corrupt
+        self.header_only = False
+        self.chunks = open_chunks(path)
+        self.eof = False
+        self.counter = ObjectCounter()
+        self.unpacker = new_unpacker(self.counter)
+        # ``buf`` mirrors the bytes the unpacker has not consumed yet: on damage we
+        # need them to look for the next record. Between steps it starts at ``base``.
+        self.buf = bytearray()
+        self.base = 0  # absolute offset where the next object starts
+        self.ubase = 0  # absolute offset where the current unpacker started
+        self.upgrades: list[_Upgrade] | None = None  # None until the header is read
+        self.cost = 0
+        self.zeros_dropped = 0  # zero bytes read ahead and let go (see _rest_is_zeros)
+
+    def records(self) -> Generator[dict[str, Any], None, None]:
+        """Yield the valid record maps in file order, filling ``report`` as it goes."""
+        while not self.report.empty and not (self.header_only and self.upgrades is not None):
+            damage = None
+            if not self.eof and (chunk := self._read_chunk()) is not None:
+                try:
+                    self.unpacker.feed(chunk)
+                except msgpack.BufferFull:
+                    damage = self.base, _TOO_LONG
+            if damage is None:
+                damage = yield from self._unpack_whole_objects()
+                if self.report.empty or (self.header_only and self.upgrades is not None):
+                    return
+            if damage is None and len(self.buf) > fmt.MAX_RECORD_BYTES:
+                damage = self.base, _TOO_LONG  # it cannot end as a valid record
+            if damage is None and self.eof:
+                damage = self._leftover_damage()
+            if damage is not None:
+                if not self._get_past(*damage):
+                    return
+            elif self.eof:
+                self._check_end()
+                return
+
+    def _read_chunk(self) -> bytes | None:
+        """Append the file's next chunk to ``buf`` and return it; None (``eof`` set) at the end."""
+        chunk = next(self.chunks, None)
+        if chunk is None:
+            self.eof = True
+        else:
+            self.buf += chunk
+        return chunk
+
+    def _unpack_whole_objects(self) -> Generator[dict[str, Any], None, _Damage | None]:
+        """Yield the valid records the unpacker holds whole; return the damage that
+        stopped it, if any. The header is checked when it comes by. ``buf`` is trimmed
+        to what is left."""
+        # The hot loop of every read: its state lives in locals while it runs.
+        unpacker, counter, report = self.unpacker, self.counter, self.report
+        ubase = self.ubase
+        upgrades = self.upgrades
+        start = base = self.base
+        damage: _Damage | None = None
+        while True:
+            # ``base`` is where the next object starts: tell() cannot be trusted for
+            # that after an OutOfData, since it then already counts the partial object.
+            pos = base
+            try:
+                obj = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except UNPACK_ERRORS as exc:
+                damage = pos, f"undecodable: {str(exc) or type(exc).__name__}"
+                break
+            base = ubase + unpacker.tell()
+            size, objects, counter.n = base - pos, counter.n, 0
+            if size > fmt.MAX_RECORD_BYTES:
+                damage = pos, _TOO_LONG
+                break
+            if upgrades is None:
+                upgrades = self.upgrades = self._check_header(obj)
+                if report.empty or self.header_only:
+                    return None
+                continue
+            if type(obj) is not dict:
+                damage = pos, "not a record map"
+                break
+            if size > _BIG:  # let go of the bytes and buffers it took before handing it out
+                del self.buf[: base - start]
+                self.base = start = base
+                self._restart_unpacker()
+                unpacker, ubase = self.unpacker, self.ubase
+            for step in upgrades:
+                obj = step(obj)
+            problem = record_problem(obj)
+            if problem is not None:
+                self._damaged_record(pos, problem)
+                continue
+            report.records += 1
+            # Each map or array entry takes at most 64 bytes beyond its encoded bytes
+            # (a pointer, and an int, str or empty-container object).
+            self.cost = size + 64 * objects
+            yield obj
+        # Damaged or partial, the object at ``pos`` is not consumed: trim ``buf`` to start
+        # there, where the other steps expect it.
+        self.base = pos
+        del self.buf[: pos - start]
+        return damage
+
+    def _damaged_record(self, at: int, problem: str) -> None:
+        """A record that decoded but is not valid: an error, or skipped whole."""
+        report = self.report
+        number = report.records + report.skipped_records + 1
+        if not self.skip_corrupt:
+            raise ArchiveCorrupt(str(self.path), at, f"record {number}: {problem}")
+        report.skipped_records += 1
+        if report.first_skip is None:
+            report.first_skip = (at, f"record {number}: {problem}")
+
+    def _check_header(self, obj: object) -> list[_Upgrade]:
+        """Check the file's first object is a header; return the upgrades its version needs."""
+        if obj == 0 and type(obj) is int and not any(self.buf) and self._rest_is_zeros():
+            self.report.empty = True  # zero-filled: allocated, never written
+            return []
+        if type(obj) is not dict or obj.get("format") != fmt.FORMAT:
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive (no header)")
+        upgrades = _upgrades(obj, self.path)
+        problems = header_problems(obj)
+        if problems and not self.skip_corrupt:
+            raise ArchiveError(
+                f"{self.path}: damaged header ({problems[0]}); use --skip-corrupt to read "
+                "its records without the damaged header fields"
+            )
+        self.report.header = clean_header(obj) if problems else obj
+        self.report.header_problems = problems
+        return upgrades
+
+    def _leftover_damage(self) -> _Damage | None:
+        """At the end of the file: are the bytes that form no whole object damage?"""
+        # Bytes left at the end that do not form a whole object: a torn final record,
+        # unless a valid record follows them — then a damaged length prefix is
+        # swallowing the rest of the file, and that is corruption.
+        if self.buf and self.upgrades is not None and record_follows(self.buf):
+            return self.base, "an object's length runs past the records after it"
+        return None
+
+    def _get_past(self, bad_at: int, reason: str) -> bool:
+        """Deal with damage at ``bad_at``: raise, end as a torn tail, or resync.
+
+        True when a record was found after the damage and the scan goes on.
+        """
+        if self.upgrades is None:
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive ({reason})")
+        if self._rest_is_zeros():
+            # Zero-filled blocks after a power loss: a torn tail, not damage.
+            self.report.torn_at = bad_at
+            return False
+        if not self.skip_corrupt:
+            raise ArchiveCorrupt(str(self.path), bad_at, reason)
+        skipped, found = self._resync()
+        skipped += self.zeros_dropped
+        self.zeros_dropped = 0
+        self.report.skipped_bytes += skipped
+        self.report.skipped_regions += 1
+        if not found:
+            return False
+        self.base = bad_at + skipped
+        self._restart_unpacker()
+        return True
+
+    def _restart_unpacker(self) -> None:
+        """A new unpacker (and mirror) holding only the bytes from ``base`` on."""
+        self.buf = bytearray(self.buf)
+        self.ubase = self.base
+        self.counter.n = 0
+        self.unpacker = new_unpacker(self.counter)
+        self.unpacker.feed(bytes(self.buf))
+
+    def _rest_is_zeros(self) -> bool:
+        """True if ``buf`` and the rest of the file hold only zero bytes.
+
+        Reads ahead only while it sees zeros. What it reads stays in ``buf``, but for
+        zeros past one chunk, which it counts in ``zeros_dropped`` instead (a file of
+        zeros is read in bounded memory).
+        """
+        if any(self.buf):
+            return False
+        while (chunk := self._read_chunk()) is not None:
+            if any(chunk):
+                return False
+            if len(self.buf) > 2 * _CHUNK:
+                extra = len(self.buf) - _CHUNK
+                del self.buf[:extra]
+                self.zeros_dropped += extra
+        return True
+
+    def _resync(self) -> tuple[int, bool]:
+        """Drop bytes from the front of ``buf`` up to the next decodable record.
+
+        Returns (bytes dropped, whether a record was found). Only bytes that can start
+        a map are probed (found by a regex, at C speed); scanned bytes are dropped as
+        the scan goes, so memory stays bounded by one record however long the damage.
+        """
+        buf = self.buf
+        dropped = 0
+        i = 1  # the damaged byte itself starts no record
+        while True:
+            found = RECORD_START.search(buf, i)
+            if found is None:
+                # No record starts in buf[i:], unless in its last bytes (a map header the
+                # next chunk completes): let the rest go, read on.
+                cut = len(buf) - min(len(buf) - i, 5)
+                del buf[:cut]
+                dropped += cut
+                i = 0
+                if self._read_chunk() is None:
+                    dropped += len(buf)
+                    buf.clear()
+                    return dropped, False
+                continue
+            i = found.start()
+            verdict = probe(buf, i, self.eof)
+            if verdict is None:  # needs more bytes than we hold yet
+                self._read_chunk()
+                continue
+            if verdict:
+                del buf[:i]
+                return dropped + i, True
+            i += 1
+            if i > fmt.MAX_RECORD_BYTES:
+                del buf[:i]
+                dropped += i
+                i = 0
+
+    def _check_end(self) -> None:
+        """The file ended cleanly or torn: a header must have been read; note a torn tail."""
+        if self.upgrades is None:
+            if self.base == 0 and not self.buf:
+                self.report.empty = True
+                return
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive (truncated header)")
+        if self.buf:
+            self.report.torn_at = self.base
+
+    def read_header(self) -> None:
+        """Read as far as the header (filling ``report``), and no further."""
+        self.header_only = True
+        for _ in self.records():
+            pass

@@ -1,0 +1,318 @@
+"""The one definition of a valid record and a valid header (docs/archive-format.md).
+
+Every reader applies it: ``traces stats`` (whose C scanner gets the same table,
+``COLSCAN_SPECS``), ``inspect``, ``merge``, ``slice``, ``replay`` and ``report``
+therefore agree on what is damaged. A value of the wrong type or out of its range
+makes the record damaged; a field that is absent or nil is fine; keys this version
+does not know are ignored, whatever they hold.
+
+>>> record_problem({"start_ns": 1, "output_tokens": "12"})
+"'output_tokens' must be an int in 0..2^32-1 (got str)"
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+from tailreplay.traces.record import FIELDS
+
+__all__ = [
+    "COLSCAN_SPECS",
+    "FIELD_SPECS",
+    "clean_header",
+    "header_problems",
+    "record_problem",
+]
+
+# Kinds of field value; the numbers are shared with traces/_colscan.c.
+INT, BOOL, STR, BIN, INTS, PAIRS = range(6)
+
+_TIME = (0, 1 << 62)
+"""Unix ns and durations: 2^62 ns is year 2116, and a time plus a duration fits int64."""
+_TOKENS = (0, 1 << 32)
+_BYTES = (0, 1 << 62)
+
+# name -> (kind, lo, hi): INT and INTS hold ints with lo <= v < hi; BIN holds
+# exactly ``hi`` bytes when hi > 0.
+FIELD_SPECS: dict[str, tuple[int, int, int]] = {
+    "start_ns": (INT, *_TIME),
+    "trace_id": (BIN, 0, 16),
+    "span_id": (BIN, 0, 8),
+    "parent_span_id": (BIN, 0, 8),
+    "duration_ns": (INT, *_TIME),
+    "ttfb_ns": (INT, *_TIME),
+    "ttft_content_ns": (INT, *_TIME),
+    "chunk_gaps_us": (INTS, *_TIME),
+    "method": (STR, 0, 0),
+    "path": (STR, 0, 0),
+    "status": (INT, 0, 1000),
+    "req_headers": (PAIRS, 0, 0),
+    "req_body": (BIN, 0, 0),
+    "model": (STR, 0, 0),
+    "stream": (BOOL, 0, 0),
+    "input_tokens": (INT, *_TOKENS),
+    "output_tokens": (INT, *_TOKENS),
+    "cached_tokens": (INT, *_TOKENS),
+    "reasoning_tokens": (INT, *_TOKENS),
+    "tokens_source": (STR, 0, 0),
+    "max_tokens": (INT, *_TOKENS),
+    "finish_reason": (STR, 0, 0),
+    "prefix_hashes": (INTS, 0, 1 << 64),
+    "session": (STR, 0, 0),
+    "bytes_in": (INT, *_BYTES),
+    "bytes_out": (INT, *_BYTES),
+    "error": (STR, 0, 0),
+    "orig_trace_id": (BIN, 0, 16),
+    "orig_span_id": (BIN, 0, 8),
+    "intended_ns": (INT, *_TIME),
+    "sent_ns": (INT, *_TIME),
+    "lag_ns": (INT, -(1 << 62) + 1, 1 << 62),
+    "tail": (BOOL, 0, 0),
+    "shard": (INT, 0, 1 << 32),
+}
+assert FIELD_SPECS.keys() == set(FIELDS), "every Record field has a spec"
+
+COLSCAN_SPECS: tuple[tuple[bytes, int, int, int], ...] = tuple(
+    (name.encode(), kind, lo, hi - 1 if kind in (INT, INTS) else hi)
+    for name, (kind, lo, hi) in FIELD_SPECS.items()
+)
+"""The table for the C scanner: (name, kind, lo, hi inclusive) per field."""
+
+
+def _range(lo: int, hi: int) -> str:
+    """``lo..hi-1`` with powers of two spelled as such: ``0..2^32-1``, ``-2^62+1..2^62-1``."""
+
+    def power(n: int) -> str | None:
+        return f"2^{n.bit_length() - 1}" if n >= 1 << 16 and n & (n - 1) == 0 else None
+
+    low = f"-{power(1 - lo)}+1" if lo < 0 and power(1 - lo) else str(lo)
+    high = f"{power(hi)}-1" if power(hi) else str(hi - 1)
+    return f"{low}..{high}"
+
+
+def _expect(kind: int, lo: int, hi: int) -> str:
+    if kind == INT:
+        return f"an int in {_range(lo, hi)}"
+    if kind == INTS:
+        return f"an array of ints in {_range(lo, hi)}"
+    if kind == BIN:
+        return f"bin of {hi} bytes" if hi else "bin"
+    return {BOOL: "a bool", STR: "a str", PAIRS: "an array of [str, str] pairs"}[kind]
+
+
+# msgpack arrays read as lists; a Record built in memory may hold tuples (its
+# req_headers pairs), which are written as the same arrays.
+_ARRAYS = frozenset({list, tuple})
+
+
+def _ints_ok(v: list[Any], lo: int, hi: int) -> bool:
+    return not v or (set(map(type, v)) == {int} and min(v) >= lo and max(v) < hi)
+
+
+def _pairs_ok(v: list[Any]) -> bool:
+    return not v or (
+        set(map(type, v)) <= _ARRAYS
+        and set(map(len, v)) == {2}
+        and set(map(type, chain.from_iterable(v))) == {str}
+    )
+
+
+def _value_ok(value: Any, kind: int, lo: int, hi: int) -> bool:
+    t = type(value)
+    if kind == INT:
+        return t is int and lo <= value < hi
+    if kind == STR:
+        return t is str
+    if kind == BIN:
+        return t is bytes and (hi == 0 or len(value) == hi)
+    if kind == BOOL:
+        return t is bool
+    if kind == INTS:
+        return t in _ARRAYS and _ints_ok(value, lo, hi)
+    return t in _ARRAYS and _pairs_ok(value)
+
+
+def _explain(m: Any) -> str | None:
+    """What is wrong with the record map ``m`` (the slow path; None when nothing)."""
+    if type(m) is not dict:
+        return f"a {type(m).__name__}, not a record map"
+    if m.get("start_ns") is None:
+        return "no start_ns"
+    for key, value in m.items():
+        spec = FIELD_SPECS.get(key)
+        if spec is None or value is None or _value_ok(value, *spec):
+            continue
+        got = type(value).__name__
+        if type(value) is int or type(value) is float:
+            got = repr(value)
+        elif type(value) is bytes and spec[0] == BIN:
+            got = f"{len(value)} bytes"
+        return f"{key!r} must be {_expect(*spec)} (got {got})"
+    return None
+
+
+# Records of one writer share their keys, in one order: a checker compiled for that
+# key sequence tests each field with one type test (and a range test), no lookups.
+_Checker = Callable[[dict[str, Any]], bool]
+_checkers: dict[tuple[str, ...], _Checker] = {}
+_seen_once: set[tuple[str, ...]] = set()
+_MAX_CHECKERS = 256  # a hostile file cannot grow the caches without bound
+
+
+def _compile(keys: tuple[str, ...]) -> _Checker:
+    if "start_ns" not in keys:
+        return lambda m: False
+    names = [f"v{i}" for i in range(len(keys))]
+    lines = ["def check(m):", f"    {', '.join(names)}, = m.values()"]
+    for v, key in zip(names, keys, strict=True):
+        spec = FIELD_SPECS.get(key)
+        if spec is None:
+            continue
+        kind, lo, hi = spec
+        test = {
+            INT: f"type({v}) is not int or not {lo} <= {v} < {hi}",
+            BOOL: f"type({v}) is not bool",
+            STR: f"type({v}) is not str",
+            BIN: f"type({v}) is not bytes{f' or len({v}) != {hi}' if hi else ''}",
+            INTS: f"type({v}) not in arrays or not ints_ok({v}, {lo}, {hi})",
+            PAIRS: f"type({v}) not in arrays or not pairs_ok({v})",
+        }[kind]
+        nil = "" if key == "start_ns" else f"{v} is not None and "
+        lines.append(f"    if {nil}({test}): return False")
+    lines.append("    return True")
+    namespace: dict[str, Any] = {"ints_ok": _ints_ok, "pairs_ok": _pairs_ok, "arrays": _ARRAYS}
+    exec("\n".join(lines), namespace)
+    checker: _Checker = namespace["check"]
+    return checker
+
+
+def record_problem(m: Any) -> str | None:
+    """None when ``m`` is a valid record map, else what is wrong with it (one phrase)."""
+    if type(m) is not dict:
+        return _explain(m)
+    keys = tuple(m)
+    checker = _checkers.get(keys)
+    if checker is None:
+        # Compiled on the second sighting: a file whose every record has its own key
+        # order (only a hostile one) pays the slow path, not a compile per record.
+        if keys not in _seen_once:
+            if len(_seen_once) >= 16 * _MAX_CHECKERS:
+                _seen_once.clear()
+            _seen_once.add(keys)
+            return _explain(m)
+        if len(_checkers) >= _MAX_CHECKERS:
+            _checkers.clear()
+        checker = _checkers[keys] = _compile(keys)
+    return None if checker(m) else _explain(m)
+
+
+# ---- headers ----------------------------------------------------------------------
+
+_Check = Callable[[Any], bool]
+
+
+def _number(lo: float, hi: float) -> _Check:
+    """A finite int or float in lo..hi (never a bool, NaN or an infinity)."""
+    return lambda v: type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
+
+
+def _str(v: Any) -> bool:
+    return type(v) is str
+
+
+def _strs(v: Any) -> bool:
+    return type(v) is list and all(type(s) is str for s in v)
+
+
+def _listen(v: Any) -> bool:
+    return (
+        type(v) is list
+        and len(v) == 2
+        and type(v[0]) is str
+        and type(v[1]) is int
+        and 0 <= v[1] < 65536
+    )
+
+
+def _shard(v: Any) -> bool:
+    return type(v) is list and len(v) == 2 and all(type(i) is int and 0 <= i < 1 << 32 for i in v)
+
+
+def _routes(v: Any) -> bool:
+    return type(v) is dict and all(type(k) is str and type(u) is str for k, u in v.items())
+
+
+_HEADER_CHECKS: dict[str, tuple[_Check, str]] = {
+    "created_ns": (lambda v: type(v) is int and 0 <= v < 1 << 63, "an int in 0..2^63-1"),
+    "source": (_str, "a str"),
+    "upstream": (_str, "a str"),
+    "host": (_str, "a str"),
+    "tool_version": (_str, "a str"),
+    "ordered": (lambda v: type(v) is bool, "a bool"),
+    "inputs": (_strs, "an array of str"),
+    "archives": (_strs, "an array of str"),
+    "speed": (_str, "a str"),
+    "tail_stretch": (_number(0, 1e6), "a finite number in 0..1e6"),
+    "tail_quantile": (_number(0, 1), "a finite number in 0..1"),
+    "amplify": (_number(0, 1e6), "a finite number in 0..1e6"),
+    "shard": (_shard, "[int, int]"),
+    "lag_limit_ms": (_number(0, 1e9), "a finite number in 0..1e9"),
+    "otlp_live": (lambda v: type(v) is bool, "a bool"),
+    "capture": (lambda v: type(v) is dict, "a map"),
+    "peak": (lambda v: type(v) is dict, "a map"),
+}
+_CAPTURE_CHECKS: dict[str, tuple[_Check, str]] = {
+    "bodies": (_str, "a str"),
+    "sample": (_number(0, 1), "a finite number in 0..1"),
+    "redact_headers": (_strs, "an array of str"),
+    "timeout_s": (_number(0, 1e9), "a finite number of seconds in 0..1e9"),
+    "routes": (_routes, "a map of str to str"),
+    "listen": (_listen, "[host, port]"),
+    "otlp_live": (lambda v: type(v) is bool, "a bool"),
+}
+_PEAK_CHECKS: dict[str, tuple[_Check, str]] = {
+    "window_s": (_number(0, 1e12), "a finite number in 0..1e12"),
+    "by": (_str, "a str"),
+    "start_ns": (lambda v: type(v) is int and _TIME[0] <= v < _TIME[1], "an int in 0..2^62-1"),
+}
+
+
+def _problems(m: dict[str, Any], checks: dict[str, tuple[_Check, str]], where: str) -> list[str]:
+    out = []
+    for key, (ok, expect) in checks.items():
+        value = m.get(key)
+        if value is not None and not ok(value):
+            shown = repr(value) if type(value) in (int, float, bool) else type(value).__name__
+            out.append(f"{where}{key} must be {expect} (got {shown})")
+    return out
+
+
+def header_problems(header: dict[str, Any]) -> list[str]:
+    """What is wrong with the optional fields of a header (``format`` and ``version``
+    are the reader's to check): one phrase per damaged field, e.g.
+    ``capture.timeout_s must be a finite number of seconds in 0..1e9 (got nan)``."""
+    out = _problems(header, _HEADER_CHECKS, "")
+    for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
+        sub = header.get(key)
+        if type(sub) is dict:
+            out += _problems(sub, checks, f"{key}.")
+    return out
+
+
+def clean_header(header: dict[str, Any]) -> dict[str, Any]:
+    """``header`` without its damaged fields (what ``--skip-corrupt`` reads)."""
+    out = {
+        k: v for k, v in header.items() if k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS)
+    }
+    for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
+        sub = out.get(key)
+        if type(sub) is dict:
+            out[key] = {k: v for k, v in sub.items() if k not in checks or _valid(v, k, checks)}
+    return out
+
+
+def _valid(value: Any, key: str, checks: dict[str, tuple[_Check, str]]) -> bool:
+    return value is None or checks[key][0](value)
