@@ -6,6 +6,7 @@ tables) and `report` / `replay --report` (the report's tables) all render here.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -57,13 +58,22 @@ def describe_record(index: int, m: dict[str, Any]) -> str:
     return "\n".join([f"record {index}:", *_lines(m)])
 
 
+def _console() -> Console:
+    """stdout's console: a terminal's width on a terminal; piped to a file or a CI
+    log, as wide as the content (a table wrapped inside its cells cannot be read)."""
+    return Console() if sys.stdout.isatty() else Console(width=_UNBOUNDED)
+
+
+_UNBOUNDED = 1_000
+
+
 def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
 def print_stats(summary: dict[str, Any], console: Console | None = None) -> None:
     """The ``traces stats`` report: totals, a percentile table and the bucket table."""
-    console = console or Console()
+    console = console or _console()
     rate = summary["rate_rps"]
     err = summary["error_rate"]
     console.print(
@@ -106,7 +116,7 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
 
 
 def print_report(line: str, tables: list[ReportTable], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or _console()
     console.print(line)
     for t in tables:
         if t.wide:

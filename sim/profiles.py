@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["PROFILES", "EngineProfile", "profile"]
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "EngineProfile", "profile"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +94,11 @@ PROFILES: dict[str, EngineProfile] = {
         output_shape=1.5,
     ),
 }
+
+
+DEFAULT_PROFILE = "fast"
+"""What ``tailreplay sim`` and ``replay``'s built-in target run unless told: production
+traces like the shipped sample need an H100-class deployment."""
 
 
 def profile(name: str) -> EngineProfile:

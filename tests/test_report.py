@@ -284,3 +284,24 @@ def test_report_after_a_real_replay_finds_the_recording_and_joins_every_request(
     assert report["replay"]["speed"] == "4x"
     assert report["slo"]["passed"]
     assert sum(b["replayed"]["requests"] for b in report["buckets"]) == 200
+
+
+def test_tables_piped_to_a_file_are_not_wrapped_inside_cells(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    _, rep, _, _ = _pair(tmp_path)
+    objectives = "latency:p50<=1.2s*1,latency:p99<=1.5s*10,ttft:p95<=600ms*3,error_rate<=1%"
+    with open(tmp_path / "report.txt", "w") as out:  # a file: no terminal, no width
+        subprocess.run(
+            [sys.executable, "-m", "tailreplay", "report", str(rep), "--slo", objectives],
+            stdout=out, stderr=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "40"},
+        )  # fmt: skip
+    text = (tmp_path / "report.txt").read_text()
+    lines = text.splitlines()
+    # Every objective and every trace id sits whole on one line of its table.
+    for objective in objectives.split(","):
+        assert any(f"│ {objective} " in line for line in lines), objective
+    trace_ids = re.findall(r"│ ([0-9a-f]{32}) │", text)
+    assert len(trace_ids) == 10
+    assert "the score is the weight met overall over the weight of all; buckets are shown" in text

@@ -78,6 +78,7 @@ async def _replay_in_memory(
             target=url,
             out=tmp_path / "r.msgpack",
             spans=_in_memory(telemetry),
+            preflight=False,  # its probe would be one more request (and trace) at the target
         )
         await run(config, lambda line: None)
     results = list(ArchiveReader([tmp_path / "r.msgpack"]))
@@ -161,6 +162,7 @@ async def test_errors_set_error_type_and_status(tmp_path: Path) -> None:
             target=url,
             out=tmp_path / "r.msgpack",
             spans=_in_memory(telemetry),
+            preflight=False,  # its probe would be one more request (and trace) at the target
         )
         await run(config, lambda line: None)
     spans = memory.get_finished_spans()

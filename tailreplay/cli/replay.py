@@ -34,6 +34,7 @@ from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.private import open_private
+from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.units import parse_time
 
 if TYPE_CHECKING:
@@ -215,10 +216,11 @@ class _Args:
 @click.option("--seed", default=0, show_default=True)
 @click.option(
     "--sim-profile",
-    default="fast",
+    type=click.Choice(sorted(PROFILES)),
+    default=DEFAULT_PROFILE,
     show_default=True,
-    help="Profile of the built-in simulator when there is no --target (fast: an H100-class "
-    "deployment, which production traces like the shipped peak need).",
+    help="Profile of the built-in simulator when there is no --target (as `tailreplay sim "
+    "--profile`; fast: an H100-class deployment, which traces like the shipped peak need).",
 )
 @skip_corrupt_option
 @click.option(

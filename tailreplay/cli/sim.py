@@ -12,6 +12,7 @@ import click
 
 from tailreplay.cli.options import HOST_PORT
 from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
 __all__ = ["sim"]
 
@@ -53,7 +54,12 @@ def _with_overrides(f: F) -> F:
     help="HOST:PORT (port 0: any free port).",
 )
 @click.option(
-    "--profile", "profile_name", default="default", show_default=True, help="default or fast."
+    "--profile",
+    "profile_name",
+    type=click.Choice(sorted(PROFILES)),
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="fast: an 8B model on one H100; default: the same on one 24 GB GPU.",
 )
 @click.option(
     "--seed", default=0, show_default=True, help="Seed for output lengths, text and faults."
