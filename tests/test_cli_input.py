@@ -106,3 +106,24 @@ def test_an_empty_time_means_no_bound(archive: Path, tmp_path: Path) -> None:
     out = tmp_path / "all.msgpack"
     code, _, err = _run("traces", "slice", str(archive), "-o", str(out), "--from", "", "--to", "")
     assert code == 0 and "wrote 2,382 records to" in err and "(of 2,382 read)" in err
+
+
+def test_the_replay_script_names_itself_and_says_its_version() -> None:
+    import subprocess
+    import sys
+
+    def script(*args: str) -> subprocess.CompletedProcess[str]:
+        code = "from tailreplay.cli import replay_main; replay_main()"
+        return subprocess.run(
+            [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=60
+        )
+
+    from tailreplay.version import __version__
+
+    assert script("--version").stdout.strip() == f"replay, version {__version__}"
+    helped = script("--help")
+    assert helped.returncode == 0 and helped.stdout.startswith("Usage: replay [OPTIONS] ARCHIVES")
+    assert "Examples:" in helped.stdout and "Exit codes:" in helped.stdout
+    missing = script()
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "Error: Missing argument 'ARCHIVES...'. (see 'replay --help')"

@@ -36,6 +36,7 @@ from tailreplay.output_path import check_output_file
 from tailreplay.private import open_private
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.units import parse_time
+from tailreplay.version import __version__
 
 if TYPE_CHECKING:
     from yarl import URL
@@ -112,7 +113,19 @@ class _Args:
     otlp: OtlpOptions
 
 
-@click.command()
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Examples:
+  replay --speed 2x capture.msgpack               # against the built-in simulator
+  replay --target http://staging:8000/v1 --header "Authorization: Bearer $KEY" \\
+         --speed 1x..4x --report report.html --slo 'latency:p99<=2x' capture.msgpack
+  replay --dry-run --out schedule.msgpack capture.msgpack
+
+Exit codes: 0 done (and SLOs met), 1 failed or SLO missed, 2 usage, 3 unreadable
+input, 130 interrupted.""",
+)
+@click.version_option(__version__, prog_name="replay")
 @click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
@@ -176,9 +189,28 @@ class _Args:
     multiple=True,
     help="KEY to remove from every JSON body.",
 )
-@click.option("--max-inflight", type=click.IntRange(min=1), default=4096, show_default=True)
-@click.option("--connections", type=click.IntRange(min=0), default=1024, show_default=True)
-@click.option("--timeout", type=DURATION, default="300s", show_default=True)
+@click.option(
+    "--max-inflight",
+    type=click.IntRange(min=1),
+    default=4096,
+    show_default=True,
+    help="Requests in flight at once; one that finds no slot within 100 ms of its due "
+    "time is dropped and counted, never sent late.",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=0),
+    default=1024,
+    show_default=True,
+    help="Connections to the target at most (0: no limit).",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="300s",
+    show_default=True,
+    help="Longest a request may take, from sending to its last byte.",
+)
 @click.option(
     "--limit", type=click.IntRange(min=0), default=None, help="Replay only the first N records."
 )
@@ -213,7 +245,12 @@ class _Args:
 @click.option(
     "--dry-run", is_flag=True, help="Write the schedule as a result archive; send nothing."
 )
-@click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    help="Seed of synthetic prompts, --amplify's copies and the built-in simulator.",
+)
 @click.option(
     "--sim-profile",
     type=click.Choice(sorted(PROFILES)),

@@ -1,0 +1,67 @@
+"""How every command ends: library errors and wrong flags as one line and an exit code.
+
+Used by the ``tailreplay`` group and by ``replay``, which is also a console script
+of its own (so that its usage line says ``replay``, not ``replay replay``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from tailreplay.errors import TailreplayError
+
+__all__ = ["HandledGroup", "run_standalone", "setup_logging"]
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="warning: %(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:
+    try:
+        return invoke(ctx)
+    except TailreplayError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+    except click.UsageError as exc:  # click's own checks (ranges, choices, unknown flags)
+        where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+        click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+        ctx.exit(exc.exit_code)
+    except KeyboardInterrupt:  # before a command could take Ctrl-C over (click says "Aborted!")
+        click.echo("interrupted", err=True)
+        ctx.exit(130)
+
+
+class HandledGroup(click.Group):
+    """A group whose commands end as ``_handled`` says."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return _handled(ctx, super().invoke)
+
+
+def run_standalone(command: click.Command, args: list[str], prog_name: str) -> NoReturn:
+    """Run ``command`` as a script of its own, ending as ``_handled`` says (parsing its
+    options included, which a group would do inside its own ``invoke``)."""
+    try:
+        code = command.main(args, prog_name, standalone_mode=False)
+    except TailreplayError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # wrong flags and values
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else prog_name
+        click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
+    except click.Abort:  # Ctrl-C before the command could take it over
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
