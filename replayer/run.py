@@ -13,7 +13,7 @@ import contextlib
 import gc
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,7 @@ from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.results import result_record
-from tailreplay.replayer.schedule import Plan, ScheduleConfig, plan, schedule
+from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
@@ -93,6 +93,8 @@ class ReplayConfig:
     """Probe the target with the first request before the schedule starts."""
     fail_fast: int = 20
     """Stop when the first N results all failed the same way (0: never)."""
+    duration_s: float | None = None
+    """Send only the requests due within this much replay time (--duration)."""
 
 
 @dataclass
@@ -244,8 +246,19 @@ def _dry_run(
 ) -> None:
     t0 = config.start_at_ns if config.start_at_ns is not None else the_plan.first_start_ns
     shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
-    for item in schedule(config.schedule, the_plan, say):
+    for item in _until(schedule(config.schedule, the_plan, say), config.duration_s, []):
         on_result(result_record(item, t0 + round(item.due_s * 1e9), shard=shard))
+
+
+def _until(
+    items: Iterator[Planned], limit_s: float | None, cut: list[Planned]
+) -> Iterator[Planned]:
+    """``items`` due before ``limit_s`` of replay time; ``cut`` gets the first one not sent."""
+    for item in items:
+        if limit_s is not None and item.due_s >= limit_s:
+            cut.append(item)
+            return
+        yield item
 
 
 async def _live(
@@ -367,7 +380,10 @@ async def _dispatch(
     watch = LoopWatch()
     watcher = loop.create_task(watch.run())
     try:
-        await dispatcher.run(schedule(sc, the_plan, say), t0, t0_wall)
+        cut: list[Planned] = []
+        await dispatcher.run(
+            _until(schedule(sc, the_plan, say), config.duration_s, cut), t0, t0_wall
+        )
         if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:
@@ -383,6 +399,10 @@ async def _dispatch(
         summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
+    if cut:
+        unsent = _unsent(sc, the_plan, s.due, s.sent)
+        summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
+        summary["unsent"] = unsent["unsent"]
     return ReplayOutcome(summary, the_plan, target)
 
 

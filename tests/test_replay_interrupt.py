@@ -42,3 +42,20 @@ def test_ctrl_c_exits_130_and_the_json_says_what_was_never_sent(
     else:  # Ctrl-C came before the replay could take it over
         assert data["sent"] == 0
         assert "interrupted before the first request was sent" in err
+
+
+def test_duration_stops_sending_and_says_how_many_were_never_sent(tmp_path: Path) -> None:
+    summary = tmp_path / "s.json"
+    done = subprocess.run(
+        [sys.executable, "-c", "from tailreplay.cli import replay_main; replay_main()",
+         "--duration", "3s", "--json", str(summary), "--out", str(tmp_path / "r.msgpack"),
+         str(PEAK)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(summary.read_text())
+    assert data["duration_limit_s"] == 3.0 and "interrupted" not in data
+    assert 0 < data["sent"] < 2_382 and data["unsent"] == 2_382 - data["sent"]
+    assert done.stdout.startswith(
+        f"--duration 3s: sending stopped there; {data['unsent']:,} of 2,382 never sent"
+    )

@@ -106,6 +106,7 @@ class _Args:
     lag_limit: float
     preflight: bool
     fail_fast: int
+    duration: float | None
     report_out: Path | None
     slos: list[Objective]
     slo_min_score: float
@@ -210,6 +211,13 @@ input, 130 interrupted.""",
     default="300s",
     show_default=True,
     help="Longest a request may take, from sending to its last byte.",
+)
+@click.option(
+    "--duration",
+    type=DURATION,
+    default=None,
+    help="Send only what is due within this much replay time (e.g. 10m); the summary "
+    "says how many were never sent.",
 )
 @click.option(
     "--limit", type=click.IntRange(min=0), default=None, help="Replay only the first N records."
@@ -393,6 +401,7 @@ def _config(args: _Args) -> ReplayConfig:
         lag_limit_ms=args.lag_limit * 1000,
         preflight=args.preflight,
         fail_fast=args.fail_fast,
+        duration_s=args.duration,
     )
 
 
