@@ -127,3 +127,34 @@ def test_the_replay_script_names_itself_and_says_its_version() -> None:
     missing = script()
     assert missing.returncode == 2
     assert missing.stderr.strip() == "Error: Missing argument 'ARCHIVES...'. (see 'replay --help')"
+
+
+def test_every_command_shows_an_example_that_parses() -> None:
+    """Each command's --help ends with an example; its flags exist and its values parse."""
+    import shlex
+
+    import click
+
+    from tailreplay.cli import EXAMPLES, cli
+
+    def leaves(group: click.Group, prefix: str = "") -> list[str]:
+        out = []
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                out += leaves(command, f"{prefix}{name} ")
+            else:
+                out.append(f"{prefix}{name}")
+        return out
+
+    assert set(leaves(cli)) - {"replay"} == set(EXAMPLES)
+    for path, example in EXAMPLES.items():
+        words = shlex.split(example)[1:]
+        command: click.Command = cli
+        while isinstance(command, click.Group):
+            command = command.commands[words.pop(0)]
+        assert example in (command.epilog or ""), path
+        ctx = command.make_context(path, list(words), resilient_parsing=True)
+        opts, _, _ = command.make_parser(ctx).parse_args(list(words))
+        for param in command.params:  # each value given converts (types, ranges, choices)
+            if param.name in opts and isinstance(param, click.Option):
+                param.type_cast_value(ctx, opts[param.name])

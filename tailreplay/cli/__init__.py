@@ -35,6 +35,43 @@ def cli(verbose: bool) -> None:
 for _command in (traces, sim, proxy, replay, report):
     cli.add_command(_command)
 
+# One example (or two) under every command's --help; `replay` has its own.
+EXAMPLES = {
+    "traces inspect": "tailreplay traces inspect capture.msgpack -n 3",
+    "traces stats": "tailreplay traces stats captures/*.msgpack --json",
+    "traces merge": "tailreplay traces merge captures/*.msgpack -o capture.msgpack",
+    "traces slice": "tailreplay traces slice capture.msgpack --from +5m --to +10m "
+    "--status 2xx -o window.msgpack",
+    "traces peak": "tailreplay traces peak capture.msgpack --window 5m -o peak.msgpack",
+    "traces import": "tailreplay traces import azure AzureLLMInferenceTrace_conv.csv "
+    "-o conv.msgpack",
+    "traces export mooncake": "tailreplay traces export mooncake capture.msgpack -o trace.jsonl",
+    "traces export jsonl": "tailreplay traces export jsonl capture.msgpack -o records.jsonl",
+    "traces export otlp": "tailreplay traces export otlp capture.msgpack "
+    "--otlp-endpoint http://127.0.0.1:4318",
+    "traces fit": "tailreplay traces fit capture.msgpack -o model.json",
+    "traces synth": "tailreplay traces synth model.json --duration 10m --scale 3x "
+    "-o synth.msgpack",
+    "traces sample": "tailreplay traces sample peak -o peak.msgpack",
+    "sim": "tailreplay sim --listen 127.0.0.1:8000 --profile fast",
+    "proxy": "tailreplay proxy --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080 "
+    "--out captures/",
+    "report": "tailreplay report results.msgpack --html report.html "
+    "--slo 'latency:p99<=2x,error_rate<=1%'",
+}
+
+
+def _with_example(group: click.Group, prefix: str = "") -> None:
+    for name, command in group.commands.items():
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            _with_example(command, path + " ")
+        elif path in EXAMPLES and not command.epilog:
+            command.epilog = "\b\nExample:\n  " + EXAMPLES[path]
+
+
+_with_example(cli)
+
 
 def main() -> None:
     """The ``tailreplay`` console script (and ``python -m tailreplay``)."""

@@ -107,7 +107,11 @@ def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
 @click.option("--to", help="End, exclusive (same forms as --from).")
 @click.option("--path", "path_glob", help="Keep paths matching this glob, e.g. '/v1/chat/*'.")
 @click.option("--model", help="Keep records for this model.")
-@click.option("--status", type=click.Choice(["2xx", "3xx", "4xx", "5xx", "error"]))
+@click.option(
+    "--status",
+    type=click.Choice(["2xx", "3xx", "4xx", "5xx", "error"]),
+    help="Keep records of this status class (error: a transport error, or 4xx/5xx).",
+)
 @skip_corrupt_option
 def slice_(
     files: tuple[Path, ...],
@@ -140,7 +144,11 @@ def slice_(
     "--window", type=DURATION, default="10m", show_default=True, help="Window length, e.g. 5m."
 )
 @click.option(
-    "--by", type=click.Choice(["requests", "tokens"]), default="requests", show_default=True
+    "--by",
+    type=click.Choice(["requests", "tokens"]),
+    default="requests",
+    show_default=True,
+    help="Busiest by request count, or by input plus output tokens.",
 )
 @skip_corrupt_option
 def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrupt: bool) -> None:
@@ -306,7 +314,7 @@ def fit(
     help="Mean requests per second (default: the fitted rate).",
 )
 @click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, help="Seed of the synthesised draws.")
 @click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
 @click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
 def synth(
