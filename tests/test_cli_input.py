@@ -153,8 +153,8 @@ def test_every_command_shows_an_example_that_parses() -> None:
         while isinstance(command, click.Group):
             command = command.commands[words.pop(0)]
         assert example in (command.epilog or ""), path
-        ctx = command.make_context(path, list(words), resilient_parsing=True)
-        opts, _, _ = command.make_parser(ctx).parse_args(list(words))
+        ctx = click.Context(command, info_name=path)
+        opts, _, _ = command.make_parser(ctx).parse_args(list(words))  # unknown flags raise
         for param in command.params:  # each value given converts (types, ranges, choices)
             if param.name in opts and isinstance(param, click.Option):
                 param.type_cast_value(ctx, opts[param.name])

@@ -50,8 +50,7 @@ EXAMPLES = {
     "traces export otlp": "tailreplay traces export otlp capture.msgpack "
     "--otlp-endpoint http://127.0.0.1:4318",
     "traces fit": "tailreplay traces fit capture.msgpack -o model.json",
-    "traces synth": "tailreplay traces synth model.json --duration 10m --scale 3x "
-    "-o synth.msgpack",
+    "traces synth": "tailreplay traces synth model.json --duration 10m --scale 3x -o synth.msgpack",
     "traces sample": "tailreplay traces sample peak -o peak.msgpack",
     "sim": "tailreplay sim --listen 127.0.0.1:8000 --profile fast",
     "proxy": "tailreplay proxy --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080 "
