@@ -19,9 +19,16 @@ PORTS = (8000, 8080, 9000, 9464)
 
 
 def _script() -> str:
-    """The doc's ``sh`` blocks in order, as one script, with its ports made free ones."""
+    """The doc's ``sh`` blocks in order, as one script, with its ports made free ones.
+
+    The gate (the block before the last) may exit 1 only as the doc says it does on a
+    machine too busy to send on time: its exit code is kept, and the clean-up runs.
+    """
     blocks = re.findall(r"```sh\n(.*?)```", QUICKSTART.read_text(), flags=re.S)
-    script = "\n".join(blocks)
+    *setup, gate, cleanup = blocks
+    assert gate.lstrip().startswith("replay ") and "--slo" in gate
+    kept = f"set +e\n{gate.strip()}\necho gate exit $? >&2\nset -e\n"
+    script = "\n".join([*setup, kept, cleanup])
     for port in PORTS:  # the doc's ports may be taken on a shared machine
         script = re.sub(rf"\b{port}\b", str(free_port()), script)
     # Whatever the script started in the background stops with it, pass or fail.
@@ -71,6 +78,9 @@ def test_the_quickstart_runs_as_written_from_a_fresh_install(tmp_path: Path) -> 
         assert (work / name).stat().st_size > 0, name
     assert list((work / "captures").glob("capture-*.msgpack"))
     assert "preflight: POST http://127.0.0.1:" in done.stderr
-    assert "SLO PASS" in done.stdout or "SLOs: score 1.00 (PASS)" in done.stdout, done.stdout[
-        -2000:
-    ]
+    gate = re.findall(r"^gate exit (\d+)$", done.stderr, flags=re.M)
+    if gate == ["0"]:
+        assert "SLOs: score 1.00 (PASS)" in done.stdout, done.stdout[-2000:]
+    else:  # the machine was too busy to measure staging, and the replay said so
+        assert gate == ["1"], done.stderr[-2000:]
+        assert "CLIENT-BOUND" in done.stdout and "SLO NOT JUDGED" in done.stdout
