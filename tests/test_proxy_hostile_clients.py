@@ -111,3 +111,41 @@ async def test_a_chunked_body_on_any_path_is_held_to_max_body(tmp_path: Path) ->
         async with s.post(proxy.url + "/upload", data=chunks(50)) as r:
             assert r.status == 413
     assert received == [5_000]  # the oversized body never completed upstream
+
+
+async def test_at_the_cap_an_idle_connection_makes_room_and_a_busy_one_does_not(
+    tmp_path: Path,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await asyncio.wait_for(release.wait(), 20)  # bounded
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/slow", slow)
+    async with (
+        serve_app(app) as upstream,
+        proxy_to(upstream, tmp_path / "o", max_connections=2) as proxy,
+    ):
+        port = int(proxy.url.rsplit(":", 1)[1])
+        # Holds a slot: half a head (a socket that sends nothing is not even accepted).
+        idle = await asyncio.open_connection("127.0.0.1", port)
+        idle[1].write(b"GET /slow HTTP/1.1\r\n")
+        await asyncio.sleep(0.3)
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+            first = asyncio.ensure_future(s.get(proxy.url + "/slow"))  # busy, under the cap
+            await asyncio.sleep(0.3)
+            second = asyncio.ensure_future(s.get(proxy.url + "/slow"))  # at it: evicts the idle one
+            assert await asyncio.wait_for(idle[0].read(), 5) == b""  # closed by the proxy
+            await asyncio.sleep(0.3)
+            async with s.get(proxy.url + "/slow") as third:  # no idle one left to close
+                assert third.status == 503
+                assert (await third.json())["error"]["type"] == "overloaded_error"
+            release.set()
+            for pending in (first, second):
+                response = await pending
+                assert response.status == 200
+                response.release()
+        assert await metric(proxy.admin_url, "tailreplay_proxy_connections_evicted_total") == 1
+        assert await metric(proxy.admin_url, "tailreplay_proxy_connections_refused_total") == 1
