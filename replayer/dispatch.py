@@ -168,10 +168,7 @@ class Dispatcher:
     async def _one(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
         loop = asyncio.get_running_loop()
         ctx = self._context(item)
-        headers = dict(self.headers)
-        headers["traceparent"] = ctx.traceparent()
-        if spec.body is not None:
-            headers.setdefault("Content-Type", "application/json")
+        headers = spec.headers(self.headers, ctx.traceparent())
         sent = Sent(time.time_ns(), round((loop.time() - due) * 1e9), ctx)
         self.lags_ns.append(sent.lag_ns)
         self.stats.sent += 1

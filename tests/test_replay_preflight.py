@@ -89,6 +89,32 @@ def test_a_target_given_with_v1_is_not_doubled(tmp_path: Path, sim_url: str) -> 
     assert len(records) == 10 and all(r.status == 200 for r in records)
 
 
+def test_the_probe_is_sent_as_every_request_is(tmp_path: Path) -> None:
+    """Servers built on FastAPI/pydantic (llama-cpp-python, many gateways) reject a body
+    without a JSON content type: the probe carries the same headers as the replay."""
+    archive = tmp_path / "short.msgpack"
+    chat_archive(archive, 5, gap_ms=20, seed=3)
+    seen: list[dict[str, str]] = []
+
+    async def strict(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        if request.content_type != "application/json":
+            return web.json_response({"error": {"message": "not a JSON body"}}, status=500)
+        return web.json_response({"choices": [{"message": {"content": "x"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", strict)
+    with serve_in_thread(app) as url:
+        code, _, err, _ = _replay("--target", url, "--header", "X-Team: a", str(archive))
+    assert code == 0, err
+    assert len(seen) == 1 + 5
+    assert seen[0]["X-Tailreplay-Preflight"] == "1"  # the probe, then the five
+    assert all("X-Tailreplay-Preflight" not in h for h in seen[1:])
+    for headers in seen:
+        assert headers["Content-Type"] == "application/json" and headers["X-Team"] == "a"
+        assert headers["traceparent"].startswith("00-")
+
+
 def test_the_first_requests_all_failing_alike_stop_the_replay(
     tmp_path: Path, archive: Path
 ) -> None:
