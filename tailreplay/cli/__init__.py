@@ -19,6 +19,7 @@ from tailreplay.cli.replay import replay
 from tailreplay.cli.report import report
 from tailreplay.cli.sim import sim
 from tailreplay.cli.traces import traces
+from tailreplay.cli.workload import fit, synth, validate_model
 from tailreplay.version import __version__
 
 __all__ = ["cli", "main", "replay_main", "sim_main"]
@@ -34,6 +35,8 @@ def cli(verbose: bool) -> None:
 
 for _command in (traces, sim, proxy, replay, report):
     cli.add_command(_command)
+for _command in (fit, synth, validate_model):
+    traces.add_command(_command)
 
 # One example (or two) under every command's --help; `replay` has its own.
 EXAMPLES = {
@@ -51,6 +54,8 @@ EXAMPLES = {
     "--otlp-endpoint http://127.0.0.1:4318",
     "traces fit": "tailreplay traces fit capture.msgpack -o model.json",
     "traces synth": "tailreplay traces synth model.json --duration 10m --scale 3x -o synth.msgpack",
+    "traces validate-model": "tailreplay traces validate-model capture.msgpack --model model.json "
+    "--window 30m --seeds 3 --speed 4x",
     "traces sample": "tailreplay traces sample peak -o peak.msgpack",
     "sim": "tailreplay sim --listen 127.0.0.1:8000 --profile fast",
     "proxy": "tailreplay proxy --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080 "

@@ -14,8 +14,6 @@ import click
 
 from tailreplay.cli.options import (
     DURATION,
-    FACTOR,
-    FiniteRange,
     archives_argument,
     buckets_option,
     otlp_options,
@@ -27,7 +25,7 @@ from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.traces.samples import SAMPLES
-from tailreplay.units import format_duration, format_ns, parse_time
+from tailreplay.units import format_duration, format_ns
 
 __all__ = ["traces"]
 
@@ -273,79 +271,6 @@ def export_otlp(
         else ""
     )
     click.echo(f"exported {done.spans:,} spans to {otlp.shown_endpoint()}{renamed}", err=True)
-
-
-@traces.command()
-@archives_argument
-@output_option
-@skip_corrupt_option
-@click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
-@click.option(
-    "--profile",
-    type=DURATION,
-    help="Also keep the rate's curve over time in bins this long (e.g. 10m for a day), "
-    "so synthesis follows it.",
-)
-def fit(
-    files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: float | None
-) -> None:
-    """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
-    from tailreplay.private import open_private
-    from tailreplay.traces.fit import fit as fit_workload
-
-    check_output_file("-o", out, inputs=files)
-    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
-    with open_private(out) as f:
-        json.dump(workload.to_json(), f, indent=1)
-        f.write("\n")
-    for line in workload.describe():
-        click.echo(line)
-    click.echo(f"wrote {out}", err=True)
-
-
-@traces.command()
-@click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
-@output_option
-@click.option("--duration", type=DURATION, help="Length of the synthetic trace, e.g. 10m.")
-@click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
-@click.option(
-    "--rate",
-    type=FiniteRange(min=0, min_open=True),
-    help="Mean requests per second (default: the fitted rate).",
-)
-@click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the synthesised draws.")
-@click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
-@click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
-def synth(
-    model: Path,
-    out: Path,
-    duration: float | None,
-    count: int | None,
-    rate: float | None,
-    scale: float | None,
-    seed: int,
-    start: str | None,
-    flat: bool,
-) -> None:
-    """Synthesise an archive from a workload model, at any rate and length."""
-    from tailreplay.traces.fit import Workload, synthesize
-
-    if rate is not None and scale is not None:
-        raise UsageError("give --rate or --scale, not both")
-    check_output_file("-o", out, inputs=[model])
-    workload = Workload.load(model)
-    written = synthesize(
-        workload,
-        out,
-        duration_s=duration,
-        count=count,
-        rate_rps=workload.rate_rps * scale if scale is not None else rate,
-        seed=seed,
-        start_ns=parse_time(start) if start is not None else None,
-        flat=flat,
-    )
-    click.echo(f"wrote {written:,} records to {out}", err=True)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,258 @@
+"""``traces validate-model``: does a workload model predict the tail the real traffic gets?
+
+Three kinds of arm are replayed against the same target, each on a fresh
+simulator (or the given target), one after another:
+
+- ``exact``: the archive's window itself, as recorded;
+- ``model``: the model's synthesis with the window's length and mean rate;
+- ``poisson``: the same requests as ``model`` (same seed, same shapes in the same
+  order) at Poisson arrival times: the baseline a model has to beat.
+
+Each arm's latency and TTFT percentiles come from its result archive through
+``traces.metrics`` (the figures every view uses), with bootstrap intervals; the
+relative error is against the exact arm. An arm whose replay was client-bound
+(dispatch lag P99 over the limit) measured the client, not the target: its row
+says so and the check fails rather than presenting its figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailreplay.errors import InputError, RunFailed
+from tailreplay.sim.launcher import sim_process
+from tailreplay.sim.profiles import profile as sim_profile
+from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
+from tailreplay.traces.client_health import client_verdict
+from tailreplay.traces.columns import load_columns
+from tailreplay.traces.fit import Workload, synthesize
+from tailreplay.traces.metrics import metric_values
+from tailreplay.traces.ops import copy_records, record_filter
+from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, requests
+
+__all__ = ["ArmResult", "CheckConfig", "run_check"]
+
+Array = npt.NDArray[Any]
+QUANTILES = (50.0, 95.0, 99.0)
+_BOOTSTRAP = 400
+_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
+                 "decode_per_seq_ms")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    archive: Path
+    model: Workload
+    out_dir: Path
+    target: str | None = None
+    window_s: float | None = None
+    offset_s: float = 0.0
+    seeds: int = 3
+    speed: float = 1.0
+    """Replay this much faster; the built-in simulator's step times shrink by as much,
+    so its queues see the same load in less wall time."""
+    sim_profile: str = "default"
+    sim_args: tuple[str, ...] = ()
+    """Passed to the built-in simulator after the sizing, so they win."""
+    lag_limit_ms: float = 25.0
+    timeout_s: float = 600.0
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    seed: int | None
+    requests: int
+    errors: int
+    latency: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Percentile name -> (value, interval low, interval high), ms."""
+    ttft: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    idc: list[float | None] = field(default_factory=list)
+    lag_p99_ms: float | None = None
+    client_bound: bool = False
+
+
+def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
+    """Replay every arm and measure it; the exact arm first."""
+    cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    exact, span_s, n = _window(cfg)
+    say(f"window: {n:,} requests over {span_s:,.0f} s ({n / span_s:.2f} req/s)")
+    arms: list[tuple[str, int | None, Path]] = [("exact", None, exact)]
+    for draw in range(1, cfg.seeds + 1):
+        for kind in ("model", "poisson"):
+            path = cfg.out_dir / f"{kind}-{draw}.msgpack"
+            path.unlink(missing_ok=True)
+            # As many requests as the window, at its mean rate: a bursty process's count
+            # in a fixed span varies a lot, and that noise is not what is compared.
+            synthesize(cfg.model, path, count=n, rate_rps=n / span_s, seed=draw, arrivals=kind)
+            arms.append((kind, draw, path))
+    sim_args = _sim_args(cfg, [a[2] for a in arms])
+    results = []
+    for kind, seed, path in arms:
+        name = kind if seed is None else f"{kind} seed {seed}"
+        say(f"replaying {name} ...")
+        out = cfg.out_dir / f"{path.stem}-results.msgpack"
+        with _target(cfg, sim_args) as url:
+            _replay(cfg, url, path, out)
+        results.append(_measure(kind, seed, path, out, cfg.lag_limit_ms))
+    return results
+
+
+def _window(cfg: CheckConfig) -> tuple[Path, float, int]:
+    starts = load_columns([cfg.archive], [])["start_ns"]
+    if starts.size < 10:
+        raise InputError(f"{cfg.archive}: {starts.size} records are too few to check a model")
+    lo = int(starts[0] + cfg.offset_s * 1e9)
+    hi = int(lo + cfg.window_s * 1e9) if cfg.window_s is not None else int(starts[-1]) + 1
+    span_s = (hi - lo) / 1e9
+    exact = cfg.out_dir / "exact.msgpack"
+    exact.unlink(missing_ok=True)
+    done = copy_records([cfg.archive], exact, source="validate-model",
+                        keep=record_filter(start_ns=lo, end_ns=hi), stop_after_ns=hi)  # fmt: skip
+    if done.written < 10:
+        raise InputError(f"the window holds {done.written} records; at least 10 are needed")
+    return exact, span_s, done.written
+
+
+def _sim_args(cfg: CheckConfig, archives: list[Path]) -> list[str]:
+    """The built-in simulator: the profile, its step times divided by the speed, and a
+    context that holds the longest request of every arm."""
+    p = sim_profile(cfg.sim_profile)
+    longest = 0
+    for path in archives:
+        cols = load_columns([path], ["input_tokens", "output_tokens"])
+        both = cols.present["input_tokens"] & cols.present["output_tokens"]
+        if both.any():
+            total = cols["input_tokens"][both] + cols["output_tokens"][both]
+            longest = max(longest, int(total.max()))
+    context = max(p.max_model_len, longest + 16)
+    args = ["--profile", cfg.sim_profile, "--max-model-len", str(context),
+            "--kv-tokens", str(max(p.kv_tokens, 2 * context)), "--nice", "5"]  # fmt: skip
+    timed = {f"--{name.replace('_', '-')}": getattr(p, name) for name in _TIMED_PARAMS}
+    extra = list(cfg.sim_args)
+    for flag, value in timed.items():  # an override of a step time is scaled too
+        given = [a for a in extra if a.startswith(flag + "=")]
+        if given:
+            extra.remove(given[-1])
+            value = float(given[-1].split("=", 1)[1])
+        args += [flag, f"{value / cfg.speed:.6g}"]
+    return args + extra
+
+
+@contextmanager
+def _target(cfg: CheckConfig, sim_args: list[str]) -> Iterator[str]:
+    if cfg.target is not None:
+        with nullcontext(cfg.target) as url:
+            yield url
+        return
+    with sim_process(sim_args) as url:  # a fresh engine: no arm inherits another's queue
+        yield url
+
+
+def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", url,
+           "--speed", f"{cfg.speed:g}x", "--tail-stretch", "1", "--out", str(out),
+           "--lag-limit", f"{cfg.lag_limit_ms:g}ms", "--timeout", f"{cfg.timeout_s:g}s",
+           "--fail-fast", "0", str(archive)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if not out.exists():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {last}")
+
+
+def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:
+    cols = load_columns([out], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
+    r = requests(cols)
+    values = metric_values(r)
+    lags = cols["lag_ns"][cols.present["lag_ns"]]
+    verdict = client_verdict(lags, limit_ms)
+    sched = np.sort(load_columns([archive], [])["start_ns"]).astype(np.float64) / 1e9
+    return ArmResult(
+        arm=kind, seed=seed, requests=r.n, errors=int(r.error.sum()),
+        latency=_with_intervals(values["latency"]), ttft=_with_intervals(values["ttft"]),
+        idc=[index_of_dispersion(sched, w) for w in WINDOWS_S],
+        lag_p99_ms=verdict["lag_p99_ms"], client_bound=verdict["client_bound"],
+    )  # fmt: skip
+
+
+def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
+    """P50/P95/P99 with a 95% bootstrap interval each (seeded: the same run, the same
+    intervals)."""
+    if values.size == 0:
+        return {}
+    rng = np.random.default_rng(0)
+    points = np.percentile(values, QUANTILES)
+    draws = np.empty((_BOOTSTRAP, len(QUANTILES)))
+    for i in range(_BOOTSTRAP):
+        draws[i] = np.percentile(values[rng.integers(0, values.size, values.size)], QUANTILES)
+    lo, hi = np.percentile(draws, [2.5, 97.5], axis=0)
+    return {f"p{q:g}": (float(p), float(a), float(b))
+            for q, p, a, b in zip(QUANTILES, points, lo, hi, strict=True)}  # fmt: skip
+
+
+def to_json(results: list[ArmResult]) -> str:
+    return json.dumps({"arms": [r.__dict__ for r in results], "errors": errors(results)},
+                      indent=1)  # fmt: skip
+
+
+def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
+    """Per synthetic arm kind and figure (``latency_p99``, ``ttft_p99``): each seed's
+    relative error against the exact arm; arms that were client-bound (or an exact arm
+    that was) are left out."""
+    exact = next(r for r in results if r.arm == "exact")
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in results:
+        if r.arm == "exact" or r.client_bound or exact.client_bound:
+            continue  # a client-bound arm measured the replayer, not the target
+        kind = out.setdefault(r.arm, {"latency_p99": [], "ttft_p99": []})
+        for figure, mine, theirs in (("latency_p99", r.latency, exact.latency),
+                                     ("ttft_p99", r.ttft, exact.ttft)):  # fmt: skip
+            if "p99" in mine and "p99" in theirs and theirs["p99"][0] > 0:
+                kind[figure].append(mine["p99"][0] / theirs["p99"][0] - 1)
+    return out
+
+
+def render(results: list[ArmResult]) -> list[str]:
+    """The table ``validate-model`` prints, then one line per synthetic kind."""
+    head = (f"{'arm':<16}{'requests':>9}{'errors':>7}  {'latency P50/P95/P99 ms':<24}"
+            f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
+            f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}")  # fmt: skip
+    lines = [head]
+    for r in results:
+        name = r.arm if r.seed is None else f"{r.arm} seed {r.seed}"
+        lag = "-" if r.lag_p99_ms is None else f"{r.lag_p99_ms:.1f}ms"
+        row = f"{name:<16}{r.requests:>9,}{r.errors:>7,}  "
+        if r.client_bound:
+            lines.append(row + f"CLIENT-BOUND: dispatch lag P99 {lag}; not a measure of the target")
+            continue
+        idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
+        lines.append(row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"
+                     f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}")  # fmt: skip
+    for kind, figures in errors(results).items():
+        parts = []
+        for figure, errs in figures.items():
+            if errs:
+                mean = float(np.mean(np.abs(errs)))
+                each = ", ".join(f"{e:+.1%}" for e in errs)
+                parts.append(f"{figure.replace('_', ' ')} error mean |{mean:.1%}| ({each})")
+        lines.append(f"{kind}: " + ("; ".join(parts) if parts else "nothing to compare"))
+    return lines
+
+
+def _three(q: dict[str, tuple[float, float, float]]) -> str:
+    return "/".join(f"{q[k][0]:.0f}" for k in ("p50", "p95", "p99")) if q else "-"
+
+
+def _interval(q: dict[str, tuple[float, float, float]]) -> str:
+    return f"{q['p99'][1]:.0f}..{q['p99'][2]:.0f}" if q else "-"

@@ -1,0 +1,234 @@
+"""Workload models on the command line: ``traces fit``, ``traces synth`` and
+``traces validate-model`` (added to the ``traces`` group by ``tailreplay.cli``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tailreplay.cli.options import (
+    DURATION,
+    FACTOR,
+    FiniteRange,
+    archives_argument,
+    output_option,
+    skip_corrupt_option,
+)
+from tailreplay.errors import UsageError
+from tailreplay.output_path import check_output_file
+from tailreplay.units import parse_time
+
+__all__ = ["fit", "synth", "validate_model"]
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
+@click.command()
+@archives_argument
+@output_option
+@skip_corrupt_option
+@click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
+@click.option(
+    "--profile",
+    type=DURATION,
+    help="Also keep the rate's curve over time in bins this long (e.g. 10m for a day), "
+    "so synthesis follows it.",
+)
+def fit(
+    files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: float | None
+) -> None:
+    """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
+    from tailreplay.private import open_private
+    from tailreplay.traces.fit import fit as fit_workload
+
+    check_output_file("-o", out, inputs=files)
+    workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
+    with open_private(out) as f:
+        json.dump(workload.to_json(), f, indent=1)
+        f.write("\n")
+    for line in workload.describe():
+        click.echo(line)
+    _warn(workload.warnings)
+    click.echo(f"wrote {out}", err=True)
+
+
+@click.command()
+@click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
+@output_option
+@click.option("--duration", type=DURATION, help="Length of the synthetic trace, e.g. 10m.")
+@click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
+@click.option(
+    "--rate",
+    type=FiniteRange(min=0, min_open=True),
+    help="Mean requests per second (default: the fitted rate).",
+)
+@click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the synthesised draws.")
+@click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
+@click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
+@click.option(
+    "--arrivals",
+    type=click.Choice(["model", "poisson"]),
+    default="model",
+    show_default=True,
+    help="poisson: Poisson arrival times at the same mean rate, the same requests "
+    "(the baseline `validate-model` compares with).",
+)
+def synth(
+    model: Path,
+    out: Path,
+    duration: float | None,
+    count: int | None,
+    rate: float | None,
+    scale: float | None,
+    seed: int,
+    start: str | None,
+    flat: bool,
+    arrivals: str,
+) -> None:
+    """Synthesise an archive from a workload model, at any rate and length."""
+    from tailreplay.traces.fit import Workload, synthesize
+
+    if rate is not None and scale is not None:
+        raise UsageError("give --rate or --scale, not both")
+    check_output_file("-o", out, inputs=[model])
+    workload = Workload.load(model)
+    _warn(workload.warnings)
+    written = synthesize(
+        workload,
+        out,
+        duration_s=duration,
+        count=count,
+        rate_rps=workload.rate_rps * scale if scale is not None else rate,
+        seed=seed,
+        start_ns=parse_time(start) if start is not None else None,
+        flat=flat,
+        arrivals=arrivals,
+    )
+    click.echo(f"wrote {written:,} records to {out}", err=True)
+
+
+@click.command(name="validate-model")
+@click.argument("archive", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--model",
+    "model_path",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="What `traces fit` wrote.",
+)
+@click.option(
+    "--target",
+    help="Base URL to replay at (default: a fresh built-in simulator "
+    "for each arm, its context sized to the longest request).",
+)
+@click.option(
+    "--window",
+    type=DURATION,
+    help="Length of the archive window replayed (default: all of it), e.g. 30m.",
+)
+@click.option(
+    "--offset",
+    type=DURATION,
+    default=0.0,
+    help="Where the window starts, from the first record.  [default: 0s]",
+)
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="Syntheses of the model (and Poisson baselines) to replay.",
+)
+@click.option(
+    "--speed",
+    type=FACTOR,
+    default=1.0,
+    help="Replay this much faster, the "
+    "simulator's step times shorter by as much: the same queues in less time "
+    "(built-in simulator only).  [default: 1x]",
+)
+@click.option(
+    "--sim-profile",
+    type=click.Choice(["default", "fast"]),
+    default="default",
+    show_default=True,
+    help="Profile of the built-in simulator.",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("validate-model"),
+    show_default=True,
+    help="Where the arms' archives and results go.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write every arm's figures as JSON here.",
+)
+@click.option(
+    "--lag-limit",
+    type=DURATION,
+    default=0.025,
+    help="Dispatch lag P99 above this means an arm measured the client (the latencies "
+    "compared are seconds).  [default: 25ms]",
+)
+@click.option(
+    "--sim-arg",
+    "sim_args",
+    multiple=True,
+    metavar="--NAME=VALUE",
+    help="Passed to the built-in simulator (repeatable), e.g. --sim-arg=--max-num-seqs=64; "
+    "step times given here are divided by --speed too.",
+)
+def validate_model(
+    archive: Path,
+    model_path: Path,
+    target: str | None,
+    window: float | None,
+    offset: float,
+    seeds: int,
+    speed: float,
+    sim_profile: str,
+    out_dir: Path,
+    json_path: Path | None,
+    lag_limit: float,
+    sim_args: tuple[str, ...],
+) -> None:
+    """Replay an archive window, the model's synthesis of it and a Poisson baseline
+    against one target, and compare their latency and TTFT percentiles."""
+    from tailreplay.errors import RunFailed
+    from tailreplay.private import open_private
+    from tailreplay.replayer.model_check import CheckConfig, render, run_check, to_json
+    from tailreplay.traces.fit import Workload
+
+    if target is not None and speed != 1:
+        raise UsageError("--speed shortens the built-in simulator's steps; with --target it "
+                         "would only raise the load")  # fmt: skip
+    workload = Workload.load(model_path)
+    _warn(workload.warnings)
+    if target is not None and sim_args:
+        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
+    bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
+    if bad:
+        raise UsageError(f"--sim-arg takes --NAME=VALUE, not {bad[0]!r}")
+    config = CheckConfig(archive, workload, out_dir, target, window, offset, seeds, speed,
+                         sim_profile, sim_args, lag_limit * 1e3)  # fmt: skip
+    results = run_check(config, lambda line: click.echo(line, err=True))
+    for line in render(results):
+        click.echo(line)
+    if json_path is not None:
+        with open_private(json_path) as f:
+            f.write(to_json(results) + "\n")
+    bound = [r for r in results if r.client_bound]
+    if bound:
+        raise RunFailed(f"{len(bound)} of {len(results)} arms were client-bound: the "
+                        "comparison is not a measure of the model; run on a less busy machine "
+                        "or with a lower --speed")  # fmt: skip
