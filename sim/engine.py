@@ -127,6 +127,10 @@ class EngineStats:
     modelled_s: float = 0.0
     achieved_s: float = 0.0
     prompt_tokens: int = 0
+    """Prompt tokens of the requests that got their first token (as vLLM counts them:
+    the whole prompt, cached or not, once)."""
+    prefill_tokens: int = 0
+    """Prompt tokens computed: less prefix-cache hits, plus recomputation after preemption."""
     generation_tokens: int = 0
     preemptions: int = 0
     finished: int = 0
@@ -370,10 +374,11 @@ class Engine:
             if seq.cancelled or seq not in self.running:
                 continue
             seq.prefilled += n
-            stats.prompt_tokens += n
+            stats.prefill_tokens += n
             self._register(seq)
             if not seq.in_prefill and seq.generated == 0:
                 decoding.append(seq)  # its first token comes with the prefill step
+                stats.prompt_tokens += seq.prompt_tokens
         done = []
         for seq in decoding:
             if seq.cancelled:

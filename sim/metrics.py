@@ -43,7 +43,16 @@ class _EngineCollector(Collector):
         yield gauge("vllm:num_requests_running", "Sequences running.", len(e.running))
         yield gauge("vllm:num_requests_waiting", "Sequences waiting.", len(e.waiting))
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", e.kv_usage)
-        yield counter("vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens)
+        yield counter(
+            "vllm:prompt_tokens",
+            "Prompt tokens of requests prefilled, cached or not (as vLLM counts).",
+            e.stats.prompt_tokens,
+        )
+        yield counter(
+            "tailreplay_sim_prefill_tokens",
+            "Prompt tokens computed (less prefix-cache hits, plus recomputation).",
+            e.stats.prefill_tokens,
+        )
         yield counter(
             "vllm:generation_tokens", "Generation tokens produced.", e.stats.generation_tokens
         )

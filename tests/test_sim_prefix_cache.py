@@ -105,10 +105,11 @@ async def test_a_cached_prefix_is_not_prefilled_again_but_the_last_token_is(
     engine = engine_for(TINY)
     a = prompt(1, 100)
     first = await run(engine, a)
-    assert first.cached_tokens == 0 and engine.stats.prompt_tokens == 100
+    assert first.cached_tokens == 0 and engine.stats.prefill_tokens == 100
     again = await run(engine, a)
     assert again.cached_tokens == 96  # six full blocks; the last 4 tokens computed
-    assert engine.stats.prompt_tokens == 100 + 4
+    assert engine.stats.prefill_tokens == 100 + 4
+    assert engine.stats.prompt_tokens == 200  # vLLM's counter: whole prompts, once each
     # A prompt of whole blocks: its last block is computed again for its last token.
     b = prompt(2, 96)
     await run(engine, b)
@@ -184,6 +185,8 @@ async def test_shared_blocks_are_held_once_and_preemption_keeps_accounting_exact
     assert sum(h is not None and h >= 48 for h in hits) >= 40, hits
     assert engine.stats.prefix_hits == sum(h or 0 for h in hits)
     assert engine.stats.prefix_queries == sum(len(t) for t in tokens)
+    # Whole prompts once each, however often preemption made them recompute.
+    assert engine.stats.prompt_tokens == sum(len(t) for t in tokens)
     assert engine.kv_used == 0 and engine.cache.pinned_tokens == 0
     assert 0 < engine.cache.free_tokens <= profile.kv_tokens
 
@@ -196,6 +199,6 @@ async def test_with_the_prefix_cache_off_nothing_is_cached_or_counted(
     for _ in range(2):
         seq = await run(engine, a)
         assert seq.cached_tokens is None
-    assert engine.stats.prompt_tokens == 200
+    assert engine.stats.prefill_tokens == engine.stats.prompt_tokens == 200
     assert engine.stats.prefix_queries == engine.stats.prefix_hits == 0
     assert engine.cache.free_tokens == 0 and engine.kv_used == 0

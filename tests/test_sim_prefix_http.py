@@ -81,8 +81,10 @@ async def test_usage_reports_cached_tokens_streamed_and_not(client: openai.Async
     assert await metric(url, "vllm:prefix_cache_hits_total") == hits
     assert await metric(url, "vllm:gpu_prefix_cache_queries_total") == queries
     assert await metric(url, "vllm:gpu_prefix_cache_hits_total") == hits
-    # Prefill counts only what was computed; the finished requests' blocks stay cached.
-    assert await metric(url, "vllm:prompt_tokens_total") == queries - hits
+    # vLLM's prompt-token counter counts whole prompts; prefill only what was computed.
+    assert await metric(url, "vllm:prompt_tokens_total") == queries
+    assert await metric(url, "tailreplay_sim_prefill_tokens_total") == queries - hits
+    # The finished requests' blocks stay cached, and count as free.
     assert await metric(url, "vllm:kv_cache_usage_perc") == 0
     cached = await metric(url, "tailreplay_sim_prefix_cache_free_tokens")
     assert cached == (a.usage.prompt_tokens // 16 + n // 16 - common // 16) * 16
