@@ -9,6 +9,12 @@ step gets its first token at the end of that step (as in vLLM). When the KV cach
 cannot hold the next token of every running sequence, the newest is preempted:
 its KV is freed and it waits at the head of the queue to be recomputed.
 
+With the prefix cache on (the profile's ``prefix_caching``), the full blocks of
+a prompt stay cached after their sequence ends, in an LRU that shares the KV
+budget with running sequences (``tailreplay.sim.prefix_cache``): an admitted
+sequence skips the prefill of its longest cached prefix, except the prompt's last
+token, which is always computed (as in vLLM).
+
 Steps are timed against the loop's monotonic clock on an absolute schedule (each
 step starts at the previous one's deadline), so timer jitter does not accumulate;
 when the simulator itself is slower than the model, steps stretch
@@ -24,6 +30,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
+from tailreplay.sim.prefix_cache import PrefixCache
 from tailreplay.sim.profiles import EngineProfile
 
 __all__ = ["Engine", "EngineStats", "NeverFits", "QueueFull", "Sequence"]
@@ -46,6 +53,9 @@ class Sequence:
     __slots__ = (
         "_waiter",
         "arrival",
+        "block_hashes",
+        "blocks",
+        "cached_tokens",
         "cancelled",
         "finished",
         "generated",
@@ -56,11 +66,27 @@ class Sequence:
         "target",
     )
 
-    def __init__(self, seq_id: int, prompt_tokens: int, target: int, arrival: float) -> None:
+    def __init__(
+        self,
+        seq_id: int,
+        prompt_tokens: int,
+        target: int,
+        arrival: float,
+        block_hashes: list[int] | None = None,
+    ) -> None:
         self.id = seq_id
         self.prompt_tokens = prompt_tokens
         self.target = target
         self.arrival = arrival
+        self.block_hashes = block_hashes or []
+        """The chained hashes of the prompt's full blocks (empty: nothing to cache)."""
+        self.blocks: list[int] = []
+        """The leading ``block_hashes`` whose KV this sequence holds in the prefix cache
+        (hit at admission, or computed and registered since); the rest of its context
+        is its own."""
+        self.cached_tokens: int | None = None
+        """Prompt tokens found in the prefix cache at its first admission (None: not
+        admitted yet, or the prefix cache is off)."""
         self.generated = 0
         self.prefilled = 0
         self.pending = 0
@@ -101,10 +127,18 @@ class EngineStats:
     modelled_s: float = 0.0
     achieved_s: float = 0.0
     prompt_tokens: int = 0
+    """Prompt tokens of the requests that got their first token (as vLLM counts them:
+    the whole prompt, cached or not, once)."""
+    prefill_tokens: int = 0
+    """Prompt tokens computed: less prefix-cache hits, plus recomputation after preemption."""
     generation_tokens: int = 0
     preemptions: int = 0
     finished: int = 0
     cancelled: int = 0
+    prefix_queries: int = 0
+    """Prompt tokens looked up in the prefix cache (first admissions only, as vLLM counts)."""
+    prefix_hits: int = 0
+    """Of those, the tokens found cached (their prefill skipped)."""
 
 
 class Engine:
@@ -112,7 +146,9 @@ class Engine:
         self.profile = profile
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.kv_used = 0
+        self.cache = PrefixCache(profile.block_size)
+        self._own = 0
+        """KV tokens running sequences hold outside the prefix cache's blocks."""
         self.stats = EngineStats()
         self._ids = itertools.count(1)
         self._wake = asyncio.Event()
@@ -131,12 +167,20 @@ class Engine:
                 f"{max_tokens or 1} in the completion). Please reduce the length."
             )
 
-    def submit(self, prompt_tokens: int, target: int) -> Sequence:
-        """Queue a sequence; raises QueueFull or NeverFits."""
+    def submit(
+        self, prompt_tokens: int, target: int, block_hashes: list[int] | None = None
+    ) -> Sequence:
+        """Queue a sequence; raises QueueFull or NeverFits.
+
+        ``block_hashes`` are its prompt's (``prefix_cache.block_hashes``); ignored
+        when the profile's prefix cache is off.
+        """
         self.check_fits(prompt_tokens, target)
         if len(self.waiting) >= self.profile.queue_limit:
             raise QueueFull(f"{len(self.waiting)} requests waiting; try again later")
-        seq = Sequence(next(self._ids), prompt_tokens, target, asyncio.get_running_loop().time())
+        hashes = block_hashes if self.profile.prefix_caching else None
+        now = asyncio.get_running_loop().time()
+        seq = Sequence(next(self._ids), prompt_tokens, target, now, hashes)
         self.waiting.append(seq)
         self._wake.set()
         return seq
@@ -150,11 +194,18 @@ class Engine:
         self.stats.cancelled += 1
         if seq in self.running:
             self.running.remove(seq)
-            self.kv_used -= self._held(seq)
+            self._release(seq)
         else:
             with contextlib.suppress(ValueError):
                 self.waiting.remove(seq)
         seq._wake()
+
+    @property
+    def kv_used(self) -> int:
+        """KV tokens running sequences hold: their own, and the cached blocks they pin
+        (counted once however many share them). Free cached blocks are not in it: like
+        vLLM's free block pool, they are room to be taken."""
+        return self._own + self.cache.pinned_tokens
 
     @property
     def kv_usage(self) -> float:
@@ -184,11 +235,6 @@ class Engine:
 
     # -- the scheduler ---------------------------------------------------------------
 
-    @staticmethod
-    def _held(seq: Sequence) -> int:
-        # KV is reserved for the whole context at admission and grows by one per token.
-        return seq.context
-
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         p = self.profile
@@ -199,9 +245,9 @@ class Engine:
                 await self._wake.wait()
                 step_start = loop.time()
             self._admit()
-            decoding = [s for s in self.running if not s.in_prefill]
-            self._make_room(decoding)
             prefill = self._plan_prefill()
+            decoding = [s for s in self.running if not s.in_prefill]
+            self._make_room(decoding, prefill)
             cost_ms = 0.0
             prefill_tokens = sum(n for _, n in prefill)
             if prefill_tokens:
@@ -234,16 +280,59 @@ class Engine:
             step_start = next_start
 
     def _admit(self) -> None:
-        p = self.profile
+        p, cache = self.profile, self.cache
         while self.waiting and len(self.running) < p.max_num_seqs:
             seq = self.waiting[0]
-            need = seq.context + 1
-            if self.kv_used + need > p.kv_tokens:
+            # The longest cached prefix of full blocks, short of the prompt's last token:
+            # that one is always computed, its logits give the first output token.
+            limit = max(0, seq.prompt_tokens - 1) // p.block_size
+            hit = cache.longest_hit(seq.block_hashes, limit)
+            hits = seq.block_hashes[:hit]
+            own = seq.context - hit * p.block_size
+            # Free cached blocks it would pin stop being room; other free ones give way.
+            taken = cache.free_among(hits) * p.block_size
+            if self.kv_used + taken + own + 1 > p.kv_tokens:
                 break  # first come, first served: no overtaking
             self.waiting.popleft()
-            seq.prefilled = 0
+            for block in hits:
+                cache.pin(block)
+            seq.blocks = list(hits)
+            self._own += own
+            self._evict()
+            seq.prefilled = hit * p.block_size
+            if p.prefix_caching and seq.cached_tokens is None:
+                # A recomputation after preemption is no new query (as vLLM counts).
+                seq.cached_tokens = seq.prefilled
+                self.stats.prefix_queries += seq.prompt_tokens
+                self.stats.prefix_hits += seq.prefilled
             self.running.append(seq)
-            self.kv_used += self._held(seq)
+
+    def _evict(self, room: int = 0) -> None:
+        """Evict free cached blocks, least recently used first, until running sequences
+        hold at most ``kv_tokens - room`` with the cache's free blocks."""
+        limit = self.profile.kv_tokens - room
+        while self.kv_used + self.cache.free_tokens > limit and self.cache.evict_one():
+            pass
+
+    def _release(self, seq: Sequence) -> None:
+        """A sequence leaves the running set: its own KV is freed, its blocks stay cached."""
+        self._own -= seq.context - len(seq.blocks) * self.profile.block_size
+        self.cache.release(seq.blocks)
+        seq.blocks = []
+
+    def _register(self, seq: Sequence) -> None:
+        """Put the prompt blocks ``seq`` has now computed into the prefix cache.
+
+        A block another sequence computed meanwhile (both missed it at admission) is
+        kept once: this sequence pins the cached copy and frees its own.
+        """
+        size = self.profile.block_size
+        full = min(min(seq.prefilled, seq.prompt_tokens) // size, len(seq.block_hashes))
+        while len(seq.blocks) < full:
+            block = seq.block_hashes[len(seq.blocks)]
+            self.cache.pin(block)
+            seq.blocks.append(block)
+            self._own -= size
 
     def _plan_prefill(self) -> list[tuple[Sequence, int]]:
         budget = self.profile.max_batched_tokens
@@ -257,16 +346,27 @@ class Engine:
                 budget -= n
         return plan
 
-    def _make_room(self, decoding: list[Sequence]) -> None:
-        """Preempt the newest sequences until the next token of each decoder fits."""
-        while self.running and self.kv_used + len(decoding) > self.profile.kv_tokens:
+    def _make_room(self, decoding: list[Sequence], prefill: list[tuple[Sequence, int]]) -> None:
+        """Make room for the tokens this step adds: the next token of each decoder and
+        the first token of each sequence whose prefill ends. Free cached blocks give way
+        first; then the newest sequences are preempted."""
+
+        def growth() -> int:
+            ending = sum(s.generated == 0 and s.prefilled + n >= s.context for s, n in prefill)
+            return len(decoding) + ending
+
+        while self.running and self.kv_used + growth() > self.profile.kv_tokens:
             victim = self.running.pop()
-            self.kv_used -= self._held(victim)
+            self._release(victim)
             victim.prefilled = 0
             self.waiting.appendleft(victim)
             self.stats.preemptions += 1
             if victim in decoding:
                 decoding.remove(victim)
+            # The newest sequence's prefill, if planned, is the plan's last entry.
+            if prefill and prefill[-1][0] is victim:
+                prefill.pop()
+        self._evict(growth())
 
     def _finish_step(self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence]) -> None:
         stats = self.stats
@@ -274,9 +374,11 @@ class Engine:
             if seq.cancelled or seq not in self.running:
                 continue
             seq.prefilled += n
-            stats.prompt_tokens += n
+            stats.prefill_tokens += n
+            self._register(seq)
             if not seq.in_prefill and seq.generated == 0:
                 decoding.append(seq)  # its first token comes with the prefill step
+                stats.prompt_tokens += seq.prompt_tokens
         done = []
         for seq in decoding:
             if seq.cancelled:
@@ -284,7 +386,7 @@ class Engine:
             seq.generated += 1
             seq.prefilled += 1
             seq.pending += 1
-            self.kv_used += 1
+            self._own += 1
             stats.generation_tokens += 1
             if seq.generated >= seq.target:
                 seq.finished = True
@@ -292,5 +394,5 @@ class Engine:
             seq._wake()
         for seq in done:
             self.running.remove(seq)
-            self.kv_used -= self._held(seq)
+            self._release(seq)
             stats.finished += 1

@@ -7,7 +7,7 @@ per-request histograms are observed by the HTTP handlers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -43,11 +43,21 @@ class _EngineCollector(Collector):
         yield gauge("vllm:num_requests_running", "Sequences running.", len(e.running))
         yield gauge("vllm:num_requests_waiting", "Sequences waiting.", len(e.waiting))
         yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage, 0 to 1.", e.kv_usage)
-        yield counter("vllm:prompt_tokens", "Prefill tokens processed.", e.stats.prompt_tokens)
+        yield counter(
+            "vllm:prompt_tokens",
+            "Prompt tokens of requests prefilled, cached or not (as vLLM counts).",
+            e.stats.prompt_tokens,
+        )
+        yield counter(
+            "tailreplay_sim_prefill_tokens",
+            "Prompt tokens computed (less prefix-cache hits, plus recomputation).",
+            e.stats.prefill_tokens,
+        )
         yield counter(
             "vllm:generation_tokens", "Generation tokens produced.", e.stats.generation_tokens
         )
         yield counter("vllm:num_preemptions", "Preemptions.", e.stats.preemptions)
+        yield from _prefix_cache_metrics(e, counter, gauge)
         yield counter("tailreplay_sim_steps", "Engine steps run.", e.stats.steps)
         yield counter(
             "tailreplay_sim_step_modelled_seconds",
@@ -64,6 +74,44 @@ class _EngineCollector(Collector):
             "Steps that ended later than modelled (the simulator was the bottleneck).",
             e.stats.late_steps,
         )
+
+
+def _prefix_cache_metrics(
+    e: Engine,
+    counter: Callable[[str, str, float], CounterMetricFamily],
+    gauge: Callable[[str, str, float], GaugeMetricFamily],
+) -> Iterator[Metric]:
+    # vLLM 0.10's names; it still exposes the vllm:gpu_ ones (0.8 and 0.9 had only
+    # those), so dashboards made for either find theirs.
+    queries, hits = e.stats.prefix_queries, e.stats.prefix_hits
+    yield counter(
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        queries,
+    )
+    yield counter(
+        "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", hits
+    )
+    yield counter(
+        "vllm:gpu_prefix_cache_queries",
+        "GPU prefix cache queries, in tokens. DEPRECATED: use vllm:prefix_cache_queries.",
+        queries,
+    )
+    yield counter(
+        "vllm:gpu_prefix_cache_hits",
+        "GPU prefix cache hits, in tokens. DEPRECATED: use vllm:prefix_cache_hits.",
+        hits,
+    )
+    yield gauge(
+        "tailreplay_sim_prefix_cache_free_tokens",
+        "Tokens of cached prompt blocks no running request uses (evictable).",
+        e.cache.free_tokens,
+    )
+    yield counter(
+        "tailreplay_sim_prefix_cache_evictions",
+        "Cached prompt blocks evicted to make room.",
+        e.cache.evictions,
+    )
 
 
 class SimMetrics:

@@ -41,6 +41,15 @@ class EngineProfile:
     """Share of chat requests answered as a reasoning model does: thinking first."""
     reasoning_tokens: int = 32
     """Tokens such a request thinks (``reasoning_content``) before its answer."""
+    prefix_caching: bool = True
+    """Keep prompt blocks cached after their request, and skip the prefill of a
+    cached prefix (vLLM's --enable-prefix-caching, SGLang's radix cache)."""
+    block_size: int = 16
+    """Tokens per KV block: the prefix cache's unit (vLLM's --block-size)."""
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be at least 1, not {self.block_size}")
 
     def decode_ms(self, batch: int) -> float:
         return self.decode_base_ms + self.decode_per_seq_ms * batch
@@ -75,6 +84,8 @@ PROFILES: dict[str, EngineProfile] = {
         queue_limit=256,
         output_mean=200.0,
         output_shape=1.5,
+        prefix_caching=True,
+        block_size=16,
     ),
     # The same model on one 80 GB H100: ~3.3 TB/s (≈ 6 ms a step), ~60 GB of KV,
     # prefill ~80k tokens/s.
@@ -92,6 +103,8 @@ PROFILES: dict[str, EngineProfile] = {
         queue_limit=1_024,
         output_mean=200.0,
         output_shape=1.5,
+        prefix_caching=True,
+        block_size=16,
     ),
 }
 

@@ -25,9 +25,9 @@ from tailreplay.sim.engine import Engine, NeverFits, QueueFull, Sequence
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.metrics import SimMetrics
 from tailreplay.sim.output import plan_output, plan_reasoning, words
+from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
-from tailreplay.traces.tokens import count_tokens
 from tailreplay.traces.tokens import get as get_encoder
 
 __all__ = ["SimConfig", "build_app", "run", "serve"]
@@ -80,6 +80,13 @@ def _engine_ctx(config: SimConfig) -> Any:
     return ctx
 
 
+def _tokenize(prompt: str, block_size: int) -> tuple[int, list[int]]:
+    """The prompt's cl100k_base token count, and the chained hashes of its full
+    ``block_size``-token blocks (none when ``block_size`` is 0: no prefix cache)."""
+    tokens = get_encoder().encode_ordinary(prompt)
+    return len(tokens), block_hashes(tokens, block_size) if block_size else []
+
+
 def _error(status: int, message: str, param: str | None = None, **headers: str) -> web.Response:
     kind = {400: "invalid_request_error", 429: "rate_limit_error"}.get(status, "server_error")
     return web.json_response(error_body(message, param, kind), status=status, headers=headers)
@@ -114,12 +121,13 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         return _error(
             400, f"This model's maximum context length is {limit} tokens; the prompt is far longer."
         )
+    block_size = config.profile.block_size if config.profile.prefix_caching else 0
     if len(req.prompt) > _INLINE_TOKENIZE_CHARS:
-        prompt_tokens = await asyncio.get_running_loop().run_in_executor(
-            None, count_tokens, req.prompt
+        prompt_tokens, blocks = await asyncio.get_running_loop().run_in_executor(
+            None, _tokenize, req.prompt, block_size
         )
     else:
-        prompt_tokens = count_tokens(req.prompt)
+        prompt_tokens, blocks = _tokenize(req.prompt, block_size)
     target, finish_reason = plan_output(req, prompt_tokens, config.profile, config.seed)
     fault = config.faults.draw(target)
     if fault.error:
@@ -129,7 +137,7 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         state.engine.check_fits(prompt_tokens, req.max_tokens)
         if fault.stall_s:
             await asyncio.sleep(fault.stall_s)
-        seq = state.engine.submit(prompt_tokens, target)
+        seq = state.engine.submit(prompt_tokens, target, blocks)
     except NeverFits as exc:
         metrics.rejected.labels("never_fits").inc()
         return _error(400, str(exc), "messages" if kind == "chat" else "prompt")
@@ -138,7 +146,7 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         return _error(429, str(exc), **{"Retry-After": "1"})
 
     reasoning = plan_reasoning(req, target, config.profile, config.seed)
-    reply = _Reply(req, prompt_tokens, finish_reason, reasoning)
+    reply = _Reply(req, prompt_tokens, finish_reason, reasoning, seq)
     try:
         if req.stream:
             return await _stream(request, state, req, seq, reply, fault.reset_after, arrival)
@@ -152,8 +160,11 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
 class _Reply:
     """Builds the OpenAI-shaped bodies for one request."""
 
-    def __init__(self, req: SimRequest, prompt_tokens: int, finish: str, reasoning: int) -> None:
+    def __init__(
+        self, req: SimRequest, prompt_tokens: int, finish: str, reasoning: int, seq: Sequence
+    ) -> None:
         self.req = req
+        self.seq = seq
         self.prompt_tokens = prompt_tokens
         self.finish = finish
         self.reasoning = reasoning
@@ -170,6 +181,8 @@ class _Reply:
             "completion_tokens": completion_tokens,
             "total_tokens": self.prompt_tokens + completion_tokens,
         }
+        if self.seq.cached_tokens is not None:  # as vLLM and OpenAI report prefix-cache hits
+            usage["prompt_tokens_details"] = {"cached_tokens": self.seq.cached_tokens}
         if self.reasoning:  # as OpenAI and vLLM report a reasoning model's thinking
             thought = min(self.reasoning, completion_tokens)
             usage["completion_tokens_details"] = {"reasoning_tokens": thought}

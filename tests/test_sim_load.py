@@ -38,8 +38,10 @@ async def test_low_load_ttft_and_tpot_match_the_profile() -> None:
         prefill_base_ms=200.0, prefill_per_token_ms=0.1, decode_base_ms=100.0,
         decode_per_seq_ms=0.0,
     )  # fmt: skip
+    # The same prompt every time: without the prefix cache, each is prefilled in full.
     overrides = ["--prefill-base-ms", "200", "--prefill-per-token-ms", "0.1",
-                 "--decode-base-ms", "100", "--decode-per-seq-ms", "0"]  # fmt: skip
+                 "--decode-base-ms", "100", "--decode-per-seq-ms", "0",
+                 "--no-prefix-cache"]  # fmt: skip
     body = {
         "model": "m",
         "messages": [{"role": "user", "content": PROMPT}],

@@ -34,6 +34,7 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
     "--served-model": ("served_model", str),
     "--reasoning-share": ("reasoning_share", float),
     "--reasoning-tokens": ("reasoning_tokens", int),
+    "--block-size": ("block_size", int),
 }
 
 
@@ -75,6 +76,12 @@ def _with_overrides(f: F) -> F:
     help="Lower this process's CPU priority (replay's built-in target uses 5, so on a busy "
     "machine the replayer's timing comes first).",
 )
+@click.option(
+    "--no-prefix-cache",
+    is_flag=True,
+    help="Turn the prefix cache off: every prompt is prefilled in full, and usage "
+    "reports no cached_tokens.",
+)
 @_with_overrides
 def sim(
     listen: tuple[str, int],
@@ -84,6 +91,7 @@ def sim(
     fault_stall_ms: float,
     fault_reset_rate: float,
     nice: int,
+    no_prefix_cache: bool,
     **overrides: Any,
 ) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
@@ -96,6 +104,8 @@ def sim(
     if nice:
         os.nice(nice)
     try:
+        if no_prefix_cache:
+            overrides["prefix_caching"] = False
         chosen = profile(profile_name).with_overrides(**overrides)
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
     except ValueError as exc:
