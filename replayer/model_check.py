@@ -213,9 +213,11 @@ def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
     exact = next(r for r in results if r.arm == "exact")
     out: dict[str, dict[str, list[float]]] = {}
     for r in results:
-        if r.arm == "exact" or r.client_bound or exact.client_bound:
-            continue  # a client-bound arm measured the replayer, not the target
+        if r.arm == "exact":
+            continue
         kind = out.setdefault(r.arm, {"latency_p99": [], "ttft_p99": []})
+        if r.client_bound or exact.client_bound:
+            continue  # a client-bound arm measured the replayer, not the target
         for figure, mine, theirs in (("latency_p99", r.latency, exact.latency),
                                      ("ttft_p99", r.ttft, exact.ttft)):  # fmt: skip
             if "p99" in mine and "p99" in theirs and theirs["p99"][0] > 0:

@@ -1,0 +1,106 @@
+"""``traces validate-model``: the exact window, the model's synthesis and a Poisson
+baseline replayed against fresh simulators, compared, and refused when the client
+could not keep the schedule."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailreplay.traces.hmm import Mmpp
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
+    """A modulated trace (2 and 12 req/s spells) of 60 s, and its fitted model."""
+    tmp = tmp_path_factory.mktemp("vm")
+    rng = np.random.default_rng(1)
+    mmpp = Mmpp(1.0, [2.0, 12.0], [[0.9, 0.1], [0.2, 0.8]], [1.0, 0.0], 0.0, 0.0)
+    counts, _ = mmpp.counts(rng, 60, None, 0)
+    bins = np.repeat(np.arange(counts.size), counts)
+    times = np.sort(bins + rng.random(bins.size))
+    maps = [{"start_ns": T0 + round(t * 1e9), "input_tokens": int(rng.integers(50, 400)),
+             "output_tokens": int(rng.integers(4, 24)), "stream": True} for t in times]  # fmt: skip
+    archive = write_plain(tmp / "a.msgpack", maps)
+    model = tmp / "m.json"
+    done = _tailreplay("traces", "fit", str(archive), "-o", str(model))
+    assert done.returncode == 0, done.stderr
+    return archive, model, len(maps)
+
+
+def _tailreplay(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tailreplay", *args], capture_output=True,
+                          text=True, timeout=600, check=False)  # fmt: skip
+
+
+def test_three_arms_are_replayed_and_compared(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    archive, model, n = trace
+    out = tmp_path / "v.json"
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
+                       "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
+                       "--out-dir", str(tmp_path / "arms"), "--json", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:4]] == ["exact", "model", "poisson"]
+    assert lines[4].startswith("model: latency p99 error mean |")
+    assert lines[5].startswith("poisson: latency p99 error mean |")
+    data = json.loads(out.read_text())
+    arms = {(a["arm"], a["seed"]): a for a in data["arms"]}
+    assert set(arms) == {("exact", None), ("model", 1), ("poisson", 1)}
+    for arm in arms.values():
+        assert arm["requests"] == n and arm["errors"] == 0 and not arm["client_bound"]
+        p99, lo, hi = arm["latency"]["p99"]
+        assert lo <= p99 <= hi and arm["latency"]["p50"][0] <= p99
+        assert arm["ttft"]["p99"][0] <= p99
+    # The model's arm is as bursty as the recording at 3 s; Poisson's is not.
+    assert arms[("exact", None)]["idc"][0] > 2
+    assert arms[("poisson", 1)]["idc"][0] < 1.6
+    assert len(data["errors"]["model"]["latency_p99"]) == 1
+
+
+def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    archive, model, _ = trace
+    # A lag limit of 0: every arm's dispatch lag is over it, as on a starved machine.
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
+                       "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
+                       "--window", "20s", "--lag-limit", "0s",
+                       "--out-dir", str(tmp_path / "arms"))  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        "Error: 3 of 3 arms were client-bound: the comparison is not a measure of the model; "
+        "run on a less busy machine or with a lower --speed"
+    )
+    rows = done.stdout.splitlines()[1:4]
+    assert all("CLIENT-BOUND: dispatch lag P99" in row for row in rows), rows
+    assert "model: nothing to compare" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "http://127.0.0.1:9", "--speed", "2x"], "with --target it would"),
+        (["--sim-arg", "max-num-seqs=4"], "--sim-arg takes --NAME=VALUE"),
+        (["--seeds", "0"], "Invalid value for '--seeds'"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_2(
+    tmp_path: Path, trace: tuple[Path, Path, int], args: list[str], message: str
+) -> None:
+    archive, model, _ = trace
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model), *args,
+                       "--out-dir", str(tmp_path / "arms"))  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
