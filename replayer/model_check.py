@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,6 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import InputError, RunFailed
-from tailreplay.sim.launcher import sim_process
-from tailreplay.sim.profiles import profile as sim_profile
 from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.client_health import client_verdict
 from tailreplay.traces.columns import load_columns
@@ -45,8 +43,9 @@ __all__ = ["ArmResult", "CheckConfig", "run_check"]
 Array = npt.NDArray[Any]
 QUANTILES = (50.0, 95.0, 99.0)
 _BOOTSTRAP = 400
-_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
-                 "decode_per_seq_ms")  # fmt: skip
+TargetFactory = Callable[[int], AbstractContextManager[str]]
+"""Given the longest request of every arm (input + output tokens), a fresh target for
+one arm: a context that yields its base URL (and stops it after)."""
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,13 @@ class CheckConfig:
     archive: Path
     model: Workload
     out_dir: Path
-    target: str | None = None
+    fresh_target: TargetFactory
     window_s: float | None = None
     offset_s: float = 0.0
     seeds: int = 3
     speed: float = 1.0
-    """Replay this much faster; the built-in simulator's step times shrink by as much,
-    so its queues see the same load in less wall time."""
-    sim_profile: str = "default"
-    sim_args: tuple[str, ...] = ()
-    """Passed to the built-in simulator after the sizing, so they win."""
+    """Replay this much faster (the target's own clock must be as much faster: the
+    built-in simulator's step times are divided by it)."""
     lag_limit_ms: float = 25.0
     timeout_s: float = 600.0
 
@@ -96,13 +92,13 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
             # in a fixed span varies a lot, and that noise is not what is compared.
             synthesize(cfg.model, path, count=n, rate_rps=n / span_s, seed=draw, arrivals=kind)
             arms.append((kind, draw, path))
-    sim_args = _sim_args(cfg, [a[2] for a in arms])
+    longest = _longest([a[2] for a in arms])
     results = []
     for kind, seed, path in arms:
         name = kind if seed is None else f"{kind} seed {seed}"
         say(f"replaying {name} ...")
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
-        with _target(cfg, sim_args) as url:
+        with cfg.fresh_target(longest) as url:
             _replay(cfg, url, path, out)
         results.append(_measure(kind, seed, path, out, cfg.lag_limit_ms))
     return results
@@ -124,10 +120,8 @@ def _window(cfg: CheckConfig) -> tuple[Path, float, int]:
     return exact, span_s, done.written
 
 
-def _sim_args(cfg: CheckConfig, archives: list[Path]) -> list[str]:
-    """The built-in simulator: the profile, its step times divided by the speed, and a
-    context that holds the longest request of every arm."""
-    p = sim_profile(cfg.sim_profile)
+def _longest(archives: list[Path]) -> int:
+    """The most input + output tokens of one request in any of ``archives``."""
     longest = 0
     for path in archives:
         cols = load_columns([path], ["input_tokens", "output_tokens"])
@@ -135,28 +129,7 @@ def _sim_args(cfg: CheckConfig, archives: list[Path]) -> list[str]:
         if both.any():
             total = cols["input_tokens"][both] + cols["output_tokens"][both]
             longest = max(longest, int(total.max()))
-    context = max(p.max_model_len, longest + 16)
-    args = ["--profile", cfg.sim_profile, "--max-model-len", str(context),
-            "--kv-tokens", str(max(p.kv_tokens, 2 * context)), "--nice", "5"]  # fmt: skip
-    timed = {f"--{name.replace('_', '-')}": getattr(p, name) for name in _TIMED_PARAMS}
-    extra = list(cfg.sim_args)
-    for flag, value in timed.items():  # an override of a step time is scaled too
-        given = [a for a in extra if a.startswith(flag + "=")]
-        if given:
-            extra.remove(given[-1])
-            value = float(given[-1].split("=", 1)[1])
-        args += [flag, f"{value / cfg.speed:.6g}"]
-    return args + extra
-
-
-@contextmanager
-def _target(cfg: CheckConfig, sim_args: list[str]) -> Iterator[str]:
-    if cfg.target is not None:
-        with nullcontext(cfg.target) as url:
-            yield url
-        return
-    with sim_process(sim_args) as url:  # a fresh engine: no arm inherits another's queue
-        yield url
+    return longest
 
 
 def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:

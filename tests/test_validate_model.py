@@ -94,6 +94,7 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
         (["--target", "http://127.0.0.1:9", "--speed", "2x"], "with --target it would"),
         (["--sim-arg", "max-num-seqs=4"], "--sim-arg takes --NAME=VALUE"),
         (["--seeds", "0"], "Invalid value for '--seeds'"),
+        (["--sim-arg=--decode-base-ms=fast"], "--sim-arg --decode-base-ms=fast: not a number"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_2(

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import click
@@ -206,7 +209,13 @@ def validate_model(
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import RunFailed
     from tailreplay.private import open_private
-    from tailreplay.replayer.model_check import CheckConfig, render, run_check, to_json
+    from tailreplay.replayer.model_check import (
+        CheckConfig,
+        TargetFactory,
+        render,
+        run_check,
+        to_json,
+    )
     from tailreplay.traces.fit import Workload
 
     if target is not None and speed != 1:
@@ -219,8 +228,13 @@ def validate_model(
     bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
     if bad:
         raise UsageError(f"--sim-arg takes --NAME=VALUE, not {bad[0]!r}")
-    config = CheckConfig(archive, workload, out_dir, target, window, offset, seeds, speed,
-                         sim_profile, sim_args, lag_limit * 1e3)  # fmt: skip
+    fresh: TargetFactory = (
+        (lambda _: contextlib.nullcontext(target))
+        if target is not None
+        else _simulators(sim_profile, speed, sim_args)
+    )
+    config = CheckConfig(archive, workload, out_dir, fresh, window, offset, seeds, speed,
+                         lag_limit * 1e3)  # fmt: skip
     results = run_check(config, lambda line: click.echo(line, err=True))
     for line in render(results):
         click.echo(line)
@@ -232,3 +246,39 @@ def validate_model(
         raise RunFailed(f"{len(bound)} of {len(results)} arms were client-bound: the "
                         "comparison is not a measure of the model; run on a less busy machine "
                         "or with a lower --speed")  # fmt: skip
+
+
+_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
+                 "decode_per_seq_ms")  # fmt: skip
+
+
+def _simulators(
+    profile_name: str, speed: float, sim_args: tuple[str, ...]
+) -> Callable[[int], AbstractContextManager[str]]:
+    """Fresh built-in simulators for validate-model: the profile, a context that holds
+    the longest request, step times divided by the speed (given ones too), then the
+    user's ``--sim-arg``s, which win."""
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.sim.profiles import profile
+
+    p = profile(profile_name)
+    extra = list(sim_args)
+    timed = {f"--{name.replace('_', '-')}": float(getattr(p, name)) for name in _TIMED_PARAMS}
+    for flag in timed:
+        given = [a for a in extra if a.startswith(flag + "=")]
+        if given:
+            extra = [a for a in extra if a not in given]
+            try:
+                timed[flag] = float(given[-1].split("=", 1)[1])
+            except ValueError:
+                raise UsageError(f"--sim-arg {given[-1]}: not a number") from None
+
+    def fresh(longest: int) -> AbstractContextManager[str]:
+        context = max(p.max_model_len, longest + 16)
+        args = ["--profile", profile_name, "--max-model-len", str(context),
+                "--kv-tokens", str(max(p.kv_tokens, 2 * context)), "--nice", "5"]  # fmt: skip
+        for flag, value in timed.items():
+            args += [flag, f"{value / speed:.6g}"]
+        return sim_process(args + extra)
+
+    return fresh
