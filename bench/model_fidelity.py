@@ -10,14 +10,28 @@ prefill at 0.08 ms/token, so the half's 5.5 req/s keep it busy (prefill alone
 times faster, the simulator's steps as much shorter.
 
     .venv/bin/python bench/model_fidelity.py --window 29m --seeds 3 --speed 4x
+
+``--trace mmpp`` does the same on a process with known parameters instead: a
+two-state MMPP (3.5 req/s, with spells of 11 req/s lasting ~17 s; 5.4 req/s on
+average) stamped on 3 s ticks, with the conversation trace's (input, output)
+pairs drawn at random. The model is fitted to one 30-minute draw and validated
+against another (``--window`` of it).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
+
+from tailreplay.traces.format import make_header
+from tailreplay.traces.hmm import Mmpp
+from tailreplay.traces.record import Record
+from tailreplay.traces.writer import write_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
@@ -28,8 +42,25 @@ def tailreplay(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "tailreplay", *args], check=True)
 
 
+def mmpp_draw(path: Path, minutes: float, seed: int) -> None:
+    """A known bursty process on 3 s ticks with the conversation trace's lengths."""
+    rng = np.random.default_rng(seed)
+    with CONV.open(newline="") as f:
+        pairs = np.array([(int(r[1]), int(r[2])) for r in list(csv.reader(f))[1:]])
+    mmpp = Mmpp(1.0, [3.5, 11.0], [[0.98, 0.02], [0.06, 0.94]], [1.0, 0.0], 0.0, 0.0)
+    counts, _ = mmpp.counts(rng, int(minutes * 60), None, 0)
+    ticks = np.floor(np.repeat(np.arange(counts.size), counts) / 3.0) * 3.0
+    picks = pairs[rng.integers(0, len(pairs), ticks.size)]
+    t0 = 1_700_000_000 * 10**9
+    records = (Record(start_ns=t0 + int(t * 1e9), input_tokens=int(a), output_tokens=max(int(b), 1),
+                      path="/v1/chat/completions", stream=True)
+               for t, (a, b) in zip(ticks, picks, strict=True))  # fmt: skip
+    write_archive(path, make_header("synth", ordered=True), records)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", choices=["azure", "mmpp"], default="azure")
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
     ap.add_argument("--speed", default="4x")
@@ -40,9 +71,13 @@ def main() -> None:
     conv, first, second = (out / f"{n}.msgpack" for n in ("conv", "first", "second"))
     for path in (conv, first, second):
         path.unlink(missing_ok=True)
-    tailreplay("traces", "import", "azure", str(CONV), "-o", str(conv))
-    tailreplay("traces", "slice", str(conv), "--to", "+29m", "-o", str(first))
-    tailreplay("traces", "slice", str(conv), "--from", "+29m", "-o", str(second))
+    if args.trace == "mmpp":
+        mmpp_draw(first, 30, seed=1)
+        mmpp_draw(second, 30, seed=2)
+    else:
+        tailreplay("traces", "import", "azure", str(CONV), "-o", str(conv))
+        tailreplay("traces", "slice", str(conv), "--to", "+29m", "-o", str(first))
+        tailreplay("traces", "slice", str(conv), "--from", "+29m", "-o", str(second))
     model = out / "model.json"
     model.unlink(missing_ok=True)
     tailreplay("traces", "fit", str(first), "-o", str(model))
