@@ -86,7 +86,8 @@ class FailFast:
         self.errors.add(record.error or "ok")
         if self.seen == self.first and len(self.errors) == 1 and "ok" not in self.errors:
             self.reason = (
-                f"the first {self.first} requests all failed with {record.error}; stopped "
+                f"the first {self.first} requests all failed with {record.error}"
+                f"{f' ({record.error_message})' if record.error_message else ''}; stopped "
                 "(--fail-fast 0 replays on regardless)"
             )
             return True

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from yarl import URL
@@ -42,7 +42,14 @@ from tailreplay.traces.record import Record
 from tailreplay.traces.redact import redact_url
 from tailreplay.traces.writer import ArchiveWriter
 
-__all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
+__all__ = [
+    "BuiltinTarget",
+    "ReplayConfig",
+    "ReplayOutcome",
+    "SpanFactory",
+    "builtin_started",
+    "run",
+]
 
 STOP_GRACE_S = 5.0
 LEAD_S = 0.2
@@ -56,6 +63,19 @@ Say = Callable[[str], None]
 SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
 """Given the target's (host, port) and ``say``: the span sink for the run, entered for
 its length (``exporters.span_process.replay_spans`` with the OTLP options bound)."""
+
+
+class BuiltinTarget(Protocol):
+    """The target to start for a run without one (``sim.launcher.BuiltinSim``), sized
+    for the plan's longest request (``Plan.longest``, tokens)."""
+
+    def start(self, longest: int | None) -> AbstractContextManager[str]:
+        """Start it; the context manager yields its base URL."""
+        ...
+
+    def describe(self, longest: int | None) -> str:
+        """What was started, for the line that names it."""
+        ...
 
 
 @dataclass
@@ -76,9 +96,8 @@ class ReplayConfig:
     allow_upstream: bool = False
     new_trace_ids: bool = False
     dry_run: bool = False
-    builtin_target: Callable[[], AbstractContextManager[str]] | None = None
-    """Starts the built-in simulator and yields its URL, for a run without ``target``
-    (``sim.launcher.sim_process`` with the profile bound; picklable for --workers)."""
+    builtin_target: BuiltinTarget | None = None
+    """The built-in simulator, for a run without ``target`` (picklable for --workers)."""
     live: bool = False
     """A live progress display (a terminal); else plain progress lines."""
     spans: SpanFactory | None = None
@@ -124,7 +143,10 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         _check_target(config, config.target)
     the_plan = plan(sc)
     _note_plan(the_plan, sc, say)
-    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run)
+    collector = ResultCollector(
+        sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run, tail_by=the_plan.tail_by,
+        tail_capped=the_plan.capped, context=sc.max_context,
+    )  # fmt: skip
     writer = _result_writer(config)
 
     def on_result(record: Record) -> None:
@@ -149,8 +171,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
             if target is None:
                 if config.builtin_target is None:
                     raise UsageError("no --target, and no built-in simulator to replay against")
-                target = stack.enter_context(config.builtin_target())
-                say(f"no --target: replaying against the built-in simulator at {target}")
+                target = stack.enter_context(builtin_started(config.builtin_target, the_plan, say))
             if stop.is_set:
                 return _stopped_before_sending(sc, the_plan, target, collector)
             return await _live(config, the_plan, target, on_result, collector, say, transport, stop)
@@ -160,6 +181,17 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
                 loop.remove_signal_handler(sig)
         if writer is not None:
             writer.close()
+
+
+@contextlib.contextmanager
+def builtin_started(builtin: BuiltinTarget, the_plan: Plan, say: Say) -> Iterator[str]:
+    """The built-in target, started and sized for ``the_plan``; one line says where and how."""
+    with builtin.start(the_plan.longest) as url:
+        say(
+            f"no --target: replaying against the built-in simulator at {url} "
+            f"({builtin.describe(the_plan.longest)})"
+        )
+        yield url
 
 
 class _Stop:
@@ -202,10 +234,20 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
     met, how the tail was chosen."""
     for line in the_plan.warnings:
         say(f"warning: {line}")
-    if the_plan.tail_by == "output_tokens":
-        say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
+    if the_plan.tail_by == "service_demand":
+        cost = sc.tail_cost
+        say(
+            "note: the archive records no latencies; the tail is chosen by service demand "
+            f"({cost.input_ms:g} ms an input token + {cost.output_ms:g} ms an output token; "
+            "--tail-cost)"
+        )
     elif the_plan.tail_by is None:
-        say("note: the archive records neither latencies nor output tokens; no tail stretch")
+        say("note: the archive records neither latencies nor token counts; no tail stretch")
+    if the_plan.capped:
+        say(
+            f"note: {the_plan.capped:,} tail requests ask less than x{sc.tail_stretch:g}: "
+            f"cut to fit the {sc.max_context:,}-token context"
+        )
     if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
         weak = sc.tail_stretch < 1.5
         why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"

@@ -1,10 +1,11 @@
 """The replay schedule: which records go out, when, and with how much work.
 
-Two streaming passes over the archive. The first (``plan``) loads two columns to
-find the replayed set's span and the tail threshold; the second (``schedule``)
-yields one ``Planned`` request at a time in due order, so memory does not grow
-with the archive. Everything here is arithmetic on recorded data — no clock, no
-network — so ``--dry-run`` and the tests see exactly what a live replay sends.
+Two streaming passes over the archive. The first (``plan``) loads five columns to
+find the replayed set's span, the tail threshold and the longest request; the
+second (``schedule``) yields one ``Planned`` request at a time in due order, so
+memory does not grow with the archive. Everything here is arithmetic on recorded
+data — no clock, no network — so ``--dry-run`` and the tests see exactly what a
+live replay sends.
 """
 
 from __future__ import annotations
@@ -24,10 +25,42 @@ from tailreplay.traces.columns import load_columns
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 
-__all__ = ["AMPLIFY_JITTER_S", "Plan", "Planned", "ScheduleConfig", "plan", "schedule", "shard_of"]
+__all__ = [
+    "AMPLIFY_JITTER_S",
+    "DEFAULT_TAIL_COST",
+    "Plan",
+    "Planned",
+    "ScheduleConfig",
+    "TailCost",
+    "plan",
+    "schedule",
+    "shard_of",
+]
 
 AMPLIFY_JITTER_S = 0.010
 """Extra copies of a request (--amplify) go out within this much after the original."""
+
+
+@dataclass(frozen=True)
+class TailCost:
+    """What a request costs a server, in ms per token: the tail's measure when an archive
+    records no latencies (``service_demand = input_ms·input + output_ms·output``)."""
+
+    input_ms: float
+    output_ms: float
+
+    def demand(self, input_tokens: int | None, output_tokens: int | None) -> float:
+        """Milliseconds of work (absent counts are 0)."""
+        return self.input_ms * (input_tokens or 0) + self.output_ms * (output_tokens or 0)
+
+    def __str__(self) -> str:
+        return f"input={self.input_ms:g},output={self.output_ms:g}"
+
+
+DEFAULT_TAIL_COST = TailCost(input_ms=0.0125, output_ms=6.04)
+"""The built-in simulator's default profile (``fast``): prefill costs 0.0125 ms a prompt
+token, and each output token one decode step, 6 ms + 0.04 ms for the sequence itself
+(``replay`` derives it from the profile; a test holds the two equal)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +76,10 @@ class ScheduleConfig:
     shard: tuple[int, int] = (0, 1)
     seed: int = 0
     skip_corrupt: bool = False
+    tail_cost: TailCost = DEFAULT_TAIL_COST
+    max_context: int | None = None
+    """The target's context in tokens, when known: a stretched budget is cut so that
+    input + budget fits it (never below the recorded budget)."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +90,15 @@ class Plan:
     first_start_ns: int
     span_s: float
     tail_by: str | None
-    """``duration_ns``, ``output_tokens`` (no durations recorded), or None (neither)."""
+    """``duration_ns``; ``service_demand`` (no durations recorded: ``TailCost`` of the
+    input tokens and the output budget); or None (none of those recorded)."""
     tail_threshold: float | None
     tail_count: int
+    capped: int = 0
+    """Tail records whose stretched budget was cut to fit ``max_context``."""
+    longest: int | None = None
+    """The most tokens one request holds: input + output budget (stretch and cap
+    applied), over the replayed set; None when no record has token counts."""
     warnings: list[str] = field(default_factory=list)
     """What reading the archives met: empty files, torn tails, skipped records and bytes."""
 
@@ -103,46 +146,99 @@ def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
 
 
 def plan(config: ScheduleConfig) -> Plan:
-    """First pass: the replayed set's first start, span and tail threshold."""
-    # One value column at a time — durations, else output tokens (imported traces
-    # have no latencies): at 5M records each column is 40 MB.
-    tail_by: str | None = None
-    for name in ("duration_ns", "output_tokens"):
-        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
-        keep = _window(cols["start_ns"], config)
-        has = cols.present[name] if keep is None else cols.present[name] & keep
-        if has.any():
-            tail_by = name
-            break
-        if name == "duration_ns":
-            del cols, keep, has  # free 100 MB before loading the next column
-    # Views when everything is replayed: copies of 5M-record columns cost 40 MB each.
-    starts = cols["start_ns"] if keep is None else cols["start_ns"][keep]
+    """First pass: the replayed set's first start, span, tail and longest request."""
+    # One load of the five columns (at 5M records, 45 MB each with its mask), then
+    # only what the plan keeps.
+    cols = load_columns(
+        config.paths,
+        ["duration_ns", "input_tokens", "output_tokens", "max_tokens"],
+        skip_corrupt=config.skip_corrupt,
+    )
+    keep = _window(cols["start_ns"], config)
+
+    def column(name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(values, present) over the replayed records (views when all are replayed)."""
+        if keep is None:
+            return cols[name], cols.present[name]
+        return cols[name][keep], cols.present[name][keep]
+
+    starts = column("start_ns")[0]
     if starts.size == 0:
         raise InputError("no records to replay (check --from/--to/--limit)")
-    threshold = None
-    tail_count = 0
+    inputs, has_input = column("input_tokens")
+    base, has_base = _base_budget(column("output_tokens"), column("max_tokens"))
+    durations, has_duration = column("duration_ns")
+    tail_by: str | None = None
+    values, has_value = durations, has_duration
+    if has_duration.any():
+        tail_by = "duration_ns"
+    elif (has_base | has_input).any():
+        tail_by = "service_demand"
+        cost = config.tail_cost
+        values = cost.input_ms * inputs + cost.output_ms * base
+        has_value = has_base | has_input
+    threshold, tail = None, np.zeros(starts.size, dtype=bool)
     if tail_by is not None:
-        has = cols.present[tail_by] if keep is None else cols.present[tail_by] & keep
-        values = cols[tail_by] if has.all() else cols[tail_by][has]
-        threshold = float(np.percentile(values, config.tail_quantile * 100))
-        tail_count = int((values >= threshold).sum())
+        threshold = float(np.percentile(values[has_value], config.tail_quantile * 100))
+        tail = has_value & (values >= threshold)
+    capped, longest = _budgets(config, inputs, base, has_base, tail)
+    has_tokens = has_base | has_input
     return Plan(
         count=int(starts.size),
         first_start_ns=int(starts[0]),
         span_s=float(starts[-1] - starts[0]) / 1e9,
         tail_by=tail_by,
         tail_threshold=threshold,
-        tail_count=tail_count,
+        tail_count=int(tail.sum()),
+        capped=capped,
+        longest=int(longest[has_tokens].max()) if has_tokens.any() else None,
         warnings=cols.warnings,
     )
 
 
-def _budget(record: Record, tail: bool, factor: float) -> int | None:
+def _base_budget(
+    output: tuple[np.ndarray, np.ndarray], max_tokens: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's unstretched budget (``_budget``): output tokens, else max_tokens."""
+    (out, has_out), (cap, has_cap) = output, max_tokens
+    return np.where(has_out, out, cap), has_out | has_cap
+
+
+def _budgets(
+    config: ScheduleConfig, inputs: np.ndarray, base: np.ndarray, has: np.ndarray, tail: np.ndarray
+) -> tuple[int, np.ndarray]:
+    """(how many tail budgets ``max_context`` cut, input + budget of every record):
+    ``_budget`` for all records at once, the same float arithmetic."""
+    stretched = np.where(tail & has, np.ceil(config.tail_stretch * base), base).astype(np.int64)
+    capped = 0
+    if config.max_context is not None:
+        fit = np.maximum(config.max_context - inputs, base)
+        capped = int((stretched > fit).sum())
+        stretched = np.minimum(stretched, fit)
+    return capped, inputs + np.where(has, stretched, 0)
+
+
+def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:
     base = record.output_tokens if record.output_tokens is not None else record.max_tokens
     if base is None:
         return None
-    return math.ceil(factor * base) if tail else base
+    if not tail:
+        return base
+    budget = math.ceil(config.tail_stretch * base)
+    if config.max_context is not None:
+        # Fit the context, but never ask less than was recorded.
+        budget = min(budget, max(config.max_context - (record.input_tokens or 0), base))
+    return budget
+
+
+def _tail_value(record: Record, tail_by: str, cost: TailCost) -> float | None:
+    """The record's measure for the tail (``Plan.tail_by``), or None when it has none."""
+    if tail_by == "duration_ns":
+        return record.duration_ns
+    base = record.output_tokens if record.output_tokens is not None else record.max_tokens
+    if base is None and record.input_tokens is None:
+        return None
+    return cost.demand(record.input_tokens, base)  # the float arithmetic of ``plan``
 
 
 def schedule(
@@ -175,9 +271,9 @@ def schedule(
         due = speed.replay_offset((start - first) / 1e9, the_plan.span_s)
         tail = False
         if the_plan.tail_by is not None and the_plan.tail_threshold is not None:
-            value = getattr(record, the_plan.tail_by)
+            value = _tail_value(record, the_plan.tail_by, config.tail_cost)
             tail = value is not None and value >= the_plan.tail_threshold
-        budget = _budget(record, tail, config.tail_stretch)
+        budget = _budget(record, tail, config)
         key = _key(record)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):

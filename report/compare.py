@@ -27,6 +27,7 @@ import numpy.typing as npt
 from tailreplay.report.model import (
     Cdf,
     Deltas,
+    ErrorKind,
     Metric,
     Metrics,
     Percentiles,
@@ -91,6 +92,7 @@ def compare(
         "deltas": _deltas(recorded, replayed, join)
         if recorded is not None and join is not None
         else None,
+        "errors": per_side({name: _errors(side) for name, side in sides.items()}),
         "series": per_side({name: _series(side) for name, side in sides.items()}),
         "cdf": per_side(
             {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()}
@@ -117,6 +119,12 @@ def _client(side: Side) -> ClientVerdict | None:
     limit = next((h["lag_limit_ms"] for h in side.headers if "lag_limit_ms" in h), None)
     lags = side.lag_ns[side.lag_ns >= 0]
     return client_verdict(lags, float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS)
+
+
+def _errors(side: Side) -> list[ErrorKind]:
+    """The side's failures by kind, most frequent first, each with its first message."""
+    kinds = sorted(side.error_kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"kind": k, "count": n, "message": side.error_messages.get(k)} for k, n in kinds]
 
 
 def _replay_settings(side: Side) -> ReplaySettings:

@@ -101,6 +101,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
+    if any(kinds for _, kinds in side_items(report["errors"])):
+        tables.append(_errors(report))
     if slo is not None and slo["rows"]:
         tables += [slo_table(slo), _slo_matrix(slo)]
     if report["deltas"] is not None:
@@ -125,6 +127,18 @@ def _overview(report: Report) -> ReportTable:
     ]
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
+    return t
+
+
+def _errors(report: Report) -> ReportTable:
+    t = ReportTable(
+        "errors by kind",
+        ["kind", "side", "requests", "first message"],
+        note="the message is the server's own, first line (a replay keeps it, redacted)",
+    )
+    for side, kinds in side_items(report["errors"]):
+        for e in kinds:
+            t.rows.append([e["kind"], side, f"{e['count']:,}", e["message"] or "-"])
     return t
 
 
