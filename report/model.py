@@ -222,6 +222,10 @@ class Report(TypedDict):
     """None without a recorded side."""
     errors: PerSide[list[ErrorKind]]
     """Each side's failures by kind, most frequent first."""
+    rate_scale: float | None
+    """What the replay multiplied the recorded rates by: its speed (a ramp's mean) times
+    ``--amplify``. Recorded throughput times this is what the target was asked to serve;
+    None without a recorded side or a replay's speed."""
     series: PerSide[Series]
     cdf: PerSide[Cdf]
     warnings: list[str]

@@ -127,6 +127,21 @@ def _overview(report: Report) -> ReportTable:
     ]
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
+    scale = report["rate_scale"]
+    if scale is not None and scale != 1 and "recorded" in report["overall"]:
+        # Rates are compared as the replay asked for them: at 2x, twice the recorded.
+        rec = report["overall"]["recorded"]
+        expected = {"throughput req/s": (rec["throughput_rps"], 2),
+                    "output tokens/s": (rec["output_tokens_per_s"], 0)}  # fmt: skip
+        t.columns.insert(2, f"recorded x{scale:g}")
+        for row in t.rows:
+            value, digits = expected.get(row[0], (None, 0))
+            row.insert(2, num(value * scale, digits) if value is not None else "")
+        settings = report["replay"]
+        how = f"speed {settings.get('speed')}"
+        if settings.get("amplify", 1) != 1:
+            how += f", --amplify {settings['amplify']:g}x"
+        t.note = f"recorded x{scale:g}: the recorded rates at the replay's {how}: what it asked for"
     return t
 
 

@@ -92,11 +92,15 @@ class BuiltinSim:
     def describe(self, longest: int | None) -> str:
         """One line's worth: the profile and the size chosen, and why."""
         p, given = self.sized(longest), dict(self.overrides)
-        size = f"context {p.max_model_len:,} tokens, KV cache {p.kv_tokens:,} tokens"
-        if {"max_model_len", "kv_tokens"} & given.keys():
-            size += " (--sim-arg)"
+        sizes = [
+            f"{what} {value:,} tokens{' (--sim-arg)' if name in given else ''}"
+            for what, name, value in (
+                ("context", "max_model_len", p.max_model_len),
+                ("KV cache", "kv_tokens", p.kv_tokens),
+            )
+        ]
         why = "" if longest is None else f"; the longest request is {longest:,} tokens"
-        return f"profile {self.profile}, {size}{why}"
+        return f"profile {self.profile}, {', '.join(sizes)}{why}"
 
     def start(self, longest: int | None) -> AbstractContextManager[str]:
         """Start it sized for ``longest``; the context manager yields its base URL."""
