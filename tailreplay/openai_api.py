@@ -131,7 +131,7 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
 
 
 _MESSAGE_KEYS = ("message", "msg", "detail", "error")
-_MESSAGE = re.compile(r'"(?:message|msg|detail)"\s*:\s*("(?:[^"\\]|\\.)*")')
+_MESSAGE = re.compile(r'"(?:message|msg|detail)"\s*:\s*"((?:[^"\\]|\\.)*)')
 
 
 def error_message(body: bytes | str) -> str:
@@ -149,9 +149,18 @@ def error_message(body: bytes | str) -> str:
     try:
         found = _message_in(json.loads(text), depth=3)
     except ValueError:
-        m = _MESSAGE.search(text)
-        found = _message_in(json.loads(m.group(1)), 0) if m is not None else None
+        m = _MESSAGE.search(text)  # a body cut short, perhaps inside the message itself
+        found = _unescape(m.group(1)) if m is not None else None
     return found if found is not None else text.strip()
+
+
+def _unescape(literal: str) -> str | None:
+    """A JSON string's content, decoded (as it is when an escape was cut in two)."""
+    try:
+        text = str(json.loads(f'"{literal}"'))
+    except ValueError:
+        text = literal
+    return text.strip() or None
 
 
 def _message_in(doc: Any, depth: int) -> str | None:

@@ -228,3 +228,53 @@ def test_bad_target_options_are_one_line(tmp_path: Path, args: list[str], error:
     result = CliRunner().invoke(cli, ["replay", "--dry-run", *args, str(archive)])
     assert result.exit_code == 2 and error in result.output, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": {"message": "too long", "type": "invalid_request_error"}}', "too long"),
+        (b'{"error": "model not found"}', "model not found"),  # llama.cpp's older form
+        (b'{"message": "Bad request", "code": 400}', "Bad request"),
+        (b'{"detail": [{"loc": ["body"], "msg": "field required"}]}', "field required"),
+        (b'{"error": {"message": "cut \\"here\\" by', 'cut "here" by'),  # a body cut short
+        (b"upstream connect error\nreset reason: overflow", "upstream connect error"),
+        (b'{"error": {"code": 400}}', '{"error": {"code": 400}}'),  # no words: the body
+        (b"  \n\n  ", None),
+    ],
+)
+def test_the_message_of_an_error_answer(body: bytes, message: str | None) -> None:
+    from tailreplay.replayer.results import target_message
+
+    assert target_message(body.decode()) == message
+
+
+def test_a_kept_message_is_one_redacted_line() -> None:
+    from tailreplay.replayer.results import MESSAGE_CHARS, target_message
+
+    said = target_message(
+        json.dumps({"error": {"message": "bad prompt from bob@example.com: " + "word " * 100}})
+    )
+    assert said is not None and len(said) == MESSAGE_CHARS and said.endswith("…")
+    assert "bob@example.com" not in said and said.startswith("bad prompt from [EMAIL:fp:")
+
+
+@pytest.mark.parametrize(
+    ("longest", "pinned", "context", "kv"),
+    [
+        (None, {}, 8_192, 480_000),  # nothing known: the profile as it is
+        (5_000, {}, 8_192, 480_000),  # fits already: never shrunk
+        (100_011, {}, 110_592, 480_000),  # x1.1, rounded up to 1,024
+        (126_400, {}, 139_264, 557_056),  # KV grows to hold four of the longest
+        (126_400, {"max_model_len": 50_000}, 50_000, 480_000),  # --sim-arg wins
+        (126_400, {"kv_tokens": 100_000}, 139_264, 100_000),
+    ],
+)
+def test_the_builtin_simulator_is_sized_to_the_longest_request(
+    longest: int | None, pinned: dict[str, int], context: int, kv: int
+) -> None:
+    from tailreplay.sim.launcher import BuiltinSim
+
+    sim = BuiltinSim("fast", overrides=tuple(pinned.items()))
+    p = sim.sized(longest)
+    assert (p.max_model_len, p.kv_tokens) == (context, kv)
