@@ -1,6 +1,6 @@
 """The replay schedule: which records go out, when, and with how much work.
 
-Two streaming passes over the archive. The first (``plan``) loads five columns to
+Two streaming passes over the archive. The first (``plan``) loads a few columns to
 find the replayed set's span, the tail threshold and the longest request; the
 second (``schedule``) yields one ``Planned`` request at a time in due order, so
 memory does not grow with the archive. Everything here is arithmetic on recorded
@@ -21,7 +21,7 @@ import numpy as np
 
 from tailreplay.errors import InputError
 from tailreplay.replayer.speed import Speed
-from tailreplay.traces.columns import load_columns
+from tailreplay.traces.columns import Columns, load_columns
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 
@@ -36,6 +36,8 @@ __all__ = [
     "schedule",
     "shard_of",
 ]
+
+Array = np.ndarray
 
 AMPLIFY_JITTER_S = 0.010
 """Extra copies of a request (--amplify) go out within this much after the original."""
@@ -147,75 +149,97 @@ def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
 
 def plan(config: ScheduleConfig) -> Plan:
     """First pass: the replayed set's first start, span, tail and longest request."""
-    # One load of the five columns (at 5M records, 45 MB each with its mask), then
-    # only what the plan keeps.
-    cols = load_columns(
-        config.paths,
-        ["duration_ns", "input_tokens", "output_tokens", "max_tokens"],
-        skip_corrupt=config.skip_corrupt,
-    )
+    # One value column at a time (at 5M records each is 40 MB), each load reduced to
+    # what the plan keeps before the next: durations, then token counts.
+    cols = load_columns(config.paths, ["duration_ns"], skip_corrupt=config.skip_corrupt)
     keep = _window(cols["start_ns"], config)
-
-    def column(name: str) -> tuple[np.ndarray, np.ndarray]:
-        """(values, present) over the replayed records (views when all are replayed)."""
-        if keep is None:
-            return cols[name], cols.present[name]
-        return cols[name][keep], cols.present[name][keep]
-
-    starts = column("start_ns")[0]
+    starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
         raise InputError("no records to replay (check --from/--to/--limit)")
-    inputs, has_input = column("input_tokens")
-    base, has_base = _base_budget(column("output_tokens"), column("max_tokens"))
-    durations, has_duration = column("duration_ns")
-    tail_by: str | None = None
-    values, has_value = durations, has_duration
-    if has_duration.any():
+    count, first, span_s = int(starts.size), int(starts[0]), float(starts[-1] - starts[0]) / 1e9
+    durations, has = _replayed(cols, "duration_ns", keep)
+    tail_by, threshold, tail = None, None, None
+    if has.any():
         tail_by = "duration_ns"
-    elif (has_base | has_input).any():
+        threshold, tail = _tail(durations, has, config.tail_quantile)
+    warnings = cols.warnings
+    del cols, starts, durations, has
+    # Loads of the same files in the same order: the records line up with the first.
+    inputs, base, has_base, has_tokens = _tokens(config, keep)
+    if tail_by is None and has_tokens.any():
         tail_by = "service_demand"
-        cost = config.tail_cost
-        values = cost.input_ms * inputs + cost.output_ms * base
-        has_value = has_base | has_input
-    threshold, tail = None, np.zeros(starts.size, dtype=bool)
-    if tail_by is not None:
-        threshold = float(np.percentile(values[has_value], config.tail_quantile * 100))
-        tail = has_value & (values >= threshold)
-    capped, longest = _budgets(config, inputs, base, has_base, tail)
-    has_tokens = has_base | has_input
+        demand = inputs * config.tail_cost.input_ms
+        demand += base * config.tail_cost.output_ms  # ``TailCost.demand``'s arithmetic
+        threshold, tail = _tail(demand, has_tokens, config.tail_quantile)
+        del demand
+    if tail is None:
+        tail = np.zeros(count, dtype=bool)
+    capped, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
     return Plan(
-        count=int(starts.size),
-        first_start_ns=int(starts[0]),
-        span_s=float(starts[-1] - starts[0]) / 1e9,
+        count=count,
+        first_start_ns=first,
+        span_s=span_s,
         tail_by=tail_by,
         tail_threshold=threshold,
         tail_count=int(tail.sum()),
         capped=capped,
-        longest=int(longest[has_tokens].max()) if has_tokens.any() else None,
-        warnings=cols.warnings,
+        longest=longest,
+        warnings=warnings,
     )
 
 
-def _base_budget(
-    output: tuple[np.ndarray, np.ndarray], max_tokens: tuple[np.ndarray, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each record's unstretched budget (``_budget``): output tokens, else max_tokens."""
-    (out, has_out), (cap, has_cap) = output, max_tokens
-    return np.where(has_out, out, cap), has_out | has_cap
+def _replayed(cols: Columns, name: str, keep: Array | None) -> tuple[Array, Array]:
+    """(values, present) of the replayed records (views when all are replayed)."""
+    if keep is None:
+        return cols[name], cols.present[name]
+    return cols[name][keep], cols.present[name][keep]
+
+
+def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
+    """The threshold at ``quantile`` of the present values, and who is at or above it."""
+    present = values[has]  # a copy, which the percentile may sort in place
+    threshold = float(np.percentile(present, quantile * 100, overwrite_input=True))
+    del present
+    return threshold, has & (values >= threshold)
+
+
+def _tokens(config: ScheduleConfig, keep: Array | None) -> tuple[Array, Array, Array, Array]:
+    """(input tokens, unstretched budget, has a budget, has either) of the replayed
+    records, 0 where absent. The budget is ``_budget``'s: output tokens, else max_tokens
+    (loaded only when some record lacks output tokens). One column a load: loading
+    two at once costs as much again as the second column holds."""
+
+    def load(name: str) -> tuple[Array, Array]:
+        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
+        return _replayed(cols, name, keep)
+
+    inputs, has_input = load("input_tokens")
+    inputs = inputs.astype(np.uint32)  # < 2^32 (the valid values): half the memory held
+    base, has_base = load("output_tokens")
+    if not has_base.all():
+        cap, has_cap = load("max_tokens")
+        base = np.where(has_base, base, cap)
+        has_base = has_base | has_cap
+    return inputs, base, has_base, has_base | has_input
 
 
 def _budgets(
-    config: ScheduleConfig, inputs: np.ndarray, base: np.ndarray, has: np.ndarray, tail: np.ndarray
-) -> tuple[int, np.ndarray]:
-    """(how many tail budgets ``max_context`` cut, input + budget of every record):
-    ``_budget`` for all records at once, the same float arithmetic."""
-    stretched = np.where(tail & has, np.ceil(config.tail_stretch * base), base).astype(np.int64)
+    config: ScheduleConfig, inputs: Array, base: Array, stretch: Array, has_tokens: Array
+) -> tuple[int, int | None]:
+    """(tail budgets ``max_context`` cut, the most tokens one request holds): ``_budget``
+    over the records at once, with the same arithmetic, touching only the ``stretch`` ones."""
+    idx = np.flatnonzero(stretch)
+    stretched = np.ceil(config.tail_stretch * base[idx]).astype(np.int64)
     capped = 0
     if config.max_context is not None:
-        fit = np.maximum(config.max_context - inputs, base)
+        fit = np.maximum(config.max_context - inputs[idx].astype(np.int64), base[idx])
         capped = int((stretched > fit).sum())
         stretched = np.minimum(stretched, fit)
-    return capped, inputs + np.where(has, stretched, 0)
+    if not has_tokens.any():
+        return capped, None
+    need = base + inputs  # int64; 0 where absent
+    need[idx] = inputs[idx] + stretched
+    return capped, int(need.max(where=has_tokens, initial=0))
 
 
 def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:
