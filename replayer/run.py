@@ -248,6 +248,12 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
             f"note: {the_plan.capped:,} tail requests ask less than x{sc.tail_stretch:g}: "
             f"cut to fit the {sc.max_context:,}-token context"
         )
+    if the_plan.over_context:
+        say(
+            f"warning: {the_plan.over_context:,} requests need more than the "
+            f"{sc.max_context:,}-token context as recorded (the longest {the_plan.longest:,} "
+            "tokens): the target will refuse them"
+        )
     if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
         weak = sc.tail_stretch < 1.5
         why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"

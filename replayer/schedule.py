@@ -98,6 +98,8 @@ class Plan:
     tail_count: int
     capped: int = 0
     """Tail records whose stretched budget was cut to fit ``max_context``."""
+    over_context: int = 0
+    """Records that do not fit ``max_context`` even so (input + recorded budget)."""
     longest: int | None = None
     """The most tokens one request holds: input + output budget (stretch and cap
     applied), over the replayed set; None when no record has token counts."""
@@ -174,7 +176,7 @@ def plan(config: ScheduleConfig) -> Plan:
         del demand
     if tail is None:
         tail = np.zeros(count, dtype=bool)
-    capped, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
+    capped, over, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
     return Plan(
         count=count,
         first_start_ns=first,
@@ -183,6 +185,7 @@ def plan(config: ScheduleConfig) -> Plan:
         tail_threshold=threshold,
         tail_count=int(tail.sum()),
         capped=capped,
+        over_context=over,
         longest=longest,
         warnings=warnings,
     )
@@ -225,9 +228,10 @@ def _tokens(config: ScheduleConfig, keep: Array | None) -> tuple[Array, Array, A
 
 def _budgets(
     config: ScheduleConfig, inputs: Array, base: Array, stretch: Array, has_tokens: Array
-) -> tuple[int, int | None]:
-    """(tail budgets ``max_context`` cut, the most tokens one request holds): ``_budget``
-    over the records at once, with the same arithmetic, touching only the ``stretch`` ones."""
+) -> tuple[int, int, int | None]:
+    """(tail budgets ``max_context`` cut, requests over it even so, the most tokens one
+    request holds): ``_budget`` over the records at once, with the same arithmetic,
+    touching only the ``stretch`` ones."""
     idx = np.flatnonzero(stretch)
     stretched = np.ceil(config.tail_stretch * base[idx]).astype(np.int64)
     capped = 0
@@ -236,10 +240,11 @@ def _budgets(
         capped = int((stretched > fit).sum())
         stretched = np.minimum(stretched, fit)
     if not has_tokens.any():
-        return capped, None
+        return capped, 0, None
     need = base + inputs  # int64; 0 where absent
     need[idx] = inputs[idx] + stretched
-    return capped, int(need.max(where=has_tokens, initial=0))
+    over = 0 if config.max_context is None else int((need > config.max_context).sum())
+    return capped, over, int(need.max(where=has_tokens, initial=0))
 
 
 def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:

@@ -20,6 +20,7 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
+from tailreplay.replayer.preflight import PROBE_HEADER
 from tailreplay.traces.reader import ArchiveReader
 from tests.helpers import chat_archive, write_plain
 from tests.proxy_helpers import serve_in_thread
@@ -83,6 +84,8 @@ def test_a_refusing_targets_own_message_reaches_summary_json_and_report(tmp_path
 
     async def strict(request: web.Request) -> web.Response:
         budget = (await request.json())["max_tokens"]
+        if PROBE_HEADER in request.headers:  # before the run: an API's own 400 passes
+            return web.json_response({"error": {"message": refusal}}, status=400)
         if budget >= 7:
             return web.Response(status=503, text="overloaded, come back later\nretry: 3")
         if budget >= 4:
@@ -102,6 +105,8 @@ def test_a_refusing_targets_own_message_reaches_summary_json_and_report(tmp_path
     s = json.loads(summary.read_text())
     assert s["errors"]["http_400"] > 0 and s["errors"]["http_503"] > 0
     said = s["error_messages"]["http_400"]
+    assert "/v1/chat/completions answered 400 in " in done.stderr
+    assert f" ms: {said}\n" in done.stderr  # said before the run, too
     assert said.startswith("This model's maximum context length is 4096 tokens. However,")
     assert len(said) <= 200 and said.endswith("…")
     assert secret not in said and "[KEY:fp:" in said  # an error may echo what was sent
@@ -162,10 +167,16 @@ def test_a_stretched_budget_is_cut_to_the_context_and_counted(tmp_path: Path) ->
     assert next(r.max_tokens for r in got if r.orig_trace_id == long_prompt) == 80
     assert "(1 cut to fit the 100,080-token context)" in output
     assert s["tail"]["capped"] == 1 and s["tail"]["context"] == 100_080
-    # Never below the recorded budget: a context the record overflows leaves it as it was.
-    got, s, _ = _dry(tmp_path, archive, "--max-context", "100010")
+    assert "warning" not in output
+    # Never below the recorded budget: a context the record overflows leaves it as it was,
+    # and a warning before the run says the target will refuse it.
+    got, s, output = _dry(tmp_path, archive, "--max-context", "100010")
     assert next(r.max_tokens for r in got if r.orig_trace_id == long_prompt) == 60
     assert s["tail"]["capped"] == 1
+    assert (
+        "warning: 1 requests need more than the 100,010-token context as recorded "
+        "(the longest 100,060 tokens): the target will refuse them"
+    ) in output
 
 
 def test_a_context_pinned_by_sim_arg_cuts_the_tail_live(tmp_path: Path) -> None:
