@@ -14,16 +14,17 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
+from tailreplay.replayer.builtin import BuiltinTarget, builtin_started
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats, SpanSink
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
@@ -42,14 +43,7 @@ from tailreplay.traces.record import Record
 from tailreplay.traces.redact import redact_url
 from tailreplay.traces.writer import ArchiveWriter
 
-__all__ = [
-    "BuiltinTarget",
-    "ReplayConfig",
-    "ReplayOutcome",
-    "SpanFactory",
-    "builtin_started",
-    "run",
-]
+__all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 
 STOP_GRACE_S = 5.0
 LEAD_S = 0.2
@@ -63,19 +57,6 @@ Say = Callable[[str], None]
 SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
 """Given the target's (host, port) and ``say``: the span sink for the run, entered for
 its length (``exporters.span_process.replay_spans`` with the OTLP options bound)."""
-
-
-class BuiltinTarget(Protocol):
-    """The target to start for a run without one (``sim.launcher.BuiltinSim``), sized
-    for the plan's longest request (``Plan.longest``, tokens)."""
-
-    def start(self, longest: int | None) -> AbstractContextManager[str]:
-        """Start it; the context manager yields its base URL."""
-        ...
-
-    def describe(self, longest: int | None) -> str:
-        """What was started, for the line that names it."""
-        ...
 
 
 @dataclass
@@ -181,17 +162,6 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
                 loop.remove_signal_handler(sig)
         if writer is not None:
             writer.close()
-
-
-@contextlib.contextmanager
-def builtin_started(builtin: BuiltinTarget, the_plan: Plan, say: Say) -> Iterator[str]:
-    """The built-in target, started and sized for ``the_plan``; one line says where and how."""
-    with builtin.start(the_plan.longest) as url:
-        say(
-            f"no --target: replaying against the built-in simulator at {url} "
-            f"({builtin.describe(the_plan.longest)})"
-        )
-        yield url
 
 
 class _Stop:

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
-from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, builtin_started, run
+from tailreplay.replayer.builtin import builtin_started
+from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
 from tailreplay.replayer.schedule import plan
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.traces.client_health import ClientVerdict, client_verdict
