@@ -18,7 +18,7 @@ from tailreplay.tracecontext import TraceContext
 from tailreplay.traces.record import Record
 from tailreplay.traces.redact import redact_text
 
-__all__ = ["MESSAGE_CHARS", "Sent", "one_line", "result_record"]
+__all__ = ["MESSAGE_CHARS", "Sent", "result_record", "target_message"]
 
 MESSAGE_CHARS = 200
 """The most of a target's error message a result record keeps."""
@@ -108,11 +108,11 @@ def target_message(body: str) -> str | None:
     ``error.message``, else the text), its first line, at most MESSAGE_CHARS long, with
     credentials, emails and numbers masked: an error can echo the prompt it refused."""
     # Cut loosely before masking (a secret cut in two could escape its pattern), exactly after.
-    first = one_line(error_message(body), 4 * MESSAGE_CHARS)
-    return None if first is None else one_line(redact_text(first, _MASK_KEY))
+    first = _one_line(error_message(body), 4 * MESSAGE_CHARS)
+    return None if first is None else _one_line(redact_text(first, _MASK_KEY))
 
 
-def one_line(text: str, limit: int = MESSAGE_CHARS) -> str | None:
+def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str | None:
     """The first non-blank line of ``text``, spaces collapsed, cut to ``limit`` with "…"."""
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     line = " ".join(line.split())
