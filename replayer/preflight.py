@@ -15,6 +15,7 @@ import time
 
 from tailreplay.errors import RunFailed
 from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.results import target_message
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.tracecontext import new_span_id, new_trace_id
@@ -42,7 +43,10 @@ async def probe(
     problem = _judge(out, f"{spec.method} {url}")
     if problem is not None:
         raise RunFailed(f"preflight: {problem} (skip this check with --no-preflight)")
-    return f"preflight: {spec.method} {url} answered {out.status} in {took}"
+    said = target_message(out.error_text) if out.status >= 400 else None
+    return f"preflight: {spec.method} {url} answered {out.status} in {took}" + (
+        f": {said}" if said else ""
+    )
 
 
 def _judge(out: Outcome, request: str) -> str | None:
@@ -86,7 +90,8 @@ class FailFast:
         self.errors.add(record.error or "ok")
         if self.seen == self.first and len(self.errors) == 1 and "ok" not in self.errors:
             self.reason = (
-                f"the first {self.first} requests all failed with {record.error}; stopped "
+                f"the first {self.first} requests all failed with {record.error}"
+                f"{f' ({record.error_message})' if record.error_message else ''}; stopped "
                 "(--fail-fast 0 replays on regardless)"
             )
             return True

@@ -7,15 +7,25 @@ kinds of result agree field by field: sent and answered (or failed), dropped at
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+from tailreplay.openai_api import error_message
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome
 from tailreplay.tracecontext import TraceContext
 from tailreplay.traces.record import Record
+from tailreplay.traces.redact import redact_text
 
-__all__ = ["Sent", "result_record"]
+__all__ = ["MESSAGE_CHARS", "Sent", "result_record", "target_message"]
+
+MESSAGE_CHARS = 200
+"""The most of a target's error message a result record keeps."""
+
+_MASK_KEY = os.urandom(32)
+"""Fingerprints in kept messages: a key of this process's own, so a mask cannot be
+matched with any other archive's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +99,23 @@ def _answered(
         record.error = outcome.error
     elif outcome.status >= 400:
         record.error = f"http_{outcome.status}"
+    if outcome.status >= 400 and outcome.error_text:
+        record.error_message = target_message(outcome.error_text)
+
+
+def target_message(body: str) -> str | None:
+    """What a refusal's body says, fit to keep: the server's message (an OpenAI-style
+    ``error.message``, else the text), its first line, at most MESSAGE_CHARS long, with
+    credentials, emails and numbers masked: an error can echo the prompt it refused."""
+    # Cut loosely before masking (a secret cut in two could escape its pattern), exactly after.
+    first = _one_line(error_message(body), 4 * MESSAGE_CHARS)
+    return None if first is None else _one_line(redact_text(first, _MASK_KEY))
+
+
+def _one_line(text: str, limit: int = MESSAGE_CHARS) -> str | None:
+    """The first non-blank line of ``text``, spaces collapsed, cut to ``limit`` with "…"."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    return line or None

@@ -14,7 +14,7 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from yarl import URL
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
+from tailreplay.replayer.builtin import BuiltinTarget, builtin_started
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats, SpanSink
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
@@ -76,9 +77,8 @@ class ReplayConfig:
     allow_upstream: bool = False
     new_trace_ids: bool = False
     dry_run: bool = False
-    builtin_target: Callable[[], AbstractContextManager[str]] | None = None
-    """Starts the built-in simulator and yields its URL, for a run without ``target``
-    (``sim.launcher.sim_process`` with the profile bound; picklable for --workers)."""
+    builtin_target: BuiltinTarget | None = None
+    """The built-in simulator, for a run without ``target`` (picklable for --workers)."""
     live: bool = False
     """A live progress display (a terminal); else plain progress lines."""
     spans: SpanFactory | None = None
@@ -124,7 +124,10 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         _check_target(config, config.target)
     the_plan = plan(sc)
     _note_plan(the_plan, sc, say)
-    collector = ResultCollector(sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run)
+    collector = ResultCollector(
+        sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run, tail_by=the_plan.tail_by,
+        tail_capped=the_plan.capped, context=sc.max_context,
+    )  # fmt: skip
     writer = _result_writer(config)
 
     def on_result(record: Record) -> None:
@@ -149,8 +152,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
             if target is None:
                 if config.builtin_target is None:
                     raise UsageError("no --target, and no built-in simulator to replay against")
-                target = stack.enter_context(config.builtin_target())
-                say(f"no --target: replaying against the built-in simulator at {target}")
+                target = stack.enter_context(builtin_started(config.builtin_target, the_plan, say))
             if stop.is_set:
                 return _stopped_before_sending(sc, the_plan, target, collector)
             return await _live(config, the_plan, target, on_result, collector, say, transport, stop)
@@ -202,10 +204,26 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
     met, how the tail was chosen."""
     for line in the_plan.warnings:
         say(f"warning: {line}")
-    if the_plan.tail_by == "output_tokens":
-        say("note: the archive records no latencies; the tail is chosen by recorded output tokens")
+    if the_plan.tail_by == "service_demand":
+        cost = sc.tail_cost
+        say(
+            "note: the archive records no latencies; the tail is chosen by service demand "
+            f"({cost.input_ms:g} ms an input token + {cost.output_ms:g} ms an output token; "
+            "--tail-cost)"
+        )
     elif the_plan.tail_by is None:
-        say("note: the archive records neither latencies nor output tokens; no tail stretch")
+        say("note: the archive records neither latencies nor token counts; no tail stretch")
+    if the_plan.capped:
+        say(
+            f"note: {the_plan.capped:,} tail requests ask less than x{sc.tail_stretch:g}: "
+            f"cut to fit the {sc.max_context:,}-token context"
+        )
+    if the_plan.over_context:
+        say(
+            f"warning: {the_plan.over_context:,} requests need more than the "
+            f"{sc.max_context:,}-token context as recorded (the longest {the_plan.longest:,} "
+            "tokens): the target will refuse them"
+        )
     if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
         weak = sc.tail_stretch < 1.5
         why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"

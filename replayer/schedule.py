@@ -1,10 +1,11 @@
 """The replay schedule: which records go out, when, and with how much work.
 
-Two streaming passes over the archive. The first (``plan``) loads two columns to
-find the replayed set's span and the tail threshold; the second (``schedule``)
-yields one ``Planned`` request at a time in due order, so memory does not grow
-with the archive. Everything here is arithmetic on recorded data — no clock, no
-network — so ``--dry-run`` and the tests see exactly what a live replay sends.
+Two streaming passes over the archive. The first (``plan``) loads a few columns to
+find the replayed set's span, the tail threshold and the longest request; the
+second (``schedule``) yields one ``Planned`` request at a time in due order, so
+memory does not grow with the archive. Everything here is arithmetic on recorded
+data — no clock, no network — so ``--dry-run`` and the tests see exactly what a
+live replay sends.
 """
 
 from __future__ import annotations
@@ -20,14 +21,48 @@ import numpy as np
 
 from tailreplay.errors import InputError
 from tailreplay.replayer.speed import Speed
-from tailreplay.traces.columns import load_columns
+from tailreplay.traces.columns import Columns, load_columns
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
 
-__all__ = ["AMPLIFY_JITTER_S", "Plan", "Planned", "ScheduleConfig", "plan", "schedule", "shard_of"]
+__all__ = [
+    "AMPLIFY_JITTER_S",
+    "DEFAULT_TAIL_COST",
+    "Plan",
+    "Planned",
+    "ScheduleConfig",
+    "TailCost",
+    "plan",
+    "schedule",
+    "shard_of",
+]
+
+Array = np.ndarray
 
 AMPLIFY_JITTER_S = 0.010
 """Extra copies of a request (--amplify) go out within this much after the original."""
+
+
+@dataclass(frozen=True)
+class TailCost:
+    """What a request costs a server, in ms per token: the tail's measure when an archive
+    records no latencies (``service_demand = input_ms·input + output_ms·output``)."""
+
+    input_ms: float
+    output_ms: float
+
+    def demand(self, input_tokens: int | None, output_tokens: int | None) -> float:
+        """Milliseconds of work (absent counts are 0)."""
+        return self.input_ms * (input_tokens or 0) + self.output_ms * (output_tokens or 0)
+
+    def __str__(self) -> str:
+        return f"input={self.input_ms:g},output={self.output_ms:g}"
+
+
+DEFAULT_TAIL_COST = TailCost(input_ms=0.0125, output_ms=6.04)
+"""The built-in simulator's default profile (``fast``): prefill costs 0.0125 ms a prompt
+token, and each output token one decode step, 6 ms + 0.04 ms for the sequence itself
+(``replay`` derives it from the profile; a test holds the two equal)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +78,10 @@ class ScheduleConfig:
     shard: tuple[int, int] = (0, 1)
     seed: int = 0
     skip_corrupt: bool = False
+    tail_cost: TailCost = DEFAULT_TAIL_COST
+    max_context: int | None = None
+    """The target's context in tokens, when known: a stretched budget is cut so that
+    input + budget fits it (never below the recorded budget)."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +92,17 @@ class Plan:
     first_start_ns: int
     span_s: float
     tail_by: str | None
-    """``duration_ns``, ``output_tokens`` (no durations recorded), or None (neither)."""
+    """``duration_ns``; ``service_demand`` (no durations recorded: ``TailCost`` of the
+    input tokens and the output budget); or None (none of those recorded)."""
     tail_threshold: float | None
     tail_count: int
+    capped: int = 0
+    """Tail records whose stretched budget was cut to fit ``max_context``."""
+    over_context: int = 0
+    """Records that do not fit ``max_context`` even so (input + recorded budget)."""
+    longest: int | None = None
+    """The most tokens one request holds: input + output budget (stretch and cap
+    applied), over the replayed set; None when no record has token counts."""
     warnings: list[str] = field(default_factory=list)
     """What reading the archives met: empty files, torn tails, skipped records and bytes."""
 
@@ -103,46 +150,124 @@ def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
 
 
 def plan(config: ScheduleConfig) -> Plan:
-    """First pass: the replayed set's first start, span and tail threshold."""
-    # One value column at a time — durations, else output tokens (imported traces
-    # have no latencies): at 5M records each column is 40 MB.
-    tail_by: str | None = None
-    for name in ("duration_ns", "output_tokens"):
-        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
-        keep = _window(cols["start_ns"], config)
-        has = cols.present[name] if keep is None else cols.present[name] & keep
-        if has.any():
-            tail_by = name
-            break
-        if name == "duration_ns":
-            del cols, keep, has  # free 100 MB before loading the next column
-    # Views when everything is replayed: copies of 5M-record columns cost 40 MB each.
-    starts = cols["start_ns"] if keep is None else cols["start_ns"][keep]
+    """First pass: the replayed set's first start, span, tail and longest request."""
+    # One value column at a time (at 5M records each is 40 MB), each load reduced to
+    # what the plan keeps before the next: durations, then token counts.
+    cols = load_columns(config.paths, ["duration_ns"], skip_corrupt=config.skip_corrupt)
+    keep = _window(cols["start_ns"], config)
+    starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
         raise InputError("no records to replay (check --from/--to/--limit)")
-    threshold = None
-    tail_count = 0
-    if tail_by is not None:
-        has = cols.present[tail_by] if keep is None else cols.present[tail_by] & keep
-        values = cols[tail_by] if has.all() else cols[tail_by][has]
-        threshold = float(np.percentile(values, config.tail_quantile * 100))
-        tail_count = int((values >= threshold).sum())
+    count, first, span_s = int(starts.size), int(starts[0]), float(starts[-1] - starts[0]) / 1e9
+    durations, has = _replayed(cols, "duration_ns", keep)
+    tail_by, threshold, tail = None, None, None
+    if has.any():
+        tail_by = "duration_ns"
+        threshold, tail = _tail(durations, has, config.tail_quantile)
+    warnings = cols.warnings
+    del cols, starts, durations, has
+    # Loads of the same files in the same order: the records line up with the first.
+    inputs, base, has_base, has_tokens = _tokens(config, keep)
+    if tail_by is None and has_tokens.any():
+        tail_by = "service_demand"
+        demand = inputs * config.tail_cost.input_ms
+        demand += base * config.tail_cost.output_ms  # ``TailCost.demand``'s arithmetic
+        threshold, tail = _tail(demand, has_tokens, config.tail_quantile)
+        del demand
+    if tail is None:
+        tail = np.zeros(count, dtype=bool)
+    capped, over, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
     return Plan(
-        count=int(starts.size),
-        first_start_ns=int(starts[0]),
-        span_s=float(starts[-1] - starts[0]) / 1e9,
+        count=count,
+        first_start_ns=first,
+        span_s=span_s,
         tail_by=tail_by,
         tail_threshold=threshold,
-        tail_count=tail_count,
-        warnings=cols.warnings,
+        tail_count=int(tail.sum()),
+        capped=capped,
+        over_context=over,
+        longest=longest,
+        warnings=warnings,
     )
 
 
-def _budget(record: Record, tail: bool, factor: float) -> int | None:
+def _replayed(cols: Columns, name: str, keep: Array | None) -> tuple[Array, Array]:
+    """(values, present) of the replayed records (views when all are replayed)."""
+    if keep is None:
+        return cols[name], cols.present[name]
+    return cols[name][keep], cols.present[name][keep]
+
+
+def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
+    """The threshold at ``quantile`` of the present values, and who is at or above it."""
+    present = values[has]  # a copy, which the percentile may sort in place
+    threshold = float(np.percentile(present, quantile * 100, overwrite_input=True))
+    del present
+    return threshold, has & (values >= threshold)
+
+
+def _tokens(config: ScheduleConfig, keep: Array | None) -> tuple[Array, Array, Array, Array]:
+    """(input tokens, unstretched budget, has a budget, has either) of the replayed
+    records, 0 where absent. The budget is ``_budget``'s: output tokens, else max_tokens
+    (loaded only when some record lacks output tokens). One column a load: loading
+    two at once costs as much again as the second column holds."""
+
+    def load(name: str) -> tuple[Array, Array]:
+        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
+        return _replayed(cols, name, keep)
+
+    inputs, has_input = load("input_tokens")
+    inputs = inputs.astype(np.uint32)  # < 2^32 (the valid values): half the memory held
+    base, has_base = load("output_tokens")
+    if not has_base.all():
+        cap, has_cap = load("max_tokens")
+        base = np.where(has_base, base, cap)
+        has_base = has_base | has_cap
+    return inputs, base, has_base, has_base | has_input
+
+
+def _budgets(
+    config: ScheduleConfig, inputs: Array, base: Array, stretch: Array, has_tokens: Array
+) -> tuple[int, int, int | None]:
+    """(tail budgets ``max_context`` cut, requests over it even so, the most tokens one
+    request holds): ``_budget`` over the records at once, with the same arithmetic,
+    touching only the ``stretch`` ones."""
+    idx = np.flatnonzero(stretch)
+    stretched = np.ceil(config.tail_stretch * base[idx]).astype(np.int64)
+    capped = 0
+    if config.max_context is not None:
+        fit = np.maximum(config.max_context - inputs[idx].astype(np.int64), base[idx])
+        capped = int((stretched > fit).sum())
+        stretched = np.minimum(stretched, fit)
+    if not has_tokens.any():
+        return capped, 0, None
+    need = base + inputs  # int64; 0 where absent
+    need[idx] = inputs[idx] + stretched
+    over = 0 if config.max_context is None else int((need > config.max_context).sum())
+    return capped, over, int(need.max(where=has_tokens, initial=0))
+
+
+def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:
     base = record.output_tokens if record.output_tokens is not None else record.max_tokens
     if base is None:
         return None
-    return math.ceil(factor * base) if tail else base
+    if not tail:
+        return base
+    budget = math.ceil(config.tail_stretch * base)
+    if config.max_context is not None:
+        # Fit the context, but never ask less than was recorded.
+        budget = min(budget, max(config.max_context - (record.input_tokens or 0), base))
+    return budget
+
+
+def _tail_value(record: Record, tail_by: str, cost: TailCost) -> float | None:
+    """The record's measure for the tail (``Plan.tail_by``), or None when it has none."""
+    if tail_by == "duration_ns":
+        return record.duration_ns
+    base = record.output_tokens if record.output_tokens is not None else record.max_tokens
+    if base is None and record.input_tokens is None:
+        return None
+    return cost.demand(record.input_tokens, base)  # the float arithmetic of ``plan``
 
 
 def schedule(
@@ -175,9 +300,9 @@ def schedule(
         due = speed.replay_offset((start - first) / 1e9, the_plan.span_s)
         tail = False
         if the_plan.tail_by is not None and the_plan.tail_threshold is not None:
-            value = getattr(record, the_plan.tail_by)
+            value = _tail_value(record, the_plan.tail_by, config.tail_cost)
             tail = value is not None and value >= the_plan.tail_threshold
-        budget = _budget(record, tail, config.tail_stretch)
+        budget = _budget(record, tail, config)
         key = _key(record)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):

@@ -54,10 +54,18 @@ class ResultCollector:
     timings: bool = True
     """Keep each request's columns; a dry run, which has no timings, only counts
     (a 4M-request plan would otherwise hold 170 MB of placeholders)."""
+    tail_by: str | None = None
+    """What chose the tail (``Plan.tail_by``)."""
+    tail_capped: int = 0
+    """Tail budgets cut to fit ``context`` (``Plan.capped``)."""
+    context: int | None = None
+    """The target's context in tokens, when known."""
     requests: int = 0
     ok: int = 0
     tail: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    messages: dict[str, str] = field(default_factory=dict)
+    """The target's first message for each error kind that came with one."""
     columns: dict[str, array[int]] = field(
         default_factory=lambda: {name: array("q") for name in _COLUMNS}
     )
@@ -80,7 +88,10 @@ class ResultCollector:
             return  # counted by the dispatcher, reported as "dropped"
         failed = is_error(r.status, r.error)
         if failed:
-            self.errors[r.error or f"http_{r.status}"] += 1
+            kind = r.error or f"http_{r.status}"
+            self.errors[kind] += 1
+            if r.error_message and kind not in self.messages:
+                self.messages[kind] = r.error_message
         else:
             self.ok += 1
         if not self.timings:
@@ -115,6 +126,7 @@ class ResultCollector:
             "sent": sent,
             "completed": self.ok,
             "errors": dict(self.errors),
+            "error_messages": dict(self.messages),
             "dropped": dropped,
             "duration_s": duration_s,
             "throughput_rps": self.ok / duration_s if duration_s > 0 else None,
@@ -127,15 +139,16 @@ class ResultCollector:
                 "count": self.tail,
                 "factor": self.tail_factor,
                 "quantile": self.tail_quantile,
+                "by": self.tail_by,
+                "capped": self.tail_capped,
+                "context": self.context,
             },
         }
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
     """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
-    t = s["tail"]
-    quantile = f"P{t['quantile'] * 100:g}"
-    tail = f"tail: {t['count']:,} requests at or above {quantile}, output x{t['factor']:g}"
+    tail = _tail_line(s["tail"])
     if s.get("dry_run"):
         return [f"dry run: {s['requests']:,} requests planned, none sent", tail]
     errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
@@ -148,6 +161,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         *head,
         f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
         f"dropped {s['dropped']:,}  errors: {errors}",
+        *(f"  {kind}: {text}" for kind, text in sorted(s.get("error_messages", {}).items())),
         f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
         if rate
         else f"duration {s['duration_s']:.1f} s",
@@ -163,6 +177,21 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         error = s["input_tokens_error"] * 100
         lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
     return lines
+
+
+_MEASURES = {"duration_ns": "latency", "service_demand": "service demand"}
+
+
+def _tail_line(t: dict[str, Any]) -> str:
+    """How many were stretched, by what measure, and how many the context cut short."""
+    if t.get("by") is None and not t["count"]:
+        return "tail: none (the archive records neither latencies nor token counts)"
+    by = f" of {_MEASURES[t['by']]}" if t.get("by") in _MEASURES else ""
+    line = f"tail: {t['count']:,} requests at or above P{t['quantile'] * 100:g}{by}, "
+    line += f"output x{t['factor']:g}"
+    if t.get("capped"):
+        line += f" ({t['capped']:,} cut to fit the {t['context']:,}-token context)"
+    return line
 
 
 def _interrupted_line(s: dict[str, Any]) -> str:

@@ -26,7 +26,9 @@ from typing import Any
 import numpy as np
 
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
+from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
+from tailreplay.replayer.schedule import plan
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.traces.client_health import ClientVerdict, client_verdict
 from tailreplay.traces.ops import copy_records
@@ -99,8 +101,8 @@ def _target(config: ReplayConfig, say: Callable[[str], None]) -> Iterator[str]:
         return
     if config.builtin_target is None:
         raise UsageError("no --target, and no built-in simulator to replay against")
-    with config.builtin_target() as url:
-        say(f"no --target: replaying against the built-in simulator at {url}")
+    # Sized for the longest request: the workers plan the same set, after it starts.
+    with builtin_started(config.builtin_target, plan(config.schedule), say) as url:
         yield url
 
 
@@ -142,9 +144,9 @@ def _run_all(
         results = []
         for i, (proc, pipe) in enumerate(zip(procs, pipes, strict=True)):
             try:
-                summary, plan, stopped, error = pipe.recv()
+                summary, worker_plan, stopped, error = pipe.recv()
             except EOFError:
-                summary, plan, stopped = None, None, False
+                summary, worker_plan, stopped = None, None, False
                 error = RunFailed("exited without a result")
             proc.join()
             if error is not None:
@@ -153,7 +155,7 @@ def _run_all(
                 error = copy.copy(error)  # the same class and exit code, the worker named
                 error.args = (f"worker {i}/{workers}: {error}",)
                 raise error
-            results.append((summary, plan, stopped or interrupted))
+            results.append((summary, worker_plan, stopped or interrupted))
         return results
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -173,9 +175,12 @@ def _merge(
     extra = {k: first[k] for k in keep if k in first}
     copy_records(files, config.out, source="replay",
                  extra_header={**extra, "shard": [0, 1], "workers": workers})  # fmt: skip
+    the_plan = results[0][1]
     collector = ResultCollector(
-        tail_factor=config.schedule.tail_stretch, tail_quantile=config.schedule.tail_quantile
-    )
+        tail_factor=config.schedule.tail_stretch, tail_quantile=config.schedule.tail_quantile,
+        tail_by=the_plan.tail_by, tail_capped=the_plan.capped,
+        context=config.schedule.max_context,
+    )  # fmt: skip
     for record in ArchiveReader([config.out]):
         collector.add(record)
     sent = sum(s["sent"] for s, _, _ in results)
@@ -187,8 +192,7 @@ def _merge(
         summary["input_tokens_error"] = sum(e * w for e, w in weights) / sum(w for _, w in weights)
     summary["workers"] = workers
     summary["client"] = _merged_health(config, collector, [s for s, _, _ in results])
-    plan = results[0][1]
-    return ReplayOutcome(summary, plan, target, any(stopped for _, _, stopped in results))
+    return ReplayOutcome(summary, the_plan, target, any(stopped for _, _, stopped in results))
 
 
 def _merged_health(

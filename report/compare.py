@@ -11,7 +11,8 @@ Definitions (docs/report.md repeats them for users):
   between streamed chunks;
 - all of them count successful requests only; errors have their own rate;
 - throughput is successful requests per second of the side's own window (first
-  start to last end), so a 2x replay shows twice the recorded throughput;
+  start to last end), so a 2x replay shows twice the recorded throughput: the
+  recorded rates are compared scaled by the replay's speed (``rate_scale``);
 - a replayed request is bucketed by the input length recorded for its original
   (joined on trace and span id), so both columns of a bucket hold the same requests.
 """
@@ -24,9 +25,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.errors import UsageError
 from tailreplay.report.model import (
     Cdf,
     Deltas,
+    ErrorKind,
     Metric,
     Metrics,
     Percentiles,
@@ -48,6 +51,7 @@ from tailreplay.traces.client_health import (
 )
 from tailreplay.traces.metrics import metric_values, percentiles
 from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
+from tailreplay.units import parse_factor
 
 __all__ = ["DELTA_COLUMNS", "compare", "delta_rows"]
 
@@ -91,6 +95,8 @@ def compare(
         "deltas": _deltas(recorded, replayed, join)
         if recorded is not None and join is not None
         else None,
+        "errors": per_side({name: _errors(side) for name, side in sides.items()}),
+        "rate_scale": _rate_scale(replayed) if recorded is not None else None,
         "series": per_side({name: _series(side) for name, side in sides.items()}),
         "cdf": per_side(
             {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()}
@@ -117,6 +123,28 @@ def _client(side: Side) -> ClientVerdict | None:
     limit = next((h["lag_limit_ms"] for h in side.headers if "lag_limit_ms" in h), None)
     lags = side.lag_ns[side.lag_ns >= 0]
     return client_verdict(lags, float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS)
+
+
+def _rate_scale(replayed: Side) -> float | None:
+    """The replay's speed times its copies: a ramp ``a..b`` replays the recording in
+    2/(a + b) of its time, so its mean factor is (a + b)/2."""
+    header = replayed.headers[0] if replayed.headers else {}
+    speed = header.get("speed")
+    if not isinstance(speed, str):
+        return None
+    try:
+        ends = [parse_factor(part, "speed") for part in speed.split("..")]
+    except UsageError:
+        return None
+    amplify = header.get("amplify", 1.0)
+    copies = float(amplify) if isinstance(amplify, int | float) and amplify > 0 else 1.0
+    return sum(ends) / len(ends) * copies
+
+
+def _errors(side: Side) -> list[ErrorKind]:
+    """The side's failures by kind, most frequent first, each with its first message."""
+    kinds = sorted(side.error_kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    return [{"kind": k, "count": n, "message": side.error_messages.get(k)} for k, n in kinds]
 
 
 def _replay_settings(side: Side) -> ReplaySettings:

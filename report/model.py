@@ -19,6 +19,7 @@ __all__ = [
     "BucketRow",
     "Cdf",
     "Deltas",
+    "ErrorKind",
     "Metric",
     "Metrics",
     "PerSide",
@@ -147,6 +148,16 @@ class Deltas(TypedDict):
     """The largest slow-downs, largest first."""
 
 
+class ErrorKind(TypedDict):
+    """One kind of failure on one side (``http_400``, ``connect``, ...)."""
+
+    kind: str
+    count: int
+    message: str | None
+    """The first message the server gave with it (a replay's ``error_message``: one
+    line, redacted); None when none came."""
+
+
 class Series(TypedDict):
     """Per time bin of a side: requests started, latency P50/P99, dispatch lag P99."""
 
@@ -209,6 +220,12 @@ class Report(TypedDict):
     buckets: list[BucketRow]
     deltas: Deltas | None
     """None without a recorded side."""
+    errors: PerSide[list[ErrorKind]]
+    """Each side's failures by kind, most frequent first."""
+    rate_scale: float | None
+    """What the replay multiplied the recorded rates by: its speed (a ramp's mean) times
+    ``--amplify``. Recorded throughput times this is what the target was asked to serve;
+    None without a recorded side or a replay's speed."""
     series: PerSide[Series]
     cdf: PerSide[Cdf]
     warnings: list[str]

@@ -56,6 +56,10 @@ class Side:
     key: list[bytes | None]
     itl_us: LogHistogram
     warnings: list[str] = field(default_factory=list)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    """Failed requests by kind (``error``, else ``http_<status>``)."""
+    error_messages: dict[str, str] = field(default_factory=dict)
+    """The first ``error_message`` (the target's own words) of each kind that has one."""
 
     @property
     def n(self) -> int:
@@ -99,6 +103,8 @@ def load_side(
         key=columns.keys,
         itl_us=columns.itl,
         warnings=reader.warnings(),
+        error_kinds=columns.error_kinds,
+        error_messages=columns.error_messages,
         **columns.arrays(),
     )
 
@@ -111,6 +117,16 @@ class _Columns:
     flags: dict[str, array[int]] = field(default_factory=lambda: {k: array("b") for k in _FLAGS})
     keys: list[bytes | None] = field(default_factory=list)
     itl: LogHistogram = field(default_factory=LogHistogram)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    error_messages: dict[str, str] = field(default_factory=dict)
+
+    def failed(self, m: dict[str, Any]) -> None:
+        """Count a failed record's kind; keep the first message of each kind."""
+        kind = m.get("error") or f"http_{m.get('status', 0)}"
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        message = m.get("error_message")
+        if message and kind not in self.error_messages:
+            self.error_messages[kind] = message
 
     def arrays(self) -> dict[str, Array]:
         """Every column of ``_INTS`` (int64) and ``_FLAGS`` (bool) as a numpy array."""
@@ -155,6 +171,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             lags(get("lag_ns", -1))
             bad = is_error(get("status"), get("error"))
             failed(bad)
+            if bad:
+                columns.failed(m)
             stream(get("stream") is True)
             tail(get("tail") is True)
             estimated(get("tokens_source") == "estimate")

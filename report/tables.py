@@ -101,6 +101,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
+    if any(kinds for _, kinds in side_items(report["errors"])):
+        tables.append(_errors(report))
     if slo is not None and slo["rows"]:
         tables += [slo_table(slo), _slo_matrix(slo)]
     if report["deltas"] is not None:
@@ -125,6 +127,33 @@ def _overview(report: Report) -> ReportTable:
     ]
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
+    scale = report["rate_scale"]
+    if scale is not None and scale != 1 and "recorded" in report["overall"]:
+        # Rates are compared as the replay asked for them: at 2x, twice the recorded.
+        rec = report["overall"]["recorded"]
+        expected = {"throughput req/s": (rec["throughput_rps"], 2),
+                    "output tokens/s": (rec["output_tokens_per_s"], 0)}  # fmt: skip
+        t.columns.insert(2, f"recorded x{scale:g}")
+        for row in t.rows:
+            value, digits = expected.get(row[0], (None, 0))
+            row.insert(2, num(value * scale, digits) if value is not None else "")
+        settings = report["replay"]
+        how = f"speed {settings.get('speed')}"
+        if settings.get("amplify", 1) != 1:
+            how += f", --amplify {settings['amplify']:g}x"
+        t.note = f"recorded x{scale:g}: the recorded rates at the replay's {how}: what it asked for"
+    return t
+
+
+def _errors(report: Report) -> ReportTable:
+    t = ReportTable(
+        "errors by kind",
+        ["kind", "side", "requests", "first message"],
+        note="the message is the server's own, first line (a replay keeps it, redacted)",
+    )
+    for side, kinds in side_items(report["errors"]):
+        for e in kinds:
+            t.rows.append([e["kind"], side, f"{e['count']:,}", e["message"] or "-"])
     return t
 
 

@@ -1,8 +1,9 @@
 """Start the simulator in a child process and hand back its URL.
 
-``replay`` without ``--target`` and the integration tests use this, so the
-simulator never shares the caller's event loop (or, on a 2-core machine, its core).
-The child listens on a free port and prints its URL as its first line.
+``replay`` without ``--target`` (through ``BuiltinSim``, which sizes the simulator
+to the trace) and the integration tests use this, so the simulator never shares the
+caller's event loop (or, on a 2-core machine, its core). The child listens on a free
+port and prints its URL as its first line.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 from tailreplay.errors import RunFailed
+from tailreplay.sim.profiles import DEFAULT_PROFILE, EngineProfile, fit_context, profile
 
-__all__ = ["READY_PREFIX", "sim_process"]
+__all__ = ["READY_PREFIX", "BuiltinSim", "sim_process"]
 
 READY_PREFIX = "tailreplay sim listening on "
 
@@ -58,3 +62,53 @@ def _read_line(child: subprocess.Popen[str], timeout_s: float) -> str:
     if not box:
         raise RunFailed(f"the simulator did not start within {timeout_s:.0f} s")
     return box[0]
+
+
+@dataclass(frozen=True)
+class BuiltinSim:
+    """``replay``'s built-in target: ``tailreplay sim`` with its context and KV budget sized
+    to the trace's longest request (``sim.profiles.fit_context``).
+
+    ``sim_args`` (replay's ``--sim-arg``) come last on the simulator's command line, so
+    they win over the sizing; ``overrides`` holds the profile fields they set, parsed.
+    Picklable, for ``replay --workers``.
+    """
+
+    profile: str = DEFAULT_PROFILE
+    seed: int = 0
+    sim_args: tuple[str, ...] = ()
+    overrides: tuple[tuple[str, Any], ...] = ()
+    nice: int = 5
+    """The replayer's timing comes first on a busy machine: the simulator runs niced."""
+
+    def sized(self, longest: int | None) -> EngineProfile:
+        """The profile the simulator will run for a trace whose longest request is
+        ``longest`` tokens (input + output budget)."""
+        given = dict(self.overrides)
+        return fit_context(
+            profile(self.profile).with_overrides(**given), longest, keep=given.keys()
+        )
+
+    def describe(self, longest: int | None) -> str:
+        """One line's worth: the profile and the size chosen, and why."""
+        p, given = self.sized(longest), dict(self.overrides)
+        sizes = [
+            f"{what} {value:,} tokens{' (--sim-arg)' if name in given else ''}"
+            for what, name, value in (
+                ("context", "max_model_len", p.max_model_len),
+                ("KV cache", "kv_tokens", p.kv_tokens),
+            )
+        ]
+        why = "" if longest is None else f"; the longest request is {longest:,} tokens"
+        return f"profile {self.profile}, {', '.join(sizes)}{why}"
+
+    def start(self, longest: int | None) -> AbstractContextManager[str]:
+        """Start it sized for ``longest``; the context manager yields its base URL."""
+        p = self.sized(longest)
+        return sim_process(
+            (
+                "--profile", self.profile, "--seed", str(self.seed), "--nice", str(self.nice),
+                "--max-model-len", str(p.max_model_len), "--kv-tokens", str(p.kv_tokens),
+                *self.sim_args,
+            )
+        )  # fmt: skip

@@ -9,10 +9,20 @@ extra sequence adds its KV reads). docs/simulator.md explains the defaults.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Set
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["DEFAULT_PROFILE", "PROFILES", "EngineProfile", "profile"]
+__all__ = [
+    "CONTEXT_HEADROOM",
+    "DEFAULT_PROFILE",
+    "KV_LONGEST",
+    "PROFILES",
+    "EngineProfile",
+    "fit_context",
+    "profile",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,3 +129,32 @@ def profile(name: str) -> EngineProfile:
         return PROFILES[name]
     except KeyError:
         raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+CONTEXT_HEADROOM = 1.1
+"""A context sized to a trace holds its longest request and 10% more (rounded up to
+1,024 tokens): room for a target tokenizer that counts a little more than the recording."""
+
+KV_LONGEST = 4
+"""A KV cache sized to a trace holds at least this many of its longest requests, so one
+long request cannot take the whole cache and hold every other behind it."""
+
+
+def fit_context(
+    p: EngineProfile, longest: int | None, keep: Set[str] = frozenset()
+) -> EngineProfile:
+    """``p`` with a context (``max_model_len``) and a KV budget (``kv_tokens``) that serve a
+    request of ``longest`` tokens (prompt + output); they only grow, and fields named in
+    ``keep`` (the user's own overrides) stay as they are.
+
+    >>> fit_context(profile("fast"), 126_000).max_model_len
+    139264
+    """
+    context = p.max_model_len
+    if longest is not None and "max_model_len" not in keep:
+        wanted = math.ceil(longest * CONTEXT_HEADROOM / 1024) * 1024
+        context = max(context, wanted)
+    kv = p.kv_tokens
+    if "kv_tokens" not in keep:
+        kv = max(kv, KV_LONGEST * context)
+    return replace(p, max_model_len=context, kv_tokens=kv)

@@ -25,6 +25,7 @@ __all__ = [
     "ResponseTap",
     "Usage",
     "chat_text",
+    "error_message",
     "operation_name",
     "parse_usage",
     "response_problem",
@@ -127,6 +128,53 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
             if isinstance(value, int) and not isinstance(value, bool):
                 setattr(usage, name, value)
                 break
+
+
+_MESSAGE_KEYS = ("message", "msg", "detail", "error")
+_MESSAGE = re.compile(r'"(?:message|msg|detail)"\s*:\s*"((?:[^"\\]|\\.)*)')
+
+
+def error_message(body: bytes | str) -> str:
+    """The message of an error answer, as the server wrote it.
+
+    OpenAI's ``{"error": {"message": ...}}`` (vLLM, SGLang, llama.cpp answer the
+    same), also ``{"error": "..."}``, ``{"message": ...}`` and FastAPI's
+    ``{"detail": ...}``; a body cut short keeps its first ``"message"`` string;
+    anything else is the body as text.
+
+    >>> error_message(b'{"error": {"message": "too long", "type": "invalid_request_error"}}')
+    'too long'
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        found = _message_in(json.loads(text), depth=3)
+    except ValueError:
+        m = _MESSAGE.search(text)  # a body cut short, perhaps inside the message itself
+        found = _unescape(m.group(1)) if m is not None else None
+    return found if found is not None else text.strip()
+
+
+def _unescape(literal: str) -> str | None:
+    """A JSON string's content, decoded (as it is when an escape was cut in two)."""
+    try:
+        text = str(json.loads(f'"{literal}"'))
+    except ValueError:
+        text = literal
+    return text.strip() or None
+
+
+def _message_in(doc: Any, depth: int) -> str | None:
+    if isinstance(doc, str):
+        return doc.strip() or None
+    if depth <= 0:
+        return None
+    if isinstance(doc, list):  # FastAPI's validation errors: [{"msg": ...}, ...]
+        return next((m for d in doc if (m := _message_in(d, depth - 1)) is not None), None)
+    if isinstance(doc, dict):
+        for key in _MESSAGE_KEYS:
+            if key in doc and (m := _message_in(doc[key], depth - 1)) is not None:
+                return m
+    return None
 
 
 def chat_text(messages: list[Any]) -> str:

@@ -136,7 +136,7 @@ def test_the_first_requests_all_failing_alike_stop_the_replay(
     assert code == 1
     assert took < 2 + 20 * GAP_MS / 1e3 / 10 + 5  # the 20th is due at 1 s
     (line,) = _error_lines(err)
-    assert "the first 20 requests all failed with http_503; stopped" in line
+    assert "the first 20 requests all failed with http_503 (overloaded); stopped" in line
     data = json.loads(summary.read_text())
     assert data["aborted"] == line.removeprefix("Error: ")
     assert 20 <= data["sent"] < N

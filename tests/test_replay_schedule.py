@@ -115,19 +115,36 @@ def test_tail_set_and_budgets(tmp_path: Path) -> None:
         assert r.max_tokens == want
 
 
-def test_tail_by_output_tokens_when_no_latencies(tmp_path: Path) -> None:
-    maps = [{"start_ns": T0 + i * 10**7, "output_tokens": i % 97 + 1} for i in range(300)]
+def test_tail_by_service_demand_when_no_latencies(tmp_path: Path) -> None:
+    maps = [
+        {"start_ns": T0 + i * 10**7, "input_tokens": (i * 7919) % 30_000 + 1,
+         "output_tokens": i % 97 + 1}
+        for i in range(300)
+    ]  # fmt: skip
     archive = write_plain(tmp_path / "a.msgpack", maps)
     config = ScheduleConfig(paths=[archive])
     p = plan(config)
-    assert p.tail_by == "output_tokens"
+    assert p.tail_by == "service_demand"
+    demand = [0.0125 * m["input_tokens"] + 6.04 * m["output_tokens"] for m in maps]
+    threshold = np.percentile(demand, 99)
     items = list(schedule(config, p))
-    threshold = np.percentile([m["output_tokens"] for m in maps], 99)
-    assert sum(i.tail for i in items) == sum(m["output_tokens"] >= threshold for m in maps)
-    result = CliRunner().invoke(
-        cli, ["replay", "--dry-run", "--out", str(tmp_path / "o.msgpack"), str(archive)]
-    )
-    assert "tail is chosen by recorded output tokens" in result.stderr
+    # The first pass (columns) and the second (records) pick the same three.
+    assert p.tail_count == sum(i.tail for i in items) == sum(d >= threshold for d in demand) == 3
+    assert {i.record.start_ns for i in items if i.tail} == {
+        m["start_ns"] for m, d in zip(maps, demand, strict=True) if d >= threshold
+    }
+    longest = max(m["input_tokens"] + (math.ceil(1.8 * m["output_tokens"]) if i.tail else
+                  m["output_tokens"]) for m, i in zip(maps, items, strict=True))  # fmt: skip
+    assert p.longest == longest
+
+
+def test_the_default_tail_cost_is_the_default_simulator_profiles() -> None:
+    from tailreplay.replayer.schedule import DEFAULT_TAIL_COST
+    from tailreplay.sim.profiles import DEFAULT_PROFILE, profile
+
+    p = profile(DEFAULT_PROFILE)
+    assert DEFAULT_TAIL_COST.input_ms == p.prefill_per_token_ms
+    assert DEFAULT_TAIL_COST.output_ms == pytest.approx(p.decode_ms(1), abs=1e-12)
 
 
 def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:

@@ -57,6 +57,9 @@ class Record:
     bytes_in: int | None = None
     bytes_out: int | None = None
     error: str | None = None
+    error_message: str | None = None
+    """Replay results: the target's own message for a refused request (first line,
+    at most 200 characters, redacted)."""
     # Replay result fields.
     orig_trace_id: bytes | None = None
     orig_span_id: bytes | None = None

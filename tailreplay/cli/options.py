@@ -47,6 +47,7 @@ __all__ = [
     "SHARD",
     "SIZE",
     "SPEED",
+    "TAIL_COST",
     "FiniteRange",
     "Parsed",
     "archives_argument",
@@ -119,6 +120,27 @@ def _header(text: str, flag: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
+def _tail_cost(text: str, flag: str) -> tuple[float, float]:
+    """``input=MS,output=MS``: milliseconds per input and per output token."""
+    costs: dict[str, float] = {}
+    for part in text.split(","):
+        key, sep, value = (p.strip() for p in part.partition("="))
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not sep or key not in ("input", "output") or not math.isfinite(number) or number < 0:
+            break
+        costs[key] = number
+    else:
+        if costs.keys() == {"input", "output"} and any(costs.values()):
+            return costs["input"], costs["output"]
+    raise UsageError(
+        f"invalid {flag} {text!r}: use input=MS,output=MS (ms per token, >= 0, "
+        "not both 0), e.g. input=0.05,output=8"
+    )
+
+
 FACTOR = Parsed("factor", parse_factor)
 SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
 DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
@@ -130,6 +152,7 @@ MODEL_MAP = Parsed("a=b", functools.partial(_pair, value_required=True))
 SHARD = Parsed("i/n", _shard)
 HEADER = Parsed("name: value", _header)
 BUCKETS = Parsed("edges", lambda text, flag: parse_buckets(text))
+TAIL_COST = Parsed("input=ms,output=ms", _tail_cost)
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:

@@ -30,11 +30,11 @@ from tailreplay.cli.options import (
     slo_options,
     time_window,
 )
+from tailreplay.cli.replay_target import target_model, target_options
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.private import open_private
-from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
 
@@ -80,6 +80,8 @@ class _Args:
     amplify: float
     tail_stretch: float
     tail_quantile: float
+    tail_cost: tuple[float, float] | None
+    max_context: int | None
     force_lengths: bool
     headers: tuple[tuple[str, str], ...]
     model_maps: tuple[tuple[str, str], ...]
@@ -100,6 +102,7 @@ class _Args:
     dry_run: bool
     seed: int
     sim_profile: str
+    sim_args: tuple[str, ...]
     skip_corrupt: bool
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
@@ -259,14 +262,7 @@ input, 130 interrupted.""",
     show_default=True,
     help="Seed of synthetic prompts, --amplify's copies and the built-in simulator.",
 )
-@click.option(
-    "--sim-profile",
-    type=click.Choice(sorted(PROFILES)),
-    default=DEFAULT_PROFILE,
-    show_default=True,
-    help="Profile of the built-in simulator when there is no --target (as `tailreplay sim "
-    "--profile`; fast: an H100-class deployment, which traces like the shipped peak need).",
-)
+@target_options
 @skip_corrupt_option
 @click.option(
     "--metrics-listen",
@@ -355,7 +351,6 @@ def _config(args: _Args) -> ReplayConfig:
     from tailreplay.exporters.span_process import replay_spans
     from tailreplay.replayer.run import ReplayConfig
     from tailreplay.replayer.schedule import ScheduleConfig
-    from tailreplay.sim.launcher import sim_process
     from tailreplay.traces.reader import ArchiveReader
 
     ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
@@ -366,11 +361,13 @@ def _config(args: _Args) -> ReplayConfig:
         from tailreplay.report.slo import check_judgeable
 
         check_judgeable(args.slos, args.archives, skip_corrupt=args.skip_corrupt)
+    model = target_model(args.target, args.sim_profile, args.seed, args.sim_args,
+                         args.tail_cost, args.max_context)  # fmt: skip
     schedule = ScheduleConfig(
         paths=args.archives, speed=args.speed, amplify=args.amplify,
         tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
         end_ns=end_ns, limit=args.limit, shard=args.shard, seed=args.seed,
-        skip_corrupt=args.skip_corrupt,
+        skip_corrupt=args.skip_corrupt, tail_cost=model.tail_cost, max_context=model.max_context,
     )  # fmt: skip
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
     return ReplayConfig(
@@ -388,10 +385,7 @@ def _config(args: _Args) -> ReplayConfig:
         allow_upstream=args.allow_upstream,
         new_trace_ids=args.new_trace_ids,
         dry_run=args.dry_run,
-        # The replayer's timing comes first on a busy machine: the simulator runs niced.
-        builtin_target=functools.partial(
-            sim_process, ("--profile", args.sim_profile, "--seed", str(args.seed), "--nice", "5")
-        ),
+        builtin_target=model.builtin,
         live=sys.stderr.isatty(),
         spans=functools.partial(replay_spans, args.otlp, speed_attribute)
         if args.otlp.enabled

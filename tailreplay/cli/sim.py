@@ -5,16 +5,20 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from tailreplay.cli.options import HOST_PORT
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
-__all__ = ["sim"]
+if TYPE_CHECKING:
+    from tailreplay.sim.launcher import BuiltinSim
+
+__all__ = ["builtin_sim", "sim"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,3 +124,31 @@ def sim(
         asyncio.run(run(config, ready))
     except OSError as exc:
         raise TailreplayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
+    """``replay``'s built-in target, with its ``--sim-arg`` values checked by this
+    command's own parser (a wrong one is exit 2 before anything runs).
+
+    >>> builtin_sim("fast", 0, ["--max-model-len=200000"]).overrides
+    (('max_model_len', 200000),)
+    """
+    from tailreplay.sim.launcher import BuiltinSim
+
+    try:
+        ctx = sim.make_context("sim", list(sim_args), help_option_names=[])
+    except click.ClickException as exc:
+        why = exc.format_message()
+        raise UsageError(f"invalid --sim-arg {' '.join(sim_args)!r}: {why}") from None
+    given = {
+        name: value
+        for name, value in ctx.params.items()
+        if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
+    fields = {name for name, _ in _OVERRIDES.values()}
+    return BuiltinSim(
+        profile=given.get("profile_name", profile_name),
+        seed=seed,
+        sim_args=tuple(sim_args),
+        overrides=tuple((k, v) for k, v in given.items() if k in fields),
+    )
