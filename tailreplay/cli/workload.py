@@ -259,7 +259,7 @@ def _simulators(
     the longest request, step times divided by the speed (given ones too), then the
     user's ``--sim-arg``s, which win."""
     from tailreplay.sim.launcher import sim_process
-    from tailreplay.sim.profiles import profile
+    from tailreplay.sim.profiles import fit_context, profile
 
     p = profile(profile_name)
     extra = list(sim_args)
@@ -274,9 +274,9 @@ def _simulators(
                 raise UsageError(f"--sim-arg {given[-1]}: not a number") from None
 
     def fresh(longest: int) -> AbstractContextManager[str]:
-        context = max(p.max_model_len, longest + 16)
-        args = ["--profile", profile_name, "--max-model-len", str(context),
-                "--kv-tokens", str(max(p.kv_tokens, 2 * context)), "--nice", "5"]  # fmt: skip
+        sized = fit_context(p, longest)  # as replay sizes its built-in simulator
+        args = ["--profile", profile_name, "--max-model-len", str(sized.max_model_len),
+                "--kv-tokens", str(sized.kv_tokens), "--nice", "5"]  # fmt: skip
         for flag, value in timed.items():
             args += [flag, f"{value / speed:.6g}"]
         return sim_process(args + extra)
