@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -169,7 +168,11 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         ctx = self._context(item)
         headers = spec.headers(self.headers, ctx.traceparent())
-        sent = Sent(time.time_ns(), round((loop.time() - due) * 1e9), ctx)
+        # The send's wall time is the due wall time plus the lag on the loop's monotonic
+        # clock: one clock read, so a preemption between two reads (a busy machine)
+        # cannot make them disagree, and a step of the wall clock mid-run bends nothing.
+        lag_ns = round((loop.time() - due) * 1e9)
+        sent = Sent(intended_ns + lag_ns, lag_ns, ctx)
         self.lags_ns.append(sent.lag_ns)
         self.stats.sent += 1
         outcome = Outcome(error="cancelled")
