@@ -7,12 +7,12 @@ pass finds the tick on the start_ns column; the schedule then spreads each tick'
 requests over the tick by a seeded draw per record, so shards agree and the count
 per tick is the recording's.
 
-The rule (``detect_ticks``), on the gaps between sorted start times:
+The rule (``detect_ticks``), on the sorted start times:
 
-- the tick is the largest of two candidates — the most common non-zero gap, and
+- the tick is the larger of two candidates — the most common non-zero gap, and
   the greatest common divisor of the non-zero gaps that are whole milliseconds —
-  that is at least 1 ms and divides at least 99% of the non-zero gaps (so a few
-  records from a finer clock do not hide the tick);
+  that is at least 1 ms and has at least 99% of the timestamps on one grid of it
+  (so a few records from a finer clock do not hide the tick);
 - the timestamps are *quantised* when such a tick exists and at least 10% of the
   gaps are 0: many requests share a tick, so its bursts are an artefact of the clock.
 """
@@ -40,7 +40,7 @@ MIN_TICK_NS = 1_000_000
 TIE_SHARE = 0.10
 """Quantised when at least this share of the gaps are 0."""
 ON_GRID = 0.99
-"""The tick divides at least this share of the non-zero gaps."""
+"""At least this share of the timestamps are on the tick's grid."""
 MIN_GAPS = 20
 """Fewer gaps than this decide nothing."""
 _WINDOW = 65_536
@@ -78,8 +78,14 @@ def _sample_gaps(starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return gaps, np.concatenate(windows)
 
 
-def _divides(tick: int, gaps: np.ndarray) -> bool:
-    return tick >= MIN_TICK_NS and float(np.mean(gaps % tick == 0)) >= ON_GRID
+def _on_grid(tick: int, sample: np.ndarray) -> int | None:
+    """The grid's phase if ``tick`` is at least 1 ms and at least 99% of the sampled
+    starts sit on one grid of it (the most common remainder); else None."""
+    if tick < MIN_TICK_NS:
+        return None
+    phases, counts = np.unique(sample % tick, return_counts=True)
+    best = int(np.argmax(counts))
+    return int(phases[best]) if counts[best] >= ON_GRID * sample.size else None
 
 
 def detect_ticks(starts: np.ndarray) -> Ticks | None:
@@ -96,19 +102,15 @@ def detect_ticks(starts: np.ndarray) -> Ticks | None:
     if nonzero.size == 0:  # one instant: no step to find
         return None
     values, counts = np.unique(nonzero, return_counts=True)
-    candidates = [int(values[np.argmax(counts)])]
+    candidates = {int(values[np.argmax(counts)])}
     whole_ms = nonzero[nonzero % MIN_TICK_NS == 0]
-    if whole_ms.size >= ON_GRID * nonzero.size:
-        candidates.append(int(np.gcd.reduce(whole_ms)))
-    fitting = [c for c in candidates if _divides(c, nonzero)]
-    if not fitting:
-        return None
-    tick = max(fitting)
-    # The grid's phase: the most common remainder (an off-grid first record must not
-    # shift every tick).
-    phases, phase_counts = np.unique(sample % tick, return_counts=True)
-    origin = int(phases[np.argmax(phase_counts)])
-    return Ticks(tick, origin, float(np.mean(gaps == 0)))
+    if whole_ms.size:
+        candidates.add(int(np.gcd.reduce(whole_ms)))
+    for tick in sorted(candidates, reverse=True):
+        origin = _on_grid(tick, sample)
+        if origin is not None:
+            return Ticks(tick, origin, float(np.mean(gaps == 0)))
+    return None
 
 
 def spread_tick(ticks: Ticks | None, wanted: bool | None) -> int | None:
