@@ -69,8 +69,8 @@ class Lookahead:
         self._exhausted = False
         self._cost_s = _FIRST_COST_S
         self.built_ahead = 0
-        self.built_when_due = 0
-        """Requests built when taken: nothing was ready (look-ahead off, or behind)."""
+        self.built_on_take = 0
+        """Requests built when taken: nothing was ready (the first, look-ahead off, or behind)."""
 
     @property
     def held(self) -> tuple[int, int]:
@@ -105,7 +105,7 @@ class Lookahead:
         if upcoming is None:
             return None
         self._next = None
-        self.built_when_due += 1
+        self.built_on_take += 1
         return upcoming, self._build(upcoming)
 
     def build_ahead(self, time_left_s: float) -> bool:

@@ -85,7 +85,7 @@ class PromptMaker:
                                 for b in range(256)], dtype=f"S{_WIDTH}")  # fmt: skip
         self._seed = seed.to_bytes(8, "big", signed=True)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._cached_bytes = 0
+        self.cached_bytes = 0
 
     def prompt(self, tokens: int, prefix_hashes: list[int] | None, salt: bytes) -> bytes:
         """``tokens`` words, ASCII (safe inside a JSON string as they are); block i follows
@@ -133,10 +133,10 @@ class PromptMaker:
             return text
         text = self._words([self._draw(b"h" + str(block).encode(), BLOCK_TOKENS)])
         self._blocks[block] = text
-        self._cached_bytes += len(text)
-        while self._cached_bytes > BLOCK_CACHE_BYTES:
+        self.cached_bytes += len(text)
+        while self.cached_bytes > BLOCK_CACHE_BYTES:
             _, old = self._blocks.popitem(last=False)
-            self._cached_bytes -= len(old)
+            self.cached_bytes -= len(old)
         return text
 
     def content_tokens(self, input_tokens: int) -> int:
