@@ -6,6 +6,7 @@ count), so requests would pile up in flight and its CPU would compete with the
 replayer's on a small machine. This one reads the body (so the replayer really
 writes it) and answers a fixed non-streamed chat completion without ``usage`` (no
 usage: the replayer's prompt-length correction stays at 1, prompts keep their size).
+It runs niced, as the built-in simulator does.
 
 Run: ``python -m tests.instant_target PORT``; ``instant_target()`` does it for a test.
 """
@@ -13,6 +14,7 @@ Run: ``python -m tests.instant_target PORT``; ``instant_target()`` does it for a
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -64,4 +66,7 @@ def instant_target(timeout_s: float = 20.0) -> Iterator[str]:
 
 
 if __name__ == "__main__":
+    # Niced, as the built-in simulator is: on a small machine the target stands in for
+    # one elsewhere and must not take the replayer's core when a long body wakes it.
+    os.nice(5)
     web.run_app(_app(), host="127.0.0.1", port=int(sys.argv[1]), print=None)
