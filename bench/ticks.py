@@ -1,8 +1,8 @@
 """Quantised clocks and long prompts: dispatch lag with the look-ahead on and off.
 
-1. Building one request with a synthetic 100k-token prompt: the builder as it is,
-   against the former one (a ``random.Random`` per block, ``choices``, a join, then
-   ``json.dumps`` of the text), reproduced here as the comparison.
+1. Building one request with a synthetic 100k-token prompt: the builder, against a
+   comparison that draws each block with its own ``random.Random`` and ``choices``,
+   joins the words and escapes the text with ``json.dumps``.
 2. A trace logged in 3 s ticks (Poisson arrivals at 4/s over --seconds, floored to
    the tick; a third of the prompts 100k tokens, the rest 200; no bodies) replayed
    at tests/instant_target.py (answers at once, in its own process) four ways:
@@ -48,8 +48,10 @@ CASES = {
 }
 
 
-def former_body(maker: PromptMaker, tokens: int, hashes: list[int] | None, salt: bytes) -> bytes:
-    """The former builder's work for one synthetic chat body (the comparison)."""
+def comparison_body(
+    maker: PromptMaker, tokens: int, hashes: list[int] | None, salt: bytes
+) -> bytes:
+    """The comparison's work for one synthetic chat body."""
     out: list[str] = []
     for i in range((tokens + BLOCK_TOKENS - 1) // BLOCK_TOKENS):
         size = min(BLOCK_TOKENS, tokens - i * BLOCK_TOKENS)
@@ -66,23 +68,23 @@ def former_body(maker: PromptMaker, tokens: int, hashes: list[int] | None, salt:
 
 
 def build_table(runs: int) -> list[str]:
-    rows = ["| prompt | former build (ms) | build now (ms) | ratio |", "|---|---:|---:|---:|"]
+    rows = ["| prompt | comparison (ms) | builder (ms) | ratio |", "|---|---:|---:|---:|"]
     for name, hashes in (("100k tokens, no prefix hashes", None),
                          ("100k tokens, 196 shared prefix blocks", list(range(196))),):  # fmt: skip
         maker = PromptMaker(0)
         builder = RequestBuilder(model_map={}, force_lengths=True, prompts=maker)
-        former, now = [], []
+        compared, now = [], []
         for i in range(runs):
             record = Record(start_ns=i, trace_id=i.to_bytes(16, "big"), method="POST",
                             path="/v1/chat/completions", model="m", input_tokens=LONG,
                             prefix_hashes=hashes)  # fmt: skip
             began = time.perf_counter()
-            former_body(maker, LONG, hashes, record.trace_id or b"")
-            former.append(time.perf_counter() - began)
+            comparison_body(maker, LONG, hashes, record.trace_id or b"")
+            compared.append(time.perf_counter() - began)
             began = time.perf_counter()
             builder.build(Planned(0.0, record, 0, False, 4))
             now.append(time.perf_counter() - began)
-        a, b = statistics.median(former) * 1e3, statistics.median(now) * 1e3
+        a, b = statistics.median(compared) * 1e3, statistics.median(now) * 1e3
         rows.append(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.1f}x |")
     return rows
 
