@@ -6,7 +6,9 @@ does not add up) and starts the request as its own task, so a slow target
 delays nothing else. In-flight requests are bounded: a request that finds no
 free slot within ``drop_after_s`` of its due time is recorded as dropped —
 counted, never silently sent late. Latency is kept from the due time (what a
-user would have felt: free of coordinated omission) and from the send.
+user would have felt: free of coordinated omission) and from the send. While it
+waits, the dispatcher builds the requests after the next one (``lookahead.py``),
+so a long synthetic prompt is ready before it is due.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.schedule import Planned
@@ -30,6 +33,8 @@ __all__ = ["DispatchStats", "Dispatcher", "SpanSink"]
 log = logging.getLogger("tailreplay.replay")
 
 _SPIN_S = 0.0015
+_BUILD_MARGIN_S = 0.0005
+"""Room left after a build ahead for the estimate to be wrong."""
 
 
 class SpanSink(Protocol):
@@ -70,6 +75,8 @@ class Dispatcher:
         shard: int | None = None,
         on_result: Callable[[Record], None],
         spans: SpanSink | None = None,
+        lookahead_items: int = LOOKAHEAD_ITEMS,
+        lookahead_bytes: int = LOOKAHEAD_BYTES,
     ) -> None:
         self.transport = transport
         self.builder = builder
@@ -81,6 +88,11 @@ class Dispatcher:
         self.on_result = on_result
         self.spans = spans
         """One CLIENT span per request sent (not for dropped ones: nothing was sent)."""
+        self.lookahead_items = lookahead_items
+        """Requests built ahead of their due time at most (0: each built when due)..."""
+        self.lookahead_bytes = lookahead_bytes
+        """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
+        self.ahead: Lookahead | None = None
         self.stats = DispatchStats()
         self.lags_ns = array("q")
         self._slot_freed = asyncio.Event()
@@ -91,13 +103,19 @@ class Dispatcher:
         """Send every item at ``t0 + item.due_s`` (loop time); returns when all are done."""
         loop = asyncio.get_running_loop()
         stats = self.stats
-        for item in items:
-            # Build before waiting: the build happens in time we would sleep anyway.
-            spec = self.builder.build(item)
+        ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
+                                       max_bytes=self.lookahead_bytes)  # fmt: skip
+        while (taken := ahead.take()) is not None:
+            item, spec = taken
             due = t0 + item.due_s
             # Sleep until the absolute due time; in short steps only so that a stop
-            # (Ctrl-C) is seen within a quarter second even across a long lull.
+            # (Ctrl-C) is seen within a quarter second even across a long lull. Time
+            # to spare goes to building the requests after this one, a build at a
+            # time, each only if it should end before the wake-up.
             while (delay := due - loop.time()) > _SPIN_S and not self.stopping.is_set():
+                if ahead.build_ahead(delay - _SPIN_S - _BUILD_MARGIN_S):
+                    await asyncio.sleep(0)  # responses in flight are read between builds
+                    continue
                 await asyncio.sleep(min(delay - _SPIN_S, 0.25))
             # The loop's timers fire up to a millisecond late (epoll counts whole ms): wake
             # a little early and yield until due, so a send lands within tens of

@@ -28,6 +28,9 @@ DEFAULT_INPUT_TOKENS = 32
 FORCED_FIELDS = ("min_tokens", "ignore_eos")
 _CHAT = "/v1/chat/completions"
 _COMPLETIONS = "/v1/completions"
+_PROMPT = "\x00tailreplay:prompt\x00"
+"""Stands for the synthetic prompt in the body until the prompt's bytes replace it."""
+_PROMPT_JSON = json.dumps(_PROMPT).encode()
 
 
 @dataclass(slots=True)
@@ -38,6 +41,8 @@ class RequestSpec:
     stream: bool
     prompt_tokens: int | None
     """Our count of a synthetic prompt (to compare with the target's usage)."""
+    forced: bool = False
+    """Sent with min_tokens/ignore_eos (built again if the target refuses them first)."""
 
     def headers(self, base: Mapping[str, str], traceparent: str) -> dict[str, str]:
         """The headers to send: the run's own (``--header``), this request's trace
@@ -113,9 +118,10 @@ class RequestBuilder:
         name = model or self.default_model
         return self.model_map.get(name, name)
 
-    def _force(self, body: dict[str, Any], budget: int | None, path: str) -> None:
+    def _force(self, body: dict[str, Any], budget: int | None, path: str) -> bool:
+        """Set the output budget; True when min_tokens/ignore_eos went in with it."""
         if budget is None:
-            return
+            return False
         if "max_completion_tokens" in body:
             body["max_completion_tokens"] = budget
         elif path.startswith("/v1/responses"):
@@ -125,6 +131,8 @@ class RequestBuilder:
         if self.force_lengths and self.forced_fields_ok:
             body["min_tokens"] = budget
             body["ignore_eos"] = True
+            return True
+        return False
 
     def build(self, item: Planned) -> RequestSpec:
         record = item.record
@@ -138,22 +146,26 @@ class RequestBuilder:
         tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
         content = self.prompts.content_tokens(tokens)
         salt = record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
-        text = self.prompts.text(content, record.prefix_hashes, salt)
+        text = self.prompts.prompt(content, record.prefix_hashes, salt)
         stream = bool(record.stream)
         body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}
         if bare == _CHAT:
-            body["messages"] = [{"role": "user", "content": text}]
+            body["messages"] = [{"role": "user", "content": _PROMPT}]
             ours = self.prompts.rendered_tokens(content)
         else:
-            body["prompt"] = text
+            body["prompt"] = _PROMPT
             ours = content
         if stream:
             body["stream_options"] = {"include_usage": True}
-        self._force(body, item.budget, bare)
+        forced = self._force(body, item.budget, bare)
         if self.edits is not None:
             self.edits.apply(body)
             stream = body.get("stream") is True
-        return RequestSpec(method, path, json.dumps(body).encode(), stream, ours)
+        # The prompt goes in as bytes: it is ASCII words and spaces, which JSON keeps as
+        # they are, and escaping 650 KB of it would cost json.dumps a millisecond.
+        head, found, tail = json.dumps(body).encode().partition(_PROMPT_JSON)
+        raw = b"".join((head, b'"', text, b'"', tail)) if found else head
+        return RequestSpec(method, path, raw, stream, ours, forced)
 
     def _from_body(self, raw: bytes, method: str, path: str, budget: int | None) -> RequestSpec:
         try:
@@ -164,8 +176,8 @@ class RequestBuilder:
             return RequestSpec(method, path, raw, False, None)
         if "model" in body and isinstance(body["model"], str):
             body["model"] = self._model(body["model"])
-        self._force(body, budget, path.split("?", 1)[0])
+        forced = self._force(body, budget, path.split("?", 1)[0])
         if self.edits is not None:
             self.edits.apply(body)
         stream = body.get("stream") is True
-        return RequestSpec(method, path, json.dumps(body).encode(), stream, None)
+        return RequestSpec(method, path, json.dumps(body).encode(), stream, None, forced)

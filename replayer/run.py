@@ -27,6 +27,7 @@ from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.builtin import BuiltinTarget, builtin_started
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats, SpanSink
 from tailreplay.replayer.health import LoopWatch, watched_verdict
+from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.preflight import FailFast, probe
 from tailreplay.replayer.progress import show_progress, status_line
@@ -35,6 +36,7 @@ from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.results import result_record
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule
 from tailreplay.replayer.summary import ResultCollector
+from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
 from tailreplay.traces.format import make_header
@@ -95,6 +97,10 @@ class ReplayConfig:
     """Stop when the first N results all failed the same way (0: never)."""
     duration_s: float | None = None
     """Send only the requests due within this much replay time (--duration)."""
+    lookahead_items: int = LOOKAHEAD_ITEMS
+    """Requests built before they are due, at most (0: each is built when due)..."""
+    lookahead_bytes: int = LOOKAHEAD_BYTES
+    """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
 
 
 @dataclass
@@ -201,7 +207,10 @@ def _check_target(config: ReplayConfig, target: str) -> None:
 
 def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
     """What the user should know of the plan before it runs: what reading the archives
-    met, how the tail was chosen."""
+    met, how the tail was chosen. First of all, a clock that logged in coarse ticks."""
+    ticks = spread_line(the_plan.ticks, sc.spread_ticks)
+    if ticks is not None:
+        say(ticks)
     for line in the_plan.warnings:
         say(f"warning: {line}")
     if the_plan.tail_by == "service_demand":
@@ -321,7 +330,8 @@ async def _live(
         dispatcher = Dispatcher(
             transport, builder, headers=config.headers, max_inflight=config.max_inflight,
             new_trace_ids=config.new_trace_ids, shard=sc.shard[0] if sc.shard[1] > 1 else None,
-            on_result=on_each, spans=spans,
+            on_result=on_each, spans=spans, lookahead_items=config.lookahead_items,
+            lookahead_bytes=config.lookahead_bytes,
         )  # fmt: skip
         if config.metrics_listen is not None:
             metrics = ReplayMetrics(dispatcher.stats)

@@ -15,12 +15,13 @@ import heapq
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tailreplay.errors import InputError
 from tailreplay.replayer.speed import Speed
+from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_fraction, spread_tick, tick_floor
 from tailreplay.traces.columns import Columns, load_columns
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
@@ -82,6 +83,8 @@ class ScheduleConfig:
     max_context: int | None = None
     """The target's context in tokens, when known: a stretched budget is cut so that
     input + budget fits it (never below the recorded budget)."""
+    spread_ticks: bool | None = None
+    """Spread each tick's requests over the tick (None: when the timestamps are quantised)."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,10 @@ class Plan:
     applied), over the replayed set; None when no record has token counts."""
     warnings: list[str] = field(default_factory=list)
     """What reading the archives met: empty files, torn tails, skipped records and bytes."""
+    ticks: Ticks | None = None
+    """The tick the timestamps were logged at (``replayer/ticks.py``), if any."""
+    spread_ns: int | None = None
+    """The tick each tick's requests are spread over; None: sent at their recorded times."""
 
 
 @dataclass(slots=True)
@@ -165,6 +172,7 @@ def plan(config: ScheduleConfig) -> Plan:
         tail_by = "duration_ns"
         threshold, tail = _tail(durations, has, config.tail_quantile)
     warnings = cols.warnings
+    ticks, last_start = detect_ticks(starts), int(starts.max())
     del cols, starts, durations, has
     # Loads of the same files in the same order: the records line up with the first.
     inputs, base, has_base, has_tokens = _tokens(config, keep)
@@ -177,7 +185,7 @@ def plan(config: ScheduleConfig) -> Plan:
     if tail is None:
         tail = np.zeros(count, dtype=bool)
     capped, over, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
-    return Plan(
+    the_plan = Plan(
         count=count,
         first_start_ns=first,
         span_s=span_s,
@@ -188,6 +196,20 @@ def plan(config: ScheduleConfig) -> Plan:
         over_context=over,
         longest=longest,
         warnings=warnings,
+    )
+    return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
+
+
+def _with_ticks(the_plan: Plan, ticks: Ticks | None, last_start: int, wanted: bool | None) -> Plan:
+    """The plan with the clock's tick (``replayer/ticks.py``) and, when the schedule
+    spreads over it, its span from the first tick's start to the last tick's end."""
+    spread = spread_tick(ticks, wanted)
+    if ticks is None or spread is None:
+        return replace(the_plan, ticks=ticks)
+    first = tick_floor(the_plan.first_start_ns, ticks)
+    last = tick_floor(last_start, ticks) + spread
+    return replace(
+        the_plan, ticks=ticks, spread_ns=spread, first_start_ns=first, span_s=(last - first) / 1e9
     )
 
 
@@ -270,6 +292,46 @@ def _tail_value(record: Record, tail_by: str, cost: TailCost) -> float | None:
     return cost.demand(record.input_tokens, base)  # the float arithmetic of ``plan``
 
 
+class _DueTimes:
+    """Due offsets: the recorded offset from the first start, dilated by --speed.
+
+    When the schedule spreads ticks, a request's recorded time is the start of its
+    tick plus a seeded fraction of the tick, drawn per copy from the record's key, the
+    seed and its place among its tick's records (so records without a trace id, whose
+    keys are their shared start, still differ; every shard counts every record)."""
+
+    def __init__(self, the_plan: Plan, speed: Speed, seed: bytes) -> None:
+        self.first = the_plan.first_start_ns
+        self.span_s = the_plan.span_s
+        self.speed = speed
+        self.seed = seed
+        self.ticks = the_plan.ticks if the_plan.spread_ns is not None else None
+        self._start = self._index = 0
+        self._earliest = 0.0
+
+    def earliest(self, start_ns: int) -> float:
+        """The earliest due offset of a record starting at ``start_ns`` (and of every
+        record after it, read in start order); call once per record, in read order."""
+        if self.ticks is not None:
+            floor = tick_floor(start_ns, self.ticks)
+            self._index = self._index + 1 if floor == self._start else 0
+            start_ns = floor
+        self._start = start_ns
+        self._earliest = self.speed.replay_offset((start_ns - self.first) / 1e9, self.span_s)
+        return self._earliest
+
+    def due(self, key: bytes, copy: int) -> float:
+        """The due offset of copy ``copy`` of the record last passed to ``earliest``."""
+        if self.ticks is None:
+            if copy == 0:
+                return self._earliest
+            jitter = _u64(key, self.seed, bytes([copy % 256])) / 2**64
+            return self._earliest + AMPLIFY_JITTER_S * jitter
+        u = spread_fraction(key + self._index.to_bytes(8, "big"), self.seed, copy)
+        recorded_ns = self._start - self.first + u * self.ticks.tick_ns
+        return self.speed.replay_offset(recorded_ns / 1e9, self.span_s)
+
+
 def schedule(
     config: ScheduleConfig, the_plan: Plan, warn: Callable[[str], None] | None = None
 ) -> Iterator[Planned]:
@@ -278,10 +340,9 @@ def schedule(
     ``warn`` hears, at the end, of records that came out of start order (the first
     pass, in file order, could not see that)."""
     shard, shards = config.shard
-    first = the_plan.first_start_ns
-    speed = config.speed
     whole, frac = int(config.amplify), config.amplify - int(config.amplify)
     seed = config.seed.to_bytes(8, "big", signed=True)
+    due_at = _DueTimes(the_plan, config.speed, seed)
     heap: list[tuple[float, int, Planned]] = []
     order = 0
     selected = 0
@@ -295,9 +356,10 @@ def schedule(
         if config.limit is not None and selected >= config.limit:
             break
         selected += 1
+        # Before the shard's choice: a record's place in its tick counts every shard's.
+        due = due_at.earliest(start)
         if shards > 1 and shard_of(record, shards) != shard:
             continue
-        due = speed.replay_offset((start - first) / 1e9, the_plan.span_s)
         tail = False
         if the_plan.tail_by is not None and the_plan.tail_threshold is not None:
             value = _tail_value(record, the_plan.tail_by, config.tail_cost)
@@ -306,10 +368,12 @@ def schedule(
         key = _key(record)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):
-            jitter = 0.0 if c == 0 else AMPLIFY_JITTER_S * _u64(key, seed, bytes([c % 256])) / 2**64
-            item = Planned(due + jitter, record, c, tail, budget)
+            item = Planned(due_at.due(key, c), record, c, tail, budget)
             heapq.heappush(heap, (item.due_s, order, item))
             order += 1
+        # Nothing read later is due before ``due``: what is due by then can go. Spread
+        # over its tick, a request waits here for the rest of its tick to be read, so
+        # the heap holds at most one tick's requests (all copies).
         while heap and heap[0][0] <= due:
             yield heapq.heappop(heap)[2]
     while heap:

@@ -78,6 +78,7 @@ class _Args:
     target: URL | None
     speed: Speed
     amplify: float
+    spread_ticks: bool | None
     tail_stretch: float
     tail_quantile: float
     tail_cost: tuple[float, float] | None
@@ -143,6 +144,13 @@ input, 130 interrupted.""",
     default="1x",
     show_default=True,
     help="Send N copies of each request (e.g. 3x, 1.5x).",
+)
+@click.option(
+    "--spread-ticks/--no-spread-ticks",
+    default=None,
+    help="Spread each tick's requests over the tick when the archive's timestamps were "
+    "logged in coarse ticks (1 s, 3 s: many requests share each timestamp), by a draw "
+    "from --seed; the count per tick is kept. Default: on when such a clock is detected.",
 )
 @click.option(
     "--tail-stretch",
@@ -368,6 +376,7 @@ def _config(args: _Args) -> ReplayConfig:
         tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
         end_ns=end_ns, limit=args.limit, shard=args.shard, seed=args.seed,
         skip_corrupt=args.skip_corrupt, tail_cost=model.tail_cost, max_context=model.max_context,
+        spread_ticks=args.spread_ticks,
     )  # fmt: skip
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
     return ReplayConfig(

@@ -1,0 +1,94 @@
+"""Synthetic prompts for records kept without bodies: exact length, recorded sharing.
+
+What a target sees is the request body, so everything is checked on built bodies:
+their rendered prompt counts the recorded input tokens (cl100k_base), records that
+shared prefix blocks in production share that text, others share none, and the
+same record always gets the same prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tailreplay.openai_api import chat_text
+from tailreplay.replayer import prompts
+from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
+from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.schedule import Planned
+from tailreplay.traces.record import Record
+from tailreplay.traces.tokens import count_tokens
+
+
+def _body(
+    tokens: int,
+    hashes: list[int] | None = None,
+    *,
+    trace: int = 1,
+    path: str = "/v1/chat/completions",
+    maker: PromptMaker | None = None,
+) -> dict[str, Any]:
+    record = Record(start_ns=1, trace_id=trace.to_bytes(16, "big"), method="POST", path=path,
+                    input_tokens=tokens, prefix_hashes=hashes)  # fmt: skip
+    builder = RequestBuilder(model_map={}, force_lengths=True, prompts=maker or PromptMaker(0))
+    spec = builder.build(Planned(0.0, record, 0, False, 8))
+    assert spec.body is not None
+    body: dict[str, Any] = json.loads(spec.body)
+    return body
+
+
+def _words(body: dict[str, Any]) -> list[str]:
+    text = body["messages"][0]["content"] if "messages" in body else body["prompt"]
+    assert isinstance(text, str) and text.startswith(" ")
+    return text.split(" ")[1:]
+
+
+@pytest.mark.parametrize("tokens", [8, 100, 511, 512, 513, 1500, 20_000])
+@pytest.mark.parametrize("hashes", [None, [11, 12], list(range(100))])
+def test_the_rendered_prompt_counts_the_recorded_input_tokens(
+    tokens: int, hashes: list[int] | None
+) -> None:
+    body = _body(tokens, hashes)
+    assert count_tokens(chat_text(body["messages"])) == tokens
+
+
+def test_a_completions_prompt_counts_the_recorded_input_tokens() -> None:
+    body = _body(777, [5], path="/v1/completions")
+    assert count_tokens(body["prompt"]) == 777 - PromptMaker(0).overhead
+
+
+def test_records_that_shared_prefix_blocks_share_that_text_and_no_more() -> None:
+    a = _words(_body(3000, [1, 2, 3, 4], trace=1))
+    b = _words(_body(3000, [1, 2, 9, 10], trace=2))
+    shared = 2 * BLOCK_TOKENS
+    assert a[:shared] == b[:shared]
+    assert a[shared : shared + BLOCK_TOKENS] != b[shared : shared + BLOCK_TOKENS]
+    # Without recorded hashes, two records share nothing (their own ids draw the text).
+    c, d = _words(_body(3000, None, trace=3)), _words(_body(3000, None, trace=4))
+    assert c[:BLOCK_TOKENS] != d[:BLOCK_TOKENS]
+
+
+def test_the_same_record_gets_the_same_prompt_and_the_seed_changes_it() -> None:
+    first = _body(5000, [1, 2], trace=7)
+    assert _body(5000, [1, 2], trace=7, maker=PromptMaker(0)) == first
+    assert _words(_body(5000, [1, 2], trace=7, maker=PromptMaker(3))) != _words(first)
+
+
+def test_the_words_vary() -> None:
+    words = _words(_body(20_000))
+    assert len(set(words)) > 100  # not one word repeated: a prompt, not a pattern
+
+
+def test_shared_blocks_kept_for_reuse_stay_within_their_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(prompts, "BLOCK_CACHE_BYTES", 100_000)
+    maker = PromptMaker(0)
+    for i in range(200):  # 200 records with distinct 4-block prefixes: ~2.6 MB of blocks
+        maker.prompt(4 * BLOCK_TOKENS, [4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3], b"x")
+    assert 0 < maker.cached_bytes <= 100_000
+    # A block that left the cache is drawn again, identically.
+    again = PromptMaker(0).prompt(BLOCK_TOKENS, [0], b"y")
+    assert maker.prompt(BLOCK_TOKENS, [0], b"z") == again
