@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.errors import InputError, RunFailed
+from tailreplay.errors import InputError, RunFailed, UsageError
 from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.client_health import client_verdict
 from tailreplay.traces.columns import load_columns
@@ -80,7 +80,10 @@ class ArmResult:
 
 def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     """Replay every arm and measure it; the exact arm first."""
-    cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {cfg.out_dir}: {exc.strerror or exc}") from None
     exact, span_s, n = _window(cfg)
     say(f"window: {n:,} requests over {span_s:,.0f} s ({n / span_s:.2f} req/s)")
     arms: list[tuple[str, int | None, Path]] = [("exact", None, exact)]
@@ -110,7 +113,9 @@ def _window(cfg: CheckConfig) -> tuple[Path, float, int]:
         raise InputError(f"{cfg.archive}: {starts.size} records are too few to check a model")
     lo = int(starts[0] + cfg.offset_s * 1e9)
     hi = int(lo + cfg.window_s * 1e9) if cfg.window_s is not None else int(starts[-1]) + 1
-    span_s = (hi - lo) / 1e9
+    # A window past the archive's end holds traffic only up to the last record: the
+    # synthetic arms' rate is over that span, not over the empty rest.
+    span_s = (min(hi, int(starts[-1]) + 1) - lo) / 1e9
     exact = cfg.out_dir / "exact.msgpack"
     exact.unlink(missing_ok=True)
     done = copy_records([cfg.archive], exact, source="validate-model",
@@ -138,10 +143,17 @@ def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
            "--speed", f"{cfg.speed:g}x", "--tail-stretch", "1", "--out", str(out),
            "--lag-limit", f"{cfg.lag_limit_ms:g}ms", "--timeout", f"{cfg.timeout_s:g}s",
            "--fail-fast", "0", str(archive)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if not out.exists():
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {last}")
+    # stdout (the summary) is not wanted; stderr is read to the end, so a chatty
+    # replay cannot block on a full pipe.
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)  # fmt: skip
+    if done.returncode == 130:
+        raise KeyboardInterrupt
+    if done.returncode != 0 or not out.exists():
+        lines = done.stderr.strip().splitlines()
+        why = next((x for x in reversed(lines) if x.startswith("Error:")), lines[-1] if lines
+                   else "no output").removeprefix("Error: ")  # fmt: skip
+        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {why}")
 
 
 def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:

@@ -6,6 +6,7 @@ becomes one line and exit 2.
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime
 
@@ -54,8 +55,8 @@ def parse_duration(text: str) -> float:
     except ValueError:
         pass
     else:
-        if value < 0:
-            raise UsageError(f"invalid duration {text!r}: must not be negative")
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"invalid duration {text!r}: must be a finite, non-negative number")
         return value
     pos, total = 0, 0.0
     for m in _DURATION_RE.finditer(s):
@@ -65,6 +66,8 @@ def parse_duration(text: str) -> float:
         pos = m.end()
     if pos != len(s) or not s:
         raise UsageError(f"invalid duration {text!r}: use e.g. 30s, 10m, 1h30m, 250ms")
+    if not math.isfinite(total):
+        raise UsageError(f"invalid duration {text!r}: must be finite")
     return total
 
 

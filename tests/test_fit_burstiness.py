@@ -76,7 +76,7 @@ def test_synthesis_of_a_quantised_trace_stays_on_its_ticks(tmp_path: Path) -> No
     rng = np.random.default_rng(3)
     times = np.floor(_modulated(rng)[:20_000] / 3.0) * 3.0
     model = fit([_archive(tmp_path / "a.msgpack", times, rng)])
-    assert model.describe()[0].endswith("timestamps are quantised to 3 s ticks (95% of gaps are 0)")
+    assert model.describe()[0].endswith("timestamps are quantised to 3 s ticks (96% of gaps are 0)")
     out = tmp_path / "s.msgpack"
     synthesize(model, out, count=5_000, seed=2)
     starts = np.array([r.start_ns for r in ArchiveReader([out])])

@@ -45,6 +45,12 @@ _FLOOR = 1e-3
 """Least rate factor of a profile bin: an empty bin stays (almost) empty and time
 stays invertible."""
 _CHECK_ARRIVALS = 1_000_000
+_SCORE_SLACK = 0.25
+"""A candidate scoring within 25% (+0.01) of the best counts as as good."""
+_MAX_PROFILE_BINS = 100_000
+"""Most bins of a rate curve (10-minute bins cover two years)."""
+_MAX_CHECK_S = 2e7
+"""Longest simulated check (230 days) unless the recording is longer."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ def fit_arrivals(
     if duration <= 0 or np.unique(starts_ns).size < 3:
         raise InputError("the records do not spread over time: no arrival process to fit")
     rate = (times.size - 1) / duration
-    profile = _rate_profile(times, duration, profile_bin_s) if profile_bin_s else None
+    profile = _rate_profile(times, duration, profile_bin_s) if profile_bin_s is not None else None
     mmpps = _fit_counts(times, clock, profile)
     model = Arrivals("mmpp", rate, clock, None, None, mmpps[0], {}, profile_bin_s=profile_bin_s,
                      rate_profile=profile[0].tolist() if profile is not None else None)  # fmt: skip
@@ -96,7 +102,7 @@ def fit_arrivals(
         k: _score(recorded, _idc(c, rng, duration, windows), duration)
         for k, c in candidates.items()
     }
-    chosen = candidates[min(scores, key=lambda k: scores[k])]
+    chosen = candidates[_simplest(scores)]
     shown = {w: index_of_dispersion(times, w) for w in WINDOWS_S}
     shown_model = _idc(chosen, rng, duration, WINDOWS_S)
     burst: dict[str, list[float | None]] = {
@@ -109,8 +115,10 @@ def fit_arrivals(
 
 def sample_times(
     model: Arrivals, rng: np.random.Generator, rate: float, *, flat: bool = False
-) -> Iterator[Array]:
-    """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly."""
+) -> Iterator[tuple[Array, float]]:
+    """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly:
+    each batch with its horizon, the time up to which every arrival has been drawn
+    (a batch may be empty: a quiet stretch)."""
     profile = None
     if model.rate_profile is not None and model.profile_bin_s and not flat:
         profile = (np.array(model.rate_profile), model.profile_bin_s)
@@ -149,18 +157,22 @@ def _exposure(mid_s: Array, profile: tuple[Array, float] | None) -> Array | None
 
 def _renewal_times(
     gaps: Dist, rng: np.random.Generator, profile: tuple[Array, float] | None
-) -> Iterator[Array]:
+) -> Iterator[tuple[Array, float]]:
     t = 0.0
     while True:
         op = t + np.cumsum(gaps.sample(rng, 65_536))
-        yield _real(op, *profile) if profile is not None else op
+        times = _real(op, *profile) if profile is not None else op
+        yield times, float(times[-1])
         t = float(op[-1])
 
 
 def _mmpp_times(
     mmpp: Mmpp, clock: Clock, rng: np.random.Generator, profile: tuple[Array, float] | None
-) -> Iterator[Array]:
-    chunk = 4096
+) -> Iterator[tuple[Array, float]]:
+    # About 65,536 arrivals a chunk at the busiest state's rate: memory follows the
+    # chunk, not the rate, and a quiet model still covers time quickly.
+    busiest = max(mmpp.rates) * mmpp.bin_s * (max(profile[0]) if profile is not None else 1.0)
+    chunk = int(min(max(65_536 / max(busiest, 1e-9), 1), 65_536))
     start = 0
     state = None
     while True:
@@ -172,8 +184,8 @@ def _mmpp_times(
             within = np.floor(within / clock.tick_s) * clock.tick_s
         times = bin_of * mmpp.bin_s + within
         times.sort()
-        yield times
         start += chunk
+        yield times, start * mmpp.bin_s
 
 
 def _windows(clock: Clock, duration: float) -> list[float]:
@@ -190,18 +202,35 @@ def _windows(clock: Clock, duration: float) -> list[float]:
 def _idc(model: Arrivals, rng: np.random.Generator, duration: float,
          windows: Any) -> dict[float, float | None]:  # fmt: skip
     """The model's IDC at ``windows``, from a simulation of a million arrivals (at least
-    the recording's span): 1,000 windows of a minute or more at 10 req/s, so the
-    model's own estimate is within a few percent."""
-    span = max(_CHECK_ARRIVALS / model.rate_rps, duration)
+    the recording's span, at most the longer of it and ``_MAX_CHECK_S``): 1,000
+    windows of a minute or more at 10 req/s, so the model's own estimate is within a
+    few percent, and a sparse trace's check stays bounded."""
+    span = min(max(_CHECK_ARRIVALS / model.rate_rps, duration), max(duration, _MAX_CHECK_S))
     parts = []
     got = 0
-    for batch in sample_times(model, rng, model.rate_rps):
+    for batch, horizon in sample_times(model, rng, model.rate_rps):
         parts.append(batch[batch < span])
         got += batch.size
-        if batch[-1] >= span or got >= 4 * _CHECK_ARRIVALS:
+        if horizon >= span or got >= 4 * _CHECK_ARRIVALS:
             break
     times = np.concatenate(parts)
     return {w: index_of_dispersion(times, w) for w in windows}
+
+
+def _simplest(scores: dict[str, float]) -> str:
+    """The candidate with the fewest parameters among those scoring within
+    ``_SCORE_SLACK`` of the best: with seven candidates one fits the noise of a
+    recording's long windows best, and the simpler model predicts as well."""
+    best = min(scores.values())
+    near = [k for k, v in scores.items() if v <= best * (1 + _SCORE_SLACK) + 0.01]
+    return min(near, key=lambda k: (_parameters(k), scores[k]))
+
+
+def _parameters(candidate: str) -> int:
+    if candidate == "renewal":
+        return 2
+    k = int(candidate.removeprefix("mmpp-"))
+    return k + k * (k - 1) + (k - 1)  # rates, transitions, initial shares
 
 
 def _score(
@@ -225,9 +254,13 @@ def _score(
 
 def _rate_profile(times: Array, duration_s: float, bin_s: float) -> tuple[Array, float]:
     """Each bin's request rate over the mean; the last, partial bin by its own length."""
-    if bin_s <= 0:
+    if not bin_s > 0:
         raise UsageError("--profile must be positive")
     nbins = math.ceil(duration_s / bin_s)
+    if nbins > _MAX_PROFILE_BINS:
+        raise UsageError(f"--profile {bin_s:g}s makes {nbins:,} bins of this recording; at "
+                         f"most {_MAX_PROFILE_BINS:,} (give at least "
+                         f"{duration_s / _MAX_PROFILE_BINS:.0f}s)")  # fmt: skip
     if nbins < 2:
         raise UsageError(
             f"--profile {bin_s:g}s is not shorter than the recording ({duration_s:g} s)"

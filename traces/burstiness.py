@@ -20,6 +20,9 @@ WINDOWS_S = (3.0, 30.0, 60.0)
 """The windows every model and check reports."""
 _MIN_WINDOWS = 10
 """Fewer whole windows than this in the span: no estimate."""
+_MAX_WINDOWS = 5_000_000
+"""At most this many windows from the first arrival are counted (40 MB), so a sparse
+trace of a year at 1 s windows stays bounded."""
 
 
 def index_of_dispersion(times_s: npt.NDArray[Any], window_s: float) -> float | None:
@@ -28,10 +31,11 @@ def index_of_dispersion(times_s: npt.NDArray[Any], window_s: float) -> float | N
     if times_s.size < 2:
         return None
     span = float(times_s[-1] - times_s[0])
-    windows = int(span // window_s)
+    windows = min(int(span // window_s), _MAX_WINDOWS)
     if windows < _MIN_WINDOWS:
         return None
-    which = ((times_s - times_s[0]) // window_s).astype(np.int64)
+    offsets = times_s[times_s < times_s[0] + windows * window_s] - times_s[0]
+    which = (offsets // window_s).astype(np.int64)
     counts = np.bincount(which[which < windows], minlength=windows)
     mean = float(counts.mean())
     return float(counts.var()) / mean if mean > 0 else None

@@ -48,6 +48,10 @@ three times the recording's own standard error there) is warned."""
 FIT_SAMPLE = 200_000
 """Values the length model is fitted to at most (a seeded random subset beyond that)."""
 MAX_SYNTH = 50_000_000
+MAX_RATE = 1_000_000.0
+"""Requests per second a synthesis may ask for: beyond any replayable workload."""
+MAX_SPAN_S = 10 * 365 * 86400.0
+"""Longest span a count-bounded synthesis may need (ten years) before it is refused."""
 ARRIVALS = ("model", "poisson")
 
 Array = npt.NDArray[Any]
@@ -84,20 +88,26 @@ class Workload:
         if data.get("format") != "tailreplay-workload":
             raise InputError(f"{where}: not a tailreplay workload model (see `traces fit`)")
         if data.get("version") != MODEL_VERSION:
-            raise InputError(f"{where}: workload model version {data.get('version')} is not "
+            raise InputError(f"{where}: workload model version {data.get('version')!r} is not "
                              f"{MODEL_VERSION}; fit it again with `traces fit`")  # fmt: skip
         try:
             fields = {k: v for k, v in data.items() if k not in ("format", "version")}
             a = dict(fields["arrivals"])
+            if not isinstance(a.get("clock"), dict) or not isinstance(a.get("mmpp"), dict):
+                raise TypeError("arrivals.clock and arrivals.mmpp must be objects")
             a["clock"] = Clock(**a["clock"])
             a["mmpp"] = Mmpp(**a["mmpp"])
             for key in ("renewal", "renewal_other"):
                 a[key] = Dist(**a[key]) if a.get(key) is not None else None
             fields["arrivals"] = Arrivals(**a)
             fields["lengths"] = Lengths(**fields["lengths"])
-            return cls(**fields)
-        except (TypeError, KeyError, ValueError) as exc:
+            workload = cls(**fields)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
             raise InputError(f"{where}: malformed workload model ({exc})") from None
+        from tailreplay.traces.fit_check import check_workload
+
+        check_workload(workload, where)
+        return workload
 
     def describe(self) -> list[str]:
         """The model in a few lines: what ``traces fit`` prints."""
@@ -250,8 +260,16 @@ def synthesize(
     if arrivals not in ARRIVALS:
         raise UsageError(f"arrivals must be one of {', '.join(ARRIVALS)}")
     rate = rate_rps if rate_rps is not None else workload.rate_rps
-    if rate <= 0:
-        raise UsageError("the rate must be positive")
+    if not 0 < rate <= MAX_RATE:
+        raise UsageError(f"the rate must be above 0 and at most {MAX_RATE:,.0f} req/s")
+    if duration_s is not None and duration_s <= 0:
+        raise UsageError("--duration must be positive")
+    if count is not None and duration_s is None and count / rate > MAX_SPAN_S:
+        years = count / rate / 86400 / 365
+        raise UsageError(
+            f"{count:,} requests at {rate:g} req/s would span {years:,.0f} years; "
+            "give --duration too"
+        )
     # Bounded before anything is written: a typo in --duration must not fill the disk.
     bounds = [count] if count is not None else []
     if duration_s is not None:
@@ -276,7 +294,7 @@ def synthesize(
 
 def _records(
     workload: Workload,
-    times: Iterator[Array],
+    times: Iterator[tuple[Array, float]],
     rng: np.random.Generator,
     t0: int,
     duration_s: float | None,
@@ -284,15 +302,21 @@ def _records(
 ) -> Iterator[Record]:
     end = duration_s if duration_s is not None else math.inf
     limit = count if count is not None else MAX_SYNTH
-    flat_times = (float(t) for batch in times for t in batch)
-    for n, (t, shape) in enumerate(zip(flat_times, _shapes(workload, rng), strict=False)):
-        if n >= limit or t >= end:
-            return
-        path, model, stream, inputs, outputs, ids = shape
-        yield Record(
-            start_ns=t0 + round(t * 1e9), trace_id=ids[:16], span_id=ids[16:], method="POST",
-            path=path, model=model, stream=stream, input_tokens=inputs, output_tokens=outputs,
-        )  # fmt: skip
+    shapes = _shapes(workload, rng)
+    n = 0
+    for batch, horizon in times:
+        for t in batch.tolist():
+            if n >= limit or t >= end:
+                return
+            path, model, stream, inputs, outputs, ids = next(shapes)
+            yield Record(
+                start_ns=t0 + round(t * 1e9), trace_id=ids[:16], span_id=ids[16:],
+                method="POST", path=path, model=model, stream=stream, input_tokens=inputs,
+                output_tokens=outputs,
+            )  # fmt: skip
+            n += 1
+        if horizon >= end:
+            return  # a quiet stretch past the end: no batch will bring a time before it
 
 
 _Shape = tuple[str, str | None, bool, int, int, bytes]

@@ -70,18 +70,27 @@ class Mmpp:
         self, rng: np.random.Generator, bins: int, exposure: Array | None, state: int | None
     ) -> tuple[Array, int]:
         """Arrivals in each of ``bins`` consecutive bins, from ``state`` (None: drawn
-        from the stationary shares); returns them and the state to go on from."""
-        cum = np.cumsum(np.array(self.transitions), axis=1)
-        cum[:, -1] = 1.0
-        u = rng.random(bins + 1)
+        from the stationary shares); returns them and the state to go on from.
+
+        The chain is drawn a sojourn at a time (a geometric number of bins in each
+        state), so a slow chain costs its state changes, not its bins; the sojourn is
+        memoryless, so one cut at the end of ``bins`` goes on unchanged."""
+        a = np.array(self.transitions)
+        stay = np.clip(np.diag(a), 0.0, 1.0)
+        leave = a - np.diag(np.diag(a))
         if state is None:
-            state = min(int(np.searchsorted(np.cumsum(self.stationary()), u[-1])), self.states - 1)
+            state = int(rng.choice(self.states, p=self.stationary()))
         path = np.empty(bins, dtype=np.int64)
-        rows = cum.tolist()  # a Python loop over bins: list lookups beat numpy per step
-        for t in range(bins):
-            path[t] = state
-            x = u[t]
-            state = next((j for j, c in enumerate(rows[state]) if x < c), self.states - 1)
+        t = 0
+        while t < bins:
+            run = bins - t if stay[state] >= 1 else int(rng.geometric(1 - stay[state]))
+            path[t : t + run] = state
+            if t + run > bins:
+                break  # memoryless: the next call goes on in this state
+            t += run
+            out_of = leave[state].sum()
+            if out_of > 0:
+                state = int(rng.choice(self.states, p=leave[state] / out_of))
         mean = np.array(self.rates)[path] * self.bin_s
         if exposure is not None:
             mean = mean * exposure

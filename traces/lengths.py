@@ -77,8 +77,8 @@ def fit_lengths(inputs: Array, outputs: Array, rng: np.random.Generator) -> Leng
     x = np.log(pairs)
     best: tuple[float, Array, Array, Array] | None = None
     for k in range(1, MAX_COMPONENTS + 1):
-        if x.shape[0] < 20 * k:
-            break
+        if k > 1 and x.shape[0] < 20 * k:
+            break  # a component more needs twenty pairs more; one fits any ten
         w, mu, cov, ll = _em(x, k, rng)
         bic = -2 * ll + (k - 1 + 5 * k) * math.log(x.shape[0])
         if best is None or bic < best[0]:

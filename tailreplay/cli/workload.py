@@ -46,14 +46,11 @@ def fit(
     files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: float | None
 ) -> None:
     """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
-    from tailreplay.private import open_private
     from tailreplay.traces.fit import fit as fit_workload
 
     check_output_file("-o", out, inputs=files)
     workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
-    with open_private(out) as f:
-        json.dump(workload.to_json(), f, indent=1)
-        f.write("\n")
+    _write_json(out, json.dumps(workload.to_json(), indent=1) + "\n")
     for line in workload.describe():
         click.echo(line)
     _warn(workload.warnings)
@@ -109,7 +106,7 @@ def synth(
         count=count,
         rate_rps=workload.rate_rps * scale if scale is not None else rate,
         seed=seed,
-        start_ns=parse_time(start) if start is not None else None,
+        start_ns=_start_ns(start),
         flat=flat,
         arrivals=arrivals,
     )
@@ -208,7 +205,6 @@ def validate_model(
     """Replay an archive window, the model's synthesis of it and a Poisson baseline
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import RunFailed
-    from tailreplay.private import open_private
     from tailreplay.replayer.model_check import (
         CheckConfig,
         TargetFactory,
@@ -218,6 +214,8 @@ def validate_model(
     )
     from tailreplay.traces.fit import Workload
 
+    if json_path is not None:
+        check_output_file("--json", json_path, inputs=[archive, model_path])
     if target is not None and speed != 1:
         raise UsageError("--speed shortens the built-in simulator's steps; with --target it "
                          "would only raise the load")  # fmt: skip
@@ -239,8 +237,7 @@ def validate_model(
     for line in render(results):
         click.echo(line)
     if json_path is not None:
-        with open_private(json_path) as f:
-            f.write(to_json(results) + "\n")
+        _write_json(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.client_bound]
     if bound:
         raise RunFailed(f"{len(bound)} of {len(results)} arms were client-bound: the "
@@ -282,3 +279,30 @@ def _simulators(
         return sim_process(args + extra)
 
     return fresh
+
+
+def _write_json(path: Path, text: str) -> None:
+    """``text`` to ``path`` (0600) whole or not at all: written beside it, then renamed
+    over it, so a full disk leaves the previous file, not a torn one."""
+    import os
+
+    from tailreplay.errors import InputError
+    from tailreplay.private import open_private
+
+    part = path.with_name(f".{path.name}.part")
+    try:
+        with open_private(part) as f:
+            f.write(text)
+        os.replace(part, path)
+    except OSError as exc:
+        part.unlink(missing_ok=True)
+        raise InputError(f"{path}: write failed ({exc.strerror or exc})") from None
+
+
+def _start_ns(start: str | None) -> int | None:
+    if start is None:
+        return None
+    start_ns = parse_time(start)
+    if not 0 <= start_ns < 2**62:  # the archive's start_ns is a uint64, plus the span
+        raise UsageError(f"--start {start}: must be between 1970 and 2116")
+    return start_ns
