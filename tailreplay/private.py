@@ -11,11 +11,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from pathlib import Path
 from typing import IO, Any
 
 from tailreplay.errors import UsageError
 
-__all__ = ["open_private"]
+__all__ = ["open_private", "write_whole"]
 
 
 def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> IO[Any]:
@@ -44,4 +45,19 @@ def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -
         return os.fdopen(fd, mode, **kwargs)
     except BaseException:
         os.close(fd)
+        raise
+
+
+def write_whole(path: str | os.PathLike[str], text: str) -> None:
+    """``text`` to ``path`` (0600), whole or not at all: written beside it and renamed
+    over it, so a full disk or a crash leaves the previous file, never a torn one.
+    Raises OSError (the partial file removed)."""
+    target = Path(path)
+    part = target.with_name(f".{target.name}.part")
+    try:
+        with open_private(part) as f:
+            f.write(text)
+        os.replace(part, target)
+    except OSError:
+        part.unlink(missing_ok=True)
         raise

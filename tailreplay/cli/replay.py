@@ -34,7 +34,7 @@ from tailreplay.cli.replay_target import target_model, target_options
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
-from tailreplay.private import open_private
+from tailreplay.private import write_whole
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
 
@@ -464,9 +464,7 @@ def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
 
 def _write_json(path: Path, summary: dict[str, Any]) -> None:
     try:
-        with open_private(path) as f:
-            json.dump(summary, f, indent=2)
-            f.write("\n")
+        write_whole(path, json.dumps(summary, indent=2) + "\n")
     except OSError as exc:  # the results archive is written; say so rather than lose it
         raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
 

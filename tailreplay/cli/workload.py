@@ -282,20 +282,12 @@ def _simulators(
 
 
 def _write_json(path: Path, text: str) -> None:
-    """``text`` to ``path`` (0600) whole or not at all: written beside it, then renamed
-    over it, so a full disk leaves the previous file, not a torn one."""
-    import os
-
     from tailreplay.errors import InputError
-    from tailreplay.private import open_private
+    from tailreplay.private import write_whole
 
-    part = path.with_name(f".{path.name}.part")
     try:
-        with open_private(part) as f:
-            f.write(text)
-        os.replace(part, path)
+        write_whole(path, text)
     except OSError as exc:
-        part.unlink(missing_ok=True)
         raise InputError(f"{path}: write failed ({exc.strerror or exc})") from None
 
 
