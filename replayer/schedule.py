@@ -132,13 +132,19 @@ def _u64(*parts: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(b"\x00".join(parts), digest_size=8).digest(), "big")
 
 
-def _key(record: Record) -> bytes:
-    return record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
+def _key(record: Record, index: int) -> bytes:
+    """What a record's draws are keyed on: its trace id, or without one its start and
+    its place in the replayed stream (every shard reads the same stream), so records
+    stamped in one tick do not all draw alike."""
+    if record.trace_id:
+        return record.trace_id
+    return record.start_ns.to_bytes(8, "big", signed=True) + index.to_bytes(8, "big")
 
 
-def shard_of(record: Record, shards: int) -> int:
-    """The shard a record belongs to: by its trace id, so shards never overlap."""
-    return _u64(_key(record), b"shard") % shards
+def shard_of(record: Record, shards: int, index: int = 0) -> int:
+    """The shard a record (the ``index``-th replayed) belongs to: by its trace id, so
+    shards never overlap."""
+    return _u64(_key(record, index), b"shard") % shards
 
 
 def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
@@ -358,14 +364,14 @@ def schedule(
         selected += 1
         # Before the shard's choice: a record's place in its tick counts every shard's.
         due = due_at.earliest(start)
-        if shards > 1 and shard_of(record, shards) != shard:
+        if shards > 1 and shard_of(record, shards, selected) != shard:
             continue
         tail = False
         if the_plan.tail_by is not None and the_plan.tail_threshold is not None:
             value = _tail_value(record, the_plan.tail_by, config.tail_cost)
             tail = value is not None and value >= the_plan.tail_threshold
         budget = _budget(record, tail, config)
-        key = _key(record)
+        key = _key(record, selected)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):
             item = Planned(due_at.due(key, c), record, c, tail, budget)

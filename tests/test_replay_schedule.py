@@ -160,6 +160,19 @@ def test_shards_partition_the_unsharded_run(tmp_path: Path) -> None:
     assert len(set(union)) == len(union) and all(parts)
 
 
+def test_records_without_trace_ids_in_one_tick_spread_over_the_shards(tmp_path: Path) -> None:
+    # Imported or hand-made traces may have no trace ids; a coarse clock stamps many
+    # requests alike. Shards must still split them, not send a whole tick from one.
+    t0 = 1_700_000_000 * 10**9
+    maps = [{"start_ns": t0 + (i // 30) * 3 * 10**9, "input_tokens": 100, "output_tokens": 5}
+            for i in range(600)]  # fmt: skip
+    archive = write_plain(tmp_path / "ticks.msgpack", maps)
+    sizes = [len(_dry(tmp_path, archive, "--shard", f"{i}/3", name=f"s{i}")) for i in range(3)]
+    assert sum(sizes) == 600 and min(sizes) > 150, sizes
+    whole = _dry(tmp_path, archive, "--amplify", "1.5x", name="amplified")
+    assert 800 < len(whole) < 1000  # half the records drew a copy, not all or none of a tick
+
+
 def test_window_and_limit(tmp_path: Path) -> None:
     archive, maps = _archive(tmp_path)
     got = _dry(tmp_path, archive, "--from", "+5s", "--limit", "50")
