@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -85,7 +85,6 @@ def fit_arrivals(
     mmpps = _fit_counts(times, clock, profile)
     model = Arrivals("mmpp", rate, clock, None, None, mmpps[0], {}, profile_bin_s=profile_bin_s,
                      rate_profile=profile[0].tolist() if profile is not None else None)  # fmt: skip
-    candidates = {f"mmpp-{m.states}": _with(model, mmpp=m) for m in mmpps}
     if clock.tick_s is None:
         op = _operational(times, *profile) if profile is not None else times
         gaps = np.diff(op)
@@ -93,9 +92,10 @@ def fit_arrivals(
         # A few requests stamped in one tick (a fine clock) have a gap of 0, which
         # neither family allows; they get half the smallest gap seen.
         best, other = fit_gaps(np.where(gaps > 0, gaps, positive.min() / 2))
-        renewal = _with(model, kind="renewal", renewal=best, renewal_other=other)
-        candidates["renewal"] = renewal
-        candidates = {k: _with(c, renewal=best, renewal_other=other) for k, c in candidates.items()}
+        model = replace(model, renewal=best, renewal_other=other)  # kept whichever is chosen
+    candidates = {f"mmpp-{m.states}": replace(model, mmpp=m) for m in mmpps}
+    if model.renewal is not None:
+        candidates["renewal"] = replace(model, kind="renewal")
     windows = _windows(clock, duration)
     recorded = {w: index_of_dispersion(times, w) for w in windows}
     scores = {
@@ -110,7 +110,7 @@ def fit_arrivals(
         "recorded": [shown[w] for w in WINDOWS_S],
         "model": [shown_model[w] for w in WINDOWS_S],
     }
-    return _with(chosen, scores=scores, burstiness=burst)
+    return replace(chosen, scores=scores, burstiness=burst)
 
 
 def sample_times(
@@ -129,12 +129,6 @@ def sample_times(
         mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)
         mmpp = mmpp.scaled(rate / mmpp.mean_rate)  # exact again if a state was clipped at 0
         yield from _mmpp_times(mmpp, model.clock, rng, profile)
-
-
-def _with(model: Arrivals, **changes: Any) -> Arrivals:
-    from dataclasses import replace
-
-    return replace(model, **changes)
 
 
 def _fit_counts(times: Array, clock: Clock, profile: tuple[Array, float] | None) -> list[Mmpp]:

@@ -19,7 +19,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,8 +278,6 @@ def synthesize(
         raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
     model = workload.arrivals
     if arrivals == "poisson":
-        from dataclasses import replace
-
         model = replace(model, kind="renewal", renewal=Dist("gamma", 1.0, 1.0))
     t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
     header = make_header("synth", ordered=True, extra={

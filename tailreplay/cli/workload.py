@@ -21,6 +21,7 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
+from tailreplay.sim.profiles import PROFILES
 from tailreplay.units import parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
@@ -155,7 +156,7 @@ def synth(
 )
 @click.option(
     "--sim-profile",
-    type=click.Choice(["default", "fast"]),
+    type=click.Choice(sorted(PROFILES)),
     default="default",
     show_default=True,
     help="Profile of the built-in simulator.",
