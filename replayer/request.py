@@ -145,7 +145,11 @@ class RequestBuilder:
             return RequestSpec(method, path, None, False, None)
         tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
         content = self.prompts.content_tokens(tokens)
-        salt = record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
+        # Keyed on the record's place in the stream and its copy, not its start alone:
+        # requests stamped in one tick (or copies of one record) would otherwise get the
+        # same text and share a prefix cache they never shared in production.
+        key = item.key or record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
+        salt = key + item.copy.to_bytes(4, "big")
         text = self.prompts.prompt(content, record.prefix_hashes, salt)
         stream = bool(record.stream)
         body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}

@@ -123,6 +123,9 @@ class Planned:
     tail: bool
     budget: int | None
     """Output tokens to ask for (None: unknown, send as recorded)."""
+    key: bytes = b""
+    """What this record's draws are keyed on (``_key``): with ``copy``, the seed of its
+    synthetic prompt's own blocks, so no two requests share text they did not record."""
 
     def __lt__(self, other: Planned) -> bool:  # for the re-ordering heap
         return self.due_s < other.due_s
@@ -374,7 +377,7 @@ def schedule(
         key = _key(record, selected)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):
-            item = Planned(due_at.due(key, c), record, c, tail, budget)
+            item = Planned(due_at.due(key, c), record, c, tail, budget, key)
             heapq.heappush(heap, (item.due_s, order, item))
             order += 1
         # Nothing read later is due before ``due``: what is due by then can go. Spread

@@ -9,6 +9,7 @@ same record always gets the same prompt.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +18,12 @@ from tailreplay.openai_api import chat_text
 from tailreplay.replayer import prompts
 from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
 from tailreplay.replayer.request import RequestBuilder
-from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.schedule import Planned, ScheduleConfig, plan, schedule
 from tailreplay.traces.record import Record
 from tailreplay.traces.tokens import count_tokens
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
 
 
 def _body(
@@ -92,3 +96,19 @@ def test_shared_blocks_kept_for_reuse_stay_within_their_budget(
     # A block that left the cache is drawn again, identically.
     again = PromptMaker(0).prompt(BLOCK_TOKENS, [0], b"y")
     assert maker.prompt(BLOCK_TOKENS, [0], b"z") == again
+
+
+def test_records_of_one_tick_and_their_copies_share_no_text(tmp_path: Path) -> None:
+    # A coarse clock stamps many requests alike and imported traces have no trace ids:
+    # were prompts drawn from the start alone, a tick's requests would be one text and
+    # a prefix cache would serve them for free, a sharing production never had.
+    maps = [{"start_ns": T0 + (i // 10) * 10**9, "path": "/v1/chat/completions",
+             "method": "POST", "input_tokens": 600, "output_tokens": 5} for i in range(40)]  # fmt: skip
+    archive = write_plain(tmp_path / "ticks.msgpack", maps)
+    config = ScheduleConfig([archive], amplify=2.0)
+    builder = RequestBuilder(model_map={}, force_lengths=True, prompts=PromptMaker(0))
+    firsts = set()
+    for item in schedule(config, plan(config)):
+        body = json.loads(builder.build(item).body or b"")
+        firsts.add(tuple(_words(body)[:BLOCK_TOKENS]))
+    assert len(firsts) == 80
