@@ -103,7 +103,8 @@ def test_records_of_one_tick_and_their_copies_share_no_text(tmp_path: Path) -> N
     # were prompts drawn from the start alone, a tick's requests would be one text and
     # a prefix cache would serve them for free, a sharing production never had.
     maps = [{"start_ns": T0 + (i // 10) * 10**9, "path": "/v1/chat/completions",
-             "method": "POST", "input_tokens": 600, "output_tokens": 5} for i in range(40)]  # fmt: skip
+             "method": "POST", "input_tokens": 600, "output_tokens": 5}
+            for i in range(40)]  # fmt: skip
     archive = write_plain(tmp_path / "ticks.msgpack", maps)
     config = ScheduleConfig([archive], amplify=2.0)
     builder = RequestBuilder(model_map={}, force_lengths=True, prompts=PromptMaker(0))
