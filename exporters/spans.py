@@ -97,6 +97,8 @@ def span_attributes(
         a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
     if record.shard is not None:
         a["tailreplay.replay.shard"] = record.shard
+    if record.phase is not None:
+        a["tailreplay.replay.phase"] = record.phase
     return a
 
 

@@ -72,6 +72,7 @@ def result_record(
         lag_ns=sent.lag_ns if sent is not None else None,
         tail=item.tail,
         shard=shard,
+        phase=item.phase,
     )
     if outcome is not None:
         _answered(record, outcome, spec, sent)

@@ -13,6 +13,7 @@ import contextlib
 import gc
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run, tail_by=the_plan.tail_by,
         tail_capped=the_plan.capped, context=sc.max_context,
     )  # fmt: skip
-    writer = _result_writer(config)
+    writer = _result_writer(config, the_plan)
 
     def on_result(record: Record) -> None:
         collector.add(record)
@@ -239,15 +240,21 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
         say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside 1.5-2.0 ({why})")
 
 
-def _result_writer(config: ReplayConfig) -> ArchiveWriter | None:
+def _result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
     if config.out is None:
         return None
     sc = config.schedule
+    length_s = sc.speed.replay_offset(the_plan.span_s, the_plan.span_s)
+    phases = sc.speed.phase_seconds(min(length_s, config.duration_s or float("inf")))
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",
         upstream=redact_url(config.target) if config.target is not None else None,
         extra={
             "speed": str(sc.speed),
+            # The shape's mean factor over this replay (recorded span / replay length),
+            # by which the report scales recorded rates.
+            "speed_mean": sc.speed.mean(the_plan.span_s),
+            **({"phase_seconds": phases} if phases else {}),
             "tail_stretch": sc.tail_stretch,
             "tail_quantile": sc.tail_quantile,
             "amplify": sc.amplify,
@@ -273,8 +280,17 @@ def _dry_run(
 ) -> None:
     t0 = config.start_at_ns if config.start_at_ns is not None else the_plan.first_start_ns
     shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
+    per_phase: Counter[str] = Counter()
+    last_s = 0.0
     for item in _until(schedule(config.schedule, the_plan, say), config.duration_s, []):
         on_result(result_record(item, t0 + round(item.due_s * 1e9), shard=shard))
+        if item.phase is not None:
+            per_phase[item.phase] += 1
+        last_s = item.due_s
+    for phase, seconds in config.schedule.speed.phase_seconds(last_s).items():
+        n = per_phase[phase]
+        if seconds > 0:
+            say(f"phase {phase}: {n:,} requests in {seconds:,.1f} s, {n / seconds:,.2f} req/s")
 
 
 def _until(

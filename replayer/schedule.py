@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tailreplay.errors import InputError
-from tailreplay.replayer.speed import Speed
+from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_fraction, spread_tick, tick_floor
 from tailreplay.traces.columns import Columns, load_columns
 from tailreplay.traces.reader import ArchiveReader
@@ -69,7 +69,7 @@ token, and each output token one decode step, 6 ms + 0.04 ms for the sequence it
 @dataclass(frozen=True)
 class ScheduleConfig:
     paths: Sequence[str | os.PathLike[str]]
-    speed: Speed = field(default_factory=lambda: Speed(1.0, 1.0))
+    speed: Shape = field(default_factory=lambda: Speed(1.0, 1.0))
     amplify: float = 1.0
     tail_stretch: float = 1.8
     tail_quantile: float = 0.99
@@ -123,6 +123,8 @@ class Planned:
     tail: bool
     budget: int | None
     """Output tokens to ask for (None: unknown, send as recorded)."""
+    phase: str | None = None
+    """The load shape's phase at ``due_s`` (``Shape.phase``)."""
     key: bytes = b""
     """What this record's draws are keyed on (``_key``): with ``copy``, the seed of its
     synthetic prompt's own blocks, so no two requests share text they did not record."""
@@ -309,7 +311,7 @@ class _DueTimes:
     seed and its place among its tick's records (so records without a trace id, whose
     keys are their shared start, still differ; every shard counts every record)."""
 
-    def __init__(self, the_plan: Plan, speed: Speed, seed: bytes) -> None:
+    def __init__(self, the_plan: Plan, speed: Shape, seed: bytes) -> None:
         self.first = the_plan.first_start_ns
         self.span_s = the_plan.span_s
         self.speed = speed
@@ -377,7 +379,8 @@ def schedule(
         key = _key(record, selected)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):
-            item = Planned(due_at.due(key, c), record, c, tail, budget, key)
+            due_s = due_at.due(key, c)
+            item = Planned(due_s, record, c, tail, budget, config.speed.phase(due_s), key)
             heapq.heappush(heap, (item.due_s, order, item))
             order += 1
         # Nothing read later is due before ``due``: what is due by then can go. Spread

@@ -33,6 +33,7 @@ from tailreplay.report.model import (
     Metric,
     Metrics,
     Percentiles,
+    PhaseRow,
     ReplaySettings,
     Report,
     Series,
@@ -92,6 +93,7 @@ def compare(
             }
         ),
         "buckets": [],
+        "phases": [],
         "deltas": _deltas(recorded, replayed, join)
         if recorded is not None and join is not None
         else None,
@@ -113,7 +115,24 @@ def compare(
             for name, side in sides.items()
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
+    report["phases"] += _phases(replayed, rng)
     return report
+
+
+def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
+    """The replayed requests by the load shape's phase they were due in, each phase's
+    throughput over the seconds it lasted (the header's ``phase_seconds``)."""
+    seconds: dict[str, Any] = {}
+    for header in side.headers:
+        if isinstance(header.get("phase_seconds"), dict):
+            seconds = header["phase_seconds"]
+    rows: list[PhaseRow] = []
+    for i, label in enumerate(side.phase_labels):
+        window = seconds.get(label)
+        summary = _summary(side, side.phase == i, float(window) if window else None, rng, itl=False)
+        rows.append({"phase": label, "seconds": float(window) if window else None,
+                     "replayed": summary})  # fmt: skip
+    return rows
 
 
 def _client(side: Side) -> ClientVerdict | None:
@@ -126,9 +145,15 @@ def _client(side: Side) -> ClientVerdict | None:
 
 
 def _rate_scale(replayed: Side) -> float | None:
-    """The replay's speed times its copies: a ramp ``a..b`` replays the recording in
-    2/(a + b) of its time, so its mean factor is (a + b)/2."""
+    """The replay's mean speed times its copies. The header's ``speed_mean`` is the
+    shape's (recorded span over replay length); without it, a ramp ``a..b`` replays
+    the recording in 2/(a + b) of its time, so its mean factor is (a + b)/2."""
     header = replayed.headers[0] if replayed.headers else {}
+    amplify = header.get("amplify", 1.0)
+    copies = float(amplify) if isinstance(amplify, int | float) and amplify > 0 else 1.0
+    mean = header.get("speed_mean")
+    if isinstance(mean, int | float) and not isinstance(mean, bool) and mean > 0:
+        return float(mean) * copies
     speed = header.get("speed")
     if not isinstance(speed, str):
         return None
@@ -136,8 +161,6 @@ def _rate_scale(replayed: Side) -> float | None:
         ends = [parse_factor(part, "speed") for part in speed.split("..")]
     except UsageError:
         return None
-    amplify = header.get("amplify", 1.0)
-    copies = float(amplify) if isinstance(amplify, int | float) and amplify > 0 else 1.0
     return sum(ends) / len(ends) * copies
 
 

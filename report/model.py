@@ -25,6 +25,7 @@ __all__ = [
     "PerSide",
     "Percentile",
     "Percentiles",
+    "PhaseRow",
     "ReplaySettings",
     "Report",
     "Series",
@@ -116,6 +117,16 @@ class BucketRow(PerSide[SideSummary]):
 
     range: str
     """The bucket's label: ``<50``, ``50-256``, ``>=2048``, or ``unknown``."""
+
+
+class PhaseRow(TypedDict):
+    """The replayed requests due in one phase of a load shape (steps or pulses)."""
+
+    phase: str
+    """``step 2 2x``, ``base`` or ``pulse``."""
+    seconds: float | None
+    """Replay seconds the phase lasted (its throughput's window); None when unknown."""
+    replayed: SideSummary
 
 
 class SlowDown(TypedDict):
@@ -218,6 +229,8 @@ class Report(TypedDict):
     replay: ReplaySettings
     overall: PerSide[SideSummary]
     buckets: list[BucketRow]
+    phases: list[PhaseRow]
+    """By the load shape's phase (replayed side only); empty for a constant speed or a ramp."""
     deltas: Deltas | None
     """None without a recorded side."""
     errors: PerSide[list[ErrorKind]]

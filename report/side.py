@@ -26,7 +26,7 @@ __all__ = ["Side", "load_side"]
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
 _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
-         "lag_ns")  # fmt: skip
+         "lag_ns", "phase")  # fmt: skip
 _FLAGS = ("stream", "error", "tail", "estimated")
 
 
@@ -50,6 +50,8 @@ class Side:
     error: Array
     """True for a failed exchange (error set, status 0, or status >= 400)."""
     lag_ns: Array
+    phase: Array
+    """Index into ``phase_labels`` of the load shape's phase a request was due in (-1: none)."""
     tail: Array
     estimated: Array
     """Token counts estimated here, not reported by the server (tokens_source)."""
@@ -60,6 +62,8 @@ class Side:
     """Failed requests by kind (``error``, else ``http_<status>``)."""
     error_messages: dict[str, str] = field(default_factory=dict)
     """The first ``error_message`` (the target's own words) of each kind that has one."""
+    phase_labels: list[str] = field(default_factory=list)
+    """The phases, in the order the records first name them."""
 
     @property
     def n(self) -> int:
@@ -105,6 +109,7 @@ def load_side(
         warnings=reader.warnings(),
         error_kinds=columns.error_kinds,
         error_messages=columns.error_messages,
+        phase_labels=list(columns.phases),
         **columns.arrays(),
     )
 
@@ -119,6 +124,13 @@ class _Columns:
     itl: LogHistogram = field(default_factory=LogHistogram)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, str] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+
+    def phase(self, label: Any) -> int:
+        """The index of phase ``label`` (-1: not a phase)."""
+        if type(label) is not str:
+            return -1
+        return self.phases.setdefault(label, len(self.phases))
 
     def failed(self, m: dict[str, Any]) -> None:
         """Count a failed record's kind; keep the first message of each kind."""
@@ -146,6 +158,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
+    phases, phase_of = ints["phase"].append, columns.phase
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     estimated = flags["estimated"].append
     was_enabled = gc.isenabled()
@@ -169,6 +182,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
+            phases(phase_of(get("phase")))
             bad = is_error(get("status"), get("error"))
             failed(bad)
             if bad:

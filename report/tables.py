@@ -101,6 +101,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
+    if report["phases"]:
+        tables.append(_phases(report))
     if any(kinds for _, kinds in side_items(report["errors"])):
         tables.append(_errors(report))
     if slo is not None and slo["rows"]:
@@ -142,6 +144,25 @@ def _overview(report: Report) -> ReportTable:
         if settings.get("amplify", 1) != 1:
             how += f", --amplify {settings['amplify']:g}x"
         t.note = f"recorded x{scale:g}: the recorded rates at the replay's {how}: what it asked for"
+    return t
+
+
+def _phases(report: Report) -> ReportTable:
+    t = ReportTable(
+        "replayed by load phase (ms)",
+        ["phase", "seconds", "requests", "req/s", "P50", "P95", "P99", "TTFT P99", "errors"],
+        note="req/s: successful requests over the seconds the phase lasted",
+    )
+    for row in report["phases"]:
+        s = row["replayed"]
+        lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
+        t.rows.append(
+            [
+                row["phase"], num(row["seconds"], 1), f"{s['requests']:,}",
+                num(s["throughput_rps"], 2), *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
+                ms(_value(ttft, "p99")), pct(s["error_rate"]),
+            ]
+        )  # fmt: skip
     return t
 
 

@@ -330,3 +330,33 @@ def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
     ok = CliRunner().invoke(cli, ["report", str(tmp_path / "ok.msgpack"),
                                   "--slo", "latency:p99<=60s"])  # fmt: skip
     assert ok.exit_code == 0 and "SLO PASS" in ok.stdout, ok.stderr
+
+
+def test_steps_are_sent_at_each_steps_rate_and_reported_by_phase(
+    tmp_path: Path, fast_sim: str
+) -> None:
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 1200, 30.0)  # 40 req/s recorded
+    out, report = tmp_path / "r.msgpack", tmp_path / "report.json"
+    code, _, err = _replay("--speed", "1x,3x@5s", "--target", fast_sim, "--out", str(out),
+                           str(archive))  # fmt: skip
+    assert code == 0, err
+    results = list(ArchiveReader([out]))
+    t0 = min(r.intended_ns for r in results)
+    by_phase: dict[str, list[int]] = {}
+    for r in results:
+        assert r.phase is not None and r.status == 200
+        by_phase.setdefault(r.phase, []).append(r.sent_ns - t0)
+    # The first 5 s of replay at 1x send the first 5 s of the recording (~200); the
+    # other 25 s of it go at 3x, in ~8.3 s.
+    first, second = (np.array(sorted(by_phase[p])) / 1e9 for p in ("step 1 1x", "step 2 3x"))
+    assert 150 < first.size < 250 and first.size + second.size == 1200
+    assert first[-1] < 5.1 and second[0] >= 4.99
+    assert second.size / (second[-1] - second[0]) == pytest.approx(120, rel=0.15)
+    result = CliRunner().invoke(cli, ["report", str(out), "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "replayed by load phase" in result.output
+    phases = {row["phase"]: row for row in json.loads(report.read_text())["phases"]}
+    assert phases["step 1 1x"]["seconds"] == pytest.approx(5.0)
+    assert phases["step 1 1x"]["replayed"]["requests"] == first.size
+    assert phases["step 2 3x"]["replayed"]["throughput_rps"] == pytest.approx(120, rel=0.15)

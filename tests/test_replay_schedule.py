@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from tailreplay.cli import cli
 from tailreplay.errors import UsageError
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.speed import Speed, parse_speed
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.reader import ArchiveReader, read_header
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -212,6 +213,66 @@ def test_a_ramp_plays_the_recording_at_the_speed_it_has_reached() -> None:
         step = 1e-4
         rate = step / (s.replay_offset(t + step, span) - tau)
         assert rate == pytest.approx(1 + 3 * tau / length, rel=1e-3)
+
+
+def _steady(tmp_path: Path, rate: float, seconds: float) -> tuple[Path, np.ndarray]:
+    offsets = np.arange(0, seconds, 1 / rate)
+    maps = [{"start_ns": T0 + round(t * 1e9), "trace_id": i.to_bytes(16, "big"),
+             "input_tokens": 100, "output_tokens": 5} for i, t in enumerate(offsets)]  # fmt: skip
+    return write_plain(tmp_path / "steady.msgpack", maps), offsets
+
+
+def test_steps_replay_each_step_at_its_factor_and_name_the_phase(tmp_path: Path) -> None:
+    archive, _ = _steady(tmp_path, rate=10, seconds=600)  # 6,000 requests
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", "--speed", "1x,2x,3x@1m", "--out",
+                                      str(tmp_path / "d.msgpack"), str(archive)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    got = list(ArchiveReader([tmp_path / "d.msgpack"], order="file"))
+    due = np.array([r.intended_ns - T0 for r in got]) / 1e9
+    phases = np.array([r.phase for r in got])
+    # 60 s of replay at each factor, the last until the recording ends:
+    # 600 at 1x, 1,200 at 2x, the remaining 4,200 at 3x (1,400 s / 3 of replay).
+    assert (phases == "step 1 1x").sum() == 600 and (phases == "step 2 2x").sum() == 1200
+    assert (phases == "step 3 3x").sum() == 4200
+    assert due[599] < 60 <= due[600] and due[1799] < 120 <= due[1800]
+    assert due[-1] == pytest.approx(120 + (599.9 - 180) / 3)
+    for phase, rate in (("step 1 1x", 10), ("step 2 2x", 20), ("step 3 3x", 30)):
+        gaps = np.diff(due[phases == phase])
+        assert gaps == pytest.approx(np.full(gaps.size, 1 / rate))
+        shown = re.search(rf"phase {phase}: [\d,]+ requests in [\d.]+ s, ([\d.]+) req/s",
+                          result.output)  # fmt: skip
+        assert shown and float(shown[1]) == pytest.approx(rate, rel=0.01)
+    header = read_header(tmp_path / "d.msgpack")
+    assert header["speed_mean"] == pytest.approx(599.9 / due[-1])
+
+
+def test_pulses_burst_at_their_factor_every_period(tmp_path: Path) -> None:
+    archive, _ = _steady(tmp_path, rate=10, seconds=600)
+    got = _dry(tmp_path, archive, "--speed", "1x+10x:5s/60s")
+    due = np.array([r.intended_ns - T0 for r in got]) / 1e9
+    pulse = np.array([r.phase == "pulse" for r in got])
+    assert set(r.phase for r in got) == {"base", "pulse"}
+    assert np.all((due[pulse] % 60) >= 55) and np.all((due[~pulse] % 60) < 55)
+    # Each 60 s period replays 55 s at 1x and 50 s of recording in its 5 s pulse.
+    in_first = (due >= 55) & (due < 60)
+    assert in_first.sum() == 500
+    assert len(got) == 6000
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1x,2x", "steps need a length"),
+        ("1x,2x@0s", "durations must be positive"),
+        ("1x,0x@1m", "the factor must be positive"),
+        ("1x+10x:60s/60s", "shorter than its period"),
+        ("1x+10x:5q/60s", "is not a duration"),
+        (",".join(["1x"] * 101) + "@1m", "at most 100 steps"),
+    ],
+)
+def test_bad_shapes_are_refused_with_the_reason(text: str, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_speed(text)
 
 
 def test_out_may_not_overwrite_an_input(tmp_path: Path) -> None:

@@ -68,6 +68,9 @@ class Record:
     lag_ns: int | None = None
     tail: bool | None = None
     shard: int | None = None
+    phase: str | None = None
+    """Replay results: the load shape's phase the request was due in (``step 2 2x``,
+    ``base``, ``pulse``); absent for a constant speed or a ramp."""
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""

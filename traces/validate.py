@@ -73,6 +73,7 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "lag_ns": (INT, -(1 << 62) + 1, 1 << 62),
     "tail": (BOOL, 0, 0),
     "shard": (INT, 0, 1 << 32),
+    "phase": (STR, 0, 0),
 }
 assert FIELD_SPECS.keys() == set(FIELDS), "every Record field has a spec"
 
@@ -242,6 +243,12 @@ def _shard(v: Any) -> bool:
     return type(v) is list and len(v) == 2 and all(type(i) is int and 0 <= i < 1 << 32 for i in v)
 
 
+def _phase_seconds(v: Any) -> bool:
+    return type(v) is dict and all(
+        type(k) is str and type(s) in (int, float) and 0 <= s < 1e12 for k, s in v.items()
+    )
+
+
 def _routes(v: Any) -> bool:
     return type(v) is dict and all(type(k) is str and type(u) is str for k, u in v.items())
 
@@ -259,6 +266,8 @@ _HEADER_CHECKS: dict[str, tuple[_Check, str]] = {
     "tail_stretch": (_number(0, 1e6), "a finite number in 0..1e6"),
     "tail_quantile": (_number(0, 1), "a finite number in 0..1"),
     "amplify": (_number(0, 1e6), "a finite number in 0..1e6"),
+    "speed_mean": (_number(0, 1e6), "a finite number in 0..1e6"),
+    "phase_seconds": (_phase_seconds, "a map of str to seconds in 0..1e12"),
     "shard": (_shard, "[int, int]"),
     "lag_limit_ms": (_number(0, 1e9), "a finite number in 0..1e9"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
-    from tailreplay.replayer.speed import Speed
+    from tailreplay.replayer.speed import Shape
     from tailreplay.report.slo import Objective
     from tailreplay.report.write import ReportResult
 
@@ -76,7 +76,7 @@ class _Args:
 
     archives: tuple[Path, ...]
     target: URL | None
-    speed: Speed
+    speed: Shape
     amplify: float
     spread_ticks: bool | None
     tail_stretch: float
@@ -136,7 +136,12 @@ input, 130 interrupted.""",
     "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
 )
 @click.option(
-    "--speed", type=SPEED, default="1x", show_default=True, help="2x, 200%, 0.5x, or a ramp 1x..4x."
+    "--speed",
+    type=SPEED,
+    default="1x",
+    show_default=True,
+    help="2x, 200%, 0.5x; a ramp 1x..4x; steps 1x,2x,3x@2m (each the next 2 minutes "
+    "of replay time, the last to the end); pulses 1x+10x:5s/60s (5 s at 10x every 60 s).",
 )
 @click.option(
     "--amplify",
