@@ -18,8 +18,6 @@ says so and the check fails rather than presenting its figures.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -29,7 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.errors import InputError, RunFailed, UsageError
+from tailreplay.errors import InputError, UsageError
+from tailreplay.replayer.trial import longest_request, replay_child
 from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.client_health import client_verdict
 from tailreplay.traces.columns import load_columns
@@ -95,7 +94,7 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
             # in a fixed span varies a lot, and that noise is not what is compared.
             synthesize(cfg.model, path, count=n, rate_rps=n / span_s, seed=draw, arrivals=kind)
             arms.append((kind, draw, path))
-    longest = _longest([a[2] for a in arms])
+    longest = longest_request([a[2] for a in arms])
     results = []
     for kind, seed, path in arms:
         name = kind if seed is None else f"{kind} seed {seed}"
@@ -125,35 +124,18 @@ def _window(cfg: CheckConfig) -> tuple[Path, float, int]:
     return exact, span_s, done.written
 
 
-def _longest(archives: list[Path]) -> int:
-    """The most input + output tokens of one request in any of ``archives``."""
-    longest = 0
-    for path in archives:
-        cols = load_columns([path], ["input_tokens", "output_tokens"])
-        both = cols.present["input_tokens"] & cols.present["output_tokens"]
-        if both.any():
-            total = cols["input_tokens"][both] + cols["output_tokens"][both]
-            longest = max(longest, int(total.max()))
-    return longest
-
-
 def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
-    out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", url,
-           "--speed", f"{cfg.speed:g}x", "--tail-stretch", "1", "--out", str(out),
-           "--lag-limit", f"{cfg.lag_limit_ms:g}ms", "--timeout", f"{cfg.timeout_s:g}s",
-           "--fail-fast", "0", str(archive)]  # fmt: skip
-    # stdout (the summary) is not wanted; stderr is read to the end, so a chatty
-    # replay cannot block on a full pipe.
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)  # fmt: skip
-    if done.returncode == 130:
-        raise KeyboardInterrupt
-    if done.returncode != 0 or not out.exists():
-        lines = done.stderr.strip().splitlines()
-        why = next((x for x in reversed(lines) if x.startswith("Error:")), lines[-1] if lines
-                   else "no output").removeprefix("Error: ")  # fmt: skip
-        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {why}")
+    args = [
+        "--speed",
+        f"{cfg.speed:g}x",
+        "--tail-stretch",
+        "1",
+        "--lag-limit",
+        f"{cfg.lag_limit_ms:g}ms",
+        "--timeout",
+        f"{cfg.timeout_s:g}s",
+    ]
+    replay_child(url, archive, out, args)
 
 
 def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:

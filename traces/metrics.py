@@ -40,6 +40,7 @@ __all__ = [
     "error_mask",
     "is_error",
     "metric_values",
+    "per_request",
     "percentiles",
 ]
 
@@ -93,22 +94,33 @@ def metric_values(r: Requests, sel: Mask | None = None) -> dict[Metric, Array]:
     out when no request has a lag (the records are not a replay's results), and
     ``ttft_content`` when no answer came after reasoning.
     """
-    ok = ~r.error if sel is None else sel & ~r.error
+    keep = np.ones(r.n, dtype=bool) if sel is None else sel
+    return {name: col[keep & ~np.isnan(col)] for name, col in per_request(r).items()}
+
+
+def per_request(r: Requests) -> dict[Metric, Array]:
+    """Each per-request figure (ms), one entry per request, NaN where the request has
+    none (a failure, a figure it does not have); keys as ``metric_values``."""
+    ok = ~r.error
     dur, ttfb = r.duration_ns, r.ttfb_ns
     has_dur = ok & (dur >= 0)
     streamed = ok & r.stream & (ttfb >= 0)
     content = np.where(r.ttft_content_ns >= 0, r.ttft_content_ns, ttfb)
     tpot_sel = streamed & has_dur & (r.output_tokens > 1)
+    tokens = np.maximum(r.output_tokens - 1, 1)
+
+    def where(mask: Mask, values: Array) -> Array:
+        return np.where(mask, values * _MS, np.nan)
+
     out: dict[Metric, Array] = {
-        "latency": dur[has_dur] * _MS,
-        "ttft": ttfb[streamed] * _MS,
-        "tpot": (dur[tpot_sel] - ttfb[tpot_sel]) / (r.output_tokens[tpot_sel] - 1) * _MS,
+        "latency": where(has_dur, dur),
+        "ttft": where(streamed, ttfb),
+        "tpot": where(tpot_sel, (dur - ttfb) / tokens),
     }
     if bool((r.ttft_content_ns >= 0).any()):
-        out["ttft_content"] = content[streamed] * _MS
-    due = has_dur & (r.lag_ns >= 0)
+        out["ttft_content"] = where(streamed, content)
     if bool((r.lag_ns >= 0).any()):
-        out["latency_from_due"] = (dur[due] + r.lag_ns[due]) * _MS
+        out["latency_from_due"] = where(has_dur & (r.lag_ns >= 0), dur + r.lag_ns)
     return out
 
 

@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from tailreplay.cli.capacity import capacity
 from tailreplay.cli.handling import HandledGroup, run_standalone, setup_logging
 from tailreplay.cli.proxy import proxy
 from tailreplay.cli.replay import replay
@@ -33,7 +34,7 @@ def cli(verbose: bool) -> None:
     setup_logging(verbose)
 
 
-for _command in (traces, sim, proxy, replay, report):
+for _command in (traces, sim, proxy, replay, report, capacity):
     cli.add_command(_command)
 for _command in (fit, synth, validate_model):
     traces.add_command(_command)
@@ -60,6 +61,8 @@ EXAMPLES = {
     "sim": "tailreplay sim --listen 127.0.0.1:8000 --profile fast",
     "proxy": "tailreplay proxy --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080 "
     "--out captures/",
+    "capacity": "tailreplay capacity capture.msgpack --slo 'latency:p99<=2000ms' --require 2x "
+    "--json cap.json",
     "report": "tailreplay report results.msgpack --html report.html "
     "--slo 'latency:p99<=2x,error_rate<=1%'",
 }

@@ -1,0 +1,47 @@
+"""One replay run as a child process, for the commands that run many of them
+(``traces validate-model``, ``capacity``): each trial is ``tailreplay replay`` exactly
+as a user would run it, with its own clock and its own result archive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tailreplay.errors import RunFailed
+from tailreplay.traces.columns import load_columns
+
+__all__ = ["longest_request", "replay_child"]
+
+
+def replay_child(
+    url: str, archive: Path, out: Path, args: list[str], ok: tuple[int, ...] = (0,)
+) -> None:
+    """``tailreplay replay --target url ARGS... archive`` writing ``out``; its summary is
+    dropped. An exit code not in ``ok`` raises ``RunFailed`` with the replay's own
+    ``Error:`` line (exit 1 is a replay that ran but failed requests or its SLO)."""
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--out", str(out),
+           "--fail-fast", "0", *args, str(archive)]  # fmt: skip
+    # stderr is read to the end, so a chatty replay cannot block on a full pipe.
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          check=False)  # fmt: skip
+    if done.returncode == 130:
+        raise KeyboardInterrupt
+    if done.returncode not in ok or not out.exists():
+        lines = done.stderr.strip().splitlines()
+        why = next((x for x in reversed(lines) if x.startswith("Error:")), lines[-1] if lines
+                   else "no output").removeprefix("Error: ")  # fmt: skip
+        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {why}")
+
+
+def longest_request(archives: list[Path]) -> int:
+    """The most input + output tokens of one request in any of ``archives``."""
+    longest = 0
+    for path in archives:
+        cols = load_columns([path], ["input_tokens", "output_tokens"])
+        both = cols.present["input_tokens"] & cols.present["output_tokens"]
+        if both.any():
+            total = cols["input_tokens"][both] + cols["output_tokens"][both]
+            longest = max(longest, int(total.max()))
+    return longest

@@ -1,0 +1,235 @@
+"""``tailreplay capacity``: how much more of a recorded window the target serves at the SLO."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL
+from tailreplay.errors import RunFailed, UsageError
+from tailreplay.output_path import check_output_file
+from tailreplay.sim.profiles import PROFILES
+
+if TYPE_CHECKING:
+    from tailreplay.report.capacity import Search
+
+__all__ = ["capacity"]
+
+
+@click.command(
+    epilog="""\b
+Example:
+  tailreplay capacity capture.msgpack --slo 'latency:p99<=2000ms' --require 2x --json cap.json
+
+Exit codes: 0 capacity found (at least --require), 1 below --require or the client
+was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
+)
+@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--target", type=HTTP_URL, help="Base URL (default: a fresh built-in simulator for each trial)."
+)
+@click.option(
+    "--slo",
+    "slos",
+    multiple=True,
+    required=True,
+    help="Objectives, as report's: e.g. 'latency:p99<=2000ms,error_rate<=1%'.",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["speed", "amplify"]),
+    default="speed",
+    show_default=True,
+    help="Raise the load by replaying faster, or by sending copies.",
+)
+@click.option(
+    "--window",
+    type=DURATION,
+    default=300.0,
+    help="Replay the archive's busiest window this long.  [default: 5m]",
+)
+@click.option(
+    "--max",
+    "max_factor",
+    type=FACTOR,
+    default=16.0,
+    help="The highest factor tried (and 1/this the lowest).  [default: 16x]",
+)
+@click.option(
+    "--precision",
+    type=FACTOR,
+    default=0.05,
+    help="Stop when the first failure is within this of the last pass.  [default: 5%]",
+)
+@click.option("--require", type=FACTOR, help="Exit 1 unless the capacity is at least this.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(0, 5),
+    default=2,
+    show_default=True,
+    help="Replays of an uncertain trial before it counts as not passing.",
+)
+@click.option(
+    "--drain",
+    type=DURATION,
+    default=10.0,
+    help="Wait between trials against a --target.  [default: 10s]",
+)
+@click.option(
+    "--tail-stretch",
+    type=click.FloatRange(1.0, 4.0),
+    default=1.8,
+    show_default=True,
+    help="As replay's: the recorded P99's requests get this much more demand.",
+)
+@click.option(
+    "--lag-limit",
+    type=DURATION,
+    default=0.005,
+    help="Dispatch lag P99 above this means the client was the bottleneck.  [default: 5ms]",
+)
+@click.option(
+    "--sim-profile",
+    type=click.Choice(sorted(PROFILES)),
+    default="default",
+    show_default=True,
+    help="Profile of the built-in simulator.",
+)
+@click.option(
+    "--sim-arg",
+    "sim_args",
+    multiple=True,
+    metavar="--NAME=VALUE",
+    help="Passed to the built-in simulator (repeatable).",
+)
+@click.option(
+    "--out-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("capacity"),
+    show_default=True,
+    help="Where the window and every trial's results go.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the capacity, its interval and every trial as JSON here.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write P99 against the factor as an SVG chart here.",
+)
+def capacity(
+    archives: tuple[Path, ...],
+    target: str | None,
+    slos: tuple[str, ...],
+    by: str,
+    window: float,
+    max_factor: float,
+    precision: float,
+    require: float | None,
+    repeats: int,
+    drain: float,
+    tail_stretch: float,
+    lag_limit: float,
+    sim_profile: str,
+    sim_args: tuple[str, ...],
+    out_dir: Path,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
+    """Find the largest factor of a recorded window the target serves within the SLO."""
+    from tailreplay.cli.workload import _simulators
+    from tailreplay.replayer.trial import longest_request, replay_child
+    from tailreplay.report.capacity import judge, search
+    from tailreplay.report.side import load_side
+    from tailreplay.report.slo import check_judgeable, parse_objectives
+
+    objectives = parse_objectives(slos)
+    check_judgeable(objectives, list(archives))
+    _check_options(archives, target, max_factor, sim_args, json_path, plot_path)
+    say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
+    windowed = _busiest(list(archives), window, out_dir, say)
+    fresh: Callable[[int], AbstractContextManager[str]] = (
+        (lambda _: contextlib.nullcontext(target)) if target is not None
+        else _simulators(sim_profile, 1.0, sim_args)
+    )  # fmt: skip
+    longest = longest_request([windowed])
+    recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
+    common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
+    runs: list[Path] = []
+
+    def run(factor: float, attempt: int) -> Path:
+        out = out_dir / f"trial-{factor:.4g}x-{attempt + 1}.msgpack"
+        if target is not None and runs:
+            time.sleep(drain)  # let the target finish what the last trial left queued
+        runs.append(out)
+        with fresh(longest) as url:
+            replay_child(url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common], ok=(0, 1))
+        return out
+
+    trial = lambda f, runs: judge(f, runs, objectives, recorded)  # noqa: E731
+    result = search(run, trial, max_factor=max_factor, precision=precision, repeats=repeats,
+                    say=say)  # fmt: skip
+    _show(result, json_path, plot_path)
+    if result.stopped is not None:
+        raise RunFailed(f"the search stopped: {result.stopped}")
+    if require is not None and (result.capacity is None or result.capacity < require):
+        got = "below the lowest factor" if result.capacity is None else f"{result.capacity:.3g}x"
+        raise RunFailed(f"capacity {got} is under --require {require:g}x")
+
+
+def _check_options(
+    archives: tuple[Path, ...], target: str | None, max_factor: float,
+    sim_args: tuple[str, ...], json_path: Path | None, plot_path: Path | None,
+) -> None:  # fmt: skip
+    if max_factor <= 1:
+        raise UsageError("--max must be above 1x")
+    for flag, path in (("--json", json_path), ("--plot", plot_path)):
+        if path is not None:
+            check_output_file(flag, path, inputs=list(archives))
+    if target is not None and sim_args:
+        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
+
+
+def _show(result: Search, json_path: Path | None, plot_path: Path | None) -> None:
+    """The table on stdout; the JSON and the chart where asked."""
+    from tailreplay.cli.workload import _write_json
+    from tailreplay.report.capacity import plot, render, to_json
+
+    for line in render(result):
+        click.echo(line)
+    if json_path is not None:
+        _write_json(json_path, json.dumps(to_json(result), indent=1) + "\n")
+    if plot_path is not None:
+        _write_json(plot_path, plot(result) + "\n")
+
+
+def _busiest(
+    archives: list[Path], window_s: float, out_dir: Path, say: Callable[[str], None]
+) -> Path:
+    """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``."""
+    from tailreplay.traces.ops import copy_records, find_peak, record_filter
+    from tailreplay.units import format_duration
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    peak = find_peak(archives, round(window_s * 1e9))
+    path = out_dir / "window.msgpack"
+    path.unlink(missing_ok=True)
+    copy_records(archives, path, source="capacity",
+                 keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
+                 stop_after_ns=peak.end_ns)  # fmt: skip
+    say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
+    return path

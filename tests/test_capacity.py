@@ -1,0 +1,120 @@
+"""``capacity``: the search (on a target whose limit is known) and a real run against
+the built-in simulator."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from tailreplay.report.capacity import Check, Trial, Verdict, search
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+
+def _trial(factor: float, runs: int, verdict: Verdict) -> Trial:
+    check = Check("latency:p99<=1000ms", 900.0 * factor, None, None, 1000.0, verdict)
+    return Trial(factor, runs, 100, 0, 0.0, 10.0, 1.0, {}, [check], verdict)
+
+
+def _limit_at(limit: float, *, uncertain_band: float = 0.0, client_from: float = 1e9):
+    """A target that passes below ``limit`` and fails above it; within the band around
+    it one run is uncertain and two pooled decide; past ``client_from`` the client lags."""
+    calls: list[tuple[float, int]] = []
+
+    def run(factor: float, attempt: int) -> Path:
+        calls.append((factor, attempt))
+        return Path(f"{factor}-{attempt}")
+
+    def judge(factor: float, runs: list[Path]) -> Trial:
+        if factor >= client_from:
+            return _trial(factor, len(runs), "client-bound")
+        if abs(factor / limit - 1) < uncertain_band and len(runs) == 1:
+            return _trial(factor, len(runs), "uncertain")
+        return _trial(factor, len(runs), "pass" if factor <= limit else "fail")
+
+    return run, judge, calls
+
+
+def test_the_search_doubles_then_bisects_to_the_precision() -> None:
+    run, judge, calls = _limit_at(5.3)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= 5.3 < hi and hi / lo - 1 <= 0.05
+    assert result.capacity == lo and result.broke_first == "latency:p99<=1000ms"
+    assert [f for f, _ in calls[:4]] == [1, 2, 4, 8]
+    assert len(calls) <= 10
+
+
+def test_a_target_below_1x_is_searched_downwards() -> None:
+    run, judge, _ = _limit_at(0.3)
+    result = search(run, judge, max_factor=16, precision=0.1)
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= 0.3 < hi
+
+
+def test_a_target_past_the_max_passes_at_it() -> None:
+    run, judge, calls = _limit_at(100)
+    result = search(run, judge, max_factor=8, precision=0.05)
+    assert result.capacity == 8 and result.interval == (8, None) and result.broke_first is None
+    assert [f for f, _ in calls] == [1, 2, 4, 8]
+
+
+def test_an_uncertain_trial_is_replayed_and_judged_pooled() -> None:
+    run, judge, calls = _limit_at(4.0, uncertain_band=0.01)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    at4 = [t for t in result.trials if t.factor == 4.0]
+    assert at4[0].runs == 2 and at4[0].verdict == "pass" and (4.0, 1) in calls
+
+
+def test_a_client_bound_trial_stops_the_search_without_a_claim_past_it() -> None:
+    run, judge, _ = _limit_at(100, client_from=4)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    assert result.stopped is not None and "client" in result.stopped
+    assert result.capacity == 2 and result.interval == (2, None)
+
+
+def test_the_search_is_bounded_in_trials() -> None:
+    run, judge, calls = _limit_at(5.3)
+    search(run, judge, max_factor=16, precision=1e-9)
+    assert len(calls) <= 24
+
+
+def test_capacity_against_the_simulator(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    t, maps = 0.0, []
+    while (t := t + rng.expovariate(20)) < 20:
+        maps.append({"start_ns": T0 + int(t * 1e9), "trace_id": rng.randbytes(16),
+                     "span_id": rng.randbytes(8), "method": "POST",
+                     "path": "/v1/chat/completions", "model": "m", "stream": True,
+                     "input_tokens": rng.randint(100, 1500),
+                     "output_tokens": rng.randint(10, 60)})  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    out = tmp_path / "cap.json"
+    # The subject is the search on a real target: a lag limit generous enough that a
+    # busy machine's replayer is not what is measured at these few hundred req/s.
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--sim-profile", "fast",
+         "--slo", "latency:p99<=1500ms", "--window", "20s", "--max", "8x", "--precision", "25%",
+         "--lag-limit", "100ms", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
+         "--plot", str(tmp_path / "cap.svg"), "--require", "1x"],
+        capture_output=True, text=True, timeout=580, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    lo, hi = result["interval"]
+    assert result["capacity"] == lo and lo >= 1
+    factors = {t["factor"]: t for t in result["trials"]}
+    assert factors[1.0]["verdict"] == "pass" and factors[1.0]["requests"] == len(maps)
+    if hi is not None:  # the fast simulator saturates within 8x of 20 req/s
+        assert hi / lo - 1 <= 0.25 and factors[hi]["verdict"] in ("fail", "uncertain")
+        assert result["broke_first"] == "latency:p99<=1500ms"
+        assert factors[hi]["latency"]["p99"] > factors[lo]["latency"]["p99"]
+    for trial in result["trials"]:
+        assert trial["verdict"] in ("pass", "fail", "uncertain")
+        assert {"p50", "p95", "p99"} <= set(trial["latency"])
+    assert f"capacity: {lo:.3g}x" in done.stdout or f"at least {lo:g}x" in done.stdout
+    assert (tmp_path / "cap.svg").read_text().lstrip().startswith("<svg")
