@@ -36,7 +36,8 @@ from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.results import result_record
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule
-from tailreplay.replayer.summary import ResultCollector
+from tailreplay.replayer.scrape import ScrapeTarget, resolve, scrape_path, scraping
+from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
@@ -86,6 +87,8 @@ class ReplayConfig:
     """A live progress display (a terminal); else plain progress lines."""
     spans: SpanFactory | None = None
     """One span per request sent, when set."""
+    scrape: list[ScrapeTarget] = field(default_factory=list)
+    """Read these metrics pages during the run, into the results' scrape file."""
     metrics_listen: tuple[str, int] | None = None
     """Serve Prometheus metrics on HOST:PORT while the replay runs."""
     metrics_linger_s: float = 0.0
@@ -187,7 +190,7 @@ class _Stop:
 def _stopped_before_sending(
     sc: ScheduleConfig, the_plan: Plan, target: str, collector: ResultCollector
 ) -> ReplayOutcome:
-    summary = {**collector.summary(0, 0), **_unsent(sc, the_plan, 0, 0)}
+    summary = {**collector.summary(0, 0), **unsent_counts(sc, the_plan, 0, 0)}
     return ReplayOutcome(summary, the_plan, target, interrupted=True)
 
 
@@ -305,15 +308,9 @@ def _until(
 
 
 async def _live(
-    config: ReplayConfig,
-    the_plan: Plan,
-    target: str,
-    on_result: Callable[[Record], None],
-    collector: ResultCollector,
-    say: Say,
-    transport: Transport | None,
-    stop: _Stop,
-) -> ReplayOutcome:
+    config: ReplayConfig, the_plan: Plan, target: str, on_result: Callable[[Record], None],
+    collector: ResultCollector, say: Say, transport: Transport | None, stop: _Stop,
+) -> ReplayOutcome:  # fmt: skip
     sc = config.schedule
     transport = transport or HttpTransport(
         target, connections=config.connections, timeout_s=config.timeout_s
@@ -355,6 +352,9 @@ async def _live(
                 serve_metrics(metrics.registry, *config.metrics_listen)
             )
             say(f"metrics on {metrics_url}/metrics")
+        if config.scrape and config.out is not None:
+            pages, path = resolve(config.scrape, target), scrape_path(config.out)
+            await stack.enter_async_context(scraping(pages, path, say))
         stop.callbacks.append(dispatcher.stopping.set)
         outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
         _how_it_ended(outcome, stop, guard, dispatcher.stats, sc)
@@ -370,7 +370,7 @@ def _how_it_ended(
     """Interrupted (what was never sent), or stopped by --fail-fast (why)."""
     outcome.interrupted = stop.is_set
     if stop.is_set:
-        outcome.summary.update(_unsent(sc, outcome.plan, stats.due, stats.sent))
+        outcome.summary.update(unsent_counts(sc, outcome.plan, stats.due, stats.sent))
     if guard.reason is not None:
         outcome.aborted = outcome.summary["aborted"] = guard.reason
 
@@ -444,23 +444,10 @@ async def _dispatch(
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
     if cut:
-        unsent = _unsent(sc, the_plan, s.due, s.sent)
+        unsent = unsent_counts(sc, the_plan, s.due, s.sent)
         summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
         summary["unsent"] = unsent["unsent"]
     return ReplayOutcome(summary, the_plan, target)
-
-
-def _unsent(sc: ScheduleConfig, the_plan: Plan, due: int, sent: int) -> dict[str, Any]:
-    """What an interrupted run did not do: the schedule's size is exact when one process
-    replays all of it with whole copies (else only the due count is known)."""
-    exact = sc.shard[1] == 1 and sc.amplify == int(sc.amplify)
-    scheduled = the_plan.count * int(sc.amplify) if exact else None
-    return {
-        "interrupted": True,
-        "due": due,
-        "scheduled": scheduled,
-        "unsent": scheduled - sent if scheduled is not None else None,
-    }
 
 
 def _start_times(

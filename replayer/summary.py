@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.replayer.schedule import Plan, ScheduleConfig
 from tailreplay.traces.client_health import verdict_line
 from tailreplay.traces.metrics import Metric, Requests, is_error, metric_values, percentiles
 from tailreplay.traces.record import Record
 
-__all__ = ["ResultCollector", "summary_lines"]
+__all__ = ["ResultCollector", "summary_lines", "unsent_counts"]
 
 Array = npt.NDArray[Any]
 
@@ -198,3 +199,16 @@ def _interrupted_line(s: dict[str, Any]) -> str:
     if s.get("scheduled") is None:
         return f"interrupted after {s['due']:,} due ({s['sent']:,} sent); the rest never sent"
     return f"interrupted after {s['due']:,} of {s['scheduled']:,} due; {s['unsent']:,} never sent"
+
+
+def unsent_counts(sc: ScheduleConfig, the_plan: Plan, due: int, sent: int) -> dict[str, Any]:
+    """What an interrupted run did not do: the schedule's size is exact when one process
+    replays all of it with whole copies (else only the due count is known)."""
+    exact = sc.shard[1] == 1 and sc.amplify == int(sc.amplify)
+    scheduled = the_plan.count * int(sc.amplify) if exact else None
+    return {
+        "interrupted": True,
+        "due": due,
+        "scheduled": scheduled,
+        "unsent": scheduled - sent if scheduled is not None else None,
+    }

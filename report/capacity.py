@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tailreplay.report.compare import compare
+from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective
@@ -63,6 +64,8 @@ class Trial:
     """``latency`` and ``ttft``: P50/P95/P99 (ms) and the P99's interval."""
     checks: list[Check]
     verdict: Verdict
+    findings: list[str] = field(default_factory=list)
+    """What the target's own metrics say (``--scrape``), ``report``'s rules."""
 
 
 @dataclass
@@ -89,6 +92,7 @@ def judge(
     report = compare(recorded, side)
     overall = report["overall"]["replayed"]
     checks = [_check(o, report) for o in objectives]
+    engine = engine_report(results, side)
     verdicts = {c.verdict for c in checks}
     client = report["client"]
     verdict: Verdict = (
@@ -102,6 +106,7 @@ def judge(
         error_rate=overall["error_rate"], throughput_rps=overall["throughput_rps"],
         goodput=_goodput(side, objectives), percentiles=_percentiles(report),
         checks=checks, verdict=verdict,
+        findings=[f["text"] for f in (engine["findings"] if engine else [])],
     )  # fmt: skip
 
 
@@ -248,6 +253,7 @@ def to_json(result: Search) -> dict[str, Any]:
                 "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
                 "error_rate": t.error_rate, "throughput_rps": t.throughput_rps,
                 "goodput": t.goodput, "verdict": t.verdict, **t.percentiles,
+                "findings": t.findings,
                 "checks": [c.__dict__ for c in t.checks],
             }
             for t in result.trials
@@ -278,6 +284,8 @@ def render(result: Search) -> list[str]:
         lines.append(f"capacity: {lo:.3g}x (passes at {lo:.3g}x, fails at {hi:.3g}x)")
     if result.broke_first is not None:
         lines.append(f"broke first: {result.broke_first}")
+        failing = [t for t in result.trials if t.factor == hi]
+        lines += [f"  why: {text}" for text in (failing[-1].findings if failing else [])]
     return lines
 
 

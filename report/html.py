@@ -67,6 +67,11 @@ def _plots(report: Report) -> list[str]:
         for name, s in series
         if s["lag_p99_ms"] is not None
     ]
+    return [*_latency_plots(cdf, over_time, rate, lag), *_engine_plots(report)]
+
+
+def _latency_plots(cdf: list[Line], over_time: list[Line], rate: list[Line],
+                   lag: list[Line]) -> list[str]:  # fmt: skip
     return [
         line_chart(
             "latency by percentile",
@@ -79,3 +84,22 @@ def _plots(report: Report) -> list[str]:
         line_chart("request rate", rate, x_label="s from start", y_label="req/s"),
         line_chart("dispatch lag", lag, x_label="s from start", y_label="ms"),
     ]
+
+
+def _engine_plots(report: Report) -> list[str]:
+    """The target's own series (``replay --scrape``), on the same time axis."""
+    engine = report.get("engine")
+    if engine is None:
+        return []
+    s = engine["series"]
+
+    def line(name: str, color: str) -> list[Line]:
+        return [Line(name, s[name]["t_s"], s[name]["values"], color)] if name in s else []
+
+    queues = line("waiting", "#d62728") + line("running", "#2ca02c")
+    memory = line("kv_cache_usage", "#9467bd") + line("gpu_utilization", "#8c564b")
+    return [
+        line_chart("target: requests waiting and running", queues, x_label="s from start",
+                   y_label="requests"),
+        line_chart("target: KV-cache usage", memory, x_label="s from start", y_label="0..1"),
+    ]  # fmt: skip

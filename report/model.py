@@ -19,7 +19,9 @@ __all__ = [
     "BucketRow",
     "Cdf",
     "Deltas",
+    "EngineReport",
     "ErrorKind",
+    "Finding",
     "Metric",
     "Metrics",
     "PerSide",
@@ -221,6 +223,29 @@ class SloMatrix(TypedDict):
     passed: bool
 
 
+class SeriesSummary(TypedDict):
+    name: str
+    min: float
+    mean: float
+    max: float
+
+
+class Finding(TypedDict):
+    rule: str
+    text: str
+
+
+class EngineReport(TypedDict):
+    targets: list[str]
+    pages: int
+    failures: int
+    series: dict[str, dict[str, list[float]]]
+    """Common name -> ``t_s`` (from the replay's first request) and ``values``."""
+    summary: list[SeriesSummary]
+    findings: list[Finding]
+    thresholds: dict[str, float]
+
+
 class Report(TypedDict):
     """Recorded against replayed: what ``--json`` writes, key for key."""
 
@@ -246,3 +271,5 @@ class Report(TypedDict):
     """Was the replaying client fast enough to measure the target? None: not a replay."""
     slo: NotRequired[SloMatrix]
     """Only when objectives were given."""
+    engine: NotRequired[EngineReport]
+    """The target's own metrics and findings, when the replay scraped them."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from tailreplay.report.model import (
     Deltas,
+    EngineReport,
     Metric,
     Percentile,
     Percentiles,
@@ -103,6 +104,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
     if report["phases"]:
         tables.append(_phases(report))
+    if "engine" in report:
+        tables += _engine(report["engine"])
     if any(kinds for _, kinds in side_items(report["errors"])):
         tables.append(_errors(report))
     if slo is not None and slo["rows"]:
@@ -164,6 +167,21 @@ def _phases(report: Report) -> ReportTable:
             ]
         )  # fmt: skip
     return t
+
+
+def _engine(engine: EngineReport) -> list[ReportTable]:
+    t = ReportTable(
+        "target metrics",
+        ["series", "min", "mean", "max"],
+        note=f"{engine['pages']:,} pages read from {', '.join(engine['targets'])}"
+        + (f"; {engine['failures']:,} reads failed" if engine["failures"] else ""),
+    )
+    for s in engine["summary"]:
+        t.rows.append([s["name"], num(s["min"], 3), num(s["mean"], 3), num(s["max"], 3)])
+    limits = ", ".join(f"{k}={v:g}" for k, v in engine["thresholds"].items())
+    f = ReportTable("findings", ["rule", "finding"], note=f"thresholds: {limits}")
+    f.rows = [[x["rule"], x["text"]] for x in engine["findings"]] or [["-", "no engine limit hit"]]
+    return [t, f]
 
 
 def _errors(report: Report) -> ReportTable:

@@ -15,6 +15,7 @@ from pathlib import Path
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
+from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report, SloMatrix
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check
@@ -38,6 +39,8 @@ class ReportOptions:
     deltas_out: Path | None = None
     skip_corrupt: bool = False
     seed: int = 0
+    thresholds: dict[str, float] | None = None
+    """The findings' thresholds on the target's metrics (None: ``engine.THRESHOLDS``)."""
 
 
 @dataclass
@@ -68,6 +71,9 @@ def write_report(
     report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
     for line in report["warnings"]:
         say(f"warning: {line}")
+    engine = engine_report(options.replayed, replayed, options.thresholds)
+    if engine is not None:
+        report["engine"] = engine
     slo = check(options.objectives, report, options.min_score) if options.objectives else None
     if slo is not None:
         report["slo"] = slo

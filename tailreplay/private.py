@@ -48,14 +48,14 @@ def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -
         raise
 
 
-def write_whole(path: str | os.PathLike[str], text: str) -> None:
+def write_whole(path: str | os.PathLike[str], text: str | bytes) -> None:
     """``text`` to ``path`` (0600), whole or not at all: written beside it and renamed
     over it, so a full disk or a crash leaves the previous file, never a torn one.
     Raises OSError (the partial file removed)."""
     target = Path(path)
     part = target.with_name(f".{target.name}.part")
     try:
-        with open_private(part) as f:
+        with open_private(part, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(part, target)
     except OSError:

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL
+from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
 
 if TYPE_CHECKING:
+    from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.report.capacity import Search
 
 __all__ = ["capacity"]
@@ -128,6 +129,7 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write P99 against the factor as an SVG chart here.",
 )
+@scrape_option
 def capacity(
     archives: tuple[Path, ...],
     target: str | None,
@@ -146,6 +148,7 @@ def capacity(
     out_dir: Path,
     json_path: Path | None,
     plot_path: Path | None,
+    scrapes: tuple[ScrapeTarget, ...],
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
     from tailreplay.cli.workload import _simulators
@@ -166,6 +169,7 @@ def capacity(
     longest = longest_request([windowed])
     recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
     common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
+    common += [a for s in scrapes for a in ("--scrape", f"{s.url}@{s.interval_s:g}s")]
     runs: list[Path] = []
 
     def run(factor: float, attempt: int) -> Path:

@@ -14,6 +14,7 @@ the OTLP flags (which hand the command one ``otlp: OtlpOptions``).
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ import click
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp import PROTOCOLS, OtlpOptions
 from tailreplay.output_path import check_output_file
+from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.units import (
     parse_buckets,
@@ -36,6 +38,8 @@ from tailreplay.units import (
 )
 
 __all__ = [
+    "BODY_DROP",
+    "BODY_SET",
     "BUCKETS",
     "DURATION",
     "FACTOR",
@@ -44,6 +48,7 @@ __all__ = [
     "HTTP_URL",
     "KEY_VALUE",
     "MODEL_MAP",
+    "SCRAPE",
     "SHARD",
     "SIZE",
     "SPEED",
@@ -55,6 +60,7 @@ __all__ = [
     "otlp_options",
     "output_file",
     "output_option",
+    "scrape_option",
     "skip_corrupt_option",
     "slo_options",
     "time_window",
@@ -141,6 +147,22 @@ def _tail_cost(text: str, flag: str) -> tuple[float, float]:
     )
 
 
+def _body_set(text: str, flag: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE, e.g. temperature=0")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value  # a bare word is a string: --body-set user=replay
+
+
+def _body_drop(key: str, flag: str) -> str:
+    if not key or any(not part for part in key.split(".")):
+        raise UsageError(f"invalid {flag} {key!r}: give a key, e.g. tools")
+    return key
+
+
 FACTOR = Parsed("factor", parse_factor)
 SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
 DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
@@ -153,6 +175,9 @@ SHARD = Parsed("i/n", _shard)
 HEADER = Parsed("name: value", _header)
 BUCKETS = Parsed("edges", lambda text, flag: parse_buckets(text))
 TAIL_COST = Parsed("input=ms,output=ms", _tail_cost)
+SCRAPE = Parsed("URL[@1s]", lambda text, flag: parse_scrape(text))
+BODY_SET = Parsed("key=value", _body_set)
+BODY_DROP = Parsed("key", _body_drop)
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -174,6 +199,16 @@ output_option = click.option(
     type=click.Path(path_type=Path),
     callback=output_file,
     help="File to write.",
+)
+
+scrape_option = click.option(
+    "--scrape",
+    "scrapes",
+    type=SCRAPE,
+    multiple=True,
+    help="Read Prometheus metrics from URL every interval (default 1s) during the run "
+    "(repeatable; 'target' is the target's own /metrics, the built-in simulator's too): "
+    "kept beside the results, read by the report (vLLM, SGLang, TGI, llama.cpp, DCGM).",
 )
 
 skip_corrupt_option = click.option(

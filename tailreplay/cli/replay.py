@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tailreplay.cli.options import (
+    BODY_DROP,
+    BODY_SET,
     DURATION,
     FACTOR,
     HEADER,
@@ -26,6 +28,7 @@ from tailreplay.cli.options import (
     FiniteRange,
     Parsed,
     otlp_options,
+    scrape_option,
     skip_corrupt_option,
     slo_options,
     time_window,
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 
     from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
+    from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.replayer.speed import Shape
     from tailreplay.report.slo import Objective
     from tailreplay.report.write import ReportResult
@@ -52,22 +56,6 @@ __all__ = ["replay"]
 _REPORT_KINDS = {".html": "html_out", ".htm": "html_out", ".md": "markdown_out",
                  ".json": "json_out"}  # fmt: skip
 _HEADER_ENV = "TAILREPLAY_HEADER_"
-
-
-def _body_set(text: str, flag: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE, e.g. temperature=0")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value  # a bare word is a string: --body-set user=replay
-
-
-def _body_drop(key: str, flag: str) -> str:
-    if not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {key!r}: give a key, e.g. tools")
-    return key
 
 
 @dataclass(frozen=True)
@@ -105,6 +93,7 @@ class _Args:
     sim_profile: str
     sim_args: tuple[str, ...]
     skip_corrupt: bool
+    scrapes: tuple[ScrapeTarget, ...]
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
     lag_limit: float
@@ -194,7 +183,7 @@ input, 130 interrupted.""",
 @click.option(
     "--body-set",
     "body_sets",
-    type=Parsed("key=value", _body_set),
+    type=BODY_SET,
     multiple=True,
     help="KEY=VALUE to set in every JSON body, last of all (repeatable); VALUE is JSON "
     "(0, true, {...}) or else a string; KEY may be dotted, e.g. stream_options.include_usage.",
@@ -202,7 +191,7 @@ input, 130 interrupted.""",
 @click.option(
     "--body-drop",
     "body_drops",
-    type=Parsed("key", _body_drop),
+    type=BODY_DROP,
     multiple=True,
     help="KEY to remove from every JSON body.",
 )
@@ -277,6 +266,7 @@ input, 130 interrupted.""",
 )
 @target_options
 @skip_corrupt_option
+@scrape_option
 @click.option(
     "--metrics-listen",
     type=HOST_PORT,
@@ -404,6 +394,7 @@ def _config(args: _Args) -> ReplayConfig:
         spans=functools.partial(replay_spans, args.otlp, speed_attribute)
         if args.otlp.enabled
         else None,
+        scrape=list(args.scrapes),
         metrics_listen=args.metrics_listen,
         metrics_linger_s=args.metrics_linger,
         lag_limit_ms=args.lag_limit * 1000,

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tailreplay.cli.options import buckets_option, output_file, skip_corrupt_option, slo_options
+from tailreplay.cli.options import (
+    KEY_VALUE,
+    buckets_option,
+    output_file,
+    skip_corrupt_option,
+    slo_options,
+)
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 
@@ -46,6 +52,14 @@ def _out(name: str, help_text: str) -> click.Option:
 @buckets_option
 @skip_corrupt_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap draws.")
+@click.option(
+    "--thresholds",
+    type=KEY_VALUE,
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a finding's threshold on the target's metrics (repeatable): waiting=50, "
+    "running=8, kv_cache=0.92, hit_rate=0.65, long_input=2048, latency_rise=1.5.",
+)
 def report(
     replayed: tuple[Path, ...],
     recorded: tuple[Path, ...],
@@ -55,6 +69,7 @@ def report(
     buckets: list[int],
     skip_corrupt: bool,
     seed: int,
+    thresholds: tuple[tuple[str, str], ...],
     json: Path | None,
     markdown: Path | None,
     html: Path | None,
@@ -65,6 +80,7 @@ def report(
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
     3 an unreadable archive.
     """
+    from tailreplay.report.engine import parse_thresholds
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import ReportOptions, fail_on_slo, write_report
 
@@ -86,6 +102,7 @@ def report(
         deltas_out=deltas,
         skip_corrupt=skip_corrupt,
         seed=seed,
+        thresholds=parse_thresholds(thresholds),
     )
     result = write_report(options, say=lambda line: click.echo(line, err=True))
     print_report(result.headline, result.tables)

@@ -1,0 +1,125 @@
+"""``--scrape URL[@1s]``: the target's own metrics, read on the replay's clock.
+
+Each URL is read every interval for the whole run, from just before the first
+request to just after the last answer; every page becomes one sample: the wall
+time it was asked for (the clock the result records use) and the series
+``tailreplay.engine_metrics.read_page`` keeps. A page that fails (refused, not
+Prometheus text, slower than its interval) is counted and named once on stderr;
+the replay goes on.
+
+The samples go beside the results, in ``RESULTS.scrape.msgpack`` (0600): a header
+map, then one map per sample (docs/archive-format.md). Readers of result archives
+never open it; ``report`` reads it when it is there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgpack
+
+from tailreplay.engine_metrics import read_page, scrape_path
+from tailreplay.errors import UsageError
+from tailreplay.private import write_whole
+from tailreplay.units import parse_duration, parse_http_url
+
+__all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scrape_path", "scraping"]
+
+SCRAPE_FORMAT = "tailreplay-scrape"
+MAX_SAMPLES = 1_000_000
+"""Pages kept per run (a day at 1 s from ten targets); later ones are counted, not kept."""
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    url: str
+    interval_s: float
+
+
+TARGET = "target"
+"""``--scrape target``: the replay target's own ``/metrics`` (the built-in simulator's too)."""
+
+
+def parse_scrape(text: str) -> ScrapeTarget:
+    """``http://host:port/metrics``, ``target`` (the replay target's ``/metrics``), either
+    with ``@2s`` (default every second, at least 100 ms)."""
+    url, at, every = text.rpartition("@") if "@" in text.rsplit("/", 1)[-1] else (text, "", "")
+    if url != TARGET:
+        parse_http_url(url, "--scrape")
+    try:
+        interval = parse_duration(every) if at else 1.0
+    except UsageError as exc:
+        raise UsageError(f"--scrape {text}: {exc}") from None
+    if interval < 0.1:
+        raise UsageError(f"--scrape {text}: the interval must be at least 100ms")
+    return ScrapeTarget(url, interval)
+
+
+def resolve(targets: list[ScrapeTarget], target_url: str) -> list[ScrapeTarget]:
+    """``target`` made the replay target's metrics page."""
+    page = target_url.rstrip("/") + "/metrics"
+    return [ScrapeTarget(page, t.interval_s) if t.url == TARGET else t for t in targets]
+
+
+@contextlib.asynccontextmanager
+async def scraping(
+    targets: list[ScrapeTarget], out: Path, say: Callable[[str], None]
+) -> AsyncIterator[None]:
+    """Read ``targets`` while the body runs; write their samples to ``out`` after."""
+    samples: list[dict[str, Any]] = []
+    failures: dict[str, int] = {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
+        tasks = [asyncio.create_task(_poll(session, i, t, samples, failures, say))
+                 for i, t in enumerate(targets)]  # fmt: skip
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            header = {"format": SCRAPE_FORMAT, "version": 1,
+                      "targets": [{"url": t.url, "interval_s": t.interval_s} for t in targets],
+                      "failures": failures}  # fmt: skip
+            data = b"".join(msgpack.packb(m) for m in (header, *samples))
+            try:
+                write_whole(out, data)
+            except OSError as exc:
+                say(f"warning: {out}: the scraped metrics were not written ({exc.strerror or exc})")
+            else:
+                say(f"target metrics: {len(samples):,} pages in {out}")
+
+
+async def _poll(
+    session: aiohttp.ClientSession,
+    index: int,
+    target: ScrapeTarget,
+    samples: list[dict[str, Any]],
+    failures: dict[str, int],
+    say: Callable[[str], None],
+) -> None:
+    loop = asyncio.get_running_loop()
+    next_at = loop.time()
+    while True:
+        t_ns = time.time_ns()
+        try:
+            async with session.get(target.url, timeout=aiohttp.ClientTimeout(
+                    total=target.interval_s)) as resp:  # fmt: skip
+                if resp.status != 200:
+                    raise ValueError(f"HTTP {resp.status}")
+                series = read_page(await resp.text())
+        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
+            if target.url not in failures:
+                say(f"warning: --scrape {target.url}: {exc or type(exc).__name__}")
+            failures[target.url] = failures.get(target.url, 0) + 1
+        else:
+            if len(samples) < MAX_SAMPLES:
+                samples.append({"t_ns": t_ns, "target": index, "series": series})
+        next_at += target.interval_s
+        await asyncio.sleep(max(0.0, next_at - loop.time()))

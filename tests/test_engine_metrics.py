@@ -1,0 +1,139 @@
+"""The target's own metrics: pages read into common names, scraped during a real
+replay of the simulator, and the findings the report draws from them."""
+
+from __future__ import annotations
+
+import json
+import random
+import stat
+from pathlib import Path
+
+import msgpack
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.engine_metrics import MAX_RAW, read_page, scrape_path
+from tailreplay.sim.launcher import sim_process
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+VLLM = """\
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="a"} 7.0
+vllm:num_requests_waiting{model_name="b"} 5.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="a"} 3.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{model_name="a"} 0.5
+vllm:kv_cache_usage_perc{model_name="b"} 0.7
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="a"} 0.1
+# TYPE vllm:num_preemptions counter
+vllm:num_preemptions_total{model_name="a"} 4.0
+# TYPE vllm:prefix_cache_hits counter
+vllm:prefix_cache_hits_total{model_name="a"} 30.0
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{model_name="a"} 100.0
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{le="1.0"} 3.0
+vllm:e2e_request_latency_seconds_count 3.0
+vllm:e2e_request_latency_seconds_sum 1.5
+"""
+
+
+def test_a_vllm_page_reads_into_common_names_and_keeps_the_rest_raw() -> None:
+    got = read_page(VLLM)
+    assert got["waiting"] == 12 and got["running"] == 3  # summed over models
+    assert got["kv_cache_usage"] == pytest.approx(0.6)  # the new name wins over gpu_
+    assert got["preemptions"] == 4 and got["prefix_cache_hits"] == 30
+    assert got["prefix_cache_queries"] == 100
+    assert got["vllm:e2e_request_latency_seconds_count"] == 3  # raw, buckets left out
+    assert not any(k.endswith("_bucket") or "_bucket{" in k for k in got)
+
+
+@pytest.mark.parametrize(
+    ("page", "expected"),
+    [
+        ("sglang:num_queue_reqs 9\nsglang:num_running_reqs 2\nsglang:token_usage 0.95\n"
+         "sglang:cache_hit_rate 0.4\n",
+         {"waiting": 9, "running": 2, "kv_cache_usage": 0.95, "prefix_cache_hit_rate": 0.4}),
+        ("tgi_queue_size 4\ntgi_batch_current_size 16\n", {"waiting": 4, "running": 16}),
+        ("llamacpp:requests_deferred 3\nllamacpp:requests_processing 1\n"
+         "llamacpp:kv_cache_usage_ratio 0.25\n",
+         {"waiting": 3, "running": 1, "kv_cache_usage": 0.25}),
+        ('DCGM_FI_DEV_FB_USED{gpu="0"} 1000\nDCGM_FI_DEV_FB_USED{gpu="1"} 3000\n'
+         'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 100\n',
+         {"gpu_memory_used_mib": 4000, "gpu_utilization": 0.75}),
+    ],
+)  # fmt: skip
+def test_other_engines_read_into_the_same_names(page: str, expected: dict[str, float]) -> None:
+    got = read_page(page)
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value), name
+
+
+def test_raw_series_are_bounded_and_bad_pages_refused() -> None:
+    page = "".join(f'other_series{{i="{i}"}} {i}\n' for i in range(MAX_RAW + 100))
+    assert len(read_page(page)) == MAX_RAW
+    with pytest.raises(ValueError):
+        read_page("<html>not metrics</html>\n")
+
+
+def _busy_archive(path: Path) -> Path:
+    """60 req/s for 8 s of 1,000-token prompts: more than 4 sequences can serve."""
+    rng = random.Random(2)
+    maps = [{"start_ns": T0 + int(i / 60 * 1e9), "trace_id": rng.randbytes(16),
+             "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
+             "model": "m", "stream": True, "input_tokens": 3000, "output_tokens": 30}
+            for i in range(480)]  # fmt: skip
+    return write_plain(path, maps)
+
+
+def test_a_replay_scrapes_the_target_and_the_report_finds_the_queue(tmp_path: Path) -> None:
+    archive = _busy_archive(tmp_path / "busy.msgpack")
+    out, report = tmp_path / "r.msgpack", tmp_path / "report.json"
+    with sim_process(["--profile", "fast", "--max-num-seqs", "4", "--queue-limit", "4096",
+                      "--kv-tokens", "20000"]) as url:  # fmt: skip
+        result = CliRunner().invoke(cli, ["replay", "--target", url, "--scrape",
+                                          f"{url}/metrics@200ms", "--out", str(out),
+                                          "--lag-limit", "100ms", str(archive)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    scraped = scrape_path(out)
+    assert stat.S_IMODE(scraped.stat().st_mode) == 0o600
+    header, *pages = msgpack.Unpacker(scraped.open("rb"), raw=False)
+    assert header["format"] == "tailreplay-scrape" and header["failures"] == {}
+    assert len(pages) >= 20  # 8 s and the drain, every 200 ms
+    assert max(p["series"]["running"] for p in pages) == 4
+    assert max(p["series"]["waiting"] for p in pages) > 20
+    done = CliRunner().invoke(cli, ["report", str(out), "--replay-only", "--json", str(report),
+                                    "--thresholds", "waiting=20"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    engine = json.loads(report.read_text())["engine"]
+    rules = {f["rule"] for f in engine["findings"]}
+    assert "admission" in rules and engine["thresholds"]["waiting"] == 20
+    assert {"waiting", "running", "kv_cache_usage"} <= set(engine["series"])
+    assert "target metrics" in done.output and "findings" in done.output
+
+
+def test_an_unreachable_metrics_page_is_one_warning_and_the_replay_goes_on(
+    tmp_path: Path,
+) -> None:
+    archive = _busy_archive(tmp_path / "busy.msgpack")
+    out = tmp_path / "r.msgpack"
+    with sim_process(["--profile", "fast"]) as url:
+        result = CliRunner().invoke(cli, ["replay", "--target", url, "--scrape",
+                                          "http://127.0.0.1:9/metrics@200ms", "--limit", "50",
+                                          "--out", str(out), str(archive)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.count("--scrape http://127.0.0.1:9/metrics") == 1
+    header, *pages = msgpack.Unpacker(scrape_path(out).open("rb"), raw=False)
+    assert pages == [] and header["failures"]["http://127.0.0.1:9/metrics"] >= 1
+
+
+@pytest.mark.parametrize("text", ["ftp://x/metrics", "http://127.0.0.1:1/m@10ms", "target@x"])
+def test_bad_scrape_options_are_usage_errors(text: str, tmp_path: Path) -> None:
+    archive = _busy_archive(tmp_path / "busy.msgpack")
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", "--scrape", text, str(archive)])
+    assert result.exit_code == 2 and "--scrape" in result.output
