@@ -61,6 +61,7 @@ def result_record(
         method=spec.method if spec is not None else r.method,
         path=spec.path if spec is not None else r.path,
         model=r.model,
+        session=r.session,
         stream=spec.stream if spec is not None else r.stream,
         input_tokens=r.input_tokens if outcome is None else outcome.prompt_tokens,
         max_tokens=item.budget,

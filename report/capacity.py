@@ -30,8 +30,8 @@ from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective
+from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
-from tailreplay.traces.metrics import per_request
 
 __all__ = ["Search", "Trial", "judge", "plot", "render", "search", "to_json"]
 
@@ -104,8 +104,8 @@ def judge(
     return Trial(
         factor=factor, runs=len(results), requests=overall["requests"], errors=overall["errors"],
         error_rate=overall["error_rate"], throughput_rps=overall["throughput_rps"],
-        goodput=_goodput(side, objectives), percentiles=_percentiles(report),
-        checks=checks, verdict=verdict,
+        goodput=goodput(side, np.ones(side.n, dtype=bool), objectives),
+        percentiles=_percentiles(report), checks=checks, verdict=verdict,
         findings=[f["text"] for f in (engine["findings"] if engine else [])],
     )  # fmt: skip
 
@@ -133,20 +133,6 @@ def _check(obj: Objective, report: Report) -> Check:
     high = per_q["high"] if per_q["high"] is not None else value
     verdict: Verdict = "pass" if high <= limit else "fail" if low > limit else "uncertain"
     return Check(obj.text, value, low, high, limit, verdict)
-
-
-def _goodput(side: Side, objectives: Sequence[Objective]) -> float | None:
-    """Share of all requests that succeeded with every per-request figure an absolute
-    objective limits within that limit (a figure a request does not have is met)."""
-    if side.n == 0:
-        return None
-    figures = per_request(side.requests)
-    good = side.ok.copy()
-    for obj in objectives:
-        values = figures.get(obj.metric) if obj.metric != "error_rate" else None
-        if values is not None and not obj.relative:
-            good &= ~(values > obj.limit)  # NaN compares False: an absent figure is met
-    return float(good.mean())
 
 
 def _percentiles(report: Report) -> dict[str, dict[str, float | None]]:

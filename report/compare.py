@@ -88,7 +88,7 @@ def compare(
         "replay": _replay_settings(replayed),
         "overall": per_side(
             {
-                name: _summary(side, np.ones(side.n, dtype=bool), windows[name], rng, itl=True)
+                name: summarize(side, np.ones(side.n, dtype=bool), windows[name], rng, itl=True)
                 for name, side in sides.items()
             }
         ),
@@ -111,7 +111,7 @@ def compare(
         report["warnings"].append(verdict_line(client).removeprefix("warning: "))
     for label, masks in _bucket_masks(bucket_tokens, buckets):
         summaries = {
-            name: _summary(side, masks[name], windows[name], rng, itl=False)
+            name: summarize(side, masks[name], windows[name], rng, itl=False)
             for name, side in sides.items()
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
@@ -127,9 +127,10 @@ def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
         if isinstance(header.get("phase_seconds"), dict):
             seconds = header["phase_seconds"]
     rows: list[PhaseRow] = []
-    for i, label in enumerate(side.phase_labels):
+    for i, label in enumerate(side.labels.get("phase", [])):
         window = seconds.get(label)
-        summary = _summary(side, side.phase == i, float(window) if window else None, rng, itl=False)
+        span = float(window) if window else None
+        summary = summarize(side, side.phase == i, span, rng, itl=False)
         rows.append({"phase": label, "seconds": float(window) if window else None,
                      "replayed": summary})  # fmt: skip
     return rows
@@ -193,7 +194,7 @@ def _window_s(side: Side) -> float | None:
     return span if span > 0 else None
 
 
-def _summary(
+def summarize(
     side: Side, sel: Mask, window: float | None, rng: np.random.Generator, *, itl: bool
 ) -> SideSummary:
     count = int(sel.sum())

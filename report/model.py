@@ -30,12 +30,14 @@ __all__ = [
     "PhaseRow",
     "ReplaySettings",
     "Report",
+    "ScopeRow",
     "Series",
     "SideName",
     "SideSummary",
     "SloCell",
     "SloMatrix",
     "SloRow",
+    "SloScope",
     "SlowDown",
     "per_side",
     "side_items",
@@ -212,6 +214,31 @@ class SloRow(TypedDict):
     """Keyed by column: ``overall`` and each bucket's range."""
 
 
+class ScopeRow(TypedDict):
+    """One class (``model=a``) or window (``60-120 s``) of a scoped SLO."""
+
+    scope: str
+    requests: int
+    goodput: float | None
+    """Share of its requests that succeeded and met every absolute per-request limit."""
+    cells: dict[str, SloCell]
+    """Keyed by objective, as given."""
+    passed: bool | None
+    """None: not judged (a window with too few requests)."""
+
+
+class SloScope(TypedDict):
+    """``--slo-by`` or ``--slo-window``: every class or window judged on its own."""
+
+    name: str
+    rows: list[ScopeRow]
+    passed: bool
+    failed: list[str]
+    """The classes or windows that missed an objective."""
+    spread: dict[str, list[float]]
+    """Per objective, [lowest, highest] value across the judged rows."""
+
+
 class SloMatrix(TypedDict):
     """Every objective against the overall column and every bucket, and the verdict."""
 
@@ -221,6 +248,8 @@ class SloMatrix(TypedDict):
     """None without objectives."""
     min_score: float
     passed: bool
+    """The overall score reached min_score, and every scope passed."""
+    scopes: NotRequired[list[SloScope]]
 
 
 class SeriesSummary(TypedDict):

@@ -26,7 +26,9 @@ __all__ = ["Side", "load_side"]
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
 _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
-         "lag_ns", "phase")  # fmt: skip
+         "lag_ns", "phase", "model", "path", "session")  # fmt: skip
+LABELS = ("phase", "model", "path", "session")
+"""String fields kept as codes (an int per request, -1 when absent) into a label list."""
 _FLAGS = ("stream", "error", "tail", "estimated")
 
 
@@ -51,7 +53,11 @@ class Side:
     """True for a failed exchange (error set, status 0, or status >= 400)."""
     lag_ns: Array
     phase: Array
-    """Index into ``phase_labels`` of the load shape's phase a request was due in (-1: none)."""
+    """Index into ``labels["phase"]`` of the load shape's phase a request was due in (-1: none)."""
+    model: Array
+    path: Array
+    """The path without its query string."""
+    session: Array
     tail: Array
     estimated: Array
     """Token counts estimated here, not reported by the server (tokens_source)."""
@@ -62,8 +68,8 @@ class Side:
     """Failed requests by kind (``error``, else ``http_<status>``)."""
     error_messages: dict[str, str] = field(default_factory=dict)
     """The first ``error_message`` (the target's own words) of each kind that has one."""
-    phase_labels: list[str] = field(default_factory=list)
-    """The phases, in the order the records first name them."""
+    labels: dict[str, list[str]] = field(default_factory=dict)
+    """Per ``LABELS`` field, its values in the order the records first name them."""
 
     @property
     def n(self) -> int:
@@ -109,7 +115,7 @@ def load_side(
         warnings=reader.warnings(),
         error_kinds=columns.error_kinds,
         error_messages=columns.error_messages,
-        phase_labels=list(columns.phases),
+        labels={name: list(codes) for name, codes in columns.codes.items()},
         **columns.arrays(),
     )
 
@@ -124,13 +130,16 @@ class _Columns:
     itl: LogHistogram = field(default_factory=LogHistogram)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, str] = field(default_factory=dict)
-    phases: dict[str, int] = field(default_factory=dict)
+    codes: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {} for k in LABELS})
 
-    def phase(self, label: Any) -> int:
-        """The index of phase ``label`` (-1: not a phase)."""
+    def code(self, name: str, label: Any) -> int:
+        """The index of ``label`` among field ``name``'s values (-1: absent)."""
         if type(label) is not str:
             return -1
-        return self.phases.setdefault(label, len(self.phases))
+        if name == "path":
+            label = label.split("?", 1)[0]
+        codes = self.codes[name]
+        return codes.setdefault(label, len(codes))
 
     def failed(self, m: dict[str, Any]) -> None:
         """Count a failed record's kind; keep the first message of each kind."""
@@ -158,7 +167,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
-    phases, phase_of = ints["phase"].append, columns.phase
+    coded = [(ints[k].append, k) for k in LABELS]
+    code = columns.code
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     estimated = flags["estimated"].append
     was_enabled = gc.isenabled()
@@ -182,7 +192,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
-            phases(phase_of(get("phase")))
+            for append, name in coded:
+                append(code(name, get(name)))
             bad = is_error(get("status"), get("error"))
             failed(bad)
             if bad:

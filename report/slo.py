@@ -34,7 +34,7 @@ from tailreplay.report.model import (
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.units import parse_duration
 
-__all__ = ["Objective", "check", "check_judgeable", "parse_objectives"]
+__all__ = ["Objective", "cell", "check", "check_judgeable", "parse_objectives"]
 
 _SPEC = re.compile(
     r"^\s*(?P<metric>[a-z_]+)(?::(?P<q>p\d+))?\s*<=\s*(?P<limit>[^*\s]+)"
@@ -161,7 +161,7 @@ def check(objectives: Sequence[Objective], report: Report, min_score: float = 1.
     rows: list[SloRow] = []
     met = 0.0
     for obj in objectives:
-        cells = {label: _cell(obj, sides) for label, sides in columns}
+        cells = {label: cell(obj, sides) for label, sides in columns}
         rows.append({"objective": obj.text, "weight": obj.weight, "cells": cells})
         met += obj.weight if cells["overall"]["ok"] else 0.0
     total = sum(obj.weight for obj in objectives)
@@ -175,7 +175,7 @@ def check(objectives: Sequence[Objective], report: Report, min_score: float = 1.
     }
 
 
-def _cell(obj: Objective, sides: PerSide[SideSummary]) -> SloCell:
+def cell(obj: Objective, sides: PerSide[SideSummary]) -> SloCell:
     """value/limit/ok for one objective on one column; ok is None when nothing to judge."""
     replayed = sides["replayed"]
     if obj.metric == "error_rate":

@@ -19,6 +19,7 @@ from tailreplay.report.model import (
     SideName,
     SideSummary,
     SloMatrix,
+    SloScope,
     side_items,
 )
 from tailreplay.report.quantiles import QUANTILES
@@ -110,6 +111,7 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
         tables.append(_errors(report))
     if slo is not None and slo["rows"]:
         tables += [slo_table(slo), _slo_matrix(slo)]
+        tables += [_scope_table(scope) for scope in slo.get("scopes", [])]
     if report["deltas"] is not None:
         tables += _deltas(report["deltas"])
     return tables
@@ -182,6 +184,31 @@ def _engine(engine: EngineReport) -> list[ReportTable]:
     f = ReportTable("findings", ["rule", "finding"], note=f"thresholds: {limits}")
     f.rows = [[x["rule"], x["text"]] for x in engine["findings"]] or [["-", "no engine limit hit"]]
     return [t, f]
+
+
+def slo_tables(slo: SloMatrix) -> list[ReportTable]:
+    """The SLO table and one per scope (``--slo-by``, ``--slo-window``)."""
+    return [slo_table(slo), *(_scope_table(scope) for scope in slo.get("scopes", []))]
+
+
+def _scope_table(scope: SloScope) -> ReportTable:
+    objectives = list(scope["rows"][0]["cells"]) if scope["rows"] else []
+    spread = "; ".join(
+        f"{o}: {num(lo, 1)}..{num(hi, 1)}" for o, (lo, hi) in scope["spread"].items()
+    )
+    t = ReportTable(
+        f"SLO {scope['name']}",
+        ["scope", "requests", "goodput", *objectives, "verdict"],
+        note="goodput: the share that succeeded within every absolute limit"
+        + (f"; spread across judged rows: {spread}" if spread else ""),
+    )
+    for row in scope["rows"]:
+        cells = [("-" if c["value"] is None else f"{c['value']:,.4g}")
+                 + {True: " ok", False: " MISSED", None: ""}[c["ok"]]
+                 for c in row["cells"].values()]  # fmt: skip
+        verdict = {True: "pass", False: "FAIL", None: "not judged"}[row["passed"]]
+        t.rows.append([row["scope"], f"{row['requests']:,}", pct(row["goodput"]), *cells, verdict])
+    return t
 
 
 def _errors(report: Report) -> ReportTable:

@@ -39,6 +39,10 @@ class ReportOptions:
     deltas_out: Path | None = None
     skip_corrupt: bool = False
     seed: int = 0
+    slo_by: str | None = None
+    """Judge the objectives per class of this field too (model, path, session, phase)."""
+    slo_window_s: float | None = None
+    """...and per window of this many seconds of the replay."""
     thresholds: dict[str, float] | None = None
     """The findings' thresholds on the target's metrics (None: ``engine.THRESHOLDS``)."""
 
@@ -76,6 +80,7 @@ def write_report(
         report["engine"] = engine
     slo = check(options.objectives, report, options.min_score) if options.objectives else None
     if slo is not None:
+        _scoped(slo, options, recorded, replayed)
         report["slo"] = slo
     line = headline(report, slo)
     tables = report_tables(report, slo)
@@ -100,6 +105,24 @@ def write_report(
     return ReportResult(report, slo, line, tables)
 
 
+def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, replayed: Side) -> None:
+    """``--slo-by`` and ``--slo-window``: their scopes added to ``slo``, and its verdict
+    failed when one of them failed."""
+    from tailreplay.report.slo_scopes import by_class, by_window
+
+    scopes = []
+    if options.slo_by is not None:
+        scopes.append(
+            by_class(options.objectives, recorded, replayed, options.slo_by, options.seed)
+        )
+    if options.slo_window_s is not None:
+        scopes.append(by_window(options.objectives, recorded, replayed, options.slo_window_s,
+                                options.seed))  # fmt: skip
+    if scopes:
+        slo["scopes"] = scopes
+        slo["passed"] = slo["passed"] and all(s["passed"] for s in scopes)
+
+
 def fail_on_slo(result: ReportResult) -> None:
     """Raise RunFailed (exit 1) when the SLO matrix did not pass, or could not be judged
     because the replaying client, not the target, was the bottleneck."""
@@ -114,10 +137,13 @@ def fail_on_slo(result: ReportResult) -> None:
     if slo is None or slo["passed"]:
         return
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
-    raise RunFailed(
-        f"SLO failed: score {slo['score']:.2f} < {slo['min_score']:.2f} "
-        f"(missed: {', '.join(missed)})"
-    )
+    scoped = [f"{s['name']}: {', '.join(s['failed'][:5])}" + (" ..." * (len(s["failed"]) > 5))
+              for s in slo.get("scopes", []) if s["failed"]]  # fmt: skip
+    score = slo["score"]
+    if score is not None and score < slo["min_score"]:
+        why = f"score {score:.2f} < {slo['min_score']:.2f} (missed: {', '.join(missed)})"
+        raise RunFailed("SLO failed: " + "; ".join([why, *scoped]))
+    raise RunFailed("SLO failed " + "; ".join(scoped))
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:

@@ -233,7 +233,20 @@ def _objectives(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 
 
 def slo_options(f: F) -> F:
-    """Add ``--slo`` (the command gets ``slos``, a list of Objective) and ``--slo-min-score``."""
+    """Add ``--slo`` (the command gets ``slos``, a list of Objective), ``--slo-min-score``,
+    ``--slo-by`` and ``--slo-window``."""
+    f = click.option(
+        "--slo-by",
+        type=click.Choice(["model", "path", "session", "phase"]),
+        help="Also judge every objective per model, path, session or load phase: each class "
+        "must meet them.",
+    )(f)
+    f = click.option(
+        "--slo-window",
+        type=DURATION,
+        help="Also judge every objective in each window this long (e.g. 1m) of the replay: "
+        "every window with 20 requests or more must meet them.",
+    )(f)
     f = click.option(
         "--slo-min-score",
         type=FiniteRange(0, 1),

@@ -103,6 +103,8 @@ class _Args:
     report_out: Path | None
     slos: list[Objective]
     slo_min_score: float
+    slo_by: str | None
+    slo_window: float | None
     workers: int
     otlp: OtlpOptions
 
@@ -467,7 +469,7 @@ def _write_json(path: Path, summary: dict[str, Any]) -> None:
 
 def _report(results: Path, args: _Args) -> ReportResult:
     """The report of the run just done; the SLO lines on stdout, the file if asked."""
-    from tailreplay.report.tables import slo_table
+    from tailreplay.report.tables import slo_tables
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import ReportOptions, write_report
 
@@ -476,13 +478,15 @@ def _report(results: Path, args: _Args) -> ReportResult:
         recorded=list(args.archives),
         objectives=args.slos,
         min_score=args.slo_min_score,
+        slo_by=args.slo_by,
+        slo_window_s=args.slo_window,
         skip_corrupt=args.skip_corrupt,
     )
     path = args.report_out
     if path is not None:
         setattr(options, _REPORT_KINDS[path.suffix.lower()], path)
     result = write_report(options, say=lambda line: click.echo(line, err=True))
-    print_report(result.headline, [slo_table(result.slo)] if result.slo else [])
+    print_report(result.headline, slo_tables(result.slo) if result.slo else [])
     if path is not None:
         click.echo(f"report: {path}")
     return result
