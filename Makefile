@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml setup.py traces/_colscan.c
 	touch $(STAMP)
 
 # Every test but those against real servers installed by their own targets
-# (e2e-real, test-telemetry); -rs lists any skip with its reason.
-test: $(STAMP)
+# (e2e-real, test-telemetry); -rs lists any skip with its reason. Debian's chromium
+# (for the HTML report's browser test) is installed if missing.
+test: $(STAMP) /usr/bin/chromium
 	$(BIN)/python -m pytest -q -rs --ignore=tests/e2e --ignore=tests/telemetry
 
 # Fuzzing at length (never part of `make test`, which runs a short budget of the same
@@ -71,6 +72,11 @@ $(PHOENIX_STAMP):
 	test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix
 	touch $(PHOENIX_STAMP)
+
+# Headless Chromium opens the HTML report in tests/test_report_browser.py.
+/usr/bin/chromium:
+	apt-get install -y --no-install-recommends chromium >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null)
 
 /usr/bin/prometheus:
 	apt-get install -y --no-install-recommends prometheus >/dev/null \
