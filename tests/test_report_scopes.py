@@ -79,3 +79,29 @@ def test_windows_too_small_to_judge_are_shown_and_judge_nothing(tmp_path: Path) 
     # A run whose every window was too small to judge has not shown it meets the SLO.
     assert report["slo"]["passed"] is False and code == 1
     assert "none of 120 had 20 requests to judge" in output
+
+
+def test_p99_one_bad_minute_and_one_small_slow_model_fail_a_passing_run(tmp_path: Path) -> None:
+    # Five minutes at 10 req/s, ~100 ms. In the middle minute 2% of requests take 3 s
+    # (0.4% of the run: its P99 passes); model b, one request in 300, takes 2 s.
+    rng = random.Random(9)
+    maps = []
+    for i in range(3000):
+        t = i / 10
+        model = "b" if i % 300 == 7 else "a"
+        ms = 2000 if model == "b" else 100
+        if 120 <= t < 180 and i % 50 == 0:
+            ms = 3000
+        maps.append({"start_ns": T0 + int(t * 1e9), "trace_id": rng.randbytes(16),
+                     "span_id": rng.randbytes(8), "model": model, "status": 200,
+                     "duration_ns": int(ms * rng.uniform(0.95, 1.05) * 1e6)})  # fmt: skip
+    results = write_plain(tmp_path / "five.msgpack", maps)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["report", str(results), "--replay-only", "--json", str(out),
+                                      "--slo", "latency:p99<=1000ms", "--slo-window", "1m",
+                                      "--slo-by", "model"])  # fmt: skip
+    slo = json.loads(out.read_text())["slo"]
+    assert slo["rows"][0]["cells"]["overall"]["ok"] is True
+    by_model, by_window = slo["scopes"]
+    assert by_model["failed"] == ["model=b"] and by_window["failed"] == ["120-180 s"]
+    assert result.exit_code == 1
