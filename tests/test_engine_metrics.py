@@ -9,12 +9,15 @@ import stat
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.engine_metrics import MAX_RAW, read_page, scrape_path
 from tailreplay.sim.launcher import sim_process
+from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -106,15 +109,47 @@ def test_a_replay_scrapes_the_target_and_the_report_finds_the_queue(tmp_path: Pa
     assert header["format"] == "tailreplay-scrape" and header["failures"] == {}
     assert len(pages) >= 20  # 8 s and the drain, every 200 ms
     assert max(p["series"]["running"] for p in pages) == 4
-    assert max(p["series"]["waiting"] for p in pages) > 20
-    done = CliRunner().invoke(cli, ["report", str(out), "--replay-only", "--json", str(report),
-                                    "--thresholds", "waiting=20"])  # fmt: skip
+    assert max(p["series"]["waiting"] for p in pages) > 50
+    _agrees_with_the_requests_in_flight(pages, list(ArchiveReader([out])), 0.2)
+    done = CliRunner().invoke(cli, ["report", str(out), "--replay-only", "--json", str(report)])
     assert done.exit_code == 0, done.output
     engine = json.loads(report.read_text())["engine"]
     rules = {f["rule"] for f in engine["findings"]}
-    assert "admission" in rules and engine["thresholds"]["waiting"] == 20
+    assert "admission" in rules and engine["thresholds"]["waiting"] == 50
     assert {"waiting", "running", "kv_cache_usage"} <= set(engine["series"])
     assert "target metrics" in done.output and "findings" in done.output
+
+
+def _agrees_with_the_requests_in_flight(
+    pages: list[dict], results: list[Record], interval_s: float
+) -> None:
+    """Each page's waiting + running is a count of requests in flight as the client saw
+    them (sent, not yet answered) at some moment within one interval of the page."""
+    sent = np.array([r.sent_ns for r in results], dtype=np.int64)
+    done = sent + np.array([r.duration_ns for r in results], dtype=np.int64)
+    step = int(interval_s * 1e9)
+    for page in pages:
+        t, held = page["t_ns"], page["series"]["waiting"] + page["series"]["running"]
+        moments = np.linspace(t - step, t + step, 41).astype(np.int64)
+        in_flight = [int(((sent <= m) & (done > m)).sum()) for m in moments]
+        assert min(in_flight) <= held <= max(in_flight), (held, min(in_flight), max(in_flight))
+
+
+def test_a_light_run_has_no_findings(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    maps = [{"start_ns": T0 + int(i / 5 * 1e9), "trace_id": rng.randbytes(16),
+             "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
+             "model": "m", "stream": True, "input_tokens": 200, "output_tokens": 10}
+            for i in range(25)]  # fmt: skip
+    archive = write_plain(tmp_path / "light.msgpack", maps)
+    out, report = tmp_path / "r.msgpack", tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["replay", "--scrape", "target@200ms", "--out", str(out),
+                                      "--lag-limit", "100ms", str(archive)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    done = CliRunner().invoke(cli, ["report", str(out), "--replay-only", "--json", str(report)])
+    engine = json.loads(report.read_text())["engine"]
+    assert engine["pages"] >= 20 and engine["findings"] == []
+    assert "no engine limit hit" in done.output
 
 
 def test_an_unreachable_metrics_page_is_one_warning_and_the_replay_goes_on(
