@@ -5,7 +5,7 @@ model is fitted to the first and validated against the second with
 ``traces validate-model``: the exact second half, the model's synthesis of it and
 a Poisson baseline with the same requests, each replayed against a fresh
 simulator, ``--seeds`` syntheses each. The simulator is the ``fast`` profile with
-prefill at 0.08 ms/token, so the half's 5.5 req/s keep it busy (prefill alone
+prefill at 0.08 ms/token (``--prefill-ms``), so the half's 5.5 req/s keep it busy (prefill alone
 ~55% of its time) and queues form in the busier minutes. Replays run ``--speed``
 times faster, the simulator's steps as much shorter.
 
@@ -35,7 +35,6 @@ from tailreplay.traces.writer import write_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
-SIM = ["--sim-profile", "fast", "--sim-arg=--prefill-per-token-ms=0.08"]
 
 
 def tailreplay(*args: str) -> None:
@@ -64,6 +63,7 @@ def main() -> None:
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
     ap.add_argument("--speed", default="4x")
+    ap.add_argument("--prefill-ms", default="0.08", help="The simulator's prefill per token.")
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
     args = ap.parse_args()
     out = args.out_dir
@@ -82,7 +82,8 @@ def main() -> None:
     model.unlink(missing_ok=True)
     tailreplay("traces", "fit", str(first), "-o", str(model))
     tailreplay("traces", "validate-model", str(second), "--model", str(model),
-               "--window", args.window, "--seeds", args.seeds, "--speed", args.speed, *SIM,
+               "--window", args.window, "--seeds", args.seeds, "--speed", args.speed,
+               "--sim-profile", "fast", f"--sim-arg=--prefill-per-token-ms={args.prefill_ms}",
                "--out-dir", str(out / "arms"), "--json", str(out / "check.json"))  # fmt: skip
 
 

@@ -1,13 +1,8 @@
-"""``capacity``: the largest load factor of a recorded window the target serves at the SLO.
+"""``capacity``: a trial's figures and verdict, and what the command prints.
 
-The search replays one window at rising factors (1x, 2x, 4x, ... up to ``max``; or
-halving below 1x when 1x fails) until a trial fails, then bisects between the last
-pass and the first failure until they are within ``precision`` of each other. A
-trial is a callable that replays the window at a factor and returns its result
-archive (the command line runs ``tailreplay replay`` against a drained target).
-
-Each trial is judged on its bootstrap intervals, not its point estimates: an
-objective passes when its percentile's 95% interval is at or under the limit,
+A trial is one load factor of the recorded window, replayed (``capacity_search``
+decides which) and judged here, on its bootstrap intervals, not its point
+estimates: an objective passes when its percentile's 95% interval is at or under the limit,
 fails when the interval is all above it, and is *uncertain* when it straddles
 it. An uncertain trial is replayed again (``repeats`` times at most) and judged on
 all its runs pooled; still uncertain, it counts as not shown to pass. A trial
@@ -18,7 +13,7 @@ measured is the replayer, and no capacity is claimed past the last clean pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,11 +28,9 @@ from tailreplay.report.slo import Objective
 from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
 
-__all__ = ["Search", "Trial", "judge", "plot", "render", "search", "to_json"]
+__all__ = ["Search", "Trial", "broke_first", "judge", "plot", "render", "to_json"]
 
 Verdict = Literal["pass", "fail", "uncertain", "client-bound"]
-MAX_TRIALS = 24
-"""Whatever the precision asks, a search stops after this many trials (repeats count)."""
 
 
 @dataclass
@@ -66,6 +59,8 @@ class Trial:
     verdict: Verdict
     findings: list[str] = field(default_factory=list)
     """What the target's own metrics say (``--scrape``), ``report``'s rules."""
+    coarse: bool = False
+    """Replayed the first quarter of the window only, to aim the full trials."""
 
 
 @dataclass
@@ -147,84 +142,11 @@ def _percentiles(report: Report) -> dict[str, dict[str, float | None]]:
     return out
 
 
-def search(
-    run: Callable[[float, int], Path],
-    judge_runs: Callable[[float, list[Path]], Trial],
-    *,
-    max_factor: float,
-    precision: float,
-    repeats: int = 2,
-    say: Callable[[str], None] = lambda _: None,
-) -> Search:
-    """The capacity: ``run(factor, attempt)`` replays the window at ``factor`` and
-    returns its results; ``judge_runs`` turns a factor's runs into a ``Trial``."""
-    out = Search()
-    floor = 1.0 / max_factor
-    passed: float | None = None
-    failed: float | None = None
-
-    def trial(factor: float) -> Verdict:
-        runs: list[Path] = []
-        while True:
-            runs.append(run(factor, len(runs)))
-            t = judge_runs(factor, runs)
-            if t.verdict != "uncertain" or len(runs) > repeats or _spent(out, runs):
-                break
-            say(f"{factor:g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
-        out.trials.append(t)
-        say(f"{factor:g}x: {t.verdict} ({_line(t)})")
-        return t.verdict
-
-    factor = 1.0
-    while True:  # outwards from 1x: doubling while it passes, halving while it fails
-        verdict = trial(factor)
-        if verdict == "client-bound":
-            out.stopped = f"the client was the bottleneck at {factor:g}x (dispatch lag)"
-            break
-        if verdict == "pass":
-            passed = factor
-            if failed is not None or factor >= max_factor or _spent(out):
-                break
-            factor = min(factor * 2, max_factor)
-        else:
-            failed = factor
-            if passed is not None or factor <= floor or _spent(out):
-                break
-            factor = max(factor / 2, floor)
-    while out.stopped is None and passed is not None and failed is not None:
-        if failed / passed - 1 <= precision or _spent(out):
-            break
-        mid = math.sqrt(passed * failed)  # halves the ratio, as a doubling search sets it
-        verdict = trial(mid)
-        if verdict == "client-bound":
-            out.stopped = f"the client was the bottleneck at {mid:g}x (dispatch lag)"
-        elif verdict == "pass":
-            passed = mid
-        else:
-            failed = mid
-    out.capacity, out.interval = passed, (passed, failed)
-    out.broke_first = _broke_first(out.trials, failed)
-    return out
-
-
-def _spent(out: Search, runs: Sequence[Path] = ()) -> bool:
-    return sum(t.runs for t in out.trials) + len(runs) >= MAX_TRIALS
-
-
-def _broke_first(trials: Sequence[Trial], failed: float | None) -> str | None:
-    at = [t for t in trials if t.factor == failed]
-    if not at:
-        return None
-    over = [c for c in at[-1].checks if c.verdict != "pass"]
+def broke_first(t: Trial) -> str | None:
+    """The objective of a failed trial furthest over its limit."""
+    over = [c for c in t.checks if c.verdict != "pass"]
     ratio = [(c.value or math.inf) / c.limit if c.limit else math.inf for c in over]
     return over[int(np.argmax(ratio))].objective if over else None
-
-
-def _line(t: Trial) -> str:
-    lat = t.percentiles.get("latency", {})
-    p99 = lat.get("p99")
-    return (f"{t.requests:,} requests, P99 latency "
-            f"{'-' if p99 is None else f'{p99:,.0f} ms'}, errors {t.errors:,}")  # fmt: skip
 
 
 def to_json(result: Search) -> dict[str, Any]:
@@ -238,7 +160,7 @@ def to_json(result: Search) -> dict[str, Any]:
             {
                 "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
                 "error_rate": t.error_rate, "throughput_rps": t.throughput_rps,
-                "goodput": t.goodput, "verdict": t.verdict, **t.percentiles,
+                "goodput": t.goodput, "verdict": t.verdict, "coarse": t.coarse, **t.percentiles,
                 "findings": t.findings,
                 "checks": [c.__dict__ for c in t.checks],
             }
@@ -251,11 +173,16 @@ def render(result: Search) -> list[str]:
     """The table ``capacity`` prints, then the finding."""
     lines = [f"{'factor':>8} {'requests':>9} {'latency P50/P95/P99 ms':>24} "
              f"{'TTFT P50/P95/P99 ms':>21} {'errors':>7} {'goodput':>8}  verdict"]  # fmt: skip
-    for t in sorted(result.trials, key=lambda t: t.factor):
+    for t in sorted(result.trials, key=lambda t: (t.coarse, t.factor)):
         lines.append(
-            f"{t.factor:>7.3g}x {t.requests:>9,} {_three(t.percentiles.get('latency')):>24} "
+            f"{t.factor:>7.3g}x{'c' if t.coarse else ' '}{t.requests:>9,} "
+            f"{_three(t.percentiles.get('latency')):>24} "
             f"{_three(t.percentiles.get('ttft')):>21} {_pct(t.error_rate):>7} "
             f"{_pct(t.goodput):>8}  {t.verdict}" + (f" ({t.runs} runs)" if t.runs > 1 else "")
+        )
+    if any(t.coarse for t in result.trials):
+        lines.append(
+            "c: a coarse trial (the window's first quarter), which only aims the full ones"
         )
     lo, hi = result.interval
     if result.stopped is not None:
@@ -270,7 +197,7 @@ def render(result: Search) -> list[str]:
         lines.append(f"capacity: {lo:.3g}x (passes at {lo:.3g}x, fails at {hi:.3g}x)")
     if result.broke_first is not None:
         lines.append(f"broke first: {result.broke_first}")
-        failing = [t for t in result.trials if t.factor == hi]
+        failing = [t for t in result.trials if t.factor == hi and not t.coarse]
         lines += [f"  why: {text}" for text in (failing[-1].findings if failing else [])]
     return lines
 
@@ -287,7 +214,7 @@ def _pct(x: float | None) -> str:
 
 def plot(result: Search) -> str:
     """P99 latency and TTFT against the factor, as an SVG chart."""
-    trials = sorted(result.trials, key=lambda t: t.factor)
+    trials = sorted((t for t in result.trials if not t.coarse), key=lambda t: t.factor)
     xs = [t.factor for t in trials]
     lines = [
         Line(f"{metric} P99", xs, [t.percentiles.get(metric, {}).get("p99") for t in trials], color)

@@ -9,44 +9,70 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tailreplay.report.capacity import Check, Trial, Verdict, search
+import pytest
+
+from tailreplay.report.capacity import Check, Trial, Verdict
+from tailreplay.report.capacity_search import search
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
 
 
-def _trial(factor: float, runs: int, verdict: Verdict) -> Trial:
-    check = Check("latency:p99<=1000ms", 900.0 * factor, None, None, 1000.0, verdict)
+def _trial(factor: float, runs: int, verdict: Verdict, limit: float) -> Trial:
+    # The objective's value crosses its limit at ``limit`` (value proportional to factor).
+    check = Check("latency:p99<=1000ms", 1000.0 * factor / limit, None, None, 1000.0, verdict)
     return Trial(factor, runs, 100, 0, 0.0, 10.0, 1.0, {}, [check], verdict)
 
 
-def _limit_at(limit: float, *, uncertain_band: float = 0.0, client_from: float = 1e9):
-    """A target that passes below ``limit`` and fails above it; within the band around
-    it one run is uncertain and two pooled decide; past ``client_from`` the client lags."""
-    calls: list[tuple[float, int]] = []
+def _limit_at(
+    limit: float, *, uncertain_band: float = 0.0, client_from: float = 1e9, coarse_limit=None
+):
+    """A target that passes up to ``limit`` and fails above it (coarse trials up to
+    ``coarse_limit``, default the same); within the band around it one full run is
+    uncertain and two pooled decide; from ``client_from`` the client lags."""
+    calls: list[tuple[float, int, bool]] = []
+    coarse_at = coarse_limit or limit
 
-    def run(factor: float, attempt: int) -> Path:
-        calls.append((factor, attempt))
-        return Path(f"{factor}-{attempt}")
+    def run(factor: float, attempt: int, coarse: bool) -> Path:
+        calls.append((factor, attempt, coarse))
+        return Path(f"{factor}-{attempt}-{coarse}")
 
     def judge(factor: float, runs: list[Path]) -> Trial:
+        coarse = runs[0].name.endswith("True")
+        edge = coarse_at if coarse else limit
         if factor >= client_from:
-            return _trial(factor, len(runs), "client-bound")
-        if abs(factor / limit - 1) < uncertain_band and len(runs) == 1:
-            return _trial(factor, len(runs), "uncertain")
-        return _trial(factor, len(runs), "pass" if factor <= limit else "fail")
+            return _trial(factor, len(runs), "client-bound", edge)
+        if not coarse and abs(factor / limit - 1) < uncertain_band and len(runs) == 1:
+            return _trial(factor, len(runs), "uncertain", edge)
+        return _trial(factor, len(runs), "pass" if factor <= edge else "fail", edge)
 
     return run, judge, calls
 
 
-def test_the_search_doubles_then_bisects_to_the_precision() -> None:
-    run, judge, calls = _limit_at(5.3)
+def _full(calls: list[tuple[float, int, bool]]) -> list[float]:
+    return [f for f, _, coarse in calls if not coarse]
+
+
+@pytest.mark.parametrize("limit", [1.3, 2.7, 5.3, 11.0])
+def test_coarse_trials_aim_and_full_trials_decide(limit: float) -> None:
+    run, judge, calls = _limit_at(limit)
     result = search(run, judge, max_factor=16, precision=0.05)
     lo, hi = result.interval
-    assert lo is not None and hi is not None and lo <= 5.3 < hi and hi / lo - 1 <= 0.05
+    assert lo is not None and hi is not None and lo <= limit < hi and hi / lo - 1 <= 0.05
     assert result.capacity == lo and result.broke_first == "latency:p99<=1000ms"
-    assert [f for f, _ in calls[:4]] == [1, 2, 4, 8]
-    assert len(calls) <= 10
+    assert [f for f, _, coarse in calls if coarse][:2] == [1, 2]
+    # The coarse bracket puts the limit where it is: two full replays settle it.
+    assert len(_full(calls)) <= 3, calls
+    assert all(not t.coarse for t in result.trials if t.factor in (lo, hi))
+
+
+def test_a_coarse_bracket_that_misleads_costs_replays_not_the_answer() -> None:
+    # Coarse replays are short, so queues build less: they pass at 3x the real limit.
+    run, judge, calls = _limit_at(3.0, coarse_limit=9.0)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= 3.0 < hi and hi / lo - 1 <= 0.05
+    assert len(_full(calls)) <= 5, _full(calls)
 
 
 def test_a_target_below_1x_is_searched_downwards() -> None:
@@ -60,24 +86,25 @@ def test_a_target_past_the_max_passes_at_it() -> None:
     run, judge, calls = _limit_at(100)
     result = search(run, judge, max_factor=8, precision=0.05)
     assert result.capacity == 8 and result.interval == (8, None) and result.broke_first is None
-    assert [f for f, _ in calls] == [1, 2, 4, 8]
+    assert _full(calls) == [8]
 
 
-def test_an_uncertain_trial_is_replayed_and_judged_pooled() -> None:
-    run, judge, calls = _limit_at(4.0, uncertain_band=0.01)
+def test_an_uncertain_full_trial_is_replayed_and_judged_pooled() -> None:
+    run, judge, _ = _limit_at(4.0, uncertain_band=0.03)
     result = search(run, judge, max_factor=16, precision=0.05)
-    at4 = [t for t in result.trials if t.factor == 4.0]
-    assert at4[0].runs == 2 and at4[0].verdict == "pass" and (4.0, 1) in calls
+    pooled = [t for t in result.trials if not t.coarse and t.runs == 2]
+    assert pooled and all(abs(t.factor / 4 - 1) < 0.03 for t in pooled)
+    assert result.interval[0] is not None and result.interval[0] <= 4.0
 
 
 def test_a_client_bound_trial_stops_the_search_without_a_claim_past_it() -> None:
     run, judge, _ = _limit_at(100, client_from=4)
     result = search(run, judge, max_factor=16, precision=0.05)
     assert result.stopped is not None and "client" in result.stopped
-    assert result.capacity == 2 and result.interval == (2, None)
+    assert result.capacity is None or result.capacity < 4
 
 
-def test_the_search_is_bounded_in_trials() -> None:
+def test_the_search_is_bounded_in_replays() -> None:
     run, judge, calls = _limit_at(5.3)
     search(run, judge, max_factor=16, precision=1e-9)
     assert len(calls) <= 24

@@ -153,7 +153,8 @@ def capacity(
     """Find the largest factor of a recorded window the target serves within the SLO."""
     from tailreplay.cli.workload import _simulators
     from tailreplay.replayer.trial import longest_request, replay_child
-    from tailreplay.report.capacity import judge, search
+    from tailreplay.report.capacity import judge
+    from tailreplay.report.capacity_search import COARSE_SHARE, search
     from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
 
@@ -161,7 +162,7 @@ def capacity(
     check_judgeable(objectives, list(archives))
     _check_options(archives, target, max_factor, sim_args, json_path, plot_path)
     say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
-    windowed = _busiest(list(archives), window, out_dir, say)
+    windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
         (lambda _: contextlib.nullcontext(target)) if target is not None
         else _simulators(sim_profile, 1.0, sim_args)
@@ -172,13 +173,18 @@ def capacity(
     common += [a for s in scrapes for a in ("--scrape", f"{s.url}@{s.interval_s:g}s")]
     runs: list[Path] = []
 
-    def run(factor: float, attempt: int) -> Path:
-        out = out_dir / f"trial-{factor:.4g}x-{attempt + 1}.msgpack"
+    def run(factor: float, attempt: int, coarse: bool) -> Path:
+        kind = "coarse" if coarse else "trial"
+        out = out_dir / f"{kind}-{factor:.4g}x-{attempt + 1}.msgpack"
+        # A coarse trial replays the window's first quarter: --duration is replay time.
+        part = COARSE_SHARE * span_s / (factor if by == "speed" else 1.0)
+        cut = ["--duration", f"{part:.6g}s"] if coarse else []
         if target is not None and runs:
             time.sleep(drain)  # let the target finish what the last trial left queued
         runs.append(out)
         with fresh(longest) as url:
-            replay_child(url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common], ok=(0, 1))
+            replay_child(url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common, *cut],
+                         ok=(0, 1))  # fmt: skip
         return out
 
     trial = lambda f, runs: judge(f, runs, objectives, recorded)  # noqa: E731
@@ -220,8 +226,10 @@ def _show(result: Search, json_path: Path | None, plot_path: Path | None) -> Non
 
 def _busiest(
     archives: list[Path], window_s: float, out_dir: Path, say: Callable[[str], None]
-) -> Path:
-    """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``."""
+) -> tuple[Path, float]:
+    """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``; and the
+    span of its requests (first to last start, s)."""
+    from tailreplay.traces.columns import load_columns
     from tailreplay.traces.ops import copy_records, find_peak, record_filter
     from tailreplay.units import format_duration
 
@@ -236,4 +244,5 @@ def _busiest(
                  keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
                  stop_after_ns=peak.end_ns)  # fmt: skip
     say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
-    return path
+    starts = load_columns([path], [])["start_ns"]
+    return path, max(float(starts.max() - starts.min()) / 1e9, 1e-3) if starts.size else 1e-3

@@ -1,0 +1,210 @@
+"""The capacity search: where between passing and failing the target's limit lies.
+
+Two phases, so that most replays are short and the answer rests on full ones:
+
+1. **Coarse**: the first quarter of the window (``COARSE_SHARE``) at 1x, then
+   doubling while it passes (or halving while it fails) up to ``max``: a bracket.
+   Its verdicts only aim the next phase.
+2. **Full**: the whole window, first at the factor where the coarse bracket puts the
+   limit (interpolated on the binding objective's value over its limit, in log
+   space; coarse replays are short, so queues have less time to build and the aim
+   is often high). Each next factor is aimed from the last: a miss by 4x is taken
+   as twice the factor (``ORDER``), by at least one ``precision`` step; once a
+   full replay has passed and one failed, the next is interpolated between them,
+   until they are within ``precision``.
+
+The capacity is the highest factor a full replay passed; the interval is [that,
+the lowest factor a full replay failed]. Coarse trials never set either.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from tailreplay.report.capacity import Search, Trial, broke_first
+
+__all__ = ["COARSE_SHARE", "MAX_TRIALS", "search"]
+
+COARSE_SHARE = 0.25
+MAX_TRIALS = 24
+"""Whatever the precision asks, a search stops after this many replays (repeats count)."""
+
+Run = Callable[[float, int, bool], Path]
+"""``run(factor, attempt, coarse)``: replay the window (its first quarter when coarse)."""
+Judge = Callable[[float, list[Path]], Trial]
+
+
+class _State:
+    def __init__(self, run: Run, judge: Judge, repeats: int, say: Callable[[str], None]) -> None:
+        self.run, self.judge, self.repeats, self.say = run, judge, repeats, say
+        self.out = Search()
+
+    def spent(self, extra: int = 0) -> bool:
+        return sum(t.runs for t in self.out.trials) + extra >= MAX_TRIALS
+
+    def trial(self, factor: float, *, coarse: bool) -> Trial:
+        """One factor, replayed again while uncertain (full trials only)."""
+        runs: list[Path] = []
+        while True:
+            runs.append(self.run(factor, len(runs), coarse))
+            t = self.judge(factor, runs)
+            t.coarse = coarse
+            if (
+                coarse
+                or t.verdict != "uncertain"
+                or len(runs) > self.repeats
+                or self.spent(len(runs))
+            ):
+                break
+            self.say(f"{factor:.4g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
+        self.out.trials.append(t)
+        self.say(f"{factor:.4g}x{' (coarse)' if coarse else ''}: {t.verdict} ({_line(t)})")
+        if t.verdict == "client-bound":
+            self.out.stopped = f"the client was the bottleneck at {factor:.4g}x (dispatch lag)"
+        return t
+
+
+def search(
+    run: Run,
+    judge: Judge,
+    *,
+    max_factor: float,
+    precision: float,
+    repeats: int = 2,
+    say: Callable[[str], None] = lambda _: None,
+) -> Search:
+    """The capacity of the target for the judged objectives (module docstring)."""
+    state = _State(run, judge, repeats, say)
+    guess = _coarse(state, max_factor)
+    passed, failed = _full(state, guess, max_factor, precision)
+    out = state.out
+    out.capacity, out.interval = passed, (passed, failed)
+    full_fail = [t for t in out.trials if not t.coarse and t.factor == failed]
+    out.broke_first = broke_first(full_fail[-1]) if full_fail else None
+    return out
+
+
+def _coarse(state: _State, max_factor: float) -> float:
+    """Double (or halve) coarse trials from 1x until the verdict turns; the factor the
+    bracket puts the limit at."""
+    floor = 1.0 / max_factor
+    below: Trial | None = None  # highest pass
+    above: Trial | None = None  # lowest failure
+    factor = 1.0
+    while state.out.stopped is None and not state.spent():
+        t = state.trial(factor, coarse=True)
+        if t.verdict == "client-bound":
+            break
+        if t.verdict == "pass":
+            below = t
+            if above is not None or factor >= max_factor:
+                break
+            factor = min(factor * 2, max_factor)
+        else:
+            above = t
+            if below is not None or factor <= floor:
+                break
+            factor = max(factor / 2, floor)
+    if below is None:
+        return floor if above is None else above.factor / 2 if above.factor > floor else floor
+    if above is None:
+        return below.factor
+    return _interpolate(below, above)
+
+
+def _full(
+    state: _State, guess: float, max_factor: float, precision: float
+) -> tuple[float | None, float | None]:
+    """Full trials from ``guess`` until one passes and one fails within ``precision``:
+    each next factor aimed by how far the last missed (or cleared) its limit."""
+    floor = 1.0 / max_factor
+    below: Trial | None = None  # the highest full pass
+    above: Trial | None = None  # the lowest full failure
+    factor = min(max(guess, floor), max_factor)
+    previous: Trial | None = None  # the full trial before this one
+    while state.out.stopped is None and not state.spent():
+        t = state.trial(factor, coarse=False)
+        if t.verdict == "client-bound":
+            break
+        if t.verdict == "pass" and (below is None or factor > below.factor):
+            below = t
+        elif t.verdict != "pass" and (above is None or factor < above.factor):
+            above = t
+        if below is not None and above is not None:
+            if above.factor / below.factor - 1 <= precision:
+                break
+            factor = _between(below, above, precision)
+        elif below is not None:
+            if below.factor >= max_factor:
+                break
+            factor = min(_aim(t, previous, precision), max_factor)
+        else:
+            assert above is not None
+            if above.factor <= floor:
+                break
+            factor = max(_aim(t, previous, precision), floor)
+        previous = t
+    return (below.factor if below else None), (above.factor if above else None)
+
+
+ORDER = 2.0
+"""How fast the binding figure is taken to grow with the factor, locally (value ~
+factor^ORDER) when aiming from one side: a tail latency grows faster than the load
+near saturation, so a miss by 4x is aimed at half the factor, not a quarter."""
+
+
+def _aim(t: Trial, before: Trial | None, precision: float) -> float:
+    """From a trial (and the one before it, on the same side), the factor where the
+    binding objective would meet its limit: at least one precision step away, at most
+    4x. Two trials give the local order (a secant step); one assumes ``ORDER``."""
+    g = _excess(t)
+    if not math.isfinite(g):
+        g = math.copysign(ORDER * math.log(4), g)
+    order = ORDER
+    if before is not None and before.factor != t.factor and math.isfinite(_excess(before)):
+        slope = (_excess(before) - g) / math.log(before.factor / t.factor)
+        order = min(max(slope, 0.5), 8.0)
+    if t.verdict != "pass":
+        g = max(g, 0.0)  # an uncertain trial sits at its limit: one step down
+        return t.factor * min(math.exp(-g / order), 1 / (1 + precision))
+    return t.factor * min(max(math.exp(-g / order), 1 + precision), 4.0)
+
+
+def _between(below: Trial, above: Trial, precision: float) -> float:
+    """Inside a full bracket: interpolated, kept half a precision step from each end."""
+    lo, hi = below.factor * (1 + precision / 2), above.factor / (1 + precision / 2)
+    if lo >= hi:
+        return math.sqrt(below.factor * above.factor)
+    return min(max(_interpolate(below, above), lo), hi)
+
+
+def _interpolate(below: Trial, above: Trial) -> float:
+    """Where, between a pass and a failure, the binding objective's value crosses its
+    limit: linear in log(value / limit) against log(factor), kept inside the bracket."""
+    lo, hi = math.log(below.factor), math.log(above.factor)
+    g_lo, g_hi = _excess(below), _excess(above)
+    share = 0.5
+    if g_lo < 0 < g_hi and math.isfinite(g_hi):
+        share = -g_lo / (g_hi - g_lo)
+    return math.exp(lo + min(max(share, 0.1), 0.9) * (hi - lo))
+
+
+def _excess(t: Trial) -> float:
+    """log(value / limit) of the objective furthest over (or nearest) its limit."""
+    worst = -math.inf
+    for c in t.checks:
+        if c.value is None or c.limit is None:
+            return math.inf
+        if c.limit > 0 and c.value > 0:
+            worst = max(worst, math.log(c.value / c.limit))
+        elif c.value > c.limit:
+            return math.inf
+    return worst if worst > -math.inf else -1.0
+
+
+def _line(t: Trial) -> str:
+    p99 = t.percentiles.get("latency", {}).get("p99")
+    shown = "-" if p99 is None else f"{p99:,.0f} ms"
+    return f"{t.requests:,} requests, P99 latency {shown}, errors {t.errors:,}"
