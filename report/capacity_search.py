@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tailreplay.report.capacity import Search, Trial, broke_first
 
-__all__ = ["COARSE_SHARE", "MAX_TRIALS", "search"]
+__all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]
 
 COARSE_SHARE = 0.25
 MAX_TRIALS = 24
@@ -208,3 +208,35 @@ def _line(t: Trial) -> str:
     p99 = t.percentiles.get("latency", {}).get("p99")
     shown = "-" if p99 is None else f"{p99:,.0f} ms"
     return f"{t.requests:,} requests, P99 latency {shown}, errors {t.errors:,}"
+
+
+def sweep(
+    run: Run,
+    judge: Judge,
+    *,
+    step: float,
+    max_factor: float,
+    repeats: int = 2,
+    say: Callable[[str], None] = lambda _: None,
+) -> Search:
+    """The brute-force baseline: full replays at 1x, 1x + step, 1x + 2 steps, ... until
+    one fails (or ``max``); no coarse trials, no aiming."""
+    state = _State(run, judge, repeats, say)
+    passed: float | None = None
+    failed: float | None = None
+    n = 0
+    while state.out.stopped is None and not state.spent():
+        factor = min(1.0 + n * step, max_factor)
+        t = state.trial(factor, coarse=False)
+        if t.verdict == "client-bound":
+            break
+        if t.verdict != "pass":
+            failed = factor
+            break
+        passed, n = factor, n + 1
+        if factor >= max_factor:
+            break
+    out = state.out
+    out.capacity, out.interval = passed, (passed, failed)
+    out.broke_first = broke_first(out.trials[-1]) if failed is not None else None
+    return out

@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,38 +111,47 @@ def test_the_search_is_bounded_in_replays() -> None:
     assert len(calls) <= 24
 
 
-def test_capacity_against_the_simulator(tmp_path: Path) -> None:
+def _capacity(archive: Path, out: Path, *extra: str) -> tuple[float, dict, str]:
+    began = time.monotonic()
+    # The subject is the search on a real target: a lag limit generous enough that a
+    # busy machine's replayer is not what is measured at these few hundred req/s.
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--sim-profile", "fast",
+         "--slo", "latency:p99<=1500ms", "--window", "1h", "--max", "8x", "--precision", "5%",
+         "--lag-limit", "100ms", "--out-dir", str(out), "--json", str(out / "cap.json"),
+         "--plot", str(out / "cap.svg"), "--require", "1x", *extra],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return time.monotonic() - began, json.loads((out / "cap.json").read_text()), done.stdout
+
+
+def test_the_search_agrees_with_a_sweep_in_less_time(tmp_path: Path) -> None:
     rng = random.Random(1)
     t, maps = 0.0, []
-    while (t := t + rng.expovariate(20)) < 20:
+    while (t := t + rng.expovariate(20)) < 30:
         maps.append({"start_ns": T0 + int(t * 1e9), "trace_id": rng.randbytes(16),
                      "span_id": rng.randbytes(8), "method": "POST",
                      "path": "/v1/chat/completions", "model": "m", "stream": True,
                      "input_tokens": rng.randint(100, 1500),
                      "output_tokens": rng.randint(10, 60)})  # fmt: skip
     archive = write_plain(tmp_path / "a.msgpack", maps)
-    out = tmp_path / "cap.json"
-    # The subject is the search on a real target: a lag limit generous enough that a
-    # busy machine's replayer is not what is measured at these few hundred req/s.
-    done = subprocess.run(
-        [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--sim-profile", "fast",
-         "--slo", "latency:p99<=1500ms", "--window", "20s", "--max", "8x", "--precision", "25%",
-         "--lag-limit", "100ms", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
-         "--plot", str(tmp_path / "cap.svg"), "--require", "1x"],
-        capture_output=True, text=True, timeout=580, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    result = json.loads(out.read_text())
+    searched, result, stdout = _capacity(archive, tmp_path / "search")
+    swept, baseline, _ = _capacity(archive, tmp_path / "sweep", "--sweep", "0.5x")
     lo, hi = result["interval"]
-    assert result["capacity"] == lo and lo >= 1
-    factors = {t["factor"]: t for t in result["trials"]}
-    assert factors[1.0]["verdict"] == "pass" and factors[1.0]["requests"] == len(maps)
-    if hi is not None:  # the fast simulator saturates within 8x of 20 req/s
-        assert hi / lo - 1 <= 0.25 and factors[hi]["verdict"] in ("fail", "uncertain")
-        assert result["broke_first"] == "latency:p99<=1500ms"
-        assert factors[hi]["latency"]["p99"] > factors[lo]["latency"]["p99"]
+    assert lo is not None and hi is not None and hi / lo - 1 <= 0.05 and result["capacity"] == lo
+    base_lo, base_hi = baseline["interval"]
+    assert base_lo is not None and base_hi is not None
+    assert 0.9 * base_lo <= lo <= 1.1 * base_hi, (result["interval"], baseline["interval"])
+    full = [t for t in result["trials"] if not t["coarse"]]
+    assert {lo, hi} <= {t["factor"] for t in full}  # both ends rest on full replays
+    assert next(t for t in full if t["factor"] == hi)["verdict"] in ("fail", "uncertain")
+    assert result["broke_first"] == "latency:p99<=1500ms"
     for trial in result["trials"]:
         assert trial["verdict"] in ("pass", "fail", "uncertain")
         assert {"p50", "p95", "p99"} <= set(trial["latency"])
-    assert f"capacity: {lo:.3g}x" in done.stdout or f"at least {lo:g}x" in done.stdout
-    assert (tmp_path / "cap.svg").read_text().lstrip().startswith("<svg")
+    assert f"capacity: {lo:.3g}x" in stdout
+    assert (tmp_path / "search" / "cap.svg").read_text().lstrip().startswith("<svg")
+    # Half the sweep's time is the benchmark's figure (docs/benchmarks.md); a busy
+    # machine gets a margin.
+    assert searched <= 0.75 * swept, (searched, swept)

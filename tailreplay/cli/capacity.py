@@ -129,32 +129,26 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write P99 against the factor as an SVG chart here.",
 )
+@click.option(
+    "--sweep",
+    type=FACTOR,
+    help="Instead of searching, replay the whole window at 1x, 1x + this, 1x + twice "
+    "this, ... until one fails: the brute-force baseline (e.g. 0.5x).",
+)
 @scrape_option
 def capacity(
-    archives: tuple[Path, ...],
-    target: str | None,
-    slos: tuple[str, ...],
-    by: str,
-    window: float,
-    max_factor: float,
-    precision: float,
-    require: float | None,
-    repeats: int,
-    drain: float,
-    tail_stretch: float,
-    lag_limit: float,
-    sim_profile: str,
-    sim_args: tuple[str, ...],
-    out_dir: Path,
-    json_path: Path | None,
-    plot_path: Path | None,
-    scrapes: tuple[ScrapeTarget, ...],
-) -> None:
+    archives: tuple[Path, ...], target: str | None, slos: tuple[str, ...], by: str,
+    window: float, max_factor: float, precision: float, require: float | None, repeats: int,
+    drain: float, tail_stretch: float, lag_limit: float, sim_profile: str,
+    sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
+    scrapes: tuple[ScrapeTarget, ...], sweep: float | None,
+) -> None:  # fmt: skip
     """Find the largest factor of a recorded window the target serves within the SLO."""
     from tailreplay.cli.workload import _simulators
     from tailreplay.replayer.trial import longest_request, replay_child
     from tailreplay.report.capacity import judge
     from tailreplay.report.capacity_search import COARSE_SHARE, search
+    from tailreplay.report.capacity_search import sweep as brute
     from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
 
@@ -188,14 +182,12 @@ def capacity(
         return out
 
     trial = lambda f, runs: judge(f, runs, objectives, recorded)  # noqa: E731
-    result = search(run, trial, max_factor=max_factor, precision=precision, repeats=repeats,
-                    say=say)  # fmt: skip
-    _show(result, json_path, plot_path)
-    if result.stopped is not None:
-        raise RunFailed(f"the search stopped: {result.stopped}")
-    if require is not None and (result.capacity is None or result.capacity < require):
-        got = "below the lowest factor" if result.capacity is None else f"{result.capacity:.3g}x"
-        raise RunFailed(f"capacity {got} is under --require {require:g}x")
+    if sweep is not None:
+        result = brute(run, trial, step=sweep, max_factor=max_factor, repeats=repeats, say=say)
+    else:
+        result = search(run, trial, max_factor=max_factor, precision=precision,
+                        repeats=repeats, say=say)  # fmt: skip
+    _finish(result, json_path, plot_path, require)
 
 
 def _check_options(
@@ -211,8 +203,11 @@ def _check_options(
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
 
 
-def _show(result: Search, json_path: Path | None, plot_path: Path | None) -> None:
-    """The table on stdout; the JSON and the chart where asked."""
+def _finish(
+    result: Search, json_path: Path | None, plot_path: Path | None, require: float | None
+) -> None:
+    """The table on stdout; the JSON and the chart where asked; exit 1 when the search
+    stopped early or the capacity is under ``require``."""
     from tailreplay.cli.workload import _write_json
     from tailreplay.report.capacity import plot, render, to_json
 
@@ -222,6 +217,11 @@ def _show(result: Search, json_path: Path | None, plot_path: Path | None) -> Non
         _write_json(json_path, json.dumps(to_json(result), indent=1) + "\n")
     if plot_path is not None:
         _write_json(plot_path, plot(result) + "\n")
+    if result.stopped is not None:
+        raise RunFailed(f"the search stopped: {result.stopped}")
+    if require is not None and (result.capacity is None or result.capacity < require):
+        got = "below the lowest factor" if result.capacity is None else f"{result.capacity:.3g}x"
+        raise RunFailed(f"capacity {got} is under --require {require:g}x")
 
 
 def _busiest(
