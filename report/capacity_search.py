@@ -9,7 +9,8 @@ Two phases, so that most replays are short and the answer rests on full ones:
    limit (interpolated on the binding objective's value over its limit, in log
    space; coarse replays are short, so queues have less time to build and the aim
    is often high). Each next factor is aimed from the last: a miss by 4x is taken
-   as twice the factor (``ORDER``), by at least one ``precision`` step; once a
+   as twice the factor (``ORDER``), by at least one ``precision`` step, the step
+   doubling with each move from the same side; once a
    full replay has passed and one failed, the next is interpolated between them,
    until they are within ``precision``.
 
@@ -124,6 +125,7 @@ def _full(
     above: Trial | None = None  # the lowest full failure
     factor = min(max(guess, floor), max_factor)
     previous: Trial | None = None  # the full trial before this one
+    streak = 0  # moves made from one side so far: each at least twice the last step
     while state.out.stopped is None and not state.spent():
         t = state.trial(factor, coarse=False)
         if t.verdict == "client-bound":
@@ -139,13 +141,13 @@ def _full(
         elif below is not None:
             if below.factor >= max_factor:
                 break
-            factor = min(_aim(t, previous, precision), max_factor)
+            factor = min(_aim(t, previous, (1 + precision) ** 2**streak), max_factor)
         else:
             assert above is not None
             if above.factor <= floor:
                 break
-            factor = max(_aim(t, previous, precision), floor)
-        previous = t
+            factor = max(_aim(t, previous, (1 + precision) ** 2**streak), floor)
+        previous, streak = t, streak + 1
     return (below.factor if below else None), (above.factor if above else None)
 
 
@@ -155,10 +157,12 @@ factor^ORDER) when aiming from one side: a tail latency grows faster than the lo
 near saturation, so a miss by 4x is aimed at half the factor, not a quarter."""
 
 
-def _aim(t: Trial, before: Trial | None, precision: float) -> float:
+def _aim(t: Trial, before: Trial | None, step: float) -> float:
     """From a trial (and the one before it, on the same side), the factor where the
-    binding objective would meet its limit: at least one precision step away, at most
-    4x. Two trials give the local order (a secant step); one assumes ``ORDER``."""
+    binding objective would meet its limit: at least ``step`` away (which doubles with
+    each move from one side: a trial at its limit, uncertain, must not walk down in
+    precision steps), at most 4x. Two trials give the local order (a secant step);
+    one assumes ``ORDER``."""
     g = _excess(t)
     if not math.isfinite(g):
         g = math.copysign(ORDER * math.log(4), g)
@@ -168,8 +172,8 @@ def _aim(t: Trial, before: Trial | None, precision: float) -> float:
         order = min(max(slope, 0.5), 8.0)
     if t.verdict != "pass":
         g = max(g, 0.0)  # an uncertain trial sits at its limit: one step down
-        return t.factor * min(math.exp(-g / order), 1 / (1 + precision))
-    return t.factor * min(max(math.exp(-g / order), 1 + precision), 4.0)
+        return t.factor * min(math.exp(-g / order), 1 / step)
+    return t.factor * min(max(math.exp(-g / order), step), 4.0)
 
 
 def _between(below: Trial, above: Trial, precision: float) -> float:

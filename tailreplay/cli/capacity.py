@@ -73,7 +73,7 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 @click.option(
     "--repeats",
     type=click.IntRange(0, 5),
-    default=2,
+    default=1,
     show_default=True,
     help="Replays of an uncertain trial before it counts as not passing.",
 )
@@ -154,7 +154,7 @@ def capacity(
 
     objectives = parse_objectives(slos)
     check_judgeable(objectives, list(archives))
-    _check_options(archives, target, max_factor, sim_args, json_path, plot_path)
+    _check_options(archives, target, max_factor, sim_args, out_dir, json_path, plot_path)
     say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
     windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
@@ -192,15 +192,20 @@ def capacity(
 
 def _check_options(
     archives: tuple[Path, ...], target: str | None, max_factor: float,
-    sim_args: tuple[str, ...], json_path: Path | None, plot_path: Path | None,
+    sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
 ) -> None:  # fmt: skip
+    """Bad options refused before any replay; ``--out-dir`` made (outputs may go in it)."""
     if max_factor <= 1:
         raise UsageError("--max must be above 1x")
+    if target is not None and sim_args:
+        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             check_output_file(flag, path, inputs=list(archives))
-    if target is not None and sim_args:
-        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
 
 
 def _finish(
@@ -233,10 +238,6 @@ def _busiest(
     from tailreplay.traces.ops import copy_records, find_peak, record_filter
     from tailreplay.units import format_duration
 
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
     peak = find_peak(archives, round(window_s * 1e9))
     path = out_dir / "window.msgpack"
     path.unlink(missing_ok=True)
