@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option
+from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
@@ -144,7 +144,7 @@ def capacity(
     scrapes: tuple[ScrapeTarget, ...], sweep: float | None,
 ) -> None:  # fmt: skip
     """Find the largest factor of a recorded window the target serves within the SLO."""
-    from tailreplay.cli.workload import _simulators
+    from tailreplay.cli.replay_target import fresh_simulators
     from tailreplay.replayer.trial import longest_request, replay_child
     from tailreplay.report.capacity import judge
     from tailreplay.report.capacity_search import COARSE_SHARE, search
@@ -159,7 +159,7 @@ def capacity(
     windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
         (lambda _: contextlib.nullcontext(target)) if target is not None
-        else _simulators(sim_profile, 1.0, sim_args)
+        else fresh_simulators(sim_profile, 1.0, sim_args)
     )  # fmt: skip
     longest = longest_request([windowed])
     recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
@@ -213,15 +213,14 @@ def _finish(
 ) -> None:
     """The table on stdout; the JSON and the chart where asked; exit 1 when the search
     stopped early or the capacity is under ``require``."""
-    from tailreplay.cli.workload import _write_json
     from tailreplay.report.capacity import plot, render, to_json
 
     for line in render(result):
         click.echo(line)
     if json_path is not None:
-        _write_json(json_path, json.dumps(to_json(result), indent=1) + "\n")
+        write_text(json_path, json.dumps(to_json(result), indent=1) + "\n")
     if plot_path is not None:
-        _write_json(plot_path, plot(result) + "\n")
+        write_text(plot_path, plot(result) + "\n")
     if result.stopped is not None:
         raise RunFailed(f"the search stopped: {result.stopped}")
     if require is not None and (result.capacity is None or result.capacity < require):

@@ -64,6 +64,7 @@ __all__ = [
     "skip_corrupt_option",
     "slo_options",
     "time_window",
+    "write_text",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -385,3 +386,14 @@ def time_window(
         parse_time(from_, origin_ns=origin) if from_ is not None else None,
         parse_time(to, origin_ns=origin) if to is not None else None,
     )
+
+
+def write_text(path: Path, text: str) -> None:
+    """``text`` to ``path``, whole (0600); a failure is one ``InputError`` line."""
+    from tailreplay.errors import InputError
+    from tailreplay.private import write_whole
+
+    try:
+        write_whole(path, text)
+    except OSError as exc:
+        raise InputError(f"{path}: write failed ({exc.strerror or exc})") from None

@@ -8,6 +8,7 @@ set), and ``target_model``, which turns them into the pieces the replay takes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from tailreplay.replayer.schedule import TailCost
     from tailreplay.sim.launcher import BuiltinSim
 
-__all__ = ["TargetModel", "target_model", "target_options"]
+__all__ = ["TargetModel", "fresh_simulators", "target_model", "target_options"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -100,3 +101,40 @@ def target_model(
     limits = [max_context, pinned.get("max_model_len"), pinned.get("kv_tokens")]
     known = [n for n in limits if n is not None]
     return TargetModel(builtin, cost, min(known) if known else None)
+
+
+_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
+                 "decode_per_seq_ms")  # fmt: skip
+
+
+def fresh_simulators(
+    profile_name: str, speed: float, sim_args: tuple[str, ...]
+) -> Callable[[int], AbstractContextManager[str]]:
+    """Fresh built-in simulators, one per replay (``validate-model``'s arms, ``capacity``'s
+    trials): the profile, a context that holds
+    the longest request, step times divided by the speed (given ones too), then the
+    user's ``--sim-arg``s, which win."""
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.sim.profiles import fit_context, profile
+
+    p = profile(profile_name)
+    extra = list(sim_args)
+    timed = {f"--{name.replace('_', '-')}": float(getattr(p, name)) for name in _TIMED_PARAMS}
+    for flag in timed:
+        given = [a for a in extra if a.startswith(flag + "=")]
+        if given:
+            extra = [a for a in extra if a not in given]
+            try:
+                timed[flag] = float(given[-1].split("=", 1)[1])
+            except ValueError:
+                raise UsageError(f"--sim-arg {given[-1]}: not a number") from None
+
+    def fresh(longest: int) -> AbstractContextManager[str]:
+        sized = fit_context(p, longest)  # as replay sizes its built-in simulator
+        args = ["--profile", profile_name, "--max-model-len", str(sized.max_model_len),
+                "--kv-tokens", str(sized.kv_tokens), "--nice", "5"]  # fmt: skip
+        for flag, value in timed.items():
+            args += [flag, f"{value / speed:.6g}"]
+        return sim_process(args + extra)
+
+    return fresh

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import click
@@ -18,7 +16,9 @@ from tailreplay.cli.options import (
     archives_argument,
     output_option,
     skip_corrupt_option,
+    write_text,
 )
+from tailreplay.cli.replay_target import fresh_simulators
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
@@ -51,7 +51,7 @@ def fit(
 
     check_output_file("-o", out, inputs=files)
     workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
-    _write_json(out, json.dumps(workload.to_json(), indent=1) + "\n")
+    write_text(out, json.dumps(workload.to_json(), indent=1) + "\n")
     for line in workload.describe():
         click.echo(line)
     _warn(workload.warnings)
@@ -230,7 +230,7 @@ def validate_model(
     fresh: TargetFactory = (
         (lambda _: contextlib.nullcontext(target))
         if target is not None
-        else _simulators(sim_profile, speed, sim_args)
+        else fresh_simulators(sim_profile, speed, sim_args)
     )
     config = CheckConfig(archive, workload, out_dir, fresh, window, offset, seeds, speed,
                          lag_limit * 1e3)  # fmt: skip
@@ -238,58 +238,12 @@ def validate_model(
     for line in render(results):
         click.echo(line)
     if json_path is not None:
-        _write_json(json_path, to_json(results) + "\n")
+        write_text(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.client_bound]
     if bound:
         raise RunFailed(f"{len(bound)} of {len(results)} arms were client-bound: the "
                         "comparison is not a measure of the model; run on a less busy machine "
                         "or with a lower --speed")  # fmt: skip
-
-
-_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
-                 "decode_per_seq_ms")  # fmt: skip
-
-
-def _simulators(
-    profile_name: str, speed: float, sim_args: tuple[str, ...]
-) -> Callable[[int], AbstractContextManager[str]]:
-    """Fresh built-in simulators for validate-model: the profile, a context that holds
-    the longest request, step times divided by the speed (given ones too), then the
-    user's ``--sim-arg``s, which win."""
-    from tailreplay.sim.launcher import sim_process
-    from tailreplay.sim.profiles import fit_context, profile
-
-    p = profile(profile_name)
-    extra = list(sim_args)
-    timed = {f"--{name.replace('_', '-')}": float(getattr(p, name)) for name in _TIMED_PARAMS}
-    for flag in timed:
-        given = [a for a in extra if a.startswith(flag + "=")]
-        if given:
-            extra = [a for a in extra if a not in given]
-            try:
-                timed[flag] = float(given[-1].split("=", 1)[1])
-            except ValueError:
-                raise UsageError(f"--sim-arg {given[-1]}: not a number") from None
-
-    def fresh(longest: int) -> AbstractContextManager[str]:
-        sized = fit_context(p, longest)  # as replay sizes its built-in simulator
-        args = ["--profile", profile_name, "--max-model-len", str(sized.max_model_len),
-                "--kv-tokens", str(sized.kv_tokens), "--nice", "5"]  # fmt: skip
-        for flag, value in timed.items():
-            args += [flag, f"{value / speed:.6g}"]
-        return sim_process(args + extra)
-
-    return fresh
-
-
-def _write_json(path: Path, text: str) -> None:
-    from tailreplay.errors import InputError
-    from tailreplay.private import write_whole
-
-    try:
-        write_whole(path, text)
-    except OSError as exc:
-        raise InputError(f"{path}: write failed ({exc.strerror or exc})") from None
 
 
 def _start_ns(start: str | None) -> int | None:
