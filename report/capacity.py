@@ -24,7 +24,7 @@ from tailreplay.report.compare import compare
 from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report
 from tailreplay.report.side import Side, load_side
-from tailreplay.report.slo import Objective
+from tailreplay.report.slo import Objective, cell
 from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
 
@@ -106,24 +106,15 @@ def judge(
 
 
 def _check(obj: Objective, report: Report) -> Check:
-    replayed = report["overall"]["replayed"]
-    if obj.metric == "error_rate":
-        rate = replayed["error_rate"]
-        ok = rate is not None and rate <= obj.limit
-        return Check(obj.text, rate, rate, rate, obj.limit, "pass" if ok else "fail")
-    per_q = (replayed["metrics"].get(obj.metric) or {}).get(obj.quantile or "")
-    limit: float | None = obj.limit
-    if obj.relative:
-        recorded = report["overall"].get("recorded")
-        base = (
-            (recorded["metrics"].get(obj.metric) or {}).get(obj.quantile or "")
-            if recorded
-            else None
-        )
-        limit = base["value"] * obj.limit if base else None
-    if per_q is None or limit is None:
-        return Check(obj.text, None, None, None, limit, "fail")  # nothing served: not a pass
-    value = per_q["value"]
+    """The SLO's own cell (value and limit, relative limits included), judged on the
+    value's bootstrap interval."""
+    c = cell(obj, report["overall"])
+    value, limit = c["value"], c["limit"]
+    if value is None or limit is None:
+        return Check(obj.text, value, None, None, limit, "fail")  # nothing served: not a pass
+    if obj.metric == "error_rate":  # a share, without an interval
+        return Check(obj.text, value, value, value, limit, "pass" if c["ok"] else "fail")
+    per_q = (report["overall"]["replayed"]["metrics"].get(obj.metric) or {})[obj.quantile or ""]
     low = per_q["low"] if per_q["low"] is not None else value
     high = per_q["high"] if per_q["high"] is not None else value
     verdict: Verdict = "pass" if high <= limit else "fail" if low > limit else "uncertain"
