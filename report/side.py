@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import os
 from array import array
-from collections.abc import Iterable, Set
+from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,7 @@ __all__ = ["Side", "load_side"]
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
 _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
-         "lag_ns", "phase", "model", "path", "session")  # fmt: skip
+         "lag_ns")  # fmt: skip
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
 _FLAGS = ("stream", "error", "tail", "estimated")
@@ -102,11 +102,20 @@ def load_side(
     *,
     skip_corrupt: bool = False,
     keep: Set[bytes] | None = None,
+    classes: Sequence[str] = (),
 ) -> Side:
-    """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``."""
+    """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``.
+
+    ``classes`` names the ``LABELS`` fields to read besides the phase (``--slo-by``);
+    the others are left absent (-1): reading them costs a report ~15%."""
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
     columns = _Columns()
+    for name in classes:
+        if name not in LABELS:
+            raise ValueError(f"{name!r} is not one of {LABELS}")
+        columns.raw.setdefault(name, [])
     _read(reader, keep, columns)
+    coded, labels = columns.labelled()
     return Side(
         paths=[str(p) for p in reader.paths],
         headers=reader.headers,
@@ -115,8 +124,9 @@ def load_side(
         warnings=reader.warnings(),
         error_kinds=columns.error_kinds,
         error_messages=columns.error_messages,
-        labels={name: list(codes) for name, codes in columns.codes.items()},
+        labels=labels,
         **columns.arrays(),
+        **coded,
     )
 
 
@@ -130,16 +140,9 @@ class _Columns:
     itl: LogHistogram = field(default_factory=LogHistogram)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, str] = field(default_factory=dict)
-    codes: dict[str, dict[str, int]] = field(default_factory=lambda: {k: {} for k in LABELS})
-
-    def code(self, name: str, label: Any) -> int:
-        """The index of ``label`` among field ``name``'s values (-1: absent)."""
-        if type(label) is not str:
-            return -1
-        if name == "path":
-            label = label.split("?", 1)[0]
-        codes = self.codes[name]
-        return codes.setdefault(label, len(codes))
+    raw: dict[str, list[Any]] = field(default_factory=lambda: {"phase": []})
+    """The value per record of each ``LABELS`` field read (the phase, and those asked
+    for); coded once all are read."""
 
     def failed(self, m: dict[str, Any]) -> None:
         """Count a failed record's kind; keep the first message of each kind."""
@@ -157,6 +160,32 @@ class _Columns:
                  for name, col in self.flags.items()}  # fmt: skip
         return {**ints, **flags}
 
+    def labelled(self) -> tuple[dict[str, Array], dict[str, list[str]]]:
+        """Each ``LABELS`` field coded (int64, -1: absent), and its labels."""
+        coded: dict[str, Array] = {}
+        labels: dict[str, list[str]] = {}
+        for name in LABELS:
+            values = self.raw.get(name)
+            if values is None:  # not read: every request absent
+                n = len(self.keys)
+                coded[name], labels[name] = np.full(n, -1, dtype=np.int64), []
+            else:
+                coded[name], labels[name] = _code(values, strip_query=name == "path")
+        return coded, labels
+
+
+def _code(values: list[Any], *, strip_query: bool) -> tuple[Array, list[str]]:
+    """Per value its index among the distinct strings in first-seen order (-1: not a
+    string); paths are classed without their query string."""
+    first: dict[str, int] = {}
+    codes = np.fromiter((first.setdefault(v, len(first)) if type(v) is str else -1
+                         for v in values), dtype=np.int64, count=len(values))  # fmt: skip
+    if not strip_query:
+        return codes, list(first)
+    bare: dict[str, int] = {}
+    remap = np.array([bare.setdefault(v.split("?", 1)[0], len(bare)) for v in first] + [-1])
+    return remap[codes], list(bare)  # code -1 picks the appended -1
+
 
 def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> None:
     """Append the records of ``reader`` (those whose key is in ``keep``) to ``columns``."""
@@ -167,8 +196,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
-    coded = [(ints[k].append, k) for k in LABELS]
-    code = columns.code
+    # The phase always (the report's phase table); the others when a caller classes by them.
+    labelled = [(values.append, name) for name, values in columns.raw.items()]
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     estimated = flags["estimated"].append
     was_enabled = gc.isenabled()
@@ -192,8 +221,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
-            for append, name in coded:
-                append(code(name, get(name)))
+            for append, name in labelled:
+                append(get(name))
             bad = is_error(get("status"), get("error"))
             failed(bad)
             if bad:

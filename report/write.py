@@ -60,13 +60,14 @@ def write_report(
     options: ReportOptions, say: Callable[[str], None] = lambda line: None
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
-    replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt)
+    classes = [options.slo_by] if options.slo_by else []
+    replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     recorded_paths = options.recorded
     if recorded_paths is None:
         recorded_paths = _recorded_from_header(replayed, say)
     recorded = None
     if recorded_paths:
-        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say)
+        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say, classes)
     if recorded is None and any(o.relative for o in options.objectives):
         raise UsageError(
             "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
@@ -162,8 +163,9 @@ def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Pa
 
 
 def _load_recorded(
-    paths: Sequence[Path], replayed: Side, skip_corrupt: bool, say: Callable[[str], None]
-) -> Side:
+    paths: Sequence[Path], replayed: Side, skip_corrupt: bool, say: Callable[[str], None],
+    classes: Sequence[str],
+) -> Side:  # fmt: skip
     """The recorded requests the replay sent (a --limit, window or shard sent a part).
 
     Compared whole, a replay of the first 400 requests would face the percentiles of
@@ -171,11 +173,11 @@ def _load_recorded(
     """
     keys = {k for k in replayed.key if k is not None}
     if keys:
-        recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys)
+        recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
         if recorded.n:
             return recorded
         say("warning: no replayed request comes from the recorded archive; comparing them whole")
-    return load_side(paths, skip_corrupt=skip_corrupt)
+    return load_side(paths, skip_corrupt=skip_corrupt, classes=classes)
 
 
 def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:
