@@ -84,14 +84,19 @@ def test_raw_series_are_bounded_and_bad_pages_refused() -> None:
         read_page("<html>not metrics</html>\n")
 
 
-def _busy_archive(path: Path) -> Path:
-    """60 req/s for 8 s of 1,000-token prompts: more than 4 sequences can serve."""
+def _steady(path: Path, rate: float, n: int, input_tokens: int, output_tokens: int) -> Path:
+    """``n`` streamed chat requests evenly at ``rate`` per second, all alike in length."""
     rng = random.Random(2)
-    maps = [{"start_ns": T0 + int(i / 60 * 1e9), "trace_id": rng.randbytes(16),
+    maps = [{"start_ns": T0 + int(i / rate * 1e9), "trace_id": rng.randbytes(16),
              "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
-             "model": "m", "stream": True, "input_tokens": 3000, "output_tokens": 30}
-            for i in range(480)]  # fmt: skip
+             "model": "m", "stream": True, "input_tokens": input_tokens,
+             "output_tokens": output_tokens} for i in range(n)]  # fmt: skip
     return write_plain(path, maps)
+
+
+def _busy_archive(path: Path) -> Path:
+    """60 req/s for 8 s of 3,000-token prompts: more than 4 sequences can serve."""
+    return _steady(path, 60, 480, 3000, 30)
 
 
 def test_a_replay_scrapes_the_target_and_the_report_finds_the_queue(tmp_path: Path) -> None:
@@ -136,12 +141,7 @@ def _agrees_with_the_requests_in_flight(
 
 
 def test_a_light_run_has_no_findings(tmp_path: Path) -> None:
-    rng = random.Random(5)
-    maps = [{"start_ns": T0 + int(i / 5 * 1e9), "trace_id": rng.randbytes(16),
-             "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
-             "model": "m", "stream": True, "input_tokens": 200, "output_tokens": 10}
-            for i in range(25)]  # fmt: skip
-    archive = write_plain(tmp_path / "light.msgpack", maps)
+    archive = _steady(tmp_path / "light.msgpack", 5, 25, 200, 10)
     out, report = tmp_path / "r.msgpack", tmp_path / "report.json"
     result = CliRunner().invoke(cli, ["replay", "--scrape", "target@200ms", "--out", str(out),
                                       "--lag-limit", "100ms", str(archive)])  # fmt: skip
