@@ -11,17 +11,21 @@ times faster, the simulator's steps as much shorter.
 
     .venv/bin/python bench/model_fidelity.py --window 29m --seeds 3 --speed 4x
 
-``--trace mmpp`` does the same on a process with known parameters instead: a
-two-state MMPP (3.5 req/s, with spells of 11 req/s lasting ~17 s; 5.4 req/s on
-average) stamped on 3 s ticks, with the conversation trace's (input, output)
-pairs drawn at random. The model is fitted to one 30-minute draw and validated
-against another (``--window`` of it).
+``--trace mmpp`` and ``--trace weibull`` do the same on processes with known
+parameters instead, stamped on ``--tick`` second ticks (0: exact times), with the
+conversation trace's (input, output) pairs drawn at random: a two-state MMPP
+(3.5 req/s, with spells of 11 req/s lasting ~17 s; 5.4 req/s on average) or a
+renewal process with Weibull gaps of shape 0.6 (5.4 req/s). The model is fitted
+to one 30-minute draw and validated against another (``--window`` of it).
+
+    .venv/bin/python bench/model_fidelity.py --trace weibull --tick 1 --window 10m --seeds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -41,14 +45,30 @@ def tailreplay(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "tailreplay", *args], check=True)
 
 
-def mmpp_draw(path: Path, minutes: float, seed: int) -> None:
-    """A known bursty process on 3 s ticks with the conversation trace's lengths."""
+WEIBULL_SHAPE = 0.6
+RATE = 5.4  # requests/s, both known processes
+
+
+def arrival_times(trace: str, rng: np.random.Generator, seconds: float) -> np.ndarray:
+    """Arrival times (s) of a known bursty process over ``seconds``."""
+    if trace == "mmpp":
+        mmpp = Mmpp(1.0, [3.5, 11.0], [[0.98, 0.02], [0.06, 0.94]], [1.0, 0.0], 0.0, 0.0)
+        counts, _ = mmpp.counts(rng, int(seconds), None, 0)
+        # Within each second the MMPP's arrivals are uniform, as a Poisson's are.
+        return np.sort(np.repeat(np.arange(counts.size), counts) + rng.random(int(counts.sum())))
+    scale = 1.0 / (RATE * math.gamma(1.0 + 1.0 / WEIBULL_SHAPE))
+    gaps = scale * rng.weibull(WEIBULL_SHAPE, int(seconds * RATE * 1.5) + 1000)
+    times = np.cumsum(gaps)
+    return times[times < seconds]
+
+
+def known_draw(path: Path, trace: str, tick: float, minutes: float, seed: int) -> None:
+    """A known bursty process on ``tick``-second ticks with the conversation trace's lengths."""
     rng = np.random.default_rng(seed)
     with CONV.open(newline="") as f:
         pairs = np.array([(int(r[1]), int(r[2])) for r in list(csv.reader(f))[1:]])
-    mmpp = Mmpp(1.0, [3.5, 11.0], [[0.98, 0.02], [0.06, 0.94]], [1.0, 0.0], 0.0, 0.0)
-    counts, _ = mmpp.counts(rng, int(minutes * 60), None, 0)
-    ticks = np.floor(np.repeat(np.arange(counts.size), counts) / 3.0) * 3.0
+    times = arrival_times(trace, rng, minutes * 60)
+    ticks = np.floor(times / tick) * tick if tick > 0 else times
     picks = pairs[rng.integers(0, len(pairs), ticks.size)]
     t0 = 1_700_000_000 * 10**9
     records = (Record(start_ns=t0 + int(t * 1e9), input_tokens=int(a), output_tokens=max(int(b), 1),
@@ -59,7 +79,8 @@ def mmpp_draw(path: Path, minutes: float, seed: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", choices=["azure", "mmpp"], default="azure")
+    ap.add_argument("--trace", choices=["azure", "mmpp", "weibull"], default="azure")
+    ap.add_argument("--tick", type=float, default=3.0, help="Known processes' tick (s); 0: exact.")
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
     ap.add_argument("--speed", default="4x")
@@ -71,9 +92,9 @@ def main() -> None:
     conv, first, second = (out / f"{n}.msgpack" for n in ("conv", "first", "second"))
     for path in (conv, first, second):
         path.unlink(missing_ok=True)
-    if args.trace == "mmpp":
-        mmpp_draw(first, 30, seed=1)
-        mmpp_draw(second, 30, seed=2)
+    if args.trace != "azure":
+        known_draw(first, args.trace, args.tick, 30, seed=1)
+        known_draw(second, args.trace, args.tick, 30, seed=2)
     else:
         tailreplay("traces", "import", "azure", str(CONV), "-o", str(conv))
         tailreplay("traces", "slice", str(conv), "--to", "+29m", "-o", str(first))

@@ -74,6 +74,8 @@ class Search:
     """The objective furthest over its limit at the lowest failing factor."""
     stopped: str | None = None
     """Why the search ended early (the client was the bottleneck), else None."""
+    note: str | None = None
+    """Why the interval is wider than ``--precision`` (the window's resolution), else None."""
 
 
 def judge(
@@ -147,6 +149,7 @@ def to_json(result: Search) -> dict[str, Any]:
         "interval": list(result.interval),
         "broke_first": result.broke_first,
         "stopped": result.stopped,
+        "note": result.note,
         "trials": [
             {
                 "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
@@ -185,7 +188,11 @@ def render(result: Search) -> list[str]:
     elif hi is None:
         lines.append(f"capacity: at least {lo:g}x (the highest factor tried passed)")
     else:
-        lines.append(f"capacity: {lo:.3g}x (passes at {lo:.3g}x, fails at {hi:.3g}x)")
+        top = [t.verdict for t in result.trials if t.factor == hi and not t.coarse]
+        how = "uncertain" if top[-1:] == ["uncertain"] else "fails"
+        lines.append(f"capacity: {lo:.3g}x (passes at {lo:.3g}x, {how} at {hi:.3g}x)")
+    if result.note is not None:
+        lines.append(f"interval: {result.note}")
     if result.broke_first is not None:
         lines.append(f"broke first: {result.broke_first}")
         failing = [t for t in result.trials if t.factor == hi and not t.coarse]

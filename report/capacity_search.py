@@ -8,14 +8,18 @@ Two phases, so that most replays are short and the answer rests on full ones:
 2. **Full**: the whole window, first at the factor where the coarse bracket puts the
    limit (interpolated on the binding objective's value over its limit, in log
    space; coarse replays are short, so queues have less time to build and the aim
-   is often high). Each next factor is aimed from the last: a miss by 4x is taken
-   as twice the factor (``ORDER``), by at least one ``precision`` step, the step
-   doubling with each move from the same side; once a
-   full replay has passed and one failed, the next is interpolated between them,
-   until they are within ``precision``.
+   is often high). Each next factor is aimed from the last at where it would be
+   decided the other way (its interval's far end at the limit): a miss by 4x is
+   taken as twice the factor (``ORDER``) unless two trials give the local order, by
+   at least one ``precision`` step, the step doubling with each move from the same
+   side; once a full replay has passed and one has not, the next is interpolated
+   between them, until they are within ``precision`` or within what the window
+   resolves (``_reach``: nearer the limit than that, trials stay uncertain).
 
-The capacity is the highest factor a full replay passed; the interval is [that,
-the lowest factor a full replay failed]. Coarse trials never set either.
+An uncertain trial is replayed only when pooling one more run can decide it
+(``_decidable``). The capacity is the highest factor a full replay passed; the
+interval is [that, the lowest factor a full replay did not pass]. Coarse trials
+never set either.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class _State:
                 or t.verdict != "uncertain"
                 or len(runs) > self.repeats
                 or self.spent(len(runs))
+                or not _decidable(t)
             ):
                 break
             self.say(f"{factor:.4g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
@@ -137,6 +142,14 @@ def _full(
         if below is not None and above is not None:
             if above.factor / below.factor - 1 <= precision:
                 break
+            reach = _reach(above, below)
+            if above.factor / below.factor - 1 <= reach:
+                state.out.note = (
+                    f"the window resolves the factor to about {reach:.0%} here: a trial "
+                    f"between {below.factor:.3g}x and {above.factor:.3g}x would most likely "
+                    "be uncertain too (a longer --window or more --repeats narrows it)"
+                )
+                break
             factor = _between(below, above, precision)
         elif below is not None:
             if below.factor >= max_factor:
@@ -163,15 +176,15 @@ def _aim(t: Trial, before: Trial | None, step: float) -> float:
     each move from one side: a trial at its limit, uncertain, must not walk down in
     precision steps), at most 4x. Two trials give the local order (a secant step);
     one assumes ``ORDER``."""
-    g = _excess(t)
+    order = _order(t, before)
+    # Aimed where the trial would be decided the other way, not merely where its value
+    # meets the limit (a trial there comes out uncertain): below a failure, where its
+    # interval's top would; above a pass, where its interval's bottom would.
+    g = _excess(t, "high" if t.verdict != "pass" else "low")
     if not math.isfinite(g):
         g = math.copysign(ORDER * math.log(4), g)
-    order = ORDER
-    if before is not None and before.factor != t.factor and math.isfinite(_excess(before)):
-        slope = (_excess(before) - g) / math.log(before.factor / t.factor)
-        order = min(max(slope, 0.5), 8.0)
     if t.verdict != "pass":
-        g = max(g, 0.0)  # an uncertain trial sits at its limit: one step down
+        g = max(g, 0.0)
         return t.factor * min(math.exp(-g / order), 1 / step)
     return t.factor * min(max(math.exp(-g / order), step), 4.0)
 
@@ -195,17 +208,61 @@ def _interpolate(below: Trial, above: Trial) -> float:
     return math.exp(lo + min(max(share, 0.1), 0.9) * (hi - lo))
 
 
-def _excess(t: Trial) -> float:
-    """log(value / limit) of the objective furthest over (or nearest) its limit."""
+def _excess(t: Trial, end: str = "value") -> float:
+    """log(value / limit) of the objective furthest over (or nearest) its limit; with
+    ``end`` "low" or "high", of that end of the value's interval (the value where the
+    interval is unknown)."""
     worst = -math.inf
     for c in t.checks:
-        if c.value is None or c.limit is None:
+        value = getattr(c, end) if getattr(c, end) is not None else c.value
+        if value is None or c.limit is None:
             return math.inf
-        if c.limit > 0 and c.value > 0:
-            worst = max(worst, math.log(c.value / c.limit))
-        elif c.value > c.limit:
+        if c.limit > 0 and value > 0:
+            worst = max(worst, math.log(value / c.limit))
+        elif value > c.limit:
             return math.inf
     return worst if worst > -math.inf else -1.0
+
+
+def _half_widths(t: Trial) -> list[tuple[float, float]]:
+    """For each uncertain objective: (half its interval's width, its value's distance
+    from the limit), both in log(value)."""
+    out = []
+    for c in t.checks:
+        ends = (c.value, c.low, c.high, c.limit)
+        if c.verdict == "uncertain" and all(x is not None and x > 0 for x in ends):
+            assert c.value and c.low and c.high and c.limit  # for mypy: all positive
+            out.append((math.log(c.high / c.low) / 2, abs(math.log(c.value / c.limit))))
+    return out
+
+
+def _decidable(t: Trial) -> bool:
+    """Whether one more run, pooled, may decide an uncertain trial: an interval narrows
+    as sqrt(runs / (runs + 1)), so one whose value sits closer to the limit than that
+    stays uncertain, and replaying it would only spend time. Unknown intervals: yes."""
+    widths = _half_widths(t)
+    shrink = math.sqrt(t.runs / (t.runs + 1))
+    return not widths or any(half * shrink < gap for half, gap in widths)
+
+
+def _reach(uncertain: Trial, other: Trial) -> float:
+    """How far in factor an uncertain trial's interval reaches (relative): its widest
+    half-width in log value over the local order (the secant to ``other``)."""
+    widths = _half_widths(uncertain)
+    if uncertain.verdict != "uncertain" or not widths:
+        return 0.0
+    return math.exp(max(h for h, _ in widths) / _order(uncertain, other)) - 1
+
+
+def _order(t: Trial, other: Trial | None) -> float:
+    """The local order (value ~ factor^order) from two trials; ``ORDER`` from one."""
+    g = _excess(t)
+    if other is None or other.factor == t.factor or not math.isfinite(g):
+        return ORDER
+    if not math.isfinite(_excess(other)):
+        return ORDER
+    slope = (_excess(other) - g) / math.log(other.factor / t.factor)
+    return min(max(slope, 0.5), 8.0)
 
 
 def _line(t: Trial) -> str:
