@@ -2,22 +2,32 @@
 
 One recorded window (Poisson arrivals at ``--rate`` for ``--seconds``, prompts of
 100-1,500 tokens, 10-60 output tokens, streamed) against the built-in simulator
-(``fast`` profile, a fresh one per replay) with ``latency:p99<=1500ms``:
+(``fast`` profile, a fresh one per replay) with ``--slo`` (default
+``latency:p99<=1500ms``), on two targets:
+
+- **batching**: the profile as it is (256 sequences): past 1x the batch grows and
+  the P99 with it, slowly (a soft knee);
+- **queue**: ``--max-num-seqs`` sequences at most (``--seqs``), so past the limit a
+  queue forms and the P99 runs away (a sharp knee).
+
+On each, two methods:
 
 - **search**: ``tailreplay capacity`` (coarse replays of the window's first quarter
-  to aim, full ones to decide, ``--precision 5%``);
+  to aim, full ones to decide, ``--precision``);
 - **sweep**: ``tailreplay capacity --sweep 0.5x``: full replays at 1x, 1.5x, 2x, ...
-  until one fails.
+  until one does not pass.
 
 Each is run ``--runs`` times, alternating; the table has each one's median wall
 time, its capacity and bracket, and the search's time over the sweep's.
 
     .venv/bin/python bench/capacity.py --runs 3
+    .venv/bin/python bench/capacity.py --runs 3 --slo 'latency:p99<=3000ms'
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import statistics
@@ -28,8 +38,6 @@ import time
 from pathlib import Path
 
 import msgpack
-
-SLO = "latency:p99<=1500ms"
 
 
 def archive(path: Path, rate: float, seconds: float) -> int:
@@ -48,11 +56,11 @@ def archive(path: Path, rate: float, seconds: float) -> int:
     return n
 
 
-def capacity(path: Path, out: Path, *extra: str) -> tuple[float, dict]:
+def capacity(path: Path, out: Path, slo: str, *extra: str) -> tuple[float, dict]:
     report = out / "capacity.json"
     began = time.monotonic()
     subprocess.run([sys.executable, "-m", "tailreplay", "capacity", str(path), "--sim-profile",
-                    "fast", "--slo", SLO, "--window", "1h", "--max", "16x", "--precision", "5%",
+                    "fast", "--slo", slo, "--window", "1h", "--max", "16x",
                     "--lag-limit", "50ms", "--out-dir", str(out), "--json", str(report), *extra],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return time.monotonic() - began, json.loads(report.read_text())
@@ -62,27 +70,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--rate", type=float, default=20.0)
-    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--seqs", type=int, default=28, help="The queue target's max-num-seqs.")
+    ap.add_argument("--precision", default="5%")
+    ap.add_argument("--slo", default="latency:p99<=1500ms")
     args = ap.parse_args()
+    targets = {"batching": [], "queue": [f"--sim-arg=--max-num-seqs={args.seqs}"]}
+    methods = {"search": ["--precision", args.precision], "sweep": ["--sweep", "0.5x"]}
+    rows: dict[tuple[str, str], list[tuple[float, dict]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "window.msgpack"
         n = archive(path, args.rate, args.seconds)
-        rows: dict[str, list[tuple[float, dict]]] = {"search": [], "sweep": []}
         for i in range(args.runs):
-            rows["search"].append(capacity(path, Path(tmp) / f"search-{i}"))
-            rows["sweep"].append(capacity(path, Path(tmp) / f"sweep-{i}", "--sweep", "0.5x"))
-    print(f"{n:,} requests over {args.seconds:g} s at {args.rate:g} req/s; {SLO}; "
-          f"median of {args.runs} runs")  # fmt: skip
-    print("| method | capacity (each run) | bracket (last run) | replays | wall time s (median) |")
-    print("|---|---|---|---:|---:|")
+            for (target, sim), (method, how) in itertools.product(targets.items(), methods.items()):
+                out = Path(tmp) / f"{target}-{method}-{i}"
+                result = capacity(path, out, args.slo, *sim, *how)
+                rows.setdefault((target, method), []).append(result)
+    print(f"{n:,} requests over {args.seconds:g} s at {args.rate:g} req/s; {args.slo}; "
+          f"search --precision {args.precision}; median of {args.runs} runs")  # fmt: skip
+    print("| target | method | capacity (each run) | interval (last run) | replays | "
+          "wall time s (median) |\n|---|---|---|---|---:|---:|")  # fmt: skip
     medians = {}
-    for name, results in rows.items():
-        medians[name] = statistics.median(t for t, _ in results)
+    for (target, method), results in rows.items():
+        medians[target, method] = statistics.median(t for t, _ in results)
         caps = ", ".join(f"{r['capacity']:.3g}x" for _, r in results)
         lo, hi = (f"{x:.3g}x" if x else "-" for x in results[-1][1]["interval"])
         replays = sum(t["runs"] for t in results[-1][1]["trials"])
-        print(f"| {name} | {caps} | {lo}..{hi} | {replays} | {medians[name]:.1f} |")
-    print(f"search / sweep wall time: {medians['search'] / medians['sweep']:.2f}")
+        print(f"| {target} | {method} | {caps} | {lo}..{hi} | {replays} | "
+              f"{medians[target, method]:.1f} |")  # fmt: skip
+    for target in targets:
+        ratio = medians[target, "search"] / medians[target, "sweep"]
+        print(f"{target}: search / sweep wall time {ratio:.2f}")
+    for (target, method), results in rows.items():
+        for _, r in results:
+            if r.get("note"):
+                print(f"{target} {method}: {r['note']}")
 
 
 if __name__ == "__main__":

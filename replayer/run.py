@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from yarl import URL
 
+from tailreplay.engine_metrics import scrape_path
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.builtin import BuiltinTarget, builtin_started
@@ -36,7 +37,7 @@ from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.results import result_record
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule
-from tailreplay.replayer.scrape import ScrapeTarget, resolve, scrape_path, scraping
+from tailreplay.replayer.scrape import ScrapeTarget, resolve, scraping
 from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport

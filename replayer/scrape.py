@@ -25,12 +25,12 @@ from typing import Any
 import aiohttp
 import msgpack
 
-from tailreplay.engine_metrics import read_page, scrape_path
+from tailreplay.engine_metrics import read_page
 from tailreplay.errors import UsageError
 from tailreplay.private import write_whole
 from tailreplay.units import parse_duration, parse_http_url
 
-__all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scrape_path", "scraping"]
+__all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scraping"]
 
 SCRAPE_FORMAT = "tailreplay-scrape"
 MAX_SAMPLES = 1_000_000
