@@ -1,4 +1,5 @@
-"""The open-loop dispatcher: each request leaves when it is due, whatever the target does.
+"""The dispatcher: open loop (each request leaves when it is due, whatever the target
+does) or closed loop (``run_users``: N users, each waiting for its answer).
 
 Request i is due at ``t0 + due_i`` on the loop's monotonic clock; the dispatcher
 sleeps until that absolute instant (never a chain of relative sleeps, so error
@@ -14,7 +15,9 @@ so a long synthetic prompt is ready before it is due.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import math
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -142,6 +145,40 @@ class Dispatcher:
                 # Behind schedule (or a tie): let the new task start sending now, rather
                 # than queueing a burst of tasks that would all start late.
                 await asyncio.sleep(0)
+        await self._settle()
+
+    async def run_users(
+        self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: int,
+        think_s: float, limit_s: float | None,
+    ) -> None:  # fmt: skip
+        """The closed loop: from ``t0``, ``users`` users each take the next record (in
+        the schedule's order, shared), send it, wait for its answer and ``think_s``, and
+        take another; until the records run out or ``limit_s`` has passed. The target's
+        speed sets the rate (users / (latency + think)); a request is due when its user
+        is ready, so it has no dispatch lag, and no more than ``users`` are in flight."""
+        loop = asyncio.get_running_loop()
+        ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
+                                       max_bytes=self.lookahead_bytes)  # fmt: skip
+        end = math.inf if limit_s is None else t0 + limit_s
+        await asyncio.sleep(max(t0 - loop.time(), 0.0))
+
+        async def user() -> None:
+            while not self.stopping.is_set() and (now := loop.time()) < end:
+                taken = ahead.take()
+                if taken is None:
+                    return
+                self.stats.due += 1
+                self.stats.in_flight += 1
+                item, spec = taken
+                await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
+                if think_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.stopping.wait(), think_s)
+
+        for _ in range(users):
+            task = loop.create_task(user())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         await self._settle()
 
     async def _settle(self) -> None:

@@ -102,6 +102,10 @@ class ReplayConfig:
     """Stop when the first N results all failed the same way (0: never)."""
     duration_s: float | None = None
     """Send only the requests due within this much replay time (--duration)."""
+    users: int | None = None
+    """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
+    think_s: float = 0.0
+    """...and this long after it before its next request."""
     lookahead_items: int = LOOKAHEAD_ITEMS
     """Requests built before they are due, at most (0: each is built when due)..."""
     lookahead_bytes: int = LOOKAHEAD_BYTES
@@ -415,8 +419,10 @@ async def _dispatch(
     _freeze_heap()
     t0, t0_wall = _start_times(loop.time(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
+    pace = (f"{sc.speed}" if config.users is None
+            else f"closed loop: {config.users} users, think {config.think_s:g} s")  # fmt: skip
     say(
-        f"replaying {which}{the_plan.count:,} requests ({sc.speed}, tail "
+        f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
         f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"
     )
     ticker = loop.create_task(
@@ -426,9 +432,13 @@ async def _dispatch(
     watcher = loop.create_task(watch.run())
     try:
         cut: list[Planned] = []
-        await dispatcher.run(
-            _until(schedule(sc, the_plan, say), config.duration_s, cut), t0, t0_wall
-        )
+        if config.users is not None:
+            await dispatcher.run_users(schedule(sc, the_plan, say), t0, t0_wall,
+                                       users=config.users, think_s=config.think_s,
+                                       limit_s=config.duration_s)  # fmt: skip
+        else:
+            items = _until(schedule(sc, the_plan, say), config.duration_s, cut)
+            await dispatcher.run(items, t0, t0_wall)
         if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
             await dispatcher.cancel_in_flight(STOP_GRACE_S)
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -57,10 +58,12 @@ __all__ = [
     "Parsed",
     "archives_argument",
     "buckets_option",
+    "closed_loop_options",
     "otlp_options",
     "output_file",
     "output_option",
     "scrape_option",
+    "send_headers",
     "skip_corrupt_option",
     "slo_options",
     "time_window",
@@ -211,6 +214,37 @@ scrape_option = click.option(
     "(repeatable; 'target' is the target's own /metrics, the built-in simulator's too): "
     "kept beside the results, read by the report (vLLM, SGLang, TGI, llama.cpp, DCGM).",
 )
+
+_HEADER_ENV = "TAILREPLAY_HEADER_"
+
+
+def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Headers a replay sends: staging credentials from the environment
+    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
+    out: dict[str, str] = {}
+    for key, value in os.environ.items():
+        if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
+            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
+    out.update(pairs)
+    return out
+
+
+def closed_loop_options(f: F) -> F:
+    """``--users`` and ``--think``: replay as a closed loop (``Dispatcher.run_users``)."""
+    f = click.option(
+        "--think",
+        type=DURATION,
+        default="0s",
+        show_default=True,
+        help="With --users: each user's pause between an answer and its next request.",
+    )(f)
+    return click.option(
+        "--users",
+        type=click.IntRange(1, 10_000),
+        help="Closed loop: N users, each sending the next record (in recorded order) once its "
+        "last is answered and --think has passed; the target sets the rate, not --speed.",
+    )(f)
+
 
 skip_corrupt_option = click.option(
     "--skip-corrupt",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,8 +26,10 @@ from tailreplay.cli.options import (
     SPEED,
     FiniteRange,
     Parsed,
+    closed_loop_options,
     otlp_options,
     scrape_option,
+    send_headers,
     skip_corrupt_option,
     slo_options,
     time_window,
@@ -55,7 +56,6 @@ __all__ = ["replay"]
 
 _REPORT_KINDS = {".html": "html_out", ".htm": "html_out", ".md": "markdown_out",
                  ".json": "json_out"}  # fmt: skip
-_HEADER_ENV = "TAILREPLAY_HEADER_"
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,8 @@ class _Args:
     sim_args: tuple[str, ...]
     skip_corrupt: bool
     scrapes: tuple[ScrapeTarget, ...]
+    users: int | None
+    think: float
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
     lag_limit: float
@@ -269,6 +271,7 @@ input, 130 interrupted.""",
 @target_options
 @skip_corrupt_option
 @scrape_option
+@closed_loop_options
 @click.option(
     "--metrics-listen",
     type=HOST_PORT,
@@ -359,6 +362,10 @@ def _config(args: _Args) -> ReplayConfig:
     from tailreplay.traces.reader import ArchiveReader
 
     ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
+    if args.users is not None and (str(args.speed) != "1x" or args.amplify != 1
+                                   or args.workers > 1 or args.dry_run):  # fmt: skip
+        raise UsageError("--users: the users set the rate, so --speed, --amplify, --workers "
+                         "and --dry-run do not apply")  # fmt: skip
     start_ns, end_ns = time_window(args.archives, args.from_, args.to,
                                    skip_corrupt=args.skip_corrupt)  # fmt: skip
     out = _check_outputs(args)
@@ -380,7 +387,7 @@ def _config(args: _Args) -> ReplayConfig:
         schedule=schedule,
         target=str(args.target).rstrip("/") if args.target is not None else None,
         force_lengths=args.force_lengths,
-        headers=_headers(args.headers),
+        headers=send_headers(args.headers),
         model_map=dict(args.model_maps),
         body_edits=_body_edits(args.body_sets, args.body_drops),
         max_inflight=args.max_inflight,
@@ -403,6 +410,8 @@ def _config(args: _Args) -> ReplayConfig:
         preflight=args.preflight,
         fail_fast=args.fail_fast,
         duration_s=args.duration,
+        users=args.users,
+        think_s=args.think,
     )
 
 
@@ -426,17 +435,6 @@ def _check_outputs(args: _Args) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     Path("replays").mkdir(exist_ok=True)
     return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
-
-
-def _headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """Headers to send: staging credentials from the environment
-    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
-    out: dict[str, str] = {}
-    for key, value in os.environ.items():
-        if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
-            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
-    out.update(pairs)
-    return out
 
 
 def _body_edits(sets: tuple[tuple[str, Any], ...], drops: tuple[str, ...]) -> BodyEdits | None:

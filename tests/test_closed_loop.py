@@ -1,0 +1,71 @@
+"""``replay --users N --think T``: a closed loop against the built-in simulator.
+
+Each of N users sends a request, waits for its answer and the think time, and sends
+the next, so the target sets the rate: throughput is N / (mean latency + think)
+(Little's law), and no more than N requests are ever in flight.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tailreplay.traces.reader import ArchiveReader
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+USERS = 6
+THINK_S = 0.2
+
+
+def _archive(path: Path, n: int) -> Path:
+    # Alike requests (the latency varies little, so the users finish together), recorded
+    # at 1,000 req/s: an open loop would send them all in a fraction of a second.
+    maps = [{"start_ns": T0 + i * 10**6, "trace_id": bytes([1 + i % 250]) * 16,
+             "span_id": bytes([2]) * 8, "method": "POST", "path": "/v1/chat/completions",
+             "model": "m", "stream": True, "input_tokens": 100, "output_tokens": 40}
+            for i in range(n)]  # fmt: skip
+    return write_plain(path, maps)
+
+
+def _replay(archive: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailreplay", "replay", str(archive), "--out", str(out),
+         "--no-preflight", *extra],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
+def test_throughput_is_users_over_latency_plus_think(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "a.msgpack", 30 * USERS)
+    out = tmp_path / "r.msgpack"
+    done = _replay(archive, out, "--users", str(USERS), "--think", f"{THINK_S * 1000:g}ms")
+    assert done.returncode == 0, done.stderr
+    assert f"closed loop: {USERS} users, think {THINK_S:g} s" in done.stderr
+    records = list(ArchiveReader([out]))
+    assert len(records) == 30 * USERS and all(r.status == 200 for r in records)
+    sent = np.array([r.sent_ns for r in records], dtype=np.int64)
+    ended = sent + np.array([r.duration_ns for r in records], dtype=np.int64)
+    # Never more than N in flight: each user's next request leaves after its answer.
+    events = np.concatenate([np.stack([sent, np.ones_like(sent)], 1),
+                             np.stack([ended, -np.ones_like(ended)], 1)])  # fmt: skip
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # ends before starts on ties
+    assert np.cumsum(events[:, 1]).max() <= USERS
+    # Little's law: the rate the target allowed is what N users cycling through
+    # latency + think can send.
+    measured = len(records) / ((ended.max() - sent.min()) / 1e9)
+    mean_latency_s = float((ended - sent).mean()) / 1e9
+    predicted = USERS / (mean_latency_s + THINK_S)
+    assert abs(measured / predicted - 1) <= 0.05, (measured, predicted, mean_latency_s)
+
+
+def test_a_closed_loop_refuses_options_of_the_open_one(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "a.msgpack", 10)
+    for extra in (["--speed", "2x"], ["--amplify", "2"], ["--dry-run"]):
+        done = _replay(archive, tmp_path / "r.msgpack", "--users", "2", *extra)
+        assert done.returncode == 2, done.stderr
+        assert "--users: the users set the rate" in done.stderr
+        assert "Traceback" not in done.stderr
