@@ -99,6 +99,10 @@ def span_attributes(
         a["tailreplay.replay.shard"] = record.shard
     if record.phase is not None:
         a["tailreplay.replay.phase"] = record.phase
+    if record.attempt is not None:
+        a["tailreplay.replay.attempt"] = record.attempt
+    if record.retry_of is not None:
+        a["tailreplay.replay.retry_of"] = record.retry_of.hex()
     return a
 
 

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
+from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -63,6 +64,8 @@ class DispatchStats:
     """Recorded input tokens of synthetic-prompt requests the target reported on..."""
     input_reported: int = 0
     """...and what the target reported for them (the residual is the ratio - 1)."""
+    retries: int = 0
+    """Attempts after the first (``--retries policy``)."""
 
 
 class Dispatcher:
@@ -80,6 +83,7 @@ class Dispatcher:
         spans: SpanSink | None = None,
         lookahead_items: int = LOOKAHEAD_ITEMS,
         lookahead_bytes: int = LOOKAHEAD_BYTES,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.transport = transport
         self.builder = builder
@@ -95,6 +99,8 @@ class Dispatcher:
         """Requests built ahead of their due time at most (0: each built when due)..."""
         self.lookahead_bytes = lookahead_bytes
         """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
+        self.retry = retry
+        """Retry a failed request as a client would (``replayer/retry.py``); None: never."""
         self.ahead: Lookahead | None = None
         self.stats = DispatchStats()
         self.lags_ns = array("q")
@@ -220,15 +226,48 @@ class Dispatcher:
         return TraceContext(record.trace_id, new_span_id())  # a new span in the original trace
 
     async def _one(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
+        """Send one planned request; under a retry policy, again while it says to (each
+        attempt its own result and span, in the same trace), holding its slot."""
         loop = asyncio.get_running_loop()
         ctx = self._context(item)
-        headers = spec.headers(self.headers, ctx.traceparent())
-        # The send's wall time is the due wall time plus the lag on the loop's monotonic
-        # clock: one clock read, so a preemption between two reads (a busy machine)
-        # cannot make them disagree, and a step of the wall clock mid-run bends nothing.
-        lag_ns = round((loop.time() - due) * 1e9)
-        sent = Sent(intended_ns + lag_ns, lag_ns, ctx)
-        self.lags_ns.append(sent.lag_ns)
+        attempt, retry_of, retry_due = 1, None, due
+        try:
+            while True:
+                # The send's wall time is the due wall time plus the time since due on the
+                # loop's monotonic clock: one clock read, so a preemption between two reads
+                # (a busy machine) cannot make them disagree, and a step of the wall clock
+                # mid-run bends nothing.
+                now = loop.time()
+                since_ns = round((now - due) * 1e9)
+                # A retry's lag is from when the policy said to send it.
+                late_ns = round((now - retry_due) * 1e9)
+                if attempt == 1:  # the dispatch's lag; a retry's wait is the policy's
+                    self.lags_ns.append(late_ns)
+                sent = Sent(intended_ns + since_ns, late_ns, ctx)
+                outcome, spec = await self._attempt(item, spec, intended_ns, sent,
+                                                    attempt, retry_of)  # fmt: skip
+                wait = None if self.retry is None else self.retry.delay_s(outcome, attempt)
+                if wait is None or self.stopping.is_set():
+                    return
+                retry_due = loop.time() + wait
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), wait)
+                if self.stopping.is_set():
+                    return
+                self.stats.retries += 1
+                attempt, retry_of = attempt + 1, ctx.span_id
+                ctx = TraceContext(ctx.trace_id, new_span_id())
+        finally:
+            self.stats.in_flight -= 1
+            self._slot_freed.set()
+
+    async def _attempt(
+        self, item: Planned, spec: RequestSpec, intended_ns: int, sent: Sent, attempt: int,
+        retry_of: bytes | None,
+    ) -> tuple[Outcome, RequestSpec]:  # fmt: skip
+        """One send of a request, and its result handed on; what came back and the
+        request as finally sent."""
+        headers = spec.headers(self.headers, sent.ctx.traceparent())
         self.stats.sent += 1
         outcome = Outcome(error="cancelled")
         try:
@@ -247,15 +286,15 @@ class Dispatcher:
             log.debug("request failed in the transport", exc_info=True)
             outcome = Outcome(error=type(exc).__name__)
         finally:
-            self._done(item, spec, outcome, intended_ns, sent)
+            self._done(item, spec, outcome, intended_ns, sent, attempt, retry_of)
+        return outcome, spec
 
     def _done(
-        self, item: Planned, spec: RequestSpec, outcome: Outcome, intended_ns: int, sent: Sent
-    ) -> None:
-        """Account for a finished request (or a cancelled one) and hand on its result."""
+        self, item: Planned, spec: RequestSpec, outcome: Outcome, intended_ns: int, sent: Sent,
+        attempt: int = 1, retry_of: bytes | None = None,
+    ) -> None:  # fmt: skip
+        """Account for a finished attempt (or a cancelled one) and hand on its result."""
         stats = self.stats
-        stats.in_flight -= 1
-        self._slot_freed.set()
         ok = outcome.error is None and outcome.status < 400
         stats.completed += 1
         stats.errors += not ok
@@ -267,6 +306,8 @@ class Dispatcher:
         result = result_record(
             item, intended_ns, shard=self.shard, spec=spec, outcome=outcome, sent=sent
         )
+        if self.retry is not None:
+            result.attempt, result.retry_of = attempt, retry_of
         self.on_result(result)
         if self.spans is not None:
             body = spec.body if self.spans.capture_content else None

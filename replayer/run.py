@@ -14,7 +14,7 @@ import gc
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,8 @@ from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.results import result_record
-from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule
+from tailreplay.replayer.retry import RetryPolicy
+from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
 from tailreplay.replayer.scrape import ScrapeTarget, resolve, scraping
 from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
@@ -106,6 +107,8 @@ class ReplayConfig:
     """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
     think_s: float = 0.0
     """...and this long after it before its next request."""
+    retry: RetryPolicy | None = None
+    """Retry failed requests as a client would (``--retries policy``); None: never."""
     lookahead_items: int = LOOKAHEAD_ITEMS
     """Requests built before they are due, at most (0: each is built when due)..."""
     lookahead_bytes: int = LOOKAHEAD_BYTES
@@ -290,7 +293,7 @@ def _dry_run(
     shard = config.schedule.shard[0] if config.schedule.shard[1] > 1 else None
     per_phase: Counter[str] = Counter()
     last_s = 0.0
-    for item in _until(schedule(config.schedule, the_plan, say), config.duration_s, []):
+    for item in until(schedule(config.schedule, the_plan, say), config.duration_s, []):
         on_result(result_record(item, t0 + round(item.due_s * 1e9), shard=shard))
         if item.phase is not None:
             per_phase[item.phase] += 1
@@ -299,17 +302,6 @@ def _dry_run(
         n = per_phase[phase]
         if seconds > 0:
             say(f"phase {phase}: {n:,} requests in {seconds:,.1f} s, {n / seconds:,.2f} req/s")
-
-
-def _until(
-    items: Iterator[Planned], limit_s: float | None, cut: list[Planned]
-) -> Iterator[Planned]:
-    """``items`` due before ``limit_s`` of replay time; ``cut`` gets the first one not sent."""
-    for item in items:
-        if limit_s is not None and item.due_s >= limit_s:
-            cut.append(item)
-            return
-        yield item
 
 
 async def _live(
@@ -349,7 +341,7 @@ async def _live(
             transport, builder, headers=config.headers, max_inflight=config.max_inflight,
             new_trace_ids=config.new_trace_ids, shard=sc.shard[0] if sc.shard[1] > 1 else None,
             on_result=on_each, spans=spans, lookahead_items=config.lookahead_items,
-            lookahead_bytes=config.lookahead_bytes,
+            lookahead_bytes=config.lookahead_bytes, retry=config.retry,
         )  # fmt: skip
         if config.metrics_listen is not None:
             metrics = ReplayMetrics(dispatcher.stats)
@@ -437,7 +429,7 @@ async def _dispatch(
                                        users=config.users, think_s=config.think_s,
                                        limit_s=config.duration_s)  # fmt: skip
         else:
-            items = _until(schedule(sc, the_plan, say), config.duration_s, cut)
+            items = until(schedule(sc, the_plan, say), config.duration_s, cut)
             await dispatcher.run(items, t0, t0_wall)
         if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
             await dispatcher.cancel_in_flight(STOP_GRACE_S)

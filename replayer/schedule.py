@@ -36,6 +36,7 @@ __all__ = [
     "plan",
     "schedule",
     "shard_of",
+    "until",
 ]
 
 Array = np.ndarray
@@ -393,3 +394,12 @@ def schedule(
     if warn is not None and reader.reorder is not None:
         for line in reader.reorder.warnings():
             warn(f"warning: {line}")
+
+
+def until(items: Iterator[Planned], limit_s: float | None, cut: list[Planned]) -> Iterator[Planned]:
+    """``items`` due before ``limit_s`` of replay time; ``cut`` gets the first one not sent."""
+    for item in items:
+        if limit_s is not None and item.due_s >= limit_s:
+            cut.append(item)
+            return
+        yield item

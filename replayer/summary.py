@@ -76,8 +76,12 @@ class ResultCollector:
     first_sent_ns: int | None = None
     last_done_ns: int | None = None
 
+    retries: int = 0
+    """Results of attempts after the first (``--retries policy``)."""
+
     def add(self, r: Record) -> None:
         self.requests += 1
+        self.retries += (r.attempt or 1) > 1
         self.tail += bool(r.tail)
         if r.lag_ns is not None:
             self.dispatch_lag_ns.append(r.lag_ns)
@@ -136,6 +140,7 @@ class ResultCollector:
                 for _, metric in _SHOWN
             },
             "lag_ms": _summary(lag),
+            "retries": self.retries,
             "tail": {
                 "count": self.tail,
                 "factor": self.tail_factor,
@@ -167,6 +172,10 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         if rate
         else f"duration {s['duration_s']:.1f} s",
     ]
+    if retries := s.get("retries"):
+        first = s["requests"] - retries
+        lines.append(f"retries {retries:,}: {s['requests'] / max(first, 1):.2f} attempts per "
+                     f"request ({first:,} first attempts)")  # fmt: skip
     for name, key in (*((label, f"{metric}_ms") for label, metric in _SHOWN), ("lag", "lag_ms")):
         if p := s.get(key):
             cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))

@@ -16,6 +16,7 @@ import aiohttp
 
 from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
 from tailreplay.replayer.request import RequestSpec
+from tailreplay.replayer.retry import retry_after_s
 from tailreplay.sse import StreamTimeline
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
@@ -43,6 +44,8 @@ class Outcome:
     finish_reason: str | None = None
     error_text: str = ""
     content_type: str = ""
+    retry_after_s: float | None = None
+    """A 429's or 503's ``Retry-After``, in seconds."""
 
 
 class Transport(Protocol):
@@ -112,6 +115,8 @@ class HttpTransport:
                 t0 = clock.t0_ns
                 out.status = resp.status
                 out.content_type = resp.content_type
+                if resp.status in (429, 503):
+                    out.retry_after_s = retry_after_s(resp.headers.get("Retry-After"))
                 sse = resp.content_type == "text/event-stream"
                 timeline = StreamTimeline() if sse else None
                 tap = ResponseTap(stream=sse)

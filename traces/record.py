@@ -71,6 +71,11 @@ class Record:
     phase: str | None = None
     """Replay results: the load shape's phase the request was due in (``step 2 2x``,
     ``base``, ``pulse``); absent for a constant speed or a ramp."""
+    attempt: int | None = None
+    """Replay results under ``--retries policy``: 1 for a first attempt, 2 for its
+    first retry, ...; absent otherwise..."""
+    retry_of: bytes | None = None
+    """...and for a retry, the span id of the attempt it retried."""
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""

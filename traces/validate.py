@@ -74,6 +74,8 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "tail": (BOOL, 0, 0),
     "shard": (INT, 0, 1 << 32),
     "phase": (STR, 0, 0),
+    "attempt": (INT, 1, 1 << 16),
+    "retry_of": (BIN, 0, 8),
 }
 assert FIELD_SPECS.keys() == set(FIELDS), "every Record field has a spec"
 

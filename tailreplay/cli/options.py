@@ -58,7 +58,7 @@ __all__ = [
     "Parsed",
     "archives_argument",
     "buckets_option",
-    "closed_loop_options",
+    "client_options",
     "otlp_options",
     "output_file",
     "output_option",
@@ -229,8 +229,24 @@ def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return out
 
 
-def closed_loop_options(f: F) -> F:
-    """``--users`` and ``--think``: replay as a closed loop (``Dispatcher.run_users``)."""
+def client_options(f: F) -> F:
+    """How the replayed clients behave: ``--users`` and ``--think`` (a closed loop,
+    ``Dispatcher.run_users``), ``--retries`` and ``--max-attempts`` (``replayer/retry.py``)."""
+    f = click.option(
+        "--max-attempts",
+        type=click.IntRange(1, 100),
+        default=3,
+        show_default=True,
+        help="With --retries policy: attempts per request at most, the first included.",
+    )(f)
+    f = click.option(
+        "--retries",
+        type=click.Choice(["recorded", "policy", "off"]),
+        default="recorded",
+        show_default=True,
+        help="recorded: send each record once, retries as recorded; policy: retry a 429/503 "
+        "after its Retry-After, a 5xx or timeout with backoff and jitter; off: never retry.",
+    )(f)
     f = click.option(
         "--think",
         type=DURATION,

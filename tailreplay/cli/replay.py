@@ -26,7 +26,7 @@ from tailreplay.cli.options import (
     SPEED,
     FiniteRange,
     Parsed,
-    closed_loop_options,
+    client_options,
     otlp_options,
     scrape_option,
     send_headers,
@@ -96,6 +96,8 @@ class _Args:
     scrapes: tuple[ScrapeTarget, ...]
     users: int | None
     think: float
+    retries: str
+    max_attempts: int
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
     lag_limit: float
@@ -271,7 +273,7 @@ input, 130 interrupted.""",
 @target_options
 @skip_corrupt_option
 @scrape_option
-@closed_loop_options
+@client_options
 @click.option(
     "--metrics-listen",
     type=HOST_PORT,
@@ -357,15 +359,12 @@ def replay(**options: Any) -> None:
 def _config(args: _Args) -> ReplayConfig:
     """The replay the options describe; every refusal (bad files, clashing flags) first."""
     from tailreplay.exporters.span_process import replay_spans
+    from tailreplay.replayer.retry import RetryPolicy
     from tailreplay.replayer.run import ReplayConfig
     from tailreplay.replayer.schedule import ScheduleConfig
     from tailreplay.traces.reader import ArchiveReader
 
     ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
-    if args.users is not None and (str(args.speed) != "1x" or args.amplify != 1
-                                   or args.workers > 1 or args.dry_run):  # fmt: skip
-        raise UsageError("--users: the users set the rate, so --speed, --amplify, --workers "
-                         "and --dry-run do not apply")  # fmt: skip
     start_ns, end_ns = time_window(args.archives, args.from_, args.to,
                                    skip_corrupt=args.skip_corrupt)  # fmt: skip
     out = _check_outputs(args)
@@ -412,15 +411,21 @@ def _config(args: _Args) -> ReplayConfig:
         duration_s=args.duration,
         users=args.users,
         think_s=args.think,
+        retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
     )
 
 
 def _check_outputs(args: _Args) -> Path:
-    """Refuse clashing or unwritable outputs before any work; the result archive's path."""
+    """Refuse clashing options and unwritable outputs before any work; the result
+    archive's path."""
     if args.report_out is not None and args.report_out.suffix.lower() not in _REPORT_KINDS:
         raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
     if args.dry_run and (args.report_out or args.slos):
         raise UsageError("--report and --slo need a real run, not --dry-run")
+    if args.users is not None and (str(args.speed) != "1x" or args.amplify != 1
+                                   or args.workers > 1 or args.dry_run):  # fmt: skip
+        raise UsageError("--users: the users set the rate, so --speed, --amplify, --workers "
+                         "and --dry-run do not apply")  # fmt: skip
     # In the command, not a parse-time callback: the paths may name folders of the
     # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
     for flag, path in (

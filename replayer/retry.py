@@ -1,0 +1,74 @@
+"""How a client retries (``replay --retries policy``): what a well-behaved OpenAI client
+does when the target is struggling, so a replay gives it the retry storm it would get.
+
+- 429 and 503 with ``Retry-After``: after the time it asks for, at most
+  ``RETRY_AFTER_CAP_S`` (a client will not wait minutes for one request);
+- 429 and 503 without it, any other 5xx, a timeout or a reset connection: after an
+  exponential backoff with full jitter (uniform in 0..min(cap, base * 2^(attempt-1))),
+  as the OpenAI SDKs and AWS's guidance do;
+- anything else (a 4xx that is the request's fault, a success): never.
+
+At most ``max_attempts`` attempts in all, the first included.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the transport reads Retry-After with this module's parser
+    from tailreplay.replayer.transport import Outcome
+
+__all__ = ["BACKOFF_BASE_S", "BACKOFF_CAP_S", "RETRY_AFTER_CAP_S", "RetryPolicy", "retry_after_s"]
+
+RETRY_AFTER_CAP_S = 30.0
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 8.0
+_RETRIED_ERRORS = frozenset({"timeout", "reset", "connect"})
+
+
+@dataclass
+class RetryPolicy:
+    max_attempts: int = 3
+    seed: int = 0
+    _rng: random.Random = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)  # jitter: seeded, so a replay can be repeated
+
+    def delay_s(self, outcome: Outcome, attempt: int) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``, or None: do not retry."""
+        if attempt >= self.max_attempts:
+            return None
+        if outcome.error is None and outcome.status < 500 and outcome.status != 429:
+            return None
+        if outcome.error is not None and outcome.error not in _RETRIED_ERRORS:
+            return None
+        if outcome.status in (429, 503) and outcome.retry_after_s is not None:
+            return min(outcome.retry_after_s, RETRY_AFTER_CAP_S)
+        return self._rng.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
+
+
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date.
+
+    >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s(None)
+    (2.0, None, None)
+    >>> retry_after_s("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
+    10.0
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
