@@ -18,6 +18,7 @@ from typing import Any
 
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.schedule import Planned
+from tailreplay.traces.record import Record
 
 __all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec"]
 
@@ -43,6 +44,10 @@ class RequestSpec:
     """Our count of a synthetic prompt (to compare with the target's usage)."""
     forced: bool = False
     """Sent with min_tokens/ignore_eos (built again if the target refuses them first)."""
+    abort_after_tokens: int | None = None
+    """A recorded client abort: close the stream after this many token events..."""
+    abort_after_s: float | None = None
+    """...or, the tokens unknown, this long after sending (``--client-aborts replay``)."""
 
     def headers(self, base: Mapping[str, str], traceparent: str) -> dict[str, str]:
         """The headers to send: the run's own (``--header``), this request's trace
@@ -90,8 +95,11 @@ class RequestBuilder:
         prompts: PromptMaker,
         default_model: str = "default",
         edits: BodyEdits | None = None,
+        replay_aborts: bool = True,
     ) -> None:
         self.edits = edits
+        self.replay_aborts = replay_aborts
+        """Requests the client abandoned are abandoned at the same point (``_abort``)."""
         self.model_map = dict(model_map)
         self.force_lengths = force_lengths
         self.forced_fields_ok = True
@@ -135,12 +143,34 @@ class RequestBuilder:
         return False
 
     def build(self, item: Planned) -> RequestSpec:
+        abort = self._abort(item.record)
+        if abort is None:
+            return self._build(item, item.budget)
+        tokens, seconds = abort
+        # Room past the abort point: the stream must still be running when it comes.
+        budget = item.budget if tokens is None else max(item.budget or 0, 2 * tokens + 16)
+        spec = self._build(item, budget)
+        spec.abort_after_tokens, spec.abort_after_s = tokens, seconds
+        return spec
+
+    def _abort(self, record: Record) -> tuple[int | None, float | None] | None:
+        """Where the recorded client left: after its stream's tokens (the proxy counts
+        what reached the client), else after its duration; None: it did not leave."""
+        if not self.replay_aborts or record.error != "client_abort":
+            return None
+        if record.stream and record.output_tokens:
+            return record.output_tokens, None
+        if record.duration_ns:
+            return None, record.duration_ns / 1e9
+        return None
+
+    def _build(self, item: Planned, budget: int | None) -> RequestSpec:
         record = item.record
         method = record.method or "POST"
         path = record.path or _CHAT
         bare = path.split("?", 1)[0]
         if record.req_body is not None:
-            return self._from_body(record.req_body, method, path, item.budget)
+            return self._from_body(record.req_body, method, path, budget)
         if method != "POST" or bare not in (_CHAT, _COMPLETIONS):
             return RequestSpec(method, path, None, False, None)
         tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
@@ -161,7 +191,7 @@ class RequestBuilder:
             ours = content
         if stream:
             body["stream_options"] = {"include_usage": True}
-        forced = self._force(body, item.budget, bare)
+        forced = self._force(body, budget, bare)
         if self.edits is not None:
             self.edits.apply(body)
             stream = body.get("stream") is True

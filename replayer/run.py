@@ -109,6 +109,8 @@ class ReplayConfig:
     """...and this long after it before its next request."""
     retry: RetryPolicy | None = None
     """Retry failed requests as a client would (``--retries policy``); None: never."""
+    replay_aborts: bool = True
+    """Abandon recorded client aborts at the same point (``--client-aborts replay``)."""
     lookahead_items: int = LOOKAHEAD_ITEMS
     """Requests built before they are due, at most (0: each is built when due)..."""
     lookahead_bytes: int = LOOKAHEAD_BYTES
@@ -127,10 +129,13 @@ class ReplayOutcome:
 
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C, 1 when stopped early or nothing sent was answered, else 0."""
+        """130 after Ctrl-C, 1 when stopped early or nothing sent was answered (a recorded
+        client abort, replayed, was answered until it left), else 0."""
         if self.interrupted:
             return 130
-        if self.aborted or (self.summary["sent"] and not self.summary["completed"]):
+        s = self.summary
+        answered = s["completed"] + s["errors"].get("client_abort", 0)
+        if self.aborted or (s["sent"] and not answered):
             return RunFailed.exit_code
         return 0
 
@@ -378,6 +383,7 @@ def _builder(config: ReplayConfig) -> RequestBuilder:
         force_lengths=config.force_lengths,
         prompts=PromptMaker(config.schedule.seed),
         edits=config.body_edits,
+        replay_aborts=config.replay_aborts,
     )
 
 

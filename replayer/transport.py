@@ -105,7 +105,19 @@ class HttpTransport:
         )
 
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
+        if spec.abort_after_s is None:
+            return await self._send(spec, headers)
+        # A recorded abort whose tokens are unknown: leave after the recorded time.
+        began = time.monotonic_ns()
+        try:
+            async with asyncio.timeout(spec.abort_after_s):
+                return await self._send(spec, headers)
+        except TimeoutError:
+            return Outcome(error="client_abort", duration_ns=time.monotonic_ns() - began)
+
+    async def _send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
         out = Outcome()
+        aborted = False
         clock = _Clock(time.monotonic_ns())  # until the head is written: the call's start
         try:
             async with self._session.request(
@@ -120,6 +132,7 @@ class HttpTransport:
                 sse = resp.content_type == "text/event-stream"
                 timeline = StreamTimeline() if sse else None
                 tap = ResponseTap(stream=sse)
+                stop_at = spec.abort_after_tokens or float("inf")
                 async for chunk in resp.content.iter_any():
                     now = time.monotonic_ns()
                     if timeline is not None:
@@ -128,12 +141,18 @@ class HttpTransport:
                         out.ttfb_ns = now - t0
                     out.bytes_out += len(chunk)
                     tap.feed(chunk)
+                    if timeline is not None and timeline.tokens >= stop_at:
+                        aborted = True  # the recorded client left here: so do we
+                        resp.close()
+                        break
                 end = time.monotonic_ns()
                 out.duration_ns = end - t0
                 if timeline is not None:
                     timeline.finish(end)
                     _timeline(out, timeline, t0)
                 _read_body(out, spec, tap, timeline)
+                if aborted:
+                    out.error = "client_abort"
         except TimeoutError:
             out.error = "timeout"
         except aiohttp.ClientConnectorError:

@@ -231,7 +231,16 @@ def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
 
 def client_options(f: F) -> F:
     """How the replayed clients behave: ``--users`` and ``--think`` (a closed loop,
-    ``Dispatcher.run_users``), ``--retries`` and ``--max-attempts`` (``replayer/retry.py``)."""
+    ``Dispatcher.run_users``), ``--retries`` and ``--max-attempts`` (``replayer/retry.py``),
+    ``--client-aborts`` (``RequestBuilder``)."""
+    f = click.option(
+        "--client-aborts",
+        type=click.Choice(["replay", "off"]),
+        default="replay",
+        show_default=True,
+        help="replay: a request the client abandoned (client_abort) is abandoned after as "
+        "many streamed tokens (or, those unknown, as long); off: every answer read whole.",
+    )(f)
     f = click.option(
         "--max-attempts",
         type=click.IntRange(1, 100),

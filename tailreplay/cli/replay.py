@@ -98,6 +98,7 @@ class _Args:
     think: float
     retries: str
     max_attempts: int
+    client_aborts: str
     metrics_listen: tuple[str, int] | None
     metrics_linger: float
     lag_limit: float
@@ -412,6 +413,7 @@ def _config(args: _Args) -> ReplayConfig:
         users=args.users,
         think_s=args.think,
         retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
+        replay_aborts=args.client_aborts == "replay",
     )
 
 

@@ -1,0 +1,85 @@
+"""A client that leaves mid-stream: captured with where it left, and replayed leaving
+there too (``replay --client-aborts replay``, the default).
+
+The simulator decodes a token every 20 ms, so a client that closes after reading its
+20th token event is gone before the 21st is written: the proxy records 20 tokens
+delivered. Replayed through a second capturing proxy, the replayer closes the stream
+after 20 token events as well, and that proxy records the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tailreplay.sim.profiles import PROFILES
+from tailreplay.sim.server import SimConfig, serve
+from tailreplay.traces.record import Record
+from tests.helpers import metric
+from tests.proxy_helpers import proxy_to, records
+
+SLOW = PROFILES["default"].with_overrides(decode_base_ms=20.0, decode_per_seq_ms=0.0)
+BODY = {"model": "m", "messages": [{"role": "user", "content": "tell me a long story"}],
+        "stream": True, "max_tokens": 200, "ignore_eos": True}  # fmt: skip
+
+
+async def _read_then_leave(url: str, events: int) -> None:
+    async with aiohttp.ClientSession() as s, s.post(url + "/v1/chat/completions", json=BODY) as r:
+        seen = 0
+        async for line in r.content:
+            if line.startswith(b"data: {") and b'"content"' in line:
+                seen += 1
+                if seen == events:
+                    return  # leaving the block closes the connection mid-stream
+
+
+async def _replay(archive: Path, target: str, out: Path, *extra: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tailreplay", "replay", str(archive), "--target", target,
+        "--out", str(out), "--no-preflight", *extra,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, stderr.decode()
+    return stdout.decode()
+
+
+def _chats(out: Path) -> list[Record]:
+    """The captured chat requests (the replayer warms its connections with GET /v1/models)."""
+    return [r for r in records(out) if r.path == "/v1/chat/completions"]
+
+
+async def _aborts(sim: str, before: float) -> float:
+    for _ in range(100):  # the simulator notices the hang-up on its next write
+        if (now := await metric(sim, "tailreplay_sim_client_aborts_total")) > before:
+            return now
+        await asyncio.sleep(0.05)
+    return before
+
+
+async def test_an_abort_is_captured_where_it_happened_and_replayed_there(tmp_path: Path) -> None:
+    async with serve(SimConfig(profile=SLOW, port=0)) as sim:
+        async with proxy_to(sim, tmp_path / "capture") as proxy:
+            await _read_then_leave(proxy.url, 20)
+            assert await _aborts(sim, 0) == 1
+        (captured,) = records(tmp_path / "capture")
+        assert captured.error == "client_abort" and captured.status == 200
+        assert captured.output_tokens is not None and abs(captured.output_tokens - 20) <= 1
+        archive = sorted((tmp_path / "capture").glob("*.msgpack*"))[0]
+
+        async with proxy_to(sim, tmp_path / "again") as proxy:
+            stdout = await _replay(archive, proxy.url, tmp_path / "r.msgpack")
+            assert await _aborts(sim, 1) == 2  # the target saw the client leave
+        (again,) = _chats(tmp_path / "again")
+        assert again.error == "client_abort"
+        assert again.output_tokens is not None and abs(again.output_tokens - 20) <= 1
+        assert "client_abort 1" in stdout
+
+        # --client-aborts off reads the answer whole: no abort, more tokens.
+        async with proxy_to(sim, tmp_path / "whole") as proxy:
+            await _replay(archive, proxy.url, tmp_path / "w.msgpack", "--client-aborts", "off")
+        (whole,) = _chats(tmp_path / "whole")
+        assert whole.error is None and whole.status == 200
