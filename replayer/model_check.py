@@ -37,7 +37,7 @@ from tailreplay.traces.metrics import metric_values
 from tailreplay.traces.ops import copy_records, record_filter
 from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, requests
 
-__all__ = ["ArmResult", "CheckConfig", "run_check"]
+__all__ = ["ArmResult", "CheckConfig", "pooled", "run_check"]
 
 Array = npt.NDArray[Any]
 QUANTILES = (50.0, 95.0, 99.0)
@@ -103,7 +103,31 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         with cfg.fresh_target(longest) as url:
             _replay(cfg, url, path, out)
         results.append(_measure(kind, seed, path, out, cfg.lag_limit_ms))
-    return results
+    return results + pooled(results, cfg.out_dir)
+
+
+def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
+    """Per synthetic kind with several seeds, the seeds' requests as one arm (``model
+    pooled``): a model predicts a distribution of latencies, and one window's P99 of a
+    bursty process varies a lot from draw to draw (the true process itself can miss a
+    given window's P99 by half), so the pooled P99 is the model's prediction and the
+    seeds' spread is the draw-to-draw noise."""
+    out = []
+    for kind in ("model", "poisson"):
+        arms = [r for r in results if r.arm == kind and r.seed is not None]
+        if len(arms) < 2:
+            continue
+        files = [out_dir / f"{kind}-{r.seed}-results.msgpack" for r in arms]
+        values = metric_values(requests(load_columns(files, list(STATS_FIELDS),
+                                                     presence_only=STATS_PRESENCE)))  # fmt: skip
+        out.append(ArmResult(
+            arm=f"{kind} pooled", seed=None, requests=sum(r.requests for r in arms),
+            errors=sum(r.errors for r in arms), latency=_with_intervals(values["latency"]),
+            ttft=_with_intervals(values["ttft"]), idc=[None] * len(WINDOWS_S),
+            lag_p99_ms=max((r.lag_p99_ms or 0.0) for r in arms),
+            client_bound=any(r.client_bound for r in arms),
+        ))  # fmt: skip
+    return out
 
 
 def _window(cfg: CheckConfig) -> tuple[Path, float, int]:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tailreplay.replayer.model_check import ArmResult, pooled
 from tailreplay.traces.hmm import Mmpp
 from tests.helpers import write_plain
 
@@ -105,3 +106,22 @@ def test_bad_options_are_one_line_and_exit_2(
                        "--out-dir", str(tmp_path / "arms"))  # fmt: skip
     assert done.returncode == 2 and message in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_seeds_are_pooled_into_the_models_prediction(tmp_path: Path) -> None:
+    # Two seeds' results, one with a slow tail: the pooled P99 is the P99 of both
+    # seeds' requests together, not either seed's nor their mean.
+    rng = np.random.default_rng(3)
+    latencies = {1: rng.uniform(100, 200, 500), 2: np.append(rng.uniform(100, 200, 490),
+                                                             np.full(10, 5000.0))}  # fmt: skip
+    arms = [ArmResult("exact", None, 1000, 0)]
+    for seed, ms in latencies.items():
+        maps = [{"start_ns": T0 + i * 10**7, "duration_ns": round(v * 1e6), "status": 200,
+                 "sent_ns": T0 + i * 10**7, "stream": False} for i, v in enumerate(ms)]  # fmt: skip
+        write_plain(tmp_path / f"model-{seed}-results.msgpack", maps)
+        arms.append(ArmResult("model", seed, len(ms), 0, lag_p99_ms=1.0 + seed))
+    (pool,) = pooled(arms, tmp_path)
+    assert pool.arm == "model pooled" and pool.seed is None and pool.requests == 1000
+    both = np.concatenate(list(latencies.values()))
+    assert pool.latency["p99"][0] == pytest.approx(np.percentile(both, 99), rel=1e-3)
+    assert pool.lag_p99_ms == 3.0 and not pool.client_bound
