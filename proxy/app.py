@@ -271,6 +271,8 @@ class _Forwarder:
                 content_type = value
             elif lower == "content-encoding":
                 ex.content_encoding = value
+            elif lower == "retry-after":
+                ex.retry_after = value
         is_sse = content_type.startswith("text/event-stream")
         relay = SseRelay() if is_sse and ex.injected_usage else None
         ex.tap = ResponseTap(stream=is_sse)

@@ -52,6 +52,8 @@ class Exchange:
     content_encoding: str | None = None
     usage_event: bytes | None = None
     """The usage-only SSE event stripped from the client's stream, if any."""
+    retry_after: str | None = None
+    """The upstream's ``Retry-After`` header, as sent."""
 
     def finish(self, now_ns: int) -> None:
         """The response is over (or abandoned): settle the times sinks and records read."""

@@ -18,6 +18,8 @@ from tailreplay.openai_api import chat_text, parse_usage, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import RequestInfo, request_info
+from tailreplay.proxy.retries import RetryLinker
+from tailreplay.retry_after import retry_after_s
 from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.metrics import is_error
 from tailreplay.traces.prompt_tokens import Calibration, estimate_prompt_tokens
@@ -127,6 +129,9 @@ def build_record(
     if tokens is not None:
         record.prefix_hashes = prefix_hashes(tokens) or None
 
+    if ex.retry_after is not None and ex.status in (429, 503):
+        wait = retry_after_s(ex.retry_after)
+        record.retry_after_ms = round(wait * 1000) if wait is not None else None
     kept = bytes(ex.tap.kept) if ex.tap is not None else b""
     if record.error is None and ex.tap is not None and not ex.content_encoding:
         record.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
@@ -191,6 +196,7 @@ class RecordBuilder:
         self.calibration = Calibration()
         """Each model's prompt counts as its server reports them, for the estimates."""
         self._sampler = TraceSampler(config.sample)
+        self._retries = RetryLinker(config.fingerprint_key)
         self.on_record: Callable[[Record], None] | None = None
         """Called with every record built (the metrics count tokens from it)."""
 
@@ -201,6 +207,7 @@ class RecordBuilder:
             self.failed += 1
             log.exception("could not build a record; it is dropped")
             return
+        self._retries.link(record, ex.req_body)
         if self.on_record is not None:
             self.on_record(record)
         # Sampling keeps errors and requests at or above the running P99: the tail is

@@ -89,6 +89,8 @@ def _answered(
     record.ttft_content_ns = outcome.ttft_content_ns
     record.chunk_gaps_us = outcome.gaps_us or None
     record.status = outcome.status
+    if outcome.retry_after_s is not None:
+        record.retry_after_ms = round(outcome.retry_after_s * 1000)
     record.output_tokens = outcome.completion_tokens
     record.cached_tokens = outcome.cached_tokens
     record.reasoning_tokens = outcome.reasoning_tokens

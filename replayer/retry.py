@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the transport reads Retry-After with this module's parser
-    from tailreplay.replayer.transport import Outcome
+from tailreplay.replayer.transport import Outcome
 
-__all__ = ["BACKOFF_BASE_S", "BACKOFF_CAP_S", "RETRY_AFTER_CAP_S", "RetryPolicy", "retry_after_s"]
+__all__ = ["BACKOFF_BASE_S", "BACKOFF_CAP_S", "RETRY_AFTER_CAP_S", "RetryPolicy"]
 
 RETRY_AFTER_CAP_S = 30.0
 BACKOFF_BASE_S = 0.5
@@ -50,25 +46,3 @@ class RetryPolicy:
         if outcome.status in (429, 503) and outcome.retry_after_s is not None:
             return min(outcome.retry_after_s, RETRY_AFTER_CAP_S)
         return self._rng.uniform(0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (attempt - 1)))
-
-
-def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
-    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date.
-
-    >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s(None)
-    (2.0, None, None)
-    >>> retry_after_s("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
-    10.0
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)

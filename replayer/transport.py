@@ -16,7 +16,7 @@ import aiohttp
 
 from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
 from tailreplay.replayer.request import RequestSpec
-from tailreplay.replayer.retry import retry_after_s
+from tailreplay.retry_after import retry_after_s
 from tailreplay.sse import StreamTimeline
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]

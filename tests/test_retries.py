@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tailreplay.replayer.retry import RetryPolicy, retry_after_s
+from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.transport import Outcome
+from tailreplay.retry_after import retry_after_s
 from tailreplay.traces.reader import ArchiveReader
 from tests.helpers import write_plain
 

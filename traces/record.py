@@ -60,6 +60,8 @@ class Record:
     error_message: str | None = None
     """Replay results: the target's own message for a refused request (first line,
     at most 200 characters, redacted)."""
+    retry_after_ms: int | None = None
+    """A 429's or 503's ``Retry-After``, in ms."""
     # Replay result fields.
     orig_trace_id: bytes | None = None
     orig_span_id: bytes | None = None
@@ -72,8 +74,9 @@ class Record:
     """Replay results: the load shape's phase the request was due in (``step 2 2x``,
     ``base``, ``pulse``); absent for a constant speed or a ramp."""
     attempt: int | None = None
-    """Replay results under ``--retries policy``: 1 for a first attempt, 2 for its
-    first retry, ...; absent otherwise..."""
+    """A retry's attempt (2 for the first retry, ...): in a capture, a request the proxy
+    recognised as one (``proxy/retries.py``); in replay results under ``--retries
+    policy``, every attempt's, the first's 1. Absent: a first attempt..."""
     retry_of: bytes | None = None
     """...and for a retry, the span id of the attempt it retried."""
 

@@ -1,0 +1,31 @@
+"""A ``Retry-After`` header's wait (RFC 9110 §10.2.3), read by the proxy when it
+records a 429 or 503 and by the replayer when it retries one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+__all__ = ["retry_after_s"]
+
+
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date.
+
+    >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s(None)
+    (2.0, None, None)
+    >>> retry_after_s("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
+    10.0
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
