@@ -82,6 +82,9 @@ class ScheduleConfig:
     skip_corrupt: bool = False
     tail_cost: TailCost = DEFAULT_TAIL_COST
     max_context: int | None = None
+    drop_retries: bool = False
+    """Leave out records that are recorded retries (``attempt`` >= 2): the replay's own
+    client retries, or none (``--retries policy`` or ``off``)."""
     """The target's context in tokens, when known: a stretched budget is cut so that
     input + budget fits it (never below the recorded budget)."""
     spread_ticks: bool | None = None
@@ -153,11 +156,17 @@ def shard_of(record: Record, shards: int, index: int = 0) -> int:
     return _u64(_key(record, index), b"shard") % shards
 
 
-def _window(starts: np.ndarray, config: ScheduleConfig) -> np.ndarray | None:
+def _window(cols: Columns, config: ScheduleConfig) -> np.ndarray | None:
     """The replayed records as a mask, or None when every record is replayed."""
+    starts = cols["start_ns"]
+    retries = None
+    if config.drop_retries:
+        attempts = load_columns(config.paths, ["attempt"], skip_corrupt=config.skip_corrupt)
+        retries = attempts.present["attempt"] & (attempts["attempt"] >= 2)
+        retries = retries if retries.any() else None
     if config.start_ns is None and config.end_ns is None and config.limit is None:
-        return None
-    keep = np.ones(len(starts), dtype=bool)
+        return None if retries is None else ~retries
+    keep = np.ones(len(starts), dtype=bool) if retries is None else ~retries
     if config.start_ns is not None:
         keep &= starts >= config.start_ns
     if config.end_ns is not None:
@@ -173,7 +182,7 @@ def plan(config: ScheduleConfig) -> Plan:
     # One value column at a time (at 5M records each is 40 MB), each load reduced to
     # what the plan keeps before the next: durations, then token counts.
     cols = load_columns(config.paths, ["duration_ns"], skip_corrupt=config.skip_corrupt)
-    keep = _window(cols["start_ns"], config)
+    keep = _window(cols, config)
     starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
         raise InputError("no records to replay (check --from/--to/--limit)")
@@ -365,6 +374,8 @@ def schedule(
             continue
         if config.end_ns is not None and start >= config.end_ns:
             break
+        if config.drop_retries and (record.attempt or 1) > 1:
+            continue
         if config.limit is not None and selected >= config.limit:
             break
         selected += 1

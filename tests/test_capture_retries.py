@@ -11,6 +11,7 @@ same body), and this time it is queued.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,15 @@ async def test_a_retry_is_linked_to_its_429_and_replayed_as_late(tmp_path: Path)
     replayed = {r.orig_span_id: r for r in ArchiveReader([tmp_path / "r.msgpack"])}
     sent_gap_ns = replayed[again.span_id].sent_ns - replayed[first.span_id].sent_ns
     assert abs(sent_gap_ns - gap_ns) <= 50 * 10**6, (sent_gap_ns, gap_ns)
+
+    # --retries policy (or off) leaves the recorded retry out: the replay's own client
+    # retries instead (or nothing does).
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "replay", str(archive), "--dry-run",
+         "--retries", "policy", "--out", str(tmp_path / "d.msgpack")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    planned = [r.orig_span_id for r in ArchiveReader([tmp_path / "d.msgpack"])]
+    assert first.span_id in planned and again.span_id not in planned
+    assert len(planned) == len(chats) - 1

@@ -380,7 +380,7 @@ def _config(args: _Args) -> ReplayConfig:
         tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
         end_ns=end_ns, limit=args.limit, shard=args.shard, seed=args.seed,
         skip_corrupt=args.skip_corrupt, tail_cost=model.tail_cost, max_context=model.max_context,
-        spread_ticks=args.spread_ticks,
+        spread_ticks=args.spread_ticks, drop_retries=args.retries != "recorded",
     )  # fmt: skip
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
     return ReplayConfig(
