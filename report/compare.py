@@ -36,6 +36,7 @@ from tailreplay.report.model import (
     PhaseRow,
     ReplaySettings,
     Report,
+    Retries,
     Series,
     SideName,
     SideSummary,
@@ -116,7 +117,29 @@ def compare(
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
     report["phases"] += _phases(replayed, rng)
+    if any(side.retry.any() for side in sides.values()):
+        report["retries"] = per_side({name: _retries(side) for name, side in sides.items()})
     return report
+
+
+RETRY_BIN_S = 60.0
+
+
+def _retries(side: Side) -> Retries | None:
+    """A side's first attempts and retries, overall and per ``RETRY_BIN_S`` of its time."""
+    if not side.retry.any():
+        return None
+    bins = ((side.start_ns - side.start_ns.min()) // round(RETRY_BIN_S * 1e9)).astype(np.int64)
+    retries = np.bincount(bins, weights=side.retry, minlength=int(bins.max()) + 1)
+    every = np.bincount(bins, minlength=retries.size)
+    firsts = every - retries
+    first, again = int(firsts.sum()), int(retries.sum())
+    return {
+        "first_attempts": first, "retries": again,
+        "attempts_per_request": (first + again) / max(first, 1), "bin_s": RETRY_BIN_S,
+        "by_time": [(i * RETRY_BIN_S, int(f), int(r))
+                    for i, (f, r) in enumerate(zip(firsts, retries, strict=True))],
+    }  # fmt: skip
 
 
 def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:

@@ -30,6 +30,7 @@ __all__ = [
     "PhaseRow",
     "ReplaySettings",
     "Report",
+    "Retries",
     "ScopeRow",
     "Series",
     "SideName",
@@ -131,6 +132,18 @@ class PhaseRow(TypedDict):
     seconds: float | None
     """Replay seconds the phase lasted (its throughput's window); None when unknown."""
     replayed: SideSummary
+
+
+class Retries(TypedDict):
+    """One side's retries: requests sent again after failing (``attempt`` >= 2)."""
+
+    first_attempts: int
+    retries: int
+    attempts_per_request: float
+    """(first attempts + retries) / first attempts: the retry amplification."""
+    bin_s: float
+    by_time: list[tuple[float, int, int]]
+    """(``t_s`` from the side's first request, first attempts, retries) per ``bin_s``."""
 
 
 class SlowDown(TypedDict):
@@ -302,3 +315,5 @@ class Report(TypedDict):
     """Only when objectives were given."""
     engine: NotRequired[EngineReport]
     """The target's own metrics and findings, when the replay scraped them."""
+    retries: NotRequired[PerSide[Retries | None]]
+    """Only when a side has retries; None for a side without."""

@@ -29,7 +29,7 @@ _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens"
          "lag_ns")  # fmt: skip
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
-_FLAGS = ("stream", "error", "tail", "estimated")
+_FLAGS = ("stream", "error", "tail", "estimated", "retry")
 
 
 @dataclass
@@ -61,6 +61,8 @@ class Side:
     tail: Array
     estimated: Array
     """Token counts estimated here, not reported by the server (tokens_source)."""
+    retry: Array
+    """A retry (``attempt`` >= 2): recognised by the proxy, or sent by ``--retries policy``."""
     key: list[bytes | None]
     itl_us: LogHistogram
     warnings: list[str] = field(default_factory=list)
@@ -199,7 +201,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     # The phase always (the report's phase table); the others when a caller classes by them.
     labelled = [(values.append, name) for name, values in columns.raw.items()]
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
-    estimated = flags["estimated"].append
+    estimated, retry = flags["estimated"].append, flags["retry"].append
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -230,6 +232,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             stream(get("stream") is True)
             tail(get("tail") is True)
             estimated(get("tokens_source") == "estimate")
+            retry((get("attempt") or 0) > 1)
             chunk_gaps = get("chunk_gaps_us")
             if chunk_gaps and not bad:
                 gaps.extend(chunk_gaps)

@@ -105,6 +105,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
     if report["phases"]:
         tables.append(_phases(report))
+    if "retries" in report:
+        tables.append(_retries(report))
     if "engine" in report:
         tables += _engine(report["engine"])
     if any(kinds for _, kinds in side_items(report["errors"])):
@@ -168,6 +170,24 @@ def _phases(report: Report) -> ReportTable:
                 ms(_value(ttft, "p99")), pct(s["error_rate"]),
             ]
         )  # fmt: skip
+    return t
+
+
+def _retries(report: Report) -> ReportTable:
+    t = ReportTable(
+        "retries",
+        ["side", "from s", "first attempts", "retries", "attempts per request"],
+        note="attempts per request: (first attempts + retries) / first attempts, the "
+        "retry amplification; a retry is a request sent again after it failed",
+    )
+    for name, r in side_items(report["retries"]):
+        if r is None:
+            continue
+        t.rows.append([name, "all", f"{r['first_attempts']:,}", f"{r['retries']:,}",
+                       f"{r['attempts_per_request']:.2f}"])  # fmt: skip
+        for t_s, first, again in r["by_time"]:
+            share = f"{(first + again) / first:.2f}" if first else "-"
+            t.rows.append([name, f"{t_s:g}", f"{first:,}", f"{again:,}", share])
     return t
 
 

@@ -8,9 +8,12 @@ retried. ``--retries off`` sends each request once.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.transport import Outcome
@@ -67,6 +70,26 @@ def test_policy_retries_429s_after_retry_after_up_to_max_attempts(tmp_path: Path
         # Sent after the Retry-After second the 429 asked for.
         waited_s = (r.sent_ns - (earlier.sent_ns + earlier.duration_ns)) / 1e9
         assert 0.95 <= waited_s <= 1.5, waited_s
+
+
+def test_the_report_shows_the_retry_amplification(tmp_path: Path) -> None:
+    archive = _burst(tmp_path / "a.msgpack")
+    _replay(archive, tmp_path / "p.msgpack", "--retries", "policy", "--max-attempts", "3")
+    results = list(ArchiveReader([tmp_path / "p.msgpack"]))
+    retries = sum((r.attempt or 1) > 1 for r in results)
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "report", str(tmp_path / "p.msgpack"),
+         "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    block = json.loads((tmp_path / "r.json").read_text())["retries"]
+    assert block["recorded"] is None  # the burst was recorded without retries
+    mine = block["replayed"]
+    assert mine["first_attempts"] == 40 and mine["retries"] == retries > 0
+    assert mine["attempts_per_request"] == pytest.approx((40 + retries) / 40)
+    assert sum(f + r for _, f, r in mine["by_time"]) == len(results)
+    assert "| replayed | all | 40 |" in (tmp_path / "r.md").read_text()
 
 
 def test_the_policy_retries_what_a_client_would() -> None:
