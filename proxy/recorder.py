@@ -22,6 +22,7 @@ from tailreplay.proxy.retries import RetryLinker
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sampling import RunningP99, TraceSampler
 from tailreplay.traces.metrics import is_error
+from tailreplay.traces.prompt_stats import prompt_stats
 from tailreplay.traces.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.traces.record import Record
 from tailreplay.traces.redact import fingerprint, redact_body, redact_headers, redact_path
@@ -128,6 +129,9 @@ def build_record(
     tokens = get().encode_ordinary(prompt) if prompt is not None else None
     if tokens is not None:
         record.prefix_hashes = prefix_hashes(tokens) or None
+        stats = prompt_stats(tokens)
+        if stats is not None:
+            record.prompt_entropy_mbits, record.prompt_repetition_pm = stats
 
     if ex.retry_after is not None and ex.status in (429, 503):
         wait = retry_after_s(ex.retry_after)

@@ -12,20 +12,29 @@ from the record's own id, so they match no other record's.
 A 100k-token prompt (~650 KB) takes about 2 ms to build: the draws are SHAKE-128
 output (one byte a word), made into text by one numpy gather; whole shared blocks
 are kept and reused.
+
+Given the recorded prompt's token entropy (``prompt_entropy_mbits``), the blocks not
+shared are drawn from fewer words, as many as make a prompt of that length come out
+at that entropy (``vocabulary``); shared blocks keep every word, so records that
+shared a prefix still share its text. Every word equally likely, the most a prompt
+reaches is log2(211 words) = 7.7 bits a token; real prose and code run 8-10.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import math
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
 from tailreplay.openai_api import chat_text
+from tailreplay.traces.prompt_stats import entropy_bits as entropy_bits_of
 from tailreplay.traces.tokens import count_tokens, get
 
-__all__ = ["PromptMaker", "single_token_words"]
+__all__ = ["EntropyTally", "PromptMaker", "single_token_words", "vocabulary"]
 
 BLOCK_TOKENS = 512
 BLOCK_CACHE_BYTES = 32 * 2**20
@@ -52,6 +61,51 @@ _CANDIDATES = (  # noqa: SIM905 - reads better as text
     "north love support technology step baby computer type attention film tree source "
     "organization hair window evidence population site training memory river field sound "
 ).split()
+
+
+@dataclass
+class EntropyTally:
+    prompts: int = 0
+    intended_bits: float = 0.0
+    achieved_bits: float = 0.0
+
+    def add(self, intended: float, achieved: float) -> None:
+        self.prompts += 1
+        self.intended_bits += intended
+        self.achieved_bits += achieved
+
+    def summary(self) -> dict[str, float | int] | None:
+        """Mean bits per token asked for and achieved; None when no prompt asked."""
+        if not self.prompts:
+            return None
+        return {"prompts": self.prompts, "intended_bits": self.intended_bits / self.prompts,
+                "achieved_bits": self.achieved_bits / self.prompts}  # fmt: skip
+
+
+@functools.cache
+def _index(size_v: int) -> np.ndarray:
+    """Per byte value, the word it picks from a vocabulary of ``size_v`` words."""
+    return np.arange(256) % size_v
+
+
+@functools.cache
+def vocabulary(entropy_bits: float, tokens: int) -> int:
+    """How many words, drawn uniformly by bytes, give a prompt of ``tokens`` words the
+    token entropy ``entropy_bits``: the empirical entropy of n draws falls short of the
+    distribution's by about (V - 1) / (2 n ln 2) bits (Miller-Madow), so a short
+    prompt needs more words than 2^H.
+
+    >>> vocabulary(3.0, 10_000)
+    8
+    """
+    n = len(single_token_words())
+    best, gap = n, math.inf
+    for size_v in range(1, n + 1):
+        counts = np.bincount(_index(size_v), minlength=size_v)
+        expected = entropy_bits_of(counts) - (size_v - 1) / (2 * max(tokens, 1) * math.log(2))
+        if abs(expected - entropy_bits) < gap:
+            best, gap = size_v, abs(expected - entropy_bits)
+    return best
 
 
 @functools.cache
@@ -86,29 +140,54 @@ class PromptMaker:
         self._seed = seed.to_bytes(8, "big", signed=True)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self.cached_bytes = 0
+        self._tables: dict[int, np.ndarray] = {}
+        self.entropy = EntropyTally()
+        """Entropy asked for and achieved, over the prompts drawn to one."""
 
-    def prompt(self, tokens: int, prefix_hashes: list[int] | None, salt: bytes) -> bytes:
+    def prompt(
+        self, tokens: int, prefix_hashes: list[int] | None, salt: bytes,
+        entropy_bits: float | None = None,
+    ) -> bytes:  # fmt: skip
         """``tokens`` words, ASCII (safe inside a JSON string as they are); block i follows
-        prefix_hashes[i] when there is one, else a draw from ``salt`` (stable across runs).
+        prefix_hashes[i] when there is one, else a draw from ``salt`` (stable across runs);
+        the blocks not shared from the vocabulary that gives ``entropy_bits``, if asked.
 
         >>> PromptMaker().prompt(3, [7], b"r1") == PromptMaker().prompt(3, [7], b"r2")
         True
         """
+        size_v = len(self.words) if entropy_bits is None else vocabulary(entropy_bits, tokens)
         parts: list[bytes] = []
         pending: list[bytes] = []  # draws of consecutive blocks, made into words at once
+        own: list[bytes] = []  # every draw not shared, and every shared one (entropy kept)
+        shared: list[bytes] = []
         for i in range((tokens + BLOCK_TOKENS - 1) // BLOCK_TOKENS):
             size = min(BLOCK_TOKENS, tokens - i * BLOCK_TOKENS)
             if prefix_hashes and i < len(prefix_hashes):
-                if size == BLOCK_TOKENS:
-                    parts += (self._words(pending), self._shared_block(prefix_hashes[i]))
-                    pending = []
-                    continue
                 key = b"h" + str(prefix_hashes[i]).encode()
+                if size == BLOCK_TOKENS:
+                    parts += (self._words(pending, size_v), self._shared_block(prefix_hashes[i]))
+                    pending = []
+                    if entropy_bits is not None:
+                        shared.append(self._draw(key, size))
+                    continue
             else:
                 key = b"s" + salt + i.to_bytes(4, "big")
             pending.append(self._draw(key, size))
-        parts.append(self._words(pending))
+            own.append(pending[-1])
+        parts.append(self._words(pending, size_v))
+        if entropy_bits is not None:
+            self.entropy.add(entropy_bits, self._entropy_of(own, size_v, shared))
         return b"".join(parts)
+
+    def _entropy_of(self, own: list[bytes], size_v: int, shared: list[bytes]) -> float:
+        """The token entropy of a prompt built from these draws (each word one token)."""
+        n = len(self.words)
+        counts = np.zeros(n, dtype=np.int64)
+        for draws, index in ((own, _index(size_v)), (shared, _index(n))):
+            if draws:
+                picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
+                counts += np.bincount(index[picks] % n, minlength=n)
+        return entropy_bits_of(counts)
 
     def text(self, tokens: int, prefix_hashes: list[int] | None, salt: bytes) -> str:
         """``prompt`` as a string."""
@@ -118,11 +197,19 @@ class PromptMaker:
         """``size`` bytes, each picking one word, from the seed and the block's key."""
         return hashlib.shake_128(self._seed + key).digest(size)
 
-    def _words(self, draws: list[bytes]) -> bytes:
+    def _words(self, draws: list[bytes], size_v: int | None = None) -> bytes:
+        """The draws made into words: byte b picks word (b % ``size_v``)."""
         if not draws:
             return b""
         picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
-        return self._table[picks].tobytes().translate(None, b"\0")
+        table = self._table if size_v in (None, len(self.words)) else self._table_of(size_v)
+        return table[picks].tobytes().translate(None, b"\0")
+
+    def _table_of(self, size_v: int) -> np.ndarray:
+        table: np.ndarray | None = self._tables.get(size_v)
+        if table is None:  # one per vocabulary size: 211 at most, ~3.4 KB each
+            table = self._tables[size_v] = self._table[_index(size_v)]
+        return table
 
     def _shared_block(self, block: int) -> bytes:
         """A whole block drawn from prefix hash ``block``, kept for the records that share

@@ -180,7 +180,9 @@ class RequestBuilder:
         # same text and share a prefix cache they never shared in production.
         key = item.key or record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
         salt = key + item.copy.to_bytes(4, "big")
-        text = self.prompts.prompt(content, record.prefix_hashes, salt)
+        entropy = record.prompt_entropy_mbits
+        text = self.prompts.prompt(content, record.prefix_hashes, salt,
+                                   entropy / 1000 if entropy is not None else None)  # fmt: skip
         stream = bool(record.stream)
         body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}
         if bare == _CHAT:

@@ -450,6 +450,8 @@ async def _dispatch(
     summary = collector.summary(s.sent, s.dropped)
     if s.input_intended:
         summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
+    if (entropy := dispatcher.builder.prompts.entropy.summary()) is not None:
+        summary["prompt_entropy"] = entropy
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
     if cut:

@@ -172,6 +172,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         if rate
         else f"duration {s['duration_s']:.1f} s",
     ]
+    if e := s.get("prompt_entropy"):
+        lines.append(f"synthetic prompts' entropy: asked {e['intended_bits']:.2f} bits/token, "
+                     f"drawn {e['achieved_bits']:.2f} (mean of {e['prompts']:,})")  # fmt: skip
     if retries := s.get("retries"):
         first = s["requests"] - retries
         lines.append(f"retries {retries:,}: {s['requests'] / max(first, 1):.2f} attempts per "

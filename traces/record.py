@@ -53,6 +53,11 @@ class Record:
     max_tokens: int | None = None
     finish_reason: str | None = None
     prefix_hashes: list[int] | None = None
+    prompt_entropy_mbits: int | None = None
+    """The prompt's token-level Shannon entropy, millibits per token
+    (``traces/prompt_stats.py``)..."""
+    prompt_repetition_pm: int | None = None
+    """...and the share of its tokens that repeat an earlier one, per mille."""
     session: str | None = None
     bytes_in: int | None = None
     bytes_out: int | None = None
@@ -108,6 +113,7 @@ INT_FIELDS = frozenset(
         "start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "status", "input_tokens",
         "output_tokens", "cached_tokens", "reasoning_tokens", "max_tokens", "bytes_in",
         "bytes_out", "intended_ns", "sent_ns", "lag_ns", "shard", "attempt", "retry_after_ms",
+        "prompt_entropy_mbits", "prompt_repetition_pm",
     }
 )  # fmt: skip
 BOOL_FIELDS = frozenset({"stream", "tail"})

@@ -61,6 +61,8 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "max_tokens": (INT, *_TOKENS),
     "finish_reason": (STR, 0, 0),
     "prefix_hashes": (INTS, 0, 1 << 64),
+    "prompt_entropy_mbits": (INT, 0, 64_000),
+    "prompt_repetition_pm": (INT, 0, 1001),
     "session": (STR, 0, 0),
     "bytes_in": (INT, *_BYTES),
     "bytes_out": (INT, *_BYTES),

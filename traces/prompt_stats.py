@@ -1,0 +1,37 @@
+"""What a prompt's tokens look like, without keeping them: its token-level Shannon
+entropy (bits per token, of the prompt's own token frequencies) and its repetition
+(the share of its tokens that repeat one seen earlier in it). Captured for every
+request whose prompt the proxy can read, in every body mode; the replayer draws
+synthetic prompts to the same entropy (``replayer/prompts.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["entropy_bits", "prompt_stats"]
+
+
+def entropy_bits(counts: np.ndarray) -> float:
+    """Shannon entropy (bits) of the frequencies ``counts`` (zeros ignored).
+
+    >>> entropy_bits(np.array([1, 1, 1, 1]))
+    2.0
+    """
+    counts = counts[counts > 0]
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum())
+
+
+def prompt_stats(tokens: Sequence[int]) -> tuple[int, int] | None:
+    """(entropy in millibits per token, repetition per mille) of a prompt's tokens.
+
+    >>> prompt_stats([1, 2, 1, 2])
+    (1000, 500)
+    """
+    if not tokens:
+        return None
+    counts = np.unique(np.asarray(tokens), return_counts=True)[1]
+    repetition = 1.0 - counts.size / len(tokens)
+    return round(entropy_bits(counts) * 1000), round(repetition * 1000)
