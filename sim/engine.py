@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import random
 from collections import deque
 from dataclasses import dataclass
 
@@ -52,6 +53,7 @@ class Sequence:
 
     __slots__ = (
         "_waiter",
+        "acceptance",
         "arrival",
         "block_hashes",
         "blocks",
@@ -73,8 +75,11 @@ class Sequence:
         target: int,
         arrival: float,
         block_hashes: list[int] | None = None,
+        acceptance: float = 0.0,
     ) -> None:
         self.id = seq_id
+        self.acceptance = acceptance
+        """Speculative decoding: each draft token's chance of acceptance."""
         self.prompt_tokens = prompt_tokens
         self.target = target
         self.arrival = arrival
@@ -148,6 +153,7 @@ class Engine:
         self.running: list[Sequence] = []
         self.cache = PrefixCache(profile.block_size)
         self._own = 0
+        self._rng = random.Random(0)  # draft acceptance: the same run, the same tokens
         """KV tokens running sequences hold outside the prefix cache's blocks."""
         self.stats = EngineStats()
         self._ids = itertools.count(1)
@@ -168,8 +174,9 @@ class Engine:
             )
 
     def submit(
-        self, prompt_tokens: int, target: int, block_hashes: list[int] | None = None
-    ) -> Sequence:
+        self, prompt_tokens: int, target: int, block_hashes: list[int] | None = None,
+        acceptance: float = 0.0,
+    ) -> Sequence:  # fmt: skip
         """Queue a sequence; raises QueueFull or NeverFits.
 
         ``block_hashes`` are its prompt's (``prefix_cache.block_hashes``); ignored
@@ -180,7 +187,7 @@ class Engine:
             raise QueueFull(f"{len(self.waiting)} requests waiting; try again later")
         hashes = block_hashes if self.profile.prefix_caching else None
         now = asyncio.get_running_loop().time()
-        seq = Sequence(next(self._ids), prompt_tokens, target, now, hashes)
+        seq = Sequence(next(self._ids), prompt_tokens, target, now, hashes, acceptance)
         self.waiting.append(seq)
         self._wake.set()
         return seq
@@ -353,7 +360,7 @@ class Engine:
 
         def growth() -> int:
             ending = sum(s.generated == 0 and s.prefilled + n >= s.context for s, n in prefill)
-            return len(decoding) + ending
+            return len(decoding) * (1 + self.profile.spec_tokens) + ending  # drafts all taken
 
         while self.running and self.kv_used + growth() > self.profile.kv_tokens:
             victim = self.running.pop()
@@ -367,6 +374,13 @@ class Engine:
             if prefill and prefill[-1][0] is victim:
                 prefill.pop()
         self._evict(growth())
+
+    def _accepted(self, seq: Sequence) -> int:
+        """Draft tokens accepted this step: in order, until the first refused."""
+        n = 0
+        while n < self.profile.spec_tokens and self._rng.random() < seq.acceptance:
+            n += 1
+        return n
 
     def _finish_step(self, prefill: list[tuple[Sequence, int]], decoding: list[Sequence]) -> None:
         stats = self.stats
@@ -383,11 +397,12 @@ class Engine:
         for seq in decoding:
             if seq.cancelled:
                 continue
-            seq.generated += 1
-            seq.prefilled += 1
-            seq.pending += 1
-            self._own += 1
-            stats.generation_tokens += 1
+            n = min(1 + self._accepted(seq), seq.target - seq.generated)
+            seq.generated += n
+            seq.prefilled += n
+            seq.pending += n
+            self._own += n
+            stats.generation_tokens += n
             if seq.generated >= seq.target:
                 seq.finished = True
                 done.append(seq)

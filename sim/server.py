@@ -28,6 +28,7 @@ from tailreplay.sim.output import plan_output, plan_reasoning, words
 from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
+from tailreplay.traces.prompt_stats import prompt_stats
 from tailreplay.traces.tokens import get as get_encoder
 
 __all__ = ["SimConfig", "build_app", "run", "serve"]
@@ -80,11 +81,14 @@ def _engine_ctx(config: SimConfig) -> Any:
     return ctx
 
 
-def _tokenize(prompt: str, block_size: int) -> tuple[int, list[int]]:
-    """The prompt's cl100k_base token count, and the chained hashes of its full
-    ``block_size``-token blocks (none when ``block_size`` is 0: no prefix cache)."""
+def _tokenize(prompt: str, block_size: int, entropy: bool = False) -> tuple[int, list[int], float]:
+    """The prompt's cl100k_base token count, the chained hashes of its full
+    ``block_size``-token blocks (none when ``block_size`` is 0: no prefix cache), and
+    (when asked: speculative decoding) its token entropy in bits."""
     tokens = get_encoder().encode_ordinary(prompt)
-    return len(tokens), block_hashes(tokens, block_size) if block_size else []
+    stats = prompt_stats(tokens) if entropy else None
+    bits = stats[0] / 1000 if stats is not None else 0.0
+    return len(tokens), block_hashes(tokens, block_size) if block_size else [], bits
 
 
 def _error(status: int, message: str, param: str | None = None, **headers: str) -> web.Response:
@@ -122,12 +126,13 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
             400, f"This model's maximum context length is {limit} tokens; the prompt is far longer."
         )
     block_size = config.profile.block_size if config.profile.prefix_caching else 0
+    spec = config.profile.spec_tokens > 0
     if len(req.prompt) > _INLINE_TOKENIZE_CHARS:
-        prompt_tokens, blocks = await asyncio.get_running_loop().run_in_executor(
-            None, _tokenize, req.prompt, block_size
+        prompt_tokens, blocks, bits = await asyncio.get_running_loop().run_in_executor(
+            None, _tokenize, req.prompt, block_size, spec
         )
     else:
-        prompt_tokens, blocks = _tokenize(req.prompt, block_size)
+        prompt_tokens, blocks, bits = _tokenize(req.prompt, block_size, spec)
     target, finish_reason = plan_output(req, prompt_tokens, config.profile, config.seed)
     fault = config.faults.draw(target)
     if fault.error:
@@ -137,7 +142,8 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         state.engine.check_fits(prompt_tokens, req.max_tokens)
         if fault.stall_s:
             await asyncio.sleep(fault.stall_s)
-        seq = state.engine.submit(prompt_tokens, target, blocks)
+        acceptance = config.profile.spec_acceptance(bits) if spec else 0.0
+        seq = state.engine.submit(prompt_tokens, target, blocks, acceptance)
     except NeverFits as exc:
         metrics.rejected.labels("never_fits").inc()
         return _error(400, str(exc), "messages" if kind == "chat" else "prompt")

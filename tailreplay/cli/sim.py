@@ -39,6 +39,7 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
     "--reasoning-share": ("reasoning_share", float),
     "--reasoning-tokens": ("reasoning_tokens", int),
     "--block-size": ("block_size", int),
+    "--spec-tokens": ("spec_tokens", int),
 }
 
 
