@@ -29,6 +29,7 @@ from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
+from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
 from tailreplay.traces.record import Record
 
@@ -154,37 +155,56 @@ class Dispatcher:
         await self._settle()
 
     async def run_users(
-        self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: int,
+        self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: Users,
         think_s: float, limit_s: float | None,
     ) -> None:  # fmt: skip
-        """The closed loop: from ``t0``, ``users`` users each take the next record (in
-        the schedule's order, shared), send it, wait for its answer and ``think_s``, and
-        take another; until the records run out or ``limit_s`` has passed. The target's
+        """The closed loop: from ``t0``, each user takes the next record (in the
+        schedule's order, shared), sends it, waits for its answer and ``think_s``, and
+        takes another; until the records run out or ``limit_s`` has passed. The target's
         speed sets the rate (users / (latency + think)); a request is due when its user
-        is ready, so it has no dispatch lag, and no more than ``users`` are in flight."""
+        is ready, so it has no dispatch lag. ``users`` may step up or down: users join at
+        a step's start, and leave after their request in flight when the count falls;
+        never more are in flight than the step's count."""
         loop = asyncio.get_running_loop()
         ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
                                        max_bytes=self.lookahead_bytes)  # fmt: skip
         end = math.inf if limit_s is None else t0 + limit_s
         await asyncio.sleep(max(t0 - loop.time(), 0.0))
 
-        async def user() -> None:
+        async def user(i: int) -> None:
             while not self.stopping.is_set() and (now := loop.time()) < end:
+                if i >= users.count(now - t0):
+                    return  # the count fell below this user: it leaves
                 taken = ahead.take()
                 if taken is None:
                     return
                 self.stats.due += 1
                 self.stats.in_flight += 1
                 item, spec = taken
+                item.phase = users.phase(now - t0)
                 await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
                 if think_s > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self.stopping.wait(), think_s)
 
-        for _ in range(users):
-            task = loop.create_task(user())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        def join(count: int) -> None:
+            """Users 0..count-1 that are not running start (those that left come back)."""
+            alive = {task.get_name() for task in self._tasks}
+            for i in range(count):
+                if f"user {i}" not in alive:
+                    task = loop.create_task(user(i), name=f"user {i}")
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+
+        join(users.counts[0])
+        steps = len(users.counts) if users.step_s is not None else 1
+        for step in range(1, steps):
+            wake = t0 + step * (users.step_s or 0.0)
+            with contextlib.suppress(TimeoutError):  # a stop ends the wait
+                await asyncio.wait_for(self.stopping.wait(), max(wake - loop.time(), 0.0))
+            if self.stopping.is_set() or loop.time() >= end or not self._tasks:
+                break  # stopped, out of time, or out of records (every user left)
+            join(users.counts[step])
         await self._settle()
 
     async def _settle(self) -> None:

@@ -39,9 +39,11 @@ from tailreplay.replayer.results import result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
 from tailreplay.replayer.scrape import ScrapeTarget, resolve, scraping
+from tailreplay.replayer.start import freeze_heap, start_times
 from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
+from tailreplay.replayer.users import Users
 from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import read_header
@@ -52,12 +54,8 @@ from tailreplay.traces.writer import ArchiveWriter
 __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 
 STOP_GRACE_S = 5.0
-LEAD_S = 0.2
-"""Time to get going before the first request is due."""
 WARM_CONNECTIONS = 32
 """Connections opened before t0 (the first requests of a burst would each pay a connect)."""
-LATE_START_S = 10.0
-"""How far past ``--start-at`` a run may start and still keep the shared schedule."""
 
 Say = Callable[[str], None]
 SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
@@ -103,7 +101,7 @@ class ReplayConfig:
     """Stop when the first N results all failed the same way (0: never)."""
     duration_s: float | None = None
     """Send only the requests due within this much replay time (--duration)."""
-    users: int | None = None
+    users: Users | None = None
     """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
     think_s: float = 0.0
     """...and this long after it before its next request."""
@@ -262,6 +260,8 @@ def _result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None
     sc = config.schedule
     length_s = sc.speed.replay_offset(the_plan.span_s, the_plan.span_s)
     phases = sc.speed.phase_seconds(min(length_s, config.duration_s or float("inf")))
+    if config.users is not None:  # a closed loop's phases are its user counts
+        phases = config.users.phase_seconds(config.duration_s)
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",
         upstream=redact_url(config.target) if config.target is not None else None,
@@ -414,8 +414,8 @@ async def _dispatch(
     loop = asyncio.get_running_loop()
     # Before t0: connections for the first burst, then a collection that can take a while.
     await transport.warm(min(WARM_CONNECTIONS, max(config.connections, 1)))
-    _freeze_heap()
-    t0, t0_wall = _start_times(loop.time(), config.start_at_ns, sc.shard, say)
+    freeze_heap()
+    t0, t0_wall = start_times(loop.time(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     pace = (f"{sc.speed}" if config.users is None
             else f"closed loop: {config.users} users, think {config.think_s:g} s")  # fmt: skip
@@ -459,40 +459,3 @@ async def _dispatch(
         summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
         summary["unsent"] = unsent["unsent"]
     return ReplayOutcome(summary, the_plan, target)
-
-
-def _start_times(
-    now_loop: float, start_at_ns: int | None, shard: tuple[int, int], say: Say
-) -> tuple[float, int]:
-    """The replay's t0 on the loop's clock and on the wall clock: LEAD_S from now, or
-    ``--start-at``, which shards share to the nanosecond: their due times are one
-    schedule, so a shard that starts late keeps it and its late requests show as lag."""
-    now_wall = time.time_ns()
-    if start_at_ns is None:
-        return now_loop + LEAD_S, now_wall + round(LEAD_S * 1e9)
-    wait_s = (start_at_ns - now_wall) / 1e9
-    if wait_s < -LATE_START_S:
-        raise UsageError(
-            f"--start-at was {-wait_s:.0f} s ago: the shared schedule is lost; "
-            "give a time in the future"
-        )
-    if wait_s < 0:
-        which = f"shard {shard[0]}/{shard[1]}" if shard[1] > 1 else "the replay"
-        say(
-            f"warning: {which} started {-wait_s * 1000:.0f} ms after --start-at; "
-            "its first requests are that late (counted as lag)"
-        )
-    return now_loop + wait_s, start_at_ns
-
-
-def _freeze_heap() -> None:
-    """Keep what the process holds before the run out of the collector's walks during it.
-
-    A full collection walks every tracked object in the process. Where the replay runs
-    beside a large heap (a test session, a program that embeds it) one landed mid-run
-    and stopped dispatch for ~100 ms, so every request due meanwhile went out late.
-    Collecting once before t0 and freezing the survivors leaves the run's own objects
-    to collect; ``gc.unfreeze()`` after the run gives the rest back.
-    """
-    gc.collect()
-    gc.freeze()

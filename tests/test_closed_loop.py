@@ -69,3 +69,28 @@ def test_a_closed_loop_refuses_options_of_the_open_one(tmp_path: Path) -> None:
         assert done.returncode == 2, done.stderr
         assert "--users: the users set the rate" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_users_step_up_and_each_step_is_a_phase(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "a.msgpack", 400)
+    out = tmp_path / "r.msgpack"
+    done = _replay(archive, out, "--users", "2,6@3s", "--think", "100ms", "--duration", "6s",
+                   "--json", str(tmp_path / "s.json"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = list(ArchiveReader([out]))
+    by_phase: dict[str | None, list] = {}
+    for r in records:
+        by_phase.setdefault(r.phase, []).append(r)
+    assert set(by_phase) == {"2 users", "6 users"}
+    t0 = min(r.sent_ns for r in records)
+    for phase, users, begin, end in (("2 users", 2, 0, 3), ("6 users", 6, 3, 6)):
+        rs = by_phase[phase]
+        sent = np.array([r.sent_ns for r in rs], dtype=np.int64)
+        ended = sent + np.array([r.duration_ns for r in rs], dtype=np.int64)
+        assert begin - 0.05 <= (sent.min() - t0) / 1e9 and (sent.max() - t0) / 1e9 <= end + 0.3
+        events = np.concatenate([np.stack([sent, np.ones_like(sent)], 1),
+                                 np.stack([ended, -np.ones_like(ended)], 1)])  # fmt: skip
+        events = events[np.lexsort((events[:, 1], events[:, 0]))]
+        assert np.cumsum(events[:, 1]).max() <= users
+    # Three times the users, about three times the requests in the same 3 s.
+    assert len(by_phase["6 users"]) > 2 * len(by_phase["2 users"])

@@ -28,6 +28,7 @@ from tailreplay.exporters.otlp import PROTOCOLS, OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
+from tailreplay.replayer.users import parse_users
 from tailreplay.units import (
     parse_buckets,
     parse_duration,
@@ -265,9 +266,10 @@ def client_options(f: F) -> F:
     )(f)
     return click.option(
         "--users",
-        type=click.IntRange(1, 10_000),
+        type=Parsed("users", lambda text, flag: parse_users(text)),
         help="Closed loop: N users, each sending the next record (in recorded order) once its "
-        "last is answered and --think has passed; the target sets the rate, not --speed.",
+        "last is answered and --think has passed; the target sets the rate, not --speed. "
+        "Steps: 10,20,50@1m.",
     )(f)
 
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
     from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.replayer.speed import Shape
+    from tailreplay.replayer.users import Users
     from tailreplay.report.slo import Objective
     from tailreplay.report.write import ReportResult
 
@@ -94,7 +95,7 @@ class _Args:
     sim_args: tuple[str, ...]
     skip_corrupt: bool
     scrapes: tuple[ScrapeTarget, ...]
-    users: int | None
+    users: Users | None
     think: float
     retries: str
     max_attempts: int
