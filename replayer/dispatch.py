@@ -28,6 +28,7 @@ from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.sessions import SessionFeeder
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -156,36 +157,42 @@ class Dispatcher:
 
     async def run_users(
         self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: Users,
-        think_s: float, limit_s: float | None,
+        think_s: float | None, limit_s: float | None,
     ) -> None:  # fmt: skip
-        """The closed loop: from ``t0``, each user takes the next record (in the
-        schedule's order, shared), sends it, waits for its answer and ``think_s``, and
-        takes another; until the records run out or ``limit_s`` has passed. The target's
-        speed sets the rate (users / (latency + think)); a request is due when its user
-        is ready, so it has no dispatch lag. ``users`` may step up or down: users join at
-        a step's start, and leave after their request in flight when the count falls;
-        never more are in flight than the step's count."""
+        """The closed loop: from ``t0``, each user claims the next session (``sessions.py``;
+        without sessions, the next record), sends its records one at a time, each after
+        the answer to the last and a think time (``think_s``, or None: the recorded gap
+        between the last one's end and this one's start), and claims another; until the
+        records run out or ``limit_s`` has passed. The target's speed sets the rate
+        (users / (latency + think)); a request is due when its user is ready, so it has
+        no dispatch lag. ``users`` may step: users join at a step's start, and leave
+        after their request in flight when the count falls below them."""
         loop = asyncio.get_running_loop()
-        ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
-                                       max_bytes=self.lookahead_bytes)  # fmt: skip
+        feeder = SessionFeeder(items)
         end = math.inf if limit_s is None else t0 + limit_s
         await asyncio.sleep(max(t0 - loop.time(), 0.0))
 
+        def staying(i: int) -> bool:
+            now = loop.time()
+            return not self.stopping.is_set() and now < end and i < users.count(now - t0)
+
         async def user(i: int) -> None:
-            while not self.stopping.is_set() and (now := loop.time()) < end:
-                if i >= users.count(now - t0):
-                    return  # the count fell below this user: it leaves
-                taken = ahead.take()
-                if taken is None:
-                    return
-                self.stats.due += 1
-                self.stats.in_flight += 1
-                item, spec = taken
-                item.phase = users.phase(now - t0)
-                await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
-                if think_s > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.stopping.wait(), think_s)
+            while staying(i) and (claimed := feeder.claim()) is not None:
+                key, first = claimed
+                item: Planned | None = first
+                while item is not None and staying(i):
+                    now = loop.time()
+                    self.stats.due += 1
+                    self.stats.in_flight += 1
+                    item.phase = users.phase(now - t0)
+                    spec = self.builder.build(item)
+                    await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
+                    after = feeder.next(key)
+                    wait = think_s if think_s is not None else _gap_s(item, after)
+                    if wait > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self.stopping.wait(), wait)
+                    item = after
 
         def join(count: int) -> None:
             """Users 0..count-1 that are not running start (those that left come back)."""
@@ -332,3 +339,13 @@ class Dispatcher:
         if self.spans is not None:
             body = spec.body if self.spans.capture_content else None
             self.spans.emit(result, request_body=body)
+
+
+def _gap_s(item: Planned, after: Planned | None) -> float:
+    """The recorded think time between two requests of a session: from the end of the
+    first to the start of the next (0 when it overlapped, or the session ended)."""
+    if after is None:
+        return 0.0
+    first = item.record
+    end_ns = first.start_ns + (first.duration_ns or 0)
+    return max(after.record.start_ns - end_ns, 0) / 1e9

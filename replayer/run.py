@@ -103,8 +103,8 @@ class ReplayConfig:
     """Send only the requests due within this much replay time (--duration)."""
     users: Users | None = None
     """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
-    think_s: float = 0.0
-    """...and this long after it before its next request."""
+    think_s: float | None = 0.0
+    """...and this long after it before its next request (None: the recorded gap)."""
     retry: RetryPolicy | None = None
     """Retry failed requests as a client would (``--retries policy``); None: never."""
     replay_aborts: bool = True
@@ -417,8 +417,9 @@ async def _dispatch(
     freeze_heap()
     t0, t0_wall = start_times(loop.time(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
+    think = "as recorded" if config.think_s is None else f"{config.think_s:g} s"
     pace = (f"{sc.speed}" if config.users is None
-            else f"closed loop: {config.users} users, think {config.think_s:g} s")  # fmt: skip
+            else f"closed loop: {config.users} users, think {think}")  # fmt: skip
     say(
         f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
         f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"

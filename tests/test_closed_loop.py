@@ -7,6 +7,7 @@ the next, so the target sets the rate: throughput is N / (mean latency + think)
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,29 @@ def test_users_step_up_and_each_step_is_a_phase(tmp_path: Path) -> None:
         assert np.cumsum(events[:, 1]).max() <= users
     # Three times the users, about three times the requests in the same 3 s.
     assert len(by_phase["6 users"]) > 2 * len(by_phase["2 users"])
+
+
+def test_a_user_replays_a_session_in_order_with_its_recorded_think_times(
+    tmp_path: Path,
+) -> None:
+    # Two interleaved sessions of four requests, each recorded 500 ms long and sent
+    # 500 ms after the one before it ended (1 s apart).
+    maps = [{"start_ns": T0 + k * 10**9 + s * 10**8, "trace_id": bytes([1 + 4 * s + k]) * 16,
+             "span_id": bytes([2]) * 8, "method": "POST", "path": "/v1/chat/completions",
+             "model": "m", "stream": True, "input_tokens": 50, "output_tokens": 4,
+             "duration_ns": 500 * 10**6, "session": f"s{s}"}
+            for k in range(4) for s in range(2)]  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    out = tmp_path / "r.msgpack"
+    done = _replay(archive, out, "--users", "1", "--think", "recorded")
+    assert done.returncode == 0, done.stderr
+    assert "think as recorded" in done.stderr
+    records = sorted(ArchiveReader([out]), key=lambda r: r.sent_ns)
+    # One user: the first session whole, then the second, each in recorded order.
+    assert [r.orig_trace_id[0] for r in records] == [1, 2, 3, 4, 5, 6, 7, 8]
+    for a, b in itertools.pairwise(records):
+        if a.session == b.session:
+            think_s = (b.sent_ns - (a.sent_ns + a.duration_ns)) / 1e9
+            assert 0.49 <= think_s <= 0.6, think_s
+        else:  # a new session starts at once
+            assert (b.sent_ns - (a.sent_ns + a.duration_ns)) / 1e9 < 0.1

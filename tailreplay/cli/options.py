@@ -259,10 +259,13 @@ def client_options(f: F) -> F:
     )(f)
     f = click.option(
         "--think",
-        type=DURATION,
+        type=Parsed(
+            "think", lambda text, flag: None if text == "recorded" else parse_duration(text)
+        ),
         default="0s",
         show_default=True,
-        help="With --users: each user's pause between an answer and its next request.",
+        help="With --users: each user's pause between an answer and its next request, or "
+        "'recorded': the session's recorded gap from the last request's end to this one's start.",
     )(f)
     return click.option(
         "--users",

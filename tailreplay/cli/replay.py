@@ -96,7 +96,7 @@ class _Args:
     skip_corrupt: bool
     scrapes: tuple[ScrapeTarget, ...]
     users: Users | None
-    think: float
+    think: float | None
     retries: str
     max_attempts: int
     client_aborts: str
