@@ -271,6 +271,7 @@ def _result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None
             # by which the report scales recorded rates.
             "speed_mean": sc.speed.mean(the_plan.span_s),
             **({"phase_seconds": phases} if phases else {}),
+            **({"users": str(config.users)} if config.users is not None else {}),
             "tail_stretch": sc.tail_stretch,
             "tail_quantile": sc.tail_quantile,
             "amplify": sc.amplify,

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from tailreplay.errors import UsageError
 from tailreplay.report.model import (
     Cdf,
+    ClosedLoopRow,
     Deltas,
     ErrorKind,
     Metric,
@@ -110,13 +111,17 @@ def compare(
     client = report["client"]
     if client is not None and client["client_bound"]:
         report["warnings"].append(verdict_line(client).removeprefix("warning: "))
-    for label, masks in _bucket_masks(bucket_tokens, buckets):
+    bucket_masks = _bucket_masks(bucket_tokens, buckets)
+    for label, masks in bucket_masks:
         summaries = {
             name: summarize(side, masks[name], windows[name], rng, itl=False)
             for name, side in sides.items()
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
     report["phases"] += _phases(replayed, rng)
+    users = next((h["users"] for h in replayed.headers if "users" in h), None)
+    if users is not None:
+        report["closed_loop"] = _closed_loop(replayed, str(users), bucket_masks, rng)
     if any(side.retry.any() for side in sides.values()):
         report["retries"] = per_side({name: _retries(side) for name, side in sides.items()})
     return report
@@ -142,13 +147,40 @@ def _retries(side: Side) -> Retries | None:
     }  # fmt: skip
 
 
+def _closed_loop(
+    side: Side, users: str, buckets: list[tuple[str, dict[SideName, Mask]]],
+    rng: np.random.Generator,
+) -> list[ClosedLoopRow]:  # fmt: skip
+    """A closed loop's requests by user count (its steps, or its one count) and input
+    length: the load test's table of users, throughput, P95 and errors."""
+    seconds = _phase_seconds(side)
+    steps = [(label, side.phase == i, seconds.get(label))
+             for i, label in enumerate(side.labels.get("phase", []))]  # fmt: skip
+    if not steps:
+        steps = [(f"{users} users", np.ones(side.n, dtype=bool), _window_s(side))]
+    rows: list[ClosedLoopRow] = []
+    for label, in_step, window in steps:
+        for bucket, masks in buckets:
+            sel = in_step & masks["replayed"]
+            if sel.any():
+                span = float(window) if window else None
+                rows.append({"users": label, "range": bucket, "seconds": span,
+                             "replayed": summarize(side, sel, span, rng, itl=False)})  # fmt: skip
+    return rows
+
+
+def _phase_seconds(side: Side) -> dict[str, Any]:
+    """The header's ``phase_seconds``: how long each phase of the replay lasted."""
+    for header in side.headers:
+        if isinstance(header.get("phase_seconds"), dict):
+            return dict(header["phase_seconds"])
+    return {}
+
+
 def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
     """The replayed requests by the load shape's phase they were due in, each phase's
     throughput over the seconds it lasted (the header's ``phase_seconds``)."""
-    seconds: dict[str, Any] = {}
-    for header in side.headers:
-        if isinstance(header.get("phase_seconds"), dict):
-            seconds = header["phase_seconds"]
+    seconds = _phase_seconds(side)
     rows: list[PhaseRow] = []
     for i, label in enumerate(side.labels.get("phase", [])):
         window = seconds.get(label)

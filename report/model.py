@@ -18,6 +18,7 @@ __all__ = [
     "METRICS",
     "BucketRow",
     "Cdf",
+    "ClosedLoopRow",
     "Deltas",
     "EngineReport",
     "ErrorKind",
@@ -131,6 +132,17 @@ class PhaseRow(TypedDict):
     """``step 2 2x``, ``base`` or ``pulse``."""
     seconds: float | None
     """Replay seconds the phase lasted (its throughput's window); None when unknown."""
+    replayed: SideSummary
+
+
+class ClosedLoopRow(TypedDict):
+    """A closed-loop replay's requests of one user count and input-length bucket."""
+
+    users: str
+    """The step (``20 users``), or the run's one count."""
+    range: str
+    seconds: float | None
+    """Seconds the step lasted (its throughput's window); None when unknown."""
     replayed: SideSummary
 
 
@@ -315,5 +327,7 @@ class Report(TypedDict):
     """Only when objectives were given."""
     engine: NotRequired[EngineReport]
     """The target's own metrics and findings, when the replay scraped them."""
+    closed_loop: NotRequired[list[ClosedLoopRow]]
+    """Only for a closed-loop replay (``--users``): by user count and input length."""
     retries: NotRequired[PerSide[Retries | None]]
     """Only when a side has retries; None for a side without."""

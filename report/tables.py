@@ -105,6 +105,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
     if report["phases"]:
         tables.append(_phases(report))
+    if "closed_loop" in report:
+        tables.append(_closed_loop(report))
     if "retries" in report:
         tables.append(_retries(report))
     if "engine" in report:
@@ -170,6 +172,21 @@ def _phases(report: Report) -> ReportTable:
                 ms(_value(ttft, "p99")), pct(s["error_rate"]),
             ]
         )  # fmt: skip
+    return t
+
+
+def _closed_loop(report: Report) -> ReportTable:
+    t = ReportTable(
+        "closed loop: by users and input length (ms)",
+        ["users", "input tokens", "requests", "req/s", "P50", "P95", "errors"],
+        note="req/s: successful requests over the seconds the user count lasted",
+    )
+    for row in report["closed_loop"]:
+        s = row["replayed"]
+        lat = s["metrics"].get("latency")
+        t.rows.append([row["users"], row["range"], f"{s['requests']:,}",
+                       num(s["throughput_rps"], 2), ms(_value(lat, "p50")),
+                       ms(_value(lat, "p95")), pct(s["error_rate"])])  # fmt: skip
     return t
 
 

@@ -8,6 +8,7 @@ the next, so the target sets the rate: throughput is N / (mean latency + think)
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,20 @@ def test_users_step_up_and_each_step_is_a_phase(tmp_path: Path) -> None:
         assert np.cumsum(events[:, 1]).max() <= users
     # Three times the users, about three times the requests in the same 3 s.
     assert len(by_phase["6 users"]) > 2 * len(by_phase["2 users"])
+    # The report's closed-loop table: per step and input length, users and throughput.
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "report", str(out), "--replay-only",
+         "--json", str(report)], capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "closed loop: by users and input length" in done.stdout
+    rows = {r["users"]: r for r in json.loads(report.read_text())["closed_loop"]}
+    assert set(rows) == {"2 users", "6 users"}  # one input bucket: 100 tokens each
+    for users, row in rows.items():
+        assert row["seconds"] == 3.0 and row["range"] == "50-256"
+        assert row["replayed"]["requests"] == len(by_phase[users])
+        assert row["replayed"]["throughput_rps"] == len(by_phase[users]) / 3.0
 
 
 def test_a_user_replays_a_session_in_order_with_its_recorded_think_times(
