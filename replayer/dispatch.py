@@ -189,10 +189,10 @@ class Dispatcher:
                     await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
                     after = feeder.next(key)
                     wait = think_s if think_s is not None else _gap_s(item, after)
-                    if wait > 0:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self.stopping.wait(), wait)
+                    await self._pause(min(wait, end - loop.time()))
                     item = after
+                if item is not None:  # the user leaves mid-session: another takes it on
+                    feeder.give_back(key, item)
 
         def join(count: int) -> None:
             """Users 0..count-1 that are not running start (those that left come back)."""
@@ -213,6 +213,12 @@ class Dispatcher:
                 break  # stopped, out of time, or out of records (every user left)
             join(users.counts[step])
         await self._settle()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, unless the run stops first."""
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), seconds)
 
     async def _settle(self) -> None:
         """Wait for the requests in flight to finish, or for a stop: then the caller's

@@ -32,7 +32,7 @@ async def probe(
 ) -> str:
     """Send the first request (one output token) and judge the answer; returns a line
     saying what was requested and how it went, or raises ``RunFailed`` with the cause."""
-    spec = builder.build(dataclasses.replace(first, budget=1, tail=False))
+    spec = builder.build(dataclasses.replace(first, budget=1, tail=False), probe=True)
     url = transport.url(spec.path)
     # A trace of its own, and a name, so the target's logs and traces can tell it apart.
     traceparent = f"00-{new_trace_id().hex()}-{new_span_id().hex()}-01"

@@ -88,24 +88,32 @@ def _index(size_v: int) -> np.ndarray:
     return np.arange(256) % size_v
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4096)
 def vocabulary(entropy_bits: float, tokens: int) -> int:
     """How many words, drawn uniformly by bytes, give a prompt of ``tokens`` words the
     token entropy ``entropy_bits``: the empirical entropy of n draws falls short of the
     distribution's by about (V - 1) / (2 n ln 2) bits (Miller-Madow), so a short
-    prompt needs more words than 2^H.
+    prompt needs more words than 2^H. That estimate grows with V only up to V = 2n, so
+    no more words than that are considered (and a prompt of n tokens cannot reach more
+    than log2 n bits anyway).
 
-    >>> vocabulary(3.0, 10_000)
-    8
+    >>> vocabulary(3.0, 10_000), vocabulary(0.5, 10), vocabulary(2.0, 10) > vocabulary(1.0, 10)
+    (8, 2, True)
     """
-    n = len(single_token_words())
-    best, gap = n, math.inf
-    for size_v in range(1, n + 1):
-        counts = np.bincount(_index(size_v), minlength=size_v)
-        expected = entropy_bits_of(counts) - (size_v - 1) / (2 * max(tokens, 1) * math.log(2))
-        if abs(expected - entropy_bits) < gap:
-            best, gap = size_v, abs(expected - entropy_bits)
-    return best
+    base = _vocabulary_entropies()
+    sizes = np.arange(1, base.size + 1)
+    n = max(tokens, 1)
+    expected = base - (sizes - 1) / (2 * n * math.log(2))
+    usable = sizes <= 2 * n
+    gaps = np.where(usable, np.abs(expected - entropy_bits), np.inf)
+    return int(sizes[int(np.argmin(gaps))])
+
+
+@functools.cache
+def _vocabulary_entropies() -> np.ndarray:
+    """Per vocabulary size V (1..all words), the entropy of a byte's pick among V."""
+    return np.array([entropy_bits_of(np.bincount(_index(v), minlength=v))
+                     for v in range(1, len(single_token_words()) + 1)])  # fmt: skip
 
 
 @functools.cache
@@ -146,7 +154,7 @@ class PromptMaker:
 
     def prompt(
         self, tokens: int, prefix_hashes: list[int] | None, salt: bytes,
-        entropy_bits: float | None = None,
+        entropy_bits: float | None = None, *, tally: bool = True,
     ) -> bytes:  # fmt: skip
         """``tokens`` words, ASCII (safe inside a JSON string as they are); block i follows
         prefix_hashes[i] when there is one, else a draw from ``salt`` (stable across runs);
@@ -175,7 +183,7 @@ class PromptMaker:
             pending.append(self._draw(key, size))
             own.append(pending[-1])
         parts.append(self._words(pending, size_v))
-        if entropy_bits is not None:
+        if entropy_bits is not None and tally:
             self.entropy.add(entropy_bits, self._entropy_of(own, size_v, shared))
         return b"".join(parts)
 

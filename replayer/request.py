@@ -86,6 +86,10 @@ class BodyEdits:
             node[last] = value
 
 
+ABORT_HEADROOM_TOKENS = 16
+"""A replayed abort asks for this many tokens past the point where it leaves."""
+
+
 class RequestBuilder:
     def __init__(
         self,
@@ -142,13 +146,18 @@ class RequestBuilder:
             return True
         return False
 
-    def build(self, item: Planned) -> RequestSpec:
+    def build(self, item: Planned, *, probe: bool = False) -> RequestSpec:
+        """The request for ``item``; a ``probe`` (the preflight) is sent whole, even where
+        the recorded client left, and draws its prompt outside the entropy tally."""
+        if probe:
+            return self._build(item, item.budget, tally=False)
         abort = self._abort(item.record)
         if abort is None:
             return self._build(item, item.budget)
         tokens, seconds = abort
-        # Room past the abort point: the stream must still be running when it comes.
-        budget = item.budget if tokens is None else max(item.budget or 0, 2 * tokens + 16)
+        # Room past the abort point: the stream must still be running when it comes
+        # (and a budget of at least one token, for a client that left before the first).
+        budget = max(item.budget or 0, (tokens or 0) + ABORT_HEADROOM_TOKENS)
         spec = self._build(item, budget)
         spec.abort_after_tokens, spec.abort_after_s = tokens, seconds
         return spec
@@ -164,7 +173,7 @@ class RequestBuilder:
             return None, record.duration_ns / 1e9
         return None
 
-    def _build(self, item: Planned, budget: int | None) -> RequestSpec:
+    def _build(self, item: Planned, budget: int | None, *, tally: bool = True) -> RequestSpec:
         record = item.record
         method = record.method or "POST"
         path = record.path or _CHAT
@@ -181,8 +190,9 @@ class RequestBuilder:
         key = item.key or record.trace_id or record.start_ns.to_bytes(8, "big", signed=True)
         salt = key + item.copy.to_bytes(4, "big")
         entropy = record.prompt_entropy_mbits
-        text = self.prompts.prompt(content, record.prefix_hashes, salt,
-                                   entropy / 1000 if entropy is not None else None)  # fmt: skip
+        # Rounded to a hundredth of a bit: the vocabulary for it is cached.
+        bits = round(entropy / 1000, 2) if entropy is not None else None
+        text = self.prompts.prompt(content, record.prefix_hashes, salt, bits, tally=tally)
         stream = bool(record.stream)
         body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}
         if bare == _CHAT:

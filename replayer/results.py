@@ -74,6 +74,7 @@ def result_record(
         tail=item.tail,
         shard=shard,
         phase=item.phase,
+        attempt=r.attempt,  # a recorded retry stays one (--retries policy sets its own)
     )
     if outcome is not None:
         _answered(record, outcome, spec, sent)

@@ -327,7 +327,8 @@ async def _live(
         on_result(record)
         if metrics is not None:
             metrics.observe(record)
-        if guard.observe(record) and dispatcher is not None:
+        retried = config.retry is not None and config.retry.will_retry(record)
+        if not retried and guard.observe(record) and dispatcher is not None:
             dispatcher.stopping.set()
 
     if config.preflight:
@@ -373,7 +374,9 @@ def _how_it_ended(
     """Interrupted (what was never sent), or stopped by --fail-fast (why)."""
     outcome.interrupted = stop.is_set
     if stop.is_set:
-        outcome.summary.update(unsent_counts(sc, outcome.plan, stats.due, stats.sent))
+        outcome.summary.update(
+            unsent_counts(sc, outcome.plan, stats.due, stats.sent - stats.retries)
+        )
     if guard.reason is not None:
         outcome.aborted = outcome.summary["aborted"] = guard.reason
 
@@ -457,7 +460,7 @@ async def _dispatch(
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
     if cut:
-        unsent = unsent_counts(sc, the_plan, s.due, s.sent)
+        unsent = unsent_counts(sc, the_plan, s.due, s.sent - s.retries)
         summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
         summary["unsent"] = unsent["unsent"]
     return ReplayOutcome(summary, the_plan, target)

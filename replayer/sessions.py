@@ -31,6 +31,9 @@ class SessionFeeder:
         self._unclaimed: deque[tuple[str | None, Planned | None]] = deque()
         """Sessions not yet claimed, by first record: (key, None), or (None, the record)."""
         self._newest_ns = 0
+        self._open: dict[str, str] = {}
+        """Each session id's latest session (our key for it)."""
+        self._sessions = 0
 
     def claim(self) -> tuple[str | None, Planned] | None:
         """The next unclaimed session: its key (None: a record without one) and first
@@ -46,7 +49,7 @@ class SessionFeeder:
         return key, self._queues[key].popleft()
 
     def next(self, key: str | None) -> Planned | None:
-        """The session's next record, or None: it is over."""
+        """The session's next record (``key`` as ``claim`` gave it), or None: it is over."""
         if key is None:
             return None
         queue = self._queues[key]
@@ -54,9 +57,20 @@ class SessionFeeder:
             pass
         if queue:
             return queue.popleft()
-        self._queues.pop(key, None)
-        self._last_ns.pop(key, None)
+        del self._queues[key], self._last_ns[key]
+        session = key.rpartition("#")[0]
+        if self._open.get(session) == key:
+            del self._open[session]
         return None
+
+    def give_back(self, key: str | None, item: Planned) -> None:
+        """A session its user left before its end: the next user to claim one takes it
+        on, from ``item``."""
+        if key is None:
+            self._unclaimed.appendleft((None, item))
+            return
+        self._queues[key].appendleft(item)
+        self._unclaimed.appendleft((key, None))
 
     def _over(self, key: str) -> bool:
         return self._newest_ns - self._last_ns[key] > SESSION_GAP_S * 1e9
@@ -73,11 +87,15 @@ class SessionFeeder:
         self._newest_ns = max(self._newest_ns, start)
         if key is None:
             self._unclaimed.append((None, item))
-        elif key in self._queues:
-            self._queues[key].append(item)
-            self._last_ns[key] = start
-        else:
-            self._queues[key] = deque([item])
-            self._last_ns[key] = start
-            self._unclaimed.append((key, None))
+            return True
+        # A session's records come under one key of ours: the same session id after a
+        # gap longer than SESSION_GAP_S is a new session, with a key of its own.
+        ours = self._open.get(key)
+        if ours is None or start - self._last_ns[ours] > SESSION_GAP_S * 1e9:
+            ours = self._open[key] = f"{key}#{self._sessions}"
+            self._sessions += 1
+            self._queues[ours] = deque()
+            self._unclaimed.append((ours, None))
+        self._queues[ours].append(item)
+        self._last_ns[ours] = start
         return True

@@ -64,6 +64,8 @@ class EngineProfile:
     def __post_init__(self) -> None:
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, not {self.block_size}")
+        if not 0 <= self.spec_tokens <= MAX_SPEC_TOKENS:
+            raise ValueError(f"spec_tokens must be 0..{MAX_SPEC_TOKENS}, not {self.spec_tokens}")
 
     def decode_ms(self, batch: int) -> float:
         plain = self.decode_base_ms + self.decode_per_seq_ms * batch
@@ -92,6 +94,8 @@ class EngineProfile:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
+MAX_SPEC_TOKENS = 16
+"""Draft tokens per step at most (EAGLE and n-gram drafts use 2-8)."""
 SPEC_STEP_COST = 0.1
 """A decode step's extra cost per draft token (drafting, and verifying k + 1 tokens)."""
 

@@ -83,3 +83,19 @@ async def test_an_abort_is_captured_where_it_happened_and_replayed_there(tmp_pat
             await _replay(archive, proxy.url, tmp_path / "w.msgpack", "--client-aborts", "off")
         (whole,) = _chats(tmp_path / "whole")
         assert whole.error is None and whole.status == 200
+
+
+def test_a_client_that_left_before_the_first_token_leaves_after_as_long() -> None:
+    from tailreplay.replayer.prompts import PromptMaker
+    from tailreplay.replayer.request import RequestBuilder
+    from tailreplay.replayer.schedule import Planned
+
+    builder = RequestBuilder(model_map={}, force_lengths=True, prompts=PromptMaker())
+    record = Record(start_ns=1, stream=True, input_tokens=50, output_tokens=0,
+                    duration_ns=100_000_000, error="client_abort", status=200)  # fmt: skip
+    spec = builder.build(Planned(0.0, record, 0, False, 0))
+    assert spec.abort_after_tokens is None and spec.abort_after_s == 0.1
+    assert spec.body is not None and b'"max_tokens": 16' in spec.body  # never 0
+    # The preflight's probe reads its one token whole, whatever the record's client did.
+    probe = builder.build(Planned(0.0, record, 0, False, 1), probe=True)
+    assert probe.abort_after_s is None and probe.abort_after_tokens is None

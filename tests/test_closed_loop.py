@@ -11,11 +11,15 @@ import itertools
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
+from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.sessions import SESSION_GAP_S, SessionFeeder
 from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -136,3 +140,43 @@ def test_a_user_replays_a_session_in_order_with_its_recorded_think_times(
             assert 0.49 <= think_s <= 0.6, think_s
         else:  # a new session starts at once
             assert (b.sent_ns - (a.sent_ns + a.duration_ns)) / 1e9 < 0.1
+
+
+def _planned(session: str | None, start_s: float, n: int) -> Planned:
+    return Planned(start_s, Record(start_ns=T0 + round(start_s * 1e9), session=session,
+                                   trace_id=bytes([n]) * 16), 0, False, None)  # fmt: skip
+
+
+def test_a_session_idle_past_the_gap_is_a_new_one_and_a_left_session_is_taken_on() -> None:
+    gap = SESSION_GAP_S
+    items = [_planned("a", 0, 1), _planned("a", 1, 2), _planned("b", 2, 3),
+             _planned("a", gap + 10, 4), _planned("b", gap + 11, 5)]  # fmt: skip
+    feeder = SessionFeeder(iter(items))
+    first = feeder.claim()
+    assert first is not None and first[1].record.trace_id[0] == 1
+    key = first[0]
+    second = feeder.next(key)
+    assert second is not None and second.record.trace_id[0] == 2
+    # "a" is idle for longer than the gap: its record at gap + 10 s is a new session.
+    assert feeder.next(key) is None
+    # The user leaves "b" after its first record; the next claim takes it on.
+    b = feeder.claim()
+    assert b is not None and b[1].record.trace_id[0] == 3
+    feeder.give_back(b[0], b[1])
+    again = feeder.claim()
+    assert again is not None and again[0] == b[0] and again[1].record.trace_id[0] == 3
+    late_a = feeder.claim()
+    assert late_a is not None and late_a[1].record.trace_id[0] == 4
+
+
+def test_duration_ends_a_think_and_bad_user_counts_are_usage_errors(tmp_path: Path) -> None:
+    archive = _archive(tmp_path / "a.msgpack", 20)
+    began = time.monotonic()
+    done = _replay(archive, tmp_path / "r.msgpack", "--users", "2", "--think", "1h",
+                   "--duration", "2s")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - began < 30  # not an hour: the duration ends the think
+    for bad in ("0", "abc", "1,2", "10001", "1,2@0s"):
+        done = _replay(archive, tmp_path / "r.msgpack", "--users", bad)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (bad, done.stderr)
+        assert "--users" in done.stderr

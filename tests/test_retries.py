@@ -33,10 +33,10 @@ def _burst(path: Path, n: int = 40) -> Path:
     return write_plain(path, maps)
 
 
-def _replay(archive: Path, out: Path, *extra: str) -> str:
+def _replay(archive: Path, out: Path, *extra: str, fail_fast: str = "0") -> str:
     done = subprocess.run(
         [sys.executable, "-m", "tailreplay", "replay", str(archive), "--out", str(out),
-         "--no-preflight", "--fail-fast", "0", *SMALL, *extra],
+         "--no-preflight", "--fail-fast", fail_fast, *SMALL, *extra],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -70,6 +70,14 @@ def test_policy_retries_429s_after_retry_after_up_to_max_attempts(tmp_path: Path
         # Sent after the Retry-After second the 429 asked for.
         waited_s = (r.sent_ns - (earlier.sent_ns + earlier.duration_ns)) / 1e9
         assert 0.95 <= waited_s <= 1.5, waited_s
+
+
+def test_fail_fast_judges_a_request_by_its_last_attempt(tmp_path: Path) -> None:
+    # The default --fail-fast 20: the burst's first twenty results are 429s that the
+    # policy retries; the run must not stop on them.
+    archive = _burst(tmp_path / "a.msgpack")
+    stdout = _replay(archive, tmp_path / "p.msgpack", "--retries", "policy", fail_fast="20")
+    assert "attempts per request" in stdout
 
 
 def test_the_report_shows_the_retry_amplification(tmp_path: Path) -> None:

@@ -90,7 +90,10 @@ class Parsed(_ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
             return value  # a default already of the parsed type
-        return self._parse(value, _flag(param))
+        try:
+            return self._parse(value, _flag(param))
+        except ValueError as exc:  # a parser's own words, as one usage line
+            self.fail(str(exc), param, ctx)
 
 
 class FiniteRange(click.FloatRange):
