@@ -157,7 +157,7 @@ class RequestBuilder:
         tokens, seconds = abort
         # Room past the abort point: the stream must still be running when it comes
         # (and a budget of at least one token, for a client that left before the first).
-        budget = max(item.budget or 0, (tokens or 0) + ABORT_HEADROOM_TOKENS)
+        budget = min(max(item.budget or 0, (tokens or 0) + ABORT_HEADROOM_TOKENS), 2**32 - 1)
         spec = self._build(item, budget)
         spec.abort_after_tokens, spec.abort_after_s = tokens, seconds
         return spec

@@ -41,6 +41,8 @@ __all__ = [
 
 Array = np.ndarray
 
+MAX_BUDGET = 2**32 - 1
+"""A stretched budget is a token count too (``max_tokens`` < 2^32 in the archive)."""
 AMPLIFY_JITTER_S = 0.010
 """Extra copies of a request (--amplify) go out within this much after the original."""
 
@@ -276,7 +278,7 @@ def _budgets(
     request holds): ``_budget`` over the records at once, with the same arithmetic,
     touching only the ``stretch`` ones."""
     idx = np.flatnonzero(stretch)
-    stretched = np.ceil(config.tail_stretch * base[idx]).astype(np.int64)
+    stretched = np.minimum(np.ceil(config.tail_stretch * base[idx]), MAX_BUDGET).astype(np.int64)
     capped = 0
     if config.max_context is not None:
         fit = np.maximum(config.max_context - inputs[idx].astype(np.int64), base[idx])
@@ -296,7 +298,7 @@ def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:
         return None
     if not tail:
         return base
-    budget = math.ceil(config.tail_stretch * base)
+    budget = min(math.ceil(config.tail_stretch * base), MAX_BUDGET)
     if config.max_context is not None:
         # Fit the context, but never ask less than was recorded.
         budget = min(budget, max(config.max_context - (record.input_tokens or 0), base))
