@@ -459,7 +459,9 @@ async def _dispatch(
         summary["prompt_entropy"] = entropy
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
-    if cut:
+    # A closed loop cut by --duration has no first unsent item, only fewer sent.
+    stopped = config.users is not None and config.duration_s is not None
+    if cut or (stopped and not dispatcher.stopping.is_set() and s.due < the_plan.count):
         unsent = unsent_counts(sc, the_plan, s.due, s.sent - s.retries)
         summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
         summary["unsent"] = unsent["unsent"]

@@ -176,6 +176,7 @@ def test_duration_ends_a_think_and_bad_user_counts_are_usage_errors(tmp_path: Pa
                    "--duration", "2s")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - began < 30  # not an hour: the duration ends the think
+    assert "--duration 2s: sending stopped there; 18 of 20 never sent" in done.stdout
     for bad in ("0", "abc", "1,2", "10001", "1,2@0s"):
         done = _replay(archive, tmp_path / "r.msgpack", "--users", bad)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (bad, done.stderr)
