@@ -19,6 +19,7 @@ Definitions (docs/report.md repeats them for users):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -128,21 +129,26 @@ def compare(
 
 
 RETRY_BIN_S = 60.0
+MAX_RETRY_BINS = 120
 
 
 def _retries(side: Side) -> Retries | None:
     """A side's first attempts and retries, overall and per ``RETRY_BIN_S`` of its time."""
     if not side.retry.any():
         return None
-    bins = ((side.start_ns - side.start_ns.min()) // round(RETRY_BIN_S * 1e9)).astype(np.int64)
+    offsets = side.start_ns - side.start_ns.min()
+    # A minute a row, or as many minutes as keep a long capture to MAX_RETRY_BINS rows.
+    minutes = max(1, math.ceil(float(offsets.max()) / 1e9 / (RETRY_BIN_S * MAX_RETRY_BINS)))
+    bin_s = RETRY_BIN_S * minutes
+    bins = (offsets // round(bin_s * 1e9)).astype(np.int64)
     retries = np.bincount(bins, weights=side.retry, minlength=int(bins.max()) + 1)
     every = np.bincount(bins, minlength=retries.size)
     firsts = every - retries
     first, again = int(firsts.sum()), int(retries.sum())
     return {
         "first_attempts": first, "retries": again,
-        "attempts_per_request": (first + again) / max(first, 1), "bin_s": RETRY_BIN_S,
-        "by_time": [(i * RETRY_BIN_S, int(f), int(r))
+        "attempts_per_request": (first + again) / max(first, 1), "bin_s": bin_s,
+        "by_time": [(i * bin_s, int(f), int(r))
                     for i, (f, r) in enumerate(zip(firsts, retries, strict=True))],
     }  # fmt: skip
 
