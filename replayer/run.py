@@ -460,9 +460,14 @@ async def _dispatch(
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
     summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
     # A closed loop cut by --duration has no first unsent item, only fewer sent.
-    stopped = config.users is not None and config.duration_s is not None
-    if cut or (stopped and not dispatcher.stopping.is_set() and s.due < the_plan.count):
-        unsent = unsent_counts(sc, the_plan, s.due, s.sent - s.retries)
-        summary.update(duration_limit_s=config.duration_s, scheduled=unsent["scheduled"])
-        summary["unsent"] = unsent["unsent"]
+    closed = config.users is not None and config.duration_s is not None
+    if cut or (closed and not dispatcher.stopping.is_set() and s.due < the_plan.count):
+        summary.update(_never_sent(config, the_plan, s))
     return ReplayOutcome(summary, the_plan, target)
+
+
+def _never_sent(config: ReplayConfig, the_plan: Plan, s: DispatchStats) -> dict[str, Any]:
+    """What ``--duration`` left unsent (first attempts only: retries are not scheduled)."""
+    unsent = unsent_counts(config.schedule, the_plan, s.due, s.sent - s.retries)
+    return {"duration_limit_s": config.duration_s, "scheduled": unsent["scheduled"],
+            "unsent": unsent["unsent"]}  # fmt: skip
