@@ -69,6 +69,11 @@ class DispatchStats:
     retries: int = 0
     """Attempts after the first (``--retries policy``)."""
 
+    @property
+    def first_attempts(self) -> int:
+        """Requests sent, retries not counted: what the schedule planned and sent."""
+        return self.sent - self.retries
+
 
 class Dispatcher:
     def __init__(
@@ -206,9 +211,7 @@ class Dispatcher:
         join(users.counts[0])
         steps = len(users.counts) if users.step_s is not None else 1
         for step in range(1, steps):
-            wake = t0 + step * (users.step_s or 0.0)
-            with contextlib.suppress(TimeoutError):  # a stop ends the wait
-                await asyncio.wait_for(self.stopping.wait(), max(wake - loop.time(), 0.0))
+            await self._pause(t0 + step * (users.step_s or 0.0) - loop.time())
             if self.stopping.is_set() or loop.time() >= end or not self._tasks:
                 break  # stopped, out of time, or out of records (every user left)
             join(users.counts[step])
@@ -283,8 +286,7 @@ class Dispatcher:
                 if wait is None or self.stopping.is_set():
                     return
                 retry_due = loop.time() + wait
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), wait)
+                await self._pause(wait)
                 if self.stopping.is_set():
                     return
                 self.stats.retries += 1

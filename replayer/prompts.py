@@ -166,8 +166,8 @@ class PromptMaker:
         size_v = len(self.words) if entropy_bits is None else vocabulary(entropy_bits, tokens)
         parts: list[bytes] = []
         pending: list[bytes] = []  # draws of consecutive blocks, made into words at once
-        own: list[bytes] = []  # every draw not shared, and every shared one (entropy kept)
-        shared: list[bytes] = []
+        own: list[bytes] = []  # the draws not shared, and (for the entropy achieved)
+        shared: list[bytes] = []  # those of the shared blocks
         for i in range((tokens + BLOCK_TOKENS - 1) // BLOCK_TOKENS):
             size = min(BLOCK_TOKENS, tokens - i * BLOCK_TOKENS)
             if prefix_hashes and i < len(prefix_hashes):
@@ -194,7 +194,7 @@ class PromptMaker:
         for draws, index in ((own, _index(size_v)), (shared, _index(n))):
             if draws:
                 picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
-                counts += np.bincount(index[picks] % n, minlength=n)
+                counts += np.bincount(index[picks], minlength=n)
         return entropy_bits_of(counts)
 
     def text(self, tokens: int, prefix_hashes: list[int] | None, salt: bytes) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tailreplay.replayer.prompts import PromptMaker
-from tailreplay.replayer.schedule import Planned
+from tailreplay.replayer.schedule import MAX_BUDGET, Planned
 from tailreplay.traces.record import Record
 
 __all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec"]
@@ -157,7 +157,7 @@ class RequestBuilder:
         tokens, seconds = abort
         # Room past the abort point: the stream must still be running when it comes
         # (and a budget of at least one token, for a client that left before the first).
-        budget = min(max(item.budget or 0, (tokens or 0) + ABORT_HEADROOM_TOKENS), 2**32 - 1)
+        budget = min(max(item.budget or 0, (tokens or 0) + ABORT_HEADROOM_TOKENS), MAX_BUDGET)
         spec = self._build(item, budget)
         spec.abort_after_tokens, spec.abort_after_s = tokens, seconds
         return spec

@@ -374,9 +374,7 @@ def _how_it_ended(
     """Interrupted (what was never sent), or stopped by --fail-fast (why)."""
     outcome.interrupted = stop.is_set
     if stop.is_set:
-        outcome.summary.update(
-            unsent_counts(sc, outcome.plan, stats.due, stats.sent - stats.retries)
-        )
+        outcome.summary.update(unsent_counts(sc, outcome.plan, stats.due, stats.first_attempts))
     if guard.reason is not None:
         outcome.aborted = outcome.summary["aborted"] = guard.reason
 
@@ -467,7 +465,7 @@ async def _dispatch(
 
 
 def _never_sent(config: ReplayConfig, the_plan: Plan, s: DispatchStats) -> dict[str, Any]:
-    """What ``--duration`` left unsent (first attempts only: retries are not scheduled)."""
-    unsent = unsent_counts(config.schedule, the_plan, s.due, s.sent - s.retries)
+    """What ``--duration`` left unsent."""
+    unsent = unsent_counts(config.schedule, the_plan, s.due, s.first_attempts)
     return {"duration_limit_s": config.duration_s, "scheduled": unsent["scheduled"],
             "unsent": unsent["unsent"]}  # fmt: skip

@@ -29,6 +29,7 @@ from tailreplay.traces.record import Record
 __all__ = [
     "AMPLIFY_JITTER_S",
     "DEFAULT_TAIL_COST",
+    "MAX_BUDGET",
     "Plan",
     "Planned",
     "ScheduleConfig",

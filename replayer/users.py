@@ -4,6 +4,7 @@ for the first minute, 20 for the next, 50 from then on)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tailreplay.units import parse_duration
@@ -36,14 +37,12 @@ class Users:
         step, which lasts until the end, is left out)."""
         if self.step_s is None:
             return {}
+        limit = math.inf if length_s is None else length_s
         out: dict[str, float] = {}
         for i, n in enumerate(self.counts):
             begin = i * self.step_s
-            last = i == len(self.counts) - 1
-            end = length_s if last else (i + 1) * self.step_s
-            if length_s is not None and end is not None:
-                end = min(end, length_s)
-            if end is not None and end > begin:
+            end = limit if i == len(self.counts) - 1 else min((i + 1) * self.step_s, limit)
+            if math.isfinite(end) and end > begin:
                 out[f"{n} users"] = out.get(f"{n} users", 0.0) + end - begin
         return out
 
