@@ -134,7 +134,9 @@ def _describe_arrivals(a: Arrivals) -> str:
     scores = ", ".join(f"{k} {v:.3f}" for k, v in sorted(a.scores.items()))
     if a.kind == "renewal" and a.renewal is not None:
         r = a.renewal
-        head = f"renewal, {r.family} gaps of shape {r.shape:.3f} (KS {r.ks:.3f})"
+        head = f"renewal, {r.family} gaps of shape {r.shape:.3f} " + (
+            f"(KS {r.ks:.3f})" if r.ks is not None else
+            f"(fitted to counts on {a.clock.tick_s:g} s ticks)")  # fmt: skip
     else:
         m = a.mmpp
         rates = ", ".join(f"{r:.2f}" for r in m.rates)
