@@ -134,9 +134,10 @@ def sample_times(
         assert model.renewal is not None
         tick = model.clock.tick_s
         for times, horizon in _renewal_times(model.renewal.with_mean(1 / rate), rng, profile):
-            # stamped on ticks as the recording was; the horizon's tick may still fill
-            yield (times, horizon) if tick is None else (np.floor(times / tick) * tick,
-                                                         math.floor(horizon / tick) * tick)
+            if tick is not None:  # stamped on ticks as the recording was
+                # the horizon's own tick may still get arrivals from the next batch
+                times, horizon = np.floor(times / tick) * tick, math.floor(horizon / tick) * tick
+            yield times, horizon
     else:
         mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)
         mmpp = mmpp.scaled(rate / mmpp.mean_rate)  # exact again if a state was clipped at 0
