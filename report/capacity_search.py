@@ -10,7 +10,8 @@ Two phases, so that most replays are short and the answer rests on full ones:
    space; coarse replays are short, so queues have less time to build and the aim
    is often high). Each next factor is aimed from the last at where it would be
    decided the other way (its interval's far end at the limit): a miss by 4x is
-   taken as twice the factor (``ORDER``) unless two trials give the local order, by
+   taken as twice the factor (``ORDER``) unless two full trials (before them the
+   coarse bracket, whose values run low at both ends alike) give the local order, by
    at least one ``precision`` step, the step doubling with each move from the same
    side; once a full replay has passed and one has not, the next is interpolated
    between them, until they are within ``precision`` or within what the window
@@ -45,6 +46,9 @@ class _State:
     def __init__(self, run: Run, judge: Judge, repeats: int, say: Callable[[str], None]) -> None:
         self.run, self.judge, self.repeats, self.say = run, judge, repeats, say
         self.out = Search()
+        self.order = ORDER
+        """The order first aims assume: the coarse bracket's where it has one. Coarse
+        values run low (short replays build shorter queues), but alike at both ends."""
 
     def spent(self, extra: int = 0) -> bool:
         return sum(t.runs for t in self.out.trials) + extra >= MAX_TRIALS
@@ -117,6 +121,7 @@ def _coarse(state: _State, max_factor: float) -> float:
         return floor if above is None else above.factor / 2 if above.factor > floor else floor
     if above is None:
         return below.factor
+    state.order = _order(below, above)
     return _interpolate(below, above)
 
 
@@ -154,12 +159,12 @@ def _full(
         elif below is not None:
             if below.factor >= max_factor:
                 break
-            factor = min(_aim(t, previous, (1 + precision) ** 2**streak), max_factor)
+            factor = min(_aim(t, previous, (1 + precision) ** 2**streak, state.order), max_factor)
         else:
             assert above is not None
             if above.factor <= floor:
                 break
-            factor = max(_aim(t, previous, (1 + precision) ** 2**streak), floor)
+            factor = max(_aim(t, previous, (1 + precision) ** 2**streak, state.order), floor)
         previous, streak = t, streak + 1
     return (below.factor if below else None), (above.factor if above else None)
 
@@ -170,19 +175,19 @@ factor^ORDER) when aiming from one side: a tail latency grows faster than the lo
 near saturation, so a miss by 4x is aimed at half the factor, not a quarter."""
 
 
-def _aim(t: Trial, before: Trial | None, step: float) -> float:
+def _aim(t: Trial, before: Trial | None, step: float, default: float) -> float:
     """From a trial (and the one before it, on the same side), the factor where the
     binding objective would meet its limit: at least ``step`` away (which doubles with
     each move from one side: a trial at its limit, uncertain, must not walk down in
     precision steps), at most 4x. Two trials give the local order (a secant step);
-    one assumes ``ORDER``."""
-    order = _order(t, before)
+    one assumes ``default``."""
+    order = _order(t, before, default)
     # Aimed where the trial would be decided the other way, not merely where its value
     # meets the limit (a trial there comes out uncertain): below a failure, where its
     # interval's top would; above a pass, where its interval's bottom would.
     g = _excess(t, "high" if t.verdict != "pass" else "low")
     if not math.isfinite(g):
-        g = math.copysign(ORDER * math.log(4), g)
+        g = math.copysign(order * math.log(4), g)
     if t.verdict != "pass":
         g = max(g, 0.0)
         return t.factor * min(math.exp(-g / order), 1 / step)
@@ -254,13 +259,13 @@ def _reach(uncertain: Trial, other: Trial) -> float:
     return math.exp(max(h for h, _ in widths) / _order(uncertain, other)) - 1
 
 
-def _order(t: Trial, other: Trial | None) -> float:
-    """The local order (value ~ factor^order) from two trials; ``ORDER`` from one."""
+def _order(t: Trial, other: Trial | None, default: float = ORDER) -> float:
+    """The local order (value ~ factor^order) from two trials; ``default`` from one."""
     g = _excess(t)
     if other is None or other.factor == t.factor or not math.isfinite(g):
-        return ORDER
+        return default
     if not math.isfinite(_excess(other)):
-        return ORDER
+        return default
     slope = (_excess(other) - g) / math.log(other.factor / t.factor)
     return min(max(slope, 0.5), 8.0)
 
