@@ -1,7 +1,7 @@
 """The forwarding handler: one request in, the same request upstream, the response back.
 
 Streams both ways: the response goes to the client chunk by chunk as it arrives,
-written from the upstream connection's read callback (``proxy/upstream.py``), so
+written from the upstream connection's read callback (``tailreplay/http_client.py``), so
 time to first token is the upstream's plus a socket write; bytes pass as they are
 (no decompression). Only configured upstreams are ever contacted:
 the target URL is built by appending the request path to the configured base and
@@ -24,6 +24,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
@@ -38,7 +39,6 @@ from tailreplay.proxy.connections import (
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
-from tailreplay.proxy.upstream import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
-import aiohttp
-
+from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sse import StreamTimeline
+from tailreplay.version import __version__
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
 
@@ -65,28 +67,20 @@ class Transport(Protocol):
 WARM_S = 5.0
 """The longest the warm-up may take."""
 
-
-class _Clock:
-    """When a request's head was written: its times count from there."""
-
-    __slots__ = ("t0_ns",)
-
-    def __init__(self, t0_ns: int) -> None:
-        self.t0_ns = t0_ns
-
-
-async def _headers_sent(session: Any, ctx: Any, params: Any) -> None:
-    if isinstance(ctx.trace_request_ctx, _Clock):  # a replayed request, not a warm-up
-        ctx.trace_request_ctx.t0_ns = time.monotonic_ns()
+_ERRORS = {"upstream_timeout": "timeout", "upstream_connect": "connect",
+           "upstream_reset": "reset", "upstream_error": "reset"}  # fmt: skip
+"""The shared client's failure kinds, named as replay results name them."""
 
 
 class HttpTransport:
-    """aiohttp's client, one connector sized by --connections.
+    """The shared HTTP/1.1 client (``tailreplay.http_client``), at most
+    ``connections`` connections to the target.
 
     A request's times count from when its head was written to the socket, as the
     proxy's count from when a request's head arrived: so a capture and its replay
-    measure the same span of the exchange (from the call itself they read
-    1-4 ms longer: building and writing the request, behind the loop's other work).
+    measure the same span of the exchange. Body bytes are taken, timed and parsed
+    inside the callback that read them (no task switch an event); a stream the
+    target compresses (an explicit ``--header accept-encoding``) is inflated first.
     """
 
     def __init__(self, base_url: str, *, connections: int, timeout_s: float) -> None:
@@ -94,15 +88,11 @@ class HttpTransport:
         # A base given with /v1 (as OpenAI SDKs take it) is not doubled: /v1/x goes to
         # <host>/v1/x, not <host>/v1/v1/x.
         self._v1_base = self.base[: -len("/v1")] if self.base.endswith("/v1") else None
-        trace = aiohttp.TraceConfig()
-        trace.on_request_headers_sent.append(_headers_sent)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections),
-            timeout=aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(timeout_s, 10)),
-            read_bufsize=1 << 20,
-            auto_decompress=True,
-            trace_configs=[trace],
-        )
+        parts = urlsplit(self.base)
+        default = 443 if parts.scheme == "https" else 80
+        self._origin = Origin(parts.scheme, parts.hostname or "", parts.port or default)
+        self._pool = UpstreamPool(timeout_s=timeout_s, connect_timeout_s=min(timeout_s, 10),
+                                  max_connections=connections, max_idle=connections)  # fmt: skip
 
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
         if spec.abort_after_s is None:
@@ -116,54 +106,22 @@ class HttpTransport:
             return Outcome(error="client_abort", duration_ns=time.monotonic_ns() - began)
 
     async def _send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
-        out = Outcome()
-        aborted = False
-        clock = _Clock(time.monotonic_ns())  # until the head is written: the call's start
+        began = time.monotonic_ns()  # until the head is written: the call's start
         try:
-            async with self._session.request(
-                spec.method, self.url(spec.path), data=spec.body, headers=headers,
-                trace_request_ctx=clock,
-            ) as resp:  # fmt: skip
-                t0 = clock.t0_ns
-                out.status = resp.status
-                out.content_type = resp.content_type
-                if resp.status in (429, 503):
-                    out.retry_after_s = retry_after_s(resp.headers.get("Retry-After"))
-                sse = resp.content_type == "text/event-stream"
-                timeline = StreamTimeline() if sse else None
-                tap = ResponseTap(stream=sse)
-                stop_at = spec.abort_after_tokens or float("inf")
-                async for chunk in resp.content.iter_any():
-                    now = time.monotonic_ns()
-                    if timeline is not None:
-                        timeline.feed(chunk, now)
-                    elif out.ttfb_ns is None:
-                        out.ttfb_ns = now - t0
-                    out.bytes_out += len(chunk)
-                    tap.feed(chunk)
-                    if timeline is not None and timeline.tokens >= stop_at:
-                        aborted = True  # the recorded client left here: so do we
-                        resp.close()
-                        break
-                end = time.monotonic_ns()
-                out.duration_ns = end - t0
-                if timeline is not None:
-                    timeline.finish(end)
-                    _timeline(out, timeline, t0)
-                _read_body(out, spec, tap, timeline)
-                if aborted:
-                    out.error = "client_abort"
-        except TimeoutError:
-            out.error = "timeout"
-        except aiohttp.ClientConnectorError:
-            out.error = "connect"
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError):
-            out.error = "reset"
-        except aiohttp.ClientError as exc:
-            out.error = type(exc).__name__
-        if out.duration_ns is None:
-            out.duration_ns = time.monotonic_ns() - clock.t0_ns
-        return out
+            resp = await self._pool.send(self._origin, spec.method, self._target(spec.path),
+                                         _head(headers), spec.body or b"")  # fmt: skip
+        except UpstreamError as exc:
+            return Outcome(error=_ERRORS.get(exc.kind, exc.kind),
+                           duration_ns=time.monotonic_ns() - began)  # fmt: skip
+        reader = _Reader(resp, spec.abort_after_tokens)
+        try:
+            resp.start(reader.feed)
+            await resp.wait()  # False, not waited further: the reader stopped at an abort
+        except UpstreamError as exc:
+            reader.out.error = _ERRORS.get(exc.kind, exc.kind)
+        finally:
+            resp.close()  # an unfinished response drops its connection: the target sees it
+        return reader.finish(spec)
 
     def url(self, path: str) -> str:
         """Where a recorded path is sent."""
@@ -171,22 +129,105 @@ class HttpTransport:
             return self._v1_base + path
         return self.base + path
 
+    def _target(self, path: str) -> str:
+        """The request target (path and query) on the origin."""
+        return urlsplit(self.url(path))._replace(scheme="", netloc="").geturl() or "/"
+
     async def warm(self, connections: int) -> None:
         """Open ``connections`` keep-alive connections with ``GET /v1/models`` (any answer
         will do), so the first burst of due requests does not each pay for a connect:
         without it, the first 16 of a burst left up to 12 ms late."""
 
         async def one() -> None:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with self._session.get(self.url("/v1/models")) as resp:
-                    await resp.read()
+            with contextlib.suppress(UpstreamError):
+                resp = await self._pool.send(self._origin, "GET", self._target("/v1/models"),
+                                             [], None)  # fmt: skip
+                try:
+                    resp.start(lambda _: True)
+                    await resp.wait()
+                finally:
+                    resp.close()
 
         # Bounded: a target that hangs on it is found by the replay itself.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*(one() for _ in range(connections))), WARM_S)
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._pool.close()
+
+
+class _Reader:
+    """One response's body as it arrives: timed, tapped, and cut at a recorded abort."""
+
+    __slots__ = ("inflate", "out", "resp", "stop_at", "t0", "tap", "timeline")
+
+    def __init__(self, resp: UpstreamResponse, abort_after_tokens: int | None) -> None:
+        self.resp = resp
+        self.t0 = resp.sent_ns
+        out = self.out = Outcome(status=resp.status)
+        names = {k.lower(): v for k, v in resp.headers}
+        out.content_type = names.get("content-type", "").split(";", 1)[0].strip().lower()
+        if resp.status in (429, 503):
+            out.retry_after_s = retry_after_s(names.get("retry-after"))
+        sse = out.content_type == "text/event-stream"
+        self.timeline = StreamTimeline() if sse else None
+        self.tap = ResponseTap(stream=sse)
+        self.stop_at = abort_after_tokens or float("inf")
+        encoding = names.get("content-encoding", "identity").strip().lower()
+        self.inflate = _inflater(encoding)
+
+    def feed(self, chunk: bytes) -> bool:
+        now = time.monotonic_ns()
+        if self.inflate is not None:
+            chunk = self.inflate.decompress(chunk)
+        out, timeline = self.out, self.timeline
+        if timeline is not None:
+            timeline.feed(chunk, now)
+        elif out.ttfb_ns is None:
+            out.ttfb_ns = now - self.t0
+        out.bytes_out += len(chunk)
+        self.tap.feed(chunk)
+        if timeline is not None and timeline.tokens >= self.stop_at:
+            out.error = "client_abort"  # the recorded client left here: so do we
+            return False
+        return True
+
+    def finish(self, spec: RequestSpec) -> Outcome:
+        out, timeline = self.out, self.timeline
+        end = time.monotonic_ns()
+        out.duration_ns = end - self.t0
+        if out.error is not None and out.error != "client_abort":
+            return out
+        if timeline is not None:
+            timeline.finish(end)
+            _timeline(out, timeline, self.t0)
+        aborted = out.error
+        _read_body(out, spec, self.tap, timeline)
+        if aborted:
+            out.error = aborted
+        return out
+
+
+_OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+"""Headers the client writes itself (the target's address and the body's framing)."""
+_AGENT = ("User-Agent", f"tailreplay/{__version__}")
+
+
+def _head(headers: dict[str, str]) -> list[tuple[str, str]]:
+    """The request's headers as sent: the client's own framing, a User-Agent unless given."""
+    out = [(k, v) for k, v in headers.items() if k.lower() not in _OWN]
+    if not any(k.lower() == "user-agent" for k, _ in out):
+        out.append(_AGENT)
+    return out
+
+
+def _inflater(encoding: str) -> Any:
+    """A decompressor for a ``Content-Encoding`` (gzip, deflate), None for identity."""
+    if encoding == "gzip":
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    return None
 
 
 def _timeline(out: Outcome, timeline: StreamTimeline, t0_ns: int) -> None:

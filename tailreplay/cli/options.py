@@ -230,6 +230,11 @@ def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
         if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
             out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
     out.update(pairs)
+    for name, value in out.items():
+        # Written to the socket as given: a line break would start a header of its own.
+        if any(c in name + value for c in "\r\n\0") or any(c in name for c in " \t:"):
+            raise UsageError(f"header {name!r}: a name without spaces or colons, and no line "
+                             "breaks in its value")  # fmt: skip
     return out
 
 

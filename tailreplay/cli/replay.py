@@ -329,11 +329,12 @@ input, 130 interrupted.""",
 @otlp_options()
 def replay(**options: Any) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
-    from tailreplay.replayer.summary import summary_lines
-    from tailreplay.report.write import fail_on_slo
-
     args = _Args(**options)
     try:
+        # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
+        from tailreplay.replayer.summary import summary_lines
+        from tailreplay.report.write import fail_on_slo
+
         config = _config(args)
         outcome = _run(config, args.workers)
     except KeyboardInterrupt:  # before the replay could take over Ctrl-C: nothing sent

@@ -1,6 +1,8 @@
-"""The proxy's upstream client: HTTP/1.1 over pooled keep-alive connections.
+"""The HTTP/1.1 client of the proxy (to its upstream) and the replayer (to its
+target): pooled keep-alive connections, bodies pushed to a callback as they arrive.
 
-Why not aiohttp's client: on the streaming path it cost time to first token.
+Why not aiohttp's client: on the streaming path it cost time to first token, and
+per request CPU the replayer's dispatch rate paid for.
 With it, every SSE event went parser → StreamReader → a task resumed → the relay,
 and opening a request built a dozen objects (request, response, timer, trace
 hooks, cookie filter); at 100 concurrent streams the proxy added 3 to 4 ms to the
@@ -14,20 +16,25 @@ the pool when its response ended and the upstream allows keep-alive. A request
 sent on a reused connection that the upstream had already closed (the idle-close
 race every pooling client meets) is sent once more on a new connection — only
 when not a byte of answer came back and the body is in memory to send again.
+With ``max_connections`` a request waits for a free connection (the replayer's
+``--connections``); the proxy opens as many as its clients need.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import ssl
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import NamedTuple
 
 import httptools
 
-log = logging.getLogger("tailreplay.proxy")
+log = logging.getLogger("tailreplay.http")
 
 __all__ = ["Origin", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
 
@@ -94,6 +101,9 @@ class UpstreamResponse:
         self.headers: list[tuple[str, str]] = []
         self.got_bytes = False
         self.complete = False
+        self.sent_ns = 0
+        """``time.monotonic_ns()`` when the request's head and in-memory body were
+        written: the exchange's times count from there."""
         self._head: asyncio.Future[None] = conn.loop.create_future()
         self._waiter: asyncio.Future[bool] | None = None
         self._held: list[bytes] = []
@@ -352,13 +362,17 @@ class UpstreamPool:
         connect_timeout_s: float,
         keepalive_s: float = 60.0,
         max_idle: int = 256,
+        max_connections: int | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
+        self.max_connections = max_connections
         self._idle: dict[Origin, list[_Connection]] = {}
         self._all: set[_Connection] = set()
+        self._opening = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._tls: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -401,6 +415,7 @@ class UpstreamPool:
             conn.deadline_timer = loop.call_at(deadline, conn.on_deadline)
             try:
                 await conn.send(head, body if body is not None else b"", chunked)
+                response.sent_ns = time.monotonic_ns()
                 await response._head
             except _Stale:
                 conn.finish(response, reusable=False)
@@ -423,13 +438,66 @@ class UpstreamPool:
         self._idle.clear()
 
     async def _acquire(self, origin: Origin, deadline: float) -> _Connection:
-        idle = self._idle.get(origin)
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and not conn.transport.is_closing():
-                conn.reused = True
-                return conn
         loop = asyncio.get_running_loop()
+        while True:
+            idle = self._idle.get(origin)
+            while idle:
+                conn = idle.pop()
+                if not conn.closed and not conn.transport.is_closing():
+                    conn.reused = True
+                    return conn
+            if self.max_connections is None or self._busy() < self.max_connections:
+                break
+            if not self._evict_idle():
+                await self._free_slot(loop, deadline)
+        self._opening += 1
+        try:
+            conn = await self._connect(loop, origin, deadline)
+        except BaseException:
+            self._opening -= 1
+            self._wake_one()  # a failed connect frees its slot
+            raise
+        self._opening -= 1
+        return conn
+
+    def _busy(self) -> int:
+        return len(self._all) + self._opening
+
+    def _evict_idle(self) -> bool:
+        """At the limit, close an idle connection (to another origin) to free a slot."""
+        for idle in self._idle.values():
+            if idle:
+                conn = idle.pop(0)  # the longest idle
+                self._all.discard(conn)  # its slot is free now, not when the loss is seen
+                conn.abort()
+                return True
+        return False
+
+    async def _free_slot(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Wait until a connection is released or closed (FIFO), or time runs out."""
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await waiter
+        except TimeoutError:
+            raise _timeout() from None
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def _wake_one(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _connect(
+        self, loop: asyncio.AbstractEventLoop, origin: Origin, deadline: float
+    ) -> _Connection:
         tls = self._tls_context() if origin.scheme == "https" else None
         timeout = min(self.connect_timeout_s, max(deadline - loop.time(), 0))
         try:
@@ -458,6 +526,7 @@ class UpstreamPool:
         conn.keep_alive = False
         conn.idle_since = conn.loop.time()
         idle.append(conn)
+        self._wake_one()
         if self._sweeper is None:
             self._sweeper = conn.loop.call_later(self.keepalive_s / 4, self._sweep)
 
@@ -474,7 +543,9 @@ class UpstreamPool:
             self._sweeper = loop.call_later(self.keepalive_s / 4, self._sweep)
 
     def _forget(self, conn: _Connection) -> None:
-        self._all.discard(conn)
+        if conn in self._all:
+            self._all.discard(conn)
+            self._wake_one()
         idle = self._idle.get(conn.origin)
         if idle and conn in idle:
             idle.remove(conn)

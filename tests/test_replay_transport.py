@@ -1,0 +1,120 @@
+"""The replayer's transport on the shared HTTP/1.1 client (tailreplay/http_client.py):
+TLS verified against the trust store, --connections as a hard cap, compressed streams
+read, and headers that could split a request refused before anything is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trustme
+from aiohttp import web
+
+from tailreplay.replayer.request import RequestSpec
+from tailreplay.replayer.transport import HttpTransport
+from tests.fixed_upstream import WORDS
+from tests.proxy_helpers import serve_app
+from tests.test_proxy_upstream import https_upstream
+
+CHAT = json.dumps({"model": "fixed", "messages": [{"role": "user", "content": "hi"}],
+                   "stream": True}).encode()  # fmt: skip
+
+
+def _spec(path: str = "/v1/chat/completions", body: bytes | None = CHAT) -> RequestSpec:
+    return RequestSpec("POST" if body else "GET", path, body, stream=True, prompt_tokens=None)
+
+
+async def test_an_https_target_is_verified_against_the_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trusted, stranger = trustme.CA(), trustme.CA()
+    ca_file = tmp_path / "ca.pem"
+    trusted.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    async with https_upstream(trusted) as good, https_upstream(stranger) as bad:
+        ok, refused = (HttpTransport(u, connections=2, timeout_s=10) for u in (good, bad))
+        try:
+            streamed = await ok.send(
+                _spec(), {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+            )
+            failed = await refused.send(_spec(), {})
+        finally:
+            await ok.close()
+            await refused.close()
+    assert streamed.status == 200 and streamed.error is None
+    assert streamed.completion_tokens == len(WORDS) and streamed.ttfb_ns is not None
+    assert failed.status == 0 and failed.error == "connect"
+
+
+async def test_connections_caps_the_connections_open_at_once() -> None:
+    in_handler = peak = 0
+    peers: set[object] = set()
+
+    async def slow(request: web.Request) -> web.Response:
+        nonlocal in_handler, peak
+        assert request.transport is not None
+        peers.add(request.transport.get_extra_info("peername"))
+        in_handler += 1
+        peak = max(peak, in_handler)
+        await asyncio.sleep(0.05)
+        in_handler -= 1
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", slow)
+    async with serve_app(app) as url:
+        transport = HttpTransport(url, connections=3, timeout_s=10)
+        try:
+            outs = await asyncio.gather(*(transport.send(_spec("/v1/models", None), {})
+                                          for _ in range(20)))  # fmt: skip
+        finally:
+            await transport.close()
+    assert [o.status for o in outs] == [200] * 20
+    assert peak == 3 and len(peers) == 3  # three connections, kept alive; never a fourth
+
+
+async def test_a_compressed_stream_is_inflated_and_its_tokens_counted() -> None:
+    events = [b'data: {"choices":[{"delta":{"content":"w%d"}}]}\n\n' % i for i in range(5)]
+    events.append(b"data: [DONE]\n\n")
+    seen: dict[str, str] = {}
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        seen.update(request.headers)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Content-Encoding": "gzip"})  # fmt: skip
+        await resp.prepare(request)
+        await resp.write(gzip.compress(b"".join(events)))
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with serve_app(app) as url:
+        transport = HttpTransport(url + "/v1", connections=1, timeout_s=10)
+        try:
+            out = await transport.send(_spec(), {"Accept-Encoding": "gzip", "Host": "evil:1"})
+        finally:
+            await transport.close()
+    assert out.status == 200 and out.error is None and out.completion_tokens == 5
+    assert out.tokens_source == "estimate"
+    assert seen["User-Agent"].startswith("tailreplay/")
+    assert seen["Host"].startswith("127.0.0.1:")  # the client's own, never one from --header
+
+
+def test_a_header_that_would_split_the_request_is_refused(tmp_path: Path) -> None:
+    archive = Path(__file__).parents[1] / "traces/peak.msgpack"
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "replay", "--target", "http://127.0.0.1:9",
+         "--header", "X-Team: a\r\nX-Evil: 1", "--out", str(tmp_path / "r.msgpack"),
+         str(archive)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "Error: header 'X-Team': a name without spaces or colons, and no line breaks in its value"
+    ]
+    assert not (tmp_path / "r.msgpack").exists()
