@@ -14,6 +14,7 @@ import sys
 import click
 
 from tailreplay.cli.capacity import capacity
+from tailreplay.cli.deploy import deploy
 from tailreplay.cli.handling import HandledGroup, run_standalone, setup_logging
 from tailreplay.cli.proxy import proxy
 from tailreplay.cli.replay import replay
@@ -34,7 +35,7 @@ def cli(verbose: bool) -> None:
     setup_logging(verbose)
 
 
-for _command in (traces, sim, proxy, replay, report, capacity):
+for _command in (traces, sim, proxy, replay, report, capacity, deploy):
     cli.add_command(_command)
 for _command in (fit, synth, validate_model):
     traces.add_command(_command)
@@ -65,6 +66,8 @@ EXAMPLES = {
     "--json cap.json",
     "report": "tailreplay report results.msgpack --html report.html "
     "--slo 'latency:p99<=2x,error_rate<=1%'",
+    "deploy job": "tailreplay deploy job /archives/peak.msgpack --shards 4 --start-in 2m "
+    "--target http://llm-staging:8000 --speed 2x",
 }
 
 

@@ -1,0 +1,460 @@
+"""``tailreplay deploy job``: one sharded replay as a Kubernetes Indexed Job manifest.
+
+Each run gets its own Job: a name, a shared ``START_AT`` a little after now, as many
+completions as shards, and its results in a folder of their own on the results
+claim. The manifest goes to stdout as YAML (``| kubectl apply -f -``); nothing is
+sent to a cluster and the archive is not opened here: ARCHIVE is a path as the pods
+see it, under the archives claim's mount. The replay's arguments are parsed with
+the real ``replay`` command before anything is printed, so a wrong option fails
+here, not in N pods.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from tailreplay.cli.options import HTTP_URL, Parsed
+from tailreplay.errors import UsageError
+from tailreplay.units import format_duration, parse_duration
+from tailreplay.version import __version__
+
+__all__ = ["JobSpec", "deploy", "expand", "job_manifest", "replay_args", "to_yaml"]
+
+ARCHIVES_MOUNT = "/archives"
+RESULTS_MOUNT = "/results"
+INDEX = "$(JOB_COMPLETION_INDEX)"
+"""Set by Kubernetes in every pod of an Indexed Job (0 .. completions - 1)."""
+
+# The user the image runs as (deploy/Dockerfile: USER 65534:65534, "nobody"); the
+# group owns the volumes (fsGroup), so the pods can write the results claim.
+POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "runAsGroup": 65534,
+    "fsGroup": 65534,
+    "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a full volume per pod
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": 65534,
+    "runAsGroup": 65534,
+    "readOnlyRootFilesystem": True,  # the replay writes only its results (and /dev/shm)
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+# Options the Job sets itself; --replay-arg may not set them too.
+_RESERVED = {
+    "shard": "--shard is the pod's completion index: use --shards",
+    "start_at": "--start-at is the run's START_AT: use --start-in",
+    "out": "--out is /results/NAME/shard-<i>.msgpack",
+    "json_out": "--json is /results/NAME/shard-<i>.json",
+    "target": "use deploy job's --target",
+    "speed": "use deploy job's --speed",
+    "workers": "one process per pod: raise --shards instead of --workers",
+}
+_PROBE_ARCHIVE = "/archives/probe.msgpack"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One run's Job: everything ``job_manifest`` needs, checked."""
+
+    name: str
+    archives: tuple[str, ...]
+    shards: int
+    start_at: str
+    """UTC ISO-8601 with a Z: ``2026-12-01T09:00:00Z``."""
+    image: str
+    target: str | None
+    speed: str
+    ttl_s: int
+    results_claim: str
+    archives_claim: str
+    header_secrets: tuple[tuple[str, str, str], ...] = ()
+    """(header, secret, key): the header's value comes from that key of that Secret."""
+    extra_args: tuple[str, ...] = ()
+
+    @property
+    def results_dir(self) -> str:
+        return f"{RESULTS_MOUNT}/{self.name}"
+
+
+@click.group()
+def deploy() -> None:
+    """Kubernetes manifests for tailreplay runs (printed, never applied)."""
+
+
+def _header_secret(text: str, flag: str) -> tuple[str, str, str]:
+    header, _, ref = text.partition("=")
+    secret, _, key = ref.partition("/")
+    if (
+        not _HEADER_NAME.fullmatch(header)
+        or not _dns(secret, _DNS_SUBDOMAIN, 253)
+        or not _SECRET_KEY.fullmatch(key)
+    ):
+        raise UsageError(
+            f"invalid {flag} {text!r}: use HEADER=SECRET/KEY, e.g. Authorization=llm-staging/auth"
+        )
+    return header, secret, key
+
+
+def _duration(text: str, flag: str, *, positive: bool = False) -> float:
+    try:
+        seconds = parse_duration(text)
+    except UsageError:
+        seconds = math.nan
+    if not seconds >= 0 or (positive and seconds == 0):
+        after = "a time after now, e.g. 2m" if positive else "a duration, e.g. 1h or 0s"
+        raise UsageError(f"invalid {flag} {text!r}: give {after}")
+    return seconds
+
+
+def _ttl(text: str, flag: str) -> int:
+    return math.ceil(_duration(text, flag))
+
+
+@deploy.command("job")
+@click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
+@click.option("--shards", type=click.IntRange(min=1), required=True, help="Pods, one shard each.")
+@click.option(
+    "--start-in",
+    type=Parsed("duration", lambda text, flag: _duration(text, flag, positive=True)),
+    default="2m",
+    show_default=True,
+    help="START_AT is now plus this: time for every pod to be scheduled, pull and start.",
+)
+@click.option("--name", help="The Job's name (default: tailreplay-replay-<UTC time>).")
+@click.option(
+    "--image",
+    default=f"tailreplay:{__version__}",
+    show_default=True,
+    help="The image built from deploy/Dockerfile.",
+)
+@click.option("--target", type=HTTP_URL, help="Base URL to replay at, as the pods reach it.")
+@click.option("--speed", default="1x", show_default=True, help="As replay's --speed.")
+@click.option(
+    "--ttl",
+    type=Parsed("duration", _ttl),
+    default="1h",
+    show_default=True,
+    help="Delete the finished Job and its pods this long after (the results stay).",
+)
+@click.option(
+    "--results-claim",
+    default="tailreplay-results",
+    show_default=True,
+    help="The claim mounted at /results (ReadWriteMany: the shards write together).",
+)
+@click.option(
+    "--archives-claim",
+    default="tailreplay-archives",
+    show_default=True,
+    help="The claim mounted read-only at /archives.",
+)
+@click.option(
+    "--header-secret",
+    "header_secrets",
+    type=Parsed("header=secret/key", _header_secret),
+    multiple=True,
+    help="HEADER=SECRET/KEY: send HEADER with the value held in a Secret (repeatable), "
+    "e.g. Authorization=llm-staging/authorization for a key holding 'Bearer ...'.",
+)
+@click.option(
+    "--replay-arg",
+    "extra_args",
+    multiple=True,
+    help="One more argument of replay for every pod (repeatable), e.g. "
+    "--replay-arg=--otlp-endpoint=http://otel-collector:4318/v1/traces.",
+)
+def job(**options: Any) -> None:
+    """Print a sharded replay of ARCHIVE (a path under /archives, as the pods see it)
+    as an Indexed Job: every pod replays its shard from one START_AT."""
+    now = datetime.now(UTC)
+    spec = _spec(now, options)
+    if spec.target is None:
+        click.echo(
+            "warning: no --target: every pod replays against a built-in simulator of its "
+            "own (a smoke test of the Job, not a load test)",
+            err=True,
+        )
+    click.echo(to_yaml(job_manifest(spec), comment=_comment(spec)), nl=False)
+    click.echo(
+        f"{spec.name}: {spec.shards} shards start at {spec.start_at} "
+        f"({format_duration(options['start_in'])} from now); results in {spec.results_dir}/ "
+        f"on the claim {spec.results_claim}",
+        err=True,
+    )
+
+
+def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
+    """The run the options describe; every refusal first, as one line."""
+    start_in: float = options["start_in"]
+    shards: int = options["shards"]
+    name = options["name"] or f"tailreplay-replay-{now:%Y%m%d-%H%M%S}"
+    longest = 63 - len(f"-{shards - 1}")  # pods' hostnames are NAME-<index>: a DNS label
+    if not _dns(name, _DNS_LABEL, longest):
+        raise UsageError(
+            f"invalid --name {name!r}: lowercase letters, digits and '-', starting and ending "
+            f"with a letter or digit, at most {longest} characters"
+        )
+    for flag in ("--results-claim", "--archives-claim"):
+        claim = options[flag[2:].replace("-", "_")]
+        if not _dns(claim, _DNS_SUBDOMAIN, 253):
+            raise UsageError(f"invalid {flag} {claim!r}: not a Kubernetes object name")
+    for archive in options["archives"]:
+        _check_archive(archive)
+    start = datetime.fromtimestamp(math.ceil(now.timestamp() + start_in), UTC)
+    target = options["target"]
+    spec = JobSpec(
+        name=name,
+        archives=tuple(options["archives"]),
+        shards=shards,
+        start_at=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        image=options["image"],
+        target=str(target) if target is not None else None,
+        speed=options["speed"],
+        ttl_s=options["ttl"],
+        results_claim=options["results_claim"],
+        archives_claim=options["archives_claim"],
+        header_secrets=tuple(options["header_secrets"]),
+        extra_args=tuple(options["extra_args"]),
+    )
+    _check_extra_args(spec.extra_args)
+    _check_parses(spec)
+    return spec
+
+
+def _dns(text: str, form: re.Pattern[str], longest: int) -> bool:
+    return len(text) <= longest and form.fullmatch(text) is not None
+
+
+def _check_archive(archive: str) -> None:
+    parts = PurePosixPath(archive).parts
+    if len(parts) < 3 or parts[:2] != ("/", ARCHIVES_MOUNT[1:]) or ".." in parts:
+        raise UsageError(
+            f"ARCHIVE {archive}: give the path as the pods see it, under {ARCHIVES_MOUNT}/ "
+            f"(where --archives-claim is mounted), e.g. {ARCHIVES_MOUNT}/peak.msgpack"
+        )
+
+
+def _check_extra_args(extra: tuple[str, ...]) -> None:
+    """--replay-arg holds options of replay that the Job does not set itself."""
+    from tailreplay.cli.replay import replay
+
+    for arg in extra:
+        if arg.split("=")[0] in ("-h", "--help", "--version"):
+            raise UsageError(f"--replay-arg {arg}: not an option of a run")
+    try:
+        ctx = replay.make_context("replay", [*extra, _PROBE_ARCHIVE])
+    except click.ClickException as exc:
+        raise UsageError(f"--replay-arg: {exc.format_message()}") from None
+    except UsageError as exc:  # a value tailreplay's own parsers refused
+        raise UsageError(f"--replay-arg: {exc}") from None
+    if ctx.params["archives"] != (Path(_PROBE_ARCHIVE),):
+        raise UsageError("--replay-arg takes options of replay; give archives as ARCHIVE")
+    for param, why in _RESERVED.items():
+        if ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE:
+            raise UsageError(f"--replay-arg: {why}")
+
+
+def _check_parses(spec: JobSpec) -> None:
+    """The pods' command line, as Kubernetes expands it, parses with the real replay."""
+    from tailreplay.cli.replay import replay
+
+    args = expand(replay_args(spec), {"START_AT": spec.start_at, "JOB_COMPLETION_INDEX": "0"})
+    try:
+        replay.make_context("replay", args[1:])
+    except click.ClickException as exc:
+        raise UsageError(exc.format_message()) from None
+
+
+def expand(args: list[str], env: dict[str, str]) -> list[str]:
+    """Kubernetes' expansion of container args: ``$(VAR)`` from the container's env,
+    ``$$`` a literal ``$``, an unknown ``$(VAR)`` left as written."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return [re.sub(r"\$\$|\$\((\w+)\)", one, arg) for arg in args]
+
+
+def replay_args(spec: JobSpec) -> list[str]:
+    """The replay container's args (the image's entrypoint is ``tailreplay``)."""
+    shard_file = f"{spec.results_dir}/shard-{INDEX}"
+    args = ["replay", "--shard", f"{INDEX}/{spec.shards}", "--start-at", "$(START_AT)"]
+    if spec.target is not None:
+        args += ["--target", spec.target]
+    args += ["--speed", spec.speed, "--out", f"{shard_file}.msgpack"]
+    args += ["--json", f"{shard_file}.json", *spec.extra_args, *spec.archives]
+    return args
+
+
+def _labels(spec: JobSpec) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "tailreplay",
+        "app.kubernetes.io/component": "replay",
+        "app.kubernetes.io/instance": spec.name,
+    }
+
+
+def job_manifest(spec: JobSpec) -> dict[str, Any]:
+    """The Indexed Job of one sharded replay, as a Kubernetes object."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": spec.name, "labels": _labels(spec)},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": spec.shards,
+            "parallelism": spec.shards,  # every shard at once: they share one schedule
+            "backoffLimit": 0,  # an experiment is rerun whole, never one shard again
+            "ttlSecondsAfterFinished": spec.ttl_s,
+            "template": {"metadata": {"labels": _labels(spec)}, "spec": _pod(spec)},
+        },
+    }
+
+
+def _pod(spec: JobSpec) -> dict[str, Any]:
+    results = {"name": "results", "mountPath": RESULTS_MOUNT}
+    env: list[dict[str, Any]] = [{"name": "START_AT", "value": spec.start_at}]
+    for header, secret, key in spec.header_secrets:
+        env.append(
+            {
+                "name": "TAILREPLAY_HEADER_" + header.upper().replace("-", "_"),
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
+            }
+        )
+    replay = {
+        "name": "replay",
+        "image": spec.image,
+        "args": replay_args(spec),
+        "env": env,
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": CONTAINER_SECURITY,
+        "volumeMounts": [
+            {"name": "archives", "mountPath": ARCHIVES_MOUNT, "readOnly": True},
+            results,
+        ],
+    }
+    return {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": POD_SECURITY,
+        # Shards on different nodes where there is room: each one's lag is its own.
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
+            }
+        ],
+        # The run's results folder, made by every pod (mkdir -p: whichever comes first).
+        "initContainers": [
+            {
+                "name": "results-dir",
+                "image": spec.image,
+                "command": ["mkdir", "-p", spec.results_dir],
+                "securityContext": CONTAINER_SECURITY,
+                "volumeMounts": [results],
+            }
+        ],
+        "containers": [replay],
+        "volumes": [
+            {
+                "name": "archives",
+                "persistentVolumeClaim": {"claimName": spec.archives_claim, "readOnly": True},
+            },
+            {"name": "results", "persistentVolumeClaim": {"claimName": spec.results_claim}},
+        ],
+    }
+
+
+def _comment(spec: JobSpec) -> str:
+    from tailreplay.replayer.start import LATE_START_S
+
+    return (
+        f"tailreplay deploy job (tailreplay {__version__}): {spec.shards} shards of "
+        f"{' '.join(spec.archives)},\n"
+        f"all starting at START_AT {spec.start_at}. Apply it now: a pod that starts\n"
+        f"more than {LATE_START_S:g} s after START_AT refuses to run.\n"
+        f"Results: {spec.results_dir}/shard-<i>.msgpack on the claim {spec.results_claim}.\n"
+        f"One report: tailreplay report {spec.results_dir}/shard-*.msgpack"
+    )
+
+
+# YAML by hand: PyYAML is no dependency of the package. Strings that a YAML parser
+# could read as something else (numbers, booleans, "a: b") are JSON-quoted, which
+# YAML reads as the same string.
+_PLAIN = re.compile(r"(?:[A-Za-z_/$]|--?[A-Za-z])[A-Za-z0-9_./$()=-]*")
+_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
+
+
+def to_yaml(value: dict[str, Any], *, comment: str = "") -> str:
+    """A Kubernetes object as block-style YAML, after ``comment`` as # lines.
+
+    >>> to_yaml({"kind": "Job", "spec": {"completions": 2}})
+    'kind: Job\\nspec:\\n  completions: 2\\n'
+    """
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
+    return "\n".join([*lines, *_block(value, 0)]) + "\n"
+
+
+def _block(value: dict[str, Any] | list[Any], indent: int) -> list[str]:
+    pad = " " * indent
+    out: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                out += [f"{pad}{_scalar(key)}:", *_block(item, indent + 2)]
+            else:
+                out.append(f"{pad}{_scalar(key)}: {_scalar(item)}")
+        return out
+    for item in value:
+        if isinstance(item, dict | list) and item:
+            first, *rest = _block(item, indent + 2)
+            out += [f"{pad}- {first[indent + 2 :]}", *rest]
+        else:
+            out.append(f"{pad}- {_scalar(item)}")
+    return out
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, dict | list):
+        return "{}" if isinstance(value, dict) else "[]"
+    if not isinstance(value, str):
+        raise TypeError(f"no YAML for {type(value).__name__}")
+    if _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS:
+        return value
+    return _UNPRINTABLE.sub(_escape, json.dumps(value, ensure_ascii=False))
+
+
+# Beyond ASCII, as YAML's escapes: YAML reads some characters JSON leaves alone as
+# line breaks (U+0085, U+2028), and does not pair JSON's surrogate escapes.
+_UNPRINTABLE = re.compile("[^\\x20-\\x7e]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

@@ -1,0 +1,336 @@
+"""One HTTP/1.1 connection of the shared client (``tailreplay.http_client``): an
+asyncio Protocol with an llhttp parser (httptools), and the response in flight on
+it, whose body bytes go to a consumer inside the callback that read them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import ssl
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+
+import httptools
+
+if TYPE_CHECKING:  # the pool imports this module; the connection only calls back into it
+    from collections.abc import AsyncIterator, Callable
+
+    from tailreplay.http_client import UpstreamPool
+
+log = logging.getLogger("tailreplay.http")
+
+__all__ = ["BodyConsumer", "Origin", "UpstreamError", "UpstreamResponse"]
+
+BodyConsumer: TypeAlias = "Callable[[bytes], bool]"
+"""Takes body bytes as they arrive; returns False to stop reading until resumed."""
+
+
+class UpstreamError(Exception):
+    """Talking to the upstream failed; ``kind`` is the record's error name.
+
+    ``message`` is for the client and never names the upstream (its address is the
+    operator's business); ``detail`` is for the proxy's log.
+    """
+
+    def __init__(self, kind: str, message: str, status: int = 502, detail: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.detail = detail
+
+
+def _timeout() -> UpstreamError:
+    return UpstreamError("upstream_timeout", "the upstream did not answer in time", 504)
+
+
+def _reason(exc: OSError) -> str:
+    """Why a connect failed, without the address (asyncio puts it in ``strerror``)."""
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or "TLS handshake failed")
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return type(exc).__name__
+
+
+class _Stale(Exception):
+    """A reused connection was closed before any answer: safe to send again."""
+
+
+class Origin(NamedTuple):
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+class UpstreamResponse:
+    """One response in flight: its head, then its body pushed to a consumer.
+
+    Body bytes that arrive before the consumer is attached (usually the first
+    event, in the same packet as the head) are held and handed over by ``start``.
+    """
+
+    def __init__(self, conn: _Connection, method: str) -> None:
+        self._conn = conn
+        self.head_only = method == "HEAD"
+        self.status = 0
+        self.reason = ""
+        self.headers: list[tuple[str, str]] = []
+        self.got_bytes = False
+        self.complete = False
+        self.sent_ns = 0
+        """``time.monotonic_ns()`` when the request's head and in-memory body were
+        written: the exchange's times count from there."""
+        self._head: asyncio.Future[None] = conn.loop.create_future()
+        self._waiter: asyncio.Future[bool] | None = None
+        self._held: list[bytes] = []
+        self._consumer: BodyConsumer | None = None
+        self._error: Exception | None = None
+        self._paused = False
+
+    # The relay's side.
+
+    def take_held(self) -> list[bytes]:
+        """The body bytes that arrived so far, before any consumer was attached."""
+        held, self._held = self._held, []
+        return held
+
+    def start(self, consumer: BodyConsumer) -> None:
+        """Attach the consumer; bytes held since are given to it now."""
+        self._consumer = consumer
+        held, self._held = self._held, []
+        for chunk in held:
+            if not consumer(chunk):
+                self._pause()
+
+    async def wait(self) -> bool:
+        """True once the body has ended; False when the consumer asked for a pause.
+
+        Raises ``UpstreamError`` if the upstream failed or timed out.
+        """
+        if self._error is not None:
+            raise self._error
+        if self.complete:
+            return True
+        if self._paused:
+            return False
+        self._waiter = self._conn.loop.create_future()
+        try:
+            return await self._waiter
+        finally:
+            self._waiter = None
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def resume(self) -> None:
+        if self._paused and not self._conn.closed:
+            self._paused = False
+            self._conn.transport.resume_reading()
+
+    def close(self) -> None:
+        """Done with this response. Unfinished, its connection is dropped, which is
+        how the upstream learns the request was abandoned."""
+        if self.complete:
+            self.resume()  # a connection goes back to the pool reading
+        self._conn.finish(self, reusable=self.complete)
+
+    # The connection's side.
+
+    def _on_head(self) -> None:
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def _on_body(self, chunk: bytes) -> None:
+        if self._consumer is None:
+            self._held.append(chunk)
+        elif not self._consumer(chunk):
+            self._pause()
+
+    def _pause(self) -> None:
+        if not self._paused:
+            self._paused = True
+            self._conn.transport.pause_reading()
+            self._wake(False)
+
+    def _on_complete(self) -> None:
+        self.complete = True
+        self._wake(True)
+
+    def _fail(self, error: Exception) -> None:
+        if self.complete or self._error is not None:
+            return
+        self._error = error
+        if not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # retrieved: a failure before the head is raised by send
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(error)
+
+    def _wake(self, value: bool) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(value)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to one origin; llhttp calls the ``on_*`` methods."""
+
+    def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
+        self.parser = httptools.HttpResponseParser(self)
+        self.response: UpstreamResponse | None = None
+        self.closed = False
+        self.keep_alive = False
+        self.reused = False
+        self.idle_since = 0.0
+        self.deadline_timer: asyncio.TimerHandle | None = None
+        self._informational = False
+        self._reason = b""
+        self._headers: list[tuple[str, str]] = []
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection is not usable
+            self.abort()
+            return
+        response.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            # One of our callbacks (the relay's consumer among them) raised: a bug
+            # here, not the upstream's fault, but still only this request's failure.
+            log.error("proxy bug while relaying a response", exc_info=exc.__context__)
+            response._fail(UpstreamError("upstream_error", "the proxy failed to relay it"))
+            self.abort()
+        except httptools.HttpParserError as exc:
+            response._fail(UpstreamError("upstream_error", f"malformed response: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._can_write.set()
+        self.pool._forget(self)
+        response = self.response
+        if response is None or response.complete:
+            return
+        if response._head.done() and exc is None and self._ends_at_close():
+            response._on_complete()  # a body delimited by a clean end of the connection
+        elif not response.got_bytes and self.reused:
+            response._fail(_Stale())
+        elif response._head.done():
+            response._fail(UpstreamError("upstream_reset", "the upstream reset the stream"))
+        else:
+            message = "the upstream closed the connection"
+            response._fail(UpstreamError("upstream_error", message, detail=str(exc or "")))
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # httptools callbacks
+
+    def on_status(self, status: bytes) -> None:
+        self._reason += status  # may come in pieces when the line is split across reads
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        response = self.response
+        assert response is not None
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            # 100 Continue and friends precede the real answer; 101 would switch
+            # protocols, which a request we built never asks for.
+            self._informational = True
+            if status == 101:
+                raise httptools.HttpParserError("the upstream switched protocols")
+            return
+        response.status = status
+        response.reason = self._reason.decode("latin-1")
+        response.headers = self._headers
+        response._on_head()
+        if response.head_only:
+            # llhttp cannot be told that a HEAD answer has no body, so the message ends
+            # here and the connection is not reused.
+            response._on_complete()
+            self.abort()
+
+    def on_body(self, body: bytes) -> None:
+        response = self.response
+        assert response is not None
+        if not response.complete:
+            response._on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._reason, self._headers = b"", []
+        if self._informational:
+            self._informational = False
+            return
+        assert self.response is not None
+        # Read now: llhttp resets its flags for the next message once this returns.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.response._on_complete()
+
+    # the pool's side
+
+    def _ends_at_close(self) -> bool:
+        # Neither a length nor chunked: the body runs until the upstream closes.
+        names = {name.lower() for name, _ in self._headers}
+        return "content-length" not in names and "transfer-encoding" not in names
+
+    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
+        if isinstance(body, bytes):
+            self.transport.write(head + body)  # one segment for the usual small request
+            return
+        self.transport.write(head)
+        async for chunk in body:
+            if self.closed:
+                return  # the upstream already answered (or went away); its answer stands
+            if chunk:
+                self.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+            await self._can_write.wait()
+        if chunked and not self.closed:
+            self.transport.write(b"0\r\n\r\n")
+
+    def finish(self, response: UpstreamResponse, reusable: bool) -> None:
+        if self.response is not response:
+            return
+        self.response = None
+        if self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+            self.deadline_timer = None
+        if reusable and self.keep_alive and not self.closed:
+            self.pool._release(self)
+        else:
+            self.abort()
+
+    def on_deadline(self) -> None:
+        if self.response is not None:
+            self.response._fail(_timeout())
+        self.abort()
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.abort()
