@@ -91,8 +91,10 @@ class HttpTransport:
         parts = urlsplit(self.base)
         default = 443 if parts.scheme == "https" else 80
         self._origin = Origin(parts.scheme, parts.hostname or "", parts.port or default)
+        # --connections 0: no limit (idle ones kept up to the default's 1,024)
         self._pool = UpstreamPool(timeout_s=timeout_s, connect_timeout_s=min(timeout_s, 10),
-                                  max_connections=connections, max_idle=connections)  # fmt: skip
+                                  max_connections=connections or None,
+                                  max_idle=connections or 1024)  # fmt: skip
 
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
         if spec.abort_after_s is None:

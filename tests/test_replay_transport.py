@@ -51,7 +51,10 @@ async def test_an_https_target_is_verified_against_the_trust_store(
     assert failed.status == 0 and failed.error == "connect"
 
 
-async def test_connections_caps_the_connections_open_at_once() -> None:
+@pytest.mark.parametrize(("connections", "expected"), [(3, 3), (0, 20)])
+async def test_connections_caps_the_connections_open_at_once(
+    connections: int, expected: int
+) -> None:
     in_handler = peak = 0
     peers: set[object] = set()
 
@@ -68,14 +71,15 @@ async def test_connections_caps_the_connections_open_at_once() -> None:
     app = web.Application()
     app.router.add_get("/v1/models", slow)
     async with serve_app(app) as url:
-        transport = HttpTransport(url, connections=3, timeout_s=10)
+        transport = HttpTransport(url, connections=connections, timeout_s=10)
         try:
             outs = await asyncio.gather(*(transport.send(_spec("/v1/models", None), {})
                                           for _ in range(20)))  # fmt: skip
         finally:
             await transport.close()
     assert [o.status for o in outs] == [200] * 20
-    assert peak == 3 and len(peers) == 3  # three connections, kept alive; never a fourth
+    # at most --connections, kept alive; 0 is no limit: one for each request in flight
+    assert peak == expected and len(peers) == expected
 
 
 async def test_a_compressed_stream_is_inflated_and_its_tokens_counted() -> None:
