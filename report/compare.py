@@ -46,6 +46,7 @@ from tailreplay.report.model import (
     per_side,
 )
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
+from tailreplay.report.shards import ShardLags, shard_lags
 from tailreplay.report.side import Side
 from tailreplay.traces.client_health import (
     DEFAULT_LAG_LIMIT_MS,
@@ -84,6 +85,7 @@ def compare(
     if recorded is not None:
         sides = {"recorded": recorded, "replayed": replayed}
     windows = {name: _window_s(side) for name, side in sides.items()}
+    shards = shard_lags(replayed, _lag_limit(replayed)) if replayed.is_replay else None
     # Every comprehension runs the recorded side first: the bootstrap draws come from
     # one generator, so the order fixes the intervals.
     report: Report = {
@@ -107,11 +109,9 @@ def compare(
             {name: _cdf(_values(side, side.ok)["latency"]) for name, side in sides.items()}
         ),
         "warnings": [w for side in sides.values() for w in side.warnings],
-        "client": _client(replayed),
+        "client": _client(replayed, shards),
     }
-    client = report["client"]
-    if client is not None and client["client_bound"]:
-        report["warnings"].append(verdict_line(client).removeprefix("warning: "))
+    _client_findings(report, shards)
     bucket_masks = _bucket_masks(bucket_tokens, buckets)
     for label, masks in bucket_masks:
         summaries = {
@@ -197,13 +197,32 @@ def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
     return rows
 
 
-def _client(side: Side) -> ClientVerdict | None:
-    """The replay's verdict on its client, from the lags its records carry."""
+def _client_findings(report: Report, shards: ShardLags | None) -> None:
+    """The shards that started late, whether they explain the dispatch lag (and the
+    shards' table when there are several), and the client verdict."""
+    client = report["client"]
+    if shards is not None:
+        report["warnings"] += shards.lines(client)
+        if len(shards.rows) > 1:
+            report["shards"] = shards.block(client)
+    if client is not None and client["client_bound"]:
+        report["warnings"].append(verdict_line(client).removeprefix("warning: "))
+
+
+def _client(side: Side, shards: ShardLags | None) -> ClientVerdict | None:
+    """The replay's verdict on its client, from the lags its records carry: all of
+    them but the catch-up of shards that started late (report/shards.py)."""
     if not side.is_replay:
         return None
+    sent = side.lag_ns >= 0
+    judged = shards.judged(sent) if shards is not None else sent
+    return client_verdict(side.lag_ns[judged], _lag_limit(side))
+
+
+def _lag_limit(side: Side) -> float:
+    """The run's ``--lag-limit`` (its header's), in ms."""
     limit = next((h["lag_limit_ms"] for h in side.headers if "lag_limit_ms" in h), None)
-    lags = side.lag_ns[side.lag_ns >= 0]
-    return client_verdict(lags, float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS)
+    return float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS
 
 
 def _rate_scale(replayed: Side) -> float | None:
@@ -235,7 +254,12 @@ def _errors(side: Side) -> list[ErrorKind]:
 def _replay_settings(side: Side) -> ReplaySettings:
     header = side.headers[0] if side.headers else {}
     keep = ("source", "upstream", "speed", "tail_stretch", "tail_quantile", "amplify", "shard")
-    return {k: header[k] for k in keep if k in header}
+    settings = {k: header[k] for k in keep if k in header}
+    # Merged shards' results have a header each: name the shard only when they agree
+    # (``shards`` has every one).
+    if len({repr(h.get("shard")) for h in side.headers}) > 1:
+        settings.pop("shard", None)
+    return settings
 
 
 def _values(side: Side, sel: Mask) -> dict[Metric, Array]:

@@ -23,6 +23,7 @@ __all__ = [
     "EngineReport",
     "ErrorKind",
     "Finding",
+    "LagCause",
     "Metric",
     "Metrics",
     "PerSide",
@@ -34,6 +35,8 @@ __all__ = [
     "Retries",
     "ScopeRow",
     "Series",
+    "ShardRow",
+    "Shards",
     "SideName",
     "SideSummary",
     "SloCell",
@@ -212,6 +215,49 @@ class Series(TypedDict):
     """None for a recording (no dispatch schedule)."""
 
 
+class ShardRow(TypedDict):
+    """One shard of a sharded replay: its start behind schedule and its dispatch lag."""
+
+    shard: int
+    label: str
+    """``i/N``, as ``--shard`` names it."""
+    requests: int
+    first_lag_ms: float | None
+    """The lag of its first request sent: how far behind schedule it started. None (like
+    the lags) when it sent nothing."""
+    lag_p50_ms: float | None
+    lag_p99_ms: float | None
+    lag_p99_after_first_s_ms: float | None
+    """Over its requests sent after the first second of its own sending: the lag a late
+    start does not explain (None when it sent for less than a second)."""
+    late: bool
+    """Its first request went out more than ``Shards.late_start_s`` behind schedule."""
+    catch_up: int
+    """A late shard's requests sent before it was back on schedule, left out of the
+    client verdict (0 for a shard that started on time)."""
+
+
+LagCause: TypeAlias = Literal["late start", "client"]
+
+
+class Shards(TypedDict):
+    """The replayed side's shards, when it holds more than one (merged shards' results)."""
+
+    count: int
+    """N of ``i/N``."""
+    late_start_s: float
+    rows: list[ShardRow]
+    late: list[str]
+    """The labels of the shards that started late."""
+    lag_p99_ms: float | None
+    """Dispatch lag P99 over every request sent (``client`` has it without the catch-up)."""
+    catch_up: int
+    """Requests left out of the client verdict: the late shards' catch-up."""
+    lag_cause: LagCause | None
+    """Why the dispatch lag P99 over every request is above the limit: the late starts
+    (the client kept up without them) or the client; None when it is within the limit."""
+
+
 class Cdf(TypedDict):
     """Latency at fixed percentiles (both lists empty without a successful request)."""
 
@@ -331,3 +377,5 @@ class Report(TypedDict):
     """Only for a closed-loop replay (``--users``): by user count and input length."""
     retries: NotRequired[PerSide[Retries | None]]
     """Only when a side has retries; None for a side without."""
+    shards: NotRequired[Shards]
+    """Only when the replayed side holds more than one shard's results."""

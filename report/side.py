@@ -26,7 +26,7 @@ __all__ = ["Side", "load_side"]
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
 _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
-         "lag_ns")  # fmt: skip
+         "lag_ns", "shard")  # fmt: skip
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
 _FLAGS = ("stream", "error", "tail", "estimated", "retry")
@@ -52,6 +52,8 @@ class Side:
     error: Array
     """True for a failed exchange (error set, status 0, or status >= 400)."""
     lag_ns: Array
+    shard: Array
+    """The shard of a sharded replay (``--shard i/N``, ``--workers N``) that sent it (-1: none)."""
     phase: Array
     """Index into ``labels["phase"]`` of the load shape's phase a request was due in (-1: none)."""
     model: Array
@@ -198,6 +200,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
+    shards = ints["shard"].append
     # The phase always (the report's phase table); the others when a caller classes by them.
     labelled = [(values.append, name) for name, values in columns.raw.items()]
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
@@ -223,6 +226,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
+            shards(get("shard", -1))
             for append, name in labelled:
                 append(get(name))
             bad = is_error(get("status"), get("error"))

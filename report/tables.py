@@ -16,6 +16,7 @@ from tailreplay.report.model import (
     Percentile,
     Percentiles,
     Report,
+    Shards,
     SideName,
     SideSummary,
     SloMatrix,
@@ -93,6 +94,11 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     client = report["client"]
     if client is not None and client["client_bound"]:
         line += f"; CLIENT-BOUND (dispatch lag P99 {client['lag_p99_ms']:.1f} ms)"
+    late = [r for r in report["shards"]["rows"] if r["late"]] if "shards" in report else []
+    if late:
+        line += "; " + ", ".join(
+            f"shard {r['label']} started {(r['first_lag_ms'] or 0) / 1e3:.1f} s late" for r in late
+        )
     if slo is not None and slo["rows"]:
         verdict = "PASS" if slo["passed"] else "FAIL"
         if client is not None and client["client_bound"]:
@@ -103,6 +109,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     tables = [_overview(report), _percentiles(report), _buckets(report)]
+    if "shards" in report:
+        tables.append(_shards(report["shards"]))
     if report["phases"]:
         tables.append(_phases(report))
     if "closed_loop" in report:
@@ -153,6 +161,32 @@ def _overview(report: Report) -> ReportTable:
         if settings.get("amplify", 1) != 1:
             how += f", --amplify {settings['amplify']:g}x"
         t.note = f"recorded x{scale:g}: the recorded rates at the replay's {how}: what it asked for"
+    return t
+
+
+def _shards(shards: Shards) -> ReportTable:
+    t = ReportTable(
+        "shards: dispatch lag (ms)",
+        ["shard", "requests", "first lag", "P50", "P99", "P99 after 1st s"],
+        note="first lag: how far behind schedule the shard's first request went out (its "
+        "start); after 1st s: over what it sent after its first second of sending, the lag "
+        "a late start does not explain",
+    )
+    for r in shards["rows"]:
+        first = ms(r["first_lag_ms"]) + (" LATE" if r["late"] else "")
+        t.rows.append([r["label"], f"{r['requests']:,}", first, ms(r["lag_p50_ms"]),
+                       ms(r["lag_p99_ms"]), ms(r["lag_p99_after_first_s_ms"])])  # fmt: skip
+    if shards["late"]:
+        t.note += (
+            f"; LATE: started more than {shards['late_start_s']:g} s behind schedule; the "
+            f"late shards' catch-up ({shards['catch_up']:,} requests sent before each was "
+            "back on schedule) is left out of the client verdict"
+        )
+    cause = {"late start": "the late starts, not the client",
+             "client": "the client (the late starts do not explain it)"}  # fmt: skip
+    if shards["lag_cause"] is not None:
+        t.note += f"; dispatch lag P99 {ms(shards['lag_p99_ms'])} ms over every request, from "
+        t.note += cause[shards["lag_cause"]]
     return t
 
 
