@@ -12,7 +12,7 @@ One recorded window (Poisson arrivals at ``--rate`` for ``--seconds``, prompts o
 
 On each, two methods:
 
-- **search**: ``tailreplay capacity`` (coarse replays of the window's first quarter
+- **search**: ``tailreplay capacity`` (coarse replays of a quarter of the window's span
   to aim, full ones to decide, ``--precision``);
 - **sweep**: ``tailreplay capacity --sweep 0.5x``: full replays at 1x, 1.5x, 2x, ...
   until one does not pass.

@@ -60,7 +60,8 @@ class Trial:
     findings: list[str] = field(default_factory=list)
     """What the target's own metrics say (``--scrape``), ``report``'s rules."""
     coarse: bool = False
-    """Replayed the first quarter of the window only, to aim the full trials."""
+    """Replayed a quarter of the window's span in replay time only, to aim the full
+    trials."""
 
 
 @dataclass
@@ -176,7 +177,8 @@ def render(result: Search) -> list[str]:
         )
     if any(t.coarse for t in result.trials):
         lines.append(
-            "c: a coarse trial (the window's first quarter), which only aims the full ones"
+            "c: a coarse trial (a quarter of the window's span in replay time), which only "
+            "aims the full ones"
         )
     lo, hi = result.interval
     if result.stopped is not None:

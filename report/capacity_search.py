@@ -2,9 +2,10 @@
 
 Two phases, so that most replays are short and the answer rests on full ones:
 
-1. **Coarse**: the first quarter of the window (``COARSE_SHARE``) at 1x, then
-   doubling while it passes (or halving while it fails) up to ``max``: a bracket.
-   Its verdicts only aim the next phase.
+1. **Coarse**: a quarter of the window's span in replay time (``COARSE_SHARE``;
+   more of the window at higher factors, so the load lasts as long at each) at 1x,
+   then doubling while it passes (or halving while it fails) up to ``max``: a
+   bracket. Its verdicts only aim the next phase.
 2. **Full**: the whole window, first at the factor where the coarse bracket puts the
    limit (interpolated on the binding objective's value over its limit, in log
    space; coarse replays are short, so queues have less time to build and the aim
@@ -38,7 +39,8 @@ MAX_TRIALS = 24
 """Whatever the precision asks, a search stops after this many replays (repeats count)."""
 
 Run = Callable[[float, int, bool], Path]
-"""``run(factor, attempt, coarse)``: replay the window (its first quarter when coarse)."""
+"""``run(factor, attempt, coarse)``: replay the window (``COARSE_SHARE`` of its span in
+replay time when coarse)."""
 Judge = Callable[[float, list[Path]], Trial]
 
 

@@ -197,6 +197,9 @@ def test_the_search_agrees_with_a_sweep(tmp_path: Path) -> None:
     assert 0.9 * base_lo <= lo <= 1.1 * base_hi, (result["interval"], baseline["interval"])
     full = [t for t in result["trials"] if not t["coarse"]]
     assert {lo, hi} <= {t["factor"] for t in full}  # both ends rest on full replays
+    # A coarse trial lasts as long at every factor: at 2x it holds twice the requests.
+    coarse = {t["factor"]: t["requests"] for t in result["trials"] if t["coarse"]}
+    assert coarse[2.0] == pytest.approx(2 * coarse[1.0], rel=0.25), coarse
     assert next(t for t in full if t["factor"] == hi)["verdict"] in ("fail", "uncertain")
     assert result["broke_first"] == "latency:p99<=1500ms"
     for trial in result["trials"]:

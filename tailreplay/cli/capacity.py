@@ -170,8 +170,10 @@ def capacity(
     def run(factor: float, attempt: int, coarse: bool) -> Path:
         kind = "coarse" if coarse else "trial"
         out = out_dir / f"{kind}-{factor:.4g}x-{attempt + 1}.msgpack"
-        # A coarse trial replays the window's first quarter: --duration is replay time.
-        part = COARSE_SHARE * span_s / (factor if by == "speed" else 1.0)
+        # A coarse trial replays a quarter of the window's span in replay time (--duration),
+        # at any factor: sped up, that is more of the window (all of it from 4x), so
+        # the load lasts as long as at 1x and a queue has as long to build.
+        part = COARSE_SHARE * span_s
         cut = ["--duration", f"{part:.6g}s"] if coarse else []
         if target is not None and runs:
             time.sleep(drain)  # let the target finish what the last trial left queued
