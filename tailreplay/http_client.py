@@ -167,13 +167,17 @@ class UpstreamPool:
         """Wait until a connection is released or closed (FIFO), or time runs out."""
         waiter = loop.create_future()
         self._waiters.append(waiter)
+        served = False
         try:
             async with asyncio.timeout_at(deadline):
                 await waiter
+            served = True
         except TimeoutError:
             raise _timeout() from None
         finally:
-            if not waiter.done():
+            if not served and waiter.done() and not waiter.cancelled():
+                self._wake_one()  # woken but leaving (timed out, cancelled): pass it on
+            elif not waiter.done():
                 waiter.cancel()
             with contextlib.suppress(ValueError):
                 self._waiters.remove(waiter)

@@ -9,12 +9,14 @@ import gzip
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import trustme
 from aiohttp import web
 
+from tailreplay.http_client import Origin, UpstreamPool
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import HttpTransport
 from tests.fixed_upstream import WORDS
@@ -122,3 +124,33 @@ def test_a_header_that_would_split_the_request_is_refused(tmp_path: Path) -> Non
         "Error: header 'X-Team': a name without spaces or colons, and no line breaks in its value"
     ]
     assert not (tmp_path / "r.msgpack").exists()
+
+
+async def test_a_woken_waiter_that_leaves_passes_its_connection_on() -> None:
+    """At the cap, a request woken for a released connection but cancelled before it
+    ran (a recorded client's abort) hands the connection to the next in line."""
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    async with serve_app(app) as url:
+        port = int(url.rsplit(":", 1)[1])
+        pool = UpstreamPool(timeout_s=5, connect_timeout_s=5, max_connections=1)
+        origin = Origin("http", "127.0.0.1", port)
+        try:
+            first = await pool.send(origin, "GET", "/v1/models", [], None)
+            first.start(lambda _: True)
+            assert await first.wait()
+            second = asyncio.create_task(pool.send(origin, "GET", "/v1/models", [], None))
+            third = asyncio.create_task(pool.send(origin, "GET", "/v1/models", [], None))
+            await asyncio.sleep(0.05)  # both wait for the one connection, second first
+            first.close()  # released: the second is woken...
+            second.cancel()  # ...and leaves before it could take it
+            began = time.monotonic()
+            got = await asyncio.wait_for(third, 4)
+            assert got.status == 200 and time.monotonic() - began < 1.0
+            got.close()
+        finally:
+            await pool.close()
