@@ -91,6 +91,9 @@ class HttpTransport:
         parts = urlsplit(self.base)
         default = 443 if parts.scheme == "https" else 80
         self._origin = Origin(parts.scheme, parts.hostname or "", parts.port or default)
+        # The request target is the base's path and the recorded one: worked out once.
+        self._prefix = parts.path.rstrip("/")
+        self._v1_prefix = self._prefix[: -len("/v1")] if self._v1_base is not None else None
         # --connections 0: no limit (idle ones kept up to the default's 1,024)
         self._pool = UpstreamPool(timeout_s=timeout_s, connect_timeout_s=min(timeout_s, 10),
                                   max_connections=connections or None,
@@ -132,8 +135,10 @@ class HttpTransport:
         return self.base + path
 
     def _target(self, path: str) -> str:
-        """The request target (path and query) on the origin."""
-        return urlsplit(self.url(path))._replace(scheme="", netloc="").geturl() or "/"
+        """The request target (path and query) on the origin, as ``url`` places it."""
+        if self._v1_prefix is not None and (path.startswith("/v1/") or path == "/v1"):
+            return self._v1_prefix + path
+        return (self._prefix + path) or "/"
 
     async def warm(self, connections: int) -> None:
         """Open ``connections`` keep-alive connections with ``GET /v1/models`` (any answer
