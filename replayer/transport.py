@@ -92,6 +92,7 @@ class HttpTransport:
         default = 443 if parts.scheme == "https" else 80
         self._origin = Origin(parts.scheme, parts.hostname or "", parts.port or default)
         # The request target is the base's path and the recorded one: worked out once.
+        self._root = self.base[: len(self.base) - len(parts.path.rstrip("/"))]
         self._prefix = parts.path.rstrip("/")
         self._v1_prefix = self._prefix[: -len("/v1")] if self._v1_base is not None else None
         # --connections 0: no limit (idle ones kept up to the default's 1,024)
@@ -130,15 +131,16 @@ class HttpTransport:
 
     def url(self, path: str) -> str:
         """Where a recorded path is sent."""
-        if self._v1_base is not None and (path.startswith("/v1/") or path == "/v1"):
-            return self._v1_base + path
-        return self.base + path
+        return self._root + self._path(path)
 
     def _target(self, path: str) -> str:
-        """The request target (path and query) on the origin, as ``url`` places it."""
+        """The request target (path and query) on the origin."""
+        return self._path(path) or "/"
+
+    def _path(self, path: str) -> str:
         if self._v1_prefix is not None and (path.startswith("/v1/") or path == "/v1"):
             return self._v1_prefix + path
-        return (self._prefix + path) or "/"
+        return self._prefix + path
 
     async def warm(self, connections: int) -> None:
         """Open ``connections`` keep-alive connections with ``GET /v1/models`` (any answer
