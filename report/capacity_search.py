@@ -3,25 +3,28 @@
 Two phases, so that most replays are short and the answer rests on full ones:
 
 1. **Coarse**: a quarter of the window's span in replay time (``COARSE_SHARE``;
-   more of the window at higher factors, so the load lasts as long at each) at 1x,
-   then doubling while it passes (or halving while it fails) up to ``max``: a
-   bracket. Its verdicts only aim the next phase.
-2. **Full**: the whole window, first at the factor where the coarse bracket puts the
-   limit (interpolated on the binding objective's value over its limit, in log
-   space; coarse replays are short, so queues have less time to build and the aim
-   is often high). Each next factor is aimed from the last at where it would be
-   decided the other way (its interval's far end at the limit): a miss by 4x is
-   taken as twice the factor (``ORDER``) unless two full trials (before them the
-   coarse bracket, whose values run low at both ends alike) give the local order, by
-   at least one ``precision`` step, the step doubling with each move from the same
-   side; once a full replay has passed and one has not, the next is interpolated
-   between them, until they are within ``precision`` or within what the window
-   resolves (``_reach``: nearer the limit than that, trials stay uncertain).
+   more of the window at higher factors, so the load lasts as long at each) at 2x
+   (``START``), then doubling while it passes (or halving while it fails) up to
+   ``max``: a bracket. From 4x a coarse trial holds the whole window: it is a full
+   trial, and its verdict counts. Shorter ones only aim the next phase.
+2. **Full**: the whole window, first at the factor where the bracket puts the limit
+   (interpolated on the binding objective's value over its limit, in log space, an
+   interval's half-width under it, so the trial is likely decided rather than
+   uncertain). Each next factor is aimed from the last: below an uncertain trial,
+   one ``precision`` step (its value is at the limit as near as the window
+   resolves); below a failure or above a pass, where it would be decided the other
+   way (its interval's far end at the limit), a miss by 4x taken as twice the
+   factor (``ORDER``) unless two full trials (before them the coarse bracket) give
+   the local order; at least one step, the step doubling with each move. Once a
+   full replay has passed and one has not, the next is interpolated between them,
+   until they are within ``precision`` or within what the window resolves
+   (``_reach``: nearer the limit than that, trials stay uncertain).
 
 An uncertain trial is replayed only when pooling one more run can decide it
-(``_decidable``). The capacity is the highest factor a full replay passed; the
-interval is [that, the lowest factor a full replay did not pass]. Coarse trials
-never set either.
+(``_decidable``) and a pass there would move the answer by more than ``precision``
+(no full pass lies within a step below it). The capacity is the highest factor a
+full replay passed; the interval is [that, the lowest factor a full replay did not
+pass]. Coarse trials never set either.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from tailreplay.report.capacity import Search, Trial, broke_first
+from tailreplay.report.capacity import Check, Search, Trial, broke_first
 
 __all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]
 
@@ -55,8 +58,15 @@ class _State:
     def spent(self, extra: int = 0) -> bool:
         return sum(t.runs for t in self.out.trials) + extra >= MAX_TRIALS
 
-    def trial(self, factor: float, *, coarse: bool) -> Trial:
-        """One factor, replayed again while uncertain (full trials only)."""
+    def trial(
+        self, factor: float, *, coarse: bool, below: Trial | None = None, precision: float = 0
+    ) -> Trial:
+        """One factor, replayed again while uncertain (full trials only), unless deciding
+        it would move the answer by no more than ``precision``: ``below`` (the highest
+        full pass) is within a step under it, and the window resolves the factor to
+        that step. A coarse trial that holds the whole window (from
+        ``1 / COARSE_SHARE``) is a full one."""
+        coarse = coarse and factor * COARSE_SHARE < 1
         runs: list[Path] = []
         while True:
             runs.append(self.run(factor, len(runs), coarse))
@@ -64,6 +74,7 @@ class _State:
             t.coarse = coarse
             if (
                 coarse
+                or _settled(t, below, precision)
                 or t.verdict != "uncertain"
                 or len(runs) > self.repeats
                 or self.spent(len(runs))
@@ -98,13 +109,18 @@ def search(
     return out
 
 
+START = 2.0
+"""The first coarse factor. The question is headroom: from 2x a target that holds
+it takes one replay less to bracket, one that cannot hold 1x one more."""
+
+
 def _coarse(state: _State, max_factor: float) -> float:
-    """Double (or halve) coarse trials from 1x until the verdict turns; the factor the
-    bracket puts the limit at."""
+    """Double (or halve) from ``START`` until the verdict turns (from 4x the trials hold
+    the whole window and are full ones); the factor the bracket puts the limit at."""
     floor = 1.0 / max_factor
     below: Trial | None = None  # highest pass
     above: Trial | None = None  # lowest failure
-    factor = 1.0
+    factor = min(START, max_factor)
     while state.out.stopped is None and not state.spent():
         t = state.trial(factor, coarse=True)
         if t.verdict == "client-bound":
@@ -124,7 +140,10 @@ def _coarse(state: _State, max_factor: float) -> float:
     if above is None:
         return below.factor
     state.order = _order(below, above)
-    return _interpolate(below, above)
+    # Aimed where the value sits its interval's upper reach under the limit, so the
+    # first full trial is likely decided (a pass) rather than uncertain; the reach of a
+    # full trial, since a coarse one holds fewer requests.
+    return _interpolate(below, above, _upper_width(above if below.coarse else below))
 
 
 def _full(
@@ -133,42 +152,72 @@ def _full(
     """Full trials from ``guess`` until one passes and one fails within ``precision``:
     each next factor aimed by how far the last missed (or cleared) its limit."""
     floor = 1.0 / max_factor
-    below: Trial | None = None  # the highest full pass
-    above: Trial | None = None  # the lowest full failure
+    full = [t for t in state.out.trials if not t.coarse and t.verdict != "client-bound"]
+    # The highest full pass and the lowest full failure, the coarse phase's included.
+    below = max((t for t in full if t.verdict == "pass"), key=_factor, default=None)
+    above = min((t for t in full if t.verdict != "pass"), key=_factor, default=None)
     factor = min(max(guess, floor), max_factor)
-    previous: Trial | None = None  # the full trial before this one
-    streak = 0  # moves made from one side so far: each at least twice the last step
+    previous: Trial | None = None  # the last full trial of this phase
+    streak = -1  # aimed moves made so far (the first trial is the coarse phase's aim)
     while state.out.stopped is None and not state.spent():
-        t = state.trial(factor, coarse=False)
+        if below is not None and above is not None:
+            reach = _reach(above, below)
+            if _within(below.factor, above.factor, max(precision, reach)):
+                if reach > precision:
+                    state.out.note = (
+                        f"the window resolves the factor to about {reach:.0%} here: trials "
+                        f"this near the limit come out uncertain, so above {below.factor:.3g}x "
+                        "it is known only to that (a longer --window or more --repeats "
+                        "narrows it)"
+                    )
+                break
+            if previous is not None:  # else the coarse phase's aim, already between
+                factor = _between(below, above, precision)
+        elif (below is not None and below.factor >= max_factor) or (
+            above is not None and above.factor <= floor
+        ):
+            break  # passes at the max, or fails at the floor: nothing further to try
+        elif previous is not None:  # one side only: aimed from the last trial
+            step = (1 + precision) ** 2**streak
+            factor = _aim(previous, _before(state, previous), step, state.order)
+            factor = min(max(factor, floor), max_factor)
+        t = state.trial(factor, coarse=False, below=below, precision=precision)
         if t.verdict == "client-bound":
             break
         if t.verdict == "pass" and (below is None or factor > below.factor):
             below = t
         elif t.verdict != "pass" and (above is None or factor < above.factor):
             above = t
-        if below is not None and above is not None:
-            if above.factor / below.factor - 1 <= precision:
-                break
-            reach = _reach(above, below)
-            if above.factor / below.factor - 1 <= reach:
-                state.out.note = (
-                    f"the window resolves the factor to about {reach:.0%} here: a trial "
-                    f"between {below.factor:.3g}x and {above.factor:.3g}x would most likely "
-                    "be uncertain too (a longer --window or more --repeats narrows it)"
-                )
-                break
-            factor = _between(below, above, precision)
-        elif below is not None:
-            if below.factor >= max_factor:
-                break
-            factor = min(_aim(t, previous, (1 + precision) ** 2**streak, state.order), max_factor)
-        else:
-            assert above is not None
-            if above.factor <= floor:
-                break
-            factor = max(_aim(t, previous, (1 + precision) ** 2**streak, state.order), floor)
         previous, streak = t, streak + 1
     return (below.factor if below else None), (above.factor if above else None)
+
+
+def _factor(t: Trial) -> float:
+    return t.factor
+
+
+def _before(state: _State, t: Trial) -> Trial | None:
+    """The full trial before ``t``."""
+    full = [x for x in state.out.trials if not x.coarse]
+    i = next(i for i in range(len(full) - 1, -1, -1) if full[i] is t)
+    return full[i - 1] if i > 0 else None
+
+
+def _settled(t: Trial, below: Trial | None, precision: float) -> bool:
+    """An uncertain trial with a full pass within a step below it, in a window that
+    resolves the factor to that step: whichever way it went, the answer would move by
+    no more than the precision."""
+    return (
+        below is not None
+        and _within(below.factor, t.factor, precision)
+        and _reach(t, below) <= precision
+    )
+
+
+def _within(low: float, high: float, precision: float) -> bool:
+    """``high`` is at most ``precision`` above ``low`` (a step of exactly the precision
+    counts, whatever the float rounding)."""
+    return high <= low * (1 + precision) * (1 + 1e-9)
 
 
 ORDER = 2.0
@@ -183,6 +232,11 @@ def _aim(t: Trial, before: Trial | None, step: float, default: float) -> float:
     each move from one side: a trial at its limit, uncertain, must not walk down in
     precision steps), at most 4x. Two trials give the local order (a secant step);
     one assumes ``default``."""
+    if t.verdict == "uncertain":
+        # Its value is at the limit, as near as the window resolves: one step down
+        # either passes (and the bracket is one step wide) or shows the window cannot
+        # resolve the step.
+        return t.factor / step
     order = _order(t, before, default)
     # Aimed where the trial would be decided the other way, not merely where its value
     # meets the limit (a trial there comes out uncertain): below a failure, where its
@@ -197,22 +251,47 @@ def _aim(t: Trial, before: Trial | None, step: float, default: float) -> float:
 
 
 def _between(below: Trial, above: Trial, precision: float) -> float:
-    """Inside a full bracket: interpolated, kept half a precision step from each end."""
+    """Inside a full bracket: one precision step above the pass where the value's
+    crossing of its limit lies within two (whatever that trial shows, the bracket
+    closes or moves a step up to it); elsewhere at the crossing, an interval's
+    half-width under the limit (a trial at the crossing itself would most likely be
+    uncertain). Kept half a precision step from each end."""
     lo, hi = below.factor * (1 + precision / 2), above.factor / (1 + precision / 2)
     if lo >= hi:
         return math.sqrt(below.factor * above.factor)
-    return min(max(_interpolate(below, above), lo), hi)
+    step = below.factor * (1 + precision)
+    if _interpolate(below, above, keep=0.0) <= step * (1 + precision):
+        return min(step, hi)
+    return min(max(_interpolate(below, above, _upper_width(below), keep=0.0), lo), hi)
 
 
-def _interpolate(below: Trial, above: Trial) -> float:
+def _interpolate(below: Trial, above: Trial, margin: float = 0.0, keep: float = 0.1) -> float:
     """Where, between a pass and a failure, the binding objective's value crosses its
-    limit: linear in log(value / limit) against log(factor), kept inside the bracket."""
+    limit (``margin`` under it, in log): linear in log(value / limit) against
+    log(factor), at least ``keep`` of the bracket (in log) from each end."""
     lo, hi = math.log(below.factor), math.log(above.factor)
-    g_lo, g_hi = _excess(below), _excess(above)
+    g_lo, g_hi = _excess(below) + margin, _excess(above) + margin
     share = 0.5
-    if g_lo < 0 < g_hi and math.isfinite(g_hi):
+    if g_lo >= 0 and math.isfinite(g_lo):
+        share = 0.0  # a pass at its limit: the limit is there
+    elif g_lo < 0 < g_hi and math.isfinite(g_hi):
         share = -g_lo / (g_hi - g_lo)
-    return math.exp(lo + min(max(share, 0.1), 0.9) * (hi - lo))
+    return math.exp(lo + min(max(share, keep), 1 - keep) * (hi - lo))
+
+
+def _upper_width(t: Trial) -> float:
+    """How far, in log, the binding objective's interval reaches above its value (0:
+    unknown): how far under the limit a value must be for the trial to pass."""
+    binding = max(t.checks, key=_check_excess, default=None)
+    if binding is None or not binding.value or not binding.high or binding.value <= 0:
+        return 0.0
+    return max(math.log(binding.high / binding.value), 0.0)
+
+
+def _check_excess(c: Check) -> float:
+    if c.value is None or c.limit is None or c.value <= 0 or c.limit <= 0:
+        return math.inf
+    return math.log(c.value / c.limit)
 
 
 def _excess(t: Trial, end: str = "value") -> float:
