@@ -8,6 +8,7 @@ port and prints its URL as its first line.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -29,7 +30,9 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
 
     >>> with sim_process(["--profile", "fast", "--seed", "3"]) as url: ...
     """
-    cmd = [sys.executable, "-m", "tailreplay.sim", "--listen", "127.0.0.1:0", *args]
+    # It stops by itself if this process dies without stopping it (SIGKILL).
+    cmd = [sys.executable, "-m", "tailreplay.sim", "--listen", "127.0.0.1:0",
+           "--exit-with-parent", str(os.getpid()), *args]  # fmt: skip
     # A session of its own: Ctrl-C at a terminal reaches the whole process group, and the
     # parent, not the simulator, decides what it means (it stops the simulator, below).
     child = subprocess.Popen(

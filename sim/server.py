@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import signal
 import time
 import uuid
@@ -45,6 +46,8 @@ class SimConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     faults: Faults = field(default_factory=Faults)
+    parent_pid: int | None = None
+    """Stop when this process is no longer the parent (it died without stopping us)."""
 
 
 @dataclass
@@ -361,4 +364,18 @@ async def run(config: SimConfig, ready: Any = None) -> None:
     async with serve(config) as url:
         if ready is not None:
             ready(url)
-        await stop.wait()
+        if config.parent_pid is None:
+            await stop.wait()
+        else:
+            watch = asyncio.create_task(_watch_parent(config.parent_pid, stop))
+            await stop.wait()
+            watch.cancel()
+
+
+async def _watch_parent(pid: int, stop: asyncio.Event) -> None:
+    """Set ``stop`` once ``pid`` is no longer our parent: a launcher killed outright
+    (SIGKILL, or SIGTERM to a process that does not clean up) must not leave its
+    simulator running, holding a port and a core."""
+    while os.getppid() == pid:
+        await asyncio.sleep(0.5)
+    stop.set()

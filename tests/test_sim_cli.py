@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -74,3 +77,47 @@ async def test_engine_preempts_when_kv_runs_out() -> None:
         assert engine.kv_used == 0 and not engine.running
     finally:
         await engine.stop()
+
+
+def _state(pid: int) -> str | None:
+    """A process's state letter ("Z": exited, not yet reaped), None when gone."""
+    try:
+        # The command may hold spaces and parentheses: the fields follow the last ")".
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid and fields[0] != "Z":
+                    found.append(int(entry.name))
+    return found
+
+
+def test_a_launcher_killed_outright_leaves_no_simulator_behind() -> None:
+    # A launcher (replay, capacity, validate-model) that gets SIGKILL runs no cleanup: its
+    # simulator, in a session of its own, sees its parent go and stops by itself.
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from tailreplay.sim.launcher import sim_process\n"
+         "with sim_process(['--profile', 'fast']) as url:\n"
+         "    print(url, flush=True); time.sleep(120)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert launcher.stdout is not None
+        assert launcher.stdout.readline().startswith("http://127.0.0.1:")
+        (sim,) = _children(launcher.pid)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 30
+    while _state(sim) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _state(sim) in (None, "Z"), f"the simulator (pid {sim}) outlived its launcher by 30 s"

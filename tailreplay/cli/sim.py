@@ -87,6 +87,13 @@ def _with_overrides(f: F) -> F:
     help="Turn the prefix cache off: every prompt is prefilled in full, and usage "
     "reports no cached_tokens.",
 )
+@click.option(
+    "--exit-with-parent",
+    "parent_pid",
+    type=int,
+    hidden=True,
+    help="Stop when the process with this pid is no longer the parent (the launcher's).",
+)
 @_with_overrides
 def sim(
     listen: tuple[str, int],
@@ -97,6 +104,7 @@ def sim(
     fault_reset_rate: float,
     nice: int,
     no_prefix_cache: bool,
+    parent_pid: int | None,
     **overrides: Any,
 ) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
@@ -115,7 +123,9 @@ def sim(
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    config = SimConfig(profile=chosen, seed=seed, host=host, port=port, faults=faults)
+    config = SimConfig(
+        profile=chosen, seed=seed, host=host, port=port, faults=faults, parent_pid=parent_pid
+    )
 
     def ready(url: str) -> None:
         click.echo(f"{READY_PREFIX}{url}")
