@@ -16,7 +16,8 @@ parameters instead, stamped on ``--tick`` second ticks (0: exact times), with th
 conversation trace's (input, output) pairs drawn at random: a two-state MMPP
 (3.5 req/s, with spells of 11 req/s lasting ~17 s; 5.4 req/s on average) or a
 renewal process with Weibull gaps of shape 0.6 (5.4 req/s). The model is fitted
-to one 30-minute draw and validated against another (``--window`` of it).
+to one 30-minute draw and validated against another (``--window`` of it, or
+``--windows`` consecutive windows pooled: one window's P99 is one draw of it).
 
     .venv/bin/python bench/model_fidelity.py --trace weibull --tick 1 --window 10m --seeds 3
 """
@@ -36,6 +37,7 @@ from tailreplay.traces.format import make_header
 from tailreplay.traces.hmm import Mmpp
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import write_archive
+from tailreplay.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
@@ -83,6 +85,9 @@ def main() -> None:
     ap.add_argument("--tick", type=float, default=3.0, help="Known processes' tick (s); 0: exact.")
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
+    ap.add_argument("--windows", type=int, default=1,
+                    help="Held-out windows of --window, pooled (known processes: the held-out "
+                    "draw is made long enough).")  # fmt: skip
     ap.add_argument("--speed", default="4x")
     ap.add_argument("--prefill-ms", default="0.08", help="The simulator's prefill per token.")
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
@@ -94,7 +99,8 @@ def main() -> None:
         path.unlink(missing_ok=True)
     if args.trace != "azure":
         known_draw(first, args.trace, args.tick, 30, seed=1)
-        known_draw(second, args.trace, args.tick, 30, seed=2)
+        minutes = parse_duration(args.window) / 60 * args.windows
+        known_draw(second, args.trace, args.tick, max(30, math.ceil(minutes) + 1), seed=2)
     else:
         tailreplay("traces", "import", "azure", str(CONV), "-o", str(conv))
         tailreplay("traces", "slice", str(conv), "--to", "+29m", "-o", str(first))
@@ -103,7 +109,8 @@ def main() -> None:
     model.unlink(missing_ok=True)
     tailreplay("traces", "fit", str(first), "-o", str(model))
     tailreplay("traces", "validate-model", str(second), "--model", str(model),
-               "--window", args.window, "--seeds", args.seeds, "--speed", args.speed,
+               "--window", args.window, "--windows", str(args.windows), "--seeds", args.seeds,
+               "--speed", args.speed,
                "--sim-profile", "fast", f"--sim-arg=--prefill-per-token-ms={args.prefill_ms}",
                "--out-dir", str(out / "arms"), "--json", str(out / "check.json"))  # fmt: skip
 

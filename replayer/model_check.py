@@ -3,16 +3,19 @@
 Three kinds of arm are replayed against the same target, each on a fresh
 simulator (or the given target), one after another:
 
-- ``exact``: the archive's window itself, as recorded;
+- ``exact``: the archive's window itself, as recorded (with ``windows`` > 1, that
+  many consecutive windows, each its own arm, pooled into the reference: one
+  window's P99 of a bursty process is one draw of it);
 - ``model``: the model's synthesis with the window's length and mean rate;
 - ``poisson``: the same requests as ``model`` (same seed, same shapes in the same
   order) at Poisson arrival times: the baseline a model has to beat.
 
 Each arm's latency and TTFT percentiles come from its result archive through
 ``traces.metrics`` (the figures every view uses), with bootstrap intervals; the
-relative error is against the exact arm. An arm whose replay was client-bound
-(dispatch lag P99 over the limit) measured the client, not the target: its row
-says so and the check fails rather than presenting its figures.
+relative error is against the exact arm (pooled, with several windows). An arm
+whose replay was client-bound (dispatch lag P99 over the limit) measured the
+client, not the target: its row says so and the check fails rather than
+presenting its figures.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class CheckConfig:
     built-in simulator's step times are divided by it)."""
     lag_limit_ms: float = 25.0
     timeout_s: float = 600.0
+    windows: int = 1
+    """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
 
 
 @dataclass
@@ -83,22 +88,26 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise UsageError(f"--out-dir {cfg.out_dir}: {exc.strerror or exc}") from None
-    exact, span_s, n = _window(cfg)
-    say(f"window: {n:,} requests over {span_s:,.0f} s ({n / span_s:.2f} req/s)")
-    arms: list[tuple[str, int | None, Path]] = [("exact", None, exact)]
+    held = _windows(cfg)
+    span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
+    say(f"window{'s' if len(held) > 1 else ''}: {n:,} requests over {span_s:,.0f} s "
+        f"({n / span_s:.2f} req/s)")  # fmt: skip
+    arms: list[tuple[str, int | None, Path]] = [
+        ("exact", None if len(held) == 1 else k, path) for k, (path, _, _) in enumerate(held, 1)
+    ]
     for draw in range(1, cfg.seeds + 1):
         for kind in ("model", "poisson"):
             path = cfg.out_dir / f"{kind}-{draw}.msgpack"
             path.unlink(missing_ok=True)
-            # As many requests as the window, at its mean rate: a bursty process's count
+            # As many requests as a window, at their mean rate: a bursty process's count
             # in a fixed span varies a lot, and that noise is not what is compared.
-            synthesize(cfg.model, path, count=n, rate_rps=n / span_s, seed=draw, arrivals=kind)
+            synthesize(cfg.model, path, count=round(n / len(held)), rate_rps=n / span_s,
+                       seed=draw, arrivals=kind)  # fmt: skip
             arms.append((kind, draw, path))
     longest = longest_request([a[2] for a in arms])
     results = []
     for kind, seed, path in arms:
-        name = kind if seed is None else f"{kind} seed {seed}"
-        say(f"replaying {name} ...")
+        say(f"replaying {_name(kind, seed)} ...")
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
         with cfg.fresh_target(longest) as url:
             _replay(cfg, url, path, out)
@@ -113,7 +122,7 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
     given window's P99 by half), so the pooled P99 is the model's prediction and the
     seeds' spread is the draw-to-draw noise."""
     out = []
-    for kind in ("model", "poisson"):
+    for kind in ("exact", "model", "poisson"):
         arms = [r for r in results if r.arm == kind and r.seed is not None]
         if len(arms) < 2:
             continue
@@ -130,22 +139,33 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
     return out
 
 
-def _window(cfg: CheckConfig) -> tuple[Path, float, int]:
+def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
+    """The held-out windows, each copied to its own archive: (path, span s, requests)."""
     starts = load_columns([cfg.archive], [])["start_ns"]
     if starts.size < 10:
         raise InputError(f"{cfg.archive}: {starts.size} records are too few to check a model")
-    lo = int(starts[0] + cfg.offset_s * 1e9)
-    hi = int(lo + cfg.window_s * 1e9) if cfg.window_s is not None else int(starts[-1]) + 1
-    # A window past the archive's end holds traffic only up to the last record: the
-    # synthetic arms' rate is over that span, not over the empty rest.
-    span_s = (min(hi, int(starts[-1]) + 1) - lo) / 1e9
-    exact = cfg.out_dir / "exact.msgpack"
-    exact.unlink(missing_ok=True)
-    done = copy_records([cfg.archive], exact, source="validate-model",
-                        keep=record_filter(start_ns=lo, end_ns=hi), stop_after_ns=hi)  # fmt: skip
-    if done.written < 10:
-        raise InputError(f"the window holds {done.written} records; at least 10 are needed")
-    return exact, span_s, done.written
+    if cfg.windows > 1 and cfg.window_s is None:
+        raise UsageError("--windows needs --window: the length of each")
+    held = []
+    for k in range(cfg.windows):
+        lo = int(starts[0] + (cfg.offset_s + k * (cfg.window_s or 0.0)) * 1e9)
+        hi = int(lo + cfg.window_s * 1e9) if cfg.window_s is not None else int(starts[-1]) + 1
+        if lo > starts[-1]:
+            raise InputError(f"{cfg.archive}: window {k + 1} of {cfg.windows} starts after the "
+                             "last record (fewer --windows, or a shorter --window)")  # fmt: skip
+        # A window past the archive's end holds traffic only up to the last record: the
+        # synthetic arms' rate is over that span, not over the empty rest.
+        span_s = (min(hi, int(starts[-1]) + 1) - lo) / 1e9
+        exact = cfg.out_dir / ("exact.msgpack" if cfg.windows == 1 else f"exact-{k + 1}.msgpack")
+        exact.unlink(missing_ok=True)
+        keep = record_filter(start_ns=lo, end_ns=hi)
+        done = copy_records([cfg.archive], exact, source="validate-model", keep=keep,
+                            stop_after_ns=hi)  # fmt: skip
+        if done.written < 10:
+            raise InputError(f"window {k + 1} holds {done.written} records; at least 10 are "
+                             "needed")  # fmt: skip
+        held.append((exact, span_s, done.written))
+    return held
 
 
 def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
@@ -199,12 +219,14 @@ def to_json(results: list[ArmResult]) -> str:
 
 def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
     """Per synthetic arm kind and figure (``latency_p99``, ``ttft_p99``): each seed's
-    relative error against the exact arm; arms that were client-bound (or an exact arm
-    that was) are left out."""
-    exact = next(r for r in results if r.arm == "exact")
+    relative error against the exact arm (the windows pooled, when there are several);
+    arms that were client-bound (or an exact arm that was) are left out."""
+    exact = next((r for r in results if r.arm == "exact pooled"), None) or next(
+        r for r in results if r.arm == "exact"
+    )
     out: dict[str, dict[str, list[float]]] = {}
     for r in results:
-        if r.arm == "exact":
+        if r.arm.startswith("exact"):
             continue
         kind = out.setdefault(r.arm, {"latency_p99": [], "ttft_p99": []})
         if r.client_bound or exact.client_bound:
@@ -223,7 +245,7 @@ def render(results: list[ArmResult]) -> list[str]:
             f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}")  # fmt: skip
     lines = [head]
     for r in results:
-        name = r.arm if r.seed is None else f"{r.arm} seed {r.seed}"
+        name = _name(r.arm, r.seed)
         lag = "-" if r.lag_p99_ms is None else f"{r.lag_p99_ms:.1f}ms"
         row = f"{name:<16}{r.requests:>9,}{r.errors:>7,}  "
         if r.client_bound:
@@ -241,6 +263,12 @@ def render(results: list[ArmResult]) -> list[str]:
                 parts.append(f"{figure.replace('_', ' ')} error mean |{mean:.1%}| ({each})")
         lines.append(f"{kind}: " + ("; ".join(parts) if parts else "nothing to compare"))
     return lines
+
+
+def _name(kind: str, seed: int | None) -> str:
+    if seed is None:
+        return kind
+    return f"exact window {seed}" if kind == "exact" else f"{kind} seed {seed}"
 
 
 def _three(q: dict[str, tuple[float, float, float]]) -> str:

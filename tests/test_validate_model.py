@@ -70,6 +70,32 @@ def test_three_arms_are_replayed_and_compared(
     assert len(data["errors"]["model"]["latency_p99"]) == 1
 
 
+def test_several_held_out_windows_are_pooled_into_the_reference(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    archive, model, n = trace
+    out = tmp_path / "v.json"
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
+                       "--windows", "2", "--window", "30s", "--seeds", "1", "--speed", "4x",
+                       "--sim-profile", "fast", "--out-dir", str(tmp_path / "arms"),
+                       "--json", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    names = [" ".join(line.split()[:3]) for line in done.stdout.splitlines()[1:6]]
+    assert names[:2] == ["exact window 1", "exact window 2"], names
+    data = json.loads(out.read_text())
+    arms = {(a["arm"], a["seed"]): a for a in data["arms"]}
+    first, second = arms[("exact", 1)], arms[("exact", 2)]
+    pool = arms[("exact pooled", None)]
+    assert first["requests"] + second["requests"] == pool["requests"] == n
+    # The synthetic arms hold as many requests as a window, at the windows' mean rate.
+    assert abs(arms[("model", 1)]["requests"] - n / 2) <= 1
+    # Errors are against the pooled windows, not either one.
+    model_p99 = arms[("model", 1)]["latency"]["p99"][0]
+    (err,) = data["errors"]["model"]["latency_p99"]
+    assert err == pytest.approx(model_p99 / pool["latency"]["p99"][0] - 1)
+    assert "exact pooled" not in data["errors"] and "exact" not in data["errors"]
+
+
 def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
     tmp_path: Path, trace: tuple[Path, Path, int]
 ) -> None:
@@ -95,6 +121,7 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
         (["--target", "http://127.0.0.1:9", "--speed", "2x"], "with --target it would"),
         (["--sim-arg", "max-num-seqs=4"], "--sim-arg takes --NAME=VALUE"),
         (["--seeds", "0"], "Invalid value for '--seeds'"),
+        (["--windows", "2"], "--windows needs --window: the length of each"),
         (["--sim-arg=--decode-base-ms=fast"], "--sim-arg --decode-base-ms=fast: not a number"),
     ],
 )

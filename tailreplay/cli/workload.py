@@ -140,6 +140,14 @@ def synth(
     help="Where the window starts, from the first record.  [default: 0s]",
 )
 @click.option(
+    "--windows",
+    type=click.IntRange(1, 20),
+    default=1,
+    show_default=True,
+    help="Consecutive held-out windows of --window, each replayed as recorded; the arms "
+    "are compared with them pooled (one window's P99 of a bursty process is one draw).",
+)
+@click.option(
     "--seeds",
     type=click.IntRange(1, 20),
     default=3,
@@ -195,6 +203,7 @@ def validate_model(
     target: str | None,
     window: float | None,
     offset: float,
+    windows: int,
     seeds: int,
     speed: float,
     sim_profile: str,
@@ -232,8 +241,10 @@ def validate_model(
         if target is not None
         else fresh_simulators(sim_profile, speed, sim_args)
     )
+    if windows > 1 and window is None:
+        raise UsageError("--windows needs --window: the length of each")
     config = CheckConfig(archive, workload, out_dir, fresh, window, offset, seeds, speed,
-                         lag_limit * 1e3)  # fmt: skip
+                         lag_limit * 1e3, windows=windows)  # fmt: skip
     results = run_check(config, lambda line: click.echo(line, err=True))
     for line in render(results):
         click.echo(line)
