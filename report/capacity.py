@@ -183,7 +183,9 @@ def render(result: Search) -> list[str]:
     lo, hi = result.interval
     if result.stopped is not None:
         lines.append(f"stopped: {result.stopped}; no capacity is claimed past the last pass")
-    if result.capacity is None:
+    if result.capacity is None and hi is None:
+        lines.append("capacity: not measured (no full replay passed or failed)")
+    elif result.capacity is None:
         lines.append(f"capacity: below {hi:g}x (the lowest factor tried failed)")
     elif hi is None and result.stopped is not None:
         lines.append(f"capacity: at least {lo:.3g}x (not measured past it)")

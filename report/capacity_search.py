@@ -140,10 +140,10 @@ def _coarse(state: _State, max_factor: float) -> float:
     if above is None:
         return below.factor
     state.order = _order(below, above)
-    # Aimed where the value sits its interval's upper reach under the limit, so the
-    # first full trial is likely decided (a pass) rather than uncertain; the reach of a
-    # full trial, since a coarse one holds fewer requests.
-    return _interpolate(below, above, _upper_width(above if below.coarse else below))
+    # Aimed where the value sits the pass's interval's upper reach under the limit, so
+    # the first full trial is likely decided (a pass) rather than uncertain. A coarse
+    # pass holds fewer requests, and its wider reach also covers its running low.
+    return _interpolate(below, above, _upper_width(below))
 
 
 def _full(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tailreplay.report.capacity import Check, Trial, Verdict
+from tailreplay.report.capacity import Check, Trial, Verdict, plot, render, to_json
 from tailreplay.report.capacity_search import search
 from tests.helpers import write_plain
 
@@ -115,6 +115,20 @@ def test_a_client_bound_trial_stops_the_search_without_a_claim_past_it() -> None
     result = search(run, judge, max_factor=16, precision=0.05)
     assert result.stopped is not None and "client" in result.stopped
     assert result.capacity is None or result.capacity < 4
+
+
+@pytest.mark.parametrize("client_from", [1.0, 4.0])
+def test_a_search_stopped_before_any_full_verdict_claims_nothing(client_from: float) -> None:
+    # The client lags from the first trial (or the first full one, at 4x): no full
+    # replay passed or failed, and every view says so rather than failing to print.
+    run, judge, _ = _limit_at(100, client_from=client_from)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    assert result.stopped is not None and result.capacity is None
+    lines = render(result)
+    assert "capacity: not measured (no full replay passed or failed)" in lines
+    assert any(line.startswith("stopped: the client was the bottleneck") for line in lines)
+    assert to_json(result)["capacity"] is None
+    assert "P99 against the load factor" in plot(result)
 
 
 def test_the_search_is_bounded_in_replays() -> None:
