@@ -30,9 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailreplay.openai_api import chat_text
 from tailreplay.traces.prompt_stats import entropy_bits as entropy_bits_of
-from tailreplay.traces.tokens import count_tokens, get
 
 __all__ = ["EntropyTally", "PromptMaker", "single_token_words", "vocabulary"]
 
@@ -118,11 +116,15 @@ def _vocabulary_entropies() -> np.ndarray:
 
 @functools.cache
 def single_token_words() -> tuple[str, ...]:
-    """The candidate words that are one token with a leading space (checked once)."""
-    enc = get()
-    words = tuple(sorted({w for w in _CANDIDATES if len(enc.encode_ordinary(" " + w)) == 1}))
-    assert len(words) >= 64, "the tokenizer splits too many common words"
-    return words
+    """The candidate words, each one token with a leading space in the default
+    encoding (cl100k_base): tests/test_synthetic_prompts.py checks every one against
+    the tokenizer, so a replay starts without building it (about 0.5 s)."""
+    return tuple(sorted(set(_CANDIDATES)))
+
+
+CHAT_OVERHEAD_TOKENS = 3
+"""Tokens the chat rendering adds around one user message's content ("user\\n" ...
+"\\n"), in the default encoding; checked against the tokenizer in the tests."""
 
 
 class PromptMaker:
@@ -138,8 +140,7 @@ class PromptMaker:
         self.words = single_token_words()
         self.correction = 1.0
         self._samples = 0
-        # Tokens the chat rendering adds around the content ("user\n" ... "\n").
-        self.overhead = count_tokens(chat_text([{"role": "user", "content": "x"}])) - 1
+        self.overhead = CHAT_OVERHEAD_TOKENS
         # Byte b of a draw picks word b % len(words), each with its leading space, padded
         # with NULs to one width: a gather and one deletion make the text (no Python loop).
         assert max(len(w) for w in self.words) < _WIDTH

@@ -20,7 +20,7 @@ from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.schedule import Planned, ScheduleConfig, plan, schedule
 from tailreplay.traces.record import Record
-from tailreplay.traces.tokens import count_tokens
+from tailreplay.traces.tokens import count_tokens, get
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -113,3 +113,16 @@ def test_records_of_one_tick_and_their_copies_share_no_text(tmp_path: Path) -> N
         body = json.loads(builder.build(item).body or b"")
         firsts.add(tuple(_words(body)[:BLOCK_TOKENS]))
     assert len(firsts) == 80
+
+
+def test_the_words_and_the_chat_overhead_are_the_tokenizers() -> None:
+    # Kept as constants so that a replay starts without building the tokenizer: each
+    # word is one token with its leading space, and one user message adds exactly
+    # CHAT_OVERHEAD_TOKENS around its content, as cl100k_base counts them.
+    enc = get()
+    words = prompts.single_token_words()
+    assert len(words) >= 64 and len(set(words)) == len(words)
+    split = [w for w in words if len(enc.encode_ordinary(" " + w)) != 1]
+    assert not split, f"not one token each: {split}"
+    one = count_tokens(chat_text([{"role": "user", "content": "x"}]))
+    assert one - 1 == prompts.CHAT_OVERHEAD_TOKENS == PromptMaker(0).overhead
