@@ -17,7 +17,6 @@ Run: ``.venv/bin/python bench/ticks.py`` (4 x 3 replays of ~65 s: about 14 minut
 from __future__ import annotations
 
 import argparse
-import asyncio
 import hashlib
 import json
 import random
@@ -105,6 +104,7 @@ def tick_archive(path: Path, seconds: float) -> int:
 
 def one_replay(args: list[str]) -> None:
     """Child process: one replay through the library, its summary as JSON on stdout."""
+    from tailreplay.eventloop import run as run_on_loop
     from tailreplay.replayer.run import ReplayConfig, run
     from tailreplay.replayer.schedule import ScheduleConfig
 
@@ -113,7 +113,7 @@ def one_replay(args: list[str]) -> None:
         schedule=ScheduleConfig(paths=[archive], spread_ticks=spread == "1"),
         target=target, out=Path(out), lookahead_items=int(items),
     )  # fmt: skip
-    outcome = asyncio.run(run(config, lambda line: None))
+    outcome = run_on_loop(run(config, lambda line: None), config.event_loop)  # as `replay`
     print(json.dumps(outcome.summary))
 
 

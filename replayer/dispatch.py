@@ -1,7 +1,7 @@
 """The dispatcher: open loop (each request leaves when it is due, whatever the target
 does) or closed loop (``run_users``: N users, each waiting for its answer).
 
-Request i is due at ``t0 + due_i`` on the loop's monotonic clock; the dispatcher
+Request i is due at ``t0 + due_i`` on the monotonic clock; the dispatcher
 sleeps until that absolute instant (never a chain of relative sleeps, so error
 does not add up) and starts the request as its own task, so a slow target
 delays nothing else. In-flight requests are bounded: a request that finds no
@@ -21,6 +21,7 @@ import math
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from time import monotonic as clock
 from typing import Any, Protocol
 
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
@@ -38,6 +39,10 @@ __all__ = ["DispatchStats", "Dispatcher", "SpanSink"]
 
 log = logging.getLogger("tailreplay.replay")
 
+# Due times, t0 and lags are read on time.monotonic() (``clock``), never loop.time():
+# under asyncio's loop the two are one clock, but uvloop's loop.time() counts whole
+# milliseconds, and the dispatcher spins the last _SPIN_S before each send and measures
+# its lag to the microsecond.
 _SPIN_S = 0.0015
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
@@ -116,7 +121,7 @@ class Dispatcher:
         self.stopping = asyncio.Event()
 
     async def run(self, items: Iterator[Planned], t0: float, t0_wall_ns: int) -> None:
-        """Send every item at ``t0 + item.due_s`` (loop time); returns when all are done."""
+        """Send every item at ``t0 + item.due_s`` (``clock()``); returns when all are done."""
         loop = asyncio.get_running_loop()
         stats = self.stats
         ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
@@ -128,17 +133,17 @@ class Dispatcher:
             # (Ctrl-C) is seen within a quarter second even across a long lull. Time
             # to spare goes to building the requests after this one, a build at a
             # time, each only if it should end before the wake-up.
-            while (delay := due - loop.time()) > _SPIN_S and not self.stopping.is_set():
+            while (delay := due - clock()) > _SPIN_S and not self.stopping.is_set():
                 if ahead.build_ahead(delay - _SPIN_S - _BUILD_MARGIN_S):
                     await asyncio.sleep(0)  # responses in flight are read between builds
                     continue
                 await asyncio.sleep(min(delay - _SPIN_S, 0.25))
-            # The loop's timers fire up to a millisecond late (epoll counts whole ms): wake
-            # a little early and yield until due, so a send lands within tens of
+            # The loop's timers fire up to a millisecond off (epoll and libuv count whole
+            # ms): wake a little early and yield until due, so a send lands within tens of
             # microseconds of its due time (other tasks still run while we yield).
-            while loop.time() < due and not self.stopping.is_set():
+            while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
-            delay = due - loop.time()
+            delay = due - clock()
             if self.stopping.is_set():
                 break
             stats.due += 1
@@ -175,10 +180,10 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         feeder = SessionFeeder(items)
         end = math.inf if limit_s is None else t0 + limit_s
-        await asyncio.sleep(max(t0 - loop.time(), 0.0))
+        await asyncio.sleep(max(t0 - clock(), 0.0))
 
         def staying(i: int) -> bool:
-            now = loop.time()
+            now = clock()
             return not self.stopping.is_set() and now < end and i < users.count(now - t0)
 
         async def user(i: int) -> None:
@@ -186,7 +191,7 @@ class Dispatcher:
                 key, first = claimed
                 item: Planned | None = first
                 while item is not None and staying(i):
-                    now = loop.time()
+                    now = clock()
                     self.stats.due += 1
                     self.stats.in_flight += 1
                     item.phase = users.phase(now - t0)
@@ -194,7 +199,7 @@ class Dispatcher:
                     await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
                     after = feeder.next(key)
                     wait = think_s if think_s is not None else _gap_s(item, after)
-                    await self._pause(min(wait, end - loop.time()))
+                    await self._pause(min(wait, end - clock()))
                     item = after
                 if item is not None:  # the user leaves mid-session: another takes it on
                     feeder.give_back(key, item)
@@ -211,8 +216,8 @@ class Dispatcher:
         join(users.counts[0])
         steps = len(users.counts) if users.step_s is not None else 1
         for step in range(1, steps):
-            await self._pause(t0 + step * (users.step_s or 0.0) - loop.time())
-            if self.stopping.is_set() or loop.time() >= end or not self._tasks:
+            await self._pause(t0 + step * (users.step_s or 0.0) - clock())
+            if self.stopping.is_set() or clock() >= end or not self._tasks:
                 break  # stopped, out of time, or out of records (every user left)
             join(users.counts[step])
         await self._settle()
@@ -242,10 +247,9 @@ class Dispatcher:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def _wait_slot(self, due: float) -> bool:
-        loop = asyncio.get_running_loop()
         deadline = due + self.drop_after_s
         while self.stats.in_flight >= self.max_inflight:
-            left = deadline - loop.time()
+            left = deadline - clock()
             if left <= 0:
                 return False
             self._slot_freed.clear()
@@ -264,16 +268,15 @@ class Dispatcher:
     async def _one(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
         """Send one planned request; under a retry policy, again while it says to (each
         attempt its own result and span, in the same trace), holding its slot."""
-        loop = asyncio.get_running_loop()
         ctx = self._context(item)
         attempt, retry_of, retry_due = 1, None, due
         try:
             while True:
                 # The send's wall time is the due wall time plus the time since due on the
-                # loop's monotonic clock: one clock read, so a preemption between two reads
+                # monotonic clock: one clock read, so a preemption between two reads
                 # (a busy machine) cannot make them disagree, and a step of the wall clock
                 # mid-run bends nothing.
-                now = loop.time()
+                now = clock()
                 since_ns = round((now - due) * 1e9)
                 # A retry's lag is from when the policy said to send it.
                 late_ns = round((now - retry_due) * 1e9)
@@ -285,7 +288,7 @@ class Dispatcher:
                 wait = None if self.retry is None else self.retry.delay_s(outcome, attempt)
                 if wait is None or self.stopping.is_set():
                     return
-                retry_due = loop.time() + wait
+                retry_due = clock() + wait
                 await self._pause(wait)
                 if self.stopping.is_set():
                     return

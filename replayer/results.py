@@ -34,7 +34,7 @@ class Sent:
 
     wall_ns: int
     lag_ns: int
-    """Sent minus due, on the loop's monotonic clock."""
+    """Sent minus due, on the monotonic clock (``time.monotonic``)."""
     ctx: TraceContext
 
 

@@ -113,6 +113,8 @@ class ReplayConfig:
     """Requests built before they are due, at most (0: each is built when due)..."""
     lookahead_bytes: int = LOOKAHEAD_BYTES
     """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
+    event_loop: str = "asyncio"
+    """The loop the run (each --workers process's too) runs on (``tailreplay.eventloop``)."""
 
 
 @dataclass
@@ -417,7 +419,8 @@ async def _dispatch(
     # Before t0: connections for the first burst, then a collection that can take a while.
     await transport.warm(min(WARM_CONNECTIONS, max(config.connections, 1)))
     freeze_heap()
-    t0, t0_wall = start_times(loop.time(), config.start_at_ns, sc.shard, say)
+    # On the dispatcher's clock (time.monotonic: uvloop's loop.time() counts whole ms).
+    t0, t0_wall = start_times(time.monotonic(), config.start_at_ns, sc.shard, say)
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     think = "as recorded" if config.think_s is None else f"{config.think_s:g} s"
     pace = (f"{sc.speed}" if config.users is None

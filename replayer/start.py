@@ -18,14 +18,15 @@ LATE_START_S = 10.0
 
 
 def start_times(
-    now_loop: float, start_at_ns: int | None, shard: tuple[int, int], say: Callable[[str], None]
+    now: float, start_at_ns: int | None, shard: tuple[int, int], say: Callable[[str], None]
 ) -> tuple[float, int]:
-    """The replay's t0 on the loop's clock and on the wall clock: LEAD_S from now, or
-    ``--start-at``, which shards share to the nanosecond: their due times are one
-    schedule, so a shard that starts late keeps it and its late requests show as lag."""
+    """The replay's t0 on the monotonic clock (``now`` is its reading) and on the wall
+    clock: LEAD_S from now, or ``--start-at``, which shards share to the nanosecond:
+    their due times are one schedule, so a shard that starts late keeps it and its late
+    requests show as lag."""
     now_wall = time.time_ns()
     if start_at_ns is None:
-        return now_loop + LEAD_S, now_wall + round(LEAD_S * 1e9)
+        return now + LEAD_S, now_wall + round(LEAD_S * 1e9)
     wait_s = (start_at_ns - now_wall) / 1e9
     if wait_s < -LATE_START_S:
         raise UsageError(
@@ -38,7 +39,7 @@ def start_times(
             f"warning: {which} started {-wait_s * 1000:.0f} ms after --start-at; "
             "its first requests are that late (counted as lag)"
         )
-    return now_loop + wait_s, start_at_ns
+    return now + wait_s, start_at_ns
 
 
 def freeze_heap() -> None:

@@ -1,7 +1,7 @@
 """``replay --workers N``: one replay spread over N processes on this machine.
 
-One process dispatches about 4,000 requests/s before aiohttp's client saturates
-its core (docs/benchmarks.md). Beyond that, N processes each replay one shard
+One process sends on time up to a few thousand requests/s before its core is
+saturated (docs/benchmarks.md). Beyond that, N processes each replay one shard
 (``--shard i/N`` by trace id, so none overlap) from one shared start time, exactly
 as N machines would (docs/replay.md), and the parent merges their result archives
 into ``--out`` and summarises the whole. Each worker plans over the whole archive,
@@ -10,7 +10,6 @@ so the tail threshold and the schedule are the same as a single process's.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
 import multiprocessing
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tailreplay import eventloop
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
@@ -48,7 +48,7 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     # The parent decides about Ctrl-C for everyone; a worker's own handler (inside
     # run) stops its dispatch cleanly when the signal reaches the process group.
     try:
-        outcome = asyncio.run(run(config, say))
+        outcome = eventloop.run(run(config, say), config.event_loop)
         conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
     except TailreplayError as exc:  # the parent raises it again: same line, same exit code
         conn.send((None, None, False, exc))

@@ -60,7 +60,7 @@ class Call:
     """One ``send`` as the fake saw it."""
 
     at: float
-    """Loop time on arrival."""
+    """``time.monotonic()`` on arrival (the dispatcher's clock)."""
     spec: RequestSpec
     headers: dict[str, str]
     cancelled: bool = False
@@ -101,7 +101,7 @@ class FakeTransport:
         self.closed = False
 
     async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
-        call = Call(asyncio.get_running_loop().time(), spec, dict(headers))
+        call = Call(time.monotonic(), spec, dict(headers))
         index = len(self.calls)
         self.calls.append(call)
         if index == 0 and self.stall_first_s:
@@ -152,11 +152,12 @@ class Harness:
 
     def _on_result(self, record: Record) -> None:
         self.results.append(record)
-        self.result_times.append(asyncio.get_running_loop().time())
+        self.result_times.append(time.monotonic())
 
     def start(self, items: list[Planned]) -> asyncio.Task[None]:
-        """Start the replay now: ``t0`` is this instant, on both clocks."""
-        self.t0, self.t0_wall_ns = asyncio.get_running_loop().time(), time.time_ns()
+        """Start the replay now: ``t0`` is this instant, on both clocks (the dispatcher's is
+        ``time.monotonic``)."""
+        self.t0, self.t0_wall_ns = time.monotonic(), time.time_ns()
         return asyncio.create_task(self.dispatcher.run(iter(items), self.t0, self.t0_wall_ns))
 
     async def replay(self, items: list[Planned]) -> list[Record]:
@@ -267,7 +268,7 @@ async def test_a_slot_freed_before_drop_after_s_lets_the_waiting_request_go() ->
     await until(lambda: len(h.transport.calls) == 1)
     await asyncio.sleep(0.05)
     assert len(h.transport.calls) == 1  # the second waits for the slot
-    freed_at = asyncio.get_running_loop().time()
+    freed_at = time.monotonic()
     first_done.set()
     await asyncio.wait_for(run, WAIT_S)
 

@@ -8,7 +8,8 @@ click's usage message, also with exit 2).
 
 Option sets used by more than one command are decorators here: the archives
 argument, ``-o/--output``, ``--skip-corrupt``, ``--buckets``, the SLO flags and
-the OTLP flags (which hand the command one ``otlp: OtlpOptions``).
+the OTLP flags (which hand the command one ``otlp: OtlpOptions``); and
+``replay``'s ``--event-loop``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tailreplay.errors import UsageError
+from tailreplay.eventloop import EVENT_LOOPS
 from tailreplay.exporters.otlp import PROTOCOLS, OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.replayer.scrape import parse_scrape
@@ -60,6 +62,7 @@ __all__ = [
     "archives_argument",
     "buckets_option",
     "client_options",
+    "event_loop_option",
     "otlp_options",
     "output_file",
     "output_option",
@@ -283,6 +286,15 @@ def client_options(f: F) -> F:
         "Steps: 10,20,50@1m.",
     )(f)
 
+
+event_loop_option = click.option(
+    "--event-loop",
+    type=click.Choice(EVENT_LOOPS),
+    default="asyncio",
+    show_default=True,
+    help="The event loop the replay runs on: asyncio's own, uvloop (pip install uvloop), "
+    "or auto: uvloop when it can be imported.",
+)
 
 skip_corrupt_option = click.option(
     "--skip-corrupt",

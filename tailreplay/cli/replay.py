@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import sys
@@ -13,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailreplay import eventloop
 from tailreplay.cli.options import (
     BODY_DROP,
     BODY_SET,
@@ -27,6 +27,7 @@ from tailreplay.cli.options import (
     FiniteRange,
     Parsed,
     client_options,
+    event_loop_option,
     otlp_options,
     scrape_option,
     send_headers,
@@ -112,6 +113,7 @@ class _Args:
     slo_by: str | None
     slo_window: float | None
     workers: int
+    event_loop: str
     otlp: OtlpOptions
 
 
@@ -326,6 +328,7 @@ input, 130 interrupted.""",
     help="Processes on this machine, one shard each, merged into one result "
     "(one process keeps a 1 ms lag P99 to ~2,000 requests/s on 2 shared cores).",
 )
+@event_loop_option
 @otlp_options()
 def replay(**options: Any) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
@@ -416,6 +419,7 @@ def _config(args: _Args) -> ReplayConfig:
         think_s=args.think,
         retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
         replay_aborts=args.client_aborts == "replay",
+        event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
     )
 
 
@@ -432,11 +436,8 @@ def _check_outputs(args: _Args) -> Path:
                          "and --dry-run do not apply")  # fmt: skip
     # In the command, not a parse-time callback: the paths may name folders of the
     # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
-    for flag, path in (
-        ("--out", args.out),
-        ("--json", args.json_out),
-        ("--report", args.report_out),
-    ):
+    for flag, path in (("--out", args.out), ("--json", args.json_out),
+                       ("--report", args.report_out)):  # fmt: skip
         if path is not None:
             check_output_file(flag, path, inputs=args.archives)
     if args.out is not None:
@@ -464,7 +465,7 @@ def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
         return run_workers(config, workers, say)
     from tailreplay.replayer.run import run
 
-    return asyncio.run(run(config, say))
+    return eventloop.run(run(config, say), config.event_loop)
 
 
 def _write_json(path: Path, summary: dict[str, Any]) -> None:
