@@ -30,6 +30,7 @@ from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.sessions import SessionFeeder
+from tailreplay.replayer.timer import PreciseTimer
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -44,6 +45,8 @@ log = logging.getLogger("tailreplay.replay")
 # milliseconds, and the dispatcher spins the last _SPIN_S before each send and measures
 # its lag to the microsecond.
 _SPIN_S = 0.0015
+_YIELD_S = 0.00025
+"""How long before due the dispatcher stops waiting on the timerfd and yields."""
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
 
@@ -123,6 +126,18 @@ class Dispatcher:
     async def run(self, items: Iterator[Planned], t0: float, t0_wall_ns: int) -> None:
         """Send every item at ``t0 + item.due_s`` (``clock()``); returns when all are done."""
         loop = asyncio.get_running_loop()
+        timer = PreciseTimer.open(loop)
+        try:
+            await self._dispatch(loop, items, t0, t0_wall_ns, timer)
+        finally:
+            if timer is not None:
+                timer.close()
+        await self._settle()
+
+    async def _dispatch(
+        self, loop: asyncio.AbstractEventLoop, items: Iterator[Planned], t0: float,
+        t0_wall_ns: int, timer: PreciseTimer | None,
+    ) -> None:  # fmt: skip
         stats = self.stats
         ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
                                        max_bytes=self.lookahead_bytes)  # fmt: skip
@@ -139,8 +154,13 @@ class Dispatcher:
                     continue
                 await asyncio.sleep(min(delay - _SPIN_S, 0.25))
             # The loop's timers fire up to a millisecond off (epoll and libuv count whole
-            # ms): wake a little early and yield until due, so a send lands within tens of
-            # microseconds of its due time (other tasks still run while we yield).
+            # ms): wake a little early, wait on a timerfd (``timer.py``) until _YIELD_S
+            # before due, and yield to the loop for the rest, so a send lands within
+            # tens of microseconds of its due time. The timerfd's wake-up comes an
+            # iteration of the loop late (its callbacks run first); the yield is a busy
+            # wait, so it is kept short (without timerfd it is the whole _SPIN_S).
+            if timer is not None and due - clock() > _YIELD_S and not self.stopping.is_set():
+                await timer.wait_until(due - _YIELD_S)
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             delay = due - clock()
@@ -163,7 +183,6 @@ class Dispatcher:
                 # Behind schedule (or a tie): let the new task start sending now, rather
                 # than queueing a burst of tasks that would all start late.
                 await asyncio.sleep(0)
-        await self._settle()
 
     async def run_users(
         self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: Users,
