@@ -99,10 +99,11 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         for kind in ("model", "poisson"):
             path = cfg.out_dir / f"{kind}-{draw}.msgpack"
             path.unlink(missing_ok=True)
-            # As many requests as a window, at their mean rate: a bursty process's count
-            # in a fixed span varies a lot, and that noise is not what is compared.
+            # As many requests as a window, at exactly their mean rate: a bursty
+            # process's count in a fixed span (and the span of a count) varies a lot,
+            # and near the target's limit that noise would outweigh what is compared.
             synthesize(cfg.model, path, count=round(n / len(held)), rate_rps=n / span_s,
-                       seed=draw, arrivals=kind)  # fmt: skip
+                       seed=draw, arrivals=kind, exact_rate=True)  # fmt: skip
             arms.append((kind, draw, path))
     longest = longest_request([a[2] for a in arms])
     results = []

@@ -109,6 +109,30 @@ def test_a_poisson_baseline_has_the_same_requests_at_poisson_times(tmp_path: Pat
     assert idc["model"] > 10 * idc["poisson"]
 
 
+@pytest.mark.parametrize("process", ["weibull", "modulated"])
+def test_a_synthesis_at_an_exact_rate_spans_count_over_rate(tmp_path: Path, process: str) -> None:
+    # validate-model's arms: as many requests as a window at exactly its rate, where a
+    # plain draw of this bursty a process spans a few percent more or less, on ticks
+    # (3 s) where the model has them.
+    rng = np.random.default_rng(5)
+    make = _weibull if process == "weibull" else _modulated
+    times = np.floor(make(rng)[:20_000] / 3.0) * 3.0
+    model = fit([_archive(tmp_path / "a.msgpack", times, rng)])
+    for seed in (1, 2, 3):
+        out = tmp_path / f"s{seed}.msgpack"
+        synthesize(model, out, count=3_000, rate_rps=5.0, seed=seed, exact_rate=True)
+        starts = np.array([r.start_ns for r in ArchiveReader([out])])
+        assert starts.size == 3_000
+        assert (starts[-1] - starts[0]) / 1e9 == pytest.approx(2_999 / 5.0, abs=3.0)
+        assert ((starts - starts[0]) % 3_000_000_000 == 0).all()
+    loose = tmp_path / "loose.msgpack"
+    synthesize(model, loose, count=3_000, rate_rps=5.0, seed=1)
+    shapes = [
+        [r.input_tokens for r in ArchiveReader([p])] for p in (loose, tmp_path / "s1.msgpack")
+    ]
+    assert shapes[0] == shapes[1]  # the same requests, only their times stretched
+
+
 def test_a_model_of_the_older_format_is_refused_with_one_line(tmp_path: Path) -> None:
     old = tmp_path / "m.json"
     old.write_text('{"format": "tailreplay-workload", "version": 1}')
