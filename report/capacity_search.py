@@ -282,32 +282,33 @@ def _interpolate(below: Trial, above: Trial, margin: float = 0.0, keep: float = 
 def _upper_width(t: Trial) -> float:
     """How far, in log, the binding objective's interval reaches above its value (0:
     unknown): how far under the limit a value must be for the trial to pass."""
-    binding = max(t.checks, key=_check_excess, default=None)
-    if binding is None or not binding.value or not binding.high or binding.value <= 0:
+    scored = [(x, c) for c in t.checks if (x := _check_excess(c)) is not None]
+    if not scored:
+        return 0.0
+    binding = max(scored, key=lambda xc: xc[0])[1]
+    if not binding.value or not binding.high or binding.value <= 0:
         return 0.0
     return max(math.log(binding.high / binding.value), 0.0)
 
 
-def _check_excess(c: Check) -> float:
-    if c.value is None or c.limit is None or c.value <= 0 or c.limit <= 0:
+def _check_excess(c: Check, end: str = "value") -> float | None:
+    """log(value / limit) of one objective (inf: unmeasured, or over a limit of 0);
+    None where neither is positive and the value is within the limit (nothing to
+    scale). With ``end`` "low" or "high", of that end of the value's interval (the
+    value where the interval is unknown)."""
+    value = getattr(c, end) if getattr(c, end) is not None else c.value
+    if value is None or c.limit is None:
         return math.inf
-    return math.log(c.value / c.limit)
+    if c.limit > 0 and value > 0:
+        return math.log(value / c.limit)
+    return math.inf if value > c.limit else None
 
 
 def _excess(t: Trial, end: str = "value") -> float:
-    """log(value / limit) of the objective furthest over (or nearest) its limit; with
-    ``end`` "low" or "high", of that end of the value's interval (the value where the
-    interval is unknown)."""
-    worst = -math.inf
-    for c in t.checks:
-        value = getattr(c, end) if getattr(c, end) is not None else c.value
-        if value is None or c.limit is None:
-            return math.inf
-        if c.limit > 0 and value > 0:
-            worst = max(worst, math.log(value / c.limit))
-        elif value > c.limit:
-            return math.inf
-    return worst if worst > -math.inf else -1.0
+    """``_check_excess`` of the objective furthest over (or nearest) its limit; -1
+    where no objective has one."""
+    scored = [x for c in t.checks if (x := _check_excess(c, end)) is not None]
+    return max(scored, default=-1.0)
 
 
 def _half_widths(t: Trial) -> list[tuple[float, float]]:

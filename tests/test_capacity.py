@@ -175,6 +175,24 @@ def test_an_uncertain_trial_at_its_limit_is_not_replayed_in_vain() -> None:
     assert len(_full(calls)) <= 6, _full(calls)
 
 
+def test_an_error_rate_at_zero_does_not_change_where_trials_are_aimed() -> None:
+    # An error-rate objective with no errors has no log to scale: the aims come from the
+    # latency objective alone, with it or without it.
+    def searched(with_errors: bool) -> list[tuple[float, int, bool]]:
+        run, judge, calls = _soft_target(2.7, order=3.0, half_width=0.15)
+
+        def judged(factor: float, runs: list[Path]) -> Trial:
+            t = judge(factor, runs)
+            if with_errors:
+                t.checks.append(Check("error_rate<=1%", 0.0, None, None, 0.01, "pass"))
+            return t
+
+        search(run, judged, max_factor=16, precision=0.1, repeats=1)
+        return calls
+
+    assert searched(with_errors=True) == searched(with_errors=False)
+
+
 def test_a_sharp_knee_is_pinned_to_the_precision() -> None:
     # A queue past the limit: P99 ~ factor^8, measured to +-10%: decisive close to it.
     run, judge, calls = _soft_target(3.3, order=8.0, half_width=0.1)
