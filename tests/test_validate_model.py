@@ -42,14 +42,23 @@ def _tailreplay(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=600, check=False)  # fmt: skip
 
 
+def _validate(
+    tmp_path: Path, archive: Path, model: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``validate-model`` with one seed at 4x on the fast simulator, writing JSON: the
+    finished process and the JSON's path."""
+    out = tmp_path / "v.json"
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model), *extra,
+                       "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
+                       "--out-dir", str(tmp_path / "arms"), "--json", str(out))  # fmt: skip
+    return done, out
+
+
 def test_three_arms_are_replayed_and_compared(
     tmp_path: Path, trace: tuple[Path, Path, int]
 ) -> None:
     archive, model, n = trace
-    out = tmp_path / "v.json"
-    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
-                       "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
-                       "--out-dir", str(tmp_path / "arms"), "--json", str(out))  # fmt: skip
+    done, out = _validate(tmp_path, archive, model)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stdout.splitlines()
@@ -74,11 +83,7 @@ def test_several_held_out_windows_are_pooled_into_the_reference(
     tmp_path: Path, trace: tuple[Path, Path, int]
 ) -> None:
     archive, model, n = trace
-    out = tmp_path / "v.json"
-    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
-                       "--windows", "2", "--window", "30s", "--seeds", "1", "--speed", "4x",
-                       "--sim-profile", "fast", "--out-dir", str(tmp_path / "arms"),
-                       "--json", str(out))  # fmt: skip
+    done, out = _validate(tmp_path, archive, model, "--windows", "2", "--window", "30s")
     assert done.returncode == 0, done.stderr
     names = [" ".join(line.split()[:3]) for line in done.stdout.splitlines()[1:6]]
     assert names[:2] == ["exact window 1", "exact window 2"], names
