@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from time import monotonic as clock
+from time import monotonic_ns
 from typing import Any, Protocol
 
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
@@ -122,6 +123,8 @@ class Dispatcher:
         self._slot_freed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
+        self.sent_all = asyncio.Event()
+        """Set once nothing more will be sent: only answers are awaited."""
 
     async def run(self, items: Iterator[Planned], t0: float, t0_wall_ns: int) -> None:
         """Send every item at ``t0 + item.due_s`` (``clock()``); returns when all are done."""
@@ -132,6 +135,7 @@ class Dispatcher:
         finally:
             if timer is not None:
                 timer.close()
+        self.sent_all.set()
         await self._settle()
 
     async def _dispatch(
@@ -327,6 +331,7 @@ class Dispatcher:
         headers = spec.headers(self.headers, sent.ctx.traceparent())
         self.stats.sent += 1
         outcome = Outcome(error="cancelled")
+        began_ns = monotonic_ns()
         try:
             outcome = await self.transport.send(spec, headers)
             if outcome.status in (400, 422) and self.builder.rejects_forced_fields(
@@ -337,7 +342,8 @@ class Dispatcher:
                 spec = self.builder.build(item)
                 outcome = await self.transport.send(spec, headers)
         except asyncio.CancelledError:
-            outcome = Outcome(error="cancelled")
+            # How long it had been in flight: a lower bound on the latency it would have had.
+            outcome = Outcome(error="cancelled", duration_ns=monotonic_ns() - began_ns)
             raise
         except Exception as exc:  # a failure is a result, never the end of the run
             log.debug("request failed in the transport", exc_info=True)

@@ -15,7 +15,11 @@ Each arm's latency and TTFT percentiles come from its result archive through
 relative error is against the exact arm (pooled, with several windows). An arm
 whose replay was client-bound (dispatch lag P99 over the limit) measured the
 client, not the target: its row says so and the check fails rather than
-presenting its figures.
+presenting its figures. So does an arm on a built-in simulator whose steps took
+longer than its model (``SIM_SLOW_LIMIT``): the simulator's own CPU set its pace
+(near saturation at a high ``speed``, its steps are that much shorter and a busy
+machine's jitter weighs that much more), and replays of one window stop agreeing
+with each other.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import InputError, UsageError
-from tailreplay.replayer.trial import longest_request, replay_child
+from tailreplay.replayer.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.client_health import client_verdict
 from tailreplay.traces.columns import load_columns
@@ -80,6 +84,17 @@ class ArmResult:
     idc: list[float | None] = field(default_factory=list)
     lag_p99_ms: float | None = None
     client_bound: bool = False
+    sim_slowdown: float | None = None
+    """How much longer than modelled the built-in simulator's steps took (None: not one)."""
+
+    @property
+    def sim_bound(self) -> bool:
+        return self.sim_slowdown is not None and self.sim_slowdown > SIM_SLOW_LIMIT
+
+    @property
+    def unmeasured(self) -> bool:
+        """Client- or simulator-bound: its figures are not the target's model's."""
+        return self.client_bound or self.sim_bound
 
 
 def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
@@ -112,7 +127,10 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
         with cfg.fresh_target(longest) as url:
             _replay(cfg, url, path, out)
-        results.append(_measure(kind, seed, path, out, cfg.lag_limit_ms))
+            slowdown = sim_slowdown(url)
+        result = _measure(kind, seed, path, out, cfg.lag_limit_ms)
+        result.sim_slowdown = slowdown
+        results.append(result)
     return results + pooled(results, cfg.out_dir)
 
 
@@ -136,6 +154,8 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
             ttft=_with_intervals(values["ttft"]), idc=[None] * len(WINDOWS_S),
             lag_p99_ms=max((r.lag_p99_ms or 0.0) for r in arms),
             client_bound=any(r.client_bound for r in arms),
+            sim_slowdown=max((r.sim_slowdown for r in arms if r.sim_slowdown is not None),
+                             default=None),
         ))  # fmt: skip
     return out
 
@@ -214,14 +234,14 @@ def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
 
 
 def to_json(results: list[ArmResult]) -> str:
-    return json.dumps({"arms": [r.__dict__ for r in results], "errors": errors(results)},
-                      indent=1)  # fmt: skip
+    arms = [{**r.__dict__, "sim_bound": r.sim_bound} for r in results]
+    return json.dumps({"arms": arms, "errors": errors(results)}, indent=1)
 
 
 def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
     """Per synthetic arm kind and figure (``latency_p99``, ``ttft_p99``): each seed's
     relative error against the exact arm (the windows pooled, when there are several);
-    arms that were client-bound (or an exact arm that was) are left out."""
+    arms that were client- or simulator-bound (or an exact arm that was) are left out."""
     exact = next((r for r in results if r.arm == "exact pooled"), None) or next(
         r for r in results if r.arm == "exact"
     )
@@ -230,8 +250,8 @@ def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
         if r.arm.startswith("exact"):
             continue
         kind = out.setdefault(r.arm, {"latency_p99": [], "ttft_p99": []})
-        if r.client_bound or exact.client_bound:
-            continue  # a client-bound arm measured the replayer, not the target
+        if r.unmeasured or exact.unmeasured:
+            continue  # it measured the replayer or the simulator's CPU, not the model
         for figure, mine, theirs in (("latency_p99", r.latency, exact.latency),
                                      ("ttft_p99", r.ttft, exact.ttft)):  # fmt: skip
             if "p99" in mine and "p99" in theirs and theirs["p99"][0] > 0:
@@ -251,6 +271,10 @@ def render(results: list[ArmResult]) -> list[str]:
         row = f"{name:<16}{r.requests:>9,}{r.errors:>7,}  "
         if r.client_bound:
             lines.append(row + f"CLIENT-BOUND: dispatch lag P99 {lag}; not a measure of the target")
+            continue
+        if r.sim_bound:
+            lines.append(row + f"SIMULATOR-BOUND: its steps took {r.sim_slowdown:.0%} longer than "
+                         "modelled; not a measure of the model")  # fmt: skip
             continue
         idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
         lines.append(row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"

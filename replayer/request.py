@@ -67,6 +67,11 @@ class BodyEdits:
     assign: Mapping[str, Any] = field(default_factory=dict)
     drop: Sequence[str] = ()
 
+    @classmethod
+    def given(cls, sets: Sequence[tuple[str, Any]], drops: Sequence[str]) -> BodyEdits | None:
+        """The edits the options ask for; None when they ask for none."""
+        return cls(assign=dict(sets), drop=drops) if sets or drops else None
+
     def apply(self, body: dict[str, Any]) -> None:
         for key in self.drop:
             *parents, last = key.split(".")

@@ -39,6 +39,8 @@ from tailreplay.replayer.results import result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
 from tailreplay.replayer.scrape import ScrapeTarget, resolve, scraping
+from tailreplay.replayer.slo_stop import MissWatch, SloStop
+from tailreplay.replayer.slo_stop import most_scheduled as _scheduled
 from tailreplay.replayer.start import freeze_heap, start_times
 from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
@@ -115,6 +117,8 @@ class ReplayConfig:
     """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
     event_loop: str = "asyncio"
     """The loop the run (each --workers process's too) runs on (``tailreplay.eventloop``)."""
+    slo_stop: SloStop | None = None
+    """Stop once a watched objective is missed whatever the rest does (``--slo-stop``)."""
 
 
 @dataclass
@@ -324,9 +328,12 @@ async def _live(
     metrics: ReplayMetrics | None = None
     guard = FailFast(config.fail_fast)
     dispatcher: Dispatcher | None = None
+    miss = MissWatch(config.slo_stop, _scheduled(the_plan, sc)) if config.slo_stop else None
 
     def on_each(record: Record) -> None:
         on_result(record)
+        if miss is not None:
+            miss.observe(record)
         if metrics is not None:
             metrics.observe(record)
         retried = config.retry is not None and config.retry.will_retry(record)
@@ -362,8 +369,9 @@ async def _live(
             pages, path = resolve(config.scrape, target), scrape_path(config.out)
             await stack.enter_async_context(scraping(pages, path, say))
         stop.callbacks.append(dispatcher.stopping.set)
-        outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector, say)
-        _how_it_ended(outcome, stop, guard, dispatcher.stats, sc)
+        outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector,
+                                  say, miss)  # fmt: skip
+        _how_it_ended(outcome, stop, guard, dispatcher.stats, sc, miss)
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
             await asyncio.sleep(config.metrics_linger_s)
@@ -371,14 +379,20 @@ async def _live(
 
 
 def _how_it_ended(
-    outcome: ReplayOutcome, stop: _Stop, guard: FailFast, stats: DispatchStats, sc: ScheduleConfig
-) -> None:
-    """Interrupted (what was never sent), or stopped by --fail-fast (why)."""
+    outcome: ReplayOutcome, stop: _Stop, guard: FailFast, stats: DispatchStats, sc: ScheduleConfig,
+    miss: MissWatch | None,
+) -> None:  # fmt: skip
+    """Interrupted (what was never sent), or stopped by --fail-fast or --slo-stop (why)."""
     outcome.interrupted = stop.is_set
-    if stop.is_set:
-        outcome.summary.update(unsent_counts(sc, outcome.plan, stats.due, stats.first_attempts))
+    missed = miss.reason if miss is not None and not stop.is_set else None
+    if stop.is_set or missed is not None:
+        counts = unsent_counts(sc, outcome.plan, stats.due, stats.first_attempts)
+        outcome.summary.update(counts if stop.is_set else {**counts, "interrupted": False})
     if guard.reason is not None:
         outcome.aborted = outcome.summary["aborted"] = guard.reason
+    elif missed is not None:
+        outcome.aborted = outcome.summary["aborted"] = f"{missed}; stopped (--slo-stop)"
+        outcome.summary["slo_stop"] = missed
 
 
 def _builder(config: ReplayConfig) -> RequestBuilder:
@@ -413,6 +427,7 @@ async def _dispatch(
     transport: Transport,
     collector: ResultCollector,
     say: Say,
+    miss: MissWatch | None = None,
 ) -> ReplayOutcome:
     sc = config.schedule
     loop = asyncio.get_running_loop()
@@ -433,7 +448,9 @@ async def _dispatch(
         show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
     )
     watch = LoopWatch()
-    watcher = loop.create_task(watch.run())
+    tasks = [ticker, loop.create_task(watch.run())]
+    if miss is not None:
+        tasks.append(loop.create_task(miss.stop_run(dispatcher.stopping, dispatcher.sent_all)))
     try:
         cut: list[Planned] = []
         if config.users is not None:
@@ -443,11 +460,13 @@ async def _dispatch(
         else:
             items = until(schedule(sc, the_plan, say), config.duration_s, cut)
             await dispatcher.run(items, t0, t0_wall)
-        if dispatcher.stopping.is_set():  # Ctrl-C, or --fail-fast
-            await dispatcher.cancel_in_flight(STOP_GRACE_S)
+        if dispatcher.stopping.is_set():  # Ctrl-C, --fail-fast or --slo-stop
+            # An objective already missed: the answers still to come change nothing.
+            missed = miss is not None and miss.reason is not None
+            await dispatcher.cancel_in_flight(0.0 if missed else STOP_GRACE_S)
     finally:
         gc.unfreeze()
-        for task in (ticker, watcher):
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task

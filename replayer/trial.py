@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed
 from tailreplay.traces.columns import load_columns
 
-__all__ = ["longest_request", "replay_child"]
+__all__ = ["SIM_SLOW_LIMIT", "longest_request", "replay_child", "sim_slowdown"]
+
+SIM_SLOW_LIMIT = 0.05
+"""A built-in simulator whose steps took this much longer than its model, summed over a
+replay, served slower than the engine it models: its own CPU (a busy machine, or step
+times divided by a high ``--speed``) was the limit, and what the replay measured is that."""
 
 
 def replay_child(
@@ -45,3 +54,22 @@ def longest_request(archives: list[Path]) -> int:
             total = cols["input_tokens"][both] + cols["output_tokens"][both]
             longest = max(longest, int(total.max()))
     return longest
+
+
+def sim_slowdown(url: str) -> float | None:
+    """How much longer than modelled the built-in simulator at ``url`` took over its
+    steps so far (0.1: 10%), from its own metrics; None from a target that is not one."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=5) as answer:
+            text = answer.read().decode("utf-8", "replace")
+        sums: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:  # one per model name: summed
+                sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+    modelled = sums.get("tailreplay_sim_step_modelled_seconds_total")
+    achieved = sums.get("tailreplay_sim_step_achieved_seconds_total")
+    if not modelled or achieved is None:
+        return None
+    return achieved / modelled - 1

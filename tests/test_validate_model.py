@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailreplay.replayer.model_check import ArmResult, pooled
+from tailreplay.replayer.model_check import ArmResult, errors, pooled, render
 from tailreplay.traces.hmm import Mmpp
 from tests.helpers import write_plain
 
@@ -118,6 +118,54 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
     rows = done.stdout.splitlines()[1:4]
     assert all("CLIENT-BOUND: dispatch lag P99" in row for row in rows), rows
     assert "model: nothing to compare" in done.stdout
+
+
+def test_an_arm_the_simulator_could_not_keep_its_model_for_is_not_compared() -> None:
+    def arm(name: str, seed: int | None, p99: float, slowdown: float | None) -> ArmResult:
+        three = {q: (p99, p99, p99) for q in ("p50", "p95", "p99")}
+        return ArmResult(name, seed, 100, 0, latency=three, ttft=three, idc=[1.0, 1.0, 1.0],
+                         lag_p99_ms=1.0, sim_slowdown=slowdown)  # fmt: skip
+
+    exact, kept, slowed = (
+        arm("exact", None, 1000, 0.01),
+        arm("model", 1, 1100, 0.04),
+        arm("model", 2, 3000, 0.30),
+    )
+    assert not kept.sim_bound and slowed.sim_bound and slowed.unmeasured
+    assert errors([exact, kept, slowed])["model"]["latency_p99"] == [pytest.approx(0.1)]
+    rows = render([exact, kept, slowed])
+    assert rows[3].split() == ["model", "seed", "2", "100", "0", "SIMULATOR-BOUND:", "its",
+                               "steps", "took", "30%", "longer", "than", "modelled;", "not",
+                               "a", "measure", "of", "the", "model"]  # fmt: skip
+    # A slowed exact arm leaves nothing to compare against.
+    assert errors([arm("exact", None, 1000, 0.2), kept])["model"]["latency_p99"] == []
+
+
+def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Path) -> None:
+    """Kept to its model under light load; far behind it when its steps are modelled
+    shorter than a Python loop runs one (as at a --speed too high for the machine); a
+    target without the counters has none."""
+    from tailreplay.replayer.trial import SIM_SLOW_LIMIT, replay_child, sim_slowdown
+    from tailreplay.sim.launcher import sim_process
+
+    def burst(n: int, gap_ns: int, tokens: int) -> Path:
+        maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,
+                 "stream": True} for i in range(n)]  # fmt: skip
+        return write_plain(tmp_path / f"a{n}.msgpack", maps)
+
+    with sim_process(["--profile", "fast"]) as url:
+        assert sim_slowdown(url) is None  # no step run yet
+        replay_child(url, burst(40, 50_000_000, 32), tmp_path / "r1.msgpack", [])
+        light = sim_slowdown(url)
+    tiny = [f"--{name}=0.001" for name in ("prefill-base-ms", "decode-base-ms")]
+    tiny += [f"--{name}=0" for name in ("prefill-per-token-ms", "decode-per-seq-ms")]
+    with sim_process(["--profile", "fast", *tiny]) as url:
+        # All at once: every step runs a batch of hundreds, modelled at 2 µs.
+        replay_child(url, burst(600, 10_000, 64), tmp_path / "r2.msgpack", [])
+        heavy = sim_slowdown(url)
+    assert light is not None and 0 <= light < SIM_SLOW_LIMIT
+    assert heavy is not None and heavy > 10 * SIM_SLOW_LIMIT
+    assert sim_slowdown("http://127.0.0.1:9") is None
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from tailreplay.cli.options import (
     time_window,
 )
 from tailreplay.cli.replay_target import target_model, target_options
+from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp import OtlpOptions
 from tailreplay.output_path import check_output_file
@@ -46,7 +47,6 @@ from tailreplay.version import __version__
 if TYPE_CHECKING:
     from yarl import URL
 
-    from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
     from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.replayer.speed import Shape
@@ -112,6 +112,7 @@ class _Args:
     slo_min_score: float
     slo_by: str | None
     slo_window: float | None
+    slo_stop: str | None
     workers: int
     event_loop: str
     otlp: OtlpOptions
@@ -320,6 +321,7 @@ input, 130 interrupted.""",
     "or .json by the suffix. Also written after Ctrl-C.",
 )
 @slo_options
+@slo_stop_option
 @click.option(
     "--workers",
     type=click.IntRange(1, 64),
@@ -365,6 +367,7 @@ def replay(**options: Any) -> None:
 def _config(args: _Args) -> ReplayConfig:
     """The replay the options describe; every refusal (bad files, clashing flags) first."""
     from tailreplay.exporters.span_process import replay_spans
+    from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.retry import RetryPolicy
     from tailreplay.replayer.run import ReplayConfig
     from tailreplay.replayer.schedule import ScheduleConfig
@@ -394,7 +397,7 @@ def _config(args: _Args) -> ReplayConfig:
         force_lengths=args.force_lengths,
         headers=send_headers(args.headers),
         model_map=dict(args.model_maps),
-        body_edits=_body_edits(args.body_sets, args.body_drops),
+        body_edits=BodyEdits.given(args.body_sets, args.body_drops),
         max_inflight=args.max_inflight,
         connections=args.connections,
         timeout_s=args.timeout,
@@ -420,6 +423,13 @@ def _config(args: _Args) -> ReplayConfig:
         retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
         replay_aborts=args.client_aborts == "replay",
         event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
+        slo_stop=slo_stop_config(
+            args.slo_stop,
+            args.slos,
+            sharded=args.workers > 1 or args.shard[1] > 1,
+            closed_loop=args.users is not None,
+            retries=args.retries == "policy",
+        ),
     )
 
 
@@ -445,14 +455,6 @@ def _check_outputs(args: _Args) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     Path("replays").mkdir(exist_ok=True)
     return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
-
-
-def _body_edits(sets: tuple[tuple[str, Any], ...], drops: tuple[str, ...]) -> BodyEdits | None:
-    from tailreplay.replayer.request import BodyEdits
-
-    if not sets and not drops:
-        return None
-    return BodyEdits(assign=dict(sets), drop=drops)
 
 
 def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
@@ -481,15 +483,10 @@ def _report(results: Path, args: _Args) -> ReportResult:
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import ReportOptions, write_report
 
-    options = ReportOptions(
-        replayed=[results],
-        recorded=list(args.archives),
-        objectives=args.slos,
-        min_score=args.slo_min_score,
-        slo_by=args.slo_by,
-        slo_window_s=args.slo_window,
-        skip_corrupt=args.skip_corrupt,
-    )
+    options = ReportOptions(replayed=[results], recorded=list(args.archives),
+                            objectives=args.slos, min_score=args.slo_min_score,
+                            slo_by=args.slo_by, slo_window_s=args.slo_window,
+                            skip_corrupt=args.skip_corrupt)  # fmt: skip
     path = args.report_out
     if path is not None:
         setattr(options, _REPORT_KINDS[path.suffix.lower()], path)

@@ -250,9 +250,10 @@ def validate_model(
         click.echo(line)
     if json_path is not None:
         write_text(json_path, to_json(results) + "\n")
-    bound = [r for r in results if r.client_bound]
+    bound = [r for r in results if r.unmeasured]
     if bound:
-        raise RunFailed(f"{len(bound)} of {len(results)} arms were client-bound: the "
+        which = " or ".join(sorted({"client" if r.client_bound else "simulator" for r in bound}))
+        raise RunFailed(f"{len(bound)} of {len(results)} arms were {which}-bound: the "
                         "comparison is not a measure of the model; run on a less busy machine "
                         "or with a lower --speed")  # fmt: skip
 

@@ -1,0 +1,55 @@
+"""``replay --slo-stop``: the option, and the objectives it watches (``replayer/slo_stop.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import click
+
+from tailreplay.errors import UsageError
+
+if TYPE_CHECKING:
+    from tailreplay.replayer.slo_stop import SloStop
+    from tailreplay.report.slo import Objective
+
+__all__ = ["slo_stop_config", "slo_stop_option"]
+
+slo_stop_option = click.option(
+    "--slo-stop",
+    type=click.Choice(["now", "after-sending"]),
+    help="Stop once a --slo objective on latency, TTFT or error rate is missed whatever the "
+    "rest of the run does (enough requests already over its limit): now, sending no more; "
+    "or after-sending, once the whole schedule is sent. Requests in flight are cancelled; "
+    "the exit code is 1.",
+)
+
+
+def slo_stop_config(
+    when: str | None, objectives: Sequence[Objective], *, sharded: bool, closed_loop: bool,
+    retries: bool,
+) -> SloStop | None:  # fmt: skip
+    """What ``--slo-stop`` watches; None without it. Refused where the run's request count
+    is not the replay's own (shards, workers), not fixed (users) or not one result per
+    request (a retry policy)."""
+    if when is None:
+        return None
+    from tailreplay.replayer.slo_stop import SloStop, Watched
+    from tailreplay.traces.metrics import PERCENTILES
+
+    clashes = [(sharded, "--shard or --workers: each process sees part of the run"),
+               (closed_loop, "--users: the run has no fixed schedule"),
+               (retries, "--retries policy: a request may have several results")]  # fmt: skip
+    for clash, why in clashes:
+        if clash:
+            raise UsageError(f"--slo-stop does not go with {why}")
+    watched = [
+        Watched(o.text, o.metric, None if o.quantile is None else PERCENTILES[o.quantile] / 100,
+                o.limit)
+        for o in objectives
+        if o.metric in ("latency", "ttft", "error_rate") and not o.relative
+    ]  # fmt: skip
+    if not watched:
+        raise UsageError("--slo-stop needs a --slo on latency, ttft or error_rate with a limit "
+                         "in ms or % (not relative to the recording)")  # fmt: skip
+    return SloStop(watched, after_sending=when == "after-sending")

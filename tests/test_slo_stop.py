@@ -1,0 +1,154 @@
+"""``replay --slo-stop``: a run stops once an objective is missed whatever the rest does,
+and never before the report would say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+from tailreplay.replayer.slo_stop import MissWatch, SloStop, Watched, enough_over
+from tailreplay.report.quantiles import estimates
+from tailreplay.traces.record import Record
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+
+@pytest.mark.parametrize("total", [5, 20, 100, 630, 5000])
+@pytest.mark.parametrize("quantile", [0.5, 0.95, 0.99])
+def test_the_stop_comes_only_once_the_reports_interval_is_above_the_limit(
+    total: int, quantile: float
+) -> None:
+    """With ``enough_over`` requests over the limit and every other one instant (the
+    best the rest of the run could do), the report's 95% interval of the percentile is
+    wholly above the limit: the verdict the stop anticipates."""
+    over = enough_over(total, quantile)
+    assert over is not None and over <= total
+    values = np.zeros(total)
+    values[:over] = 2.0  # limit 1
+    estimate = estimates(values, {"q": quantile * 100})
+    assert estimate is not None and estimate["q"].low is not None
+    assert estimate["q"].value > 1.0 and estimate["q"].low > 1.0
+    # One fewer is not always enough for the report: the stop waits for the count.
+    values[over - 1] = 0.0
+    if over - 1 < total * (1 - quantile):
+        below = estimates(values, {"q": quantile * 100})
+        assert below is not None and below["q"].value <= 1.0
+
+
+def _result(duration_ms: float, error: str | None = None, status: int = 200) -> Record:
+    return Record(start_ns=T0, duration_ns=round(duration_ms * 1e6),
+                  ttfb_ns=round(duration_ms * 5e5), status=status, error=error,
+                  stream=True)  # fmt: skip
+
+
+def test_the_watch_counts_answers_over_the_limit_and_ignores_cancelled_ones() -> None:
+    latency = Watched("latency:p99<=100ms", "latency", 0.99, 100.0)
+    watch = MissWatch(SloStop([latency], after_sending=False), total=630)
+    needed = enough_over(630, 0.99)
+    assert needed == watch.needed[0]
+    for _ in range(needed - 1):
+        watch.observe(_result(150))
+        watch.observe(_result(50))  # under the limit: not counted
+        watch.observe(_result(500, error="cancelled"))  # its age is a bound, not an answer
+        watch.observe(_result(500, status=503))  # a failure has no latency
+    assert watch.reason is None and not watch.missed.is_set()
+    watch.observe(_result(150))
+    assert watch.missed.is_set()
+    assert watch.reason == (f"latency:p99<=100ms was missed whatever the rest does: {needed} of "
+                            "630 requests over 100 ms")  # fmt: skip
+
+
+def test_the_error_rate_is_missed_once_the_errors_exceed_its_share_of_the_run() -> None:
+    errors = Watched("error_rate<=1%", "error_rate", None, 0.01)
+    watch = MissWatch(SloStop([errors], after_sending=False), total=1000)
+    for _ in range(10):  # 1% of 1,000: still within
+        watch.observe(_result(5, status=500))
+    assert watch.reason is None
+    watch.observe(_result(5, error="ClientConnectionError"))
+    assert watch.reason == ("error_rate<=1% was missed whatever the rest does: 11 of 1,000 "
+                            "requests failed")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def burst(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """300 requests over 6 s, far more than a 2-sequence simulator serves in time."""
+    maps = [{"start_ns": T0 + i * 20_000_000, "input_tokens": 100, "output_tokens": 20,
+             "stream": True, "path": "/v1/chat/completions"} for i in range(300)]  # fmt: skip
+    return write_plain(tmp_path_factory.mktemp("stop") / "a.msgpack", maps)
+
+
+def _replay(tmp: Path, archive: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    out, summary = tmp / "r.msgpack", tmp / "s.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "replay", str(archive), "--out", str(out),
+         "--json", str(summary), "--sim-profile", "fast", "--sim-arg=--max-num-seqs=2",
+         "--tail-stretch", "1", *args],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    return done, json.loads(summary.read_text()) if summary.exists() else {}
+
+
+def _records(path: Path) -> list[dict]:
+    with path.open("rb") as f:
+        return list(msgpack.Unpacker(f, raw=False))[1:]
+
+
+@pytest.mark.parametrize("when", ["now", "after-sending"])
+def test_an_overloaded_run_stops_once_its_p99_is_missed(
+    tmp_path: Path, burst: Path, when: str
+) -> None:
+    done, s = _replay(tmp_path, burst, "--slo", "latency:p99<=500ms", "--slo-stop", when)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    last = next(line for line in done.stderr.splitlines() if line.startswith("Error:"))
+    assert last.startswith("Error: latency:p99<=500ms was missed whatever the rest does: ")
+    assert last.endswith(" of 300 requests over 500 ms; stopped (--slo-stop)")
+    assert s["slo_stop"] in last and s["aborted"] == last.removeprefix("Error: ")
+    cancelled = s["errors"].get("cancelled", 0)
+    assert cancelled > 0  # a queue was still waiting
+    if when == "now":
+        assert s["unsent"] > 0 and s["sent"] + s["unsent"] == 300
+    else:
+        assert s["sent"] == 300 and s["unsent"] == 0
+    # What was answered over the limit is what the stop counted; each cancelled
+    # request keeps how long it had been in flight.
+    results = _records(tmp_path / "r.msgpack")
+    assert len(results) == s["sent"]
+    over = sum(1 for r in results if r.get("error") is None and r["duration_ns"] > 500e6)
+    assert over >= enough_over(300, 0.99)
+    ages = [r["duration_ns"] for r in results if r.get("error") == "cancelled"]
+    assert len(ages) == cancelled and min(ages) >= 0 and max(ages) > 500e6
+
+
+def test_a_run_that_meets_its_objectives_is_not_stopped(tmp_path: Path, burst: Path) -> None:
+    done, s = _replay(tmp_path, burst, "--slo", "latency:p99<=60s", "--slo-stop", "now",
+                      "--limit", "40")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "aborted" not in s and "slo_stop" not in s and s["sent"] == 40
+    assert s["errors"] == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "--slo-stop needs a --slo on latency, ttft or error_rate with a limit in ms or %"),
+        (["--slo", "tpot:p99<=50ms"], "--slo-stop needs a --slo on latency"),
+        (["--slo", "latency:p99<=1s", "--workers", "2"],
+         "--slo-stop does not go with --shard or --workers: each process sees part of the run"),
+        (["--slo", "latency:p99<=1s", "--retries", "policy"],
+         "--slo-stop does not go with --retries policy"),
+    ],
+)  # fmt: skip
+def test_a_stop_it_cannot_judge_is_refused(
+    tmp_path: Path, burst: Path, args: list[str], message: str
+) -> None:
+    done, _ = _replay(tmp_path, burst, "--slo-stop", "now", *args)
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
