@@ -8,6 +8,13 @@ it. An uncertain trial is replayed again (``repeats`` times at most) and judged 
 all its runs pooled; still uncertain, it counts as not shown to pass. A trial
 whose dispatch lag says the client was the bottleneck stops the search: what it
 measured is the replayer, and no capacity is claimed past the last clean pass.
+
+A trial replays its whole schedule but stops waiting for answers once an objective
+is missed whatever the rest does (``replay --slo-stop after-sending``): a trial far
+past the limit would otherwise wait out its queue. Its requests still in flight
+then were cancelled, and they count here as answered when cancelled: their latency
+(and, before a first token, their TTFT) is their time in flight, a lower bound, and
+they are not errors. Its percentiles are lower bounds, and its verdict a failure.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, cell
 from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
+from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["Search", "Trial", "broke_first", "judge", "plot", "render", "to_json"]
 
@@ -62,6 +70,9 @@ class Trial:
     coarse: bool = False
     """Replayed a quarter of the window's span in replay time only, to aim the full
     trials."""
+    cut: int = 0
+    """Requests cancelled in flight once an objective was missed (``--slo-stop``): the
+    percentiles count their time in flight, so they are lower bounds."""
 
 
 @dataclass
@@ -87,6 +98,7 @@ def judge(
 ) -> Trial:
     """One trial's figures and verdict from its result archives (several runs pooled)."""
     side = load_side(results)
+    cut = _count_cut(side, results)
     report = compare(recorded, side)
     overall = report["overall"]["replayed"]
     checks = [_check(o, report) for o in objectives]
@@ -95,7 +107,7 @@ def judge(
     client = report["client"]
     verdict: Verdict = (
         "client-bound" if client is not None and client["client_bound"]
-        else "fail" if "fail" in verdicts
+        else "fail" if "fail" in verdicts or cut
         else "uncertain" if "uncertain" in verdicts
         else "pass"
     )  # fmt: skip
@@ -104,8 +116,23 @@ def judge(
         error_rate=overall["error_rate"], throughput_rps=overall["throughput_rps"],
         goodput=goodput(side, np.ones(side.n, dtype=bool), objectives),
         percentiles=_percentiles(report), checks=checks, verdict=verdict,
-        findings=[f["text"] for f in (engine["findings"] if engine else [])],
+        findings=[f["text"] for f in (engine["findings"] if engine else [])], cut=cut,
     )  # fmt: skip
+
+
+def _count_cut(side: Side, results: Sequence[Path]) -> int:
+    """Requests cancelled once an objective was missed, made answered at their time in
+    flight (the module docstring); how many."""
+    if not side.error_kinds.get("cancelled"):
+        return 0
+    reader = ArchiveReader(results, order="file")  # the side's order, record for record
+    cut = np.fromiter((m.get("error") == "cancelled" for m in reader.iter_maps()), dtype=bool,
+                      count=side.n)  # fmt: skip
+    side.error[cut] = False
+    waiting = cut & side.stream & (side.ttfb_ns < 0)
+    side.ttfb_ns[waiting] = side.duration_ns[waiting]
+    del side.error_kinds["cancelled"]
+    return int(cut.sum())
 
 
 def _check(obj: Objective, report: Report) -> Check:
@@ -155,7 +182,8 @@ def to_json(result: Search) -> dict[str, Any]:
             {
                 "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
                 "error_rate": t.error_rate, "throughput_rps": t.throughput_rps,
-                "goodput": t.goodput, "verdict": t.verdict, "coarse": t.coarse, **t.percentiles,
+                "goodput": t.goodput, "verdict": t.verdict, "coarse": t.coarse, "cut": t.cut,
+                **t.percentiles,
                 "findings": t.findings,
                 "checks": [c.__dict__ for c in t.checks],
             }
@@ -173,12 +201,20 @@ def render(result: Search) -> list[str]:
             f"{t.factor:>7.3g}x{'c' if t.coarse else ' '}{t.requests:>9,} "
             f"{_three(t.percentiles.get('latency')):>24} "
             f"{_three(t.percentiles.get('ttft')):>21} {_pct(t.error_rate):>7} "
-            f"{_pct(t.goodput):>8}  {t.verdict}" + (f" ({t.runs} runs)" if t.runs > 1 else "")
+            f"{_pct(t.goodput):>8}  {t.verdict}"
+            + (f" ({t.runs} runs)" if t.runs > 1 else "")
+            + (f" (stopped: {t.cut:,} cut)" if t.cut else "")
         )
     if any(t.coarse for t in result.trials):
         lines.append(
             "c: a coarse trial (a quarter of the window's span in replay time), which only "
             "aims the full ones"
+        )
+    if any(t.cut for t in result.trials):
+        lines.append(
+            "stopped: once an objective was missed whatever the rest did, the answers still "
+            "awaited were cut; their time in flight counts, so those percentiles are lower "
+            "bounds"
         )
     lo, hi = result.interval
     if result.stopped is not None:

@@ -152,3 +152,27 @@ def test_a_stop_it_cannot_judge_is_refused(
     done, _ = _replay(tmp_path, burst, "--slo-stop", "now", *args)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bounds(
+    tmp_path: Path, burst: Path
+) -> None:
+    """``capacity`` judges a trial stopped after sending: the cancelled requests are
+    not errors, their time in flight is their latency, and the verdict is a failure."""
+    from tailreplay.report.capacity import Search, judge, render
+    from tailreplay.report.slo import parse_objectives
+
+    done, s = _replay(tmp_path, burst, "--slo", "latency:p99<=500ms",
+                      "--slo-stop", "after-sending")  # fmt: skip
+    assert done.returncode == 1 and s["sent"] == 300
+    cancelled = s["errors"]["cancelled"]
+    results = tmp_path / "r.msgpack"
+    trial = judge(4.0, [results], parse_objectives(["latency:p99<=500ms"]), None)
+    assert trial.cut == cancelled and trial.verdict == "fail"
+    assert trial.requests == 300 and trial.errors == 0 and trial.error_rate == 0
+    ages = sorted(r["duration_ns"] / 1e6 for r in _records(results))  # every request's
+    assert trial.percentiles["latency"]["p99"] == pytest.approx(np.percentile(ages, 99))
+    assert trial.checks[0].verdict == "fail" and trial.checks[0].low > 500
+    lines = render(Search(trials=[trial], interval=(None, 4.0)))
+    assert lines[1].endswith(f"fail (stopped: {cancelled:,} cut)")
+    assert lines[2].startswith("stopped: once an objective was missed whatever the rest did")

@@ -165,6 +165,13 @@ def capacity(
     recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
     common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
     common += [a for s in scrapes for a in ("--scrape", f"{s.url}@{s.interval_s:g}s")]
+    # A search's trial stops waiting for answers once an objective is missed whatever
+    # they are (a trial far past the limit would wait out its queue); the sweep, the
+    # brute-force baseline, replays each factor whole.
+    watched = [o.text for o in objectives
+               if o.metric in ("latency", "ttft", "error_rate") and not o.relative]  # fmt: skip
+    if watched and sweep is None:
+        common += ["--slo", ",".join(watched), "--slo-stop", "after-sending"]
     runs: list[Path] = []
 
     def run(factor: float, attempt: int, coarse: bool) -> Path:
