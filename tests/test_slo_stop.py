@@ -162,9 +162,11 @@ def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bound
     from tailreplay.report.capacity import Search, judge, render
     from tailreplay.report.slo import parse_objectives
 
+    # As capacity runs a trial: it judges the results itself, so the replay does not.
     done, s = _replay(tmp_path, burst, "--slo", "latency:p99<=500ms",
-                      "--slo-stop", "after-sending")  # fmt: skip
+                      "--slo-stop", "after-sending", "--no-slo-report")  # fmt: skip
     assert done.returncode == 1 and s["sent"] == 300
+    assert "SLOs:" not in done.stdout and "replayed 300 requests" not in done.stdout
     cancelled = s["errors"]["cancelled"]
     results = tmp_path / "r.msgpack"
     trial = judge(4.0, [results], parse_objectives(["latency:p99<=500ms"]), None)

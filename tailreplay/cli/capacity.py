@@ -171,7 +171,7 @@ def capacity(
     watched = [o.text for o in objectives
                if o.metric in ("latency", "ttft", "error_rate") and not o.relative]  # fmt: skip
     if watched and sweep is None:
-        common += ["--slo", ",".join(watched), "--slo-stop", "after-sending"]
+        common += ["--slo", ",".join(watched), "--slo-stop", "after-sending", "--no-slo-report"]
     runs: list[Path] = []
 
     def run(factor: float, attempt: int, coarse: bool) -> Path:

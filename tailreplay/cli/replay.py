@@ -113,6 +113,7 @@ class _Args:
     slo_by: str | None
     slo_window: float | None
     slo_stop: str | None
+    slo_report: bool
     workers: int
     event_loop: str
     otlp: OtlpOptions
@@ -355,7 +356,7 @@ def replay(**options: Any) -> None:
     if outcome.aborted:
         click.echo(f"Error: {outcome.aborted}", err=True)
     code = outcome.exit_code
-    if args.report_out is not None or args.slos:
+    if args.report_out is not None or (args.slos and args.slo_report):
         assert config.out is not None
         result = _report(config.out, args)
         if code == 0:
