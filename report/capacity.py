@@ -98,6 +98,8 @@ def judge(
 ) -> Trial:
     """One trial's figures and verdict from its result archives (several runs pooled)."""
     side = load_side(results)
+    # A cut request was not answered within any limit: goodput counts it out.
+    good = goodput(side, np.ones(side.n, dtype=bool), objectives)
     cut = _count_cut(side, results)
     report = compare(recorded, side)
     overall = report["overall"]["replayed"]
@@ -114,7 +116,7 @@ def judge(
     return Trial(
         factor=factor, runs=len(results), requests=overall["requests"], errors=overall["errors"],
         error_rate=overall["error_rate"], throughput_rps=overall["throughput_rps"],
-        goodput=goodput(side, np.ones(side.n, dtype=bool), objectives),
+        goodput=good,
         percentiles=_percentiles(report), checks=checks, verdict=verdict,
         findings=[f["text"] for f in (engine["findings"] if engine else [])], cut=cut,
     )  # fmt: skip

@@ -342,9 +342,10 @@ def _reach(uncertain: Trial, other: Trial) -> float:
 
 
 def _order(t: Trial, other: Trial | None, default: float = ORDER) -> float:
-    """The local order (value ~ factor^order) from two trials; ``default`` from one."""
+    """The local order (value ~ factor^order) from two trials; ``default`` from one, or
+    where either was cut short (``--slo-stop``: its value is a lower bound)."""
     g = _excess(t)
-    if other is None or other.factor == t.factor or not math.isfinite(g):
+    if other is None or other.factor == t.factor or not math.isfinite(g) or t.cut or other.cut:
         return default
     if not math.isfinite(_excess(other)):
         return default

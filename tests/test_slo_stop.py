@@ -172,6 +172,8 @@ def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bound
     trial = judge(4.0, [results], parse_objectives(["latency:p99<=500ms"]), None)
     assert trial.cut == cancelled and trial.verdict == "fail"
     assert trial.requests == 300 and trial.errors == 0 and trial.error_rate == 0
+    # Goodput does not count a cut request as answered within the limit.
+    assert trial.goodput is not None and trial.goodput <= (300 - cancelled) / 300
     ages = sorted(r["duration_ns"] / 1e6 for r in _records(results))  # every request's
     assert trial.percentiles["latency"]["p99"] == pytest.approx(np.percentile(ages, 99))
     assert trial.checks[0].verdict == "fail" and trial.checks[0].low > 500
