@@ -31,7 +31,15 @@ from typing import Literal
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
 from tailreplay.traces.record import Record
 
-__all__ = ["CHANCE", "MissWatch", "SloStop", "Watched", "enough_over", "most_scheduled"]
+__all__ = [
+    "CHANCE",
+    "MissWatch",
+    "SloStop",
+    "Watched",
+    "enough_over",
+    "errors_over",
+    "most_scheduled",
+]
 
 CHANCE = 0.01
 
@@ -76,6 +84,18 @@ def enough_over(total: int, quantile: float) -> int | None:
     return None
 
 
+def errors_over(total: int, limit: float) -> int:
+    """The fewest errors of ``total`` whose share is over ``limit``, in the report's own
+    arithmetic (``errors / requests <= limit`` passes): 0.29 * 100 is 28.999..., and
+    29 of 100 meet a 29% limit."""
+    if total <= 0:
+        return 1
+    errors = max(math.floor(limit * total) - 1, 0)
+    while errors / total <= limit:
+        errors += 1
+    return errors
+
+
 class MissWatch:
     """Counts the results against each watched objective; ``missed`` is set (and
     ``reason`` says which and why) once one is missed whatever the rest does."""
@@ -86,7 +106,7 @@ class MissWatch:
         self.after_sending = stop.after_sending
         self.needed = [
             enough_over(total, w.quantile) if w.quantile is not None
-            else math.floor(w.limit * total) + 1  # errors past limit * total
+            else errors_over(total, w.limit)
             for w in watched
         ]  # fmt: skip
         self.over = [0] * len(watched)
@@ -125,6 +145,6 @@ class MissWatch:
             if needed is not None and self.over[i] >= needed:
                 what = "failed" if w.metric == "error_rate" else f"over {w.limit:,.0f} ms"
                 self.reason = (f"{w.text} was missed whatever the rest does: {self.over[i]:,} "
-                               f"of {self.total:,} requests {what}")  # fmt: skip
+                               f"requests {what}, of {self.total:,} at most")  # fmt: skip
                 self.missed.set()
                 return

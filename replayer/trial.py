@@ -24,13 +24,13 @@ times divided by a high ``--speed``) was the limit, and what the replay measured
 
 
 def replay_child(
-    url: str, archive: Path, out: Path, args: list[str], ok: tuple[int, ...] = (0,)
+    url: object, archive: Path, out: Path, args: list[str], ok: tuple[int, ...] = (0,)
 ) -> None:
     """``tailreplay replay --target url ARGS... archive`` writing ``out``; its summary is
     dropped. An exit code not in ``ok`` raises ``RunFailed`` with the replay's own
     ``Error:`` line (exit 1 is a replay that ran but failed requests or its SLO)."""
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--out", str(out),
+    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", str(url), "--out", str(out),
            "--fail-fast", "0", *args, str(archive)]  # fmt: skip
     # stderr is read to the end, so a chatty replay cannot block on a full pipe.
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

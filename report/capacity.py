@@ -13,8 +13,9 @@ A trial replays its whole schedule but stops waiting for answers once an objecti
 is missed whatever the rest does (``replay --slo-stop after-sending``): a trial far
 past the limit would otherwise wait out its queue. Its requests still in flight
 then were cancelled, and they count here as answered when cancelled: their latency
-(and, before a first token, their TTFT) is their time in flight, a lower bound, and
-they are not errors. Its percentiles are lower bounds, and its verdict a failure.
+is their time in flight, a lower bound, and they are not errors. Its latency
+percentiles are lower bounds, its TTFT leaves them out, and its verdict is a
+failure.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, cell
 from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
-from tailreplay.traces.reader import ArchiveReader
 
 __all__ = ["Search", "Trial", "broke_first", "judge", "plot", "render", "to_json"]
 
@@ -100,7 +100,7 @@ def judge(
     side = load_side(results)
     # A cut request was not answered within any limit: goodput counts it out.
     good = goodput(side, np.ones(side.n, dtype=bool), objectives)
-    cut = _count_cut(side, results)
+    cut = _count_cut(side)
     report = compare(recorded, side)
     overall = report["overall"]["replayed"]
     checks = [_check(o, report) for o in objectives]
@@ -122,18 +122,14 @@ def judge(
     )  # fmt: skip
 
 
-def _count_cut(side: Side, results: Sequence[Path]) -> int:
+def _count_cut(side: Side) -> int:
     """Requests cancelled once an objective was missed, made answered at their time in
     flight (the module docstring); how many."""
-    if not side.error_kinds.get("cancelled"):
-        return 0
-    reader = ArchiveReader(results, order="file")  # the side's order, record for record
-    cut = np.fromiter((m.get("error") == "cancelled" for m in reader.iter_maps()), dtype=bool,
-                      count=side.n)  # fmt: skip
+    cut = side.cancelled
     side.error[cut] = False
-    waiting = cut & side.stream & (side.ttfb_ns < 0)
-    side.ttfb_ns[waiting] = side.duration_ns[waiting]
-    del side.error_kinds["cancelled"]
+    # Whether a cut request had its first token is not kept: it has no TTFT.
+    side.ttfb_ns[cut] = -1
+    side.error_kinds.pop("cancelled", None)
     return int(cut.sum())
 
 

@@ -29,7 +29,7 @@ _INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens"
          "lag_ns", "shard")  # fmt: skip
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
-_FLAGS = ("stream", "error", "tail", "estimated", "retry")
+_FLAGS = ("stream", "error", "tail", "estimated", "retry", "cancelled")
 
 
 @dataclass
@@ -65,6 +65,9 @@ class Side:
     """Token counts estimated here, not reported by the server (tokens_source)."""
     retry: Array
     """A retry (``attempt`` >= 2): recognised by the proxy, or sent by ``--retries policy``."""
+    cancelled: Array
+    """Cancelled by the replayer in flight (Ctrl-C, ``--slo-stop``): a failed exchange
+    (``error`` is set too), which ``capacity`` counts at its time in flight."""
     key: list[bytes | None]
     itl_us: LogHistogram
     warnings: list[str] = field(default_factory=list)
@@ -205,6 +208,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
     labelled = [(values.append, name) for name, values in columns.raw.items()]
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     estimated, retry = flags["estimated"].append, flags["retry"].append
+    cancelled = flags["cancelled"].append
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -237,6 +241,7 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             tail(get("tail") is True)
             estimated(get("tokens_source") == "estimate")
             retry((get("attempt") or 0) > 1)
+            cancelled(bad and get("error") == "cancelled")
             chunk_gaps = get("chunk_gaps_us")
             if chunk_gaps and not bad:
                 gaps.extend(chunk_gaps)

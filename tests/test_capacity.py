@@ -251,3 +251,24 @@ def test_the_search_agrees_with_a_sweep(tmp_path: Path) -> None:
         assert {"p50", "p95", "p99"} <= set(trial["latency"])
     assert f"capacity: {lo:.3g}x" in stdout
     assert (tmp_path / "search" / "cap.svg").read_text().lstrip().startswith("<svg")
+
+
+def test_a_given_target_is_searched_with_drains_between_trials(tmp_path: Path) -> None:
+    from tailreplay.sim.launcher import sim_process
+
+    maps = [{"start_ns": T0 + i * 50_000_000, "input_tokens": 200, "output_tokens": 16,
+             "stream": True, "path": "/v1/chat/completions"} for i in range(200)]  # fmt: skip
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    with sim_process(["--profile", "fast", "--max-num-seqs", "8"]) as url:
+        done = subprocess.run(
+            [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--target", url,
+             "--slo", "latency:p99<=1500ms", "--window", "1h", "--max", "4x",
+             "--precision", "50%", "--drain", "0.5s", "--lag-limit", "100ms",
+             "--out-dir", str(tmp_path / "out"), "--json", str(tmp_path / "cap.json")],
+            capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    result = json.loads((tmp_path / "cap.json").read_text())
+    assert result["trials"] and all(t["requests"] > 0 for t in result["trials"])
+    assert "capacity: " in done.stdout

@@ -12,7 +12,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from tailreplay.replayer.slo_stop import MissWatch, SloStop, Watched, enough_over
+from tailreplay.replayer.slo_stop import MissWatch, SloStop, Watched, enough_over, errors_over
 from tailreplay.report.quantiles import estimates
 from tailreplay.traces.record import Record
 from tests.helpers import write_plain
@@ -61,8 +61,8 @@ def test_the_watch_counts_answers_over_the_limit_and_ignores_cancelled_ones() ->
     assert watch.reason is None and not watch.missed.is_set()
     watch.observe(_result(150))
     assert watch.missed.is_set()
-    assert watch.reason == (f"latency:p99<=100ms was missed whatever the rest does: {needed} of "
-                            "630 requests over 100 ms")  # fmt: skip
+    assert watch.reason == (f"latency:p99<=100ms was missed whatever the rest does: {needed} "
+                            "requests over 100 ms, of 630 at most")  # fmt: skip
 
 
 def test_the_error_rate_is_missed_once_the_errors_exceed_its_share_of_the_run() -> None:
@@ -72,8 +72,23 @@ def test_the_error_rate_is_missed_once_the_errors_exceed_its_share_of_the_run() 
         watch.observe(_result(5, status=500))
     assert watch.reason is None
     watch.observe(_result(5, error="ClientConnectionError"))
-    assert watch.reason == ("error_rate<=1% was missed whatever the rest does: 11 of 1,000 "
-                            "requests failed")  # fmt: skip
+    assert watch.reason == ("error_rate<=1% was missed whatever the rest does: 11 requests "
+                            "failed, of 1,000 at most")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("total", "limit", "needed"),
+    [(100, 0.29, 30), (100, 0.57, 58), (300, 0.41, 124), (1000, 0.01, 11), (10, 0.0, 1),
+     (50, 1.0, 51), (0, 0.05, 1)],
+)  # fmt: skip
+def test_the_error_count_that_misses_a_rate_is_the_reports_own(
+    total: int, limit: float, needed: int
+) -> None:
+    """As the report judges it (errors / requests <= limit passes), in floats: 0.29 * 100
+    is 28.999..., and 29 errors of 100 still meet a 29% limit."""
+    assert errors_over(total, limit) == needed
+    if total:
+        assert (needed - 1) / total <= limit < needed / total
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +124,7 @@ def test_an_overloaded_run_stops_once_its_p99_is_missed(
     assert "Traceback" not in done.stderr
     last = next(line for line in done.stderr.splitlines() if line.startswith("Error:"))
     assert last.startswith("Error: latency:p99<=500ms was missed whatever the rest does: ")
-    assert last.endswith(" of 300 requests over 500 ms; stopped (--slo-stop)")
+    assert last.endswith(" requests over 500 ms, of 300 at most; stopped (--slo-stop)")
     assert s["slo_stop"] in last and s["aborted"] == last.removeprefix("Error: ")
     cancelled = s["errors"].get("cancelled", 0)
     assert cancelled > 0  # a queue was still waiting
@@ -144,6 +159,9 @@ def test_a_run_that_meets_its_objectives_is_not_stopped(tmp_path: Path, burst: P
          "--slo-stop does not go with --shard or --workers: each process sees part of the run"),
         (["--slo", "latency:p99<=1s", "--retries", "policy"],
          "--slo-stop does not go with --retries policy"),
+        (["--slo", "latency:p99<=1s*3,error_rate<=1%", "--slo-min-score", "0.7"],
+         "--slo-stop does not go with --slo-min-score under 1: one objective missed may still "
+         "pass"),
     ],
 )  # fmt: skip
 def test_a_stop_it_cannot_judge_is_refused(
@@ -177,6 +195,9 @@ def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bound
     ages = sorted(r["duration_ns"] / 1e6 for r in _records(results))  # every request's
     assert trial.percentiles["latency"]["p99"] == pytest.approx(np.percentile(ages, 99))
     assert trial.checks[0].verdict == "fail" and trial.checks[0].low > 500
+    # Whether a cut request had its first token is not kept: its TTFT is left out.
+    ttfts = [r["ttfb_ns"] / 1e6 for r in _records(results) if r.get("error") is None]
+    assert trial.percentiles["ttft"]["p99"] == pytest.approx(np.percentile(ttfts, 99))
     lines = render(Search(trials=[trial], interval=(None, 4.0)))
     assert lines[1].endswith(f"fail (stopped: {cancelled:,} cut)")
     assert lines[2].startswith("stopped: once an objective was missed whatever the rest did")

@@ -430,6 +430,7 @@ def _config(args: _Args) -> ReplayConfig:
             sharded=args.workers > 1 or args.shard[1] > 1,
             closed_loop=args.users is not None,
             retries=args.retries == "policy",
+            min_score=args.slo_min_score,
         ),
     )
 

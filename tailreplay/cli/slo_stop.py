@@ -35,7 +35,7 @@ def slo_stop_option(f: F) -> F:
 
 def slo_stop_config(
     when: str | None, objectives: Sequence[Objective], *, sharded: bool, closed_loop: bool,
-    retries: bool,
+    retries: bool, min_score: float = 1.0,
 ) -> SloStop | None:  # fmt: skip
     """What ``--slo-stop`` watches; None without it. Refused where the run's request count
     is not the replay's own (shards, workers), not fixed (users) or not one result per
@@ -45,7 +45,8 @@ def slo_stop_config(
     from tailreplay.replayer.slo_stop import SloStop, Watched
     from tailreplay.traces.metrics import PERCENTILES
 
-    clashes = [(sharded, "--shard or --workers: each process sees part of the run"),
+    clashes = [(min_score < 1, "--slo-min-score under 1: one objective missed may still pass"),
+               (sharded, "--shard or --workers: each process sees part of the run"),
                (closed_loop, "--users: the run has no fixed schedule"),
                (retries, "--retries policy: a request may have several results")]  # fmt: skip
     for clash, why in clashes:
