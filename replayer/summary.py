@@ -159,9 +159,11 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         return [f"dry run: {s['requests']:,} requests planned, none sent", tail]
     errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
     head = [_interrupted_line(s)] if s.get("interrupted") else []
-    if s.get("slo_stop") and s.get("unsent"):
-        head.append(f"--slo-stop: stopped after {s['due']:,} of {s['scheduled']:,} due; "
-                    f"{s['unsent']:,} never sent")  # fmt: skip
+    if s.get("slo_stop"):
+        cut = f"{s['errors'].get('cancelled', 0):,} in flight cancelled"
+        sent = (f"stopped after {s['due']:,} of {s['scheduled']:,} due, {s['unsent']:,} never "
+                "sent" if s.get("unsent") else "stopped once all was sent")  # fmt: skip
+        head.append(f"--slo-stop: {sent}; {cut}")
     if s.get("duration_limit_s") is not None and not s.get("interrupted"):
         never = f"; {s['unsent']:,} of {s['scheduled']:,} never sent" if s.get("scheduled") else ""
         head.append(f"--duration {s['duration_limit_s']:g}s: sending stopped there{never}")

@@ -130,8 +130,12 @@ def test_an_overloaded_run_stops_once_its_p99_is_missed(
     assert cancelled > 0  # a queue was still waiting
     if when == "now":
         assert s["unsent"] > 0 and s["sent"] + s["unsent"] == 300
+        line = (f"--slo-stop: stopped after {s['due']} of 300 due, {s['unsent']} never sent; "
+                f"{cancelled} in flight cancelled")  # fmt: skip
     else:
         assert s["sent"] == 300 and s["unsent"] == 0
+        line = f"--slo-stop: stopped once all was sent; {cancelled} in flight cancelled"
+    assert done.stdout.splitlines()[0] == line
     # What was answered over the limit is what the stop counted; each cancelled
     # request keeps how long it had been in flight.
     results = _records(tmp_path / "r.msgpack")
