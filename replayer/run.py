@@ -436,14 +436,7 @@ async def _dispatch(
     freeze_heap()
     # On the dispatcher's clock (time.monotonic: uvloop's loop.time() counts whole ms).
     t0, t0_wall = start_times(time.monotonic(), config.start_at_ns, sc.shard, say)
-    which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
-    think = "as recorded" if config.think_s is None else f"{config.think_s:g} s"
-    pace = (f"{sc.speed}" if config.users is None
-            else f"closed loop: {config.users} users, think {think}")  # fmt: skip
-    say(
-        f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
-        f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"
-    )
+    say(_announcement(config, the_plan, target))
     ticker = loop.create_task(
         show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
     )
@@ -484,6 +477,17 @@ async def _dispatch(
     if cut or (closed and not dispatcher.stopping.is_set() and s.due < the_plan.count):
         summary.update(_never_sent(config, the_plan, s))
     return ReplayOutcome(summary, the_plan, target)
+
+
+def _announcement(config: ReplayConfig, the_plan: Plan, target: str) -> str:
+    """The line that says the schedule has started: how much, how fast, where."""
+    sc = config.schedule
+    which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
+    think = "as recorded" if config.think_s is None else f"{config.think_s:g} s"
+    pace = (f"{sc.speed}" if config.users is None
+            else f"closed loop: {config.users} users, think {think}")  # fmt: skip
+    return (f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
+            f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}")  # fmt: skip
 
 
 def _never_sent(config: ReplayConfig, the_plan: Plan, s: DispatchStats) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from tailreplay.sim.profiles import PROFILES
 if TYPE_CHECKING:
     from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.report.capacity import Search
+    from tailreplay.report.slo import Objective
 
 __all__ = ["capacity"]
 
@@ -165,13 +166,7 @@ def capacity(
     recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
     common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
     common += [a for s in scrapes for a in ("--scrape", f"{s.url}@{s.interval_s:g}s")]
-    # A search's trial stops waiting for answers once an objective is missed whatever
-    # they are (a trial far past the limit would wait out its queue); the sweep, the
-    # brute-force baseline, replays each factor whole.
-    watched = [o.text for o in objectives
-               if o.metric in ("latency", "ttft", "error_rate") and not o.relative]  # fmt: skip
-    if watched and sweep is None:
-        common += ["--slo", ",".join(watched), "--slo-stop", "after-sending", "--no-slo-report"]
+    common += _stop_args(objectives) if sweep is None else []
     runs: list[Path] = []
 
     def run(factor: float, attempt: int, coarse: bool) -> Path:
@@ -197,6 +192,18 @@ def capacity(
         result = search(run, trial, max_factor=max_factor, precision=precision,
                         repeats=repeats, say=say)  # fmt: skip
     _finish(result, json_path, plot_path, require)
+
+
+def _stop_args(objectives: list[Objective]) -> list[str]:
+    """A search's trial stops waiting for answers once an objective is missed whatever
+    they are (a trial far past the limit would wait out its queue); the sweep, the
+    brute-force baseline, replays each factor whole. The trial's own report is skipped:
+    ``judge`` reads its results."""
+    watched = [o.text for o in objectives
+               if o.metric in ("latency", "ttft", "error_rate") and not o.relative]  # fmt: skip
+    if not watched:
+        return []
+    return ["--slo", ",".join(watched), "--slo-stop", "after-sending", "--no-slo-report"]
 
 
 def _check_options(

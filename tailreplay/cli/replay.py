@@ -392,47 +392,29 @@ def _config(args: _Args) -> ReplayConfig:
         spread_ticks=args.spread_ticks, drop_retries=args.retries != "recorded",
     )  # fmt: skip
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
+    spans = (functools.partial(replay_spans, args.otlp, speed_attribute) if args.otlp.enabled
+             else None)  # fmt: skip
+    stop = slo_stop_config(args.slo_stop, args.slos, sharded=args.workers * args.shard[1] > 1,
+                           closed_loop=args.users is not None, retries=args.retries == "policy",
+                           min_score=args.slo_min_score)  # fmt: skip
     return ReplayConfig(
         schedule=schedule,
         target=str(args.target).rstrip("/") if args.target is not None else None,
-        force_lengths=args.force_lengths,
-        headers=send_headers(args.headers),
-        model_map=dict(args.model_maps),
-        body_edits=BodyEdits.given(args.body_sets, args.body_drops),
-        max_inflight=args.max_inflight,
-        connections=args.connections,
-        timeout_s=args.timeout,
-        out=out,
-        start_at_ns=args.start_at,
-        allow_upstream=args.allow_upstream,
-        new_trace_ids=args.new_trace_ids,
-        dry_run=args.dry_run,
-        builtin_target=model.builtin,
-        live=sys.stderr.isatty(),
-        spans=functools.partial(replay_spans, args.otlp, speed_attribute)
-        if args.otlp.enabled
-        else None,
-        scrape=list(args.scrapes),
-        metrics_listen=args.metrics_listen,
-        metrics_linger_s=args.metrics_linger,
-        lag_limit_ms=args.lag_limit * 1000,
-        preflight=args.preflight,
-        fail_fast=args.fail_fast,
-        duration_s=args.duration,
-        users=args.users,
-        think_s=args.think,
+        force_lengths=args.force_lengths, headers=send_headers(args.headers),
+        model_map=dict(args.model_maps), body_edits=BodyEdits.given(args.body_sets,
+                                                                    args.body_drops),
+        max_inflight=args.max_inflight, connections=args.connections, timeout_s=args.timeout,
+        out=out, start_at_ns=args.start_at, allow_upstream=args.allow_upstream,
+        new_trace_ids=args.new_trace_ids, dry_run=args.dry_run, builtin_target=model.builtin,
+        live=sys.stderr.isatty(), spans=spans, scrape=list(args.scrapes),
+        metrics_listen=args.metrics_listen, metrics_linger_s=args.metrics_linger,
+        lag_limit_ms=args.lag_limit * 1000, preflight=args.preflight, fail_fast=args.fail_fast,
+        duration_s=args.duration, users=args.users, think_s=args.think,
         retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
         replay_aborts=args.client_aborts == "replay",
         event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
-        slo_stop=slo_stop_config(
-            args.slo_stop,
-            args.slos,
-            sharded=args.workers > 1 or args.shard[1] > 1,
-            closed_loop=args.users is not None,
-            retries=args.retries == "policy",
-            min_score=args.slo_min_score,
-        ),
-    )
+        slo_stop=stop,
+    )  # fmt: skip
 
 
 def _check_outputs(args: _Args) -> Path:
