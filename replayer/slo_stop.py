@@ -36,12 +36,14 @@ __all__ = [
     "MissWatch",
     "SloStop",
     "Watched",
+    "WatchedMetric",
     "enough_over",
     "errors_over",
     "most_scheduled",
 ]
 
 CHANCE = 0.01
+WatchedMetric = Literal["latency", "ttft", "error_rate"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Watched:
     """One objective the run watches."""
 
     text: str
-    metric: Literal["latency", "ttft", "error_rate"]
+    metric: WatchedMetric
     quantile: float | None
     """0.99 for P99; None for error_rate."""
     limit: float

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
+from tailreplay.cli.slo_stop import watchable
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
@@ -199,8 +200,7 @@ def _stop_args(objectives: list[Objective]) -> list[str]:
     they are (a trial far past the limit would wait out its queue); the sweep, the
     brute-force baseline, replays each factor whole. The trial's own report is skipped:
     ``judge`` reads its results."""
-    watched = [o.text for o in objectives
-               if o.metric in ("latency", "ttft", "error_rate") and not o.relative]  # fmt: skip
+    watched = [o.text for o in objectives if watchable(o)]
     if not watched:
         return []
     return ["--slo", ",".join(watched), "--slo-stop", "after-sending", "--no-slo-report"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import click
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from tailreplay.replayer.slo_stop import SloStop
     from tailreplay.report.slo import Objective
 
-__all__ = ["slo_stop_config", "slo_stop_option"]
+__all__ = ["slo_stop_config", "slo_stop_option", "watchable"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -33,6 +33,12 @@ def slo_stop_option(f: F) -> F:
     )(f)
 
 
+def watchable(objective: Objective) -> bool:
+    """An objective ``--slo-stop`` can watch during a run: latency, TTFT or error rate,
+    with an absolute limit (a relative one needs the recording's value)."""
+    return objective.metric in ("latency", "ttft", "error_rate") and not objective.relative
+
+
 def slo_stop_config(
     when: str | None, objectives: Sequence[Objective], *, sharded: bool, closed_loop: bool,
     retries: bool, min_score: float = 1.0,
@@ -42,7 +48,7 @@ def slo_stop_config(
     request (a retry policy)."""
     if when is None:
         return None
-    from tailreplay.replayer.slo_stop import SloStop, Watched
+    from tailreplay.replayer.slo_stop import SloStop, Watched, WatchedMetric
     from tailreplay.traces.metrics import PERCENTILES
 
     clashes = [(min_score < 1, "--slo-min-score under 1: one objective missed may still pass"),
@@ -53,10 +59,11 @@ def slo_stop_config(
         if clash:
             raise UsageError(f"--slo-stop does not go with {why}")
     watched = [
-        Watched(o.text, o.metric, None if o.quantile is None else PERCENTILES[o.quantile] / 100,
-                o.limit)
+        # cast: watchable() admits only latency, ttft and error_rate.
+        Watched(o.text, cast(WatchedMetric, o.metric),
+                None if o.quantile is None else PERCENTILES[o.quantile] / 100, o.limit)
         for o in objectives
-        if o.metric in ("latency", "ttft", "error_rate") and not o.relative
+        if watchable(o)
     ]  # fmt: skip
     if not watched:
         raise UsageError("--slo-stop needs a --slo on latency, ttft or error_rate with a limit "
