@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from tailreplay.batch_pipe import BatchPipe
-from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.record import Record
 
 __all__ = ["SpanProcess", "replay_spans"]

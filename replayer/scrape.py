@@ -20,15 +20,17 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgpack
 
 from tailreplay.engine_metrics import read_page
 from tailreplay.errors import UsageError
 from tailreplay.private import write_whole
 from tailreplay.units import parse_duration, parse_http_url
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scraping"]
 
@@ -73,6 +75,8 @@ async def scraping(
     targets: list[ScrapeTarget], out: Path, say: Callable[[str], None]
 ) -> AsyncIterator[None]:
     """Read ``targets`` while the body runs; write their samples to ``out`` after."""
+    import aiohttp  # here, not at the top: a replay without --scrape never loads it (0.2 s)
+
     samples: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
@@ -104,6 +108,8 @@ async def _poll(
     failures: dict[str, int],
     say: Callable[[str], None],
 ) -> None:
+    import aiohttp
+
     loop = asyncio.get_running_loop()
     next_at = loop.time()
     while True:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 __all__ = [
@@ -21,6 +21,9 @@ __all__ = [
     "serve_metrics",
     "status_class",
 ]
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65, 0.95, 1.4, 2, 3, 4.5, 6.5,
@@ -71,6 +74,7 @@ def metrics_app(
     probe must not take a serving proxy out of rotation); ``/healthz/capture``
     answers 503 while degraded, for monitors that alert on a status code.
     """
+    from aiohttp import web  # here: a replay without --metrics-listen never loads aiohttp
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
@@ -97,6 +101,8 @@ def metrics_app(
 @asynccontextmanager
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[str]:
     """Serve ``registry`` on HOST:PORT while the block runs; yields the base URL."""
+    from aiohttp import web
+
     runner = web.AppRunner(metrics_app(registry), access_log=None)
     await runner.setup()
     try:

@@ -26,7 +26,7 @@ import click
 
 from tailreplay.errors import UsageError
 from tailreplay.eventloop import EVENT_LOOPS
-from tailreplay.exporters.otlp import PROTOCOLS, OtlpOptions
+from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed

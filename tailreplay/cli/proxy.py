@@ -23,7 +23,7 @@ from tailreplay.cli.options import (
     otlp_options,
 )
 from tailreplay.errors import TailreplayError, UsageError
-from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.redact import redact_url
 from tailreplay.units import parse_host_port, parse_http_url
 

@@ -38,7 +38,7 @@ from tailreplay.cli.options import (
 from tailreplay.cli.replay_target import target_model, target_options
 from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
 from tailreplay.errors import InputError, UsageError
-from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.private import write_whole
 from tailreplay.units import parse_time

@@ -22,7 +22,7 @@ from tailreplay.cli.options import (
     time_window,
 )
 from tailreplay.errors import UsageError
-from tailreplay.exporters.otlp import OtlpOptions
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.traces.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns
