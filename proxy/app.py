@@ -26,6 +26,7 @@ from yarl import URL
 
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
+from tailreplay.probe import PROBE_HEADER
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
     LOG_EVERY_S,
@@ -171,6 +172,7 @@ class _Forwarder:
             path=request.raw_path,
             route=route_label(request.raw_path),
             headers=list(request.headers.items()),
+            probe=PROBE_HEADER in request.headers,
         )
         for sink in self.sinks:
             sink.on_request(ex)

@@ -54,6 +54,8 @@ class Exchange:
     """The usage-only SSE event stripped from the client's stream, if any."""
     retry_after: str | None = None
     """The upstream's ``Retry-After`` header, as sent."""
+    probe: bool = False
+    """The replayer's preflight (``tailreplay.probe``): forwarded, never recorded."""
 
     def finish(self, now_ns: int) -> None:
         """The response is over (or abandoned): settle the times sinks and records read."""

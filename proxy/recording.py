@@ -197,6 +197,8 @@ class RecorderClient:
         pass
 
     def on_complete(self, ex: Exchange) -> None:
+        if ex.probe:
+            return
         # The recorder is behind or gone past the pipe's limits: drop, never block.
         self._pipe.append(ex)
 

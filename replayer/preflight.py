@@ -14,6 +14,7 @@ import dataclasses
 import time
 
 from tailreplay.errors import RunFailed
+from tailreplay.probe import PROBE_HEADER
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.results import target_message
 from tailreplay.replayer.schedule import Planned
@@ -23,7 +24,6 @@ from tailreplay.traces.record import Record
 
 __all__ = ["PROBE_HEADER", "FailFast", "probe"]
 
-PROBE_HEADER = "X-Tailreplay-Preflight"
 _API_TYPES = ("application/json", "text/event-stream")
 
 

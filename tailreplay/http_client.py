@@ -120,6 +120,28 @@ class UpstreamPool:
             return response
         raise AssertionError("unreachable")
 
+    async def open_idle(self, origin: Origin, count: int) -> int:
+        """Open up to ``count`` connections to ``origin`` and keep them idle for the next
+        requests; returns how many opened. No request is sent, so nothing reaches the
+        origin's logs, metrics or a capture in front of it (a probe request did: a replay
+        through the proxy recorded its warm-up as traffic). A connection the origin closes
+        before it is used is the idle-close race ``send`` already survives."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout_s
+        room = count if self.max_connections is None else self.max_connections - self._busy()
+
+        async def one() -> None:
+            self._opening += 1
+            try:
+                conn = await self._connect(loop, origin, deadline)
+            finally:
+                self._opening -= 1
+            self._release(conn)
+
+        opened = await asyncio.gather(*(one() for _ in range(max(min(count, room), 0))),
+                                      return_exceptions=True)  # fmt: skip
+        return sum(x is None for x in opened)
+
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()

@@ -47,11 +47,6 @@ async def _replay(archive: Path, target: str, out: Path, *extra: str) -> str:
     return stdout.decode()
 
 
-def _chats(out: Path) -> list[Record]:
-    """The captured chat requests (the replayer warms its connections with GET /v1/models)."""
-    return [r for r in records(out) if r.path == "/v1/chat/completions"]
-
-
 async def _aborts(sim: str, before: float) -> float:
     for _ in range(100):  # the simulator notices the hang-up on its next write
         if (now := await metric(sim, "tailreplay_sim_client_aborts_total")) > before:
@@ -73,7 +68,7 @@ async def test_an_abort_is_captured_where_it_happened_and_replayed_there(tmp_pat
         async with proxy_to(sim, tmp_path / "again") as proxy:
             stdout = await _replay(archive, proxy.url, tmp_path / "r.msgpack")
             assert await _aborts(sim, 1) == 2  # the target saw the client leave
-        (again,) = _chats(tmp_path / "again")
+        (again,) = records(tmp_path / "again")
         assert again.error == "client_abort"
         assert again.output_tokens is not None and abs(again.output_tokens - 20) <= 1
         assert "client_abort 1" in stdout
@@ -81,7 +76,7 @@ async def test_an_abort_is_captured_where_it_happened_and_replayed_there(tmp_pat
         # --client-aborts off reads the answer whole: no abort, more tokens.
         async with proxy_to(sim, tmp_path / "whole") as proxy:
             await _replay(archive, proxy.url, tmp_path / "w.msgpack", "--client-aborts", "off")
-        (whole,) = _chats(tmp_path / "whole")
+        (whole,) = records(tmp_path / "whole")
         assert whole.error is None and whole.status == 200
 
 

@@ -153,3 +153,29 @@ def test_a_relative_slo_the_recording_cannot_judge_is_refused_before_the_run() -
     )
     code, _, err, _ = _replay("--slo", "latency_from_due:p99<=2x", str(peak))
     assert code == 2 and "exists only in a replay" in err
+
+
+async def test_a_replay_through_the_proxy_captures_only_the_replayed_requests(
+    tmp_path: Path, sim_url: str
+) -> None:
+    """The preflight and the warm-up are the replayer's own: a capture of a replay holds
+    its requests, one record each, so replaying the capture sends the same ones."""
+    import asyncio
+
+    from tests.proxy_helpers import proxy_to, records
+
+    path = tmp_path / "five.msgpack"
+    sent = chat_archive(path, 5, gap_ms=20, seed=7)
+    async with proxy_to(sim_url, tmp_path / "capture") as proxy:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tailreplay", "replay", "--target", proxy.url,
+            "--out", str(tmp_path / "r.msgpack"), str(path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, stderr.decode()
+        assert "preflight: POST" in stderr.decode()  # the probe was sent, through the proxy
+    captured = records(tmp_path / "capture")
+    assert len(captured) == len(sent)
+    assert {(r.method, r.path) for r in captured} == {("POST", "/v1/chat/completions")}
+    assert {r.trace_id for r in captured} == {m["trace_id"] for m in sent}
