@@ -95,13 +95,16 @@ def search(
     *,
     max_factor: float,
     precision: float,
+    min_factor: float | None = None,
     repeats: int = 2,
     say: Callable[[str], None] = lambda _: None,
 ) -> Search:
-    """The capacity of the target for the judged objectives (module docstring)."""
+    """The capacity of the target for the judged objectives (module docstring), tried
+    from ``min_factor`` (default 1 / ``max_factor``) to ``max_factor``."""
     state = _State(run, judge, repeats, say)
-    guess = _coarse(state, max_factor)
-    passed, failed = _full(state, guess, max_factor, precision)
+    floor = min_factor if min_factor is not None else 1.0 / max_factor
+    guess = _coarse(state, floor, max_factor)
+    passed, failed = _full(state, guess, floor, max_factor, precision)
     out = state.out
     out.capacity, out.interval = passed, (passed, failed)
     full_fail = [t for t in out.trials if not t.coarse and t.factor == failed]
@@ -114,13 +117,12 @@ START = 2.0
 it takes one replay less to bracket, one that cannot hold 1x one more."""
 
 
-def _coarse(state: _State, max_factor: float) -> float:
+def _coarse(state: _State, floor: float, max_factor: float) -> float:
     """Double (or halve) from ``START`` until the verdict turns (from 4x the trials hold
     the whole window and are full ones); the factor the bracket puts the limit at."""
-    floor = 1.0 / max_factor
     below: Trial | None = None  # highest pass
     above: Trial | None = None  # lowest failure
-    factor = min(START, max_factor)
+    factor = min(max(START, floor), max_factor)
     while state.out.stopped is None and not state.spent():
         t = state.trial(factor, coarse=True)
         if t.verdict == "client-bound":
@@ -147,11 +149,10 @@ def _coarse(state: _State, max_factor: float) -> float:
 
 
 def _full(
-    state: _State, guess: float, max_factor: float, precision: float
+    state: _State, guess: float, floor: float, max_factor: float, precision: float
 ) -> tuple[float | None, float | None]:
     """Full trials from ``guess`` until one passes and one fails within ``precision``:
     each next factor aimed by how far the last missed (or cleared) its limit."""
-    floor = 1.0 / max_factor
     full = [t for t in state.out.trials if not t.coarse and t.verdict != "client-bound"]
     # The highest full pass and the lowest full failure, the coarse phase's included.
     below = max((t for t in full if t.verdict == "pass"), key=_factor, default=None)

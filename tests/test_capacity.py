@@ -95,6 +95,17 @@ def test_a_target_below_1x_is_searched_downwards() -> None:
     assert lo is not None and hi is not None and lo <= 0.3 < hi
 
 
+def test_a_target_that_fails_at_the_min_is_reported_below_it_without_going_lower() -> None:
+    """A full trial at factor f lasts the window's span over f: the search never goes
+    under --min (at 1/16 of a 5-minute window, one trial would last 80 minutes)."""
+    run, judge, calls = _limit_at(0.05)
+    result = search(run, judge, max_factor=16, min_factor=0.25, precision=0.1)
+    assert min(f for f, _, _ in calls) == 0.25
+    assert result.capacity is None and result.interval == (None, 0.25)
+    assert _full(calls) == [0.25]  # the coarse halving, then one full trial at the floor
+    assert "capacity: below 0.25x (the lowest factor tried failed)" in render(result)
+
+
 def test_a_target_past_the_max_passes_at_it() -> None:
     run, judge, calls = _limit_at(100)
     result = search(run, judge, max_factor=8, precision=0.05)
@@ -272,3 +283,18 @@ def test_a_given_target_is_searched_with_drains_between_trials(tmp_path: Path) -
     result = json.loads((tmp_path / "cap.json").read_text())
     assert result["trials"] and all(t["requests"] > 0 for t in result["trials"])
     assert "capacity: " in done.stdout
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--min", "1x"), ("--min", "0x"), ("--max", "1x")])
+def test_factor_bounds_out_of_range_are_usage_errors(tmp_path: Path, flag: str, value: str) -> None:
+    from click.testing import CliRunner
+
+    from tailreplay.cli import cli
+
+    archive = tmp_path / "w.msgpack"
+    write_plain(archive, [{"start_ns": T0 + i * 10**8, "method": "POST",
+                           "path": "/v1/chat/completions", "input_tokens": 10,
+                           "output_tokens": 2} for i in range(5)])  # fmt: skip
+    result = CliRunner().invoke(cli, ["capacity", str(archive), "--slo", "latency:p99<=1s",
+                                      flag, value, "--out-dir", str(tmp_path / "o")])  # fmt: skip
+    assert result.exit_code == 2 and flag in result.output, result.output

@@ -16,7 +16,7 @@ from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, wr
 from tailreplay.cli.slo_stop import watchable
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
-from tailreplay.sim.profiles import PROFILES
+from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
 if TYPE_CHECKING:
     from tailreplay.replayer.scrape import ScrapeTarget
@@ -63,7 +63,15 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
     "max_factor",
     type=FACTOR,
     default=16.0,
-    help="The highest factor tried (and 1/this the lowest).  [default: 16x]",
+    help="The highest factor tried.  [default: 16x]",
+)
+@click.option(
+    "--min",
+    "min_factor",
+    type=FACTOR,
+    default=0.25,
+    help="The lowest factor tried: a target that fails there is reported below it (a "
+    "full trial there lasts the window's span over the factor).  [default: 0.25x]",
 )
 @click.option(
     "--precision",
@@ -101,9 +109,9 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 @click.option(
     "--sim-profile",
     type=click.Choice(sorted(PROFILES)),
-    default="default",
+    default=DEFAULT_PROFILE,
     show_default=True,
-    help="Profile of the built-in simulator.",
+    help="Profile of the built-in simulator, as replay's (fast: an H100-class deployment).",
 )
 @click.option(
     "--sim-arg",
@@ -140,7 +148,8 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 @scrape_option
 def capacity(
     archives: tuple[Path, ...], target: str | None, slos: tuple[str, ...], by: str,
-    window: float, max_factor: float, precision: float, require: float | None, repeats: int,
+    window: float, max_factor: float, min_factor: float, precision: float,
+    require: float | None, repeats: int,
     drain: float, tail_stretch: float, lag_limit: float, sim_profile: str,
     sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
     scrapes: tuple[ScrapeTarget, ...], sweep: float | None,
@@ -156,7 +165,8 @@ def capacity(
 
     objectives = parse_objectives(slos)
     check_judgeable(objectives, list(archives))
-    _check_options(archives, target, max_factor, sim_args, out_dir, json_path, plot_path)
+    _check_options(archives, target, (min_factor, max_factor), sim_args, out_dir, json_path,
+                   plot_path)  # fmt: skip
     say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
     windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
@@ -190,8 +200,8 @@ def capacity(
     if sweep is not None:
         result = brute(run, trial, step=sweep, max_factor=max_factor, repeats=repeats, say=say)
     else:
-        result = search(run, trial, max_factor=max_factor, precision=precision,
-                        repeats=repeats, say=say)  # fmt: skip
+        result = search(run, trial, max_factor=max_factor, min_factor=min_factor,
+                        precision=precision, repeats=repeats, say=say)  # fmt: skip
     _finish(result, json_path, plot_path, require)
 
 
@@ -207,12 +217,14 @@ def _stop_args(objectives: list[Objective]) -> list[str]:
 
 
 def _check_options(
-    archives: tuple[Path, ...], target: str | None, max_factor: float,
+    archives: tuple[Path, ...], target: str | None, factors: tuple[float, float],
     sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
 ) -> None:  # fmt: skip
     """Bad options refused before any replay; ``--out-dir`` made (outputs may go in it)."""
-    if max_factor <= 1:
+    if factors[1] <= 1:
         raise UsageError("--max must be above 1x")
+    if not 0 < factors[0] < 1:
+        raise UsageError("--min must be above 0 and under 1x")
     if target is not None and sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     try:
@@ -240,8 +252,9 @@ def _finish(
     if result.stopped is not None:
         raise RunFailed(f"the search stopped: {result.stopped}")
     if require is not None and (result.capacity is None or result.capacity < require):
-        got = "below the lowest factor" if result.capacity is None else f"{result.capacity:.3g}x"
-        raise RunFailed(f"capacity {got} is under --require {require:g}x")
+        lowest = min((t.factor for t in result.trials), default=0.0)
+        got = f"below {lowest:g}x" if result.capacity is None else f"{result.capacity:.3g}x"
+        raise RunFailed(f"the capacity ({got}) is under --require {require:g}x")
 
 
 def _busiest(
