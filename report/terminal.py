@@ -98,7 +98,7 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
             table.add_row(label, *(_fmt(p[q]) for q in ("p50", "p95", "p99", "p999")))
     console.print(table)
     buckets = Table(title="by input tokens", title_justify="left")
-    for col in ("input tokens", "count", "p50 ms", "p95 ms", "p99 ms", "req/s", "errors %"):
+    for col in ("input tokens", "count", "p50 ms", "p95 ms", "p99 ms", "rate req/s", "errors %"):
         buckets.add_column(col, justify="left" if col == "input tokens" else "right")
     for row in summary["buckets"]:
         lat = row["latency_ms"] or {}
@@ -109,7 +109,7 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
             _fmt(lat.get("p50")),
             _fmt(lat.get("p95")),
             _fmt(lat.get("p99")),
-            _fmt(row["throughput_rps"], 3),
+            _fmt(row["rate_rps"], 3),
             _fmt(None if er is None else er * 100, 2),
         )
     console.print(buckets)

@@ -65,7 +65,9 @@ def test_stats_json_equals_numpy(tmp_path: Path) -> None:
     assert buckets["512-1024"]["latency_ms"] == pytest.approx(
         dict(zip(("p50", "p95", "p99"), np.percentile(mid_ok, [50, 95, 99]), strict=True))
     )
-    assert buckets["512-1024"]["throughput_rps"] == pytest.approx(len(mid) / duration_s)
+    rate = (len(maps) - 1) / duration_s
+    assert buckets["512-1024"]["rate_rps"] == pytest.approx(rate * len(mid) / len(maps))
+    assert sum(b["rate_rps"] for b in buckets.values()) == pytest.approx(got["rate_rps"])
     assert buckets["512-1024"]["error_rate"] == pytest.approx(sum(map(_is_error, mid)) / len(mid))
 
 

@@ -2,7 +2,10 @@
 
 Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.metrics``'s (the
 definitions every view shares); token percentiles are over successful records;
-duration_s = last start - first start; rate_rps = (records - 1) / duration_s.
+duration_s = last start - first start; rate_rps = (records - 1) / duration_s (arrivals
+per second), and a bucket's rate_rps its share of it (the buckets' add up to it).
+Throughput (successful requests per second of first start to last end: ``report``
+and a replay's summary) is another figure, under its own name.
 """
 
 from __future__ import annotations
@@ -98,12 +101,12 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "tpot_ms": percentiles(values["tpot"]),
         "input_tokens": percentiles(cols["input_tokens"][ok & has["input_tokens"]]),
         "output_tokens": percentiles(cols["output_tokens"][ok & has["output_tokens"]]),
-        "buckets": _buckets(cols, reqs, buckets, duration_s),
+        "buckets": _buckets(cols, reqs, buckets, (n - 1) / duration_s if duration_s > 0 else None),
     }
 
 
 def _buckets(
-    cols: Columns, reqs: Requests, edges: Sequence[int], duration_s: float
+    cols: Columns, reqs: Requests, edges: Sequence[int], rate_rps: float | None
 ) -> list[dict[str, Any]]:
     tokens = cols["input_tokens"]
     has_tokens = cols.present["input_tokens"]
@@ -114,20 +117,21 @@ def _buckets(
             sel &= tokens >= lo
         if hi is not None:
             sel &= tokens < hi
-        rows.append(_bucket_row(bucket_label(lo, hi), sel, reqs, duration_s))
+        rows.append(_bucket_row(bucket_label(lo, hi), sel, reqs, rate_rps))
     if not has_tokens.all():
-        rows.append(_bucket_row("unknown", ~has_tokens, reqs, duration_s))
+        rows.append(_bucket_row("unknown", ~has_tokens, reqs, rate_rps))
     return rows
 
 
 def _bucket_row(
-    label: str, sel: npt.NDArray[np.bool_], reqs: Requests, duration_s: float
+    label: str, sel: npt.NDArray[np.bool_], reqs: Requests, rate_rps: float | None
 ) -> dict[str, Any]:
     count = int(sel.sum())
+    share = count / sel.size if sel.size else 0.0
     return {
         "range": label,
         "count": count,
         "latency_ms": percentiles(metric_values(reqs, sel)["latency"], BUCKET_PERCENTILES),
-        "throughput_rps": count / duration_s if duration_s > 0 else None,
+        "rate_rps": rate_rps * share if rate_rps is not None else None,
         "error_rate": float(reqs.error[sel].mean()) if count else None,
     }
