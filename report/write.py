@@ -18,7 +18,7 @@ from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
 from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report, SloMatrix
 from tailreplay.report.side import Side, load_side
-from tailreplay.report.slo import Objective, check
+from tailreplay.report.slo import Objective, check, check_judgeable
 from tailreplay.report.tables import ReportTable, headline, report_tables
 from tailreplay.traces.stats import DEFAULT_BUCKETS
 
@@ -67,6 +67,9 @@ def write_report(
         recorded_paths = _recorded_from_header(replayed, say)
     recorded = None
     if recorded_paths:
+        # A relative objective the recording cannot judge is refused, as replay refuses
+        # it before sending: one exit code (2) for it in every command.
+        check_judgeable(options.objectives, recorded_paths, skip_corrupt=options.skip_corrupt)
         recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say, classes)
     if recorded is None and any(o.relative for o in options.objectives):
         raise UsageError(

@@ -157,6 +157,21 @@ def test_bad_options_are_one_line_and_exit_2(tmp_path: Path, args: list[str], me
     assert message in err and "Traceback" not in err
 
 
+def test_a_relative_slo_the_recording_cannot_judge_exits_2_as_in_replay(tmp_path: Path) -> None:
+    """``replay`` refuses it before sending (exit 2); ``report`` on the results refuses it
+    the same way rather than score it missed (exit 1)."""
+    rec, rep, recorded, _ = _pair(tmp_path)
+    write_plain(rec, [{k: v for k, v in m.items() if k != "ttfb_ns"} for m in recorded])
+    code, _, err = _report(str(rep), "--slo", "latency:p99<=2.1x,ttft:p95<=1.2x*3")
+    assert code == 2, err
+    assert err.strip().splitlines()[-1] == (
+        "Error: --slo 'ttft:p95<=1.2x*3': relative to the recording, but the archive records "
+        "no ttft (ttfb_ns is absent from all 1,000 records); give an absolute limit instead "
+        "(e.g. 800ms)"
+    )
+    assert _report(str(rep), "--slo", "latency:p99<=2.1x")[0] == 0  # what it has is judged
+
+
 def test_a_damaged_archive_exits_3(tmp_path: Path) -> None:
     bad = tmp_path / "bad.msgpack"
     bad.write_bytes(b"not an archive at all")
