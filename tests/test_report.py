@@ -172,6 +172,17 @@ def test_a_relative_slo_the_recording_cannot_judge_exits_2_as_in_replay(tmp_path
     assert _report(str(rep), "--slo", "latency:p99<=2.1x")[0] == 0  # what it has is judged
 
 
+def test_equal_values_get_equal_intervals(tmp_path: Path) -> None:
+    """With no dispatch lag, latency from due is latency: the same figures, and the same
+    bootstrap intervals (one set of draws for every metric of a side)."""
+    rec, rep, _, replayed = _pair(tmp_path)
+    header = {**HEADER, "source": "replay", "speed": "2x", "archives": [str(rec.resolve())]}
+    write_plain(rep, [{**m, "lag_ns": 0} for m in replayed], header)
+    metrics = _json(tmp_path, str(rep))["overall"]["replayed"]["metrics"]
+    assert metrics["latency_from_due"] == metrics["latency"]
+    assert metrics["latency"]["p99"]["low"] < metrics["latency"]["p99"]["high"]
+
+
 def test_a_damaged_archive_exits_3(tmp_path: Path) -> None:
     bad = tmp_path / "bad.msgpack"
     bad.write_bytes(b"not an archive at all")
