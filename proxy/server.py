@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -60,12 +61,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
 
     >>> async with start(ProxyConfig(upstream=URL(sim_url), listen_port=0)) as proxy: ...
     """
-    try:
-        config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
-        ) from None
+    sockets, admin_socks = _prepare(config, reuse_port=reuse_port)
     guard = _guard(config)
     loop = asyncio.get_running_loop()
     previous_handler = loop.get_exception_handler()
@@ -76,6 +72,8 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
     except BaseException:
         await recorder.close()
         loop.set_exception_handler(previous_handler)
+        for sock in [*sockets, *admin_socks]:
+            sock.close()
         raise
     metrics = ProxyMetrics(recorder, guard)
     pool = upstream_pool(config)
@@ -86,17 +84,14 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
     admin_runner: web.AppRunner | None = None
     try:
         await runner.setup()
-        await _listen(runner, config, reuse_port=reuse_port)
+        await _serve(runner, config, sockets)
         host, port = runner.addresses[0][:2]
         admin_url = None
-        if config.admin_port is not None:
+        if admin_socks:
             admin_runner = web.AppRunner(
                 metrics_app(metrics.registry, lambda: recorder.down), access_log=None
             )
-            await admin_runner.setup()
-            await web.TCPSite(admin_runner, config.admin_host, config.admin_port).start()
-            ahost, aport = admin_runner.addresses[0][:2]
-            admin_url = f"http://{ahost}:{aport}"
+            admin_url = await _serve_admin(admin_runner, admin_socks)
         scheme = "https" if config.tls_cert is not None else "http"
         yield RunningProxy(f"{scheme}://{host}:{port}", admin_url, recorder, metrics)
     finally:
@@ -110,9 +105,38 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         loop.set_exception_handler(previous_handler)
 
 
-async def _listen(runner: web.ServerRunner, config: ProxyConfig, *, reuse_port: bool) -> None:
+def _prepare(
+    config: ProxyConfig, *, reuse_port: bool
+) -> tuple[list[socket.socket], list[socket.socket]]:
+    """The capture folder made, the proxy's and the admin port's sockets bound: all
+    before the recorder opens its capture file, so a port in use is one line (exit 2)
+    with no header-only capture left behind."""
     try:
-        sockets = listening_sockets(
+        config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
+        ) from None
+    sockets = _bind(config, reuse_port=reuse_port)
+    try:
+        return sockets, _bind_admin(config)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+
+
+async def _serve_admin(runner: web.AppRunner, sockets: list[socket.socket]) -> str:
+    await runner.setup()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
+    host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}"
+
+
+def _bind(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]:
+    try:
+        return listening_sockets(
             config.listen_host,
             config.listen_port,
             reuse_port=reuse_port,
@@ -121,6 +145,22 @@ async def _listen(runner: web.ServerRunner, config: ProxyConfig, *, reuse_port: 
     except OSError as exc:
         where = f"{config.listen_host}:{config.listen_port}"
         raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
+
+
+def _bind_admin(config: ProxyConfig) -> list[socket.socket]:
+    if config.admin_port is None:
+        return []
+    try:
+        return listening_sockets(config.admin_host, config.admin_port, reuse_port=False,
+                                 defer_s=0)  # fmt: skip
+    except OSError as exc:
+        where = f"{config.admin_host}:{config.admin_port}"
+        raise UsageError(f"--admin-listen {where}: {exc.strerror or exc}") from None
+
+
+async def _serve(
+    runner: web.ServerRunner, config: ProxyConfig, sockets: list[socket.socket]
+) -> None:
     tls = None
     if config.tls_cert is not None and config.tls_key is not None:
         tls = server_context(config.tls_cert, config.tls_key)

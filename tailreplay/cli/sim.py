@@ -12,7 +12,7 @@ import click
 from click.core import ParameterSource
 
 from tailreplay.cli.options import HOST_PORT
-from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.errors import UsageError
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
 if TYPE_CHECKING:
@@ -134,7 +134,8 @@ def sim(
     try:
         asyncio.run(run(config, ready))
     except OSError as exc:
-        raise TailreplayError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        # A port in use is the user's --listen, as for the proxy: a usage error.
+        raise UsageError(f"--listen {host}:{port}: cannot listen ({exc.strerror or exc})") from None
 
 
 def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
