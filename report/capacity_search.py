@@ -357,7 +357,8 @@ def _order(t: Trial, other: Trial | None, default: float = ORDER) -> float:
 def _line(t: Trial) -> str:
     p99 = t.percentiles.get("latency", {}).get("p99")
     shown = "-" if p99 is None else f"{p99:,.0f} ms"
-    return f"{t.requests:,} requests, P99 latency {shown}, errors {t.errors:,}"
+    cut = f", stopped: {t.cut:,} cut (a lower bound)" if t.cut else ""
+    return f"{t.requests:,} requests, P99 latency {shown}, errors {t.errors:,}{cut}"
 
 
 def sweep(

@@ -132,7 +132,10 @@ def slice_(
         files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop_after_ns=end_ns
     )
     _warn(result.warnings)
-    click.echo(f"wrote {result.written:,} records to {out} (of {result.read:,} read)", err=True)
+    # Reading stops at --to (the archive is in time order): "read" is not the file's size.
+    upto = " up to --to" if to else ""
+    click.echo(f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})",
+               err=True)  # fmt: skip
 
 
 @traces.command()
@@ -184,7 +187,8 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
 @output_option
 @click.option("--strict", is_flag=True, help="A malformed row is an error (exit 3), not a warning.")
 def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
-    """Import a public trace (Azure, Mooncake, BurstGPT, HAR, OTLP/JSON) as an archive."""
+    """Import a public trace as an archive. FORMAT is one of azure, mooncake, burstgpt,
+    har, otlp-json."""
     from tailreplay.traces.importers import import_file
 
     check_output_file("-o", out, inputs=[src])

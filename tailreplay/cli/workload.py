@@ -186,8 +186,9 @@ def synth(
     "--lag-limit",
     type=DURATION,
     default=0.025,
-    help="Dispatch lag P99 above this means an arm measured the client (the latencies "
-    "compared are seconds).  [default: 25ms]",
+    help="Dispatch lag P99 above this means an arm measured the client. Looser than "
+    "replay's 5ms: the P99 latencies compared here are seconds, and 25 ms of lag moves "
+    "them by 1% or less.  [default: 25ms]",
 )
 @click.option(
     "--sim-arg",
