@@ -24,7 +24,7 @@ from tailreplay.cli.traces import traces
 from tailreplay.cli.workload import fit, synth, validate_model
 from tailreplay.version import __version__
 
-__all__ = ["cli", "main", "replay_main", "sim_main"]
+__all__ = ["cli", "main", "replay_main"]
 
 
 @click.group(cls=HandledGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,8 +92,3 @@ def replay_main() -> None:
     """The ``replay`` console script: ``tailreplay replay`` under a shorter name."""
     setup_logging(verbose=False)
     run_standalone(replay, sys.argv[1:], "replay")
-
-
-def sim_main() -> None:
-    """``python -m tailreplay.sim``: ``tailreplay sim``."""
-    cli(["sim", *sys.argv[1:]], prog_name="tailreplay")
