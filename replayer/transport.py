@@ -143,10 +143,15 @@ class HttpTransport:
         return self._prefix + path
 
     async def warm(self, connections: int) -> None:
-        """Open ``connections`` keep-alive connections (TCP and TLS, no request), so the
-        first burst of due requests does not each pay for a connect: without it, the
-        first 16 of a burst left up to 12 ms late. Bounded: a target that hangs on a
-        connect is found by the replay itself."""
+        """Open up to ``connections`` keep-alive connections (TCP and TLS, no request) in
+        all, so the first burst of due requests does not each pay for a connect: without
+        it, the first 16 of a burst left up to 12 ms late. Only where the preflight's
+        connection was kept alive: a target that closes after each answer (HTTP/1.0,
+        ``Connection: close``, one connection at a time) would sit reading an idle one
+        while requests wait on the others. Bounded: a target that hangs on a connect is
+        found by the replay itself."""
+        if not self._pool.idle_count(self._origin):
+            return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._pool.open_idle(self._origin, connections), WARM_S)
 

@@ -128,6 +128,7 @@ class UpstreamPool:
         before it is used is the idle-close race ``send`` already survives."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.connect_timeout_s
+        count -= self.idle_count(origin)
         room = count if self.max_connections is None else self.max_connections - self._busy()
 
         async def one() -> None:
@@ -141,6 +142,10 @@ class UpstreamPool:
         opened = await asyncio.gather(*(one() for _ in range(max(min(count, room), 0))),
                                       return_exceptions=True)  # fmt: skip
         return sum(x is None for x in opened)
+
+    def idle_count(self, origin: Origin) -> int:
+        """Connections to ``origin`` kept alive and waiting for a request."""
+        return sum(not c.closed for c in self._idle.get(origin, ()))
 
     async def close(self) -> None:
         if self._sweeper is not None:

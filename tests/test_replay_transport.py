@@ -154,3 +154,100 @@ async def test_a_woken_waiter_that_leaves_passes_its_connection_on() -> None:
             got.close()
         finally:
             await pool.close()
+
+
+CHAT_REPLY = (
+    b'{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":'
+    b'"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,'
+    b'"completion_tokens":1,"total_tokens":6}}'
+)
+
+
+def _one_at_a_time_target() -> tuple[str, object]:
+    """Python's http.server: one connection at a time, HTTP/1.0, closed after each answer."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(CHAT_REPLY)))
+            self.end_headers()
+            self.wfile.write(CHAT_REPLY)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    class Server(http.server.HTTPServer):
+        accepted = 0
+
+        def get_request(self) -> tuple[object, object]:
+            Server.accepted += 1
+            return super().get_request()  # type: ignore[return-value]
+
+    server = Server(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def test_a_target_that_serves_one_connection_at_a_time_gets_every_request(
+    tmp_path: Path,
+) -> None:
+    """No idle connections are opened ahead where the preflight's was not kept alive: such
+    a target would sit reading one of them while the requests wait on the others."""
+    from tests.helpers import chat_archive
+
+    url, server = _one_at_a_time_target()
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 50, gap_ms=5, seed=3)
+    # A common start 6 s ahead (as shards take): connects that stall before it (the
+    # target's backlog full of idle connections) would make the first requests late.
+    start = time.time() + 6
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--timeout", "5s",
+             "--start-at", f"{start:.3f}",
+             "--json", str(tmp_path / "s.json"), "--out", str(tmp_path / "r.msgpack"),
+             str(archive)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()  # type: ignore[attr-defined]
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["completed"] == 50 and not summary["errors"]
+    assert summary["latency_ms"]["max"] < 1000  # none waited for a timeout
+    assert summary["lag_ms"]["max"] < 1000  # none left late
+    assert server.accepted == 51  # type: ignore[attr-defined]  # the preflight's and each one's
+
+
+async def test_the_warm_up_opens_connections_up_to_the_number_with_no_request() -> None:
+    """Against a keep-alive target, after one request: as many connections as asked in
+    all (the request's own counted), and not one more request."""
+    accepted, requests = [], []
+
+    async def chat(request: web.Request) -> web.Response:
+        requests.append(request.path)
+        await request.read()
+        return web.Response(body=CHAT_REPLY, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    transport = HttpTransport(f"http://127.0.0.1:{port}", connections=100, timeout_s=10)
+    try:
+        spec = RequestSpec("POST", "/v1/chat/completions", b"{}", stream=False, prompt_tokens=None)
+        await transport.send(spec, {"Content-Type": "application/json"})
+        await transport.warm(8)
+        await asyncio.sleep(0.1)
+        accepted.append(len(runner.server.connections))  # type: ignore[union-attr]
+    finally:
+        await transport.close()
+        await runner.cleanup()
+    assert accepted == [8] and requests == ["/v1/chat/completions"]
