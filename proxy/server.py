@@ -35,7 +35,7 @@ from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
 from tailreplay.proxy.tls import server_context
 
-__all__ = ["RunningProxy", "run", "start"]
+__all__ = ["RunningProxy", "bind_admin", "bind_listen", "run", "start"]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -117,9 +117,9 @@ def _prepare(
         raise UsageError(
             f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
         ) from None
-    sockets = _bind(config, reuse_port=reuse_port)
+    sockets = bind_listen(config, reuse_port=reuse_port)
     try:
-        return sockets, _bind_admin(config)
+        return sockets, bind_admin(config)
     except BaseException:
         for sock in sockets:
             sock.close()
@@ -134,7 +134,8 @@ async def _serve_admin(runner: web.AppRunner, sockets: list[socket.socket]) -> s
     return f"http://{host}:{port}"
 
 
-def _bind(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]:
+def bind_listen(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]:
+    """The proxy's listening sockets (``--listen``); a port in use is a ``UsageError``."""
     try:
         return listening_sockets(
             config.listen_host,
@@ -147,7 +148,8 @@ def _bind(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]:
         raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
 
 
-def _bind_admin(config: ProxyConfig) -> list[socket.socket]:
+def bind_admin(config: ProxyConfig) -> list[socket.socket]:
+    """The admin port's sockets (none with ``--admin-listen off``); in use: ``UsageError``."""
     if config.admin_port is None:
         return []
     try:

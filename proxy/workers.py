@@ -13,7 +13,10 @@ import asyncio
 import dataclasses
 import logging
 import multiprocessing
+import queue
 import signal
+import socket
+import time
 from collections import defaultdict
 from contextlib import suppress
 from typing import Any
@@ -22,6 +25,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from tailreplay.errors import RunFailed, TailreplayError
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.traces.redact import redact_url
 
@@ -39,7 +43,10 @@ def _worker(config: ProxyConfig, ready: Any) -> None:
     # Ctrl-C reaches the whole process group; the parent relays it as SIGTERM, and a
     # worker that saw both would take the second as "exit without draining".
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    asyncio.run(run(config, on_ready, signals=(signal.SIGTERM,)))
+    try:
+        asyncio.run(run(config, on_ready, signals=(signal.SIGTERM,)))
+    except TailreplayError as exc:  # the parent says it, once, and exits with its code
+        ready.put(exc)
 
 
 def merge_metrics(texts: list[str]) -> str:
@@ -73,6 +80,7 @@ def merge_metrics(texts: list[str]) -> str:
 
 def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     """Start ``config.workers`` processes and serve the aggregated admin port until signalled."""
+    admin = _check_ports(config)
     ctx = multiprocessing.get_context("spawn")
     ready: Any = ctx.Queue()
     worker_config = dataclasses.replace(config, admin_host="127.0.0.1", admin_port=0)
@@ -82,10 +90,60 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     ]
     for p in procs:
         p.start()
-    urls = [ready.get(timeout=60) for _ in procs]
+    try:
+        urls = _wait_ready(procs, ready)
+    except BaseException:
+        for sock in admin:
+            sock.close()
+        _stop(procs)
+        raise
     upstream = redact_url(str(config.upstream))
     announce(f"tailreplay proxy: {len(procs)} workers listening on {urls[0][0]} -> {upstream}")
-    asyncio.run(_serve_admin(config, procs, [admin for _, admin in urls], announce))
+    asyncio.run(_serve_admin(config, admin, procs, [a for _, a in urls], announce))
+
+
+READY_S = 60.0
+"""The longest the workers may take to listen."""
+
+
+def _check_ports(config: ProxyConfig) -> list[socket.socket]:
+    """Before any worker starts: the admin port bound (its sockets, served later), and the
+    proxy's port tried as the workers will bind it, so a port in use is one line (exit 2)
+    with no worker started."""
+    from tailreplay.proxy.server import bind_admin, bind_listen
+
+    for sock in bind_listen(config, reuse_port=True):
+        sock.close()  # only tried: listening here would take a share of the connections
+    return bind_admin(config)
+
+
+def _wait_ready(procs: list[Any], ready: Any) -> list[tuple[str, str]]:
+    """Every worker's (url, admin url); a worker's own error raised again here."""
+    urls: list[tuple[str, str]] = []
+    deadline = time.monotonic() + READY_S
+    while len(urls) < len(procs):
+        try:
+            got = ready.get(timeout=0.2)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise RunFailed(f"the workers did not listen within {READY_S:g} s") from None
+            if not all(p.is_alive() for p in procs):
+                raise RunFailed("a worker exited before it listened") from None
+            continue
+        if isinstance(got, BaseException):
+            raise got
+        urls.append(got)
+    return urls
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
 
 
 def _admin_app(
@@ -130,8 +188,9 @@ def _admin_app(
 
 
 async def _serve_admin(
-    config: ProxyConfig, procs: list[Any], admin_urls: list[str], announce: Any
-) -> None:
+    config: ProxyConfig, admin: list[socket.socket], procs: list[Any], admin_urls: list[str],
+    announce: Any,
+) -> None:  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0
@@ -150,11 +209,13 @@ async def _serve_admin(
 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         runner: web.AppRunner | None = None
-        if config.admin_port is not None:
+        if admin:
             runner = web.AppRunner(_admin_app(session, procs, admin_urls), access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, config.admin_host, config.admin_port).start()
-            announce(f"tailreplay proxy admin on http://{config.admin_host}:{config.admin_port}")
+            for sock in admin:
+                await web.SockSite(runner, sock).start()
+            port = admin[0].getsockname()[1]  # the one bound, where --admin-listen said :0
+            announce(f"tailreplay proxy admin on http://{config.admin_host}:{port}")
         while not stop.is_set() and all(p.is_alive() for p in procs):
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)

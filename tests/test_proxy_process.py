@@ -150,18 +150,26 @@ def test_an_unusable_out_directory_is_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "--out" in lines[0] and "cannot create it" in lines[0]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("flag", ["--listen", "--admin-listen"])
-def test_a_port_in_use_is_one_line_exit_2_and_leaves_no_capture(tmp_path: Path, flag: str) -> None:
+def test_a_port_in_use_is_one_line_exit_2_and_leaves_no_capture(
+    tmp_path: Path, flag: str, workers: str
+) -> None:
+    """With --workers 2 too: no worker is started (none left serving, none orphaned)."""
     import socket
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = f"127.0.0.1:{busy.getsockname()[1]}"
-        ports = {"--listen": "127.0.0.1:0", "--admin-listen": "127.0.0.1:0", flag: taken}
+        with socket.socket() as free:  # workers share a fixed port
+            free.bind(("127.0.0.1", 0))
+            listen = f"127.0.0.1:{free.getsockname()[1]}"
+        ports = {"--listen": listen, "--admin-listen": "127.0.0.1:0", flag: taken}
         out = subprocess.run(
             [sys.executable, "-m", "tailreplay", "proxy", "--upstream", "http://127.0.0.1:9",
-             *(x for kv in ports.items() for x in kv), "--out", str(tmp_path / "c")],
+             *(x for kv in ports.items() for x in kv), "--out", str(tmp_path / "c"),
+             "--workers", workers],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert out.returncode == 2, out.stderr
