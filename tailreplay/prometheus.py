@@ -7,16 +7,20 @@ event loop: a scrape is one short callback, not a second thread holding the GIL.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from tailreplay.errors import UsageError
+
 __all__ = [
     "LATENCY_BUCKETS",
     "STATUS_CLASSES",
     "BoundedLabel",
+    "check_listen",
     "metrics_app",
     "serve_metrics",
     "status_class",
@@ -98,6 +102,19 @@ def metrics_app(
     return app
 
 
+def check_listen(host: str, port: int, flag: str) -> None:
+    """A ``UsageError`` (exit 2) now when HOST:PORT cannot be listened on (in use, or not
+    an address of this machine): a run checks before it sends anything."""
+    try:
+        socket.create_server((host, port), family=_family(host)).close()
+    except OSError as exc:
+        raise UsageError(f"{flag} {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
 @asynccontextmanager
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[str]:
     """Serve ``registry`` on HOST:PORT while the block runs; yields the base URL."""
@@ -106,7 +123,10 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> As
     runner = web.AppRunner(metrics_app(registry), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:  # taken since check_listen: still one line
+            raise UsageError(f"--metrics-listen {host}:{port}: {exc.strerror or exc}") from None
         bound_host, bound_port = runner.addresses[0][:2]
         yield f"http://{bound_host}:{bound_port}"
     finally:

@@ -158,3 +158,19 @@ def test_every_command_shows_an_example_that_parses() -> None:
         for param in command.params:  # each value given converts (types, ranges, choices)
             if param.name in opts and isinstance(param, click.Option):
                 param.type_cast_value(ctx, opts[param.name])
+
+
+def test_a_metrics_port_in_use_is_one_line_before_anything_is_sent(
+    archive: Path, tmp_path: Path
+) -> None:
+    import socket
+
+    out = tmp_path / "r.msgpack"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = f"127.0.0.1:{busy.getsockname()[1]}"
+        code, _, err = _run("replay", "--target", "http://127.0.0.1:9", "--metrics-listen",
+                            taken, "--out", str(out), str(archive))  # fmt: skip
+    assert code == 2 and err.startswith(f"Error: --metrics-listen {taken}:"), err
+    assert err.count("\n") == 1 and not out.exists()  # refused before the preflight

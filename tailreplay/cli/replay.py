@@ -368,6 +368,7 @@ def replay(**options: Any) -> None:
 def _config(args: _Args) -> ReplayConfig:
     """The replay the options describe; every refusal (bad files, clashing flags) first."""
     from tailreplay.exporters.span_process import replay_spans
+    from tailreplay.prometheus import check_listen
     from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.retry import RetryPolicy
     from tailreplay.replayer.run import ReplayConfig
@@ -394,6 +395,8 @@ def _config(args: _Args) -> ReplayConfig:
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
     spans = (functools.partial(replay_spans, args.otlp, speed_attribute) if args.otlp.enabled
              else None)  # fmt: skip
+    if args.metrics_listen is not None:
+        check_listen(*args.metrics_listen, "--metrics-listen")
     stop = slo_stop_config(args.slo_stop, args.slos, sharded=args.workers * args.shard[1] > 1,
                            closed_loop=args.users is not None, retries=args.retries == "policy",
                            min_score=args.slo_min_score)  # fmt: skip
