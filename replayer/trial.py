@@ -38,10 +38,21 @@ def replay_child(
     if done.returncode == 130:
         raise KeyboardInterrupt
     if done.returncode not in ok or not out.exists():
-        lines = done.stderr.strip().splitlines()
-        why = next((x for x in reversed(lines) if x.startswith("Error:")), lines[-1] if lines
-                   else "no output").removeprefix("Error: ")  # fmt: skip
-        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): {why}")
+        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): "
+                        f"{_why(done.stderr)}")  # fmt: skip
+    if done.returncode != 0 and not load_columns([out], ["start_ns"]).n:
+        # Exit 1 is a replay that ran and missed its SLO, unless it sent nothing: then
+        # the target failed its preflight (down, wrong), and no trial measures anything.
+        raise RunFailed(f"the replay of {archive.name} sent nothing: {_why(done.stderr)}")
+
+
+def _why(stderr: str) -> str:
+    """The replay's own ``Error:`` line (else its last line)."""
+    lines = stderr.strip().splitlines()
+    last = lines[-1] if lines else "no output"
+    return next((x for x in reversed(lines) if x.startswith("Error:")), last).removeprefix(
+        "Error: "
+    )
 
 
 def longest_request(archives: list[Path]) -> int:

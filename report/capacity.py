@@ -220,7 +220,7 @@ def render(result: Search) -> list[str]:
     if result.capacity is None and hi is None:
         lines.append("capacity: not measured (no full replay passed or failed)")
     elif result.capacity is None:
-        lines.append(f"capacity: below {hi:g}x (the lowest factor tried failed)")
+        lines.append(f"capacity: below {hi:g}x (the lowest factor tried did not pass)")
     elif hi is None and result.stopped is not None:
         lines.append(f"capacity: at least {lo:.3g}x (not measured past it)")
     elif hi is None:

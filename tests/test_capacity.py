@@ -103,7 +103,7 @@ def test_a_target_that_fails_at_the_min_is_reported_below_it_without_going_lower
     assert min(f for f, _, _ in calls) == 0.25
     assert result.capacity is None and result.interval == (None, 0.25)
     assert _full(calls) == [0.25]  # the coarse halving, then one full trial at the floor
-    assert "capacity: below 0.25x (the lowest factor tried failed)" in render(result)
+    assert "capacity: below 0.25x (the lowest factor tried did not pass)" in render(result)
 
 
 def test_a_target_past_the_max_passes_at_it() -> None:
@@ -298,3 +298,22 @@ def test_factor_bounds_out_of_range_are_usage_errors(tmp_path: Path, flag: str, 
     result = CliRunner().invoke(cli, ["capacity", str(archive), "--slo", "latency:p99<=1s",
                                       flag, value, "--out-dir", str(tmp_path / "o")])  # fmt: skip
     assert result.exit_code == 2 and flag in result.output, result.output
+
+
+def test_a_target_that_is_down_is_one_line_not_a_capacity(tmp_path: Path) -> None:
+    """Every trial's replay fails its preflight: nothing was measured, so no capacity
+    ("below 0.25x") is claimed, and the exit is 1 with the replay's own reason."""
+    archive = tmp_path / "w.msgpack"
+    write_plain(archive, [{"start_ns": T0 + i * 10**8, "method": "POST",
+                           "path": "/v1/chat/completions", "input_tokens": 10,
+                           "output_tokens": 2} for i in range(20)])  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--slo",
+         "latency:p99<=1s", "--target", "http://127.0.0.1:9", "--drain", "0s",
+         "--out-dir", str(tmp_path / "o"), "--json", str(tmp_path / "c.json")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: the replay of window.msgpack sent nothing: preflight: cannot")
+    assert "capacity:" not in done.stdout and not (tmp_path / "c.json").exists()

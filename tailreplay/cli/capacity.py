@@ -70,8 +70,9 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
     "min_factor",
     type=FACTOR,
     default=0.25,
-    help="The lowest factor tried: a target that fails there is reported below it (a "
-    "full trial there lasts the window's span over the factor).  [default: 0.25x]",
+    help="The lowest factor the search tries: a target that does not pass there is "
+    "reported below it (a full trial there lasts the window's span over the factor; "
+    "--sweep starts at 1x).  [default: 0.25x]",
 )
 @click.option(
     "--precision",
