@@ -34,6 +34,7 @@ from tailreplay.proxy.connections import (
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recording import RecorderClient
 from tailreplay.proxy.tls import server_context
+from tailreplay.units import host_port
 
 __all__ = ["RunningProxy", "bind_admin", "bind_listen", "run", "start"]
 
@@ -93,7 +94,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
             )
             admin_url = await _serve_admin(admin_runner, admin_socks)
         scheme = "https" if config.tls_cert is not None else "http"
-        yield RunningProxy(f"{scheme}://{host}:{port}", admin_url, recorder, metrics)
+        yield RunningProxy(f"{scheme}://{host_port(host, port)}", admin_url, recorder, metrics)
     finally:
         # Stop listening, let requests in flight finish (up to drain_timeout_s), then
         # write out every record they produced.
@@ -131,7 +132,7 @@ async def _serve_admin(runner: web.AppRunner, sockets: list[socket.socket]) -> s
     for sock in sockets:
         await web.SockSite(runner, sock).start()
     host, port = runner.addresses[0][:2]
-    return f"http://{host}:{port}"
+    return f"http://{host_port(host, port)}"
 
 
 def bind_listen(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]:
@@ -144,7 +145,7 @@ def bind_listen(config: ProxyConfig, *, reuse_port: bool) -> list[socket.socket]
             defer_s=config.idle_timeout_s,
         )
     except OSError as exc:
-        where = f"{config.listen_host}:{config.listen_port}"
+        where = host_port(config.listen_host, config.listen_port)
         raise UsageError(f"--listen {where}: {exc.strerror or exc}") from None
 
 
@@ -156,7 +157,7 @@ def bind_admin(config: ProxyConfig) -> list[socket.socket]:
         return listening_sockets(config.admin_host, config.admin_port, reuse_port=False,
                                  defer_s=0)  # fmt: skip
     except OSError as exc:
-        where = f"{config.admin_host}:{config.admin_port}"
+        where = host_port(config.admin_host, config.admin_port)
         raise UsageError(f"--admin-listen {where}: {exc.strerror or exc}") from None
 
 

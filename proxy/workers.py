@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailreplay.errors import RunFailed, TailreplayError
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.traces.redact import redact_url
+from tailreplay.units import host_port
 
 __all__ = ["merge_metrics", "run_workers"]
 
@@ -215,7 +216,7 @@ async def _serve_admin(
             for sock in admin:
                 await web.SockSite(runner, sock).start()
             port = admin[0].getsockname()[1]  # the one bound, where --admin-listen said :0
-            announce(f"tailreplay proxy admin on http://{config.admin_host}:{port}")
+            announce(f"tailreplay proxy admin on http://{host_port(config.admin_host, port)}")
         while not stop.is_set() and all(p.is_alive() for p in procs):
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)

@@ -31,6 +31,7 @@ from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
 from tailreplay.traces.prompt_stats import prompt_stats
 from tailreplay.traces.tokens import get as get_encoder
+from tailreplay.units import host_port
 
 __all__ = ["SimConfig", "build_app", "run", "serve"]
 
@@ -349,7 +350,7 @@ async def serve(config: SimConfig) -> AsyncIterator[str]:
     await site.start()
     host, port = runner.addresses[0][:2]
     try:
-        yield f"http://{host}:{port}"
+        yield f"http://{host_port(host, port)}"
     finally:
         await runner.cleanup()
 

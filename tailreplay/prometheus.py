@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from tailreplay.errors import UsageError
+from tailreplay.units import host_port
 
 __all__ = [
     "LATENCY_BUCKETS",
@@ -108,7 +109,7 @@ def check_listen(host: str, port: int, flag: str) -> None:
     try:
         socket.create_server((host, port), family=_family(host)).close()
     except OSError as exc:
-        raise UsageError(f"{flag} {host}:{port}: {exc.strerror or exc}") from None
+        raise UsageError(f"{flag} {host_port(host, port)}: {exc.strerror or exc}") from None
 
 
 def _family(host: str) -> socket.AddressFamily:
@@ -126,8 +127,10 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> As
         try:
             await web.TCPSite(runner, host, port).start()
         except OSError as exc:  # taken since check_listen: still one line
-            raise UsageError(f"--metrics-listen {host}:{port}: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"--metrics-listen {host_port(host, port)}: {exc.strerror or exc}"
+            ) from None
         bound_host, bound_port = runner.addresses[0][:2]
-        yield f"http://{bound_host}:{bound_port}"
+        yield f"http://{host_port(bound_host, bound_port)}"
     finally:
         await runner.cleanup()

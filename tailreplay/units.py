@@ -17,6 +17,7 @@ from tailreplay.errors import UsageError
 __all__ = [
     "format_duration",
     "format_ns",
+    "host_port",
     "parse_buckets",
     "parse_duration",
     "parse_factor",
@@ -150,6 +151,12 @@ def format_ns(ns: int) -> str:
     """ISO-8601 UTC with milliseconds: ``2023-11-16T18:15:46.684Z``."""
     dt = datetime.fromtimestamp(ns // 10**9, tz=UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{(ns // 10**6) % 1000:03d}Z"
+
+
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a URL or a flag writes it: an IPv6 literal in brackets
+    (``[::1]:8000``), so a printed address can be pasted back."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:

@@ -176,3 +176,29 @@ def test_a_port_in_use_is_one_line_exit_2_and_leaves_no_capture(
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"{flag} {taken}:" in lines[0], out.stderr
     assert list((tmp_path / "c").glob("*")) == []  # nothing recorded, nothing written
+
+
+def test_an_ipv6_listen_address_is_printed_as_a_url_that_pastes_back(tmp_path: Path) -> None:
+    import re
+    import socket
+
+    from tailreplay.units import parse_http_url
+
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 loopback on this machine")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailreplay", "proxy", "--upstream", "http://127.0.0.1:9",
+         "--listen", "[::1]:0", "--admin-listen", "[::1]:0", "--out", str(tmp_path / "c")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    urls = re.findall(r"https?://\S+", line)
+    assert urls and all(u.startswith("http://[::1]:") for u in urls[:1]), line
+    assert parse_http_url(urls[0], "--target").host == "::1"

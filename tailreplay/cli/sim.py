@@ -14,6 +14,7 @@ from click.core import ParameterSource
 from tailreplay.cli.options import HOST_PORT
 from tailreplay.errors import UsageError
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
+from tailreplay.units import host_port
 
 if TYPE_CHECKING:
     from tailreplay.sim.launcher import BuiltinSim
@@ -135,7 +136,9 @@ def sim(
         asyncio.run(run(config, ready))
     except OSError as exc:
         # A port in use is the user's --listen, as for the proxy: a usage error.
-        raise UsageError(f"--listen {host}:{port}: cannot listen ({exc.strerror or exc})") from None
+        raise UsageError(
+            f"--listen {host_port(host, port)}: cannot listen ({exc.strerror or exc})"
+        ) from None
 
 
 def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
