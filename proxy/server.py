@@ -36,7 +36,7 @@ from tailreplay.proxy.recording import RecorderClient
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
 
-__all__ = ["RunningProxy", "bind_admin", "bind_listen", "run", "start"]
+__all__ = ["RunningProxy", "bind_admin", "bind_listen", "run", "serve_sockets", "start"]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -92,7 +92,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
             admin_runner = web.AppRunner(
                 metrics_app(metrics.registry, lambda: recorder.down), access_log=None
             )
-            admin_url = await _serve_admin(admin_runner, admin_socks)
+            admin_url = await serve_sockets(admin_runner, admin_socks)
         scheme = "https" if config.tls_cert is not None else "http"
         yield RunningProxy(f"{scheme}://{host_port(host, port)}", admin_url, recorder, metrics)
     finally:
@@ -127,7 +127,8 @@ def _prepare(
         raise
 
 
-async def _serve_admin(runner: web.AppRunner, sockets: list[socket.socket]) -> str:
+async def serve_sockets(runner: web.AppRunner, sockets: list[socket.socket]) -> str:
+    """``runner`` set up and served on ``sockets`` (bound already); its base URL."""
     await runner.setup()
     for sock in sockets:
         await web.SockSite(runner, sock).start()

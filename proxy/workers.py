@@ -27,8 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed, TailreplayError
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets
 from tailreplay.traces.redact import redact_url
-from tailreplay.units import host_port
 
 __all__ = ["merge_metrics", "run_workers"]
 
@@ -111,8 +111,6 @@ def _check_ports(config: ProxyConfig) -> list[socket.socket]:
     """Before any worker starts: the admin port bound (its sockets, served later), and the
     proxy's port tried as the workers will bind it, so a port in use is one line (exit 2)
     with no worker started."""
-    from tailreplay.proxy.server import bind_admin, bind_listen
-
     for sock in bind_listen(config, reuse_port=True):
         sock.close()  # only tried: listening here would take a share of the connections
     return bind_admin(config)
@@ -212,11 +210,7 @@ async def _serve_admin(
         runner: web.AppRunner | None = None
         if admin:
             runner = web.AppRunner(_admin_app(session, procs, admin_urls), access_log=None)
-            await runner.setup()
-            for sock in admin:
-                await web.SockSite(runner, sock).start()
-            port = admin[0].getsockname()[1]  # the one bound, where --admin-listen said :0
-            announce(f"tailreplay proxy admin on http://{host_port(config.admin_host, port)}")
+            announce(f"tailreplay proxy admin on {await serve_sockets(runner, admin)}")
         while not stop.is_set() and all(p.is_alive() for p in procs):
             with suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)

@@ -84,6 +84,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
     n = cols.n
     start = cols["start_ns"]
     duration_s = float(start[-1] - start[0]) / 1e9 if n >= 2 else 0.0
+    rate_rps = (n - 1) / duration_s if duration_s > 0 else None
     reqs = requests(cols)
     ok = ~reqs.error
     has = cols.present
@@ -92,7 +93,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
     return {
         "records": n,
         "duration_s": duration_s,
-        "rate_rps": (n - 1) / duration_s if duration_s > 0 else None,
+        "rate_rps": rate_rps,
         "error_rate": float(reqs.error.mean()) if n else None,
         "latency_ms": percentiles(values["latency"]),
         "latency_from_due_ms": percentiles(due) if due is not None else None,
@@ -101,7 +102,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "tpot_ms": percentiles(values["tpot"]),
         "input_tokens": percentiles(cols["input_tokens"][ok & has["input_tokens"]]),
         "output_tokens": percentiles(cols["output_tokens"][ok & has["output_tokens"]]),
-        "buckets": _buckets(cols, reqs, buckets, (n - 1) / duration_s if duration_s > 0 else None),
+        "buckets": _buckets(cols, reqs, buckets, rate_rps),
     }
 
 

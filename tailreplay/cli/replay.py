@@ -397,7 +397,7 @@ def _config(args: _Args) -> ReplayConfig:
              else None)  # fmt: skip
     if args.metrics_listen is not None:
         check_listen(*args.metrics_listen, "--metrics-listen")
-    stop = slo_stop_config(args.slo_stop, args.slos, sharded=args.workers * args.shard[1] > 1,
+    stop = slo_stop_config(args.slo_stop, args.slos, sharded=args.workers > 1 or args.shard[1] > 1,
                            closed_loop=args.users is not None, retries=args.retries == "policy",
                            min_score=args.slo_min_score)  # fmt: skip
     return ReplayConfig(
