@@ -2,10 +2,11 @@
 
 Each URL is read every interval for the whole run, from just before the first
 request to just after the last answer; every page becomes one sample: the wall
-time it was asked for (the clock the result records use) and the series
-``tailreplay.engine_metrics.read_page`` keeps. A page that fails (refused, not
-Prometheus text, slower than its interval) is counted and named once on stderr;
-the replay goes on.
+time it was asked for (the clock the result records use), how long it took to
+answer, and the series ``tailreplay.engine_metrics.read_page`` keeps. A page
+that fails (refused, not Prometheus text, not answered within its interval or
+1 s, whichever is longer) is counted and named once on stderr; the replay goes
+on.
 
 The samples go beside the results, in ``RESULTS.scrape.msgpack`` (0600): a header
 map, then one map per sample (docs/archive-format.md). Readers of result archives
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ __all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scraping
 SCRAPE_FORMAT = "tailreplay-scrape"
 MAX_SAMPLES = 1_000_000
 """Pages kept per run (a day at 1 s from ten targets); later ones are counted, not kept."""
+PAGE_TIMEOUT_S = 1.0
+"""The least time a page gets to answer, whatever the interval."""
 
 
 @dataclass(frozen=True)
@@ -111,12 +115,15 @@ async def _poll(
     import aiohttp
 
     loop = asyncio.get_running_loop()
+    # A page may take longer than the interval on a loaded engine; it still says how the
+    # engine stood while it was asked, so it gets at least PAGE_TIMEOUT_S before it counts
+    # as a failure. Its round trip is kept so a reader knows how exact its moment is.
+    timeout = aiohttp.ClientTimeout(total=max(target.interval_s, PAGE_TIMEOUT_S))
     next_at = loop.time()
     while True:
         t_ns = time.time_ns()
         try:
-            async with session.get(target.url, timeout=aiohttp.ClientTimeout(
-                    total=target.interval_s)) as resp:  # fmt: skip
+            async with session.get(target.url, timeout=timeout) as resp:
                 if resp.status != 200:
                     raise ValueError(f"HTTP {resp.status}")
                 series = read_page(await resp.text())
@@ -126,6 +133,9 @@ async def _poll(
             failures[target.url] = failures.get(target.url, 0) + 1
         else:
             if len(samples) < MAX_SAMPLES:
-                samples.append({"t_ns": t_ns, "target": index, "series": series})
-        next_at += target.interval_s
-        await asyncio.sleep(max(0.0, next_at - loop.time()))
+                samples.append({"t_ns": t_ns, "took_ns": time.time_ns() - t_ns,
+                                "target": index, "series": series})  # fmt: skip
+        # Ticks a slow page overran are skipped, not sent back to back to catch up.
+        now = loop.time()
+        next_at += target.interval_s * max(1, math.ceil((now - next_at) / target.interval_s))
+        await asyncio.sleep(max(0.0, next_at - now))

@@ -3,6 +3,7 @@ replay of the simulator, and the findings the report draws from them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import stat
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.engine_metrics import MAX_RAW, read_page, scrape_path
+from tailreplay.replayer.scrape import ScrapeTarget, scraping
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
@@ -129,13 +131,14 @@ def _agrees_with_the_requests_in_flight(
     pages: list[dict], results: list[Record], interval_s: float
 ) -> None:
     """Each page's waiting + running is a count of requests in flight as the client saw
-    them (sent, not yet answered) at some moment within one interval of the page."""
+    them (sent, not yet answered) at some moment within one interval of the page's
+    round trip."""
     sent = np.array([r.sent_ns for r in results], dtype=np.int64)
     done = sent + np.array([r.duration_ns for r in results], dtype=np.int64)
     step = int(interval_s * 1e9)
     for page in pages:
         t, held = page["t_ns"], page["series"]["waiting"] + page["series"]["running"]
-        moments = np.linspace(t - step, t + step, 41).astype(np.int64)
+        moments = np.linspace(t - step, t + page["took_ns"] + step, 41).astype(np.int64)
         in_flight = [int(((sent <= m) & (done > m)).sum()) for m in moments]
         assert min(in_flight) <= held <= max(in_flight), (held, min(in_flight), max(in_flight))
 
@@ -172,3 +175,31 @@ def test_bad_scrape_options_are_usage_errors(text: str, tmp_path: Path) -> None:
     archive = _busy_archive(tmp_path / "busy.msgpack")
     result = CliRunner().invoke(cli, ["replay", "--dry-run", "--scrape", text, str(archive)])
     assert result.exit_code == 2 and "--scrape" in result.output
+
+
+async def test_a_page_slower_than_its_interval_is_kept_and_its_missed_ticks_skipped(
+    tmp_path: Path, unused_tcp_port: int
+) -> None:
+    from aiohttp import web
+
+    async def slow_page(request: web.Request) -> web.Response:
+        await asyncio.sleep(0.45)  # over two 200 ms ticks, under the 1 s a page is given
+        return web.Response(text="vllm:num_requests_waiting 3\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", slow_page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    out = tmp_path / "r.scrape.msgpack"
+    try:
+        page = ScrapeTarget(f"http://127.0.0.1:{unused_tcp_port}/metrics", 0.2)
+        async with scraping([page], out, lambda line: None):
+            await asyncio.sleep(2.0)
+    finally:
+        await runner.cleanup()
+    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    assert header["failures"] == {} and 3 <= len(pages) <= 5
+    assert all(p["series"]["waiting"] == 3 and p["took_ns"] >= 0.45e9 for p in pages)
+    gaps = np.diff([p["t_ns"] for p in pages])
+    assert gaps.min() >= 0.55e9  # the next page waits for the next tick, not at once
