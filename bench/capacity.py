@@ -74,8 +74,10 @@ def main() -> None:
     ap.add_argument("--seqs", type=int, default=28, help="The queue target's max-num-seqs.")
     ap.add_argument("--precision", default="5%")
     ap.add_argument("--slo", default="latency:p99<=1500ms")
+    ap.add_argument("--targets", default="batching,queue", help="Which targets, comma-separated.")
     args = ap.parse_args()
     targets = {"batching": [], "queue": [f"--sim-arg=--max-num-seqs={args.seqs}"]}
+    targets = {k: v for k, v in targets.items() if k in args.targets.split(",")}
     methods = {"search": ["--precision", args.precision], "sweep": ["--sweep", "0.5x"]}
     rows: dict[tuple[str, str], list[tuple[float, dict]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,6 +107,14 @@ def main() -> None:
         for _, r in results:
             if r.get("note"):
                 print(f"{target} {method}: {r['note']}")
+    for (target, method), results in rows.items():
+        # The order trials ran in, each with its verdict and the share it was served.
+        path = ", ".join(
+            f"{t['factor']:.3g}x{'c' if t['coarse'] else ''} {t['verdict']}"
+            + (f" (served {t['served']:.2f})" if t.get("served") is not None else "")
+            for t in results[-1][1]["trials"]
+        )
+        print(f"{target} {method} (last run): {path}")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from tailreplay.report.slo import Objective, cell
 from tailreplay.report.slo_scopes import goodput
 from tailreplay.report.svg import Line, line_chart
 
-__all__ = ["Search", "Trial", "broke_first", "judge", "plot", "render", "to_json"]
+__all__ = ["Search", "Trial", "broke_first", "judge", "plot", "render", "served_share", "to_json"]
 
 Verdict = Literal["pass", "fail", "uncertain", "client-bound"]
 
@@ -73,6 +73,10 @@ class Trial:
     cut: int = 0
     """Requests cancelled in flight once an objective was missed (``--slo-stop``): the
     percentiles count their time in flight, so they are lower bounds."""
+    served: float | None = None
+    """Answers per second over requests sent per second, in the second half of the
+    sending (``served_share``): about 1 where the target kept up, under it where a
+    queue grew. None for pooled runs or too few requests."""
 
 
 @dataclass
@@ -98,6 +102,7 @@ def judge(
 ) -> Trial:
     """One trial's figures and verdict from its result archives (several runs pooled)."""
     side = load_side(results)
+    served = served_share(side) if len(results) == 1 else None
     # A cut request was not answered within any limit: goodput counts it out.
     good = goodput(side, np.ones(side.n, dtype=bool), objectives)
     cut = _count_cut(side)
@@ -119,7 +124,31 @@ def judge(
         goodput=good,
         percentiles=_percentiles(report), checks=checks, verdict=verdict,
         findings=[f["text"] for f in (engine["findings"] if engine else [])], cut=cut,
+        served=served,
     )  # fmt: skip
+
+
+SERVED_MIN_REQUESTS = 50
+"""Fewer requests sent in the second half than this, and no share is given."""
+
+
+def served_share(side: Side) -> float | None:
+    """Successful answers over requests sent, both counted in the second half of the
+    sending period (one run's results). Past the knee the target answers at its own
+    rate whatever it is sent, so ``factor * share`` is about the factor it saturates
+    at; in the first half a queue is still building. Read before cut requests are made
+    answered: they were not."""
+    if side.n == 0:
+        return None
+    sent = side.start_ns
+    first, last = int(sent.min()), int(sent.max())
+    half = first + (last - first) // 2
+    offered = int(((sent >= half) & (sent <= last)).sum())
+    if offered < SERVED_MIN_REQUESTS:
+        return None
+    done = sent + side.duration_ns
+    answered = ~side.error & ~side.cancelled & (done >= half) & (done <= last)
+    return int(answered.sum()) / offered
 
 
 def _count_cut(side: Side) -> int:
@@ -181,6 +210,7 @@ def to_json(result: Search) -> dict[str, Any]:
                 "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
                 "error_rate": t.error_rate, "throughput_rps": t.throughput_rps,
                 "goodput": t.goodput, "verdict": t.verdict, "coarse": t.coarse, "cut": t.cut,
+                "served": t.served,
                 **t.percentiles,
                 "findings": t.findings,
                 "checks": [c.__dict__ for c in t.checks],

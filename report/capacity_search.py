@@ -10,14 +10,16 @@ Two phases, so that most replays are short and the answer rests on full ones:
 2. **Full**: the whole window, first at the factor where the bracket puts the limit
    (interpolated on the binding objective's value over its limit, in log space,
    ``FIRST_MARGIN`` under it, so the trial is likely decided rather than
-   uncertain). Each next factor is aimed from the last: below an uncertain trial,
-   one ``precision`` step (its value is at the limit as near as the window
-   resolves); below a failure or above a pass, where it would be decided the other
-   way (its interval's far end at the limit), a miss by 4x taken as twice the
-   factor (``ORDER``) unless two full trials (before them the coarse bracket) give
-   the local order; at least one step, the step doubling with each move of one kind. Once a
-   full replay has passed and one has not, the next is interpolated between them,
-   until they are within ``precision`` or within what the window resolves
+   uncertain), or at the failure's knee where that is lower (``_knee``: its factor
+   times the share of requests the target kept up with). Each next factor is aimed
+   from the last: below an uncertain trial, one ``precision`` step (its value is at
+   the limit as near as the window resolves); below a failure or above a pass,
+   where it would be decided the other way (its interval's far end at the limit), a
+   miss by 4x taken as twice the factor (``ORDER``) unless two full trials (before
+   them the coarse bracket) give the local order, and below a failure no higher
+   than its knee; at least one step, the step doubling with each move of one kind.
+   Once a full replay has passed and one has not, the next is interpolated between
+   them, until they are within ``precision`` or within what the window resolves
    (``_reach``: nearer the limit than that, trials stay uncertain).
 
 An uncertain trial is replayed only when pooling one more run can decide it
@@ -146,7 +148,12 @@ def _coarse(state: _State, floor: float, max_factor: float) -> float:
     # likely decided (a pass) rather than uncertain. Not the coarse pass's own interval:
     # a P99 of ~300 requests has its upper end at one of its two largest values, and
     # which one the bootstrap lands on moved this aim from 2.7x to 3.4x on one target.
-    return _interpolate(below, above, FIRST_MARGIN if _upper_width(below) > 0 else 0.0)
+    aim = _interpolate(below, above, FIRST_MARGIN if _upper_width(below) > 0 else 0.0)
+    # A cut failure's values are lower bounds, which on a sharp knee put the crossing
+    # past it (a queue's 4x trial aimed 3.1x at a knee of 2.6x); the rate the target
+    # answered at says where the knee is.
+    knee = _knee(above)
+    return min(aim, knee) if knee > below.factor else aim
 
 
 FIRST_MARGIN = math.log(1.25)
@@ -188,7 +195,7 @@ def _full(
         elif previous is not None:  # one side only: aimed from the last trial
             step = (1 + precision) ** 2**streak
             factor = _aim(previous, _before(state, previous), step, state.order)
-            factor = min(max(factor, floor), max_factor)
+            factor = min(max(min(factor, _knee(previous)), floor), max_factor)
         t = state.trial(factor, coarse=False, below=below, precision=precision)
         if t.verdict == "client-bound":
             break
@@ -201,6 +208,20 @@ def _full(
         streak = streak + 1 if previous is None or previous.verdict == t.verdict else 0
         previous = t
     return (below.factor if below else None), (above.factor if above else None)
+
+
+SATURATED = 0.9
+"""A trial whose target answered less than this share of the requests sent to it
+(``Trial.served``, the second half of the sending) was past its knee."""
+
+
+def _knee(t: Trial) -> float:
+    """The factor a trial past its knee saturates the target at: its factor times the
+    share of what it was sent that the target answered (a queue's server answers at its
+    own rate however fast it is sent). inf where the target kept up, or unknown."""
+    if t.verdict == "pass" or t.served is None or t.served >= SATURATED:
+        return math.inf
+    return t.factor * t.served
 
 
 def _factor(t: Trial) -> float:
@@ -264,16 +285,20 @@ def _aim(t: Trial, before: Trial | None, step: float, default: float) -> float:
 def _between(below: Trial, above: Trial, precision: float) -> float:
     """Inside a full bracket: one precision step above the pass where the value's
     crossing of its limit lies within two (whatever that trial shows, the bracket
-    closes or moves a step up to it); elsewhere at the crossing, an interval's
-    half-width under the limit (a trial at the crossing itself would most likely be
-    uncertain). Kept half a precision step from each end."""
+    closes or moves a step up to it); elsewhere at the crossing (no higher than the
+    failure's knee), an interval's half-width under the limit (a trial at the
+    crossing itself would most likely be uncertain). Kept half a precision step from
+    each end."""
     lo, hi = below.factor * (1 + precision / 2), above.factor / (1 + precision / 2)
     if lo >= hi:
         return math.sqrt(below.factor * above.factor)
     step = below.factor * (1 + precision)
-    if _interpolate(below, above, keep=0.0) <= step * (1 + precision):
+    # The failure's knee, where it was past one, bounds the crossing from above: its
+    # value, cut short, only bounds it from below.
+    knee = _knee(above)
+    if min(_interpolate(below, above, keep=0.0), knee) <= step * (1 + precision):
         return min(step, hi)
-    return min(max(_interpolate(below, above, _upper_width(below), keep=0.0), lo), hi)
+    return min(max(min(_interpolate(below, above, _upper_width(below), keep=0.0), knee), lo), hi)
 
 
 def _interpolate(below: Trial, above: Trial, margin: float = 0.0, keep: float = 0.1) -> float:

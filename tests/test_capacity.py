@@ -214,6 +214,63 @@ def test_a_sharp_knee_is_pinned_to_the_precision() -> None:
     assert len(_full(calls)) <= 6, _full(calls)
 
 
+def _queue(knee: float):
+    """A queue that answers at its own rate: up to ``knee`` it keeps up and passes;
+    past it, it answers ``knee / factor`` of what it is sent, and its trials are cut
+    (values lower bounds, at most 1.3 times the limit: as if the run stopped once
+    missed) and fail."""
+    calls: list[tuple[float, int, bool]] = []
+
+    def run(factor: float, attempt: int, coarse: bool) -> Path:
+        calls.append((factor, attempt, coarse))
+        return Path(f"{factor}-{attempt}-{coarse}")
+
+    def judge(factor: float, runs: list[Path]) -> Trial:
+        over = factor > knee
+        value = 1300.0 if over else 400.0 * factor / knee
+        verdict: Verdict = "fail" if over else "pass"
+        check = Check("latency:p99<=1000ms", value, value * 0.9, value * 1.1, 1000.0, verdict)
+        served = knee / factor if over else 1.0
+        return Trial(factor, len(runs), 100, 0, 0.0, 10.0, 1.0, {}, [check], verdict,
+                     cut=20 if over else 0, served=served)  # fmt: skip
+
+    return run, judge, calls
+
+
+def test_a_cut_failure_aims_at_the_rate_the_target_kept_up_with() -> None:
+    # Interpolated on the 4x trial's lower bound, the first full aim would be 3.1x; the
+    # share it answered (2.6 / 4) puts it at the knee.
+    run, judge, calls = _queue(2.6)
+    result = search(run, judge, max_factor=16, precision=0.1)
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= 2.6 < hi and _within(lo, hi, 0.1)
+    assert _full(calls)[:2] == [4, pytest.approx(2.6)]
+    assert len(_full(calls)) <= 3, _full(calls)
+
+
+def test_served_share_is_the_answer_rate_over_the_send_rate(tmp_path: Path) -> None:
+    """From real result records: a FIFO server at 60/s sent 100/s answers 0.6 of it in
+    the second half of the sending; one at 200/s keeps up."""
+    from tailreplay.report.capacity import served_share
+    from tailreplay.report.side import load_side
+
+    def replayed(rate_out: float) -> float | None:
+        maps, free = [], 0.0
+        for i in range(1000):  # 100/s for 10 s
+            sent = i / 100
+            free = max(free, sent) + 1 / rate_out
+            at = T0 + int(sent * 1e9)
+            maps.append({"start_ns": at, "duration_ns": int((free - sent) * 1e9),
+                         "trace_id": random.Random(i).randbytes(16), "span_id": bytes(8),
+                         "method": "POST", "path": "/v1/chat/completions", "status": 200,
+                         "sent_ns": at, "intended_ns": at})  # fmt: skip
+        path = write_plain(tmp_path / f"{rate_out}.msgpack", maps)
+        return served_share(load_side([path]))
+
+    assert replayed(60) == pytest.approx(0.6, abs=0.02)
+    assert replayed(200) == pytest.approx(1.0, abs=0.02)
+
+
 def _capacity(archive: Path, out: Path, *extra: str) -> tuple[float, dict, str]:
     """Wall time, the JSON and stdout of one ``capacity`` run."""
     began = time.monotonic()
@@ -260,6 +317,9 @@ def test_the_search_agrees_with_a_sweep(tmp_path: Path) -> None:
     for trial in result["trials"]:
         assert trial["verdict"] in ("pass", "fail", "uncertain")
         assert {"p50", "p95", "p99"} <= set(trial["latency"])
+        assert trial["served"] is None or 0 <= trial["served"] <= 1.1
+    # At 1x the target keeps up: it answers about as fast as it is sent.
+    assert baseline["trials"][0]["factor"] == 1 and baseline["trials"][0]["served"] > 0.85
     assert f"capacity: {lo:.3g}x" in stdout
     assert (tmp_path / "search" / "cap.svg").read_text().lstrip().startswith("<svg")
 
