@@ -77,6 +77,8 @@ class Trial:
     """Answers per second over requests sent per second, in the second half of the
     sending (``served_share``): about 1 where the target kept up, under it where a
     queue grew. None for pooled runs or too few requests."""
+    sending_s: float | None = None
+    """From the first request sent to the last (one run; None for pooled runs)."""
 
 
 @dataclass
@@ -103,6 +105,7 @@ def judge(
     """One trial's figures and verdict from its result archives (several runs pooled)."""
     side = load_side(results)
     served = served_share(side) if len(results) == 1 else None
+    sending_s = float(np.ptp(side.start_ns)) / 1e9 if len(results) == 1 and side.n else None
     # A cut request was not answered within any limit: goodput counts it out.
     good = goodput(side, np.ones(side.n, dtype=bool), objectives)
     cut = _count_cut(side)
@@ -124,7 +127,7 @@ def judge(
         goodput=good,
         percentiles=_percentiles(report), checks=checks, verdict=verdict,
         findings=[f["text"] for f in (engine["findings"] if engine else [])], cut=cut,
-        served=served,
+        served=served, sending_s=sending_s,
     )  # fmt: skip
 
 

@@ -148,11 +148,12 @@ def _coarse(state: _State, floor: float, max_factor: float) -> float:
     # likely decided (a pass) rather than uncertain. Not the coarse pass's own interval:
     # a P99 of ~300 requests has its upper end at one of its two largest values, and
     # which one the bootstrap lands on moved this aim from 2.7x to 3.4x on one target.
-    aim = _interpolate(below, above, FIRST_MARGIN if _upper_width(below) > 0 else 0.0)
+    margin = FIRST_MARGIN if _upper_width(below) > 0 else 0.0
+    aim = _interpolate(below, above, margin)
     # A cut failure's values are lower bounds, which on a sharp knee put the crossing
     # past it (a queue's 4x trial aimed 3.1x at a knee of 2.6x); the rate the target
     # answered at says where the knee is.
-    knee = _knee(above)
+    knee = _knee(above, below, margin)
     return min(aim, knee) if knee > below.factor else aim
 
 
@@ -195,7 +196,10 @@ def _full(
         elif previous is not None:  # one side only: aimed from the last trial
             step = (1 + precision) ** 2**streak
             factor = _aim(previous, _before(state, previous), step, state.order)
-            factor = min(max(min(factor, _knee(previous)), floor), max_factor)
+            passed = _highest_pass(state, previous.factor)
+            margin = FIRST_MARGIN if passed is not None and _upper_width(passed) > 0 else 0.0
+            knee = _knee(previous, passed, margin)
+            factor = min(max(min(factor, knee), floor), max_factor)
         t = state.trial(factor, coarse=False, below=below, precision=precision)
         if t.verdict == "client-bound":
             break
@@ -215,13 +219,49 @@ SATURATED = 0.9
 (``Trial.served``, the second half of the sending) was past its knee."""
 
 
-def _knee(t: Trial) -> float:
-    """The factor a trial past its knee saturates the target at: its factor times the
-    share of what it was sent that the target answered (a queue's server answers at its
-    own rate however fast it is sent). inf where the target kept up, or unknown."""
-    if t.verdict == "pass" or t.served is None or t.served >= SATURATED:
+def _knee(t: Trial, below: Trial | None, margin: float = 0.0) -> float:
+    """The highest factor a failure past its knee puts within the limit (``margin``
+    under it, in log); inf where the target kept up, or it is unknown.
+
+    A queue's server answers at its own rate however fast it is sent, so the knee (where
+    the queue starts to grow) is the trial's factor times the share it answered. Past
+    the knee the queue grows for the whole replay: at factor f the last requests wait
+    (f / knee - 1) * span / f longer than at the knee, ``span`` being the window's at
+    1x. So a latency limit ``headroom`` seconds above the value at the knee (taken as
+    the highest pass's, ``below``) holds up to f = 1 / (1 / knee - headroom / span):
+    2.49x on the benchmark's queue (knee 2.28x, a 30 s window, 1.1 s of headroom),
+    where 2.49x passed and 2.74x failed."""
+    if t.verdict != "fail" or t.served is None or t.served >= SATURATED:
         return math.inf
-    return t.factor * t.served
+    knee = t.factor * t.served
+    headroom, span = _headroom_s(t, below, margin), t.factor * (t.sending_s or 0.0)
+    if headroom <= 0 or span <= 0:
+        return knee
+    inverse = 1 / knee - headroom / span
+    return 1 / inverse if inverse > 0 else math.inf
+
+
+_WAITED = ("latency:", "ttft:")
+"""Objectives that a request's wait in a queue adds to, second for second."""
+
+
+def _headroom_s(failed: Trial, below: Trial | None, margin: float) -> float:
+    """Seconds between the pass's value of the failure's binding objective and its
+    limit (``margin`` under it, in log), where that objective is a latency or TTFT
+    percentile (0 otherwise)."""
+    binding = broke_first(failed)
+    if below is None or binding is None or not binding.startswith(_WAITED):
+        return 0.0
+    check = next((c for c in below.checks if c.objective == binding), None)
+    if check is None or check.value is None or check.limit is None:
+        return 0.0
+    return max(check.limit * math.exp(-margin) - check.value, 0.0) / 1000
+
+
+def _highest_pass(state: _State, under: float) -> Trial | None:
+    """The highest trial (coarse ones too) that passed below ``under``."""
+    passes = [t for t in state.out.trials if t.verdict == "pass" and t.factor < under]
+    return max(passes, key=_factor, default=None)
 
 
 def _factor(t: Trial) -> float:
@@ -295,7 +335,7 @@ def _between(below: Trial, above: Trial, precision: float) -> float:
     step = below.factor * (1 + precision)
     # The failure's knee, where it was past one, bounds the crossing from above: its
     # value, cut short, only bounds it from below.
-    knee = _knee(above)
+    knee = _knee(above, below, _upper_width(below))
     if min(_interpolate(below, above, keep=0.0), knee) <= step * (1 + precision):
         return min(step, hi)
     return min(max(min(_interpolate(below, above, _upper_width(below), keep=0.0), knee), lo), hi)

@@ -248,6 +248,44 @@ def test_a_cut_failure_aims_at_the_rate_the_target_kept_up_with() -> None:
     assert len(_full(calls)) <= 3, _full(calls)
 
 
+def _finite_queue(knee: float, span_s: float, at_knee_ms: float):
+    """A queue over a window of ``span_s`` (at 1x): up to ``knee`` the P99 rises to
+    ``at_knee_ms``; past it the queue grows for the whole replay, the last requests
+    waiting (f / knee - 1) * span / f longer. Failures are cut (their value a lower
+    bound, at most 1.3 times the limit); the interval is +-5%."""
+    calls: list[tuple[float, int, bool]] = []
+
+    def run(factor: float, attempt: int, coarse: bool) -> Path:
+        calls.append((factor, attempt, coarse))
+        return Path(f"{factor}-{attempt}-{coarse}")
+
+    def judge(factor: float, runs: list[Path]) -> Trial:
+        coarse = runs[0].name.endswith("True")
+        span = span_s * (0.25 * factor if coarse else 1)
+        waited_s = max(factor / knee - 1, 0) * span / factor
+        value = min(at_knee_ms * min(factor / knee, 1) + 1000 * waited_s, 3900.0)
+        low, high = value * 0.95, value * 1.05
+        verdict: Verdict = "pass" if high <= 3000 else "fail" if low > 3000 else "uncertain"
+        check = Check("latency:p99<=3000ms", value, low, high, 3000.0, verdict)
+        return Trial(factor, len(runs), 600, 0, 0.0, 10.0, 1.0, {}, [check], verdict,
+                     cut=20 if verdict == "fail" else 0, served=min(1.0, knee / factor),
+                     sending_s=span / factor)  # fmt: skip
+
+    return run, judge, calls
+
+
+@pytest.mark.parametrize("at_knee_ms", [1000.0, 1900.0])
+def test_past_a_knee_a_short_window_holds_more_and_the_aim_counts_it(at_knee_ms: float) -> None:
+    # The benchmark's queue: knee 2.28x, 30 s; with 1.9 s at the knee, the limit is met
+    # up to 1 / (1 / 2.28 - 1.1 / 30) = 2.49x, past the knee; with 1 s, to 2.69x.
+    run, judge, calls = _finite_queue(2.28, 30.0, at_knee_ms)
+    capacity = 1 / (1 / 2.28 - (3 - at_knee_ms / 1000) / 30)
+    result = search(run, judge, max_factor=16, precision=0.1)
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= capacity < hi and _within(lo, hi, 0.1)
+    assert len(_full(calls)) <= 3, _full(calls)
+
+
 def test_served_share_is_the_answer_rate_over_the_send_rate(tmp_path: Path) -> None:
     """From real result records: a FIFO server at 60/s sent 100/s answers 0.6 of it in
     the second half of the sending; one at 200/s keeps up."""
