@@ -21,11 +21,11 @@ from collections import defaultdict
 from contextlib import suppress
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed, TailreplayError
+from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets
 from tailreplay.traces.redact import redact_url
@@ -105,6 +105,8 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
 
 READY_S = 60.0
 """The longest the workers may take to listen."""
+ADMIN_PAGE_BYTES = 16 * 2**20
+"""The most of a worker's admin page the parent reads."""
 
 
 def _check_ports(config: ProxyConfig) -> list[socket.socket]:
@@ -145,28 +147,28 @@ def _stop(procs: list[Any]) -> None:
             p.kill()
 
 
-def _admin_app(
-    session: aiohttp.ClientSession, procs: list[Any], admin_urls: list[str]
-) -> web.Application:
+def _admin_app(pool: UpstreamPool, procs: list[Any], admin_urls: list[str]) -> web.Application:
     """The parent's admin port: the workers' metrics summed, and their health."""
 
+    async def page(url: str) -> str | None:
+        """A worker's admin page, None when it could not be read (a worker stopping)."""
+        origin, target = split_url(url)
+        with suppress(UpstreamError, UnicodeDecodeError):
+            _, body = await pool.fetch(origin, target, [], limit=ADMIN_PAGE_BYTES)
+            return body.decode()
+        return None
+
     async def prom(request: web.Request) -> web.Response:
-        texts = []
-        for url in admin_urls:
-            with suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                async with session.get(url + "/metrics") as r:
-                    texts.append(await r.text())
+        texts = [t for url in admin_urls if (t := await page(url + "/metrics")) is not None]
         return web.Response(text=merge_metrics(texts), content_type="text/plain")
 
     async def degraded() -> list[str]:
         """The workers' capture problems, as their /healthz says them."""
         out = []
         for i, url in enumerate(admin_urls):
-            with suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                async with session.get(url + "/healthz") as r:
-                    text = await r.text()
-                if text.startswith("degraded"):
-                    out.append(f"worker {i}: {text}")
+            text = await page(url + "/healthz")
+            if text is not None and text.startswith("degraded"):
+                out.append(f"worker {i}: {text}")
         return out
 
     async def health(request: web.Request) -> web.Response:
@@ -206,10 +208,12 @@ async def _serve_admin(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+    # The workers' admin pages are read with the proxy's own HTTP client.
+    pool = UpstreamPool(timeout_s=5.0, connect_timeout_s=5.0)
+    try:
         runner: web.AppRunner | None = None
         if admin:
-            runner = web.AppRunner(_admin_app(session, procs, admin_urls), access_log=None)
+            runner = web.AppRunner(_admin_app(pool, procs, admin_urls), access_log=None)
             announce(f"tailreplay proxy admin on {await serve_sockets(runner, admin)}")
         while not stop.is_set() and all(p.is_alive() for p in procs):
             with suppress(asyncio.TimeoutError):
@@ -221,3 +225,5 @@ async def _serve_admin(
             await loop.run_in_executor(None, p.join)
         if runner is not None:
             await runner.cleanup()
+    finally:
+        await pool.close()

@@ -22,23 +22,24 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 
 from tailreplay.engine_metrics import read_page
 from tailreplay.errors import UsageError
+from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.private import write_whole
 from tailreplay.units import parse_duration, parse_http_url
-
-if TYPE_CHECKING:
-    import aiohttp
+from tailreplay.version import __version__
 
 __all__ = ["SCRAPE_FORMAT", "ScrapeTarget", "parse_scrape", "resolve", "scraping"]
 
 SCRAPE_FORMAT = "tailreplay-scrape"
 MAX_SAMPLES = 1_000_000
 """Pages kept per run (a day at 1 s from ten targets); later ones are counted, not kept."""
+MAX_PAGE_BYTES = 16 * 2**20
+"""A larger page is a failure: a metrics page of a few thousand series is ~1 MB."""
 PAGE_TIMEOUT_S = 1.0
 """The least time a page gets to answer, whatever the interval."""
 
@@ -79,59 +80,66 @@ async def scraping(
     targets: list[ScrapeTarget], out: Path, say: Callable[[str], None]
 ) -> AsyncIterator[None]:
     """Read ``targets`` while the body runs; write their samples to ``out`` after."""
-    import aiohttp  # here, not at the top: a replay without --scrape never loads it (0.2 s)
-
     samples: list[dict[str, Any]] = []
     failures: dict[str, int] = {}
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as session:
-        tasks = [asyncio.create_task(_poll(session, i, t, samples, failures, say))
-                 for i, t in enumerate(targets)]  # fmt: skip
+    # One pool per page: each has its own timeout, and a slow page holds no other's
+    # connection. The replay's own HTTP client, not a second one.
+    pools = [_pool(t) for t in targets]
+    tasks = [asyncio.create_task(_poll(pool, i, t, samples, failures, say))
+             for i, (pool, t) in enumerate(zip(pools, targets, strict=True))]  # fmt: skip
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for pool in pools:
+            await pool.close()
+        header = {"format": SCRAPE_FORMAT, "version": 1,
+                  "targets": [{"url": t.url, "interval_s": t.interval_s} for t in targets],
+                  "failures": failures}  # fmt: skip
+        data = b"".join(msgpack.packb(m) for m in (header, *samples))
         try:
-            yield
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            header = {"format": SCRAPE_FORMAT, "version": 1,
-                      "targets": [{"url": t.url, "interval_s": t.interval_s} for t in targets],
-                      "failures": failures}  # fmt: skip
-            data = b"".join(msgpack.packb(m) for m in (header, *samples))
-            try:
-                write_whole(out, data)
-            except OSError as exc:
-                say(f"warning: {out}: the scraped metrics were not written ({exc.strerror or exc})")
-            else:
-                say(f"target metrics: {len(samples):,} pages in {out}")
+            write_whole(out, data)
+        except OSError as exc:
+            say(f"warning: {out}: the scraped metrics were not written ({exc.strerror or exc})")
+        else:
+            say(f"target metrics: {len(samples):,} pages in {out}")
+
+
+def _pool(target: ScrapeTarget) -> UpstreamPool:
+    # A page may take longer than the interval on a loaded engine; it still says how the
+    # engine stood while it was asked, so it gets at least PAGE_TIMEOUT_S before it counts
+    # as a failure.
+    timeout = max(target.interval_s, PAGE_TIMEOUT_S)
+    return UpstreamPool(timeout_s=timeout, connect_timeout_s=timeout, max_connections=1,
+                        max_idle=1)  # fmt: skip
 
 
 async def _poll(
-    session: aiohttp.ClientSession,
+    pool: UpstreamPool,
     index: int,
     target: ScrapeTarget,
     samples: list[dict[str, Any]],
     failures: dict[str, int],
     say: Callable[[str], None],
 ) -> None:
-    import aiohttp
-
     loop = asyncio.get_running_loop()
-    # A page may take longer than the interval on a loaded engine; it still says how the
-    # engine stood while it was asked, so it gets at least PAGE_TIMEOUT_S before it counts
-    # as a failure. Its round trip is kept so a reader knows how exact its moment is.
-    timeout = aiohttp.ClientTimeout(total=max(target.interval_s, PAGE_TIMEOUT_S))
+    origin, path = split_url(target.url)
     next_at = loop.time()
     while True:
         t_ns = time.time_ns()
         try:
-            async with session.get(target.url, timeout=timeout) as resp:
-                if resp.status != 200:
-                    raise ValueError(f"HTTP {resp.status}")
-                series = read_page(await resp.text())
-        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as exc:
+            status, body = await pool.fetch(origin, path, _ACCEPT, limit=MAX_PAGE_BYTES)
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
+            series = read_page(body.decode())
+        except (UpstreamError, ValueError, UnicodeDecodeError) as exc:
             if target.url not in failures:
-                say(f"warning: --scrape {target.url}: {exc or type(exc).__name__}")
+                say(f"warning: --scrape {target.url}: {_why(exc)}")
             failures[target.url] = failures.get(target.url, 0) + 1
         else:
+            # Its round trip is kept so a reader knows how exact its moment is.
             if len(samples) < MAX_SAMPLES:
                 samples.append({"t_ns": t_ns, "took_ns": time.time_ns() - t_ns,
                                 "target": index, "series": series})  # fmt: skip
@@ -139,3 +147,14 @@ async def _poll(
         now = loop.time()
         next_at += target.interval_s * max(1, math.ceil((now - next_at) / target.interval_s))
         await asyncio.sleep(max(0.0, next_at - now))
+
+
+_ACCEPT = [("Accept", "text/plain;version=0.0.4"), ("User-Agent", f"tailreplay/{__version__}")]
+
+
+def _why(exc: Exception) -> str:
+    """A failed page's reason in the scrape's words (the client's name the far end
+    "the upstream", as the proxy's client does)."""
+    if isinstance(exc, UpstreamError):
+        return exc.message.replace("the upstream", "the page")
+    return str(exc) or type(exc).__name__

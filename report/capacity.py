@@ -74,9 +74,9 @@ class Trial:
     """Requests cancelled in flight once an objective was missed (``--slo-stop``): the
     percentiles count their time in flight, so they are lower bounds."""
     served: float | None = None
-    """Answers per second over requests sent per second, in the second half of the
-    sending (``served_share``): about 1 where the target kept up, under it where a
-    queue grew. None for pooled runs or too few requests."""
+    """Answers per second in the second half of the sending over the mean send rate
+    (``served_share``): about 1 where the target kept up, under it where a queue
+    grew. None for pooled runs or too few requests."""
     sending_s: float | None = None
     """From the first request sent to the last (one run; None for pooled runs)."""
 
@@ -132,26 +132,26 @@ def judge(
 
 
 SERVED_MIN_REQUESTS = 50
-"""Fewer requests sent in the second half than this, and no share is given."""
+"""Fewer requests sent in each half than this, and no share is given."""
 
 
 def served_share(side: Side) -> float | None:
-    """Successful answers over requests sent, both counted in the second half of the
-    sending period (one run's results). Past the knee the target answers at its own
-    rate whatever it is sent, so ``factor * share`` is about the factor it saturates
-    at; in the first half a queue is still building. Read before cut requests are made
-    answered: they were not."""
-    if side.n == 0:
+    """The rate of successful answers over the second half of the sending period, over
+    the mean rate requests were sent at (one run's results): about 1 where the target
+    keeps up (give or take how the arrivals bunch), under it past the knee, where the
+    target answers at its own rate whatever it is sent: there ``factor * share`` is
+    about the factor it saturates at. (In the first half a queue is still building.)
+    Read before cut requests are made answered: they were not."""
+    if side.n < 2 * SERVED_MIN_REQUESTS:
         return None
     sent = side.start_ns
     first, last = int(sent.min()), int(sent.max())
     half = first + (last - first) // 2
-    offered = int(((sent >= half) & (sent <= last)).sum())
-    if offered < SERVED_MIN_REQUESTS:
+    if last <= first:
         return None
     done = sent + side.duration_ns
     answered = ~side.error & ~side.cancelled & (done >= half) & (done <= last)
-    return int(answered.sum()) / offered
+    return (int(answered.sum()) / (last - half)) / (side.n / (last - first))
 
 
 def _count_cut(side: Side) -> int:

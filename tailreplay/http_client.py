@@ -28,6 +28,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 from tailreplay.http_connection import (
     Origin,
@@ -39,7 +40,15 @@ from tailreplay.http_connection import (
     _timeout,
 )
 
-__all__ = ["Origin", "UpstreamError", "UpstreamPool", "UpstreamResponse"]
+__all__ = ["Origin", "UpstreamError", "UpstreamPool", "UpstreamResponse", "split_url"]
+
+
+def split_url(url: str) -> tuple[Origin, str]:
+    """An http(s) URL's origin and request target (path and query)."""
+    parts = urlsplit(url)
+    default = 443 if parts.scheme == "https" else 80
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Origin(parts.scheme, parts.hostname or "", parts.port or default), target
 
 
 class UpstreamPool:
@@ -119,6 +128,31 @@ class UpstreamPool:
                 raise
             return response
         raise AssertionError("unreachable")
+
+    async def fetch(
+        self, origin: Origin, target: str, headers: list[tuple[str, str]], *, limit: int
+    ) -> tuple[int, bytes]:
+        """GET ``target`` and read its whole body: (status, body). A body over ``limit``
+        bytes is an ``UpstreamError`` (the connection is dropped), as is a failure or
+        the pool's timeout."""
+        resp = await self.send(origin, "GET", target, headers, None)
+        chunks: list[bytes] = []
+        size = 0
+
+        def keep(chunk: bytes) -> bool:
+            nonlocal size
+            size += len(chunk)
+            chunks.append(chunk)
+            return size <= limit
+
+        try:
+            resp.start(keep)
+            await resp.wait()
+        finally:
+            resp.close()
+        if size > limit:
+            raise UpstreamError("upstream_error", f"the answer is over {limit:,} bytes")
+        return resp.status, b"".join(chunks)
 
     async def open_idle(self, origin: Origin, count: int) -> int:
         """Open up to ``count`` connections to ``origin`` and keep them idle for the next
