@@ -4,6 +4,7 @@ replay of the simulator, and the findings the report draws from them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import stat
@@ -203,3 +204,42 @@ async def test_a_page_slower_than_its_interval_is_kept_and_its_missed_ticks_skip
     assert all(p["series"]["waiting"] == 3 and p["took_ns"] >= 0.45e9 for p in pages)
     gaps = np.diff([p["t_ns"] for p in pages])
     assert gaps.min() >= 0.55e9  # the next page waits for the next tick, not at once
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "malformed response"),  # not HTTP at all
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 40000000\r\n\r\n" + b"x" * 2**20, "over"),
+        (b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n", "HTTP 404"),
+    ],
+)
+async def test_a_page_that_is_not_metrics_is_one_warning_and_a_count(
+    tmp_path: Path, answer: bytes, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tailreplay.replayer.scrape as scrape
+
+    monkeypatch.setattr(scrape, "MAX_PAGE_BYTES", 2**19)  # the 40 MB page is cut at 512 KB
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Every request on the connection gets the answer; the client ends it.
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError,
+                                 asyncio.CancelledError):  # fmt: skip
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(answer)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    out, said = tmp_path / "r.scrape.msgpack", []
+    async with server:
+        page = ScrapeTarget(f"http://127.0.0.1:{port}/metrics", 0.2)
+        async with scraping([page], out, said.append):
+            await asyncio.sleep(0.7)
+        server.close()
+    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    assert pages == [] and header["failures"][page.url] >= 2
+    warnings = [line for line in said if line.startswith("warning:")]
+    assert len(warnings) == 1 and why in warnings[0], said
