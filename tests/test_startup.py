@@ -36,11 +36,14 @@ def test_a_plain_replay_loads_neither_aiohttp_nor_the_otel_sdk(tmp_path: Path) -
 
 
 def test_the_options_that_need_them_still_load_them(tmp_path: Path) -> None:
-    """The probe can see a load: a --scrape of nothing listening, at 100 ms, loads
-    aiohttp's client for the run."""
+    """The probe can see a load: --metrics-listen serves with aiohttp's server. A
+    --scrape (of nothing listening, at 100 ms) reads with the replay's own client."""
     archive = tmp_path / "a.msgpack"
     chat_archive(archive, 3, gap_ms=10, seed=1)
-    loaded = _loaded("replay", "--target", "http://127.0.0.1:9", "--no-preflight", "--scrape",
-                     "http://127.0.0.1:9/metrics@100ms", "--out", str(tmp_path / "r.msgpack"),
-                     str(archive))  # fmt: skip
-    assert "aiohttp" in loaded.split(",")
+    common = ["replay", "--target", "http://127.0.0.1:9", "--no-preflight", str(archive)]
+    scraped = _loaded(*common, "--scrape", "http://127.0.0.1:9/metrics@100ms",
+                      "--out", str(tmp_path / "r.msgpack"))  # fmt: skip
+    assert scraped == "-"
+    served = _loaded(*common, "--metrics-listen", "127.0.0.1:0",
+                     "--out", str(tmp_path / "s.msgpack"))  # fmt: skip
+    assert "aiohttp" in served.split(",")
