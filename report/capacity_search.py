@@ -151,8 +151,8 @@ def _coarse(state: _State, floor: float, max_factor: float) -> float:
     margin = FIRST_MARGIN if _upper_width(below) > 0 else 0.0
     aim = _interpolate(below, above, margin)
     # A cut failure's values are lower bounds, which on a sharp knee put the crossing
-    # past it (a queue's 4x trial aimed 3.1x at a knee of 2.6x); the rate the target
-    # answered at says where the knee is.
+    # past it (a queue's 4x trial aimed 3.1x where its capacity was 2.5x); the rate the
+    # target answered at says where the knee is.
     knee = _knee(above, below, margin)
     return min(aim, knee) if knee > below.factor else aim
 
