@@ -16,6 +16,7 @@ never open it; ``report`` reads it when it is there.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import math
 import time
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import msgpack
 
@@ -30,6 +32,7 @@ from tailreplay.engine_metrics import read_page
 from tailreplay.errors import UsageError
 from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.private import write_whole
+from tailreplay.traces.redact import redact_url
 from tailreplay.units import parse_duration, parse_http_url
 from tailreplay.version import __version__
 
@@ -96,7 +99,8 @@ async def scraping(
         for pool in pools:
             await pool.close()
         header = {"format": SCRAPE_FORMAT, "version": 1,
-                  "targets": [{"url": t.url, "interval_s": t.interval_s} for t in targets],
+                  "targets": [{"url": redact_url(t.url), "interval_s": t.interval_s}
+                              for t in targets],
                   "failures": failures}  # fmt: skip
         data = b"".join(msgpack.packb(m) for m in (header, *samples))
         try:
@@ -126,18 +130,20 @@ async def _poll(
 ) -> None:
     loop = asyncio.get_running_loop()
     origin, path = split_url(target.url)
+    headers = [*_ACCEPT, *_basic_auth(target.url)]
+    shown = redact_url(target.url)  # what reaches stderr and the file: no credentials
     next_at = loop.time()
     while True:
         t_ns = time.time_ns()
         try:
-            status, body = await pool.fetch(origin, path, _ACCEPT, limit=MAX_PAGE_BYTES)
+            status, body = await pool.fetch(origin, path, headers, limit=MAX_PAGE_BYTES)
             if status != 200:
                 raise ValueError(f"HTTP {status}")
             series = read_page(body.decode())
         except (UpstreamError, ValueError, UnicodeDecodeError) as exc:
-            if target.url not in failures:
-                say(f"warning: --scrape {target.url}: {_why(exc)}")
-            failures[target.url] = failures.get(target.url, 0) + 1
+            if shown not in failures:
+                say(f"warning: --scrape {shown}: {_why(exc)}")
+            failures[shown] = failures.get(shown, 0) + 1
         else:
             # Its round trip is kept so a reader knows how exact its moment is.
             if len(samples) < MAX_SAMPLES:
@@ -152,9 +158,19 @@ async def _poll(
 _ACCEPT = [("Accept", "text/plain;version=0.0.4"), ("User-Agent", f"tailreplay/{__version__}")]
 
 
+def _basic_auth(url: str) -> list[tuple[str, str]]:
+    """``http://user:password@host/metrics``: the credentials as Basic auth, as
+    Prometheus' own ``basic_auth`` sends them."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return []
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    return [("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())]
+
+
 def _why(exc: Exception) -> str:
-    """A failed page's reason in the scrape's words (the client's name the far end
-    "the upstream", as the proxy's client does)."""
+    """A failed page's reason in the scrape's words: the shared client calls the far
+    end "the upstream", as the proxy does."""
     if isinstance(exc, UpstreamError):
         return exc.message.replace("the upstream", "the page")
     return str(exc) or type(exc).__name__

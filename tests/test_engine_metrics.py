@@ -243,3 +243,34 @@ async def test_a_page_that_is_not_metrics_is_one_warning_and_a_count(
     assert pages == [] and header["failures"][page.url] >= 2
     warnings = [line for line in said if line.startswith("warning:")]
     assert len(warnings) == 1 and why in warnings[0], said
+
+
+async def test_credentials_in_a_scrape_url_are_sent_as_basic_auth_and_never_stored(
+    tmp_path: Path,
+) -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError,
+                                 asyncio.CancelledError):  # fmt: skip
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                auth = [v.strip() for k, _, v in (x.partition(":") for x in head.split("\r\n"))
+                        if k.lower() == "authorization"]  # fmt: skip
+                ok = auth == ["Basic cHJvbTpzM2NyZXQgcHc="]  # base64 of "prom:s3cret pw"
+                body = b"vllm:num_requests_waiting 2\n" if ok else b""
+                status = b"200 OK" if ok else b"401 Unauthorized"
+                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+                await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    out, said = tmp_path / "r.scrape.msgpack", []
+    async with server:
+        page = ScrapeTarget(f"http://prom:s3cret%20pw@127.0.0.1:{port}/metrics", 0.2)
+        async with scraping([page], out, said.append):
+            await asyncio.sleep(0.5)
+        server.close()
+    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    assert header["failures"] == {} and pages and pages[0]["series"]["waiting"] == 2
+    assert header["targets"][0]["url"] == f"http://***@127.0.0.1:{port}/metrics"
+    assert b"s3cret" not in out.read_bytes() and not any("s3cret" in line for line in said)
