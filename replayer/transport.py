@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
+from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse, split_url
 from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
@@ -89,8 +89,7 @@ class HttpTransport:
         # <host>/v1/x, not <host>/v1/v1/x.
         self._v1_base = self.base[: -len("/v1")] if self.base.endswith("/v1") else None
         parts = urlsplit(self.base)
-        default = 443 if parts.scheme == "https" else 80
-        self._origin = Origin(parts.scheme, parts.hostname or "", parts.port or default)
+        self._origin, _ = split_url(self.base)
         # The request target is the base's path and the recorded one: worked out once.
         self._root = self.base[: len(self.base) - len(parts.path.rstrip("/"))]
         self._prefix = parts.path.rstrip("/")

@@ -148,7 +148,7 @@ def _coarse(state: _State, floor: float, max_factor: float) -> float:
     # likely decided (a pass) rather than uncertain. Not the coarse pass's own interval:
     # a P99 of ~300 requests has its upper end at one of its two largest values, and
     # which one the bootstrap lands on moved this aim from 2.7x to 3.4x on one target.
-    margin = FIRST_MARGIN if _upper_width(below) > 0 else 0.0
+    margin = _first_margin(below)
     aim = _interpolate(below, above, margin)
     # A cut failure's values are lower bounds, which on a sharp knee put the crossing
     # past it (a queue's 4x trial aimed 3.1x where its capacity was 2.5x); the rate the
@@ -161,6 +161,11 @@ FIRST_MARGIN = math.log(1.25)
 """How far under the limit (in log value) the first full trial is aimed: a window of a
 few hundred requests measures its P99 to about +-20% (none where the trials carry no
 interval: then the value is exact)."""
+
+
+def _first_margin(passed: Trial | None) -> float:
+    """``FIRST_MARGIN``, or 0 where the pass carries no interval (its value is exact)."""
+    return FIRST_MARGIN if passed is not None and _upper_width(passed) > 0 else 0.0
 
 
 def _full(
@@ -197,8 +202,7 @@ def _full(
             step = (1 + precision) ** 2**streak
             factor = _aim(previous, _before(state, previous), step, state.order)
             passed = _highest_pass(state, previous.factor)
-            margin = FIRST_MARGIN if passed is not None and _upper_width(passed) > 0 else 0.0
-            knee = _knee(previous, passed, margin)
+            knee = _knee(previous, passed, _first_margin(passed))
             factor = min(max(min(factor, knee), floor), max_factor)
         t = state.trial(factor, coarse=False, below=below, precision=precision)
         if t.verdict == "client-bound":

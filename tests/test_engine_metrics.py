@@ -8,6 +8,7 @@ import contextlib
 import json
 import random
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import msgpack
@@ -206,6 +207,36 @@ async def test_a_page_slower_than_its_interval_is_kept_and_its_missed_ticks_skip
     assert gaps.min() >= 0.55e9  # the next page waits for the next tick, not at once
 
 
+async def _scrape_raw(
+    tmp_path: Path, answer: Callable[[str], bytes], userinfo: str = "", seconds: float = 0.7
+) -> tuple[ScrapeTarget, dict, list[dict], list[str]]:
+    """Scrape (every 200 ms, for ``seconds``) a bare TCP server that answers each request
+    head on a connection with ``answer(head)``; the page, the file's header and pages,
+    and what was said."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Every request on the connection gets its answer; the client ends it.
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError,
+                                 asyncio.CancelledError):  # fmt: skip
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode()
+                writer.write(answer(head))
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    out, said = tmp_path / "r.scrape.msgpack", []
+    async with server:
+        page = ScrapeTarget(f"http://{userinfo}127.0.0.1:{port}/metrics", 0.2)
+        async with scraping([page], out, said.append):
+            await asyncio.sleep(seconds)
+        server.close()
+    assert b"s3cret" not in out.read_bytes()
+    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    return page, header, pages, said
+
+
 @pytest.mark.parametrize(
     ("answer", "why"),
     [
@@ -220,26 +251,7 @@ async def test_a_page_that_is_not_metrics_is_one_warning_and_a_count(
     import tailreplay.replayer.scrape as scrape
 
     monkeypatch.setattr(scrape, "MAX_PAGE_BYTES", 2**19)  # the 40 MB page is cut at 512 KB
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # Every request on the connection gets the answer; the client ends it.
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError,
-                                 asyncio.CancelledError):  # fmt: skip
-            while True:
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(answer)
-                await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    out, said = tmp_path / "r.scrape.msgpack", []
-    async with server:
-        page = ScrapeTarget(f"http://127.0.0.1:{port}/metrics", 0.2)
-        async with scraping([page], out, said.append):
-            await asyncio.sleep(0.7)
-        server.close()
-    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    page, header, pages, said = await _scrape_raw(tmp_path, lambda head: answer)
     assert pages == [] and header["failures"][page.url] >= 2
     warnings = [line for line in said if line.startswith("warning:")]
     assert len(warnings) == 1 and why in warnings[0], said
@@ -248,29 +260,19 @@ async def test_a_page_that_is_not_metrics_is_one_warning_and_a_count(
 async def test_credentials_in_a_scrape_url_are_sent_as_basic_auth_and_never_stored(
     tmp_path: Path,
 ) -> None:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError,
-                                 asyncio.CancelledError):  # fmt: skip
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode()
-                auth = [v.strip() for k, _, v in (x.partition(":") for x in head.split("\r\n"))
-                        if k.lower() == "authorization"]  # fmt: skip
-                ok = auth == ["Basic cHJvbTpzM2NyZXQgcHc="]  # base64 of "prom:s3cret pw"
-                body = b"vllm:num_requests_waiting 2\n" if ok else b""
-                status = b"200 OK" if ok else b"401 Unauthorized"
-                writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: "
-                             + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
-                await writer.drain()
+    def answer(head: str) -> bytes:
+        auth = [v.strip() for k, _, v in (x.partition(":") for x in head.split("\r\n"))
+                if k.lower() == "authorization"]  # fmt: skip
+        ok = auth == ["Basic cHJvbTpzM2NyZXQgcHc="]  # base64 of "prom:s3cret pw"
+        body = b"vllm:num_requests_waiting 2\n" if ok else b""
+        status = b"200 OK" if ok else b"401 Unauthorized"
+        return (b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\n\r\n" + body)  # fmt: skip
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    out, said = tmp_path / "r.scrape.msgpack", []
-    async with server:
-        page = ScrapeTarget(f"http://prom:s3cret%20pw@127.0.0.1:{port}/metrics", 0.2)
-        async with scraping([page], out, said.append):
-            await asyncio.sleep(0.5)
-        server.close()
-    header, *pages = msgpack.Unpacker(out.open("rb"), raw=False)
+    page, header, pages, said = await _scrape_raw(
+        tmp_path, answer, userinfo="prom:s3cret%20pw@", seconds=0.5
+    )
+    port = page.url.rsplit(":", 1)[1].split("/")[0]
     assert header["failures"] == {} and pages and pages[0]["series"]["waiting"] == 2
     assert header["targets"][0]["url"] == f"http://***@127.0.0.1:{port}/metrics"
-    assert b"s3cret" not in out.read_bytes() and not any("s3cret" in line for line in said)
+    assert not any("s3cret" in line for line in said)
