@@ -91,6 +91,20 @@ class BodyEdits:
             node[last] = value
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """A synthetic-prompt body as bytes before (``head``) and after (``tail``) the prompt."""
+
+    head: bytes
+    tail: bytes | None
+    """None: the edits dropped the prompt's field, so the head is the whole body."""
+    stream: bool
+    forced: bool
+
+
+_FRAMES = 4096
+"""Bodies kept made (``RequestBuilder._frame``); past it they are made again."""
+
 ABORT_HEADROOM_TOKENS = 16
 """A replayed abort asks for this many tokens past the point where it leaves."""
 
@@ -115,6 +129,7 @@ class RequestBuilder:
         """False once the target rejected min_tokens/ignore_eos: they are not sent again."""
         self.prompts = prompts
         self.default_model = default_model
+        self._frames: dict[tuple[Any, ...], _Frame] = {}
 
     def rejects_forced_fields(self, error_text: str) -> bool:
         """Is this error the target refusing min_tokens/ignore_eos? Stop sending them if so.
@@ -198,25 +213,40 @@ class RequestBuilder:
         # Rounded to a hundredth of a bit: the vocabulary for it is cached.
         bits = round(entropy / 1000, 2) if entropy is not None else None
         text = self.prompts.prompt(content, record.prefix_hashes, salt, bits, tally=tally)
-        stream = bool(record.stream)
-        body: dict[str, Any] = {"model": self._model(record.model), "stream": stream}
+        frame = self._frame(bare, record.model, bool(record.stream), budget)
+        ours = self.prompts.rendered_tokens(content) if bare == _CHAT else content
+        # The prompt goes in as bytes: it is ASCII words and spaces, which JSON keeps as
+        # they are, and escaping 650 KB of it would cost json.dumps a millisecond.
+        tail = frame.tail
+        raw = frame.head if tail is None else b"".join((frame.head, b'"', text, b'"', tail))
+        return RequestSpec(method, path, raw, frame.stream, ours, frame.forced)
+
+    def _frame(self, bare: str, model: str | None, stream: bool, budget: int | None) -> _Frame:
+        """The JSON body around a synthetic prompt; the same for every request of one
+        route, model, stream and budget, so it is made once (a replay sends thousands a
+        second) and kept, a bounded number of them."""
+        key = (bare, model, stream, budget, self.forced_fields_ok)
+        frame = self._frames.get(key)
+        if frame is not None:
+            return frame
+        body: dict[str, Any] = {"model": self._model(model), "stream": stream}
         if bare == _CHAT:
             body["messages"] = [{"role": "user", "content": _PROMPT}]
-            ours = self.prompts.rendered_tokens(content)
         else:
             body["prompt"] = _PROMPT
-            ours = content
         if stream:
             body["stream_options"] = {"include_usage": True}
         forced = self._force(body, budget, bare)
         if self.edits is not None:
             self.edits.apply(body)
             stream = body.get("stream") is True
-        # The prompt goes in as bytes: it is ASCII words and spaces, which JSON keeps as
-        # they are, and escaping 650 KB of it would cost json.dumps a millisecond.
         head, found, tail = json.dumps(body).encode().partition(_PROMPT_JSON)
-        raw = b"".join((head, b'"', text, b'"', tail)) if found else head
-        return RequestSpec(method, path, raw, stream, ours, forced)
+        # A --body-drop of the prompt's field: no prompt goes in (tail empty, head whole).
+        frame = _Frame(head, tail if found else None, stream, forced)
+        if len(self._frames) >= _FRAMES:
+            self._frames.clear()
+        self._frames[key] = frame
+        return frame
 
     def _from_body(self, raw: bytes, method: str, path: str, budget: int | None) -> RequestSpec:
         try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse, split_url
-from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
+from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sse import StreamTimeline
@@ -248,8 +248,7 @@ def _read_body(
     if out.status >= 400:
         out.error_text = bytes(tap.kept[:2000]).decode("utf-8", "replace")
         return
-    out.error = response_problem(spec.path, out.status, tap, timeline)
-    usage = parse_usage(bytes(tap.kept))
+    out.error, usage = read_answer(spec.path, out.status, tap, timeline)
     out.finish_reason = usage.finish_reason
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens

@@ -28,6 +28,7 @@ __all__ = [
     "error_message",
     "operation_name",
     "parse_usage",
+    "read_answer",
     "response_problem",
     "route_label",
 ]
@@ -119,15 +120,47 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
 
 def _update(usage: Usage, fields: dict[str, Any]) -> None:
     """Set what one usage object reports; counts it does not report stay as they were."""
-    for name, paths in (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
-                        ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING)):  # fmt: skip
+    for name, paths in _COUNTS:
         for path in paths:
-            value: Any = fields
-            for key in path:
-                value = value.get(key) if isinstance(value, dict) else None
-            if isinstance(value, int) and not isinstance(value, bool):
+            value = fields.get(path[0])
+            if len(path) == 2:
+                value = value.get(path[1]) if isinstance(value, dict) else None
+            if type(value) is int:  # not a bool (JSON's numbers decode to int exactly)
                 setattr(usage, name, value)
                 break
+
+
+_COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
+           ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
+_FINISH_BYTES = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
+
+
+def read_answer(
+    path: str | None, status: int, tap: ResponseTap, timeline: StreamTimeline | None
+) -> tuple[str | None, Usage]:
+    """``response_problem`` and ``parse_usage`` of an answer's kept bytes, a whole JSON
+    body decoded once for both: the replayer reads every answer, thousands a second.
+
+    The decoded body's own ``usage`` is taken when it is the only one in the bytes;
+    anything else is left to the byte search, so both ways give the same counts.
+    """
+    kept = bytes(tap.kept)
+    if timeline is not None or tap.truncated or status >= 400:
+        return response_problem(path, status, tap, timeline), parse_usage(kept)
+    try:
+        doc = json.loads(kept)
+    except ValueError:
+        problem = "bad_response" if (path or "").split("?", 1)[0] in OPENAI_PATHS else None
+        return problem, parse_usage(kept)
+    fields = doc.get("usage") if isinstance(doc, dict) else None
+    if not isinstance(fields, dict) or kept.count(b'"usage"') != 1:
+        return None, parse_usage(kept)
+    usage = Usage()
+    _update(usage, fields)
+    finishes = _FINISH_BYTES.findall(kept)
+    if finishes:
+        usage.finish_reason = finishes[-1].decode()
+    return None, usage
 
 
 _MESSAGE_KEYS = ("message", "msg", "detail", "error")

@@ -17,7 +17,7 @@ import pytest
 from tailreplay.openai_api import chat_text
 from tailreplay.replayer import prompts
 from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
-from tailreplay.replayer.request import RequestBuilder
+from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.schedule import Planned, ScheduleConfig, plan, schedule
 from tailreplay.traces.record import Record
 from tailreplay.traces.tokens import count_tokens, get
@@ -126,3 +126,41 @@ def test_the_words_and_the_chat_overhead_are_the_tokenizers() -> None:
     assert not split, f"not one token each: {split}"
     one = count_tokens(chat_text([{"role": "user", "content": "x"}]))
     assert one - 1 == prompts.CHAT_OVERHEAD_TOKENS == PromptMaker(0).overhead
+
+
+def test_bodies_made_from_one_kept_frame_differ_only_in_their_prompt() -> None:
+    """The JSON around a synthetic prompt is made once per route, model, stream and
+    budget: later bodies are the same but for the prompt, and a target's refusal of
+    min_tokens/ignore_eos, a --body-drop of the prompt and --model-map still show."""
+
+    def build(builder: RequestBuilder, trace: int, *, stream: bool = True) -> dict[str, Any]:
+        record = Record(start_ns=1, trace_id=trace.to_bytes(16, "big"), method="POST",
+                        path="/v1/chat/completions", model="prod", stream=stream,
+                        input_tokens=40)  # fmt: skip
+        spec = builder.build(Planned(0.0, record, 0, False, 8))
+        assert spec.body is not None and spec.stream is (json.loads(spec.body)["stream"])
+        body: dict[str, Any] = json.loads(spec.body)
+        return body
+
+    builder = RequestBuilder(model_map={"prod": "staging"}, force_lengths=True,
+                             prompts=PromptMaker(0))  # fmt: skip
+    first, second = build(builder, 1), build(builder, 2)
+    assert _words(first) != _words(second)
+    for body in (first, second):
+        body["messages"][0]["content"] = ""
+    assert first == second == {
+        "model": "staging", "stream": True, "messages": [{"role": "user", "content": ""}],
+        "stream_options": {"include_usage": True}, "max_tokens": 8, "min_tokens": 8,
+        "ignore_eos": True,
+    }  # fmt: skip
+    assert "stream_options" not in build(builder, 3, stream=False)
+    assert builder.rejects_forced_fields("unknown field: min_tokens")
+    refused = build(builder, 4)
+    assert "min_tokens" not in refused and "ignore_eos" not in refused
+    assert refused["max_tokens"] == 8
+
+    edits = BodyEdits(assign={"stream": False}, drop=["messages"])
+    dropped = RequestBuilder(model_map={}, force_lengths=False, prompts=PromptMaker(0),
+                             edits=edits)  # fmt: skip
+    body = build(dropped, 5, stream=False)
+    assert body == {"model": "prod", "stream": False, "max_tokens": 8}

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from tailreplay.openai_api import ResponseTap, parse_usage, response_problem
+from tailreplay.openai_api import ResponseTap, parse_usage, read_answer, response_problem
 from tailreplay.sse import StreamTimeline
 
 OPENAI = {
@@ -146,3 +146,50 @@ def test_an_answer_that_breaks_the_api_is_a_bad_response(
         timeline.finish(2)
     assert response_problem(path, 200, tap, timeline) == problem
     assert response_problem(path, 502, tap, timeline) is None  # the status says it already
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "body"),
+    [
+        (
+            "/v1/chat/completions",
+            200,
+            json.dumps(
+                {
+                    "choices": [{"finish_reason": "length"}, {"finish_reason": "stop"}],
+                    "usage": OPENAI,
+                }
+            ).encode(),
+        ),  # fmt: skip
+        ("/v1/chat/completions", 200, b'{"usage": {"prompt_tokens": true, "input_tokens": 4}}'),
+        # Usage twice (the last wins) and usage nested elsewhere: the byte search decides.
+        (
+            "/v1/chat/completions",
+            200,
+            b'{"usage": {"prompt_tokens": 1, "completion_tokens": 2},'
+            b' "x": {"usage": {"prompt_tokens": 7}}}',
+        ),  # fmt: skip
+        ("/v1/responses", 200, b'{"response": {"usage": {"input_tokens": 3, "output_tokens": 4}}}'),
+        (
+            "/v1/chat/completions",
+            200,
+            b'{"message": "the \\"usage\\": {} of it", '
+            b'"usage": {"prompt_tokens": 5, "completion_tokens": 6}}',
+        ),
+        ("/v1/chat/completions", 200, b"<html>not json</html>"),
+        ("/v1/chat/completions", 200, b'{"usage": {"prompt_tokens": 9, "completion_tokens"'),
+        ("/healthz", 200, b"ok"),
+        ("/v1/chat/completions", 429, b'{"error": {"message": "slow down"}}'),
+        ("/v1/embeddings", 200, b"[1, 2]"),
+    ],
+)
+def test_reading_an_answer_once_agrees_with_the_byte_search(
+    path: str, status: int, body: bytes
+) -> None:
+    """read_answer decodes a whole body once for both questions; what it says is what
+    response_problem and parse_usage say of the same bytes."""
+    tap = ResponseTap(stream=False)
+    tap.feed(body)
+    problem, usage = read_answer(path, status, tap, None)
+    assert problem == response_problem(path, status, tap, None)
+    assert usage == parse_usage(body)
