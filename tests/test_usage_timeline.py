@@ -148,34 +148,19 @@ def test_an_answer_that_breaks_the_api_is_a_bad_response(
     assert response_problem(path, 502, tap, timeline) is None  # the status says it already
 
 
+_TWO_CHOICES = {"choices": [{"finish_reason": "length"}, {"finish_reason": "stop"}]}
+_TWICE = b'{"usage": {"prompt_tokens": 1}, "x": {"usage": {"prompt_tokens": 7}}}'
+_ESCAPED = b'{"m": "the \\"usage\\": {}", "usage": {"prompt_tokens": 5, "completion_tokens": 6}}'
+
+
 @pytest.mark.parametrize(
     ("path", "status", "body"),
     [
-        (
-            "/v1/chat/completions",
-            200,
-            json.dumps(
-                {
-                    "choices": [{"finish_reason": "length"}, {"finish_reason": "stop"}],
-                    "usage": OPENAI,
-                }
-            ).encode(),
-        ),  # fmt: skip
+        ("/v1/chat/completions", 200, json.dumps({**_TWO_CHOICES, "usage": OPENAI}).encode()),
         ("/v1/chat/completions", 200, b'{"usage": {"prompt_tokens": true, "input_tokens": 4}}'),
-        # Usage twice (the last wins) and usage nested elsewhere: the byte search decides.
-        (
-            "/v1/chat/completions",
-            200,
-            b'{"usage": {"prompt_tokens": 1, "completion_tokens": 2},'
-            b' "x": {"usage": {"prompt_tokens": 7}}}',
-        ),  # fmt: skip
-        ("/v1/responses", 200, b'{"response": {"usage": {"input_tokens": 3, "output_tokens": 4}}}'),
-        (
-            "/v1/chat/completions",
-            200,
-            b'{"message": "the \\"usage\\": {} of it", '
-            b'"usage": {"prompt_tokens": 5, "completion_tokens": 6}}',
-        ),
+        ("/v1/chat/completions", 200, _TWICE),  # the last wins: the byte search decides
+        ("/v1/responses", 200, b'{"response": {"usage": {"input_tokens": 3}}}'),
+        ("/v1/chat/completions", 200, _ESCAPED),  # "usage" inside a string is not a key
         ("/v1/chat/completions", 200, b"<html>not json</html>"),
         ("/v1/chat/completions", 200, b'{"usage": {"prompt_tokens": 9, "completion_tokens"'),
         ("/healthz", 200, b"ok"),
