@@ -180,9 +180,7 @@ class Dispatcher:
                 )
                 continue
             stats.in_flight += 1
-            task = loop.create_task(self._one(item, spec, due, intended_ns))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.add(loop.create_task(self._sent(item, spec, due, intended_ns)))
             if delay <= 0:
                 # Behind schedule (or a tie): let the new task start sending now, rather
                 # than queueing a burst of tasks that would all start late.
@@ -281,6 +279,14 @@ class Dispatcher:
             except TimeoutError:
                 return False
         return True
+
+    async def _sent(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
+        """``_one`` as a task of its own, which leaves ``_tasks`` as it ends (a done
+        callback would cost the loop one more callback a request)."""
+        try:
+            await self._one(item, spec, due, intended_ns)
+        finally:
+            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     def _context(self, item: Planned) -> TraceContext:
         record = item.record

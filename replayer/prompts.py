@@ -38,6 +38,8 @@ BLOCK_TOKENS = 512
 BLOCK_CACHE_BYTES = 32 * 2**20
 """Text of prefix blocks kept for reuse (~3.3 KB a block: about 10,000 blocks)."""
 _WIDTH = 16
+_SMALL_DRAW = 80
+"""Draws up to this many bytes are made into words by a join; longer ones by numpy."""
 """Bytes of the widest candidate word with its leading space, and then some."""
 _MIN_CORRECTION, _MAX_CORRECTION = 0.5, 2.0
 _CANDIDATES = (  # noqa: SIM905 - reads better as text
@@ -146,6 +148,9 @@ class PromptMaker:
         assert max(len(w) for w in self.words) < _WIDTH
         self._table = np.array([(" " + self.words[b % len(self.words)]).encode()
                                 for b in range(256)], dtype=f"S{_WIDTH}")  # fmt: skip
+        self._row_list = [row.rstrip(b"\0") for row in self._table.tolist()]
+        """The table's rows as bytes, for prompts too short to be worth numpy."""
+        self._row_lists: dict[int, list[bytes]] = {}
         self._seed = seed.to_bytes(8, "big", signed=True)
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self.cached_bytes = 0
@@ -210,9 +215,20 @@ class PromptMaker:
         """The draws made into words: byte b picks word (b % ``size_v``)."""
         if not draws:
             return b""
-        picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
-        table = self._table if size_v in (None, len(self.words)) else self._table_of(size_v)
+        joined = b"".join(draws)
+        whole = size_v in (None, len(self.words))
+        if len(joined) <= _SMALL_DRAW:  # a join beats numpy's fixed cost on short prompts
+            words = self._row_list if whole else self._rows_of(size_v or 0)
+            return b"".join(map(words.__getitem__, joined))
+        picks = np.frombuffer(joined, dtype=np.uint8)
+        table = self._table if whole else self._table_of(size_v or 0)
         return table[picks].tobytes().translate(None, b"\0")
+
+    def _rows_of(self, size_v: int) -> list[bytes]:
+        rows = self._row_lists.get(size_v)
+        if rows is None:  # one per vocabulary size, as the tables
+            rows = self._row_lists[size_v] = [self._row_list[b % size_v] for b in range(256)]
+        return rows
 
     def _table_of(self, size_v: int) -> np.ndarray:
         table: np.ndarray | None = self._tables.get(size_v)
