@@ -286,7 +286,7 @@ class Dispatcher:
         try:
             await self._one(item, spec, due, intended_ns)
         finally:
-            self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._tasks.discard(asyncio.current_task())
 
     def _context(self, item: Planned) -> TraceContext:
         record = item.record
