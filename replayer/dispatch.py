@@ -180,7 +180,9 @@ class Dispatcher:
                 )
                 continue
             stats.in_flight += 1
-            self._tasks.add(loop.create_task(self._sent(item, spec, due, intended_ns)))
+            cell: list[asyncio.Task[None]] = []  # the task, for it to leave _tasks by
+            cell.append(loop.create_task(self._sent(cell, item, spec, due, intended_ns)))
+            self._tasks.add(cell[0])
             if delay <= 0:
                 # Behind schedule (or a tie): let the new task start sending now, rather
                 # than queueing a burst of tasks that would all start late.
@@ -280,13 +282,16 @@ class Dispatcher:
                 return False
         return True
 
-    async def _sent(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
-        """``_one`` as a task of its own, which leaves ``_tasks`` as it ends (a done
+    async def _sent(
+        self, cell: list[asyncio.Task[None]], item: Planned, spec: RequestSpec, due: float,
+        intended_ns: int,
+    ) -> None:  # fmt: skip
+        """``_one`` as the task in ``cell``, which leaves ``_tasks`` as it ends (a done
         callback would cost the loop one more callback a request)."""
         try:
             await self._one(item, spec, due, intended_ns)
         finally:
-            self._tasks.discard(asyncio.current_task())
+            self._tasks.discard(cell[0])
 
     def _context(self, item: Planned) -> TraceContext:
         record = item.record
