@@ -38,9 +38,9 @@ BLOCK_TOKENS = 512
 BLOCK_CACHE_BYTES = 32 * 2**20
 """Text of prefix blocks kept for reuse (~3.3 KB a block: about 10,000 blocks)."""
 _WIDTH = 16
+"""Bytes of the widest candidate word with its leading space, and then some."""
 _SMALL_DRAW = 80
 """Draws up to this many bytes are made into words by a join; longer ones by numpy."""
-"""Bytes of the widest candidate word with its leading space, and then some."""
 _MIN_CORRECTION, _MAX_CORRECTION = 0.5, 2.0
 _CANDIDATES = (  # noqa: SIM905 - reads better as text
     "time year people way day man thing woman life child world school state family "

@@ -241,7 +241,7 @@ class RequestBuilder:
             self.edits.apply(body)
             stream = body.get("stream") is True
         head, found, tail = json.dumps(body).encode().partition(_PROMPT_JSON)
-        # A --body-drop of the prompt's field: no prompt goes in (tail empty, head whole).
+        # A --body-drop of the prompt's field: no prompt goes in (no tail, the head whole).
         frame = _Frame(head, tail if found else None, stream, forced)
         if len(self._frames) >= _FRAMES:
             self._frames.clear()

@@ -5,7 +5,8 @@ OpenAI-compatible traffic; the facts they share live here, once.
 
 Usage is found by a byte search, not a JSON parse of the whole response: the
 usage map is small and comes last, and the bytes kept may be only the stream's
-tail.
+tail. A whole body decoded anyway (to tell it is JSON) gives its usage from the
+decoded map where the byte search would find that one alone (``read_answer``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,11 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
     return usage
 
 
+_COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
+           ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
+"""Each count's paths in a usage object: a key, or a key and one under it."""
+
+
 def _update(usage: Usage, fields: dict[str, Any]) -> None:
     """Set what one usage object reports; counts it does not report stay as they were."""
     for name, paths in _COUNTS:
@@ -130,8 +136,6 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
                 break
 
 
-_COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
-           ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
 _FINISH_BYTES = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
 
 
