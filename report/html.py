@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from tailreplay.report.model import Report, SideName, side_items
+from tailreplay.report.model import Report, SideName, side_items, side_label
 from tailreplay.report.svg import Line, line_chart
 from tailreplay.report.tables import ReportTable
 
@@ -52,16 +52,22 @@ def _plots(report: Report) -> list[str]:
     # Percentiles on a "nines" axis, -log10(1 - p), so P99 and P99.9 get as much room
     # as the body of the distribution.
     cdf = [
-        Line(name, [-math.log10(1 - p / 100) for p in c["pct"]], c["ms"], _COLORS[name])
+        Line(
+            side_label(report, name),
+            [-math.log10(1 - p / 100) for p in c["pct"]],
+            c["ms"],
+            _COLORS[name],
+        )
         for name, c in side_items(report["cdf"])
     ]
     series = side_items(report["series"])
     over_time = []
     rate = []
     for name, s in series:
-        over_time.append(Line(f"{name} P50", s["t_s"], s["p50_ms"], _COLORS[name]))
-        over_time.append(Line(f"{name} P99", s["t_s"], s["p99_ms"], _COLORS[name] + "88"))
-        rate.append(Line(name, s["t_s"], s["rate_rps"], _COLORS[name]))
+        label = side_label(report, name)
+        over_time.append(Line(f"{label} P50", s["t_s"], s["p50_ms"], _COLORS[name]))
+        over_time.append(Line(f"{label} P99", s["t_s"], s["p99_ms"], _COLORS[name] + "88"))
+        rate.append(Line(label, s["t_s"], s["rate_rps"], _COLORS[name]))
     lag = [
         Line("dispatch lag P99", s["t_s"], s["lag_p99_ms"], _COLORS[name])
         for name, s in series

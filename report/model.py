@@ -44,8 +44,10 @@ __all__ = [
     "SloRow",
     "SloScope",
     "SlowDown",
+    "is_replay",
     "per_side",
     "side_items",
+    "side_label",
 ]
 
 T = TypeVar("T")
@@ -74,6 +76,21 @@ def side_items(values: PerSide[T]) -> list[tuple[SideName, T]]:
     if "recorded" in values:
         return [("recorded", values["recorded"]), ("replayed", values["replayed"])]
     return [("replayed", values["replayed"])]
+
+
+def side_label(report: Report, side: SideName) -> str:
+    """What the text and HTML call a side. An archive reported alone that is not a
+    replay's results (a capture, an import) is what was recorded: its figures are named
+    "recorded", though the JSON keeps them under ``replayed`` (``replay.source`` says
+    what the archive is)."""
+    if side == "replayed" and "recorded" not in report["overall"] and not is_replay(report):
+        return "recorded"
+    return side
+
+
+def is_replay(report: Report) -> bool:
+    """Are the report's ``replayed`` figures a replay's results (its header says so)?"""
+    return str(report["replay"].get("source", "")).startswith("replay")
 
 
 class Percentile(TypedDict):

@@ -21,7 +21,9 @@ from tailreplay.report.model import (
     SideSummary,
     SloMatrix,
     SloScope,
+    is_replay,
     side_items,
+    side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
 
@@ -83,7 +85,7 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     settings = report["replay"]
     if settings.get("source") == "replay:dry-run":
         return f"dry run: {rep['requests']:,} requests scheduled, none sent"
-    parts = [f"replayed {rep['requests']:,} requests"]
+    parts = [f"{side_label(report, 'replayed')} {rep['requests']:,} requests"]
     if "speed" in settings:
         parts.append(f"at {settings['speed']}")
     recorded = report["overall"].get("recorded")
@@ -135,7 +137,7 @@ def _sides(report: Report) -> list[SideName]:
 
 def _overview(report: Report) -> ReportTable:
     sides = _sides(report)
-    t = ReportTable("overview", ["", *sides])
+    t = ReportTable("overview", ["", *(side_label(report, name) for name in sides)])
     rows: list[tuple[str, Callable[[SideSummary], str]]] = [
         ("requests", lambda s: f"{s['requests']:,}"),
         ("errors", lambda s: f"{s['errors']:,} ({pct(s['error_rate'])})"),
@@ -234,11 +236,12 @@ def _retries(report: Report) -> ReportTable:
     for name, r in side_items(report["retries"]):
         if r is None:
             continue
-        t.rows.append([name, "all", f"{r['first_attempts']:,}", f"{r['retries']:,}",
+        label = side_label(report, name)
+        t.rows.append([label, "all", f"{r['first_attempts']:,}", f"{r['retries']:,}",
                        f"{r['attempts_per_request']:.2f}"])  # fmt: skip
         for t_s, first, again in r["by_time"]:
             share = f"{(first + again) / first:.2f}" if first else "-"
-            t.rows.append([name, f"{t_s:g}", f"{first:,}", f"{again:,}", share])
+            t.rows.append([label, f"{t_s:g}", f"{first:,}", f"{again:,}", share])
     return t
 
 
@@ -290,7 +293,8 @@ def _errors(report: Report) -> ReportTable:
     )
     for side, kinds in side_items(report["errors"]):
         for e in kinds:
-            t.rows.append([e["kind"], side, f"{e['count']:,}", e["message"] or "-"])
+            t.rows.append([e["kind"], side_label(report, side), f"{e['count']:,}",
+                           e["message"] or "-"])  # fmt: skip
     return t
 
 
@@ -307,7 +311,8 @@ def _percentiles(report: Report) -> ReportTable:
             if per_q is None:
                 continue
             values = [ms(_value(per_q, q)) for q in QUANTILES]
-            t.rows.append([label, side, *values, _interval(per_q.get("p99"))])
+            t.rows.append([label, side_label(report, side), *values,
+                           _interval(per_q.get("p99"))])  # fmt: skip
     if not t.rows:
         t.note = "nothing to measure: no successful request"
     return t
@@ -317,7 +322,9 @@ def _buckets(report: Report) -> ReportTable:
     t = ReportTable(
         "latency by input length (ms)",
         ["input tokens", "side", "requests", "P50", "P95", "P99", "TTFT P99", "errors"],
-        note="a replayed request counts in the bucket of its recorded original",
+        note="a replayed request counts in the bucket of its recorded original"
+        if is_replay(report)
+        else "",
     )
     for row in report["buckets"]:
         if not any(row[side]["requests"] for side in _sides(report)):
@@ -327,7 +334,7 @@ def _buckets(report: Report) -> ReportTable:
             lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
             t.rows.append(
                 [
-                    row["range"] if n == 0 else "", side, f"{s['requests']:,}",
+                    row["range"] if n == 0 else "", side_label(report, side), f"{s['requests']:,}",
                     *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
                     ms(_value(ttft, "p99")), pct(s["error_rate"]),
                 ]

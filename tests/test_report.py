@@ -206,6 +206,25 @@ def test_a_missing_recorded_archive_gives_a_replay_only_report(tmp_path: Path) -
     assert list(report["overall"]) == ["replayed"] and report["deltas"] is None
 
 
+def test_a_capture_reported_alone_names_its_figures_recorded(tmp_path: Path) -> None:
+    """An archive that is not a replay's results (here, the proxy's capture) is what was
+    recorded: the text, Markdown and HTML say so, with no note asking for --recorded;
+    the JSON keeps its figures under ``replayed`` and names the archive's source."""
+    _, _, recorded, _ = _pair(tmp_path)
+    capture = write_plain(tmp_path / "capture.msgpack", recorded, {**HEADER, "source": "proxy"})
+    paths = {ext: tmp_path / f"c.{ext}" for ext in ("json", "md", "html")}
+    code, out, err = _report(str(capture), "--json", str(paths["json"]), "--markdown",
+                             str(paths["md"]), "--html", str(paths["html"]))  # fmt: skip
+    assert code == 0, err
+    assert out.startswith(f"recorded {N:,} requests, errors 0.00%")
+    assert "--recorded" not in err and "replayed" not in out
+    assert "| latency ms | recorded |" in paths["md"].read_text()
+    html = paths["html"].read_text()
+    assert "recorded P99" in html and "replayed" not in html
+    report = json.loads(paths["json"].read_text())
+    assert list(report["overall"]) == ["replayed"] and report["replay"]["source"] == "proxy"
+
+
 def test_files_are_private_and_hold_the_report(tmp_path: Path) -> None:
     _, rep, _, replayed = _pair(tmp_path)
     paths = {ext: tmp_path / f"r.{ext}" for ext in ("json", "md", "html", "csv")}
