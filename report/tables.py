@@ -124,7 +124,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     if any(kinds for _, kinds in side_items(report["errors"])):
         tables.append(_errors(report))
     if slo is not None and slo["rows"]:
-        tables += [slo_table(slo), _slo_matrix(slo)]
+        side = side_label(report, "replayed")
+        tables += [slo_table(slo, side), _slo_matrix(slo, side)]
         tables += [_scope_table(scope) for scope in slo.get("scopes", [])]
     if report["deltas"] is not None:
         tables += _deltas(report["deltas"])
@@ -344,11 +345,12 @@ def _buckets(report: Report) -> ReportTable:
     return t
 
 
-def slo_table(slo: SloMatrix) -> ReportTable:
-    """Each objective's value, limit and verdict: what ``replay --slo`` prints."""
+def slo_table(slo: SloMatrix, side: str = "replayed") -> ReportTable:
+    """Each objective's value on ``side`` (its label), limit and verdict: what
+    ``replay --slo`` prints."""
     t = ReportTable(
         f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
-        ["objective", "weight", "replayed", "limit", "overall", "input-length buckets"],
+        ["objective", "weight", side, "limit", "overall", "input-length buckets"],
         note="the score is the weight met overall over the weight of all; buckets are shown, "
         "not scored",
     )
@@ -372,13 +374,13 @@ def slo_table(slo: SloMatrix) -> ReportTable:
     return t
 
 
-def _slo_matrix(slo: SloMatrix) -> ReportTable:
+def _slo_matrix(slo: SloMatrix, side: str) -> ReportTable:
     t = ReportTable(
         "SLO matrix",
         ["objective", "weight", *slo["columns"]],
         wide=True,
         note=(
-            "replayed value, + met, x missed, ? nothing to judge (counts as missed); "
+            f"{side} value, + met, x missed, ? nothing to judge (counts as missed); "
             "only the overall column is scored"
         ),
     )

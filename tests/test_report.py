@@ -213,12 +213,14 @@ def test_a_capture_reported_alone_names_its_figures_recorded(tmp_path: Path) -> 
     _, _, recorded, _ = _pair(tmp_path)
     capture = write_plain(tmp_path / "capture.msgpack", recorded, {**HEADER, "source": "proxy"})
     paths = {ext: tmp_path / f"c.{ext}" for ext in ("json", "md", "html")}
-    code, out, err = _report(str(capture), "--json", str(paths["json"]), "--markdown",
-                             str(paths["md"]), "--html", str(paths["html"]))  # fmt: skip
+    code, out, err = _report(str(capture), "--slo", "latency:p99<=3s", "--json",
+                             str(paths["json"]), "--markdown", str(paths["md"]), "--html",
+                             str(paths["html"]))  # fmt: skip
     assert code == 0, err
     assert out.startswith(f"recorded {N:,} requests, errors 0.00%")
     assert "--recorded" not in err and "replayed" not in out
-    assert "| latency ms | recorded |" in paths["md"].read_text()
+    md = paths["md"].read_text()
+    assert "| latency ms | recorded |" in md and "| objective | weight | recorded |" in md
     html = paths["html"].read_text()
     assert "recorded P99" in html and "replayed" not in html
     report = json.loads(paths["json"].read_text())
