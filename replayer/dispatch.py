@@ -268,6 +268,8 @@ class Dispatcher:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+            # A task cancelled before its first step never ran ``_sent``'s finally.
+            self._tasks.difference_update([task for task in pending if task.done()])
 
     async def _wait_slot(self, due: float) -> bool:
         deadline = due + self.drop_after_s

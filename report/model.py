@@ -82,15 +82,16 @@ def side_label(report: Report, side: SideName) -> str:
     """What the text and HTML call a side. An archive reported alone that is not a
     replay's results (a capture, an import) is what was recorded: its figures are named
     "recorded", though the JSON keeps them under ``replayed`` (``replay.source`` says
-    what the archive is)."""
+    what the archive was made by)."""
     if side == "replayed" and "recorded" not in report["overall"] and not is_replay(report):
         return "recorded"
     return side
 
 
 def is_replay(report: Report) -> bool:
-    """Are the report's ``replayed`` figures a replay's results (its header says so)?"""
-    return str(report["replay"].get("source", "")).startswith("replay")
+    """Are the report's ``replayed`` figures a replay's results? Only a replay has a
+    client verdict (``Side.is_replay`` decides both)."""
+    return report["client"] is not None
 
 
 class Percentile(TypedDict):

@@ -101,7 +101,11 @@ class Side:
 
     @property
     def is_replay(self) -> bool:
-        return any(str(h.get("source", "")).startswith("replay") for h in self.headers)
+        """A replay's results: a header says so, or a record carries a dispatch lag (only
+        a replay sends on a schedule; shards merged or sliced by ``traces`` keep it)."""
+        return any(str(h.get("source", "")).startswith("replay") for h in self.headers) or bool(
+            (self.lag_ns >= 0).any()
+        )
 
 
 def load_side(

@@ -136,34 +136,34 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
                 break
 
 
-_FINISH_BYTES = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
-
-
 def read_answer(
     path: str | None, status: int, tap: ResponseTap, timeline: StreamTimeline | None
 ) -> tuple[str | None, Usage]:
     """``response_problem`` and ``parse_usage`` of an answer's kept bytes, a whole JSON
-    body decoded once for both: the replayer reads every answer, thousands a second.
+    body on an OpenAI route decoded once for both: the replayer reads every answer,
+    thousands a second.
 
-    The decoded body's own ``usage`` is taken when it is the only one in the bytes;
-    anything else is left to the byte search, so both ways give the same counts.
+    The decoded body's own ``usage`` stands for the byte search's only when the search
+    would find that map and no other: the bytes hold ``"usage"`` once and no ``\\u``
+    escape (a key can be spelt only literally, then). Anything else goes to the byte
+    search, so both ways give the same counts.
     """
     kept = bytes(tap.kept)
-    if timeline is not None or tap.truncated or status >= 400:
+    bare = (path or "").split("?", 1)[0]
+    if timeline is not None or tap.truncated or status >= 400 or bare not in OPENAI_PATHS:
         return response_problem(path, status, tap, timeline), parse_usage(kept)
     try:
         doc = json.loads(kept)
     except ValueError:
-        problem = "bad_response" if (path or "").split("?", 1)[0] in OPENAI_PATHS else None
-        return problem, parse_usage(kept)
+        return "bad_response", parse_usage(kept)
     fields = doc.get("usage") if isinstance(doc, dict) else None
-    if not isinstance(fields, dict) or kept.count(b'"usage"') != 1:
+    if not isinstance(fields, dict) or kept.count(b'"usage"') != 1 or b"\\u" in kept:
         return None, parse_usage(kept)
     usage = Usage()
     _update(usage, fields)
-    finishes = _FINISH_BYTES.findall(kept)
+    finishes = _FINISH.findall(kept.decode("utf-8", "replace"))
     if finishes:
-        usage.finish_reason = finishes[-1].decode()
+        usage.finish_reason = finishes[-1]
     return None, usage
 
 

@@ -227,6 +227,21 @@ def test_a_capture_reported_alone_names_its_figures_recorded(tmp_path: Path) -> 
     assert list(report["overall"]) == ["replayed"] and report["replay"]["source"] == "proxy"
 
 
+@pytest.mark.parametrize("header", [{"source": "merge"}, {}], ids=["merged", "no-source"])
+def test_replay_results_merged_or_without_a_source_are_still_a_replay(
+    tmp_path: Path, header: dict[str, Any]
+) -> None:
+    """Shards merged by ``traces merge`` (or results whose header names no source) carry
+    their dispatch lags: they are a replay's results, named so, with a client verdict."""
+    _, _, _, replayed = _pair(tmp_path)
+    base = {k: v for k, v in HEADER.items() if k != "source"}
+    results = write_plain(tmp_path / "merged.msgpack", replayed, {**base, **header})
+    code, out, err = _report(str(results), "--replay-only")
+    assert code == 0, err
+    assert out.startswith(f"replayed {N:,} requests") and "| recorded" not in out
+    assert _json(tmp_path, str(results), "--replay-only")["client"] is not None
+
+
 def test_files_are_private_and_hold_the_report(tmp_path: Path) -> None:
     _, rep, _, replayed = _pair(tmp_path)
     paths = {ext: tmp_path / f"r.{ext}" for ext in ("json", "md", "html", "csv")}

@@ -151,6 +151,9 @@ def test_an_answer_that_breaks_the_api_is_a_bad_response(
 _TWO_CHOICES = {"choices": [{"finish_reason": "length"}, {"finish_reason": "stop"}]}
 _TWICE = b'{"usage": {"prompt_tokens": 1}, "x": {"usage": {"prompt_tokens": 7}}}'
 _ESCAPED = b'{"m": "the \\"usage\\": {}", "usage": {"prompt_tokens": 5, "completion_tokens": 6}}'
+_SPELT = b'{"us\\u0061ge": {"prompt_tokens": 5}, "k": "usage"}'  # the key spelt with an escape
+_SPELT_TWICE = b'{"us\\u0061ge": {"prompt_tokens": 5}, "x": {"usage": {"prompt_tokens": 7}}}'
+_DEEP = b"[" * 5000 + b"]" * 5000
 
 
 @pytest.mark.parametrize(
@@ -161,6 +164,9 @@ _ESCAPED = b'{"m": "the \\"usage\\": {}", "usage": {"prompt_tokens": 5, "complet
         ("/v1/chat/completions", 200, _TWICE),  # the last wins: the byte search decides
         ("/v1/responses", 200, b'{"response": {"usage": {"input_tokens": 3}}}'),
         ("/v1/chat/completions", 200, _ESCAPED),  # "usage" inside a string is not a key
+        ("/v1/chat/completions", 200, _SPELT),
+        ("/v1/chat/completions", 200, _SPELT_TWICE),
+        ("/v1/models", 200, _DEEP),  # not an OpenAI route: never decoded
         ("/v1/chat/completions", 200, b"<html>not json</html>"),
         ("/v1/chat/completions", 200, b'{"usage": {"prompt_tokens": 9, "completion_tokens"'),
         ("/healthz", 200, b"ok"),
