@@ -78,7 +78,9 @@ _COUNT = {
     "merge": lambda r: int(re.search(r"wrote ([\d,]+) records", r.stderr)[1].replace(",", "")),
     "slice": lambda r: int(re.search(r"wrote ([\d,]+) records", r.stderr)[1].replace(",", "")),
     "replay": lambda r: int(re.search(r"dry run: ([\d,]+) requests", r.stdout)[1].replace(",", "")),
-    "report": lambda r: int(re.search(r"replayed ([\d,]+) requests", r.stdout)[1].replace(",", "")),
+    "report": lambda r: int(
+        re.search(r"(?:recorded|replayed) ([\d,]+) requests", r.stdout)[1].replace(",", "")
+    ),
 }
 
 

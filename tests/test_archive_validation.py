@@ -69,7 +69,7 @@ def _records_read(name: str, result: Result) -> int:
         "merge": r"wrote (\d+) records",
         "slice": r"wrote (\d+) records",
         "replay": r"dry run: (\d+) requests",
-        "report": r"replayed (\d+) requests",
+        "report": r"(?:recorded|replayed) (\d+) requests",
     }[name]
     found = re.search(pattern, result.output)
     assert found, (name, result.output)
