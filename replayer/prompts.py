@@ -82,6 +82,11 @@ class EntropyTally:
                 "achieved_bits": self.achieved_bits / self.prompts}  # fmt: skip
 
 
+def _rows(table: np.ndarray) -> list[bytes]:
+    """A word table's rows as bytes, the NUL padding gone."""
+    return [row.rstrip(b"\0") for row in table.tolist()]
+
+
 @functools.cache
 def _index(size_v: int) -> np.ndarray:
     """Per byte value, the word it picks from a vocabulary of ``size_v`` words."""
@@ -148,7 +153,7 @@ class PromptMaker:
         assert max(len(w) for w in self.words) < _WIDTH
         self._table = np.array([(" " + self.words[b % len(self.words)]).encode()
                                 for b in range(256)], dtype=f"S{_WIDTH}")  # fmt: skip
-        self._row_list = [row.rstrip(b"\0") for row in self._table.tolist()]
+        self._row_list = _rows(self._table)
         """The table's rows as bytes, for prompts too short to be worth numpy."""
         self._row_lists: dict[int, list[bytes]] = {}
         self._seed = seed.to_bytes(8, "big", signed=True)
@@ -225,9 +230,10 @@ class PromptMaker:
         return table[picks].tobytes().translate(None, b"\0")
 
     def _rows_of(self, size_v: int) -> list[bytes]:
+        """``_table_of(size_v)``'s rows as bytes (the join's twin of the table)."""
         rows = self._row_lists.get(size_v)
-        if rows is None:  # one per vocabulary size, as the tables
-            rows = self._row_lists[size_v] = [self._row_list[b % size_v] for b in range(256)]
+        if rows is None:
+            rows = self._row_lists[size_v] = _rows(self._table_of(size_v))
         return rows
 
     def _table_of(self, size_v: int) -> np.ndarray:
