@@ -153,6 +153,8 @@ def dry_run_rss(tmp: Path, records: int) -> tuple[float, float]:
 
 LAG_LIMIT_MS = 1.0
 """A rate is sustained with dispatch lag P99 at most this, nothing dropped, no errors."""
+LOOSER_MS = (2.0, 5.0)
+"""Looser limits the verdict is also given at: how much it hangs on the 1 ms."""
 
 Outcome = dict[str, float]
 """One run: dropped, errors, sent; ours add their own lag P50/P99; the wire adds its own."""
@@ -181,11 +183,11 @@ def arms(event_loop: str, seconds: float, tmp: Path) -> list[Arm]:
     return tried
 
 
-def sustained(o: Outcome | None) -> bool:
+def sustained(o: Outcome | None, limit_ms: float = LAG_LIMIT_MS) -> bool:
     """On time: lag P99 within the limit (on the wire when watched, else the tool's own)."""
     if o is None or o["dropped"] or o["errors"]:
         return False
-    return o.get("wire_p99", o.get("own_p99", math.inf)) <= LAG_LIMIT_MS
+    return o.get("wire_p99", o.get("own_p99", math.inf)) <= limit_ms
 
 
 def kept_up(rate: int, o: Outcome | None) -> bool:
@@ -265,10 +267,13 @@ def report(
     for rate, runs in rows:
         print(f"| {rate:,} |" + "".join(f" {_cell(runs[name])} |" for name in names))
     print()
-    for title, judge in ((f"on time (lag P99 <= {LAG_LIMIT_MS:g} ms, nothing dropped)",
-                          lambda r, o: sustained(o)),
-                         ("kept up (nothing dropped, >= 99% of the rate), however late",
-                          kept_up)):  # fmt: skip
+    verdicts: list[tuple[str, Callable[[int, Outcome | None], bool]]] = [
+        (f"on time (lag P99 <= {limit:g} ms, nothing dropped)",
+         lambda r, o, limit=limit: sustained(o, limit))
+        for limit in (LAG_LIMIT_MS, *LOOSER_MS)
+    ]  # fmt: skip
+    verdicts.append(("kept up (nothing dropped, >= 99% of the rate), however late", kept_up))
+    for title, judge in verdicts:
         best = {name: max((r for r, runs in rows if judge(r, runs[name])), default=0)
                 for name in names}  # fmt: skip
         k6_best = best.get("k6", 0)

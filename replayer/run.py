@@ -289,12 +289,15 @@ def _result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None
         },
     )
     # A dry run produces results far faster than they can be written: it waits for
-    # the writer. A live run never does (its pace is the schedule's).
+    # the writer. A live run never does (its pace is the schedule's), and packs each
+    # result as it comes, so the writer thread never holds the GIL through a batch
+    # while sends are due (its batches were most of the dispatch lag's P99 at 4,000/s).
     return ArchiveWriter(
         config.out,
         header=header,
         queue_size=10_000 if config.dry_run else 100_000,
         block_when_full=config.dry_run,
+        pack_on_append=not config.dry_run,
     )
 
 

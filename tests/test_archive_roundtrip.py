@@ -63,12 +63,13 @@ def _records(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[list[Re
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(records=_records(), compress=st.booleans())
+@given(records=_records(), compress=st.booleans(), packed=st.booleans())
 def test_arbitrary_records_round_trip(
-    tmp_path: Path, records: list[Record], compress: bool
+    tmp_path: Path, records: list[Record], compress: bool, packed: bool
 ) -> None:
+    # packed: each record packed by append, in the caller's thread (the replayer's way)
     path = tmp_path / ("r.msgpack.zst" if compress else "r.msgpack")
-    with ArchiveWriter(path, header=make_header("test")) as writer:
+    with ArchiveWriter(path, header=make_header("test"), pack_on_append=packed) as writer:
         for r in records:
             assert writer.append(r)
     assert writer.stats.written == len(records) and writer.stats.dropped == 0
@@ -79,13 +80,16 @@ def test_arbitrary_records_round_trip(
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(records=_records(min_size=1, max_size=80), rotate=st.integers(60, 2000))
-def test_rotation_loses_nothing(tmp_path: Path, records: list[Record], rotate: int) -> None:
+@given(
+    records=_records(min_size=1, max_size=80), rotate=st.integers(60, 2000), packed=st.booleans()
+)
+def test_rotation_loses_nothing(
+    tmp_path: Path, records: list[Record], rotate: int, packed: bool
+) -> None:
     out = tmp_path / f"rot-{time.monotonic_ns()}"
     out.mkdir()
-    writer = ArchiveWriter(
-        directory=out, prefix="cap", header=make_header("test"), rotate_bytes=rotate
-    )
+    writer = ArchiveWriter(directory=out, prefix="cap", header=make_header("test"),
+                           rotate_bytes=rotate, pack_on_append=packed)  # fmt: skip
     for r in records:
         writer.append(r)
     writer.close()

@@ -71,6 +71,7 @@ class ArchiveWriter:
         block_when_full: bool = False,
         on_written: Callable[[int], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
+        pack_on_append: bool = False,
     ) -> None:
         if (path is None) == (directory is None):
             raise ValueError("give exactly one of path or directory")
@@ -97,8 +98,15 @@ class ArchiveWriter:
         """Called with the new total after every drop, from whichever thread dropped."""
         self.error: OSError | None = None
         """The last write error; the single-file form stops writing after one."""
+        self._pack = msgpack.Packer().pack if pack_on_append else None
+        """Set: ``append`` packs each record in the caller's thread. For a caller whose
+        pauses cost more than its CPU (the replayer's event loop): the thread packing a
+        batch holds the GIL throughout (~2.6 µs a record, 0.65 ms for the 250 records of
+        50 ms at 5,000/s), and sends due meanwhile wait; packed one at a time, the same
+        work never delays a send by more than one record's. ``pack`` is one C call that
+        holds the GIL, so appends from several threads cannot interleave inside it."""
 
-        self._queue: deque[Record | dict[str, Any]] = deque()
+        self._queue: deque[Record | dict[str, Any] | bytes] = deque()
         self._drop_lock = threading.Lock()
         self._closing = False
         self._wake = threading.Event()
@@ -131,7 +139,10 @@ class ArchiveWriter:
         if self._closing or len(self._queue) >= self._maxsize:
             self._count_dropped(1)
             return False
-        self._queue.append(record)
+        if self._pack is not None:
+            self._queue.append(self._pack(_as_map(record)))
+        else:
+            self._queue.append(record)
         return True
 
     @property
@@ -163,10 +174,8 @@ class ArchiveWriter:
             closing = self._closing  # read before draining, so nothing queued after is missed
             while queue:
                 batch = _take(queue, 4096)
-                # Exact type checks: the fastest test, and a Record is never a dict.
-                self._emit_many(
-                    [packb(m if type(m) is dict else record_to_map(m)) for m in batch]  # type: ignore[arg-type]
-                )
+                # Exact type checks: the fastest test (a packed map is bytes).
+                self._emit_many([m if type(m) is bytes else packb(_as_map(m)) for m in batch])  # type: ignore[arg-type]
             self._space.set()
             now = time.monotonic()
             if now >= next_flush or self._pending_bytes >= _BATCH_BYTES:
@@ -338,7 +347,14 @@ class ArchiveWriter:
                 self._on_dropped(self.stats.dropped)
 
 
-def _take(queue: deque[Record | dict[str, Any]], limit: int) -> list[Record | dict[str, Any]]:
+def _as_map(record: Record | dict[str, Any]) -> dict[str, Any]:
+    """A record as an archive map (a map given is kept; a Record is never a dict)."""
+    return record if type(record) is dict else record_to_map(record)  # type: ignore[arg-type]
+
+
+def _take(
+    queue: deque[Record | dict[str, Any] | bytes], limit: int
+) -> list[Record | dict[str, Any] | bytes]:
     batch = []
     popleft = queue.popleft
     try:
