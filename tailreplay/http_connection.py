@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import ssl
 from typing import TYPE_CHECKING, NamedTuple, TypeAlias
@@ -194,7 +195,8 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = False
         self.reused = False
         self.idle_since = 0.0
-        self.deadline_timer: asyncio.TimerHandle | None = None
+        self.deadline = math.inf
+        """When the response in flight times out (``loop.time()``; the pool watches it)."""
         self._informational = False
         self._reason = b""
         self._headers: list[tuple[str, str]] = []
@@ -317,9 +319,7 @@ class _Connection(asyncio.Protocol):
         if self.response is not response:
             return
         self.response = None
-        if self.deadline_timer is not None:
-            self.deadline_timer.cancel()
-            self.deadline_timer = None
+        self.deadline = math.inf
         if reusable and self.keep_alive and not self.closed:
             self.pool._release(self)
         else:

@@ -16,7 +16,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from tailreplay.http_client import Origin, UpstreamPool
+from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import HttpTransport
 from tests.fixed_upstream import WORDS
@@ -152,6 +152,54 @@ async def test_a_woken_waiter_that_leaves_passes_its_connection_on() -> None:
             got = await asyncio.wait_for(third, 4)
             assert got.status == 200 and time.monotonic() - began < 1.0
             got.close()
+        finally:
+            await pool.close()
+
+
+async def test_a_request_past_the_pools_timeout_fails_and_the_rest_are_untouched() -> None:
+    """The pool's one deadline watch: an answer that stalls mid-body fails as a timeout
+    soon after ``timeout_s``, while the requests before and after it are answered."""
+
+    async def stalls(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse()
+        await resp.prepare(request)
+        await resp.write(b"part of a body")
+        await asyncio.sleep(5)
+        return resp
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_get("/stall", stalls)
+    app.router.add_get("/v1/models", models)
+    async with serve_app(app) as url:
+        origin = Origin("http", "127.0.0.1", int(url.rsplit(":", 1)[1]))
+        pool = UpstreamPool(timeout_s=0.5, connect_timeout_s=5)
+
+        async def fetch(target: str) -> tuple[str, float]:
+            began = time.monotonic()
+            try:
+                resp = await pool.send(origin, "GET", target, [], None)
+                resp.start(lambda _: True)
+                try:
+                    await resp.wait()
+                finally:
+                    resp.close()
+            except UpstreamError as exc:
+                return exc.kind, time.monotonic() - began
+            return str(resp.status), time.monotonic() - began
+
+        try:
+            assert (await fetch("/v1/models"))[0] == "200"
+            stalled = asyncio.create_task(fetch("/stall"))
+            await asyncio.sleep(0.3)
+            assert (await fetch("/v1/models"))[0] == "200"  # answered beside the stalled one
+            kind, took = await stalled
+            # Fails after its 0.5 s, at most a watch's tick (0.05 s here) late on an idle
+            # machine; the bound leaves room for a busy one, far short of the 5 s stall.
+            assert kind == "upstream_timeout" and 0.5 <= took < 2.5
+            assert (await fetch("/v1/models"))[0] == "200"
         finally:
             await pool.close()
 
