@@ -16,6 +16,7 @@ tap waits that long after the load before it stops, or the last packets are lost
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -53,7 +54,8 @@ class WireTap:
 
     @staticmethod
     def available() -> bool:
-        return shutil.which("tcpdump") is not None
+        """tcpdump is installed and may capture (it needs root here)."""
+        return shutil.which("tcpdump") is not None and os.geteuid() == 0
 
     def __enter__(self) -> WireTap:
         # Only segments that carry data to the responder: requests, not ACKs or answers.
@@ -100,9 +102,12 @@ def request_times(data: bytes) -> list[float]:
     return times
 
 
-def wire_lag(times: list[float], rate: float, expected: int) -> WireLag:
+def wire_lag(times: list[float], rate: float, expected: int) -> WireLag | None:
     """Lag of the last ``expected`` requests (earlier ones, such as a pre-flight probe,
-    are not part of the schedule) against slots ``1 / rate`` apart."""
+    are not part of the schedule) against slots ``1 / rate`` apart; None when none
+    were seen."""
+    if expected <= 0 or not times:
+        return None
     sends = sorted(times)[-expected:]
     gap = 1.0 / rate
     offsets = [t - i * gap for i, t in enumerate(sends)]

@@ -29,7 +29,7 @@ import msgpack
 
 from tailreplay.batch_pipe import BatchPipe
 from tailreplay.exporters.otlp_options import OtlpOptions
-from tailreplay.traces.record import Record, record_to_map
+from tailreplay.traces.record import UNPACKABLE, Record, pack_record
 
 __all__ = ["SpanProcess", "replay_spans"]
 
@@ -66,10 +66,9 @@ def _child_main(
             data = conn.recv_bytes()
         except (EOFError, OSError):
             break
-        batch: list[bytes] = pickle.loads(data)
-        for packed in batch:
-            fields, request_body = msgpack.unpackb(packed)
-            spans.emit(Record.from_map(fields), request_body=request_body)
+        batch: list[tuple[bytes, bytes | None]] = pickle.loads(data)
+        for packed, request_body in batch:
+            spans.emit(Record.from_map(msgpack.unpackb(packed)), request_body=request_body)
     exported, lost = telemetry.close()
     result.send((exported, lost))
 
@@ -102,6 +101,7 @@ class SpanProcess:
         reader.close()
         result_writer.close()
         self._pack = msgpack.Packer().pack
+        self._unpackable = 0
         self._pipe = BatchPipe(
             writer, limit=_PIPE_LIMIT, flush_s=_FLUSH_S, on_flush=self._warn_once
         )
@@ -116,7 +116,12 @@ class SpanProcess:
         await self._pipe.attach()
 
     def emit(self, record: Record, *, request_body: bytes | None = None) -> None:
-        self._pipe.append(self._pack((record_to_map(record), request_body)))
+        try:
+            packed = pack_record(self._pack, record)
+        except UNPACKABLE:  # a value of no record field's type: this span alone is lost
+            self._unpackable += 1
+            return
+        self._pipe.append((packed, request_body))
 
     async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
         """Send the rest, let the child flush; returns (spans exported, not delivered)."""
@@ -129,7 +134,7 @@ class SpanProcess:
         if self._proc.is_alive():
             self._proc.kill()
         self._warn_once()
-        return exported, lost + self._pipe.dropped
+        return exported, lost + self._pipe.dropped + self._unpackable
 
     def _warn_once(self) -> None:
         """The child's first failed export, said once on the parent's stderr."""

@@ -112,8 +112,11 @@ def target_message(body: str) -> str | None:
     """What a refusal's body says, fit to keep: the server's message (an OpenAI-style
     ``error.message``, else the text), its first line, at most MESSAGE_CHARS long, with
     credentials, emails and numbers masked: an error can echo the prompt it refused."""
+    # A JSON escape can decode to a lone surrogate ("\ud800"), which no UTF-8 output
+    # (terminal, summary, archive) can carry: it becomes "?".
+    text = error_message(body).encode("utf-8", "replace").decode("utf-8")
     # Cut loosely before masking (a secret cut in two could escape its pattern), exactly after.
-    first = _one_line(error_message(body), 4 * MESSAGE_CHARS)
+    first = _one_line(text, 4 * MESSAGE_CHARS)
     return None if first is None else _one_line(redact_text(first, _MASK_KEY))
 
 

@@ -193,8 +193,10 @@ class UpstreamPool:
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+            self._sweeper = None
         if self._watch is not None:
             self._watch.cancel()
+            self._watch = None
         for conn in list(self._all):
             conn.abort()
         self._idle.clear()

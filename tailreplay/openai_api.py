@@ -131,7 +131,9 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
             value = fields.get(path[0])
             if len(path) == 2:
                 value = value.get(path[1]) if isinstance(value, dict) else None
-            if type(value) is int:  # not a bool (JSON's numbers decode to int exactly)
+            # Not a bool (JSON's numbers decode to int exactly), and a count a record
+            # can hold: a negative one, or one past a signed 64-bit integer, is not one.
+            if type(value) is int and 0 <= value < 2**63:
                 setattr(usage, name, value)
                 break
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-__all__ = ["retry_after_s"]
+__all__ = ["MAX_WAIT_S", "retry_after_s"]
+
+
+MAX_WAIT_S = 1e9
+"""The longest wait read (about 32 years): a longer one, or a date further off, is
+read as this, so the milliseconds a record keeps stay a 64-bit integer."""
 
 
 def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
-    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date.
+    """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date, at
+    most ``MAX_WAIT_S``.
 
     >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s(None)
     (2.0, None, None)
@@ -21,11 +27,11 @@ def retry_after_s(value: str | None, now: datetime | None = None) -> float | Non
         return None
     text = value.strip()
     if text.isdigit():
-        return float(text)
+        return min(float(text), MAX_WAIT_S)
     try:
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
         return None
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+    return min(max((when - (now or datetime.now(UTC))).total_seconds(), 0.0), MAX_WAIT_S)

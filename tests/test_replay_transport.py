@@ -19,6 +19,7 @@ from aiohttp import web
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import HttpTransport
+from tailreplay.traces.reader import ArchiveReader
 from tests.fixed_upstream import WORDS
 from tests.proxy_helpers import serve_app
 from tests.test_proxy_upstream import https_upstream
@@ -238,6 +239,64 @@ def _one_at_a_time_target() -> tuple[str, object]:
     server = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def test_hostile_values_from_a_target_are_kept_replaced_and_every_result_written(
+    tmp_path: Path,
+) -> None:
+    """A target's answers carry what no archive can hold: a usage count past 64 bits, a
+    Retry-After of 30 digits, an error message with a JSON escape of a lone surrogate.
+    Every request still gets its result, with those values read as what they mean."""
+    import http.server
+    import threading
+
+    from tests.helpers import chat_archive
+
+    answered = 0
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            nonlocal answered
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            answered += 1
+            refused = answered % 4 == 3  # the preflight's answer (the first) is a 200
+            body = (b'{"error":{"message":"slow down \\ud800"}}' if refused else
+                    b'{"choices":[{"finish_reason":"stop"}],"usage":{"prompt_tokens":'
+                    b'100000000000000000000,"completion_tokens":3}}')  # fmt: skip
+            self.send_response(429 if refused else 200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            if refused:
+                self.send_header("Retry-After", "9" * 30)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 20, gap_ms=5, seed=3)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tailreplay", "replay", "--target",
+             f"http://127.0.0.1:{server.server_address[1]}", "--timeout", "5s",
+             "--out", str(tmp_path / "r.msgpack"), str(archive)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    results = list(ArchiveReader([tmp_path / "r.msgpack"], order="file"))
+    assert len(results) == 20
+    refused = [r for r in results if r.status == 429]
+    assert len(refused) == 5
+    assert {(r.error_message, r.retry_after_ms) for r in refused} == {("slow down ?", 10**12)}
+    # A count past 64 bits is no count: the usage is not taken (neither of its counts).
+    ok = [r for r in results if r.status == 200]
+    assert len(ok) == 15 and all(r.error is None for r in ok)
+    assert all(r.input_tokens is None and r.output_tokens is None for r in ok)
 
 
 def test_a_target_that_serves_one_connection_at_a_time_gets_every_request(

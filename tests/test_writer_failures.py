@@ -122,3 +122,23 @@ def test_a_failing_disk_drops_and_counts_and_keeps_what_was_written(tmp_path: Pa
         Record(start_ns=i, path="/v1/chat/completions") for i in range(len(got))
     ]
     assert os.path.getsize(path) <= 20_000
+
+
+def test_values_an_archive_cannot_hold_are_replaced_and_later_records_still_written(
+    tmp_path: Path,
+) -> None:
+    """A server's hostile values (an integer past 64 bits, a JSON "\\ud800" decoded to a
+    lone surrogate) reach a record; packed in either thread, the record is kept with
+    them replaced, and the writer goes on with the records after it."""
+    hostile = Record(start_ns=1, status=429, retry_after_ms=10**20, input_tokens=7,
+                     error_message="slow down \ud800", req_headers=[("x", "\udcff")])  # fmt: skip
+    after = Record(start_ns=2, status=200, output_tokens=3)
+    for packed in (False, True):
+        path = tmp_path / f"out-{packed}.msgpack"
+        with ArchiveWriter(path, header=make_header("test"), pack_on_append=packed) as w:
+            assert w.append(hostile) and w.append(after)
+        assert w.stats.written == 2 and w.stats.dropped == 0
+        first, second = ArchiveReader([path], order="file")
+        assert (first.retry_after_ms, first.input_tokens) == (None, 7)
+        assert first.error_message == "slow down ?" and first.req_headers == [("x", "?")]
+        assert second == after

@@ -8,6 +8,7 @@ omitted, never written as nil.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,7 +18,9 @@ __all__ = [
     "BOOL_FIELDS",
     "FIELDS",
     "INT_FIELDS",
+    "UNPACKABLE",
     "Record",
+    "pack_record",
     "record_to_map",
 ]
 
@@ -139,3 +142,37 @@ def record_to_map(record: Record) -> dict[str, Any]:
     """``record.to_map()`` as a plain function, for hot loops."""
     mapping: dict[str, Any] = _to_map(record)
     return mapping
+
+
+UNPACKABLE = (OverflowError, UnicodeEncodeError, TypeError, ValueError)
+"""What msgpack raises for a value it cannot pack."""
+
+
+def pack_record(pack: Callable[[Any], bytes], record: Record | dict[str, Any]) -> bytes:
+    """A record (or an archive map) packed with ``pack`` (a ``msgpack.Packer().pack``).
+
+    Values an archive cannot hold come from what a server or client sent: an integer
+    past 64 bits, a string with a lone surrogate (JSON's ``"\\ud800"`` decodes to
+    one). They are replaced, the integer by None and the character by ``?``, rather
+    than lose the record (or, in a writer's thread, every record after it). Raises one
+    of ``UNPACKABLE`` only for a value of a type no record field has.
+    """
+    # Exact type check: the fastest test, and a Record is never a dict.
+    mapping = record if type(record) is dict else _to_map(record)
+    try:
+        packed: bytes = pack(mapping)
+    except UNPACKABLE:
+        packed = pack(_encodable(mapping))
+    return packed
+
+
+def _encodable(value: Any) -> Any:
+    if type(value) is str:
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if type(value) is int:
+        return value if -(2**63) <= value < 2**64 else None
+    if isinstance(value, dict):
+        return {k: _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value

@@ -24,7 +24,7 @@ import zstandard
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
 from tailreplay.traces.format import rotated_name
-from tailreplay.traces.record import Record, record_to_map
+from tailreplay.traces.record import UNPACKABLE, Record, pack_record
 
 __all__ = ["ArchiveWriter", "WriterStats", "write_archive"]
 
@@ -139,10 +139,15 @@ class ArchiveWriter:
         if self._closing or len(self._queue) >= self._maxsize:
             self._count_dropped(1)
             return False
-        if self._pack is not None:
-            self._queue.append(self._pack(_as_map(record)))
-        else:
+        if self._pack is None:
             self._queue.append(record)
+            return True
+        try:
+            self._queue.append(pack_record(self._pack, record))
+        except UNPACKABLE:
+            log.error("a record with a value of no record field's type was dropped")
+            self._count_dropped(1)
+            return False
         return True
 
     @property
@@ -173,9 +178,7 @@ class ArchiveWriter:
         while True:
             closing = self._closing  # read before draining, so nothing queued after is missed
             while queue:
-                batch = _take(queue, 4096)
-                # Exact type checks: the fastest test (a packed map is bytes).
-                self._emit_many([m if type(m) is bytes else packb(_as_map(m)) for m in batch])  # type: ignore[arg-type]
+                self._emit_many(self._packed(packb, _take(queue, 4096)))
             self._space.set()
             now = time.monotonic()
             if now >= next_flush or self._pending_bytes >= _BATCH_BYTES:
@@ -194,6 +197,22 @@ class ArchiveWriter:
                 return
             if not queue:
                 self._wake.wait(_IDLE_WAIT_S)
+
+    def _packed(
+        self, packb: Callable[[Any], bytes], batch: list[Record | dict[str, Any] | bytes]
+    ) -> list[bytes]:
+        # A map packed by append is bytes.
+        try:
+            return [m if isinstance(m, bytes) else pack_record(packb, m) for m in batch]
+        except UNPACKABLE:  # a value of no record field's type: drop that record alone
+            packed = []
+            for m in batch:
+                try:
+                    packed.append(m if isinstance(m, bytes) else pack_record(packb, m))
+                except UNPACKABLE:
+                    log.error("a record with a value of no record field's type was dropped")
+                    self._count_dropped(1)
+            return packed
 
     def _emit_many(self, packed: list[bytes]) -> None:
         if self._rotate_bytes is None and self._file is not None:
@@ -345,11 +364,6 @@ class ArchiveWriter:
             self.stats.dropped += n
             if self._on_dropped is not None:
                 self._on_dropped(self.stats.dropped)
-
-
-def _as_map(record: Record | dict[str, Any]) -> dict[str, Any]:
-    """A record as an archive map (a map given is kept; a Record is never a dict)."""
-    return record if type(record) is dict else record_to_map(record)  # type: ignore[arg-type]
 
 
 def _take(
