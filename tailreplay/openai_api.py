@@ -119,6 +119,8 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
     return usage
 
 
+_COUNT_LIMIT = 1 << 32
+"""Token counts an archive holds are below this (``traces/validate.py``'s _TOKENS)."""
 _COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
            ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
 """Each count's paths in a usage object: a key, or a key and one under it."""
@@ -131,9 +133,9 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
             value = fields.get(path[0])
             if len(path) == 2:
                 value = value.get(path[1]) if isinstance(value, dict) else None
-            # Not a bool (JSON's numbers decode to int exactly), and a count a record
-            # can hold: a negative one, or one past a signed 64-bit integer, is not one.
-            if type(value) is int and 0 <= value < 2**63:
+            # Not a bool (JSON's numbers decode to int exactly), and a count an archive
+            # holds (0 <= v < 2^32, docs/archive-format.md): anything else is no count.
+            if type(value) is int and 0 <= value < _COUNT_LIMIT:
                 setattr(usage, name, value)
                 break
 

@@ -56,6 +56,11 @@ def _sse(*events: dict[str, object] | str) -> bytes:
          (5, 2, None, None)),
         (b'{"usage": {"prompt_tokens": 5, "completion_tok', (None, None, None, None)),
         (b'{"usage": null}', (None, None, None, None)),
+        # Counts an archive holds (0 <= v < 2^32), else none: a hostile or broken server's.
+        (b'{"usage": {"prompt_tokens": 4294967295, "completion_tokens": 4294967296}}',
+         (4294967295, None, None, None)),
+        (b'{"usage": {"prompt_tokens": -1, "completion_tokens": 100000000000000000000}}',
+         (None, None, None, None)),
     ],
 )  # fmt: skip
 def test_usage_in_every_shape_servers_send(
