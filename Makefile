@@ -93,7 +93,8 @@ test-telemetry: $(STAMP) $(PHOENIX_STAMP) /usr/bin/prometheus
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-# bench/proxy.py, bench/replay.py and bench/replay_cpu.py need wrk, nginx and k6 (see docs/benchmarks.md).
+# bench/proxy.py, bench/replay.py and bench/replay_cpu.py need wrk, nginx and k6, and
+# bench/replay.py tcpdump run as root (see docs/benchmarks.md).
 bench: $(STAMP)
 	$(BIN)/python bench/archive.py
 	$(BIN)/python bench/sim.py

@@ -51,6 +51,16 @@ class ArchiveWriter:
     Exactly one of ``path`` (one file, no rotation) or ``directory`` (files named
     ``<prefix>-<UTC start>-<host>-<pid>-<seq>.msgpack``) is given. ``compress``
     defaults to the path's suffix (``.zst``) for one file and to False for a series.
+    ``on_written`` is called on the writer thread after every write to the file, with
+    the number of records now in files (the recorder publishes its counts from there);
+    ``on_dropped`` with the new total after every drop, from whichever thread dropped.
+
+    ``pack_on_append`` packs each record in ``append``, in the caller's thread, for a
+    caller whose pauses cost more than its CPU (the replayer's event loop): the thread
+    packing a batch holds the GIL throughout (~2.6 µs a record, 0.65 ms for the 250
+    records of 50 ms at 5,000/s) and sends due meanwhile wait; packed one at a time,
+    the same work never delays a send by more than one record's. ``pack`` is one C
+    call that holds the GIL, so appends from several threads cannot interleave in it.
 
     >>> with ArchiveWriter("out.msgpack", header=make_header("merge")) as w:
     ...     w.append(record)
@@ -92,19 +102,11 @@ class ArchiveWriter:
         self._space = threading.Event()
         self.stats = WriterStats()
         self._on_written = on_written
-        """Called on the writer thread after every write to the file, with the number of
-        records now in files (the recorder publishes its counts from here)."""
         self._on_dropped = on_dropped
-        """Called with the new total after every drop, from whichever thread dropped."""
         self.error: OSError | None = None
         """The last write error; the single-file form stops writing after one."""
         self._pack = msgpack.Packer().pack if pack_on_append else None
-        """Set: ``append`` packs each record in the caller's thread. For a caller whose
-        pauses cost more than its CPU (the replayer's event loop): the thread packing a
-        batch holds the GIL throughout (~2.6 µs a record, 0.65 ms for the 250 records of
-        50 ms at 5,000/s), and sends due meanwhile wait; packed one at a time, the same
-        work never delays a send by more than one record's. ``pack`` is one C call that
-        holds the GIL, so appends from several threads cannot interleave inside it."""
+        """Set: ``append`` packs each record in the caller's thread (class docstring)."""
 
         self._queue: deque[Record | dict[str, Any] | bytes] = deque()
         self._drop_lock = threading.Lock()
