@@ -11,7 +11,8 @@ __all__ = ["MAX_WAIT_S", "retry_after_s"]
 
 MAX_WAIT_S = 1e9
 """The longest wait read (about 32 years): a longer one, or a date further off, is
-read as this, so the milliseconds a record keeps stay a 64-bit integer."""
+read as this, so the milliseconds a record keeps stay in the archive's range for
+``retry_after_ms`` (below 2^40, docs/archive-format.md)."""
 
 
 def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:

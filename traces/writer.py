@@ -141,15 +141,10 @@ class ArchiveWriter:
         if self._closing or len(self._queue) >= self._maxsize:
             self._count_dropped(1)
             return False
-        if self._pack is None:
-            self._queue.append(record)
-            return True
-        try:
-            self._queue.append(pack_record(self._pack, record))
-        except UNPACKABLE:
-            log.error("a record with a value of no record field's type was dropped")
-            self._count_dropped(1)
+        item = record if self._pack is None else self._pack_or_drop(self._pack, record)
+        if item is None:
             return False
+        self._queue.append(item)
         return True
 
     @property
@@ -203,18 +198,24 @@ class ArchiveWriter:
     def _packed(
         self, packb: Callable[[Any], bytes], batch: list[Record | dict[str, Any] | bytes]
     ) -> list[bytes]:
-        # A map packed by append is bytes.
+        packed = []
+        for m in batch:  # a map packed by append is bytes
+            data = m if isinstance(m, bytes) else self._pack_or_drop(packb, m)
+            if data is not None:
+                packed.append(data)
+        return packed
+
+    def _pack_or_drop(
+        self, pack: Callable[[Any], bytes], record: Record | dict[str, Any]
+    ) -> bytes | None:
+        """``pack_record``, or None (dropped and counted) for a value of no record
+        field's type, so one bad record never stops the writer."""
         try:
-            return [m if isinstance(m, bytes) else pack_record(packb, m) for m in batch]
-        except UNPACKABLE:  # a value of no record field's type: drop that record alone
-            packed = []
-            for m in batch:
-                try:
-                    packed.append(m if isinstance(m, bytes) else pack_record(packb, m))
-                except UNPACKABLE:
-                    log.error("a record with a value of no record field's type was dropped")
-                    self._count_dropped(1)
-            return packed
+            return pack_record(pack, record)
+        except UNPACKABLE:
+            log.error("a record with a value of no record field's type was dropped")
+            self._count_dropped(1)
+            return None
 
     def _emit_many(self, packed: list[bytes]) -> None:
         if self._rotate_bytes is None and self._file is not None:
