@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tailreplay.openai_api import OPENAI_PATHS
+from tailreplay.openai_api import COUNT_LIMIT, OPENAI_PATHS
 
 __all__ = [
     "RequestInfo",
@@ -58,8 +58,10 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
     info.stream = stream if isinstance(stream, bool) else (False if stream is None else None)
     for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
         value = body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            info.max_tokens = value
+        if type(value) is int:  # not a bool
+            # The first given is the budget; one an archive cannot hold (a client's -1
+            # or 2^40: 0 <= v < 2^32) is none.
+            info.max_tokens = value if 0 <= value < COUNT_LIMIT else None
             break
     user = body.get("user")
     info.user = user if isinstance(user, str) else None

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from tailreplay.sse import StreamTimeline
 
 __all__ = [
+    "COUNT_LIMIT",
     "OPENAI_PATHS",
     "ROUTES",
     "ResponseTap",
@@ -119,7 +120,7 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
     return usage
 
 
-_COUNT_LIMIT = 1 << 32
+COUNT_LIMIT = 1 << 32
 """Token counts an archive holds are below this (``traces/validate.py``'s _TOKENS)."""
 _COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
            ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
@@ -135,7 +136,7 @@ def _update(usage: Usage, fields: dict[str, Any]) -> None:
                 value = value.get(path[1]) if isinstance(value, dict) else None
             # Not a bool (JSON's numbers decode to int exactly), and a count an archive
             # holds (0 <= v < 2^32, docs/archive-format.md): anything else is no count.
-            if type(value) is int and 0 <= value < _COUNT_LIMIT:
+            if type(value) is int and 0 <= value < COUNT_LIMIT:
                 setattr(usage, name, value)
                 break
 

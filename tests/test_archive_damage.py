@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import msgpack
@@ -107,6 +108,8 @@ def test_hostile_length_is_rejected_without_allocating(tmp_path: Path) -> None:
     [
         (lambda p: None, "no such file"),
         (lambda p: p.mkdir(), "is a directory"),
+        # Never opened (a FIFO without a writer would block the open).
+        (lambda p: os.mkfifo(p), "not a regular file (a pipe or a device)"),
         (lambda p: p.write_text("TIMESTAMP,ContextTokens\n"), "not a tailreplay archive"),
         (lambda p: p.write_bytes(b"\x85\xa6for"), "not a tailreplay archive (truncated header)"),
         (lambda p: p.write_bytes(msgpack.packb({"format": "other"})), "not a tailreplay archive"),
@@ -115,7 +118,7 @@ def test_hostile_length_is_rejected_without_allocating(tmp_path: Path) -> None:
             "archive format version 99 is newer",
         ),
     ],
-    ids=["missing", "directory", "csv", "torn-header", "foreign-msgpack", "newer-version"],
+    ids=["missing", "directory", "fifo", "csv", "torn-header", "foreign-msgpack", "newer-version"],
 )
 def test_bad_input_one_line_exit_3(tmp_path: Path, setup, message: str) -> None:
     path = tmp_path / "in.msgpack"

@@ -149,3 +149,27 @@ async def test_at_the_cap_an_idle_connection_makes_room_and_a_busy_one_does_not(
                 response.release()
         assert await metric(proxy.admin_url, "tailreplay_proxy_connections_evicted_total") == 1
         assert await metric(proxy.admin_url, "tailreplay_proxy_connections_refused_total") == 1
+
+
+async def test_a_client_budget_an_archive_cannot_hold_leaves_the_capture_readable(
+    tmp_path: Path,
+) -> None:
+    """A client's ``max_tokens: -1`` or 2^40 (the target refuses or clamps it) is
+    recorded as no budget: the capture reads whole, every exchange in it, where the
+    value kept as sent made every reader call the file damaged from that record on."""
+    budgets = [-1, 2**40, 5, True]
+    async with (
+        serve(SimConfig(profile=QUICK, port=0)) as sim,
+        proxy_to(sim, tmp_path / "o") as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        statuses = []
+        for budget in budgets:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                    "max_tokens": budget}  # fmt: skip
+            async with session.post(f"{proxy.url}/v1/chat/completions", json=body) as resp:
+                await resp.read()
+                statuses.append(resp.status)
+    got = records(tmp_path / "o")  # strict: raises on a damaged record
+    assert [r.status for r in got] == statuses and statuses[2] == 200
+    assert [r.max_tokens for r in got] == [None, None, 5, None]

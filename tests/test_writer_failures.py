@@ -10,10 +10,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.writer import ArchiveWriter, write_archive
 
 FLUSH_S = 0.5
 # Besides the flush interval itself: the writer's idle wake-up (50 ms) and a busy CI
@@ -142,3 +144,38 @@ def test_values_an_archive_cannot_hold_are_replaced_and_later_records_still_writ
         assert (first.retry_after_ms, first.input_tokens) == (None, 7)
         assert first.error_message == "slow down ?" and first.req_headers == [("x", "?")]
         assert second == after
+
+
+def test_values_outside_the_archive_table_are_left_out_so_every_reader_reads_it_whole(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record made from what a client or server sent can hold a value every reader
+    would call damage (a client's max_tokens -1): the writer leaves that field out
+    (one warning a field), drops a record without a valid start_ns (counted), and the
+    archive reads whole in strict mode, in either packing mode."""
+    bad = Record(start_ns=1, max_tokens=-1, input_tokens=2**40, status=1000,
+                 prefix_hashes=[1, 2**64], model="m")  # fmt: skip
+    no_start = Record(start_ns=-5, max_tokens=3)
+    fine = Record(start_ns=2, max_tokens=-1, output_tokens=3)
+    for packed in (False, True):
+        caplog.clear()
+        path = tmp_path / f"out-{packed}.msgpack"
+        with ArchiveWriter(path, header=make_header("test"), pack_on_append=packed) as w:
+            w.append(bad)
+            w.append(no_start)
+            w.append(fine)
+        assert (w.stats.written, w.stats.dropped) == (2, 1)
+        first, second = ArchiveReader([path], order="file")  # strict: damage raises
+        assert first == Record(start_ns=1, model="m")
+        assert second == Record(start_ns=2, output_tokens=3)
+        warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert sum("'max_tokens' must be an int in 0..2^32-1 (got -1)" in m for m in warned) == 1
+        assert any("'prefix_hashes'" in m for m in warned)
+        assert any("a record was dropped" in m and "'start_ns'" in m for m in warned)
+
+
+def test_write_archive_counts_only_what_it_wrote(tmp_path: Path) -> None:
+    path = tmp_path / "out.msgpack"
+    records = [Record(start_ns=1), Record(start_ns=-1), Record(start_ns=3)]
+    assert write_archive(path, make_header("test"), records) == 2
+    assert [r.start_ns for r in ArchiveReader([path], order="file")] == [1, 3]

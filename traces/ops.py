@@ -82,7 +82,7 @@ def copy_records(
             if keep is None or keep(m):
                 yield m
 
-    written = write_archive(out_path, header, kept())
+    written = write_archive(out_path, header, kept(), checked=True)  # the reader checked them
     return OpResult(written=written, read=read, warnings=reader.warnings())
 
 

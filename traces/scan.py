@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -103,6 +104,14 @@ def check_readable(path: Path) -> None:
         raise InputError(f"{path}: is a directory, not a file")
     if not os.access(path, os.R_OK):
         raise InputError(f"{path}: permission denied")
+    if not path.is_file():
+        raise _not_a_file(path)
+
+
+def _not_a_file(path: Path) -> InputError:
+    # Archives are read more than once (a header, then the records; a replay plans in
+    # passes), which a pipe or a device cannot give.
+    return InputError(f"{path}: not a regular file (a pipe or a device); save it to a file first")
 
 
 def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
@@ -111,6 +120,9 @@ def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
         f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in finally below
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise _not_a_file(path)
     try:
         magic = f.read(4)
         f.seek(0)

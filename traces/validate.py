@@ -25,6 +25,7 @@ __all__ = [
     "clean_header",
     "header_problems",
     "record_problem",
+    "without_invalid",
 ]
 
 # Kinds of field value; the numbers are shared with traces/_colscan.c.
@@ -159,6 +160,26 @@ def _explain(m: Any) -> str | None:
             got = f"{len(value)} bytes"
         return f"{key!r} must be {_expect(*spec)} (got {got})"
     return None
+
+
+def without_invalid(m: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """``m`` without the fields a reader would call damage, and what was wrong with each
+    (``record_problem``'s phrase); None for the map when its ``start_ns`` is not valid,
+    since no record is kept without one. What writers do with a record made from
+    what a client or server sent, so that an archive tailreplay wrote is always read
+    whole."""
+    start = m.get("start_ns")
+    if start is None or not _value_ok(start, *FIELD_SPECS["start_ns"]):
+        return None, [_explain(m) or "no start_ns"]
+    kept: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in m.items():
+        spec = FIELD_SPECS.get(key)
+        if spec is None or value is None or _value_ok(value, *spec):
+            kept[key] = value
+        else:
+            problems.append(_explain({"start_ns": start, key: value}) or key)
+    return kept, problems
 
 
 # Records of one writer share their keys, in one order: a checker compiled for that

@@ -113,7 +113,8 @@ def import_file(
     report = ImportReport(str(path), strict)
     header = make_header(f"import:{fmt}", extra={"input": path.name})
     try:
-        written = write_archive(out, header, _valid(readers[fmt](path, report), report))
+        records = _valid(readers[fmt](path, report), report)  # checked, the bad reported
+        written = write_archive(out, header, records, checked=True)
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not text ({exc.reason})") from None
     if written == 0:
