@@ -35,6 +35,7 @@ from tailreplay.replayer.preflight import FailFast, probe
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
+from tailreplay.replayer.result_archive import result_writer
 from tailreplay.replayer.results import result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
@@ -47,11 +48,9 @@ from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
-from tailreplay.traces.format import make_header
 from tailreplay.traces.reader import read_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.redact import redact_url
-from tailreplay.traces.writer import ArchiveWriter
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 
@@ -155,7 +154,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run, tail_by=the_plan.tail_by,
         tail_capped=the_plan.capped, context=sc.max_context,
     )  # fmt: skip
-    writer = _result_writer(config, the_plan)
+    writer = result_writer(config, the_plan)
 
     def on_result(record: Record) -> None:
         collector.add(record)
@@ -258,47 +257,6 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
         weak = sc.tail_stretch < 1.5
         why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"
         say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside 1.5-2.0 ({why})")
-
-
-def _result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
-    if config.out is None:
-        return None
-    sc = config.schedule
-    length_s = sc.speed.replay_offset(the_plan.span_s, the_plan.span_s)
-    phases = sc.speed.phase_seconds(min(length_s, config.duration_s or float("inf")))
-    if config.users is not None:  # a closed loop's phases are its user counts
-        phases = config.users.phase_seconds(config.duration_s)
-    header = make_header(
-        "replay" if not config.dry_run else "replay:dry-run",
-        upstream=redact_url(config.target) if config.target is not None else None,
-        extra={
-            "speed": str(sc.speed),
-            # The shape's mean factor over this replay (recorded span / replay length),
-            # by which the report scales recorded rates.
-            "speed_mean": sc.speed.mean(the_plan.span_s),
-            **({"phase_seconds": phases} if phases else {}),
-            **({"users": str(config.users)} if config.users is not None else {}),
-            "tail_stretch": sc.tail_stretch,
-            "tail_quantile": sc.tail_quantile,
-            "amplify": sc.amplify,
-            "shard": list(sc.shard),
-            # What was replayed, so `tailreplay report` finds the recorded side.
-            "archives": [str(Path(p).resolve()) for p in sc.paths],
-            "lag_limit_ms": config.lag_limit_ms,
-            "otlp_live": config.spans is not None,
-        },
-    )
-    # A dry run produces results far faster than they can be written: it waits for
-    # the writer. A live run never does (its pace is the schedule's), and packs each
-    # result as it comes, so the writer thread never holds the GIL through a batch
-    # while sends are due (its batches were most of the dispatch lag's P99 at 4,000/s).
-    return ArchiveWriter(
-        config.out,
-        header=header,
-        queue_size=10_000 if config.dry_run else 100_000,
-        block_when_full=config.dry_run,
-        pack_on_append=not config.dry_run,
-    )
 
 
 def _dry_run(

@@ -15,17 +15,19 @@ that never gets back on schedule is judged on everything after that bound.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.errors import UsageError
 from tailreplay.report.model import LagCause, ShardRow, Shards
 from tailreplay.report.side import Side
 from tailreplay.traces.client_health import ClientVerdict
 
-__all__ = ["LATE_START_S", "SETTLED_AFTER_S", "ShardLags", "shard_lags"]
+__all__ = ["LATE_START_S", "SETTLED_AFTER_S", "ShardLags", "check_one_run", "shard_lags"]
 
 LATE_START_S = 1.0
 """A shard whose first request went out more than this behind schedule started late."""
@@ -177,3 +179,43 @@ def _count(side: Side, highest: int) -> int:
         if isinstance(shard, list) and len(shard) == 2 and type(shard[1]) is int:
             counts.append(shard[1])
     return max(counts)
+
+
+RUN_SETTINGS = ("archives", "speed", "tail_stretch", "tail_quantile", "amplify", "shards",
+                "start_at_ns")  # fmt: skip
+"""What the result archives of one replay's shards share (their headers')."""
+
+
+def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> None:
+    """Refuse replay results that are not the shards of one run, each once: a rerun
+    under the same name (``deploy job --name``) leaves files of two runs side by side,
+    and read together they would be one report of neither. Raises ``UsageError``."""
+    runs = [(p, h) for p, h in zip(paths, headers, strict=True)
+            if str(h.get("source", "")).startswith("replay")]  # fmt: skip
+    if len(runs) < 2:
+        return
+    first_path, first = runs[0]
+    for path, header in runs[1:]:
+        for key in RUN_SETTINGS:
+            mine, theirs = _setting(first, key), _setting(header, key)
+            if mine != theirs:
+                raise UsageError(
+                    f"{first_path} and {path} are results of different replays ({key} "
+                    f"{mine} against {theirs}); report the shards of one run together"
+                )
+    seen: dict[tuple[int, ...], str] = {}
+    for path, header in runs:
+        shard = tuple(header.get("shard") or (0, 1))
+        if shard in seen:
+            label = "/".join(map(str, shard))
+            raise UsageError(
+                f"{seen[shard]} and {path} are both shard {label}: results of two runs "
+                "(or one given twice); report each shard of one run once"
+            )
+        seen[shard] = path
+
+
+def _setting(header: dict[str, Any], key: str) -> Any:
+    if key == "shards":
+        return (header.get("shard") or (0, 1))[1]
+    return header.get(key)

@@ -17,6 +17,7 @@ from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
 from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report, SloMatrix
+from tailreplay.report.shards import check_one_run
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
 from tailreplay.report.tables import ReportTable, headline, report_tables
@@ -62,6 +63,7 @@ def write_report(
     """Build the report and write every requested file; ``say`` gets warnings."""
     classes = [options.slo_by] if options.slo_by else []
     replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
+    check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded
     if recorded_paths is None:
         recorded_paths = _recorded_from_header(replayed, say)

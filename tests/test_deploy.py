@@ -270,14 +270,15 @@ def test_the_pruning_job_deletes_old_archives_and_nothing_else(tmp_path: Path) -
     assert prune["volumeMounts"] == [{"name": "captures", "mountPath": "/captures"}]
     capture = container(find("Deployment", "llm"), "capture")
     assert _flag(capture["args"], "--out") == "/captures"
-    days = int(_flag(prune["command"], "-mtime").lstrip("+"))
-    assert 1 <= days <= 90
-    old = time.time() - (days + 2) * 86400
+    # docs/deploy.md: files 7 days old or more go (find counts whole days, rounded down).
+    assert _flag(prune["command"], "-mtime") == "+6"
+    now = time.time()
     files = {
-        "capture-20261101T000000Z-llm-a-1-0000.msgpack.zst": old,
-        "capture-20261101T000000Z-llm-b-1-0000.msgpack": old,
-        "capture-20261201T000000Z-llm-a-1-0001.msgpack.zst": time.time(),
-        "notes.txt": old,
+        "capture-20261101T000000Z-llm-a-1-0000.msgpack.zst": now - 7 * 86400 - 3600,
+        "capture-20261101T000000Z-llm-b-1-0000.msgpack": now - 30 * 86400,
+        "capture-20261125T000000Z-llm-a-1-0001.msgpack.zst": now - 7 * 86400 + 3600,
+        "capture-20261201T000000Z-llm-a-1-0002.msgpack.zst": now,
+        "notes.txt": now - 30 * 86400,
     }
     for name, mtime in files.items():
         (tmp_path / name).write_bytes(b"x")
@@ -285,4 +286,5 @@ def test_the_pruning_job_deletes_old_archives_and_nothing_else(tmp_path: Path) -
     command = [str(tmp_path) if a == "/captures" else a for a in prune["command"]]
     subprocess.run(command, check=True, capture_output=True, timeout=30)
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == ["capture-20261201T000000Z-llm-a-1-0001.msgpack.zst", "notes.txt"]
+    assert left == ["capture-20261125T000000Z-llm-a-1-0001.msgpack.zst",
+                    "capture-20261201T000000Z-llm-a-1-0002.msgpack.zst", "notes.txt"]  # fmt: skip

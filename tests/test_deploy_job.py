@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
-from tailreplay.cli.deploy import to_yaml
 from tailreplay.cli.options import send_headers
+from tailreplay.cli.yaml_text import to_yaml
 from tailreplay.errors import EXIT_USAGE
 from tailreplay.units import parse_time
 from tests.test_deploy import CONTAINER_SECURITY, DEPLOY, KUBERNETES, NOBODY, env_of, expand
@@ -46,6 +46,9 @@ def test_the_printed_job_is_valid_and_every_pod_runs_its_shard() -> None:
     spec = doc["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
     assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 1800
+    # A pod that can never start (an image it cannot pull) fails the Job a day after
+    # START_AT, rather than holding it (and its TTL) forever.
+    assert spec["activeDeadlineSeconds"] == 120 + 24 * 3600
     pod = spec["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and pod["securityContext"]["fsGroup"] == NOBODY
     (init,) = pod["initContainers"]
@@ -109,7 +112,26 @@ def test_without_a_target_it_says_each_pod_brings_its_own_simulator() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--shards", "0"], "'--shards': 0 is not in the range x>=1"),
+        (["--shards", "0"], "'--shards': 0 is not in the range 1<=x<=100000"),
+        (["--shards", "100001"], "'--shards': 100001 is not in the range 1<=x<=100000"),
+        (["--shards", "2", "--start-in", "2s"], "invalid --start-in '2s': give 10s to 7d"),
+        (["--shards", "2", "--start-in", "10000000d"], "invalid --start-in '10000000d'"),
+        (["--shards", "2", "--ttl", "25000d"], "invalid --ttl '25000d': at most 2,147,483,647 s"),
+        (["--shards", "2", "--deadline", "0s"], "invalid --deadline '0s'"),
+        (["--shards", "2", "--image", ""], "invalid --image ''"),
+        (["--shards", "2", "--image", "a b"], "invalid --image 'a b'"),
+        (["--shards", "2", "--name", ""], "invalid --name ''"),
+        (
+            [
+                "--shards",
+                "2",
+                "--header-secret",
+                "Authorization=a/b",
+                "--header-secret",
+                "authorization=a/c",
+            ],
+            "authorization: that header is given twice",
+        ),
         (["--shards", "2", "--start-in", "-1m"], "invalid --start-in '-1m'"),
         (["--shards", "2", "--start-in", "0s"], "invalid --start-in '0s'"),
         (["--shards", "2", "--name", "Peak_2x"], "invalid --name 'Peak_2x'"),
@@ -179,3 +201,18 @@ _TREE = st.recursive(
 @given(st.dictionaries(_TEXT, _TREE, min_size=1, max_size=5))
 def test_the_yaml_reads_back_as_the_object_it_was_made_from(obj: dict[str, Any]) -> None:
     assert yaml.safe_load(to_yaml(obj, comment="a comment\nof two lines")) == obj
+
+
+def test_a_dollar_in_a_value_reaches_the_pod_as_given() -> None:
+    """Kubernetes reads ``$(VAR)`` and ``$$`` in container args: the user's ``$`` is
+    written ``$$``, so the expanded command holds the path and options as given."""
+    archive, header = "/archives/a$$b$(HOME).msgpack", "--header=X-Run: a$$b$(HOME)"
+    result = CliRunner().invoke(cli, ["deploy", "job", archive, "--shards", "2",
+                                      f"--replay-arg={header}"])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    (doc,) = [d for d in yaml.safe_load_all(result.stdout) if d]
+    (replay,) = doc["spec"]["template"]["spec"]["containers"]
+    # HOME as if the pod's env held it: unescaped, $(HOME) would become /root.
+    env = {**env_of(replay), "HOME": "/root", "JOB_COMPLETION_INDEX": "0"}
+    args = expand(replay["args"], env)
+    assert args[-1] == archive and header in args

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import socket
 import threading
@@ -360,3 +361,18 @@ def test_steps_are_sent_at_each_steps_rate_and_reported_by_phase(
     assert phases["step 1 1x"]["seconds"] == pytest.approx(5.0)
     assert phases["step 1 1x"]["replayed"]["requests"] == first.size
     assert phases["step 2 3x"]["replayed"]["throughput_rps"] == pytest.approx(120, rel=0.15)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_exit_3(tmp_path: Path) -> None:
+    """``--out`` (and a merge's ``-o``) where writing is refused: one line, exit 3."""
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 5, 0.1)
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    # Root writes past a directory's mode; sysfs refuses a new file even to root.
+    out = Path("/sys/x.msgpack") if os.geteuid() == 0 else locked / "x.msgpack"
+    code, _, err = _replay("--dry-run", "--out", str(out), str(archive))
+    assert code == 3 and err.strip() == f"Error: {out}: cannot write (Permission denied)"
+    merge = CliRunner().invoke(cli, ["traces", "merge", "-o", str(out), str(archive)])
+    assert merge.exit_code == 3 and "Traceback" not in merge.output
+    assert merge.stderr.strip() == f"Error: {out}: cannot write (Permission denied)"

@@ -156,3 +156,40 @@ def test_a_busy_client_that_also_started_late_is_still_client_bound(
     assert "CLIENT-BOUND" in result.stdout and "SLO NOT JUDGED" in result.stdout
     assert why in result.stderr and "warning: the client was the bottleneck" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: SLO not judged")
+
+
+def _result(path: Path, shard: list[int], archive: Path, **header: Any) -> Path:
+    """A shard's result archive: 20 answered requests, as `replay --shard` writes them."""
+    maps = [{"start_ns": T0 + i * 10**7, "status": 200, "duration_ns": 10**7, "lag_ns": 1000,
+             "sent_ns": T0 + i * 10**7, "intended_ns": T0 + i * 10**7, "shard": shard[0]}
+            for i in range(20)]  # fmt: skip
+    settings = {"source": "replay", "speed": "2x", "tail_stretch": 1.8, "tail_quantile": 0.99,
+                "amplify": 1.0, "shard": shard, "archives": [str(archive)],
+                "start_at_ns": T0, **header}  # fmt: skip
+    return write_plain(path, maps, {**HEADER, **settings})
+
+
+def test_results_of_two_runs_are_refused_not_reported_as_one(tmp_path: Path) -> None:
+    """A rerun under the same name leaves shard files of two runs side by side: read
+    together they would be one report of neither, so report refuses them (exit 2,
+    one line naming the setting that differs); one run's shards report as one."""
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 40, gap_ms=10, seed=3)
+    a = _result(tmp_path / "a0.msgpack", [0, 2], archive)
+    b = _result(tmp_path / "a1.msgpack", [1, 2], archive)
+    result, report = _report(tmp_path, a, b)
+    assert result.exit_code == 0, result.output
+    assert report["shards"]["count"] == 2
+    others = {
+        "speed": _result(tmp_path / "s.msgpack", [1, 2], archive, speed="1x"),
+        "shards": _result(tmp_path / "n.msgpack", [1, 4], archive),
+        "start_at_ns": _result(tmp_path / "t.msgpack", [1, 2], archive, start_at_ns=T0 + 1),
+    }
+    for setting, other in others.items():
+        result, _ = _report(tmp_path, a, other)
+        assert result.exit_code == 2, (setting, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and f"are results of different replays ({setting} " in lines[0]
+    again = _result(tmp_path / "again.msgpack", [0, 2], archive)
+    result, _ = _report(tmp_path, a, b, again)
+    assert result.exit_code == 2 and "are both shard 0/2" in result.stderr

@@ -296,6 +296,7 @@ _HEADER_CHECKS: dict[str, tuple[_Check, str]] = {
     "phase_seconds": (_phase_seconds, "a map of str to seconds in 0..1e12"),
     "shard": (_shard, "[int, int]"),
     "lag_limit_ms": (_number(0, 1e9), "a finite number in 0..1e9"),
+    "start_at_ns": (lambda v: type(v) is int and 0 <= v < 1 << 63, "an int in 0..2^63-1"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
     "capture": (lambda v: type(v) is dict, "a map"),
     "peak": (lambda v: type(v) is dict, "a map"),

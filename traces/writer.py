@@ -367,7 +367,8 @@ class ArchiveWriter:
                 with contextlib.suppress(OSError):
                     path.unlink()
             if self._failed_at is None and not self.stats.files:
-                raise  # the very first open: let the caller report a bad --out
+                # The very first open: a bad --out, one line for the caller to print.
+                raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
             self._fail(exc)
             return
         if self._failed_at is not None:

@@ -11,7 +11,6 @@ here, not in N pods.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -23,11 +22,14 @@ import click
 from click.core import ParameterSource
 
 from tailreplay.cli.options import HTTP_URL, Parsed
+from tailreplay.cli.yaml_text import to_yaml
 from tailreplay.errors import UsageError
 from tailreplay.units import format_duration, parse_duration
 from tailreplay.version import __version__
 
-__all__ = ["JobSpec", "deploy", "expand", "job_manifest", "replay_args", "to_yaml"]
+__all__ = ["JobSpec", "deploy", "expand", "job_manifest", "replay_args"]
+
+_IMAGE = f"tailreplay:{__version__}"
 
 ARCHIVES_MOUNT = "/archives"
 RESULTS_MOUNT = "/results"
@@ -68,6 +70,12 @@ _RESERVED = {
     "workers": "one process per pod: raise --shards instead of --workers",
 }
 _PROBE_ARCHIVE = "/archives/probe.msgpack"
+MAX_SHARDS = 100_000
+"""Kubernetes' bound on an Indexed Job's completions and parallelism."""
+START_IN_S = (10.0, 7 * 86400.0)
+"""--start-in's range: time for every pod to be scheduled, pull and start; at most a week."""
+_INT32 = 2**31 - 1
+"""The largest a Job's ``ttlSecondsAfterFinished`` and ``activeDeadlineSeconds`` take."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class JobSpec:
     target: str | None
     speed: str
     ttl_s: int
+    deadline_s: int
+    """``activeDeadlineSeconds``: from the Job's start, --start-in plus --deadline."""
     results_claim: str
     archives_claim: str
     header_secrets: tuple[tuple[str, str, str], ...] = ()
@@ -124,16 +134,32 @@ def _duration(text: str, flag: str, *, positive: bool = False) -> float:
     return seconds
 
 
-def _ttl(text: str, flag: str) -> int:
-    return math.ceil(_duration(text, flag))
+def _seconds(text: str, flag: str, *, positive: bool = False) -> int:
+    """A whole number of seconds a Job's field can hold (int32)."""
+    seconds = math.ceil(_duration(text, flag, positive=positive))
+    if seconds > _INT32:
+        raise UsageError(f"invalid {flag} {text!r}: at most {_INT32:,} s (68 years)")
+    return seconds
+
+
+def _start_in(text: str, flag: str) -> float:
+    seconds = _duration(text, flag, positive=True)
+    low, high = START_IN_S
+    if not low <= seconds <= high:
+        raise UsageError(
+            f"invalid {flag} {text!r}: give {format_duration(low)} to {format_duration(high)} "
+            "(every pod must be scheduled, pull the image and start before START_AT)"
+        )
+    return seconds
 
 
 @deploy.command("job")
 @click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
-@click.option("--shards", type=click.IntRange(min=1), required=True, help="Pods, one shard each.")
+@click.option("--shards", type=click.IntRange(min=1, max=MAX_SHARDS), required=True,
+              help="Pods, one shard each.")  # fmt: skip
 @click.option(
     "--start-in",
-    type=Parsed("duration", lambda text, flag: _duration(text, flag, positive=True)),
+    type=Parsed("duration", _start_in),
     default="2m",
     show_default=True,
     help="START_AT is now plus this: time for every pod to be scheduled, pull and start.",
@@ -141,7 +167,7 @@ def _ttl(text: str, flag: str) -> int:
 @click.option("--name", help="The Job's name (default: tailreplay-replay-<UTC time>).")
 @click.option(
     "--image",
-    default=f"tailreplay:{__version__}",
+    default=_IMAGE,
     show_default=True,
     help="The image built from deploy/Dockerfile.",
 )
@@ -149,10 +175,18 @@ def _ttl(text: str, flag: str) -> int:
 @click.option("--speed", default="1x", show_default=True, help="As replay's --speed.")
 @click.option(
     "--ttl",
-    type=Parsed("duration", _ttl),
+    type=Parsed("duration", _seconds),
     default="1h",
     show_default=True,
     help="Delete the finished Job and its pods this long after (the results stay).",
+)
+@click.option(
+    "--deadline",
+    type=Parsed("duration", lambda text, flag: _seconds(text, flag, positive=True)),
+    default="24h",
+    show_default=True,
+    help="Fail the Job if it has not finished this long after START_AT (a pod that "
+    "cannot pull its image never fails on its own).",
 )
 @click.option(
     "--results-claim",
@@ -205,7 +239,8 @@ def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
     """The run the options describe; every refusal first, as one line."""
     start_in: float = options["start_in"]
     shards: int = options["shards"]
-    name = options["name"] or f"tailreplay-replay-{now:%Y%m%d-%H%M%S}"
+    name = options["name"]
+    name = f"tailreplay-replay-{now:%Y%m%d-%H%M%S}" if name is None else name
     longest = 63 - len(f"-{shards - 1}")  # pods' hostnames are NAME-<index>: a DNS label
     if not _dns(name, _DNS_LABEL, longest):
         raise UsageError(
@@ -218,6 +253,10 @@ def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
             raise UsageError(f"invalid {flag} {claim!r}: not a Kubernetes object name")
     for archive in options["archives"]:
         _check_archive(archive)
+    image: str = options["image"]
+    if not image or any(c.isspace() for c in image):
+        raise UsageError(f"invalid --image {image!r}: an image reference, e.g. {_IMAGE}")
+    _check_header_secrets(options["header_secrets"])
     start = datetime.fromtimestamp(math.ceil(now.timestamp() + start_in), UTC)
     target = options["target"]
     spec = JobSpec(
@@ -229,6 +268,7 @@ def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
         target=str(target) if target is not None else None,
         speed=options["speed"],
         ttl_s=options["ttl"],
+        deadline_s=min(math.ceil(start_in) + options["deadline"], _INT32),
         results_claim=options["results_claim"],
         archives_claim=options["archives_claim"],
         header_secrets=tuple(options["header_secrets"]),
@@ -237,6 +277,16 @@ def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
     _check_extra_args(spec.extra_args)
     _check_parses(spec)
     return spec
+
+
+def _check_header_secrets(secrets: tuple[tuple[str, str, str], ...]) -> None:
+    """Each header once: two spellings of one (Authorization, authorization) would be
+    one variable in the pod, the last silently winning."""
+    seen: set[str] = set()
+    for header, _, _ in secrets:
+        if header.lower() in seen:
+            raise UsageError(f"--header-secret {header}: that header is given twice")
+        seen.add(header.lower())
 
 
 def _dns(text: str, form: re.Pattern[str], longest: int) -> bool:
@@ -296,14 +346,19 @@ def expand(args: list[str], env: dict[str, str]) -> list[str]:
 
 
 def replay_args(spec: JobSpec) -> list[str]:
-    """The replay container's args (the image's entrypoint is ``tailreplay``)."""
+    """The replay container's args (the image's entrypoint is ``tailreplay``). The
+    user's values are written ``$`` as ``$$``, so Kubernetes passes them as given."""
     shard_file = f"{spec.results_dir}/shard-{INDEX}"
     args = ["replay", "--shard", f"{INDEX}/{spec.shards}", "--start-at", "$(START_AT)"]
     if spec.target is not None:
-        args += ["--target", spec.target]
-    args += ["--speed", spec.speed, "--out", f"{shard_file}.msgpack"]
-    args += ["--json", f"{shard_file}.json", *spec.extra_args, *spec.archives]
-    return args
+        args += ["--target", _literal(spec.target)]
+    args += ["--speed", _literal(spec.speed), "--out", f"{shard_file}.msgpack"]
+    args += ["--json", f"{shard_file}.json", *map(_literal, spec.extra_args)]
+    return [*args, *map(_literal, spec.archives)]
+
+
+def _literal(text: str) -> str:
+    return text.replace("$", "$$")
 
 
 def _labels(spec: JobSpec) -> dict[str, str]:
@@ -326,6 +381,7 @@ def job_manifest(spec: JobSpec) -> dict[str, Any]:
             "parallelism": spec.shards,  # every shard at once: they share one schedule
             "backoffLimit": 0,  # an experiment is rerun whole, never one shard again
             "ttlSecondsAfterFinished": spec.ttl_s,
+            "activeDeadlineSeconds": spec.deadline_s,
             "template": {"metadata": {"labels": _labels(spec)}, "spec": _pod(spec)},
         },
     }
@@ -398,63 +454,3 @@ def _comment(spec: JobSpec) -> str:
         f"Results: {spec.results_dir}/shard-<i>.msgpack on the claim {spec.results_claim}.\n"
         f"One report: tailreplay report {spec.results_dir}/shard-*.msgpack"
     )
-
-
-# YAML by hand: PyYAML is no dependency of the package. Strings that a YAML parser
-# could read as something else (numbers, booleans, "a: b") are JSON-quoted, which
-# YAML reads as the same string.
-_PLAIN = re.compile(r"(?:[A-Za-z_/$]|--?[A-Za-z])[A-Za-z0-9_./$()=-]*")
-_YAML_WORDS = frozenset({"y", "n", "yes", "no", "on", "off", "true", "false", "null"})
-
-
-def to_yaml(value: dict[str, Any], *, comment: str = "") -> str:
-    """A Kubernetes object as block-style YAML, after ``comment`` as # lines.
-
-    >>> to_yaml({"kind": "Job", "spec": {"completions": 2}})
-    'kind: Job\\nspec:\\n  completions: 2\\n'
-    """
-    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
-    return "\n".join([*lines, *_block(value, 0)]) + "\n"
-
-
-def _block(value: dict[str, Any] | list[Any], indent: int) -> list[str]:
-    pad = " " * indent
-    out: list[str] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(item, dict | list) and item:
-                out += [f"{pad}{_scalar(key)}:", *_block(item, indent + 2)]
-            else:
-                out.append(f"{pad}{_scalar(key)}: {_scalar(item)}")
-        return out
-    for item in value:
-        if isinstance(item, dict | list) and item:
-            first, *rest = _block(item, indent + 2)
-            out += [f"{pad}- {first[indent + 2 :]}", *rest]
-        else:
-            out.append(f"{pad}- {_scalar(item)}")
-    return out
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, dict | list):
-        return "{}" if isinstance(value, dict) else "[]"
-    if not isinstance(value, str):
-        raise TypeError(f"no YAML for {type(value).__name__}")
-    if _PLAIN.fullmatch(value) and value.lower() not in _YAML_WORDS:
-        return value
-    return _UNPRINTABLE.sub(_escape, json.dumps(value, ensure_ascii=False))
-
-
-# Beyond ASCII, as YAML's escapes: YAML reads some characters JSON leaves alone as
-# line breaks (U+0085, U+2028), and does not pair JSON's surrogate escapes.
-_UNPRINTABLE = re.compile("[^\\x20-\\x7e]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group(0))
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
