@@ -32,7 +32,7 @@ from tailreplay.proxy.connections import (
     relisten,
 )
 from tailreplay.proxy.metrics import ProxyMetrics
-from tailreplay.proxy.recording import RecorderClient
+from tailreplay.proxy.recording import RecorderClient, RecorderCounts
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
 
@@ -177,16 +177,20 @@ async def run(
     config: ProxyConfig,
     ready: Callable[[RunningProxy], None] | None = None,
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
-) -> None:
-    """Serve until one of ``signals``; a second signal exits at once."""
+) -> RecorderCounts:
+    """Serve until one of ``signals``; a second signal exits at once. What the recorder
+    did with the exchanges, once its files are closed."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    running: list[RunningProxy] = []
 
     def on_signal() -> None:
         if stop.is_set():
             log.warning("second signal: exiting without draining")
             os._exit(130)
-        log.warning("draining: finishing requests in flight (up to %.0f s)", config.drain_timeout_s)
+        in_flight = running[0].metrics.in_flight if running else 0
+        log.warning("draining: %d requests in flight (given up to %.0f s to finish)",
+                    in_flight, config.drain_timeout_s)  # fmt: skip
         stop.set()
 
     for sig in signals:
@@ -199,6 +203,8 @@ async def run(
         # app, the session) is frozen out of collection (about 5% of a request's CPU).
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
+        running.append(proxy)
         if ready is not None:
             ready(proxy)
         await stop.wait()
+    return proxy.recorder.counts()

@@ -136,13 +136,17 @@ def _sides(report: Report) -> list[SideName]:
     return [name for name, _ in side_items(report["overall"])]
 
 
+_THROUGHPUT = "throughput req/s (ok, first start to last end)"
+
+
 def _overview(report: Report) -> ReportTable:
     sides = _sides(report)
     t = ReportTable("overview", ["", *(side_label(report, name) for name in sides)])
     rows: list[tuple[str, Callable[[SideSummary], str]]] = [
         ("requests", lambda s: f"{s['requests']:,}"),
         ("errors", lambda s: f"{s['errors']:,} ({pct(s['error_rate'])})"),
-        ("throughput req/s", lambda s: num(s["throughput_rps"], 2)),
+        # Not the arrival rate (traces stats): answers, over first start to last end.
+        (_THROUGHPUT, lambda s: num(s["throughput_rps"], 2)),
         ("output tokens/s", lambda s: num(s["output_tokens_per_s"], 0)),
         ("tail-stretched", lambda s: f"{s['tail']:,}"),
         ("tokens estimated", lambda s: pct(s["estimated_share"])),
@@ -153,7 +157,7 @@ def _overview(report: Report) -> ReportTable:
     if scale is not None and scale != 1 and "recorded" in report["overall"]:
         # Rates are compared as the replay asked for them: at 2x, twice the recorded.
         rec = report["overall"]["recorded"]
-        expected = {"throughput req/s": (rec["throughput_rps"], 2),
+        expected = {_THROUGHPUT: (rec["throughput_rps"], 2),
                     "output tokens/s": (rec["output_tokens_per_s"], 0)}  # fmt: skip
         t.columns.insert(2, f"recorded x{scale:g}")
         for row in t.rows:

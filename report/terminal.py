@@ -77,8 +77,9 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
     rate = summary["rate_rps"]
     err = summary["error_rate"]
     console.print(
-        f"records {summary['records']:,}   span {summary['duration_s']:,.1f} s   "
-        f"rate {_fmt(rate, 2)} req/s   errors {_fmt(None if err is None else err * 100, 2)}%"
+        f"records {summary['records']:,}   arrivals over {summary['duration_s']:,.1f} s   "
+        f"arrival rate {_fmt(rate, 2)} req/s   "
+        f"errors {_fmt(None if err is None else err * 100, 2)}%"
     )
     table = Table(title="percentiles (successful requests)", title_justify="left")
     table.add_column("metric")
@@ -98,7 +99,8 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
             table.add_row(label, *(_fmt(p[q]) for q in ("p50", "p95", "p99", "p999")))
     console.print(table)
     buckets = Table(title="by input tokens", title_justify="left")
-    for col in ("input tokens", "count", "p50 ms", "p95 ms", "p99 ms", "rate req/s", "errors %"):
+    columns = ("input tokens", "count", "p50 ms", "p95 ms", "p99 ms", "arrivals req/s", "errors %")
+    for col in columns:
         buckets.add_column(col, justify="left" if col == "input tokens" else "right")
     for row in summary["buckets"]:
         lat = row["latency_ms"] or {}

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.private import open_private
@@ -127,6 +128,20 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
     if scopes:
         slo["scopes"] = scopes
         slo["passed"] = slo["passed"] and all(s["passed"] for s in scopes)
+
+
+def slo_verdict(result: ReportResult) -> dict[str, Any] | None:
+    """The gate's verdict for a run's JSON summary (``replay --json``'s ``slo``), as
+    ``fail_on_slo`` rules: ``passed`` is None when it was not judged (the client was
+    the bottleneck); ``missed``, the objectives missed overall. None without objectives."""
+    slo = result.slo
+    if slo is None:
+        return None
+    client = result.report["client"]
+    judged = client is None or not client["client_bound"]
+    missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
+    return {"passed": slo["passed"] if judged else None, "judged": judged,
+            "score": slo["score"], "min_score": slo["min_score"], "missed": missed}  # fmt: skip
 
 
 def fail_on_slo(result: ReportResult) -> None:

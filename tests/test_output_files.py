@@ -70,3 +70,15 @@ def test_an_output_file_is_created_0600_and_an_old_one_replaced(
     assert _merge(archive, out)[0] == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert out.read_bytes()[:1] != b"o"
+
+
+def test_replays_default_folder_is_private(
+    tmp_path: Path, archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without --out, results go to ./replays/, created 0700 as the proxy's folder is."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", str(archive)])
+    assert result.exit_code == 0, result.stderr
+    (out,) = (tmp_path / "replays").iterdir()
+    assert stat.S_IMODE((tmp_path / "replays").stat().st_mode) == 0o700
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600

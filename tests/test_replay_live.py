@@ -333,6 +333,30 @@ def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
     assert ok.exit_code == 0 and "SLO PASS" in ok.stdout, ok.stderr
 
 
+def test_the_json_summary_holds_the_slo_gates_verdict(tmp_path: Path, fast_sim: str) -> None:
+    """``--json`` carries what the exit code says, for CI: passed, missed (exit 1),
+    or not judged when the client was the bottleneck (passed null, exit 1)."""
+    archive = tmp_path / "a.msgpack"
+    _poisson_archive(archive, 100, 1.0)
+    summary = tmp_path / "s.json"
+    runs = {
+        "pass": (["--slo", "latency:p99<=60s"], 0),
+        "miss": (["--slo", "latency:p99<=60s,ttft:p50<=1us"], 1),
+        "client-bound": (["--slo", "latency:p99<=60s", "--lag-limit", "1ns"], 1),
+    }
+    verdicts = {}
+    for name, (args, exit_code) in runs.items():
+        code, _, err = _replay("--target", fast_sim, "--out", str(tmp_path / f"{name}.msgpack"),
+                               "--json", str(summary), *args, str(archive))  # fmt: skip
+        assert code == exit_code, (name, err)
+        verdicts[name] = json.loads(summary.read_text())["slo"]
+    assert verdicts["pass"]["passed"] is True and verdicts["pass"]["missed"] == []
+    assert verdicts["miss"]["passed"] is False and verdicts["miss"]["missed"] == ["ttft:p50<=1us"]
+    assert verdicts["client-bound"]["passed"] is None
+    assert verdicts["client-bound"]["judged"] is False
+    assert all(v["min_score"] == 1.0 for v in verdicts.values())
+
+
 def test_steps_are_sent_at_each_steps_rate_and_reported_by_phase(
     tmp_path: Path, fast_sim: str
 ) -> None:

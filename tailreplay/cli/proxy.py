@@ -235,9 +235,11 @@ def proxy(**options: Any) -> None:
         run_workers(config, click.echo)
         return
     try:
-        asyncio.run(run(config, ready))
+        counts = asyncio.run(run(config, ready))
     except OSError as exc:
         raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
+    click.echo(f"archives closed in {config.out_dir}/: {counts.written:,} records written, "
+               f"{counts.dropped:,} dropped")  # fmt: skip
 
 
 def _config(args: _Args) -> ProxyConfig:

@@ -339,7 +339,7 @@ def replay(**options: Any) -> None:
     try:
         # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
         from tailreplay.replayer.summary import summary_lines
-        from tailreplay.report.write import fail_on_slo
+        from tailreplay.report.write import fail_on_slo, slo_verdict
 
         config = _config(args)
         outcome = _run(config, args.workers)
@@ -351,16 +351,20 @@ def replay(**options: Any) -> None:
     for line in summary_lines(outcome.summary):
         click.echo(line)
     click.echo(f"results: {config.out}")
-    if args.json_out is not None:
-        _write_json(args.json_out, outcome.summary)
     if outcome.aborted:
         click.echo(f"Error: {outcome.aborted}", err=True)
     code = outcome.exit_code
-    if args.report_out is not None or (args.slos and args.slo_report):
-        assert config.out is not None
-        result = _report(config.out, args)
-        if code == 0:
-            fail_on_slo(result)
+    result = None
+    try:
+        if args.report_out is not None or (args.slos and args.slo_report):
+            assert config.out is not None
+            result = _report(config.out, args)
+    finally:  # the summary is written even when the report fails
+        if args.json_out is not None:
+            verdict = slo_verdict(result) if result is not None else None
+            _write_json(args.json_out, {**outcome.summary, **({"slo": verdict} if verdict else {})})
+    if result is not None and code == 0:
+        fail_on_slo(result)
     if code:
         sys.exit(code)
 
@@ -440,7 +444,7 @@ def _check_outputs(args: _Args) -> Path:
     if args.out is not None:
         return args.out
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    Path("replays").mkdir(exist_ok=True)
+    Path("replays").mkdir(mode=0o700, exist_ok=True)  # as the proxy's captures folder
     return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
 
 
