@@ -428,6 +428,9 @@ def _pod(spec: JobSpec) -> dict[str, Any]:
                 "name": "results-dir",
                 "image": spec.image,
                 "command": ["mkdir", "-p", spec.results_dir],
+                # Namespaces whose quota asks every container for them.
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                              "limits": {"memory": "64Mi"}},  # fmt: skip
                 "securityContext": CONTAINER_SECURITY,
                 "volumeMounts": [results],
             }
