@@ -113,7 +113,7 @@ def _input_messages(body: bytes | None, key: bytes) -> str | None:
         return None
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(parsed, dict):
         return None

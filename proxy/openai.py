@@ -47,7 +47,7 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
         return info
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack: not kept
         return info
     if not isinstance(body, dict):
         return info
@@ -79,7 +79,7 @@ def with_usage_requested(path: str, raw: bytes) -> bytes | None:
         return None
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack: not kept
         return None
     if not isinstance(body, dict) or body.get("stream") is not True:
         return None

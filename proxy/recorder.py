@@ -84,7 +84,7 @@ def _completion_text(kept: bytes) -> str | None:
         text = (
             choice.get("message", {}).get("content") if "message" in choice else choice.get("text")
         )
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
         return None
     return text if isinstance(text, str) else None
 

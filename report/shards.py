@@ -192,6 +192,15 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
     and read together they would be one report of neither. Raises ``UsageError``."""
     runs = [(p, h) for p, h in zip(paths, headers, strict=True)
             if str(h.get("source", "")).startswith("replay")]  # fmt: skip
+    # A recording given among the results (an empty file, header and all, is skipped).
+    others = [p for p, h in zip(paths, headers, strict=True)
+              if h and not str(h.get("source", "")).startswith("replay")]  # fmt: skip
+    if runs and others:
+        other = others[0]
+        raise UsageError(
+            f"{other} is not a replay's results, {runs[0][0]} is: give the recording with "
+            "--recorded, the results alone as RESULTS"
+        )
     if len(runs) < 2:
         return
     first_path, first = runs[0]
@@ -218,4 +227,6 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
 def _setting(header: dict[str, Any], key: str) -> Any:
     if key == "shards":
         return (header.get("shard") or (0, 1))[1]
+    if key == "archives":  # the same files in another order (a glob's) are one schedule
+        return sorted(header.get(key) or [])
     return header.get(key)

@@ -133,15 +133,19 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
 def slo_verdict(result: ReportResult) -> dict[str, Any] | None:
     """The gate's verdict for a run's JSON summary (``replay --json``'s ``slo``), as
     ``fail_on_slo`` rules: ``passed`` is None when it was not judged (the client was
-    the bottleneck); ``missed``, the objectives missed overall. None without objectives."""
+    the bottleneck); ``missed``, the objectives missed overall; ``failed``, per
+    ``--slo-by`` or ``--slo-window`` scope, the classes or windows that missed one
+    (a run can miss only there). None without objectives."""
     slo = result.slo
     if slo is None:
         return None
     client = result.report["client"]
     judged = client is None or not client["client_bound"]
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
+    failed = {scope["name"]: scope["failed"] for scope in slo.get("scopes", []) if scope["failed"]}
     return {"passed": slo["passed"] if judged else None, "judged": judged,
-            "score": slo["score"], "min_score": slo["min_score"], "missed": missed}  # fmt: skip
+            "score": slo["score"], "min_score": slo["min_score"], "missed": missed,
+            "failed": failed}  # fmt: skip
 
 
 def fail_on_slo(result: ReportResult) -> None:

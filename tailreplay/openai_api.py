@@ -103,7 +103,9 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
     """
     if content_encoding in ("gzip", "deflate"):
         try:
-            kept = zlib.decompressobj(47).decompress(bytes(kept))  # 47: gzip or zlib header
+            # 47: a gzip or zlib header. At most what the tap keeps of a plain body: a
+            # small bomb must not inflate to gigabytes here.
+            kept = zlib.decompressobj(47).decompress(bytes(kept), _WHOLE_BYTES)
         except zlib.error:
             return Usage()
     text = bytes(kept).decode("utf-8", "replace")
@@ -111,8 +113,8 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
     for m in _USAGE_KEY.finditer(text):
         try:
             fields, _ = _DECODER.raw_decode(text, m.end() - 1)
-        except ValueError:
-            continue  # cut off by the kept window, or not JSON
+        except (ValueError, RecursionError):
+            continue  # cut off by the kept window, not JSON, or nested past the stack
         _update(usage, fields)
     finishes = _FINISH.findall(text)
     if finishes:
@@ -159,7 +161,7 @@ def read_answer(
         return response_problem(path, status, tap, timeline), parse_usage(kept)
     try:
         doc = json.loads(kept)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         return "bad_response", parse_usage(kept)
     fields = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(fields, dict) or kept.count(b'"usage"') != 1 or b"\\u" in kept:
@@ -190,7 +192,7 @@ def error_message(body: bytes | str) -> str:
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         found = _message_in(json.loads(text), depth=3)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         m = _MESSAGE.search(text)  # a body cut short, perhaps inside the message itself
         found = _unescape(m.group(1)) if m is not None else None
     return found if found is not None else text.strip()
@@ -200,7 +202,7 @@ def _unescape(literal: str) -> str | None:
     """A JSON string's content, decoded (as it is when an escape was cut in two)."""
     try:
         text = str(json.loads(f'"{literal}"'))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         text = literal
     return text.strip() or None
 
@@ -306,6 +308,6 @@ def response_problem(
         return None  # over 1 MiB: not judged
     try:
         json.loads(bytes(tap.kept))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
         return "bad_response"
     return None

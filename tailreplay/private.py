@@ -53,6 +53,7 @@ def write_whole(path: str | os.PathLike[str], text: str | bytes) -> None:
     over it, so a full disk or a crash leaves the previous file, never a torn one.
     Raises OSError (the partial file removed)."""
     target = Path(path)
+    _check_replaceable(target)
     part = target.with_name(f".{target.name}.part")
     try:
         with open_private(part, "wb" if isinstance(text, bytes) else "w") as f:
@@ -61,3 +62,19 @@ def write_whole(path: str | os.PathLike[str], text: str | bytes) -> None:
     except OSError:
         part.unlink(missing_ok=True)
         raise
+
+
+def _check_replaceable(target: Path) -> None:
+    """What ``open_private`` refuses to write into, a rename must not replace either: a
+    symbolic link, a device, a FIFO or socket, a file with other hard links (as root,
+    ``--json /dev/null`` would have made /dev/null a plain file)."""
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"{target}: is a symbolic link; refusing to write through it")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{target}: is not a plain file; refusing to overwrite it")
+    if st.st_nlink > 1:
+        raise UsageError(f"{target}: has other hard links; refusing to overwrite it")

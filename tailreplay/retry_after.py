@@ -19,15 +19,15 @@ def retry_after_s(value: str | None, now: datetime | None = None) -> float | Non
     """A ``Retry-After`` header's wait in seconds: delta-seconds or an HTTP date, at
     most ``MAX_WAIT_S``.
 
-    >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s(None)
-    (2.0, None, None)
+    >>> retry_after_s("2"), retry_after_s("soon"), retry_after_s("\xb2"), retry_after_s(None)
+    (2.0, None, None, None)
     >>> retry_after_s("Wed, 21 Oct 2015 07:28:10 GMT", datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
     10.0
     """
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # not "²": str.isdigit takes any Unicode digit
         return min(float(text), MAX_WAIT_S)
     try:
         when = parsedate_to_datetime(text)

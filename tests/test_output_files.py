@@ -12,6 +12,8 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tests.helpers import random_maps, write_plain
 
+PEAK = Path(__file__).resolve().parents[1] / "traces" / "peak.msgpack"
+
 
 def _merge(src: Path, out: Path) -> tuple[int, str]:
     result = CliRunner().invoke(cli, ["traces", "merge", str(src), "-o", str(out)])
@@ -82,3 +84,24 @@ def test_replays_default_folder_is_private(
     (out,) = (tmp_path / "replays").iterdir()
     assert stat.S_IMODE((tmp_path / "replays").stat().st_mode) == 0o700
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_a_whole_file_output_never_replaces_a_fifo_a_link_or_a_shared_file(
+    tmp_path: Path, archive: Path, victim: Path
+) -> None:
+    """Outputs written whole and renamed into place (``--json``, ``traces fit -o``)
+    refuse what an archive output refuses: a rename would have replaced the node
+    itself (as root, ``--json /dev/null`` made /dev/null a plain file)."""
+    fifo, link, hard = tmp_path / "fifo", tmp_path / "link.json", tmp_path / "hard.json"
+    os.mkfifo(fifo)
+    link.symlink_to(victim)
+    os.link(victim, hard)
+    out = str(tmp_path / "r.msgpack")
+    for path, says in ((fifo, "is not a plain file"), (link, "is a symbolic link"),
+                       (hard, "has other hard links")):  # fmt: skip
+        result = CliRunner().invoke(cli, ["replay", "--dry-run", "--out", out,
+                                          "--json", str(path), str(archive)])  # fmt: skip
+        assert result.exit_code == 2 and says in result.stderr, result.stderr
+        fit = CliRunner().invoke(cli, ["traces", "fit", str(PEAK), "-o", str(path)])
+        assert fit.exit_code == 2 and says in fit.stderr, fit.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and _untouched(victim)

@@ -351,6 +351,7 @@ def test_the_json_summary_holds_the_slo_gates_verdict(tmp_path: Path, fast_sim: 
         assert code == exit_code, (name, err)
         verdicts[name] = json.loads(summary.read_text())["slo"]
     assert verdicts["pass"]["passed"] is True and verdicts["pass"]["missed"] == []
+    assert verdicts["pass"]["failed"] == {}
     assert verdicts["miss"]["passed"] is False and verdicts["miss"]["missed"] == ["ttft:p50<=1us"]
     assert verdicts["client-bound"]["passed"] is None
     assert verdicts["client-bound"]["judged"] is False

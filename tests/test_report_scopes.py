@@ -105,3 +105,17 @@ def test_p99_one_bad_minute_and_one_small_slow_model_fail_a_passing_run(tmp_path
     by_model, by_window = slo["scopes"]
     assert by_model["failed"] == ["model=b"] and by_window["failed"] == ["120-180 s"]
     assert result.exit_code == 1
+
+
+def test_the_gate_verdict_names_the_class_that_missed(tmp_path: Path) -> None:
+    """``replay --json``'s ``slo``: a run that passes overall and fails by class says
+    which class, not only that it failed."""
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.report.write import ReportOptions, slo_verdict, write_report
+
+    options = ReportOptions(replayed=[_results(tmp_path / "res.msgpack")], recorded=[],
+                            objectives=parse_objectives(["latency:p50<=500ms"]),
+                            slo_by="model")  # fmt: skip
+    verdict = slo_verdict(write_report(options))
+    assert verdict is not None and verdict["passed"] is False and verdict["missed"] == []
+    assert verdict["failed"] == {"by model": ["model=b"]}

@@ -193,3 +193,13 @@ def test_results_of_two_runs_are_refused_not_reported_as_one(tmp_path: Path) -> 
     again = _result(tmp_path / "again.msgpack", [0, 2], archive)
     result, _ = _report(tmp_path, a, b, again)
     assert result.exit_code == 2 and "are both shard 0/2" in result.stderr
+    # The recording given among the results: refused, not counted as replayed.
+    result, _ = _report(tmp_path, a, b, archive)
+    assert result.exit_code == 2 and f"{archive} is not a replay's results" in result.stderr
+    # The same archives in another order (a shell glob's) are one run's.
+    other = tmp_path / "b.msgpack"
+    chat_archive(other, 10, gap_ms=10, seed=4)
+    c = _result(tmp_path / "c0.msgpack", [0, 2], archive, archives=[str(archive), str(other)])
+    d = _result(tmp_path / "c1.msgpack", [1, 2], archive, archives=[str(other), str(archive)])
+    result, _ = _report(tmp_path, c, d)
+    assert result.exit_code == 0, result.output

@@ -111,3 +111,4 @@ def test_the_policy_retries_what_a_client_would() -> None:
     for outcome in (Outcome(status=200), Outcome(status=400), Outcome(error="cancelled")):
         assert policy.delay_s(outcome, 1) is None
     assert retry_after_s("3") == 3.0 and retry_after_s("-1") is None
+    assert retry_after_s("\u00b2") is None  # a Unicode digit: str.isdigit says yes, float no

@@ -189,3 +189,20 @@ def test_reading_an_answer_once_agrees_with_the_byte_search(
     problem, usage = read_answer(path, status, tap, None)
     assert problem == response_problem(path, status, tap, None)
     assert usage == parse_usage(body)
+
+
+def test_hostile_answers_and_requests_are_read_as_nothing_not_a_lost_record() -> None:
+    """JSON nested past Python's stack (valid, and hostile), a gzip bomb: each is no
+    usage and no budget, where it raised (the record was dropped) or inflated
+    without bound."""
+    from tailreplay.proxy.openai import request_info
+
+    deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+    assert request_info("/v1/chat/completions", deep).max_tokens is None
+    usage = b'{"usage": ' + deep + b"}"
+    assert parse_usage(usage).prompt_tokens is None
+    tap = ResponseTap(stream=False)
+    tap.feed(usage)
+    assert read_answer("/v1/chat/completions", 200, tap, None)[0] == "bad_response"
+    bomb = gzip.compress(b'{"finish_reason": "' + b"x" * (64 << 20) + b'"}')
+    assert len(bomb) < 100_000 and parse_usage(bomb, "gzip").finish_reason is None

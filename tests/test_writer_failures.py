@@ -179,3 +179,22 @@ def test_write_archive_counts_only_what_it_wrote(tmp_path: Path) -> None:
     records = [Record(start_ns=1), Record(start_ns=-1), Record(start_ns=3)]
     assert write_archive(path, make_header("test"), records) == 2
     assert [r.start_ns for r in ArchiveReader([path], order="file")] == [1, 3]
+
+
+def test_values_longer_than_a_reader_unpacks_are_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 1 MiB model name (a hostile client), 2^20 + 1 inter-token gaps (a hostile
+    stream), a 2 MiB finish reason: each is left out, in either packing mode and for
+    records the caller calls checked, and the archive reads whole."""
+    long = Record(start_ns=1, model="A" * ((1 << 20) + 4096), finish_reason="x" * (2 << 20),
+                  chunk_gaps_us=[1] * ((1 << 20) + 1), output_tokens=3)  # fmt: skip
+    for packed, check in ((False, True), (True, True), (False, False)):
+        path = tmp_path / f"out-{packed}-{check}.msgpack"
+        with ArchiveWriter(path, header=make_header("test"), pack_on_append=packed,
+                           check=check) as w:  # fmt: skip
+            w.append(long)
+            w.append(Record(start_ns=2, model="m"))
+        got = list(ArchiveReader([path], order="file"))  # strict: damage raises
+        assert got == [Record(start_ns=1, output_tokens=3), Record(start_ns=2, model="m")]
+    assert "'chunk_gaps_us' is longer than an archive holds" in caplog.text

@@ -79,7 +79,7 @@ class Workload:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise InputError(f"{path}: no such file") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise InputError(f"{path}: not a workload model ({exc})") from None
         return cls.from_json(data if isinstance(data, dict) else {}, str(path))
 
@@ -102,7 +102,7 @@ class Workload:
             fields["arrivals"] = Arrivals(**a)
             fields["lengths"] = Lengths(**fields["lengths"])
             workload = cls(**fields)
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"{where}: malformed workload model ({exc})") from None
         from tailreplay.traces.fit_check import check_workload
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
+from tailreplay.traces.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
 from tailreplay.traces.record import FIELDS
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "header_problems",
     "record_problem",
     "without_invalid",
+    "without_oversized",
 ]
 
 # Kinds of field value; the numbers are shared with traces/_colscan.c.
@@ -180,6 +182,31 @@ def without_invalid(m: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]
         else:
             problems.append(_explain({"start_ns": start, key: value}) or key)
     return kept, problems
+
+
+def without_oversized(m: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``m`` without the values longer than a reader unpacks (``traces/format.py``: a
+    string over 1 MiB, bytes over 64 MiB, an array over 2^20 items), and what each was:
+    a reader would call the record, and what follows it, damage. Only a record packed
+    to 1 MiB or more can hold one."""
+    kept: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in m.items():
+        if _oversized(value):
+            problems.append(f"{key!r} is longer than an archive holds")
+        else:
+            kept[key] = value
+    return kept, problems
+
+
+def _oversized(value: Any) -> bool:
+    if type(value) is str:  # UTF-8 takes at most 4 bytes a character (3 for a surrogate)
+        return len(value) > MAX_STR_LEN // 4 and len(value.encode("utf-8", "replace")) > MAX_STR_LEN
+    if type(value) is bytes:
+        return len(value) > MAX_BIN_LEN
+    if type(value) in _ARRAYS:
+        return len(value) > MAX_ARRAY_LEN or any(map(_oversized, value))
+    return False
 
 
 # Records of one writer share their keys, in one order: a checker compiled for that

@@ -23,9 +23,9 @@ import zstandard
 
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
-from tailreplay.traces.format import rotated_name
+from tailreplay.traces.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
 from tailreplay.traces.record import UNPACKABLE, Record, pack_record, record_to_map
-from tailreplay.traces.validate import record_problem, without_invalid
+from tailreplay.traces.validate import record_problem, without_invalid, without_oversized
 
 __all__ = ["ArchiveWriter", "WriterStats", "write_archive"]
 
@@ -60,7 +60,10 @@ class ArchiveWriter:
     (``traces/validate.py``): a field a reader would call damage (a client's
     ``max_tokens: -1``) is left out, with one warning a field, and a record without
     a valid ``start_ns`` dropped, so an archive written is always read whole. It costs
-    ~2 µs a record: False for records read from an archive or checked already.
+    ~2 µs a record: False for records read from an archive or checked already. Values
+    longer than a reader unpacks (``traces/format.py``) are left out whatever
+    ``check`` says: only a record packed to 1 MiB or more can hold one, so the test
+    costs nothing below that.
 
     ``pack_on_append`` packs each record in ``append``, in the caller's thread, for a
     caller whose pauses cost more than its CPU (the replayer's event loop): the thread
@@ -235,11 +238,21 @@ class ArchiveWriter:
                 return None
             mapping = kept
         try:
-            return pack_record(pack, mapping)
+            packed = pack_record(pack, mapping)
+            if len(packed) >= MAX_STR_LEN:  # only then can a value be too long (any source)
+                mapping, problems = without_oversized(mapping)
+                self._warn_invalid(problems, dropped=False)
+                packed = pack_record(pack, mapping) if problems else packed
         except UNPACKABLE:
             log.error("a record with a value of no record field's type was dropped")
             self._count_dropped(1)
             return None
+        if len(packed) > MAX_RECORD_BYTES:
+            log.error("a record of %d bytes was dropped (an archive holds %d)",
+                      len(packed), MAX_RECORD_BYTES)  # fmt: skip
+            self._count_dropped(1)
+            return None
+        return packed
 
     def _warn_invalid(self, problems: list[str], *, dropped: bool) -> None:
         """One warning a kind of problem (its field), however many records have it."""
@@ -353,7 +366,8 @@ class ArchiveWriter:
             created = True
             self._file = f
             header = dict(self._header, created_ns=time.time_ns())
-            head = msgpack.packb(header)
+            # A file name that is not UTF-8 (an input's, in "inputs") is written with "?".
+            head = msgpack.packb(header, unicode_errors="replace")
             if self._compress:
                 self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False)
                 self._zstd.write(head)

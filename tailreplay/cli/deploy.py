@@ -116,6 +116,8 @@ def _header_secret(text: str, flag: str) -> tuple[str, str, str]:
         not _HEADER_NAME.fullmatch(header)
         or not _dns(secret, _DNS_SUBDOMAIN, 253)
         or not _SECRET_KEY.fullmatch(key)
+        or len(key) > 253
+        or key in (".", "..")
     ):
         raise UsageError(
             f"invalid {flag} {text!r}: use HEADER=SECRET/KEY, e.g. Authorization=llm-staging/auth"
@@ -254,7 +256,7 @@ def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
     for archive in options["archives"]:
         _check_archive(archive)
     image: str = options["image"]
-    if not image or any(c.isspace() for c in image):
+    if not image or any(c.isspace() for c in image) or not _utf8(image):
         raise UsageError(f"invalid --image {image!r}: an image reference, e.g. {_IMAGE}")
     _check_header_secrets(options["header_secrets"])
     start = datetime.fromtimestamp(math.ceil(now.timestamp() + start_in), UTC)
@@ -293,8 +295,15 @@ def _dns(text: str, form: re.Pattern[str], longest: int) -> bool:
     return len(text) <= longest and form.fullmatch(text) is not None
 
 
+def _utf8(text: str) -> bool:
+    """No byte that is not UTF-8 (a surrogate escape): YAML could not carry it."""
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") == text
+
+
 def _check_archive(archive: str) -> None:
     parts = PurePosixPath(archive).parts
+    if not _utf8(archive):
+        raise UsageError(f"ARCHIVE {archive!r}: not UTF-8; rename it")
     if len(parts) < 3 or parts[:2] != ("/", ARCHIVES_MOUNT[1:]) or ".." in parts:
         raise UsageError(
             f"ARCHIVE {archive}: give the path as the pods see it, under {ARCHIVES_MOUNT}/ "
@@ -429,8 +438,10 @@ def _pod(spec: JobSpec) -> dict[str, Any]:
                 "image": spec.image,
                 "command": ["mkdir", "-p", spec.results_dir],
                 # Namespaces whose quota asks every container for them.
-                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
-                              "limits": {"memory": "64Mi"}},  # fmt: skip
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "16Mi"},
+                    "limits": {"memory": "64Mi"},
+                },
                 "securityContext": CONTAINER_SECURITY,
                 "volumeMounts": [results],
             }

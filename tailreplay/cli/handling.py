@@ -13,9 +13,11 @@ from typing import Any, NoReturn
 
 import click
 
-from tailreplay.errors import TailreplayError
+from tailreplay.errors import EXIT_INPUT, TailreplayError
 
 __all__ = ["HandledGroup", "run_standalone", "setup_logging"]
+
+log = logging.getLogger("tailreplay")
 
 
 def setup_logging(verbose: bool) -> None:
@@ -39,6 +41,18 @@ def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:
     except KeyboardInterrupt:  # before a command could take Ctrl-C over (click says "Aborted!")
         click.echo("interrupted", err=True)
         ctx.exit(130)
+    except OSError as exc:
+        click.echo(f"Error: {_file_error(exc)}", err=True)
+        ctx.exit(EXIT_INPUT)
+
+
+def _file_error(exc: OSError) -> str:
+    """A file no command's own check caught (an output refused by the file system, a
+    full disk, a path gone): one line, as unreadable input is; with -v, the traceback
+    too. What was written before it stays written."""
+    log.debug("file error", exc_info=exc)
+    where = f"{exc.filename}: " if exc.filename is not None else ""
+    return f"{where}{exc.strerror or exc}"
 
 
 class HandledGroup(click.Group):
@@ -64,4 +78,7 @@ def run_standalone(command: click.Command, args: list[str], prog_name: str) -> N
     except click.Abort:  # Ctrl-C before the command could take it over
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:
+        click.echo(f"Error: {_file_error(exc)}", err=True)
+        sys.exit(EXIT_INPUT)
     sys.exit(code if isinstance(code, int) else 0)

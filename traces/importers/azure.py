@@ -43,7 +43,7 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                 tokens_in, tokens_out = int(row[1]), int(row[2])
                 if tokens_in < 0 or tokens_out < 0:
                     raise ValueError("negative token count")
-            except (ValueError, IndexError) as exc:
+            except (ValueError, IndexError, OverflowError) as exc:
                 report.bad(line, f"malformed row: {exc}")
                 continue
             yield chat_record(

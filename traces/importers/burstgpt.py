@@ -26,7 +26,7 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                 start = round(float(row["Timestamp"]) * 1e9)
                 tokens_in = int(float(row["Request tokens"]))
                 tokens_out = int(float(row["Response tokens"]))
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, OverflowError) as exc:
                 report.bad(line, f"malformed row: {exc}")
                 continue
             yield chat_record(

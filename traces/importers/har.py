@@ -35,7 +35,7 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
         with open(path, encoding="utf-8-sig") as f:
             doc = json.load(f)
         entries = doc["log"]["entries"]
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         report.bad(1, f"not a HAR file: {exc}")
         return
     for n, entry in enumerate(entries, start=1):
@@ -62,7 +62,7 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                 if int(response.get("bodySize", -1)) >= 0
                 else None,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             report.bad(n, f"malformed entry {n}: {exc}")
             continue
         yield record

@@ -37,7 +37,7 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                     isinstance(h, int) and h >= 0 for h in hashes
                 ):
                     raise ValueError("hash_ids must be a list of non-negative integers")
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as exc:
                 report.bad(line, f"malformed line: {exc}")
                 continue
             session = obj.get("session_id")

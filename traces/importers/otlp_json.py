@@ -77,14 +77,14 @@ def _documents(path: Path, report: ImportReport) -> Iterator[tuple[int, dict[str
         if text is not None:  # one document, possibly pretty-printed
             try:
                 yield 1, json.loads(text)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 report.bad(1, f"not OTLP/JSON: {exc}")
             return
         for line, raw in enumerate(f, start=1):  # one document a line (streams)
             if raw.strip():
                 try:
                     yield line, json.loads(raw)
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     report.bad(line, f"not OTLP/JSON: {exc}")
 
 
@@ -97,5 +97,5 @@ def read(path: Path, report: ImportReport) -> Iterator[Record]:
                         record = _span(span)
                         if record is not None:
                             yield record
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             report.bad(line, f"malformed span data: {exc}")
