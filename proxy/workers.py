@@ -45,9 +45,11 @@ def _worker(config: ProxyConfig, ready: Any) -> None:
     # worker that saw both would take the second as "exit without draining".
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        asyncio.run(run(config, on_ready, signals=(signal.SIGTERM,)))
+        counts = asyncio.run(run(config, on_ready, signals=(signal.SIGTERM,)))
     except TailreplayError as exc:  # the parent says it, once, and exits with its code
         ready.put(exc)
+        return
+    ready.put(counts)  # for the parent's closing line
 
 
 def merge_metrics(texts: list[str]) -> str:
@@ -100,7 +102,30 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
         raise
     upstream = redact_url(str(config.upstream))
     announce(f"tailreplay proxy: {len(procs)} workers listening on {urls[0][0]} -> {upstream}")
+    announce(f"recording into {config.out_dir}/")
     asyncio.run(_serve_admin(config, admin, procs, [a for _, a in urls], announce))
+    closed = _closed_counts(ready, len(procs))
+    written, dropped, failed = (sum(getattr(c, k) for c in closed)
+                                for k in ("written", "dropped", "failed"))  # fmt: skip
+    lost = f", {failed:,} could not be recorded" if failed else ""
+    unknown = (
+        f" ({len(procs) - len(closed)} workers did not say)" if len(closed) < len(procs) else ""
+    )
+    announce(f"archives closed in {config.out_dir}/: {written:,} records written, "
+             f"{dropped:,} dropped{lost}{unknown}")  # fmt: skip
+
+
+def _closed_counts(ready: Any, workers: int) -> list[Any]:
+    """The recorder counts each worker sent as it ended (the workers have exited)."""
+    counts: list[Any] = []
+    while len(counts) < workers:
+        try:
+            got = ready.get(timeout=1.0)
+        except queue.Empty:
+            break
+        if not isinstance(got, BaseException):
+            counts.append(got)
+    return counts
 
 
 READY_S = 60.0
