@@ -135,6 +135,10 @@ async def test_two_workers_share_the_port_and_their_metrics(tmp_path: Path, sim_
     pids = {f.name.split("-")[-2] for f in files}
     assert len(pids) == 2  # one archive series per worker
     assert len(_records(out)) == 60
+    # The parent's last word counts every worker's records.
+    assert proc.stdout is not None
+    last = proc.stdout.read().decode().strip().splitlines()[-1]
+    assert last == f"archives closed in {out}/: 60 records written, 0 dropped"
 
 
 def test_an_unusable_out_directory_is_one_line(tmp_path: Path) -> None:
