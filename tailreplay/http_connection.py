@@ -143,6 +143,10 @@ class UpstreamResponse:
         if self.complete:
             self.resume()  # a connection goes back to the pool reading
         self._conn.finish(self, reusable=self.complete)
+        # The consumer is usually a method of an object that holds this response: a
+        # cycle left to the collector, whose walks stall the loop (a replay made one
+        # a request). No more bytes come once finished, so the link can go.
+        self._consumer = None
 
     # The connection's side.
 
