@@ -181,7 +181,7 @@ class Dispatcher:
                 continue
             stats.in_flight += 1
             cell: list[asyncio.Task[None]] = []  # the task, for it to leave _tasks by
-            cell.append(loop.create_task(self._sent(cell, item, spec, due, intended_ns)))
+            cell.append(loop.create_task(self._one(item, spec, due, intended_ns, cell)))
             self._tasks.add(cell[0])
             if delay <= 0:
                 # Behind schedule (or a tie): let the new task start sending now, rather
@@ -284,26 +284,20 @@ class Dispatcher:
                 return False
         return True
 
-    async def _sent(
-        self, cell: list[asyncio.Task[None]], item: Planned, spec: RequestSpec, due: float,
-        intended_ns: int,
-    ) -> None:  # fmt: skip
-        """``_one`` as the task in ``cell``, which leaves ``_tasks`` as it ends (a done
-        callback would cost the loop one more callback a request)."""
-        try:
-            await self._one(item, spec, due, intended_ns)
-        finally:
-            self._tasks.discard(cell[0])
-
     def _context(self, item: Planned) -> TraceContext:
         record = item.record
         if self.new_trace_ids or record.trace_id is None:
             return TraceContext(new_trace_id(), new_span_id())
         return TraceContext(record.trace_id, new_span_id())  # a new span in the original trace
 
-    async def _one(self, item: Planned, spec: RequestSpec, due: float, intended_ns: int) -> None:
+    async def _one(
+        self, item: Planned, spec: RequestSpec, due: float, intended_ns: int,
+        cell: list[asyncio.Task[None]] | None = None,
+    ) -> None:  # fmt: skip
         """Send one planned request; under a retry policy, again while it says to (each
-        attempt its own result and span, in the same trace), holding its slot."""
+        attempt its own result and span, in the same trace), holding its slot. Run as
+        the task in ``cell``, it leaves ``_tasks`` as it ends (a done callback would
+        cost the loop one more callback a request)."""
         ctx = self._context(item)
         attempt, retry_of, retry_due = 1, None, due
         try:
@@ -334,6 +328,8 @@ class Dispatcher:
         finally:
             self.stats.in_flight -= 1
             self._slot_freed.set()
+            if cell is not None:
+                self._tasks.discard(cell[0])
 
     async def _attempt(
         self, item: Planned, spec: RequestSpec, intended_ns: int, sent: Sent, attempt: int,
@@ -341,19 +337,19 @@ class Dispatcher:
     ) -> tuple[Outcome, RequestSpec]:  # fmt: skip
         """One send of a request, and its result handed on; what came back and the
         request as finally sent."""
-        headers = spec.headers(self.headers, sent.ctx.traceparent())
+        traceparent = sent.ctx.traceparent()
         self.stats.sent += 1
         outcome = Outcome(error="cancelled")
         began_ns = monotonic_ns()
         try:
-            outcome = await self.transport.send(spec, headers)
+            outcome = await self.transport.send(spec, self.headers, traceparent)
             if outcome.status in (400, 422) and self.builder.rejects_forced_fields(
                 outcome.error_text
             ):
                 # Sent with min_tokens/ignore_eos (perhaps built before the first refusal):
                 # send again without them; the result describes this second request.
                 spec = self.builder.build(item)
-                outcome = await self.transport.send(spec, headers)
+                outcome = await self.transport.send(spec, self.headers, traceparent)
         except asyncio.CancelledError:
             # How long it had been in flight: a lower bound on the latency it would have had.
             outcome = Outcome(error="cancelled", duration_ns=monotonic_ns() - began_ns)

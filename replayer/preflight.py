@@ -36,9 +36,8 @@ async def probe(
     url = transport.url(spec.path)
     # A trace of its own, and a name, so the target's logs and traces can tell it apart.
     traceparent = f"00-{new_trace_id().hex()}-{new_span_id().hex()}-01"
-    headers = {**spec.headers(headers, traceparent), PROBE_HEADER: "1"}
     t0 = time.monotonic()
-    out = await transport.send(spec, headers)
+    out = await transport.send(spec, {**headers, PROBE_HEADER: "1"}, traceparent)
     took = f"{(time.monotonic() - t0) * 1e3:.0f} ms"
     problem = _judge(out, f"{spec.method} {url}")
     if problem is not None:

@@ -49,16 +49,6 @@ class RequestSpec:
     abort_after_s: float | None = None
     """...or, the tokens unknown, this long after sending (``--client-aborts replay``)."""
 
-    def headers(self, base: Mapping[str, str], traceparent: str) -> dict[str, str]:
-        """The headers to send: the run's own (``--header``), this request's trace
-        context, and a JSON content type for a body (servers built on FastAPI or
-        pydantic reject a body without it)."""
-        headers = dict(base)
-        headers["traceparent"] = traceparent
-        if self.body is not None:
-            headers.setdefault("Content-Type", "application/json")
-        return headers
-
 
 @dataclass(frozen=True)
 class BodyEdits:

@@ -10,11 +10,19 @@ import asyncio
 import contextlib
 import time
 import zlib
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse, split_url
+from tailreplay.http_client import (
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+    framing,
+    request_line,
+    split_url,
+)
 from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
@@ -51,7 +59,13 @@ class Outcome:
 
 
 class Transport(Protocol):
-    async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome: ...
+    async def send(
+        self, spec: RequestSpec, headers: Mapping[str, str], traceparent: str | None = None
+    ) -> Outcome:
+        """Send ``spec`` with the run's own ``headers`` (``--header``, the same for every
+        request) and this request's trace context; the transport adds its framing, a
+        JSON content type for a body and a User-Agent, unless ``headers`` give them."""
+        ...
 
     def url(self, path: str) -> str:
         """Where a recorded path is sent (for messages)."""
@@ -66,6 +80,8 @@ class Transport(Protocol):
 
 WARM_S = 5.0
 """The longest the warm-up may take."""
+_HEADS = 4096
+"""Request heads kept made (one a route); past it they are made again."""
 
 _ERRORS = {"upstream_timeout": "timeout", "upstream_connect": "connect",
            "upstream_reset": "reset", "upstream_error": "reset"}  # fmt: skip
@@ -98,23 +114,51 @@ class HttpTransport:
         self._pool = UpstreamPool(timeout_s=timeout_s, connect_timeout_s=min(timeout_s, 10),
                                   max_connections=connections or None,
                                   max_idle=connections or 1024)  # fmt: skip
+        self._headers: dict[str, str] = {}
+        self._fixed: dict[tuple[str, str, bool], bytes] = {}
+        """Each route's head but for its trace context and length, for ``_headers``."""
 
-    async def send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
+    def send(
+        self, spec: RequestSpec, headers: Mapping[str, str], traceparent: str | None = None
+    ) -> Coroutine[Any, Any, Outcome]:
+        # The exchange's own coroutine, not one awaiting it: a level less to resume.
+        head = self._head(spec, headers, traceparent)
         if spec.abort_after_s is None:
-            return await self._send(spec, headers)
-        # A recorded abort whose tokens are unknown: leave after the recorded time.
+            return self._send(spec, head)
+        return self._send_until(spec, head, spec.abort_after_s)
+
+    async def _send_until(self, spec: RequestSpec, head: bytes, limit_s: float) -> Outcome:
+        """A recorded abort whose tokens are unknown: leave after the recorded time."""
         began = time.monotonic_ns()
         try:
-            async with asyncio.timeout(spec.abort_after_s):
-                return await self._send(spec, headers)
+            async with asyncio.timeout(limit_s):
+                return await self._send(spec, head)
         except TimeoutError:
             return Outcome(error="client_abort", duration_ns=time.monotonic_ns() - began)
 
-    async def _send(self, spec: RequestSpec, headers: dict[str, str]) -> Outcome:
+    def _head(
+        self, spec: RequestSpec, headers: Mapping[str, str], traceparent: str | None
+    ) -> bytes:
+        """The request's head as bytes: all but its trace context and length made once
+        per route and header set (a replay sends thousands a second)."""
+        if headers != self._headers:
+            self._headers, self._fixed = dict(headers), {}
+        key = (spec.method, spec.path, spec.body is not None)
+        fixed = self._fixed.get(key)
+        if fixed is None:
+            if len(self._fixed) >= _HEADS:
+                self._fixed.clear()
+            line = request_line(spec.method, self._target(spec.path), self._origin)
+            lines = [f"{k}: {v}\r\n" for k, v in _fixed_headers(headers, spec.body is not None)]
+            # The run's header bytes pass through as the command line decoded them.
+            fixed = self._fixed[key] = "".join([line, *lines]).encode("utf-8", "surrogateescape")
+        trace = f"traceparent: {traceparent}\r\n" if traceparent else ""
+        return b"%b%b\r\n" % (fixed, (trace + framing(spec.method, spec.body)).encode())
+
+    async def _send(self, spec: RequestSpec, head: bytes) -> Outcome:
         began = time.monotonic_ns()  # until the head is written: the call's start
         try:
-            resp = await self._pool.send(self._origin, spec.method, self._target(spec.path),
-                                         _head(headers), spec.body or b"")  # fmt: skip
+            resp = await self._pool.send_head(self._origin, spec.method, head, spec.body)
         except UpstreamError as exc:
             return Outcome(error=_ERRORS.get(exc.kind, exc.kind),
                            duration_ns=time.monotonic_ns() - began)  # fmt: skip
@@ -210,15 +254,22 @@ class _Reader:
         return out
 
 
-_OWN = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-"""Headers the client writes itself (the target's address and the body's framing)."""
+_OWN = frozenset({"host", "content-length", "transfer-encoding", "connection", "traceparent"})
+"""Headers the client writes itself (the target's address, the body's framing and the
+request's own trace context)."""
 _AGENT = ("User-Agent", f"tailreplay/{__version__}")
+_JSON = ("Content-Type", "application/json")
 
 
-def _head(headers: dict[str, str]) -> list[tuple[str, str]]:
-    """The request's headers as sent: the client's own framing, a User-Agent unless given."""
+def _fixed_headers(headers: Mapping[str, str], body: bool) -> list[tuple[str, str]]:
+    """The run's headers as sent, but for those the client writes itself; a User-Agent
+    and, for a body, a JSON content type (servers built on FastAPI or pydantic reject a
+    body without it), unless given."""
     out = [(k, v) for k, v in headers.items() if k.lower() not in _OWN]
-    if not any(k.lower() == "user-agent" for k, _ in out):
+    given = {k.lower() for k, _ in out}
+    if body and "content-type" not in given:
+        out.append(_JSON)
+    if "user-agent" not in given:
         out.append(_AGENT)
     return out
 

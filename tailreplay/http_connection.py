@@ -305,10 +305,12 @@ class _Connection(asyncio.Protocol):
         names = {name.lower() for name, _ in self._headers}
         return "content-length" not in names and "transfer-encoding" not in names
 
-    async def send(self, head: bytes, body: bytes | AsyncIterator[bytes], chunked: bool) -> None:
-        if isinstance(body, bytes):
-            self.transport.write(head + body)  # one segment for the usual small request
-            return
+    def write(self, request: bytes) -> None:
+        """A whole request (head and body in memory): one segment for the usual small one."""
+        self.transport.write(request)
+
+    async def send(self, head: bytes, body: AsyncIterator[bytes], chunked: bool) -> None:
+        """A request whose body comes as it is read, with backpressure."""
         self.transport.write(head)
         async for chunk in body:
             if self.closed:

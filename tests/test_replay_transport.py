@@ -397,3 +397,42 @@ async def test_an_answered_request_leaves_no_garbage_for_the_collector() -> None
     assert outs[0].completion_tokens == len(WORDS) and outs[1].completion_tokens == 2
     ours = {"UpstreamResponse", "_Reader", "Outcome", "ResponseTap", "StreamTimeline"}
     assert not {name: n for name, n in left.items() if name in ours}
+
+
+async def test_the_heads_on_the_wire_carry_the_runs_headers_and_each_its_own_trace() -> None:
+    seen: list[tuple[str, list[tuple[str, str]]]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append((request.method, list(request.headers.items())))
+        return web.json_response({"data": []})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    app.router.add_get("/v1/models", answer)
+    run = {"Authorization": "Bearer replay", "TraceParent": "00-given", "connection": "close"}
+    parents = [f"00-{i:032x}-{i:016x}-01" for i in range(1, 4)]
+    async with serve_app(app) as url:
+        transport = HttpTransport(url, connections=1, timeout_s=10)
+        try:
+            for spec, parent in zip([_spec(), _spec("/v1/models", None), _spec()], parents,
+                                    strict=True):  # fmt: skip
+                assert (await transport.send(spec, run, parent)).status == 200
+            typed = await transport.send(_spec(), {"content-type": "application/x-ndjson"})
+        finally:
+            await transport.close()
+    assert typed.status == 200
+    for (method, headers), parent in zip(seen, [*parents, None], strict=True):
+        names = [k.lower() for k, _ in headers]
+        assert len(names) == len(set(names))  # nothing twice: one trace context, one type
+        given = {k.lower(): v for k, v in headers}
+        assert given.get("traceparent") == parent  # the request's own, never --header's
+        assert given["user-agent"].startswith("tailreplay/")
+        assert given.get("connection") != "close"  # the client's own framing
+        if parent is None:
+            assert given["content-type"] == "application/x-ndjson"  # a given type stands
+        elif method == "POST":
+            assert given["authorization"] == "Bearer replay"
+            assert given["content-type"] == "application/json"
+            assert given["content-length"] == str(len(CHAT))
+        else:
+            assert "content-type" not in given and "content-length" not in given
