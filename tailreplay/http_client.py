@@ -27,7 +27,8 @@ import contextlib
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 from tailreplay.http_connection import (
@@ -106,7 +107,7 @@ class UpstreamPool:
         self._watch: asyncio.TimerHandle | None = None
         self._watch_s = max(min(_WATCH_S, timeout_s / 10), 0.001)
 
-    async def send(
+    def send(
         self,
         origin: Origin,
         method: str,
@@ -114,8 +115,9 @@ class UpstreamPool:
         headers: list[tuple[str, str]],
         body: bytes | AsyncIterator[bytes] | None,
         content_length: int | None = None,
-    ) -> UpstreamResponse:
-        """Send a request and wait for the head of its answer.
+    ) -> Coroutine[Any, Any, UpstreamResponse]:
+        """Send a request and wait for the head of its answer (awaited: ``send_head``'s
+        own coroutine, not one awaiting it, so the proxy's requests resume no extra level).
 
         ``body`` is bytes, or an async iterator of bytes sent as it comes (with
         ``content_length`` if known, else chunked). The whole exchange — connect,
@@ -136,7 +138,7 @@ class UpstreamPool:
         lines.append("\r\n")
         # The client's header bytes pass through as the server decoded them.
         head = "".join(lines).encode("utf-8", "surrogateescape")
-        return await self.send_head(origin, method, head, body, chunked)
+        return self.send_head(origin, method, head, body, chunked)
 
     async def send_head(
         self,
