@@ -199,7 +199,7 @@ def _merged_health(
     config: ReplayConfig, collector: ResultCollector, summaries: list[dict[str, Any]]
 ) -> ClientVerdict:
     """One verdict for all workers: the lag P99 over every send; the loop stalls summed,
-    the worst stall and the busiest worker's CPU."""
+    the worst stall, the busiest worker's CPU and the longest wait for one, the steal."""
     lags = np.frombuffer(collector.dispatch_lag_ns, dtype=np.int64)
     verdict = client_verdict(lags, config.lag_limit_ms)
     health = [s["client"] for s in summaries if "client" in s]
@@ -207,4 +207,7 @@ def _merged_health(
         verdict["loop_stalls"] = sum(h["loop_stalls"] or 0 for h in health)
         verdict["worst_stall_ms"] = max(h["worst_stall_ms"] or 0.0 for h in health)
         verdict["cpu_share"] = max(h["cpu_share"] or 0.0 for h in health)
+        for key in ("cpu_wait_share", "steal_share"):  # None where no worker could read it
+            known = [h[key] for h in health if h.get(key) is not None]
+            verdict[key] = max(known) if known else None
     return verdict

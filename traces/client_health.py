@@ -6,8 +6,11 @@ sees a different (smoother, later) load than production's, and every figure then
 describes the client as much as the target. When the dispatch lag P99 exceeds the
 run's limit (``--lag-limit``, default 5 ms) the run is ``client_bound``: the
 replay's summary, ``report`` and its SLO gate say so instead of presenting the
-figures as the target's. The replayer adds what it saw of its event loop and CPU
-(replayer/health.py).
+figures as the target's. The replayer adds what it saw of its event loop and CPU,
+and of the CPU it was denied (replayer/health.py): when the run was client-bound the
+warning names the likeliest cause, since the cure differs (a busy replay wants
+--workers; one queued behind other processes wants its own cores; one the
+hypervisor stole from wants another machine or time).
 """
 
 from __future__ import annotations
@@ -17,9 +20,23 @@ from typing import Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_LAG_LIMIT_MS", "ClientVerdict", "client_verdict", "verdict_line"]
+__all__ = [
+    "DEFAULT_LAG_LIMIT_MS",
+    "STEAL_NOTED",
+    "WAIT_NOTED",
+    "ClientVerdict",
+    "client_verdict",
+    "verdict_line",
+]
 
 DEFAULT_LAG_LIMIT_MS = 5.0
+STEAL_NOTED = 0.005
+"""Steal worth naming: on a 2-vCPU guest, 1% of the machine's CPU stolen during a 5 s
+replay at 1,000/s took its lag P99 from under 0.2 ms to 5.7 ms (docs/benchmarks.md)."""
+WAIT_NOTED = 0.05
+"""Run-queue wait worth naming: 5% of the run's wall time. The dispatcher yields busily
+for the last 0.25 ms before each send, and a thread that spins waits its turn whenever
+another wants the CPU, so a healthy replay at 1,000/s beside its target waits ~3%."""
 
 
 class ClientVerdict(TypedDict):
@@ -30,6 +47,10 @@ class ClientVerdict(TypedDict):
     worst_stall_ms: float | None
     cpu_share: float | None
     """The replayer process's CPU time over wall time (1.0: a whole core)."""
+    cpu_wait_share: float | None
+    """The dispatching thread's time ready to run but waiting for a CPU, over wall time."""
+    steal_share: float | None
+    """The share of the machine's CPU time its hypervisor gave to others (Linux steal)."""
     client_bound: bool
 
 
@@ -40,6 +61,8 @@ def client_verdict(
     loop_stalls: int | None = None,
     worst_stall_ms: float | None = None,
     cpu_share: float | None = None,
+    cpu_wait_share: float | None = None,
+    steal_share: float | None = None,
 ) -> ClientVerdict:
     """The verdict from a run's dispatch lags (ns); the loop and CPU figures when known."""
     lag_p99 = float(np.percentile(lags_ns, 99)) / 1e6 if lags_ns.size else None
@@ -49,6 +72,8 @@ def client_verdict(
         "loop_stalls": loop_stalls,
         "worst_stall_ms": worst_stall_ms,
         "cpu_share": cpu_share,
+        "cpu_wait_share": cpu_wait_share,
+        "steal_share": steal_share,
         "client_bound": lag_p99 is not None and lag_p99 > lag_limit_ms,
     }
 
@@ -62,11 +87,32 @@ def verdict_line(v: ClientVerdict) -> str:
         parts.append(f"CPU {v['cpu_share'] * 100:.0f}% of a core")
     if v["loop_stalls"]:
         parts.append(f"{v['loop_stalls']} loop stalls (worst {v['worst_stall_ms']:.0f} ms)")
+    waited, stolen = v.get("cpu_wait_share") or 0.0, v.get("steal_share") or 0.0
+    if waited >= WAIT_NOTED:
+        parts.append(f"waited for a CPU {_pct(waited)} of the time")
+    if stolen >= STEAL_NOTED:
+        parts.append(f"hypervisor steal {_pct(stolen)} of the machine's CPU")
     line = ", ".join(parts)
     if not v["client_bound"]:
         return f"client: {line}"
+    if stolen >= STEAL_NOTED:
+        cure = (
+            "The host gave this machine's CPUs to other guests during the run (steal), "
+            "which no replay setting wins back: replay on dedicated cores, or again."
+        )
+    elif waited >= WAIT_NOTED:
+        cure = (
+            "Other processes here held the CPUs when sends were due: replay where the "
+            "target and other work do not share its cores, or slower."
+        )
+    else:
+        cure = "Replay on a less busy machine, with --workers, or slower."
     return (
         f"warning: the client was the bottleneck: {line}. Requests left late, so the target "
         "saw a different arrival process than recorded: every latency here describes this "
-        "client as much as the target. Replay on a less busy machine, with --workers, or slower."
+        f"client as much as the target. {cure}"
     )
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.1f}%" if share < 0.1 else f"{share * 100:.0f}%"
