@@ -31,7 +31,7 @@ from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.sessions import SessionFeeder
-from tailreplay.replayer.timer import PreciseTimer
+from tailreplay.replayer.timer import PreciseTimer, WakeWindow
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -47,7 +47,8 @@ log = logging.getLogger("tailreplay.replay")
 # its lag to the microsecond.
 _SPIN_S = 0.0015
 _YIELD_S = 0.00025
-"""How long before due the dispatcher stops waiting on the timerfd and yields."""
+"""How long before due the dispatcher stops waiting on the timerfd and yields, while
+its wake-ups come on time (``timer.WakeWindow``: up to _SPIN_S while they do not)."""
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
 
@@ -142,7 +143,7 @@ class Dispatcher:
         self, loop: asyncio.AbstractEventLoop, items: Iterator[Planned], t0: float,
         t0_wall_ns: int, timer: PreciseTimer | None,
     ) -> None:  # fmt: skip
-        stats = self.stats
+        stats, wake = self.stats, WakeWindow(_YIELD_S, _SPIN_S)
         ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
                                        max_bytes=self.lookahead_bytes)  # fmt: skip
         while (taken := ahead.take()) is not None:
@@ -162,9 +163,12 @@ class Dispatcher:
             # before due, and yield to the loop for the rest, so a send lands within
             # tens of microseconds of its due time. The timerfd's wake-up comes an
             # iteration of the loop late (its callbacks run first); the yield is a busy
-            # wait, so it is kept short (without timerfd it is the whole _SPIN_S).
-            if timer is not None and due - clock() > _YIELD_S and not self.stopping.is_set():
-                await timer.wait_until(due - _YIELD_S)
+            # wait, so it is kept short (without timerfd it is the whole _SPIN_S) unless
+            # wake-ups come late (``WakeWindow``).
+            window = wake.at(due)
+            if timer is not None and due - clock() > window and not self.stopping.is_set():
+                await timer.wait_until(due - window)
+                wake.woke(clock() - (due - window), window)
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             delay = due - clock()

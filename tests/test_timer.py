@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tailreplay.replayer.timer import PreciseTimer
+from tailreplay.replayer.timer import PreciseTimer, WakeWindow
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux")
 
@@ -69,3 +69,26 @@ async def test_a_cancelled_wait_leaves_the_next_one_exact() -> None:
         assert time.monotonic() >= due  # not woken by the stale expiry
     finally:
         timer.close()
+
+
+def test_the_window_stays_narrow_through_on_time_and_one_off_late_wake_ups() -> None:
+    w = WakeWindow(0.00025, 0.0015)
+    for i in range(3000):  # 3 s at 1,000/s: wake-ups 0.1 ms late, one 3 ms late a second
+        window = w.at(100.0 + i / 1000)
+        assert window == 0.00025
+        w.woke(0.003 if i % 1000 == 999 else 0.0001, window)
+
+
+def test_a_burst_of_late_wake_ups_widens_the_window_and_it_narrows_after() -> None:
+    w = WakeWindow(0.00025, 0.0015)
+    w.woke(0.0004, w.at(100.0))  # the send left 0.15 ms late: harmless
+    w.woke(0.0004, w.at(100.001))
+    assert w.at(100.002) == 0.00025
+    w.woke(0.0006, w.at(100.003))  # 0.35 ms late: a one-off so far
+    assert w.at(100.004) == 0.00025
+    w.woke(0.0006, w.at(100.005))  # another within half a second: a burst
+    assert w.at(100.005) == pytest.approx(0.0012)  # twice the lateness
+    w.woke(0.01, w.at(100.006))  # a 10 ms stall: as wide as it goes
+    assert w.at(100.006) == pytest.approx(0.0015)
+    assert w.at(100.506) == pytest.approx(0.00025 + 0.00125 / 2)  # half the widening
+    assert w.at(110.0) == 0.00025  # back to narrow
