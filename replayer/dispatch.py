@@ -43,9 +43,13 @@ log = logging.getLogger("tailreplay.replay")
 
 # Due times, t0 and lags are read on time.monotonic() (``clock``), never loop.time():
 # under asyncio's loop the two are one clock, but uvloop's loop.time() counts whole
-# milliseconds, and the dispatcher spins the last _SPIN_S before each send and measures
-# its lag to the microsecond.
+# milliseconds, and the dispatcher yields the last fraction of a millisecond before
+# each send and measures its lag to the microsecond.
 _SPIN_S = 0.0015
+"""How far off the loop's own timers may fire: the last wait before a send without a
+timerfd, and the margin a step of a long sleep on them keeps before the timerfd's."""
+_STEP_S = 0.25
+"""The longest sleep at a time: a stop is seen within it."""
 _YIELD_S = 0.00025
 """How long before due the dispatcher stops waiting on the timerfd and yields, while
 its wake-ups come on time (``timer.WakeWindow``: up to _SPIN_S while they do not)."""
@@ -149,26 +153,24 @@ class Dispatcher:
         while (taken := ahead.take()) is not None:
             item, spec = taken
             due = t0 + item.due_s
-            # Sleep until the absolute due time; in short steps only so that a stop
-            # (Ctrl-C) is seen within a quarter second even across a long lull. Time
-            # to spare goes to building the requests after this one, a build at a
-            # time, each only if it should end before the wake-up.
-            while (delay := due - clock()) > _SPIN_S and not self.stopping.is_set():
-                if ahead.build_ahead(delay - _SPIN_S - _BUILD_MARGIN_S):
+            # Sleep until `window` before the absolute due time, then yield to the loop
+            # (a busy wait) until due, so a send lands within tens of microseconds of it.
+            # The last sleep is on a timerfd (``timer.py``; the loop's own timers fire up
+            # to a millisecond off, epoll and libuv counting whole ms), so it is the one
+            # wake-up a request costs; it comes an iteration of the loop late. The window
+            # is _YIELD_S, wider while wake-ups come late (``WakeWindow``); without a
+            # timerfd, _SPIN_S. Longer sleeps go in _STEP_S steps, so that a stop (Ctrl-C)
+            # is seen across a long lull. Time to spare goes to building the requests
+            # after this one, a build at a time, each only if it should end in time.
+            window = _SPIN_S if timer is None else wake.at(due)
+            while (delay := due - clock() - window) > 0 and not self.stopping.is_set():
+                if ahead.build_ahead(delay - _BUILD_MARGIN_S):
                     await asyncio.sleep(0)  # responses in flight are read between builds
-                    continue
-                await asyncio.sleep(min(delay - _SPIN_S, 0.25))
-            # The loop's timers fire up to a millisecond off (epoll and libuv count whole
-            # ms): wake a little early, wait on a timerfd (``timer.py``) until _YIELD_S
-            # before due, and yield to the loop for the rest, so a send lands within
-            # tens of microseconds of its due time. The timerfd's wake-up comes an
-            # iteration of the loop late (its callbacks run first); the yield is a busy
-            # wait, so it is kept short (without timerfd it is the whole _SPIN_S) unless
-            # wake-ups come late (``WakeWindow``).
-            window = wake.at(due)
-            if timer is not None and due - clock() > window and not self.stopping.is_set():
-                await timer.wait_until(due - window)
-                wake.woke(clock() - (due - window), window)
+                elif timer is None or delay > _STEP_S + _SPIN_S:
+                    await asyncio.sleep(min(delay, _STEP_S))
+                else:
+                    await timer.wait_until(due - window)
+                    wake.woke(clock() - (due - window), window)
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             delay = due - clock()
