@@ -54,10 +54,10 @@ class WakeWindow:
     other guests) costs its first two sends, and the CPU of a busy yield only while
     it lasts.
 
-    Measured on a 2-vCPU guest at 1,000/s (docs/benchmarks.md, "The last wait before
-    each send"): lag P99 over 0.5 ms in 3 of 5 runs with a fixed 0.25 ms window, 1 of 5
-    adapting, 0 of 5 yielding 1.5 ms before every send; CPU 0.5, 0.7-0.9 and 0.96 of a
-    core.
+    Measured on a 2-vCPU guest, two workers at 1,000/s (docs/benchmarks.md, "The last
+    wait before each send"): lag P99 over 0.5 ms in 3 of 5 runs with a fixed 0.25 ms
+    window, 1 of 5 adapting, none yielding 1.5 ms before every send; CPU 0.69, 0.96
+    and 1.0 of the yield's.
     """
 
     def __init__(
