@@ -36,7 +36,7 @@ timer.PreciseTimer.open = classmethod(lambda cls, loop: None)
 """
 FIXED = """\
 import tailreplay.replayer.timer as timer
-timer.WakeWindow.woke = lambda self, late_s, window_s: None
+timer.WakeWindow.woke = lambda self, late_s: None
 """
 OVER_MS = 0.5
 

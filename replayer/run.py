@@ -401,7 +401,7 @@ async def _dispatch(
     ticker = loop.create_task(
         show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
     )
-    watch = LoopWatch()
+    watch = LoopWatch(t0, dispatcher.sent_all)  # the dispatch's span: where lags come from
     tasks = [ticker, loop.create_task(watch.run())]
     if miss is not None:
         tasks.append(loop.create_task(miss.stop_run(dispatcher.stopping, dispatcher.sent_all)))

@@ -46,13 +46,16 @@ class _Itimerspec(ctypes.Structure):
 class WakeWindow:
     """How long before each send the dispatcher stops sleeping and yields busily.
 
-    ``narrowest`` while wake-ups come on time. A wake-up so late that its send left
-    more than ``harmless_s`` late is a one-off unless another came within
-    ``half_life_s`` before it; then the window widens to twice that lateness, up to
-    ``widest``, and the widening halves every ``half_life_s`` after. One-offs cost a
-    send each and nothing else (a lag P99 survives them); a burst (a host busy with
-    other guests) costs its first two sends, and the CPU of a busy yield only while
-    it lasts.
+    ``narrowest`` while wake-ups come on time. A wake-up more than ``narrowest +
+    harmless_s`` late (one that would leave its send more than ``harmless_s`` late
+    at the narrowest window) is a one-off unless another came within
+    ``half_life_s`` before it; then the window widens to twice that wake-up's
+    lateness, up to ``widest``, and the widening halves every ``half_life_s`` after
+    the last such wake-up. One-offs cost a send each and nothing else (a lag P99
+    survives them); a burst (a host busy with other guests) costs its first two
+    sends, and the CPU of a busy yield only while it lasts. A wake-up's lateness
+    includes the loop's other callbacks run before it, so a replay short of CPU
+    widens the window too; by then its sends are closer together than the window.
 
     Measured on a 2-vCPU guest, two workers at 1,000/s (docs/benchmarks.md, "The last
     wait before each send"): lag P99 over 0.5 ms in 3 of 5 runs with a fixed 0.25 ms
@@ -71,18 +74,20 @@ class WakeWindow:
         self._late_at = -math.inf  # when the last late wake-up came
 
     def at(self, now: float) -> float:
-        """The window for a send due at ``now`` (ascending)."""
-        if self._extra:
-            self._extra *= 0.5 ** ((now - self._at) / self.half_life_s)
-            if self._extra < 1e-6:
-                self._extra = 0.0
-        self._at = now
+        """The window for a send due at ``now``. Due times ascend; one that steps back
+        (a record past the reorder window) leaves the window as it is."""
+        if now > self._at:
+            if self._extra:
+                self._extra *= 0.5 ** ((now - self._at) / self.half_life_s)
+                if self._extra < 1e-6:
+                    self._extra = 0.0
+            self._at = now
         return self.narrowest + self._extra
 
-    def woke(self, late_s: float, window_s: float) -> None:
-        """A wake-up came ``late_s`` after its instant, ``window_s`` before due (the
-        send it was for, due at the last ``at``)."""
-        if late_s <= window_s + self.harmless_s:
+    def woke(self, late_s: float) -> None:
+        """A wake-up came ``late_s`` after its instant (for the send due at the last
+        ``at``)."""
+        if late_s <= self.narrowest + self.harmless_s:
             return
         if self._at - self._late_at < self.half_life_s:  # a burst, not a one-off
             self._extra = max(self._extra, min(2 * late_s, self.widest) - self.narrowest)

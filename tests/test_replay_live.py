@@ -315,7 +315,10 @@ def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
     assert client["client_bound"] and client["lag_limit_ms"] == pytest.approx(1e-6)
     assert client["cpu_share"] > 0 and client["loop_stalls"] is not None
     # Linux says how long the loop waited for a CPU and what the hypervisor took.
-    assert 0 <= client["cpu_wait_share"] < 1 and 0 <= client["steal_share"] < 1
+    if Path("/proc/thread-self/schedstat").exists():
+        assert 0 <= client["cpu_wait_share"] < 1
+    if Path("/proc/stat").exists():
+        assert 0 <= client["steal_share"] < 1
     # The report of that run says it, and an SLO gate on it is not judged (exit 1).
     result = CliRunner().invoke(cli, ["report", str(out), "--slo", "latency:p99<=60s"])
     assert result.exit_code == 1

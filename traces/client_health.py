@@ -35,8 +35,11 @@ STEAL_NOTED = 0.005
 replay at 1,000/s took its lag P99 from under 0.2 ms to 5.7 ms (docs/benchmarks.md)."""
 WAIT_NOTED = 0.05
 """Run-queue wait worth naming: 5% of the run's wall time. The dispatcher yields busily
-for the last 0.25 ms before each send, and a thread that spins waits its turn whenever
-another wants the CPU, so a healthy replay at 1,000/s beside its target waits ~3%."""
+for the last 0.25 ms before each send (up to 1.5 ms while wake-ups come late), and a
+thread that spins waits its turn whenever another wants the CPU, so a healthy replay
+at 1,000/s beside its responder waits ~3%."""
+SATURATED = 0.9
+"""A replay process this busy (CPU over the dispatch's wall time) is the cause itself."""
 
 
 class ClientVerdict(TypedDict):
@@ -97,23 +100,28 @@ def verdict_line(v: ClientVerdict) -> str:
     line = ", ".join(parts)
     if not v["client_bound"]:
         return f"client: {line}"
-    if stolen >= STEAL_NOTED:
-        cure = (
-            "The host gave this machine's CPUs to other guests during the run (steal), "
-            "which no replay setting wins back: replay on dedicated cores, or again."
-        )
-    elif waited >= WAIT_NOTED:
-        cure = (
-            "Other processes here held the CPUs when sends were due: replay where the "
-            "target and other work do not share its cores, or slower."
-        )
-    else:
-        cure = "Replay on a less busy machine, with --workers, or slower."
     return (
         f"warning: the client was the bottleneck: {line}. Requests left late, so the target "
         "saw a different arrival process than recorded: every latency here describes this "
-        f"client as much as the target. {cure}"
+        f"client as much as the target. {_cure(v['cpu_share'] or 0.0, waited, stolen)}"
     )
+
+
+def _cure(cpu: float, waited: float, stolen: float) -> str:
+    """What to do about a client-bound run, by its likeliest cause: a replay that kept
+    its core busy is told to spread, whatever else was also happening."""
+    if cpu >= SATURATED:
+        return "The replay kept its core busy: replay with --workers, on a less busy "\
+            "machine, or slower."  # fmt: skip
+    if stolen >= STEAL_NOTED:
+        return "The host gave this machine's CPUs to other guests during the run (steal), "\
+            "which no replay setting wins back: replay on dedicated vCPUs or another "\
+            "host, or at a quieter time."  # fmt: skip
+    if waited >= WAIT_NOTED:
+        return "Other processes held this machine's CPUs when sends were due (the target, "\
+            "other work, or the replay's own --workers): give the replay cores of its "\
+            "own, or replay slower."  # fmt: skip
+    return "Replay on a less busy machine, with --workers, or slower."
 
 
 def _pct(share: float) -> str:
