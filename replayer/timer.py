@@ -57,10 +57,9 @@ class WakeWindow:
     includes the loop's other callbacks run before it, so a replay short of CPU
     widens the window too; by then its sends are closer together than the window.
 
-    Measured on a 2-vCPU guest, two workers at 1,000/s (docs/benchmarks.md, "The last
-    wait before each send"): lag P99 over 0.5 ms in 3 of 5 runs with a fixed 0.25 ms
-    window, 1 of 5 adapting, none yielding 1.5 ms before every send; CPU 0.69, 0.96
-    and 1.0 of the yield's.
+    Where wake-ups come on time it stays narrow; on a busy shared host it is wide much
+    of the time, and costs nearly what a yield before every send does
+    (docs/benchmarks.md, "The last wait before each send").
     """
 
     def __init__(
