@@ -14,6 +14,7 @@ milliseconds (docs/benchmarks.md, "Replay dispatch capacity").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any, NamedTuple
 
@@ -84,18 +85,28 @@ class LoopWatch:
         self._last: _Readings | None = None
 
     async def run(self) -> None:
-        """Until ``until`` is set, or cancelled."""
+        """Until ``until`` is set, or cancelled (a closed loop, or a stop)."""
         await asyncio.sleep(max(self._start - time.monotonic(), 0.0))
         self._first = _Readings.now()
-        while self._until is None or not self._until.is_set():
-            # time.monotonic, as the dispatch's lags: uvloop's loop.time() counts whole ms.
-            due = time.monotonic() + _TICK_S
+        try:
+            while self._until is None or not self._until.is_set():
+                # time.monotonic, as the dispatch's lags: uvloop's loop.time() counts
+                # whole ms. The tick ends early when everything is sent, so the span does.
+                due = time.monotonic() + _TICK_S
+                await self._tick()
+                late = time.monotonic() - due
+                if late >= _STALL_S:
+                    self.stalls += 1
+                    self.worst_s = max(self.worst_s, late)
+        finally:
+            self._last = _Readings.now()
+
+    async def _tick(self) -> None:
+        if self._until is None:
             await asyncio.sleep(_TICK_S)
-            late = time.monotonic() - due
-            if late >= _STALL_S:
-                self.stalls += 1
-                self.worst_s = max(self.worst_s, late)
-        self._last = _Readings.now()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._until.wait(), _TICK_S)
 
     def _span(self) -> tuple[_Readings, _Readings] | None:
         """The readings at the span's ends (its end now, while it lasts); None before
@@ -104,13 +115,19 @@ class LoopWatch:
             return None
         return self._first, self._last or _Readings.now()
 
-    def cpu_share(self) -> float:
-        """The process's CPU time over the span's wall time (1.0: a whole core)."""
+    def share(self, seconds: float) -> float | None:
+        """``seconds`` over the span's wall time; None before the span began."""
         span = self._span()
-        if span is None or span[1].wall <= span[0].wall:
-            return 0.0
-        first, last = span
-        return (last.cpu - first.cpu) / (last.wall - first.wall)
+        if span is None:
+            return None
+        wall = span[1].wall - span[0].wall
+        return seconds / wall if wall > 0 else 0.0
+
+    def cpu_share(self) -> float | None:
+        """The process's CPU time over the span's wall time (1.0: a whole core); None
+        before the span began (a run stopped before its t0)."""
+        span = self._span()
+        return None if span is None else self.share(span[1].cpu - span[0].cpu)
 
     def steal_share(self) -> float | None:
         """The share of the machine's CPU time its hypervisor gave to others over the
@@ -127,17 +144,18 @@ class LoopWatch:
         span = self._span()
         if span is None or span[0].queued is None or span[1].queued is None:
             return None
-        queued = span[1].queued - span[0].queued
-        wall = span[1].wall - span[0].wall
-        return queued / 1e9 / wall if wall > 0 else 0.0
+        return self.share((span[1].queued - span[0].queued) / 1e9)
 
 
 def watched_verdict(
-    lags_ns: npt.NDArray[Any], lag_limit_ms: float, watch: LoopWatch
+    lags_ns: npt.NDArray[Any], lag_limit_ms: float, watch: LoopWatch, yielded_s: float = 0.0
 ) -> ClientVerdict:
-    """The verdict of a run this process watched."""
+    """The verdict of a run this process watched; ``yielded_s``, the dispatcher's busy
+    wait until due times, is CPU the replay spent on precision, not on its requests."""
+    cpu, yielded = watch.cpu_share(), watch.share(yielded_s)
+    busy = None if cpu is None or yielded is None else max(cpu - yielded, 0.0)
     return client_verdict(
         lags_ns, lag_limit_ms, loop_stalls=watch.stalls, worst_stall_ms=watch.worst_s * 1000,
-        cpu_share=watch.cpu_share(), cpu_wait_share=watch.wait_share(),
+        cpu_share=cpu, cpu_busy_share=busy, cpu_wait_share=watch.wait_share(),
         steal_share=watch.steal_share(),
     )  # fmt: skip

@@ -432,7 +432,7 @@ async def _dispatch(
     if (entropy := dispatcher.builder.prompts.entropy.summary()) is not None:
         summary["prompt_entropy"] = entropy
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
-    summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch)
+    summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch, dispatcher.yielded_s)
     # A closed loop cut by --duration has no first unsent item, only fewer sent.
     closed = config.users is not None and config.duration_s is not None
     if cut or (closed and not dispatcher.stopping.is_set() and s.due < the_plan.count):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import math
 import os
 import sys
 
@@ -46,31 +45,24 @@ class _Itimerspec(ctypes.Structure):
 class WakeWindow:
     """How long before each send the dispatcher stops sleeping and yields busily.
 
-    ``narrowest`` while wake-ups come on time. A wake-up more than ``narrowest +
-    harmless_s`` late (one that would leave its send more than ``harmless_s`` late
-    at the narrowest window) is a one-off unless another came within
-    ``half_life_s`` before it; then the window widens to twice that wake-up's
-    lateness, up to ``widest``, and the widening halves every ``half_life_s`` after
-    the last such wake-up. One-offs cost a send each and nothing else (a lag P99
-    survives them); a burst (a host busy with other guests) costs its first two
-    sends, and the CPU of a busy yield only while it lasts. A wake-up's lateness
+    ``narrowest`` while wake-ups come on time. A wake-up more than ``narrowest``
+    late (one whose send would have left late at the narrowest window) widens the
+    window to twice its lateness, up to ``widest``, or keeps it that wide; the
+    widening halves every ``half_life_s`` after the last late wake-up. A late
+    wake-up costs at most its own send, and a host that keeps waking the replay
+    late costs the CPU of a busy yield for as long as it does: on a quiet machine
+    the window stays narrow and the wait nearly free; on a busy shared one it is
+    wide, and costs what a yield before every send does. A wake-up's lateness
     includes the loop's other callbacks run before it, so a replay short of CPU
     widens the window too; by then its sends are closer together than the window.
-
-    Where wake-ups come on time it stays narrow; on a busy shared host it is wide much
-    of the time, and costs nearly what a yield before every send does
-    (docs/benchmarks.md, "The last wait before each send").
+    Measured against a fixed window and a yield in docs/benchmarks.md, "The last
+    wait before each send".
     """
 
-    def __init__(
-        self, narrowest: float, widest: float, *, harmless_s: float = 0.00025,
-        half_life_s: float = 0.5,
-    ) -> None:  # fmt: skip
-        self.narrowest, self.widest = narrowest, widest
-        self.harmless_s, self.half_life_s = harmless_s, half_life_s
+    def __init__(self, narrowest: float, widest: float, *, half_life_s: float = 1.0) -> None:
+        self.narrowest, self.widest, self.half_life_s = narrowest, widest, half_life_s
         self._extra = 0.0  # the widening, as of self._at
         self._at = 0.0
-        self._late_at = -math.inf  # when the last late wake-up came
 
     def at(self, now: float) -> float:
         """The window for a send due at ``now``. Due times ascend; one that steps back
@@ -86,11 +78,8 @@ class WakeWindow:
     def woke(self, late_s: float) -> None:
         """A wake-up came ``late_s`` after its instant (for the send due at the last
         ``at``)."""
-        if late_s <= self.narrowest + self.harmless_s:
-            return
-        if self._at - self._late_at < self.half_life_s:  # a burst, not a one-off
+        if late_s > self.narrowest:
             self._extra = max(self._extra, min(2 * late_s, self.widest) - self.narrowest)
-        self._late_at = self._at
 
 
 class PreciseTimer:

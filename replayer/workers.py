@@ -206,8 +206,8 @@ def _merged_health(
     if health:
         verdict["loop_stalls"] = sum(h["loop_stalls"] or 0 for h in health)
         verdict["worst_stall_ms"] = max(h["worst_stall_ms"] or 0.0 for h in health)
-        verdict["cpu_share"] = max(h["cpu_share"] or 0.0 for h in health)
-        for key in ("cpu_wait_share", "steal_share"):  # None where no worker could read it
+        for key in ("cpu_share", "cpu_busy_share", "cpu_wait_share", "steal_share"):
+            # None where no worker could read it (a worker stopped before t0)
             known = [h[key] for h in health if h.get(key) is not None]
             verdict[key] = max(known) if known else None
     return verdict

@@ -49,6 +49,25 @@ def test_a_client_bound_run_that_kept_its_core_busy_is_told_to_spread(steal: flo
                          "busy machine, or slower.")  # fmt: skip
 
 
+def test_a_replay_busy_only_waiting_out_due_times_is_not_told_to_spread() -> None:
+    # A core at 99%, but 70% of it the yield before sends: the steal is the cause.
+    line = verdict_line(client_verdict(LATE, 5.0, cpu_share=0.99, cpu_busy_share=0.29,
+                                       steal_share=0.04))  # fmt: skip
+    assert "CPU 99% of a core" in line
+    assert line.endswith("replay on dedicated vCPUs or another host, or at a quieter time.")
+
+
+async def test_a_run_stopped_before_its_start_measured_nothing() -> None:
+    watch = LoopWatch(time.monotonic() + 60, asyncio.Event())
+    task = asyncio.create_task(watch.run())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert watch.cpu_share() is None and watch.wait_share() is None
+    assert watch.steal_share() is None and watch.share(1.0) is None
+
+
 def test_a_client_bound_run_without_readings_gets_the_general_advice() -> None:
     line = verdict_line(client_verdict(LATE, 5.0))
     assert line.endswith("Replay on a less busy machine, with --workers, or slower.")

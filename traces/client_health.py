@@ -39,7 +39,8 @@ for the last 0.25 ms before each send (up to 1.5 ms while wake-ups come late), a
 thread that spins waits its turn whenever another wants the CPU, so a healthy replay
 at 1,000/s beside its responder waits ~3%."""
 SATURATED = 0.9
-"""A replay process this busy (CPU over the dispatch's wall time) is the cause itself."""
+"""A replay process this busy with its requests (CPU over the dispatch's wall time, its
+busy wait until due times left out) is the cause itself."""
 
 
 class ClientVerdict(TypedDict):
@@ -50,6 +51,9 @@ class ClientVerdict(TypedDict):
     worst_stall_ms: float | None
     cpu_share: float | None
     """The replayer process's CPU time over wall time (1.0: a whole core)."""
+    cpu_busy_share: float | None
+    """...less its busy wait until due times: the CPU its requests took, which is what
+    saturates a replay (its yield before each send spins whatever the load)."""
     cpu_wait_share: float | None
     """The dispatching thread's time ready to run but waiting for a CPU, over wall time."""
     steal_share: float | None
@@ -64,6 +68,7 @@ def client_verdict(
     loop_stalls: int | None = None,
     worst_stall_ms: float | None = None,
     cpu_share: float | None = None,
+    cpu_busy_share: float | None = None,
     cpu_wait_share: float | None = None,
     steal_share: float | None = None,
 ) -> ClientVerdict:
@@ -75,6 +80,7 @@ def client_verdict(
         "loop_stalls": loop_stalls,
         "worst_stall_ms": worst_stall_ms,
         "cpu_share": cpu_share,
+        "cpu_busy_share": cpu_busy_share,
         "cpu_wait_share": cpu_wait_share,
         "steal_share": steal_share,
         "client_bound": lag_p99 is not None and lag_p99 > lag_limit_ms,
@@ -103,8 +109,14 @@ def verdict_line(v: ClientVerdict) -> str:
     return (
         f"warning: the client was the bottleneck: {line}. Requests left late, so the target "
         "saw a different arrival process than recorded: every latency here describes this "
-        f"client as much as the target. {_cure(v['cpu_share'] or 0.0, waited, stolen)}"
+        f"client as much as the target. {_cure(_busy(v), waited, stolen)}"
     )
+
+
+def _busy(v: ClientVerdict) -> float:
+    """The CPU a replay's requests took (its busy wait before sends left out where known)."""
+    busy = v.get("cpu_busy_share")
+    return busy if busy is not None else v["cpu_share"] or 0.0
 
 
 def _cure(cpu: float, waited: float, stolen: float) -> str:
