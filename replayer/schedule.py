@@ -92,6 +92,9 @@ class ScheduleConfig:
     input + budget fits it (never below the recorded budget)."""
     spread_ticks: bool | None = None
     """Spread each tick's requests over the tick (None: when the timestamps are quantised)."""
+    per_file: tuple[int, ...] | None = None
+    """Read no more than the first that many records of each file (``Plan.per_file`` of
+    a plan made before, so processes that plan apart replay the same records)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,9 @@ class Plan:
     """The tick the timestamps were logged at (``replayer/ticks.py``), if any."""
     spread_ns: int | None = None
     """The tick each tick's requests are spread over; None: sent at their recorded times."""
+    per_file: tuple[int, ...] = ()
+    """The records each file held when the plan first read it. Every later read stops
+    there, so a file still being written (a live capture) replays as it was then."""
 
 
 @dataclass(slots=True)
@@ -159,12 +165,17 @@ def shard_of(record: Record, shards: int, index: int = 0) -> int:
     return _u64(_key(record, index), b"shard") % shards
 
 
+def _load(config: ScheduleConfig, name: str, per_file: Sequence[int] | None) -> Columns:
+    """One field of ``config.paths``' records, no more of each file than ``per_file``."""
+    return load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt, limits=per_file)
+
+
 def _window(cols: Columns, config: ScheduleConfig) -> np.ndarray | None:
     """The replayed records as a mask, or None when every record is replayed."""
     starts = cols["start_ns"]
     retries = None
     if config.drop_retries:
-        attempts = load_columns(config.paths, ["attempt"], skip_corrupt=config.skip_corrupt)
+        attempts = _load(config, "attempt", cols.per_file)
         retries = attempts.present["attempt"] & (attempts["attempt"] >= 2)
         retries = retries if retries.any() else None
     if config.start_ns is None and config.end_ns is None and config.limit is None:
@@ -184,7 +195,8 @@ def plan(config: ScheduleConfig) -> Plan:
     """First pass: the replayed set's first start, span, tail and longest request."""
     # One value column at a time (at 5M records each is 40 MB), each load reduced to
     # what the plan keeps before the next: durations, then token counts.
-    cols = load_columns(config.paths, ["duration_ns"], skip_corrupt=config.skip_corrupt)
+    cols = _load(config, "duration_ns", config.per_file)
+    per_file = tuple(cols.per_file)
     keep = _window(cols, config)
     starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
@@ -198,8 +210,9 @@ def plan(config: ScheduleConfig) -> Plan:
     warnings = cols.warnings
     ticks, last_start = detect_ticks(starts), int(starts.max())
     del cols, starts, durations, has
-    # Loads of the same files in the same order: the records line up with the first.
-    inputs, base, has_base, has_tokens = _tokens(config, keep)
+    # Loads of the same files in the same order, as far as the first read: the records
+    # line up with the first load's even while a file grows.
+    inputs, base, has_base, has_tokens = _tokens(config, keep, per_file)
     if tail_by is None and has_tokens.any():
         tail_by = "service_demand"
         demand = inputs * config.tail_cost.input_ms
@@ -220,6 +233,7 @@ def plan(config: ScheduleConfig) -> Plan:
         over_context=over,
         longest=longest,
         warnings=warnings,
+        per_file=per_file,
     )
     return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
 
@@ -252,15 +266,16 @@ def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
     return threshold, has & (values >= threshold)
 
 
-def _tokens(config: ScheduleConfig, keep: Array | None) -> tuple[Array, Array, Array, Array]:
+def _tokens(
+    config: ScheduleConfig, keep: Array | None, per_file: Sequence[int]
+) -> tuple[Array, Array, Array, Array]:
     """(input tokens, unstretched budget, has a budget, has either) of the replayed
     records, 0 where absent. The budget is ``_budget``'s: output tokens, else max_tokens
     (loaded only when some record lacks output tokens). One column a load: loading
     two at once costs as much again as the second column holds."""
 
     def load(name: str) -> tuple[Array, Array]:
-        cols = load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt)
-        return _replayed(cols, name, keep)
+        return _replayed(_load(config, name, per_file), name, keep)
 
     inputs, has_input = load("input_tokens")
     inputs = inputs.astype(np.uint32)  # < 2^32 (the valid values): half the memory held
@@ -370,7 +385,9 @@ def schedule(
     heap: list[tuple[float, int, Planned]] = []
     order = 0
     selected = 0
-    reader = ArchiveReader(config.paths, skip_corrupt=config.skip_corrupt)
+    reader = ArchiveReader(
+        config.paths, skip_corrupt=config.skip_corrupt, limits=the_plan.per_file or None
+    )
     for record in reader:
         start = record.start_ns
         if config.start_ns is not None and start < config.start_ns:

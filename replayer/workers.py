@@ -28,7 +28,7 @@ from tailreplay import eventloop
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
-from tailreplay.replayer.schedule import plan
+from tailreplay.replayer.schedule import Plan, plan
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.traces.client_health import ClientVerdict, client_verdict
 from tailreplay.traces.ops import copy_records
@@ -74,7 +74,11 @@ def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) 
             f"{parts}/ holds the results of an earlier run whose merge failed; merge them "
             f"(`tailreplay traces merge {parts}/part-*.msgpack -o ...`) or remove the folder"
         )
-    with _target(config, say) as target:
+    # One plan before any worker starts: the workers read no more of each file than it
+    # held, so a capture still being written gives every shard the same records.
+    the_plan = plan(config.schedule)
+    config = replace(config, schedule=replace(config.schedule, per_file=the_plan.per_file))
+    with _target(config, the_plan, say) as target:
         lead_s = max(3.0, STARTUP_S * workers)
         start_ns = config.start_at_ns or time.time_ns() + round(lead_s * 1e9)
         parts.mkdir(mode=0o700, exist_ok=True)
@@ -94,7 +98,7 @@ def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) 
 
 
 @contextlib.contextmanager
-def _target(config: ReplayConfig, say: Callable[[str], None]) -> Iterator[str]:
+def _target(config: ReplayConfig, the_plan: Plan, say: Callable[[str], None]) -> Iterator[str]:
     """The target URL: the configured one, or one simulator all workers share."""
     if config.target is not None:
         yield config.target
@@ -102,7 +106,7 @@ def _target(config: ReplayConfig, say: Callable[[str], None]) -> Iterator[str]:
     if config.builtin_target is None:
         raise UsageError("no --target, and no built-in simulator to replay against")
     # Sized for the longest request: the workers plan the same set, after it starts.
-    with builtin_started(config.builtin_target, plan(config.schedule), say) as url:
+    with builtin_started(config.builtin_target, the_plan, say) as url:
         yield url
 
 

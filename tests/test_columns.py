@@ -145,3 +145,25 @@ def test_big_zstd_file_with_records_across_chunk_boundaries(
     _assert_same(fast, slow)
     assert fast.n == 40_000
     np.testing.assert_array_equal(fast["start_ns"], [m["start_ns"] for m in maps])
+
+
+def test_limits_read_a_growing_file_as_it_was_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A capture file the proxy is still writing: a load given an earlier load's
+    # ``per_file`` gets those same records, on both paths, however much was appended.
+    maps = random_maps(300, seed=5)
+    path = write_plain(tmp_path / "live.msgpack", maps)
+    other = write_plain(tmp_path / "done.msgpack", random_maps(50, seed=6))
+    first = load_columns([path, other], ["duration_ns"])
+    assert first.per_file == [300, 50]
+    with open(path, "ab") as f:  # records are appended in completion order: any start
+        for m in random_maps(120, seed=9, start_ns=maps[0]["start_ns"] - 10**9):
+            f.write(msgpack.packb(m))
+        f.write(msgpack.packb(maps[0])[:-3])  # and the next one half written
+    fast, slow = _both([path, other], monkeypatch, limits=first.per_file)
+    _assert_same(fast, slow)
+    assert fast.per_file == slow.per_file == [300, 50]
+    np.testing.assert_array_equal(fast["start_ns"], first["start_ns"])
+    np.testing.assert_array_equal(fast["duration_ns"], first["duration_ns"])
+    assert load_columns([path, other], []).per_file == [420, 50]  # unlimited: the file now

@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.errors import UsageError
+from tailreplay.replayer import schedule as schedule_module
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.speed import Speed, parse_speed
 from tailreplay.traces.reader import ArchiveReader, read_header
@@ -297,3 +300,48 @@ def test_prompt_correction_converges_and_is_bounded() -> None:
     for _ in range(500):
         q.observe(q.rendered_tokens(q.content_tokens(16)), 14)
     assert q.content_tokens(16) <= 32
+
+
+def _append(path: Path, maps: list[dict]) -> None:
+    with open(path, "ab") as f:
+        for m in maps:
+            f.write(msgpack.packb(m))
+
+
+def test_a_capture_still_being_written_replays_as_it_was_first_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proxy appends records while the replay reads the file: between the plan's
+    loads and between the plan and the schedule. Every read stops at what the plan's
+    first load counted, so the tail, the counts and the requests sent agree."""
+    path, maps = _archive(tmp_path, n=200)
+    (tmp_path / "late").mkdir()
+    late = _archive(tmp_path / "late", n=40, seed=8)[1]
+    for m in late:  # long and early: they would move the tail and the first start
+        m["duration_ns"], m["start_ns"] = 10**11, m["start_ns"] - 10**9
+    loads = []
+    load = schedule_module.load_columns
+
+    def load_then_append(*args: object, **kw: object):
+        cols = load(*args, **kw)
+        loads.append(cols.n)
+        if len(loads) == 1:
+            _append(path, late[:20])  # written while the plan reads the token columns
+        return cols
+
+    monkeypatch.setattr(schedule_module, "load_columns", load_then_append)
+    config = ScheduleConfig(paths=[path], speed=Speed(1.0, 1.0), drop_retries=True)
+    the_plan = plan(config)
+    assert loads[0] == 200 and set(loads) == {200} and len(loads) >= 3
+    assert the_plan.count == 200 and the_plan.per_file == (200,)
+    _append(path, late[20:])  # and more before the schedule reads it
+    planned = list(schedule(config, the_plan))
+    assert len(planned) == 200
+    assert {p.record.trace_id for p in planned} == {m["trace_id"] for m in maps}
+    assert sum(p.tail for p in planned) == the_plan.tail_count
+    # Another process planning with this plan's counts (a worker) plans the same set;
+    # a fresh plan sees the whole file as it is now.
+    monkeypatch.setattr(schedule_module, "load_columns", load)
+    again = plan(replace(config, per_file=the_plan.per_file))
+    assert again == the_plan
+    assert plan(config).count == 240

@@ -55,6 +55,9 @@ class Columns:
     values: dict[str, Array]
     present: dict[str, Mask]
     warnings: list[str] = field(default_factory=list)
+    per_file: list[int] = field(default_factory=list)
+    """Records loaded from each file, in the order given: as ``limits`` to a later load,
+    the same records again even if a file has grown since."""
 
     def __getitem__(self, name: str) -> Array:
         return self.values[name]
@@ -70,6 +73,7 @@ def load_columns(
     *,
     presence_only: Sequence[str] = (),
     skip_corrupt: bool = False,
+    limits: Sequence[int] | None = None,
 ) -> Columns:
     """Load ``fields`` (plus ``start_ns``) from every record of ``paths``.
 
@@ -78,6 +82,9 @@ def load_columns(
 
     >>> cols = load_columns(["peak.msgpack"], ["duration_ns", "status"])
     >>> np.percentile(cols.where("duration_ns"), 99)
+
+    ``limits`` (one per file, e.g. an earlier load's ``per_file``) keeps only the first
+    that many records of each file, in file order.
     """
     unknown = [f for f in (*fields, *presence_only) if f not in FIELDS]
     if unknown:
@@ -85,17 +92,19 @@ def load_columns(
     wanted = dict.fromkeys(["start_ns", *fields, *presence_only])
     valued = [f for f in wanted if f not in presence_only or f == "start_ns"]
     names = valued + [f for f in wanted if f not in valued]  # valued first, for _colscan
-    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
+    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file", limits=limits)
 
     numeric = all(f in INT_FIELDS or f in BOOL_FIELDS for f in valued)
     parts: list[tuple[dict[str, Array], dict[str, Mask]]] = []
-    for path, report in zip(reader.paths, reader.reports, strict=True):
+    for path, report, limit in zip(reader.paths, reader.reports, reader.limits, strict=True):
         fast = None
         if _colscan is not None and numeric and report.header.get("version") == fmt.VERSION:
             fast = _scan_file(path, names, len(valued))
         if fast is None:  # the careful reader: every verdict, error and warning is its own
-            scan = FileScan(path, report, skip_corrupt)
+            scan = FileScan(path, report, skip_corrupt, limit)
             fast = _load_python(scan.records(), names, set(valued))
+        elif limit is not None and len(fast[1]["start_ns"]) > limit:
+            fast = _first(fast, limit)
         parts.append(fast)
 
     if len(parts) == 1:
@@ -103,6 +112,7 @@ def load_columns(
     else:
         values = _join({f: [p[0][f] for p in parts] for f in valued})
         present = _join({f: [p[1][f] for p in parts] for f in names}, np.bool_)
+    per_file = [len(p[1]["start_ns"]) for p in parts]
     parts.clear()
     starts = values["start_ns"]
     n = len(starts)
@@ -110,7 +120,18 @@ def load_columns(
         order = np.argsort(starts, kind="stable")
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
-    return Columns(n, values, present, reader.warnings())
+    return Columns(n, values, present, reader.warnings(), per_file)
+
+
+def _first(
+    part: tuple[dict[str, Array], dict[str, Mask]], limit: int
+) -> tuple[dict[str, Array], dict[str, Mask]]:
+    """The first ``limit`` records of one file's columns (copies: the rest is let go)."""
+    values, present = part
+    return (
+        {f: a[:limit].copy() for f, a in values.items()},
+        {f: a[:limit].copy() for f, a in present.items()},
+    )
 
 
 def _load_python(

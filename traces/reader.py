@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,9 @@ class ArchiveReader:
     >>> reader = ArchiveReader(["a.msgpack", "b.msgpack"])
     >>> for record in reader: ...
     >>> reader.warnings()  # empty files, torn tails, skipped records and bytes
+
+    ``limits`` (one per file) reads no more than the first that many records of each
+    file, in file order: a file still being written is read as it was when counted.
     """
 
     def __init__(
@@ -65,10 +68,14 @@ class ArchiveReader:
         *,
         skip_corrupt: bool = False,
         order: str = "time",
+        limits: Sequence[int] | None = None,
     ) -> None:
         self.paths = [Path(p) for p in paths]
         if not self.paths:
             raise InputError("no archive files given")
+        if limits is not None and len(limits) != len(self.paths):
+            raise ValueError(f"{len(limits)} limits for {len(self.paths)} files")
+        self.limits: Sequence[int | None] = [None] * len(self.paths) if limits is None else limits
         if order not in ("time", "file"):
             raise ValueError(f"order must be 'time' or 'file', not {order!r}")
         self.order = order
@@ -95,7 +102,8 @@ class ArchiveReader:
 
     def iter_maps(self) -> Iterator[dict[str, Any]]:
         scans = [
-            FileScan(p, r, self.skip_corrupt) for p, r in zip(self.paths, self.reports, strict=True)
+            FileScan(p, r, self.skip_corrupt, n)
+            for p, r, n in zip(self.paths, self.reports, self.limits, strict=True)
         ]
         if self.reorder is None:
             for s in scans:

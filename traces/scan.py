@@ -12,6 +12,7 @@ files count decompressed bytes.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -168,11 +169,16 @@ class FileScan:
     completes (the header first), check each, and on damage or at the end of the
     file decide what the bytes that did not unpack are. Offsets are absolute:
     decompressed bytes from the start of the file. After each record it yields,
-    ``cost`` is an upper bound of the bytes that record holds in memory.
+    ``cost`` is an upper bound of the bytes that record holds in memory. With
+    ``limit``, it stops after that many records (a file still being written is read
+    as it was when first counted).
     """
 
-    def __init__(self, path: Path, report: FileReport, skip_corrupt: bool) -> None:
+    def __init__(
+        self, path: Path, report: FileReport, skip_corrupt: bool, limit: int | None = None
+    ) -> None:
         self.path = path
+        self.limit = limit
         self.report = report
         self.skip_corrupt = skip_corrupt
         self.header_only = False
@@ -189,8 +195,13 @@ class FileScan:
         self.cost = 0
         self.zeros_dropped = 0  # zero bytes read ahead and let go (see _rest_is_zeros)
 
-    def records(self) -> Generator[dict[str, Any], None, None]:
-        """Yield the valid record maps in file order, filling ``report`` as it goes."""
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The valid record maps in file order (at most ``limit``), filling ``report``."""
+        if self.limit is None:
+            return self._records()
+        return itertools.islice(self._records(), self.limit)
+
+    def _records(self) -> Generator[dict[str, Any], None, None]:
         while not self.report.empty and not (self.header_only and self.upgrades is not None):
             damage = None
             if not self.eof and (chunk := self._read_chunk()) is not None:
