@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
 from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.scan import FileScan
 from tests.helpers import HEADER, random_maps, write_plain
 
 
@@ -43,6 +44,35 @@ def test_truncation_at_every_offset_is_a_torn_tail(tmp_path: Path) -> None:
         else:
             assert f"torn final record at byte offset {ends[complete]}" in err, offset
         assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_a_tail_the_writer_finished_after_the_read_is_still_being_written(
+    tmp_path: Path, compress: bool
+) -> None:
+    """A capture read while the proxy writes it: the read ends inside a record the
+    writer completes a moment later. That is a file still being written, not a torn
+    one; a compressed file's offsets cannot tell, so it stays "torn"."""
+    maps = random_maps(12)
+    data = msgpack.packb(HEADER) + b"".join(msgpack.packb(m) for m in maps)
+    path = tmp_path / ("a.msgpack.zst" if compress else "a.msgpack")
+    path.write_bytes(zstandard.ZstdCompressor().compress(data) if compress else data)
+    seen = data[:-5]  # what the file held at the scan's last read
+    reader = ArchiveReader([path], order="file")
+    scan = FileScan(path, reader.reports[0], skip_corrupt=False)
+    scan.chunks = iter([seen])  # the writer's last bytes land after the scan's read
+    assert len(list(scan.records())) == 11
+    (line,) = reader.reports[0].warnings()
+    at = len(data) - len(msgpack.packb(maps[-1]))
+    if compress:
+        assert line == f"{path}: torn final record at byte offset {at} ignored " + (
+            "(the writer was interrupted); 11 complete records read"
+        )
+    else:
+        assert line == (
+            f"{path}: still being written: 11 complete records read; the record at "
+            f"byte offset {at} was not whole yet"
+        )
 
 
 def test_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:

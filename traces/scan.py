@@ -52,7 +52,7 @@ class FileReport:
     """What reading one file found: its header and any damage."""
 
     __slots__ = (
-        "empty", "first_skip", "header", "header_problems", "path", "records",
+        "empty", "first_skip", "growing", "header", "header_problems", "path", "records",
         "skipped_bytes", "skipped_records", "skipped_regions", "torn_at",
     )  # fmt: skip
 
@@ -64,6 +64,8 @@ class FileReport:
         """The file holds no bytes (or only zero bytes): no header, no records."""
         self.records = 0
         self.torn_at: int | None = None
+        self.growing = False
+        """The torn tail is a record still being written: the file has grown past it."""
         self.skipped_bytes = 0
         self.skipped_regions = 0
         self.skipped_records = 0
@@ -78,7 +80,12 @@ class FileReport:
             lines.append(
                 f"{self.path}: ignored damaged header fields: {'; '.join(self.header_problems)}"
             )
-        if self.torn_at is not None:
+        if self.torn_at is not None and self.growing:
+            lines.append(
+                f"{self.path}: still being written: {self.records} complete records read; "
+                f"the record at byte offset {self.torn_at} was not whole yet"
+            )
+        elif self.torn_at is not None:
             lines.append(
                 f"{self.path}: torn final record at byte offset {self.torn_at} ignored "
                 f"(the writer was interrupted); {self.records} complete records read"
@@ -143,6 +150,18 @@ def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
                 yield chunk
     finally:
         f.close()
+
+
+def _grew_past(path: Path, read: int) -> bool:
+    """Whether an uncompressed file now holds more than the ``read`` bytes a scan saw
+    (the writer appended after the scan's last read: its tail was being written)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) == _ZSTD_MAGIC:  # offsets are of the decompressed stream
+                return False
+            return os.fstat(f.fileno()).st_size > read
+    except OSError:
+        return False
 
 
 def _upgrades(header: dict[str, Any], path: Path) -> list[_Upgrade]:
@@ -423,6 +442,7 @@ class FileScan:
             raise NotAnArchive(f"{self.path}: not a tailreplay archive (truncated header)")
         if self.buf:
             self.report.torn_at = self.base
+            self.report.growing = _grew_past(self.path, self.base + len(self.buf))
 
     def read_header(self) -> None:
         """Read as far as the header (filling ``report``), and no further."""
