@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 from pathlib import Path
@@ -105,3 +106,41 @@ def test_a_whole_file_output_never_replaces_a_fifo_a_link_or_a_shared_file(
         fit = CliRunner().invoke(cli, ["traces", "fit", str(PEAK), "-o", str(path)])
         assert fit.exit_code == 2 and says in fit.stderr, fit.stderr
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and link.is_symlink() and _untouched(victim)
+
+
+def test_replays_started_in_one_second_never_share_a_default_file(
+    tmp_path: Path, archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default name counts whole seconds: a second run in the same second takes
+    NAME-2 (created exclusively), and a run refused before writing leaves no file."""
+    from datetime import UTC, datetime
+
+    from tailreplay.traces.reader import ArchiveReader
+
+    replay_cli = importlib.import_module(
+        "tailreplay.cli.replay"
+    )  # the package's name is the command
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
+            return datetime(2026, 12, 3, 8, 37, 40, tzinfo=UTC)
+
+    monkeypatch.setattr(replay_cli, "datetime", Frozen)
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for limit in ("5", "3"):
+        result = CliRunner().invoke(cli, ["replay", "--dry-run", "--limit", limit, str(archive)])
+        assert result.exit_code == 0, result.stderr
+        outs.append(result.stdout.split("results: ")[1].strip())
+    assert outs == [
+        "replays/replay-20261203T083740Z-dry.msgpack",
+        "replays/replay-20261203T083740Z-dry-2.msgpack",
+    ]
+    assert [len(list(ArchiveReader([tmp_path / o]))) for o in outs] == [5, 3]
+    assert stat.S_IMODE((tmp_path / outs[1]).stat().st_mode) == 0o600
+    refused = CliRunner().invoke(cli, ["replay", "--dry-run", "--from", "+1h", str(archive)])
+    assert refused.exit_code != 0 and "Traceback" not in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "replays").iterdir()) == sorted(
+        Path(o).name for o in outs
+    )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -329,7 +331,8 @@ input, 130 interrupted.""",
     default=1,
     show_default=True,
     help="Processes on this machine, one shard each, merged into one result "
-    "(one process keeps a 1 ms lag P99 to ~2,000 requests/s on 2 shared cores).",
+    "(one process keeps a 1 ms lag P99 to 5,000-7,000 requests/s on 2 shared cores, "
+    "docs/benchmarks.md).",
 )
 @event_loop_option
 @otlp_options()
@@ -342,8 +345,15 @@ def replay(**options: Any) -> None:
         from tailreplay.report.write import fail_on_slo, slo_verdict
 
         config = _config(args)
+        if args.out is None:
+            config = replace(config, out=_reserve(config.out))
         outcome = _run(config, args.workers)
-    except KeyboardInterrupt:  # before the replay could take over Ctrl-C: nothing sent
+    except BaseException as exc:
+        if args.out is None and "config" in locals():
+            _drop_if_empty(config.out)  # refused before writing: no empty file left behind
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        # Before the replay could take over Ctrl-C: nothing sent.
         if args.json_out is not None:
             _write_json(args.json_out, {"interrupted": True, "due": 0, "sent": 0})
         click.echo("interrupted before the first request was sent", err=True)
@@ -446,6 +456,28 @@ def _check_outputs(args: _Args) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     Path("replays").mkdir(mode=0o700, exist_ok=True)  # as the proxy's captures folder
     return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
+
+
+def _reserve(path: Path | None) -> Path:
+    """``path``, or ``NAME-2``, ``NAME-3``... if taken, created empty (0600) and
+    exclusively: runs started in the same second never write one file."""
+    assert path is not None
+    for n in range(1, 1000):
+        name = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise InputError(f"{name}: cannot write ({exc.strerror or exc})") from None
+        return name
+    raise InputError(f"{path.parent}: 999 replays named {path.stem}-N already; use --out")
+
+
+def _drop_if_empty(path: Path | None) -> None:
+    with contextlib.suppress(OSError):
+        if path is not None and path.stat().st_size == 0:
+            path.unlink()
 
 
 def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
