@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from dataclasses import replace
@@ -14,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.errors import UsageError
+from tailreplay.errors import ArchiveError, UsageError
 from tailreplay.replayer import schedule as schedule_module
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.speed import Speed, parse_speed
@@ -345,3 +346,38 @@ def test_a_capture_still_being_written_replays_as_it_was_first_read(
     again = plan(replace(config, per_file=the_plan.per_file))
     assert again == the_plan
     assert plan(config).count == 240
+
+
+def test_a_file_rotated_or_truncated_while_read_is_one_line_and_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that holds fewer records than the plan's first read counted (truncated,
+    or replaced by a shorter one as a rotation does) cannot be the set the plan
+    describes: the plan's later loads and the schedule's pass both refuse it."""
+    path, maps = _archive(tmp_path, n=300)
+    short = write_plain(tmp_path / "short.msgpack", maps[:40])
+    load = schedule_module.load_columns
+
+    def load_then_rotate(*args: object, **kw: object):
+        cols = load(*args, **kw)
+        if cols.n == 300:  # the first read: the rotation lands right after it
+            (tmp_path / "copy.msgpack").write_bytes(short.read_bytes())
+            os.replace(tmp_path / "copy.msgpack", path)
+        return cols
+
+    monkeypatch.setattr(schedule_module, "load_columns", load_then_rotate)
+    out = tmp_path / "o.msgpack"
+    result = CliRunner().invoke(
+        cli, ["replay", "--dry-run", "--limit", "100", "--out", str(out), str(path)]
+    )
+    assert result.exit_code == 3, result.output
+    assert result.stderr.strip() == (
+        f"Error: {path}: changed while being read (300 records at the first read, 40 now); "
+        "replay a copy that nothing rewrites"
+    )
+    monkeypatch.setattr(schedule_module, "load_columns", load)
+    config = ScheduleConfig(paths=[short], speed=Speed(1.0, 1.0))
+    the_plan = plan(config)
+    short.write_bytes(short.read_bytes()[:200])  # truncated after the plan
+    with pytest.raises(ArchiveError, match=r"changed while being read \(40 records"):
+        list(schedule(config, the_plan))

@@ -26,7 +26,7 @@ from tailreplay.errors import ArchiveError
 from tailreplay.traces import format as fmt
 from tailreplay.traces.reader import ArchiveReader
 from tailreplay.traces.record import BOOL_FIELDS, FIELDS, INT_FIELDS
-from tailreplay.traces.scan import FileScan, open_chunks
+from tailreplay.traces.scan import FileScan, changed_while_read, open_chunks
 from tailreplay.traces.validate import COLSCAN_SPECS
 
 try:
@@ -103,7 +103,9 @@ def load_columns(
         if fast is None:  # the careful reader: every verdict, error and warning is its own
             scan = FileScan(path, report, skip_corrupt, limit)
             fast = _load_python(scan.records(), names, set(valued))
-        elif limit is not None and len(fast[1]["start_ns"]) > limit:
+        elif limit is not None and len(fast[1]["start_ns"]) != limit:
+            if len(fast[1]["start_ns"]) < limit:
+                raise changed_while_read(path, limit, len(fast[1]["start_ns"]))
             fast = _first(fast, limit)
         parts.append(fast)
 

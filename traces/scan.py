@@ -152,6 +152,15 @@ def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
         f.close()
 
 
+def changed_while_read(path: Path, counted: int, now: int) -> ArchiveError:
+    """A file that holds fewer records than an earlier read of it counted: truncated,
+    rotated or replaced meanwhile, so the reads no longer describe one set."""
+    return ArchiveError(
+        f"{path}: changed while being read ({counted:,} records at the first read, "
+        f"{now:,} now); replay a copy that nothing rewrites"
+    )
+
+
 def _grew_past(path: Path, read: int) -> bool:
     """Whether an uncompressed file now holds more than the ``read`` bytes a scan saw
     (the writer appended after the scan's last read: its tail was being written)."""
@@ -218,7 +227,15 @@ class FileScan:
         """The valid record maps in file order (at most ``limit``), filling ``report``."""
         if self.limit is None:
             return self._records()
-        return itertools.islice(self._records(), self.limit)
+        return self._first(self.limit)
+
+    def _first(self, limit: int) -> Iterator[dict[str, Any]]:
+        n = 0
+        for m in itertools.islice(self._records(), limit):
+            n += 1
+            yield m
+        if n < limit:
+            raise changed_while_read(self.path, limit, n)
 
     def _records(self) -> Generator[dict[str, Any], None, None]:
         while not self.report.empty and not (self.header_only and self.upgrades is not None):
