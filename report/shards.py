@@ -27,7 +27,9 @@ from tailreplay.report.model import LagCause, ShardRow, Shards
 from tailreplay.report.side import Side
 from tailreplay.traces.client_health import ClientVerdict
 
-__all__ = ["LATE_START_S", "SETTLED_AFTER_S", "ShardLags", "check_one_run", "shard_lags"]
+__all__ = [
+    "LATE_START_S", "SETTLED_AFTER_S", "ShardLags", "check_one_run", "missing_shards", "shard_lags",
+]  # fmt: skip
 
 LATE_START_S = 1.0
 """A shard whose first request went out more than this behind schedule started late."""
@@ -222,6 +224,27 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
                 "(or one given twice); report each shard of one run once"
             )
         seen[shard] = path
+
+
+def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
+    """A line naming the shards of a ``--shard i/N`` run whose results were not given
+    (None: every shard's are, or the results are not sharded): the report would
+    otherwise read as the whole run's."""
+    given: set[int] = set()
+    count = 0
+    for header in headers:
+        shard = header.get("shard")
+        if str(header.get("source", "")).startswith("replay") and shard and shard[1] > 1:
+            given.add(int(shard[0]))
+            count = int(shard[1])
+    missing = [i for i in range(count) if i not in given]
+    if not missing:
+        return None
+    labels = ", ".join(f"{i}/{count}" for i in missing)
+    return (
+        f"shard{'s' if len(missing) > 1 else ''} {labels} missing: the results given are "
+        f"{len(given)} of the run's {count} shards, so this report covers part of its load"
+    )
 
 
 def _setting(header: dict[str, Any], key: str) -> Any:

@@ -18,7 +18,7 @@ from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
 from tailreplay.report.engine import engine_report
 from tailreplay.report.model import Report, SloMatrix
-from tailreplay.report.shards import check_one_run
+from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
 from tailreplay.report.tables import ReportTable, headline, report_tables
@@ -80,6 +80,8 @@ def write_report(
             "pass --recorded"
         )
     report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
+    if (missing := missing_shards(replayed.headers)) is not None:
+        report["warnings"].insert(0, missing)
     for line in report["warnings"]:
         say(f"warning: {line}")
     engine = engine_report(options.replayed, replayed, options.thresholds)

@@ -203,3 +203,27 @@ def test_results_of_two_runs_are_refused_not_reported_as_one(tmp_path: Path) -> 
     d = _result(tmp_path / "c1.msgpack", [1, 2], archive, archives=[str(other), str(archive)])
     result, _ = _report(tmp_path, c, d)
     assert result.exit_code == 0, result.output
+
+
+def test_a_shard_left_out_is_named_not_reported_as_the_whole_run(tmp_path: Path) -> None:
+    """Three shards' results of four (a glob that missed one, a shard still running):
+    the report says which is missing, in its warnings and on stderr."""
+    rng = random.Random(5)
+    paths = []
+    for shard in (0, 1, 3):
+        maps = [{"start_ns": T0 + i * 10**7, "duration_ns": 10**8, "status": 200,
+                 "intended_ns": T0 + i * 10**7, "sent_ns": T0 + i * 10**7, "lag_ns": 10**4,
+                 "shard": shard, "trace_id": rng.randbytes(16), "span_id": rng.randbytes(8)}
+                for i in range(shard, 200, 4)]  # fmt: skip
+        header = {**HEADER, "source": "replay", "shard": [shard, 4]}
+        paths.append(write_plain(tmp_path / f"shard-{shard}.msgpack", maps, header))
+    result, report = _report(tmp_path, *paths)
+    assert result.exit_code == 0, result.stderr
+    line = ("shard 2/4 missing: the results given are 3 of the run's 4 shards, so this "
+            "report covers part of its load")  # fmt: skip
+    assert report["warnings"][0] == line and f"warning: {line}" in result.stderr
+    two, _ = _report(tmp_path, *paths[:2])
+    assert "shards 2/4, 3/4 missing" in two.stderr
+    (tmp_path / "all").mkdir()
+    every, _ = _report(tmp_path / "all", *_results(tmp_path / "all", late_s=0.0))
+    assert every.exit_code == 0 and "missing" not in every.stderr
