@@ -58,10 +58,16 @@ def describe_record(index: int, m: dict[str, Any]) -> str:
     return "\n".join([f"record {index}:", *_lines(m)])
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1 (a failed run's code); the command line decides instead.
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     """stdout's console: a terminal's width on a terminal; piped to a file or a CI
     log, as wide as the content (a table wrapped inside its cells cannot be read)."""
-    return Console() if sys.stdout.isatty() else Console(width=_UNBOUNDED)
+    return _Console() if sys.stdout.isatty() else _Console(width=_UNBOUNDED)
 
 
 _UNBOUNDED = 1_000

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -174,3 +177,20 @@ def test_a_metrics_port_in_use_is_one_line_before_anything_is_sent(
                             taken, "--out", str(out), str(archive))  # fmt: skip
     assert code == 2 and err.startswith(f"Error: --metrics-listen {taken}:"), err
     assert err.count("\n") == 1 and not out.exists()  # refused before the preflight
+
+
+@pytest.mark.parametrize("command", [["traces", "inspect", "-n", "2000"], ["report"]])
+def test_a_reader_that_stops_reading_is_exit_141_not_a_failure(command: list[str]) -> None:
+    """``tailreplay ... | head -1``: the command ends as one killed by SIGPIPE does
+    (141 in a shell), not with 1, which says an SLO was missed; nothing on stderr."""
+    peak = Path(__file__).resolve().parents[1] / "traces" / "peak.msgpack"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first write: every write fails
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tailreplay", *command, str(peak)],
+        stdout=write_end, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(write_end)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141, err
+    assert err == b""

@@ -6,7 +6,10 @@ of its own (so that its usage line says ``replay``, not ``replay replay``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -41,9 +44,24 @@ def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:
     except KeyboardInterrupt:  # before a command could take Ctrl-C over (click says "Aborted!")
         click.echo("interrupted", err=True)
         ctx.exit(130)
+    except BrokenPipeError:
+        _reader_gone()
     except OSError as exc:
         click.echo(f"Error: {_file_error(exc)}", err=True)
         ctx.exit(EXIT_INPUT)
+
+
+EXIT_PIPE = 128 + signal.SIGPIPE
+"""141: what a shell reports for a command killed by SIGPIPE, as ``cat`` would be."""
+
+
+def _reader_gone() -> NoReturn:
+    """stdout's reader stopped reading (``| head``): not the command's failure, and
+    nothing more to say. Exit as a command killed by SIGPIPE does, writing nothing
+    more to the pipe (Python's exit would flush into it again)."""
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(EXIT_PIPE)
 
 
 def _file_error(exc: OSError) -> str:
@@ -78,6 +96,8 @@ def run_standalone(command: click.Command, args: list[str], prog_name: str) -> N
     except click.Abort:  # Ctrl-C before the command could take it over
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except BrokenPipeError:
+        _reader_gone()
     except OSError as exc:
         click.echo(f"Error: {_file_error(exc)}", err=True)
         sys.exit(EXIT_INPUT)
