@@ -189,8 +189,9 @@ async def run(
             log.warning("second signal: exiting without draining")
             os._exit(130)
         in_flight = running[0].metrics.in_flight if running else 0
-        log.warning("draining: %d requests in flight (given up to %.0f s to finish)",
-                    in_flight, config.drain_timeout_s)  # fmt: skip
+        if in_flight:  # an idle proxy's stop is not worth a warning
+            log.warning("draining: %d requests in flight (given up to %.0f s to finish)",
+                        in_flight, config.drain_timeout_s)  # fmt: skip
         stop.set()
 
     for sig in signals:

@@ -200,7 +200,7 @@ def plan(config: ScheduleConfig) -> Plan:
     keep = _window(cols, config)
     starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
-        raise InputError("no records to replay (check --from/--to/--limit)")
+        raise InputError(_nothing_to_replay(config))
     count, first, span_s = int(starts.size), int(starts[0]), float(starts[-1] - starts[0]) / 1e9
     durations, has = _replayed(cols, "duration_ns", keep)
     tail_by, threshold, tail = None, None, None
@@ -236,6 +236,16 @@ def plan(config: ScheduleConfig) -> Plan:
         per_file=per_file,
     )
     return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
+
+
+def _nothing_to_replay(config: ScheduleConfig) -> str:
+    given = [flag for flag, value in (("--from", config.start_ns), ("--to", config.end_ns),
+                                      ("--limit", config.limit)) if value is not None]  # fmt: skip
+    if config.drop_retries:
+        given.append("--retries")
+    if given:
+        return f"no records to replay (none left after {', '.join(given)})"
+    return "no records to replay: the archives hold none"
 
 
 def _with_ticks(the_plan: Plan, ticks: Ticks | None, last_start: int, wanted: bool | None) -> Plan:

@@ -205,7 +205,8 @@ def _tail_line(t: dict[str, Any]) -> str:
     if t.get("by") is None and not t["count"]:
         return "tail: none (the archive records neither latencies nor token counts)"
     by = f" of {_MEASURES[t['by']]}" if t.get("by") in _MEASURES else ""
-    line = f"tail: {t['count']:,} requests at or above P{t['quantile'] * 100:g}{by}, "
+    noun = "request" if t["count"] == 1 else "requests"
+    line = f"tail: {t['count']:,} {noun} at or above P{t['quantile'] * 100:g}{by}, "
     line += f"output x{t['factor']:g}"
     if t.get("capped"):
         line += f" ({t['capped']:,} cut to fit the {t['context']:,}-token context)"

@@ -194,3 +194,17 @@ def test_a_reader_that_stops_reading_is_exit_141_not_a_failure(command: list[str
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 141, err
     assert err == b""
+
+
+def test_an_empty_window_says_which_flags_left_nothing(tmp_path: Path, archive: Path) -> None:
+    """A slice that matched nothing warns; a replay of nothing names the flags that left
+    nothing, or says the archives hold none when no flag narrowed them."""
+    window = tmp_path / "window.msgpack"
+    code, _, err = _run("traces", "slice", str(archive), "--status", "5xx", "-o", str(window))
+    assert code == 0
+    assert "warning: no record matched the filters: the archive written holds none" in err
+    code, _, err = _run("replay", "--dry-run", "--out", str(tmp_path / "a.msgpack"), str(window))
+    assert (code, err.strip()) == (3, "Error: no records to replay: the archives hold none")
+    code, _, err = _run("replay", "--dry-run", "--out", str(tmp_path / "b.msgpack"),
+                        "--from", "+1h", str(archive))  # fmt: skip
+    assert (code, err.strip()) == (3, "Error: no records to replay (none left after --from)")

@@ -153,7 +153,7 @@ def test_without_latencies_the_tail_is_chosen_by_service_demand(tmp_path: Path) 
     assert [r.orig_trace_id for r in got if r.tail] == [long_prompt]
     assert next(r.max_tokens for r in got if r.orig_trace_id == long_prompt) == 108  # 1.8 x 60
     assert "the tail is chosen by service demand (0.0125 ms an input token" in output
-    assert "tail: 1 requests at or above P99 of service demand, output x1.8" in output
+    assert "tail: 1 request at or above P99 of service demand, output x1.8" in output
     assert s["tail"]["by"] == "service_demand"
     # --tail-cost weighs output tokens alone: the other one is the tail.
     got, _, output = _dry(tmp_path, archive, "--tail-cost", "input=0,output=1")

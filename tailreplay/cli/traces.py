@@ -136,6 +136,9 @@ def slice_(
     upto = " up to --to" if to else ""
     click.echo(f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})",
                err=True)  # fmt: skip
+    if not result.written and result.read:
+        click.echo("warning: no record matched the filters: the archive written holds none",
+                   err=True)  # fmt: skip
 
 
 @traces.command()
