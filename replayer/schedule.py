@@ -403,7 +403,9 @@ def schedule(
         if config.start_ns is not None and start < config.start_ns:
             continue
         if config.end_ns is not None and start >= config.end_ns:
-            break
+            if selected >= the_plan.count:
+                break
+            continue  # a record out of start order, inside --to, may still come
         if config.drop_retries and (record.attempt or 1) > 1:
             continue
         if config.limit is not None and selected >= config.limit:

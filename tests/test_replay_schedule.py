@@ -20,7 +20,7 @@ from tailreplay.replayer import schedule as schedule_module
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.speed import Speed, parse_speed
 from tailreplay.traces.reader import ArchiveReader, read_header
-from tests.helpers import write_plain
+from tests.helpers import HEADER, write_plain
 
 T0 = 1_700_000_000 * 10**9
 
@@ -381,3 +381,18 @@ def test_a_file_rotated_or_truncated_while_read_is_one_line_and_exit_3(
     short.write_bytes(short.read_bytes()[:200])  # truncated after the plan
     with pytest.raises(ArchiveError, match=r"changed while being read \(40 records"):
         list(schedule(config, the_plan))
+
+
+def test_a_record_out_of_start_order_inside_to_is_still_sent(tmp_path: Path) -> None:
+    """An archive that says it is in start order but holds one record written late: with
+    --to, the pass reads on past --to until it has every record the plan counted."""
+    maps = [
+        dict(m, start_ns=T0 + 10**9 + i * 10**7) for i, m in enumerate(_archive(tmp_path)[1][:100])
+    ]
+    late = dict(maps[0], start_ns=T0 + 5 * 10**8, trace_id=b"L" * 16)
+    path = write_plain(tmp_path / "o.msgpack", [*maps, late], {**HEADER, "ordered": True})
+    config = ScheduleConfig(paths=[path], speed=Speed(1.0, 1.0), end_ns=T0 + 12 * 10**8)
+    the_plan = plan(config)
+    sent = list(schedule(config, the_plan))
+    assert the_plan.count == len(sent) == 21
+    assert b"L" * 16 in {p.record.trace_id for p in sent}
