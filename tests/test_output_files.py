@@ -117,16 +117,14 @@ def test_replays_started_in_one_second_never_share_a_default_file(
 
     from tailreplay.traces.reader import ArchiveReader
 
-    replay_cli = importlib.import_module(
-        "tailreplay.cli.replay"
-    )  # the package's name is the command
+    result_file = importlib.import_module("tailreplay.cli.result_file")
 
     class Frozen(datetime):
         @classmethod
         def now(cls, tz: object = None) -> datetime:  # type: ignore[override]
             return datetime(2026, 12, 3, 8, 37, 40, tzinfo=UTC)
 
-    monkeypatch.setattr(replay_cli, "datetime", Frozen)
+    monkeypatch.setattr(result_file, "datetime", Frozen)
     monkeypatch.chdir(tmp_path)
     outs = []
     for limit in ("5", "3"):

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
 import sys
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +35,7 @@ from tailreplay.cli.options import (
     time_window,
 )
 from tailreplay.cli.replay_target import target_model, target_options
+from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
@@ -339,6 +337,7 @@ input, 130 interrupted.""",
 def replay(**options: Any) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
     args = _Args(**options)
+    reserved: Path | None = None  # the default result file, once created
     try:
         # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
         from tailreplay.replayer.summary import summary_lines
@@ -346,11 +345,13 @@ def replay(**options: Any) -> None:
 
         config = _config(args)
         if args.out is None:
-            config = replace(config, out=_reserve(config.out))
+            assert config.out is not None
+            reserved = reserve(config.out)
+            config = replace(config, out=reserved)
         outcome = _run(config, args.workers)
     except BaseException as exc:
-        if args.out is None and "config" in locals():
-            _drop_if_empty(config.out)  # refused before writing: no empty file left behind
+        if reserved is not None:
+            drop_if_empty(reserved)  # refused before writing: no empty file left behind
         if not isinstance(exc, KeyboardInterrupt):
             raise
         # Before the replay could take over Ctrl-C: nothing sent.
@@ -451,33 +452,7 @@ def _check_outputs(args: _Args) -> Path:
                        ("--report", args.report_out)):  # fmt: skip
         if path is not None:
             check_output_file(flag, path, inputs=args.archives)
-    if args.out is not None:
-        return args.out
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    Path("replays").mkdir(mode=0o700, exist_ok=True)  # as the proxy's captures folder
-    return Path("replays") / f"replay-{stamp}{'-dry' if args.dry_run else ''}.msgpack"
-
-
-def _reserve(path: Path | None) -> Path:
-    """``path``, or ``NAME-2``, ``NAME-3``... if taken, created empty (0600) and
-    exclusively: runs started in the same second never write one file."""
-    assert path is not None
-    for n in range(1, 1000):
-        name = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
-        try:
-            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise InputError(f"{name}: cannot write ({exc.strerror or exc})") from None
-        return name
-    raise InputError(f"{path.parent}: 999 replays named {path.stem}-N already; use --out")
-
-
-def _drop_if_empty(path: Path | None) -> None:
-    with contextlib.suppress(OSError):
-        if path is not None and path.stat().st_size == 0:
-            path.unlink()
+    return args.out if args.out is not None else default_result(args.dry_run)
 
 
 def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:

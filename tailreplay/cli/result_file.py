@@ -1,0 +1,43 @@
+"""The replay's result archive when ``--out`` is not given:
+``replays/replay-<UTC second>[-dry][-N].msgpack``, created exclusively, so runs
+started in the same second never write one file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tailreplay.errors import InputError
+
+__all__ = ["default_result", "drop_if_empty", "reserve"]
+
+
+def default_result(dry_run: bool) -> Path:
+    """The name for now, in ./replays/ (created 0700, as the proxy's captures folder)."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    Path("replays").mkdir(mode=0o700, exist_ok=True)
+    return Path("replays") / f"replay-{stamp}{'-dry' if dry_run else ''}.msgpack"
+
+
+def reserve(path: Path) -> Path:
+    """``path``, or ``NAME-2``, ``NAME-3``... if taken, created empty (0600) and
+    exclusively."""
+    for n in range(1, 1000):
+        name = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise InputError(f"{name}: cannot write ({exc.strerror or exc})") from None
+        return name
+    raise InputError(f"{path.parent}: 999 replays named {path.stem}-N already; use --out")
+
+
+def drop_if_empty(path: Path) -> None:
+    """Remove a reserved file the run never wrote (it was refused first)."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_size == 0:
+            path.unlink()
