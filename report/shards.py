@@ -192,11 +192,9 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
     """Refuse replay results that are not the shards of one run, each once: a rerun
     under the same name (``deploy job --name``) leaves files of two runs side by side,
     and read together they would be one report of neither. Raises ``UsageError``."""
-    runs = [(p, h) for p, h in zip(paths, headers, strict=True)
-            if str(h.get("source", "")).startswith("replay")]  # fmt: skip
+    runs = [(p, h) for p, h in zip(paths, headers, strict=True) if _replays(h)]
     # A recording given among the results (an empty file, header and all, is skipped).
-    others = [p for p, h in zip(paths, headers, strict=True)
-              if h and not str(h.get("source", "")).startswith("replay")]  # fmt: skip
+    others = [p for p, h in zip(paths, headers, strict=True) if h and not _replays(h)]
     if runs and others:
         other = others[0]
         raise UsageError(
@@ -234,7 +232,7 @@ def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
     count = 0
     for header in headers:
         shard = header.get("shard")
-        if str(header.get("source", "")).startswith("replay") and shard and shard[1] > 1:
+        if _replays(header) and shard and shard[1] > 1:
             given.add(int(shard[0]))
             count = int(shard[1])
     missing = [i for i in range(count) if i not in given]
@@ -245,6 +243,11 @@ def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
         f"shard{'s' if len(missing) > 1 else ''} {labels} missing: the results given are "
         f"{len(given)} of the run's {count} shards, so this report covers part of its load"
     )
+
+
+def _replays(header: dict[str, Any]) -> bool:
+    """Whether the file holds a replay's results (``replay``, ``replay-dry-run``...)."""
+    return str(header.get("source", "")).startswith("replay")
 
 
 def _setting(header: dict[str, Any], key: str) -> Any:

@@ -103,10 +103,8 @@ def load_columns(
         if fast is None:  # the careful reader: every verdict, error and warning is its own
             scan = FileScan(path, report, skip_corrupt, limit)
             fast = _load_python(scan.records(), names, set(valued))
-        elif limit is not None and len(fast[1]["start_ns"]) != limit:
-            if len(fast[1]["start_ns"]) < limit:
-                raise changed_while_read(path, limit, len(fast[1]["start_ns"]))
-            fast = _first(fast, limit)
+        elif limit is not None:  # the C scanner read the whole file
+            fast = _first(fast, limit, path)
         parts.append(fast)
 
     if len(parts) == 1:
@@ -126,10 +124,16 @@ def load_columns(
 
 
 def _first(
-    part: tuple[dict[str, Array], dict[str, Mask]], limit: int
+    part: tuple[dict[str, Array], dict[str, Mask]], limit: int, path: Path
 ) -> tuple[dict[str, Array], dict[str, Mask]]:
-    """The first ``limit`` records of one file's columns (copies: the rest is let go)."""
+    """The first ``limit`` records of one file's columns (copies, so the rest is let
+    go), as ``FileScan`` with a limit gives them: fewer means the file changed."""
     values, present = part
+    n = len(present["start_ns"])
+    if n < limit:
+        raise changed_while_read(path, limit, n)
+    if n == limit:
+        return part
     return (
         {f: a[:limit].copy() for f, a in values.items()},
         {f: a[:limit].copy() for f, a in present.items()},
