@@ -47,6 +47,22 @@ def span_name(record: Record) -> str:
     return f"replay {name}" if record.orig_trace_id is not None else name
 
 
+# Record fields copied as they are when present: (attribute, field).
+_PLAIN = (
+    ("gen_ai.request.model", "model"),
+    ("gen_ai.request.max_tokens", "max_tokens"),
+    ("gen_ai.usage.input_tokens", "input_tokens"),
+    ("gen_ai.usage.output_tokens", "output_tokens"),
+    ("http.request.method", "method"),
+    ("tailreplay.stream", "stream"),
+    ("tailreplay.tokens_source", "tokens_source"),
+    ("tailreplay.replay.tail", "tail"),
+    ("tailreplay.replay.shard", "shard"),
+    ("tailreplay.replay.phase", "phase"),
+    ("tailreplay.replay.attempt", "attempt"),
+)
+
+
 def span_attributes(
     record: Record, *, provider: str, server: tuple[str, int] | None
 ) -> dict[str, Any]:
@@ -55,32 +71,33 @@ def span_attributes(
         "gen_ai.operation.name": operation_name(record.path),
         "gen_ai.provider.name": provider,
     }
-    if record.model is not None:
-        a["gen_ai.request.model"] = record.model
-    if record.max_tokens is not None:
-        a["gen_ai.request.max_tokens"] = record.max_tokens
-    if record.input_tokens is not None:
-        a["gen_ai.usage.input_tokens"] = record.input_tokens
-    if record.output_tokens is not None:
-        a["gen_ai.usage.output_tokens"] = record.output_tokens
+    for attribute, name in _PLAIN:
+        value = getattr(record, name)
+        if value is not None:
+            a[attribute] = value
     if record.finish_reason is not None:
         a["gen_ai.response.finish_reasons"] = [record.finish_reason]
     if server is not None:
         a["server.address"] = server[0]
         if server[1]:  # 0: a port picked at start that the span's maker never learned
             a["server.port"] = server[1]
-    if record.method is not None:
-        a["http.request.method"] = record.method
     if record.status:
         a["http.response.status_code"] = record.status
     if is_error(record.status, record.error):
         # Semantic conventions: the HTTP status code as text, else the transport error.
         http_error = record.status is not None and record.status >= 400
         a["error.type"] = str(record.status) if http_error else (record.error or "no_response")
-    if record.stream is not None:
-        a["tailreplay.stream"] = record.stream
-    if record.tokens_source is not None:
-        a["tailreplay.tokens_source"] = record.tokens_source
+    a.update(_timing_attributes(record))
+    if record.orig_trace_id is not None:
+        a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
+    if record.retry_of is not None:
+        a["tailreplay.replay.retry_of"] = record.retry_of.hex()
+    return a
+
+
+def _timing_attributes(record: Record) -> dict[str, float]:
+    """TTFT, the inter-token latency's summary and the replay's dispatch lag, in ms."""
+    a: dict[str, float] = {}
     if record.ttfb_ns is not None:
         a["tailreplay.ttft_ms"] = record.ttfb_ns / 1e6
     if record.chunk_gaps_us:
@@ -91,18 +108,6 @@ def span_attributes(
         a["tailreplay.itl.max_ms"] = float(gaps.max())
     if record.lag_ns is not None:
         a["tailreplay.replay.lag_ms"] = record.lag_ns / 1e6
-    if record.tail is not None:
-        a["tailreplay.replay.tail"] = record.tail
-    if record.orig_trace_id is not None:
-        a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
-    if record.shard is not None:
-        a["tailreplay.replay.shard"] = record.shard
-    if record.phase is not None:
-        a["tailreplay.replay.phase"] = record.phase
-    if record.attempt is not None:
-        a["tailreplay.replay.attempt"] = record.attempt
-    if record.retry_of is not None:
-        a["tailreplay.replay.retry_of"] = record.retry_of.hex()
     return a
 
 

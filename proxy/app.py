@@ -77,9 +77,14 @@ def build_server(
     ) -> web.BaseRequest:
         guard.busy(protocol)  # a whole head arrived: not idle until its response is out
         return web.BaseRequest(
-            message, payload, protocol, writer, task, task.get_loop(),
+            message,
+            payload,
+            protocol,
+            writer,
+            task,
+            task.get_loop(),
             client_max_size=config.max_body,
-        )  # fmt: skip
+        )
 
     return GuardedServer(
         forwarder.handle,
@@ -295,9 +300,12 @@ class _Forwarder:
             ex.error = "client_abort"
             return response
         to_client = _ToClient(
-            ex, client, self.sinks, relay,
+            ex,
+            client,
+            self.sinks,
+            relay,
             chunked=response.headers.get("Transfer-Encoding") == "chunked",
-        )  # fmt: skip
+        )
         try:
             await self._stream(response, upstream, to_client)
         except UpstreamError as exc:

@@ -155,8 +155,7 @@ def bind_admin(config: ProxyConfig) -> list[socket.socket]:
     if config.admin_port is None:
         return []
     try:
-        return listening_sockets(config.admin_host, config.admin_port, reuse_port=False,
-                                 defer_s=0)  # fmt: skip
+        return listening_sockets(config.admin_host, config.admin_port, reuse_port=False, defer_s=0)
     except OSError as exc:
         where = host_port(config.admin_host, config.admin_port)
         raise UsageError(f"--admin-listen {where}: {exc.strerror or exc}") from None
@@ -190,8 +189,11 @@ async def run(
             os._exit(130)
         in_flight = running[0].metrics.in_flight if running else 0
         if in_flight:  # an idle proxy's stop is not worth a warning
-            log.warning("draining: %d requests in flight (given up to %.0f s to finish)",
-                        in_flight, config.drain_timeout_s)  # fmt: skip
+            log.warning(
+                "draining: %d requests in flight (given up to %.0f s to finish)",
+                in_flight,
+                config.drain_timeout_s,
+            )
         stop.set()
 
     for sig in signals:

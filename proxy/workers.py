@@ -105,14 +105,17 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     announce(f"recording into {config.out_dir}/")
     asyncio.run(_serve_admin(config, admin, procs, [a for _, a in urls], announce))
     closed = _closed_counts(ready, len(procs))
-    written, dropped, failed = (sum(getattr(c, k) for c in closed)
-                                for k in ("written", "dropped", "failed"))  # fmt: skip
+    written, dropped, failed = (
+        sum(getattr(c, k) for c in closed) for k in ("written", "dropped", "failed")
+    )
     lost = f", {failed:,} could not be recorded" if failed else ""
     unknown = (
         f" ({len(procs) - len(closed)} workers did not say)" if len(closed) < len(procs) else ""
     )
-    announce(f"archives closed in {config.out_dir}/: {written:,} records written, "
-             f"{dropped:,} dropped{lost}{unknown}")  # fmt: skip
+    announce(
+        f"archives closed in {config.out_dir}/: {written:,} records written, "
+        f"{dropped:,} dropped{lost}{unknown}"
+    )
 
 
 def _closed_counts(ready: Any, workers: int) -> list[Any]:
@@ -214,9 +217,12 @@ def _admin_app(pool: UpstreamPool, procs: list[Any], admin_urls: list[str]) -> w
 
 
 async def _serve_admin(
-    config: ProxyConfig, admin: list[socket.socket], procs: list[Any], admin_urls: list[str],
+    config: ProxyConfig,
+    admin: list[socket.socket],
+    procs: list[Any],
+    admin_urls: list[str],
     announce: Any,
-) -> None:  # fmt: skip
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = 0

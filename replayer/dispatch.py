@@ -146,12 +146,17 @@ class Dispatcher:
         await self._settle()
 
     async def _dispatch(
-        self, loop: asyncio.AbstractEventLoop, items: Iterator[Planned], t0: float,
-        t0_wall_ns: int, timer: PreciseTimer | None,
-    ) -> None:  # fmt: skip
+        self,
+        loop: asyncio.AbstractEventLoop,
+        items: Iterator[Planned],
+        t0: float,
+        t0_wall_ns: int,
+        timer: PreciseTimer | None,
+    ) -> None:
         stats, wake = self.stats, WakeWindow(_YIELD_S, _SPIN_S)
-        ahead = self.ahead = Lookahead(items, self.builder, max_items=self.lookahead_items,
-                                       max_bytes=self.lookahead_bytes)  # fmt: skip
+        ahead = self.ahead = Lookahead(
+            items, self.builder, max_items=self.lookahead_items, max_bytes=self.lookahead_bytes
+        )
         while (taken := ahead.take()) is not None:
             item, spec = taken
             due = t0 + item.due_s
@@ -199,9 +204,15 @@ class Dispatcher:
                 await asyncio.sleep(0)
 
     async def run_users(
-        self, items: Iterator[Planned], t0: float, t0_wall_ns: int, *, users: Users,
-        think_s: float | None, limit_s: float | None,
-    ) -> None:  # fmt: skip
+        self,
+        items: Iterator[Planned],
+        t0: float,
+        t0_wall_ns: int,
+        *,
+        users: Users,
+        think_s: float | None,
+        limit_s: float | None,
+    ) -> None:
         """The closed loop: from ``t0``, each user claims the next session (``sessions.py``;
         without sessions, the next record), sends its records one at a time, each after
         the answer to the last and a think time (``think_s``, or None: the recorded gap
@@ -301,9 +312,13 @@ class Dispatcher:
         return TraceContext(record.trace_id, new_span_id())  # a new span in the original trace
 
     async def _one(
-        self, item: Planned, spec: RequestSpec, due: float, intended_ns: int,
+        self,
+        item: Planned,
+        spec: RequestSpec,
+        due: float,
+        intended_ns: int,
         cell: list[asyncio.Task[None]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Send one planned request; under a retry policy, again while it says to (each
         attempt its own result and span, in the same trace), holding its slot. Run as
         the task in ``cell``, it leaves ``_tasks`` as it ends (a done callback would
@@ -323,8 +338,9 @@ class Dispatcher:
                 if attempt == 1:  # the dispatch's lag; a retry's wait is the policy's
                     self.lags_ns.append(late_ns)
                 sent = Sent(intended_ns + since_ns, late_ns, ctx)
-                outcome, spec = await self._attempt(item, spec, intended_ns, sent,
-                                                    attempt, retry_of)  # fmt: skip
+                outcome, spec = await self._attempt(
+                    item, spec, intended_ns, sent, attempt, retry_of
+                )
                 wait = None if self.retry is None else self.retry.delay_s(outcome, attempt)
                 if wait is None or self.stopping.is_set():
                     return
@@ -342,9 +358,14 @@ class Dispatcher:
                 self._tasks.discard(cell[0])
 
     async def _attempt(
-        self, item: Planned, spec: RequestSpec, intended_ns: int, sent: Sent, attempt: int,
+        self,
+        item: Planned,
+        spec: RequestSpec,
+        intended_ns: int,
+        sent: Sent,
+        attempt: int,
         retry_of: bytes | None,
-    ) -> tuple[Outcome, RequestSpec]:  # fmt: skip
+    ) -> tuple[Outcome, RequestSpec]:
         """One send of a request, and its result handed on; what came back and the
         request as finally sent."""
         traceparent = sent.ctx.traceparent()
@@ -372,9 +393,15 @@ class Dispatcher:
         return outcome, spec
 
     def _done(
-        self, item: Planned, spec: RequestSpec, outcome: Outcome, intended_ns: int, sent: Sent,
-        attempt: int = 1, retry_of: bytes | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        item: Planned,
+        spec: RequestSpec,
+        outcome: Outcome,
+        intended_ns: int,
+        sent: Sent,
+        attempt: int = 1,
+        retry_of: bytes | None = None,
+    ) -> None:
         """Account for a finished attempt (or a cancelled one) and hand on its result."""
         stats = self.stats
         ok = outcome.error is None and outcome.status < 400

@@ -155,7 +155,12 @@ def watched_verdict(
     cpu, yielded = watch.cpu_share(), watch.share(yielded_s)
     busy = None if cpu is None or yielded is None else max(cpu - yielded, 0.0)
     return client_verdict(
-        lags_ns, lag_limit_ms, loop_stalls=watch.stalls, worst_stall_ms=watch.worst_s * 1000,
-        cpu_share=cpu, cpu_busy_share=busy, cpu_wait_share=watch.wait_share(),
+        lags_ns,
+        lag_limit_ms,
+        loop_stalls=watch.stalls,
+        worst_stall_ms=watch.worst_s * 1000,
+        cpu_share=cpu,
+        cpu_busy_share=busy,
+        cpu_wait_share=watch.wait_share(),
         steal_share=watch.steal_share(),
-    )  # fmt: skip
+    )

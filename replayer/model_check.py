@@ -105,8 +105,10 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         raise UsageError(f"--out-dir {cfg.out_dir}: {exc.strerror or exc}") from None
     held = _windows(cfg)
     span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
-    say(f"window{'s' if len(held) > 1 else ''}: {n:,} requests over {span_s:,.0f} s "
-        f"({n / span_s:.2f} req/s)")  # fmt: skip
+    say(
+        f"window{'s' if len(held) > 1 else ''}: {n:,} requests over {span_s:,.0f} s "
+        f"({n / span_s:.2f} req/s)"
+    )
     arms: list[tuple[str, int | None, Path]] = [
         ("exact", None if len(held) == 1 else k, path) for k, (path, _, _) in enumerate(held, 1)
     ]
@@ -117,8 +119,15 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
             # As many requests as a window, at exactly their mean rate: a bursty
             # process's count in a fixed span (and the span of a count) varies a lot,
             # and near the target's limit that noise would outweigh what is compared.
-            synthesize(cfg.model, path, count=round(n / len(held)), rate_rps=n / span_s,
-                       seed=draw, arrivals=kind, exact_rate=True)  # fmt: skip
+            synthesize(
+                cfg.model,
+                path,
+                count=round(n / len(held)),
+                rate_rps=n / span_s,
+                seed=draw,
+                arrivals=kind,
+                exact_rate=True,
+            )
             arms.append((kind, draw, path))
     longest = longest_request([a[2] for a in arms])
     results = []
@@ -146,17 +155,25 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
         if len(arms) < 2:
             continue
         files = [out_dir / f"{kind}-{r.seed}-results.msgpack" for r in arms]
-        values = metric_values(requests(load_columns(files, list(STATS_FIELDS),
-                                                     presence_only=STATS_PRESENCE)))  # fmt: skip
-        out.append(ArmResult(
-            arm=f"{kind} pooled", seed=None, requests=sum(r.requests for r in arms),
-            errors=sum(r.errors for r in arms), latency=_with_intervals(values["latency"]),
-            ttft=_with_intervals(values["ttft"]), idc=[None] * len(WINDOWS_S),
-            lag_p99_ms=max((r.lag_p99_ms or 0.0) for r in arms),
-            client_bound=any(r.client_bound for r in arms),
-            sim_slowdown=max((r.sim_slowdown for r in arms if r.sim_slowdown is not None),
-                             default=None),
-        ))  # fmt: skip
+        values = metric_values(
+            requests(load_columns(files, list(STATS_FIELDS), presence_only=STATS_PRESENCE))
+        )
+        out.append(
+            ArmResult(
+                arm=f"{kind} pooled",
+                seed=None,
+                requests=sum(r.requests for r in arms),
+                errors=sum(r.errors for r in arms),
+                latency=_with_intervals(values["latency"]),
+                ttft=_with_intervals(values["ttft"]),
+                idc=[None] * len(WINDOWS_S),
+                lag_p99_ms=max((r.lag_p99_ms or 0.0) for r in arms),
+                client_bound=any(r.client_bound for r in arms),
+                sim_slowdown=max(
+                    (r.sim_slowdown for r in arms if r.sim_slowdown is not None), default=None
+                ),
+            )
+        )
     return out
 
 
@@ -172,19 +189,21 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
         lo = int(starts[0] + (cfg.offset_s + k * (cfg.window_s or 0.0)) * 1e9)
         hi = int(lo + cfg.window_s * 1e9) if cfg.window_s is not None else int(starts[-1]) + 1
         if lo > starts[-1]:
-            raise InputError(f"{cfg.archive}: window {k + 1} of {cfg.windows} starts after the "
-                             "last record (fewer --windows, or a shorter --window)")  # fmt: skip
+            raise InputError(
+                f"{cfg.archive}: window {k + 1} of {cfg.windows} starts after the "
+                "last record (fewer --windows, or a shorter --window)"
+            )
         # A window past the archive's end holds traffic only up to the last record: the
         # synthetic arms' rate is over that span, not over the empty rest.
         span_s = (min(hi, int(starts[-1]) + 1) - lo) / 1e9
         exact = cfg.out_dir / ("exact.msgpack" if cfg.windows == 1 else f"exact-{k + 1}.msgpack")
         exact.unlink(missing_ok=True)
         keep = record_filter(start_ns=lo, end_ns=hi)
-        done = copy_records([cfg.archive], exact, source="validate-model", keep=keep,
-                            stop_after_ns=hi)  # fmt: skip
+        done = copy_records(
+            [cfg.archive], exact, source="validate-model", keep=keep, stop_after_ns=hi
+        )
         if done.written < 10:
-            raise InputError(f"window {k + 1} holds {done.written} records; at least 10 are "
-                             "needed")  # fmt: skip
+            raise InputError(f"window {k + 1} holds {done.written} records; at least 10 are needed")
         held.append((exact, span_s, done.written))
     return held
 
@@ -211,11 +230,16 @@ def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: fl
     verdict = client_verdict(lags, limit_ms)
     sched = np.sort(load_columns([archive], [])["start_ns"]).astype(np.float64) / 1e9
     return ArmResult(
-        arm=kind, seed=seed, requests=r.n, errors=int(r.error.sum()),
-        latency=_with_intervals(values["latency"]), ttft=_with_intervals(values["ttft"]),
+        arm=kind,
+        seed=seed,
+        requests=r.n,
+        errors=int(r.error.sum()),
+        latency=_with_intervals(values["latency"]),
+        ttft=_with_intervals(values["ttft"]),
         idc=[index_of_dispersion(sched, w) for w in WINDOWS_S],
-        lag_p99_ms=verdict["lag_p99_ms"], client_bound=verdict["client_bound"],
-    )  # fmt: skip
+        lag_p99_ms=verdict["lag_p99_ms"],
+        client_bound=verdict["client_bound"],
+    )
 
 
 def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
@@ -229,8 +253,10 @@ def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
     for i in range(_BOOTSTRAP):
         draws[i] = np.percentile(values[rng.integers(0, values.size, values.size)], QUANTILES)
     lo, hi = np.percentile(draws, [2.5, 97.5], axis=0)
-    return {f"p{q:g}": (float(p), float(a), float(b))
-            for q, p, a, b in zip(QUANTILES, points, lo, hi, strict=True)}  # fmt: skip
+    return {
+        f"p{q:g}": (float(p), float(a), float(b))
+        for q, p, a, b in zip(QUANTILES, points, lo, hi, strict=True)
+    }
 
 
 def to_json(results: list[ArmResult]) -> str:
@@ -252,8 +278,10 @@ def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
         kind = out.setdefault(r.arm, {"latency_p99": [], "ttft_p99": []})
         if r.unmeasured or exact.unmeasured:
             continue  # it measured the replayer or the simulator's CPU, not the model
-        for figure, mine, theirs in (("latency_p99", r.latency, exact.latency),
-                                     ("ttft_p99", r.ttft, exact.ttft)):  # fmt: skip
+        for figure, mine, theirs in (
+            ("latency_p99", r.latency, exact.latency),
+            ("ttft_p99", r.ttft, exact.ttft),
+        ):
             if "p99" in mine and "p99" in theirs and theirs["p99"][0] > 0:
                 kind[figure].append(mine["p99"][0] / theirs["p99"][0] - 1)
     return out
@@ -261,9 +289,11 @@ def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
 
 def render(results: list[ArmResult]) -> list[str]:
     """The table ``validate-model`` prints, then one line per synthetic kind."""
-    head = (f"{'arm':<16}{'requests':>9}{'errors':>7}  {'latency P50/P95/P99 ms':<24}"
-            f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
-            f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}")  # fmt: skip
+    head = (
+        f"{'arm':<16}{'requests':>9}{'errors':>7}  {'latency P50/P95/P99 ms':<24}"
+        f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
+        f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}"
+    )
     lines = [head]
     for r in results:
         name = _name(r.arm, r.seed)
@@ -273,12 +303,16 @@ def render(results: list[ArmResult]) -> list[str]:
             lines.append(row + f"CLIENT-BOUND: dispatch lag P99 {lag}; not a measure of the target")
             continue
         if r.sim_bound:
-            lines.append(row + f"SIMULATOR-BOUND: its steps took {r.sim_slowdown:.0%} longer than "
-                         "modelled; not a measure of the model")  # fmt: skip
+            lines.append(
+                row + f"SIMULATOR-BOUND: its steps took {r.sim_slowdown:.0%} longer than "
+                "modelled; not a measure of the model"
+            )
             continue
         idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
-        lines.append(row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"
-                     f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}")  # fmt: skip
+        lines.append(
+            row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"
+            f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}"
+        )
     for kind, figures in errors(results).items():
         parts = []
         for figure, errs in figures.items():

@@ -78,8 +78,11 @@ class EntropyTally:
         """Mean bits per token asked for and achieved; None when no prompt asked."""
         if not self.prompts:
             return None
-        return {"prompts": self.prompts, "intended_bits": self.intended_bits / self.prompts,
-                "achieved_bits": self.achieved_bits / self.prompts}  # fmt: skip
+        return {
+            "prompts": self.prompts,
+            "intended_bits": self.intended_bits / self.prompts,
+            "achieved_bits": self.achieved_bits / self.prompts,
+        }
 
 
 def _rows(table: np.ndarray) -> list[bytes]:
@@ -117,8 +120,12 @@ def vocabulary(entropy_bits: float, tokens: int) -> int:
 @functools.cache
 def _vocabulary_entropies() -> np.ndarray:
     """Per vocabulary size V (1..all words), the entropy of a byte's pick among V."""
-    return np.array([entropy_bits_of(np.bincount(_index(v), minlength=v))
-                     for v in range(1, len(single_token_words()) + 1)])  # fmt: skip
+    return np.array(
+        [
+            entropy_bits_of(np.bincount(_index(v), minlength=v))
+            for v in range(1, len(single_token_words()) + 1)
+        ]
+    )
 
 
 @functools.cache
@@ -151,8 +158,10 @@ class PromptMaker:
         # Byte b of a draw picks word b % len(words), each with its leading space, padded
         # with NULs to one width: a gather and one deletion make the text (no Python loop).
         assert max(len(w) for w in self.words) < _WIDTH
-        self._table = np.array([(" " + self.words[b % len(self.words)]).encode()
-                                for b in range(256)], dtype=f"S{_WIDTH}")  # fmt: skip
+        self._table = np.array(
+            [(" " + self.words[b % len(self.words)]).encode() for b in range(256)],
+            dtype=f"S{_WIDTH}",
+        )
         self._row_list = _rows(self._table)
         """The table's rows as bytes, for prompts too short to be worth numpy."""
         self._row_lists: dict[int, list[bytes]] = {}
@@ -164,9 +173,14 @@ class PromptMaker:
         """Entropy asked for and achieved, over the prompts drawn to one."""
 
     def prompt(
-        self, tokens: int, prefix_hashes: list[int] | None, salt: bytes,
-        entropy_bits: float | None = None, *, tally: bool = True,
-    ) -> bytes:  # fmt: skip
+        self,
+        tokens: int,
+        prefix_hashes: list[int] | None,
+        salt: bytes,
+        entropy_bits: float | None = None,
+        *,
+        tally: bool = True,
+    ) -> bytes:
         """``tokens`` words, ASCII (safe inside a JSON string as they are); block i follows
         prefix_hashes[i] when there is one, else a draw from ``salt`` (stable across runs);
         the blocks not shared from the vocabulary that gives ``entropy_bits``, if asked.

@@ -151,9 +151,13 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
     the_plan = plan(sc)
     _note_plan(the_plan, sc, say)
     collector = ResultCollector(
-        sc.tail_stretch, sc.tail_quantile, timings=not config.dry_run, tail_by=the_plan.tail_by,
-        tail_capped=the_plan.capped, context=sc.max_context,
-    )  # fmt: skip
+        sc.tail_stretch,
+        sc.tail_quantile,
+        timings=not config.dry_run,
+        tail_by=the_plan.tail_by,
+        tail_capped=the_plan.capped,
+        context=sc.max_context,
+    )
     writer = result_writer(config, the_plan)
 
     def on_result(record: Record) -> None:
@@ -278,9 +282,15 @@ def _dry_run(
 
 
 async def _live(
-    config: ReplayConfig, the_plan: Plan, target: str, on_result: Callable[[Record], None],
-    collector: ResultCollector, say: Say, transport: Transport | None, stop: _Stop,
-) -> ReplayOutcome:  # fmt: skip
+    config: ReplayConfig,
+    the_plan: Plan,
+    target: str,
+    on_result: Callable[[Record], None],
+    collector: ResultCollector,
+    say: Say,
+    transport: Transport | None,
+    stop: _Stop,
+) -> ReplayOutcome:
     sc = config.schedule
     transport = transport or HttpTransport(
         target, connections=config.connections, timeout_s=config.timeout_s
@@ -315,11 +325,18 @@ async def _live(
                 config.spans((url.host or "", url.port or 0), say)
             )
         dispatcher = Dispatcher(
-            transport, builder, headers=config.headers, max_inflight=config.max_inflight,
-            new_trace_ids=config.new_trace_ids, shard=sc.shard[0] if sc.shard[1] > 1 else None,
-            on_result=on_each, spans=spans, lookahead_items=config.lookahead_items,
-            lookahead_bytes=config.lookahead_bytes, retry=config.retry,
-        )  # fmt: skip
+            transport,
+            builder,
+            headers=config.headers,
+            max_inflight=config.max_inflight,
+            new_trace_ids=config.new_trace_ids,
+            shard=sc.shard[0] if sc.shard[1] > 1 else None,
+            on_result=on_each,
+            spans=spans,
+            lookahead_items=config.lookahead_items,
+            lookahead_bytes=config.lookahead_bytes,
+            retry=config.retry,
+        )
         if config.metrics_listen is not None:
             metrics = ReplayMetrics(dispatcher.stats)
             metrics_url = await stack.enter_async_context(
@@ -330,8 +347,9 @@ async def _live(
             pages, path = resolve(config.scrape, target), scrape_path(config.out)
             await stack.enter_async_context(scraping(pages, path, say))
         stop.callbacks.append(dispatcher.stopping.set)
-        outcome = await _dispatch(config, the_plan, target, dispatcher, transport, collector,
-                                  say, miss)  # fmt: skip
+        outcome = await _dispatch(
+            config, the_plan, target, dispatcher, transport, collector, say, miss
+        )
         _how_it_ended(outcome, stop, guard, dispatcher.stats, sc, miss)
         if metrics is not None and config.metrics_linger_s > 0 and not outcome.interrupted:
             say(f"serving the final metrics for {config.metrics_linger_s:g} s")
@@ -340,9 +358,13 @@ async def _live(
 
 
 def _how_it_ended(
-    outcome: ReplayOutcome, stop: _Stop, guard: FailFast, stats: DispatchStats, sc: ScheduleConfig,
+    outcome: ReplayOutcome,
+    stop: _Stop,
+    guard: FailFast,
+    stats: DispatchStats,
+    sc: ScheduleConfig,
     miss: MissWatch | None,
-) -> None:  # fmt: skip
+) -> None:
     """Interrupted (what was never sent), or stopped by --fail-fast or --slo-stop (why)."""
     outcome.interrupted = stop.is_set
     missed = miss.reason if miss is not None and not stop.is_set else None
@@ -408,9 +430,14 @@ async def _dispatch(
     try:
         cut: list[Planned] = []
         if config.users is not None:
-            await dispatcher.run_users(schedule(sc, the_plan, say), t0, t0_wall,
-                                       users=config.users, think_s=config.think_s,
-                                       limit_s=config.duration_s)  # fmt: skip
+            await dispatcher.run_users(
+                schedule(sc, the_plan, say),
+                t0,
+                t0_wall,
+                users=config.users,
+                think_s=config.think_s,
+                limit_s=config.duration_s,
+            )
         else:
             items = until(schedule(sc, the_plan, say), config.duration_s, cut)
             await dispatcher.run(items, t0, t0_wall)
@@ -445,14 +472,22 @@ def _announcement(config: ReplayConfig, the_plan: Plan, target: str) -> str:
     sc = config.schedule
     which = f"shard {sc.shard[0]}/{sc.shard[1]} of " if sc.shard[1] > 1 else ""
     think = "as recorded" if config.think_s is None else f"{config.think_s:g} s"
-    pace = (f"{sc.speed}" if config.users is None
-            else f"closed loop: {config.users} users, think {think}")  # fmt: skip
-    return (f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
-            f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}")  # fmt: skip
+    pace = (
+        f"{sc.speed}"
+        if config.users is None
+        else f"closed loop: {config.users} users, think {think}"
+    )
+    return (
+        f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
+        f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"
+    )
 
 
 def _never_sent(config: ReplayConfig, the_plan: Plan, s: DispatchStats) -> dict[str, Any]:
     """What ``--duration`` left unsent."""
     unsent = unsent_counts(config.schedule, the_plan, s.due, s.first_attempts)
-    return {"duration_limit_s": config.duration_s, "scheduled": unsent["scheduled"],
-            "unsent": unsent["unsent"]}  # fmt: skip
+    return {
+        "duration_limit_s": config.duration_s,
+        "scheduled": unsent["scheduled"],
+        "unsent": unsent["unsent"],
+    }

@@ -239,8 +239,15 @@ def plan(config: ScheduleConfig) -> Plan:
 
 
 def _nothing_to_replay(config: ScheduleConfig) -> str:
-    given = [flag for flag, value in (("--from", config.start_ns), ("--to", config.end_ns),
-                                      ("--limit", config.limit)) if value is not None]  # fmt: skip
+    given = [
+        flag
+        for flag, value in (
+            ("--from", config.start_ns),
+            ("--to", config.end_ns),
+            ("--limit", config.limit),
+        )
+        if value is not None
+    ]
     if config.drop_retries:
         given.append("--retries")
     if given:
@@ -399,26 +406,17 @@ def schedule(
         config.paths, skip_corrupt=config.skip_corrupt, limits=the_plan.per_file or None
     )
     for record in reader:
-        start = record.start_ns
-        if config.start_ns is not None and start < config.start_ns:
-            continue
-        if config.end_ns is not None and start >= config.end_ns:
-            if selected >= the_plan.count:
-                break
-            continue  # a record out of start order, inside --to, may still come
-        if config.drop_retries and (record.attempt or 1) > 1:
-            continue
-        if config.limit is not None and selected >= config.limit:
+        take = _take(record, config, selected, the_plan.count)
+        if take is None:
             break
+        if not take:
+            continue
         selected += 1
         # Before the shard's choice: a record's place in its tick counts every shard's.
-        due = due_at.earliest(start)
+        due = due_at.earliest(record.start_ns)
         if shards > 1 and shard_of(record, shards, selected) != shard:
             continue
-        tail = False
-        if the_plan.tail_by is not None and the_plan.tail_threshold is not None:
-            value = _tail_value(record, the_plan.tail_by, config.tail_cost)
-            tail = value is not None and value >= the_plan.tail_threshold
+        tail = _in_tail(record, the_plan, config)
         budget = _budget(record, tail, config)
         key = _key(record, selected)
         copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
@@ -437,6 +435,30 @@ def schedule(
     if warn is not None and reader.reorder is not None:
         for line in reader.reorder.warnings():
             warn(f"warning: {line}")
+
+
+def _take(record: Record, config: ScheduleConfig, selected: int, planned: int) -> bool | None:
+    """Whether the schedule's pass selects ``record``; None when nothing after it can be."""
+    start = record.start_ns
+    if config.start_ns is not None and start < config.start_ns:
+        return False
+    if config.end_ns is not None and start >= config.end_ns:
+        # A record out of start order, inside --to, may still come until the plan's
+        # count is reached.
+        return None if selected >= planned else False
+    if config.drop_retries and (record.attempt or 1) > 1:
+        return False
+    if config.limit is not None and selected >= config.limit:
+        return None
+    return True
+
+
+def _in_tail(record: Record, the_plan: Plan, config: ScheduleConfig) -> bool:
+    """Whether ``record`` is at or above the plan's tail threshold."""
+    if the_plan.tail_by is None or the_plan.tail_threshold is None:
+        return False
+    value = _tail_value(record, the_plan.tail_by, config.tail_cost)
+    return value is not None and value >= the_plan.tail_threshold
 
 
 def until(items: Iterator[Planned], limit_s: float | None, cut: list[Planned]) -> Iterator[Planned]:

@@ -88,8 +88,10 @@ async def scraping(
     # One pool per page: each has its own timeout, and a slow page holds no other's
     # connection. The replay's own HTTP client, not a second one.
     pools = [_pool(t) for t in targets]
-    tasks = [asyncio.create_task(_poll(pool, i, t, samples, failures, say))
-             for i, (pool, t) in enumerate(zip(pools, targets, strict=True))]  # fmt: skip
+    tasks = [
+        asyncio.create_task(_poll(pool, i, t, samples, failures, say))
+        for i, (pool, t) in enumerate(zip(pools, targets, strict=True))
+    ]
     try:
         yield
     finally:
@@ -98,10 +100,12 @@ async def scraping(
         await asyncio.gather(*tasks, return_exceptions=True)
         for pool in pools:
             await pool.close()
-        header = {"format": SCRAPE_FORMAT, "version": 1,
-                  "targets": [{"url": redact_url(t.url), "interval_s": t.interval_s}
-                              for t in targets],
-                  "failures": failures}  # fmt: skip
+        header = {
+            "format": SCRAPE_FORMAT,
+            "version": 1,
+            "targets": [{"url": redact_url(t.url), "interval_s": t.interval_s} for t in targets],
+            "failures": failures,
+        }
         data = b"".join(msgpack.packb(m) for m in (header, *samples))
         try:
             write_whole(out, data)
@@ -116,8 +120,7 @@ def _pool(target: ScrapeTarget) -> UpstreamPool:
     # engine stood while it was asked, so it gets at least PAGE_TIMEOUT_S before it counts
     # as a failure.
     timeout = max(target.interval_s, PAGE_TIMEOUT_S)
-    return UpstreamPool(timeout_s=timeout, connect_timeout_s=timeout, max_connections=1,
-                        max_idle=1)  # fmt: skip
+    return UpstreamPool(timeout_s=timeout, connect_timeout_s=timeout, max_connections=1, max_idle=1)
 
 
 async def _poll(
@@ -147,8 +150,14 @@ async def _poll(
         else:
             # Its round trip is kept so a reader knows how exact its moment is.
             if len(samples) < MAX_SAMPLES:
-                samples.append({"t_ns": t_ns, "took_ns": time.time_ns() - t_ns,
-                                "target": index, "series": series})  # fmt: skip
+                samples.append(
+                    {
+                        "t_ns": t_ns,
+                        "took_ns": time.time_ns() - t_ns,
+                        "target": index,
+                        "series": series,
+                    }
+                )
         # Ticks a slow page overran are skipped, not sent back to back to catch up.
         now = loop.time()
         next_at += target.interval_s * max(1, math.ceil((now - next_at) / target.interval_s))

@@ -107,10 +107,11 @@ class MissWatch:
         self.watched = watched = stop.watched
         self.after_sending = stop.after_sending
         self.needed = [
-            enough_over(total, w.quantile) if w.quantile is not None
+            enough_over(total, w.quantile)
+            if w.quantile is not None
             else errors_over(total, w.limit)
             for w in watched
-        ]  # fmt: skip
+        ]
         self.over = [0] * len(watched)
         self.missed = asyncio.Event()
         self.reason: str | None = None
@@ -146,7 +147,9 @@ class MissWatch:
             needed = self.needed[i]
             if needed is not None and self.over[i] >= needed:
                 what = "failed" if w.metric == "error_rate" else f"over {w.limit:,.0f} ms"
-                self.reason = (f"{w.text} was missed whatever the rest does: {self.over[i]:,} "
-                               f"requests {what}, of {self.total:,} at most")  # fmt: skip
+                self.reason = (
+                    f"{w.text} was missed whatever the rest does: {self.over[i]:,} "
+                    f"requests {what}, of {self.total:,} at most"
+                )
                 self.missed.set()
                 return

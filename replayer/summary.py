@@ -27,9 +27,12 @@ Array = npt.NDArray[Any]
 _PCTS = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
 _COLUMNS = ("duration_ns", "ttfb_ns", "ttft_content_ns", "lag_ns", "output_tokens")
 _SHOWN: tuple[tuple[str, Metric], ...] = (
-    ("latency", "latency"), ("from due", "latency_from_due"), ("TTFT", "ttft"),
-    ("to answer", "ttft_content"), ("TPOT", "tpot"),
-)  # fmt: skip
+    ("latency", "latency"),
+    ("from due", "latency_from_due"),
+    ("TTFT", "ttft"),
+    ("to answer", "ttft_content"),
+    ("TPOT", "tpot"),
+)
 """The summary's rows: a label and the shared metric it shows."""
 
 
@@ -112,10 +115,14 @@ class ResultCollector:
 
     def requests_view(self) -> Requests:
         """The collected columns as the shared metric definitions read them."""
-        col = {name: np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
-               for name, a in self.columns.items()}  # fmt: skip
-        flags = [np.frombuffer(a, dtype=np.int8).astype(bool) if a else np.zeros(0, bool)
-                 for a in (self.stream, self.failed)]  # fmt: skip
+        col = {
+            name: np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
+            for name, a in self.columns.items()
+        }
+        flags = [
+            np.frombuffer(a, dtype=np.int8).astype(bool) if a else np.zeros(0, bool)
+            for a in (self.stream, self.failed)
+        ]
         return Requests(**col, stream=flags[0], error=flags[1])
 
     def summary(self, sent: int, dropped: int) -> dict[str, Any]:
@@ -161,8 +168,11 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     head = [_interrupted_line(s)] if s.get("interrupted") else []
     if s.get("slo_stop"):
         cut = f"{s['errors'].get('cancelled', 0):,} in flight cancelled"
-        sent = (f"stopped after {s['due']:,} of {s['scheduled']:,} due, {s['unsent']:,} never "
-                "sent" if s.get("unsent") else "stopped once all was sent")  # fmt: skip
+        sent = (
+            f"stopped after {s['due']:,} of {s['scheduled']:,} due, {s['unsent']:,} never sent"
+            if s.get("unsent")
+            else "stopped once all was sent"
+        )
         head.append(f"--slo-stop: {sent}; {cut}")
     if s.get("duration_limit_s") is not None and not s.get("interrupted"):
         never = f"; {s['unsent']:,} of {s['scheduled']:,} never sent" if s.get("scheduled") else ""
@@ -178,12 +188,16 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         else f"duration {s['duration_s']:.1f} s",
     ]
     if e := s.get("prompt_entropy"):
-        lines.append(f"synthetic prompts' entropy: asked {e['intended_bits']:.2f} bits/token, "
-                     f"drawn {e['achieved_bits']:.2f} (mean of {e['prompts']:,})")  # fmt: skip
+        lines.append(
+            f"synthetic prompts' entropy: asked {e['intended_bits']:.2f} bits/token, "
+            f"drawn {e['achieved_bits']:.2f} (mean of {e['prompts']:,})"
+        )
     if retries := s.get("retries"):
         first = s["requests"] - retries
-        lines.append(f"retries {retries:,}: {s['requests'] / max(first, 1):.2f} attempts per "
-                     f"request ({first:,} first attempts)")  # fmt: skip
+        lines.append(
+            f"retries {retries:,}: {s['requests'] / max(first, 1):.2f} attempts per "
+            f"request ({first:,} first attempts)"
+        )
     for name, key in (*((label, f"{metric}_ms") for label, metric in _SHOWN), ("lag", "lag_ms")):
         if p := s.get(key):
             cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))

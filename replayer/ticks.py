@@ -54,8 +54,10 @@ def spread_line(ticks: Ticks | None, wanted: bool | None) -> str | None:
     """What the schedule says first about the clock (None: nothing worth saying)."""
     if ticks is None:
         if wanted:
-            return "warning: --spread-ticks: the timestamps share no tick of 1 ms or more; "\
-                "requests go out at their recorded times"  # fmt: skip
+            return (
+                "warning: --spread-ticks: the timestamps share no tick of 1 ms or more; "
+                "requests go out at their recorded times"
+            )
         return None
     if wanted is None and not ticks.quantised:
         return None
@@ -80,6 +82,7 @@ def tick_floor(start_ns: int, ticks: Ticks) -> int:
 def spread_fraction(key: bytes, seed: bytes, copy: int) -> float:
     """Where in its tick copy ``copy`` of a record goes, in [0, 1): a draw from the
     record's key and the seed alone, so every shard and every run computes the same."""
-    digest = hashlib.blake2b(b"\x00".join((key, seed, b"tick", copy.to_bytes(4, "big"))),
-                             digest_size=8).digest()  # fmt: skip
+    digest = hashlib.blake2b(
+        b"\x00".join((key, seed, b"tick", copy.to_bytes(4, "big"))), digest_size=8
+    ).digest()
     return int.from_bytes(digest, "big") / 2**64

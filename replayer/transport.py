@@ -83,8 +83,12 @@ WARM_S = 5.0
 _HEADS = 4096
 """Request heads kept made (one a route); past it they are made again."""
 
-_ERRORS = {"upstream_timeout": "timeout", "upstream_connect": "connect",
-           "upstream_reset": "reset", "upstream_error": "reset"}  # fmt: skip
+_ERRORS = {
+    "upstream_timeout": "timeout",
+    "upstream_connect": "connect",
+    "upstream_reset": "reset",
+    "upstream_error": "reset",
+}
 """The shared client's failure kinds, named as replay results name them."""
 
 
@@ -111,9 +115,12 @@ class HttpTransport:
         self._prefix = parts.path.rstrip("/")
         self._v1_prefix = self._prefix[: -len("/v1")] if self._v1_base is not None else None
         # --connections 0: no limit (idle ones kept up to the default's 1,024)
-        self._pool = UpstreamPool(timeout_s=timeout_s, connect_timeout_s=min(timeout_s, 10),
-                                  max_connections=connections or None,
-                                  max_idle=connections or 1024)  # fmt: skip
+        self._pool = UpstreamPool(
+            timeout_s=timeout_s,
+            connect_timeout_s=min(timeout_s, 10),
+            max_connections=connections or None,
+            max_idle=connections or 1024,
+        )
         self._headers: dict[str, str] = {}
         self._fixed: dict[tuple[str, str, bool], bytes] = {}
         """Each route's head but for its trace context and length, for ``_headers``."""
@@ -160,8 +167,9 @@ class HttpTransport:
         try:
             resp = await self._pool.send_head(self._origin, spec.method, head, spec.body)
         except UpstreamError as exc:
-            return Outcome(error=_ERRORS.get(exc.kind, exc.kind),
-                           duration_ns=time.monotonic_ns() - began)  # fmt: skip
+            return Outcome(
+                error=_ERRORS.get(exc.kind, exc.kind), duration_ns=time.monotonic_ns() - began
+            )
         reader = _Reader(resp, spec.abort_after_tokens)
         try:
             resp.start(reader.feed)

@@ -30,16 +30,30 @@ def replay_child(
     dropped. An exit code not in ``ok`` raises ``RunFailed`` with the replay's own
     ``Error:`` line (exit 1 is a replay that ran but failed requests or its SLO)."""
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tailreplay", "replay", "--target", str(url), "--out", str(out),
-           "--fail-fast", "0", *args, str(archive)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tailreplay",
+        "replay",
+        "--target",
+        str(url),
+        "--out",
+        str(out),
+        "--fail-fast",
+        "0",
+        *args,
+        str(archive),
+    ]
     # stderr is read to the end, so a chatty replay cannot block on a full pipe.
-    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
+    )
     if done.returncode == 130:
         raise KeyboardInterrupt
     if done.returncode not in ok or not out.exists():
-        raise RunFailed(f"the replay of {archive.name} failed (exit {done.returncode}): "
-                        f"{_why(done.stderr)}")  # fmt: skip
+        raise RunFailed(
+            f"the replay of {archive.name} failed (exit {done.returncode}): {_why(done.stderr)}"
+        )
     if done.returncode != 0 and not load_columns([out], ["start_ns"]).n:
         # Exit 1 is a replay that ran and missed its SLO, unless it sent nothing: then
         # the target failed its preflight (down, wrong), and no trial measures anything.

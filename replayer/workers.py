@@ -130,8 +130,11 @@ def _run_all(
             live=False,
         )
         reader, writer = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker_main, args=(worker_config, i, workers, writer),
-                           name=f"tailreplay-replay-{i}")  # fmt: skip
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(worker_config, i, workers, writer),
+            name=f"tailreplay-replay-{i}",
+        )
         proc.start()
         writer.close()
         procs.append(proc)
@@ -177,21 +180,30 @@ def _merge(
     first = read_header(files[0])
     keep = ("speed", "tail_stretch", "tail_quantile", "amplify", "archives", "lag_limit_ms")
     extra = {k: first[k] for k in keep if k in first}
-    copy_records(files, config.out, source="replay",
-                 extra_header={**extra, "shard": [0, 1], "workers": workers})  # fmt: skip
+    copy_records(
+        files,
+        config.out,
+        source="replay",
+        extra_header={**extra, "shard": [0, 1], "workers": workers},
+    )
     the_plan = results[0][1]
     collector = ResultCollector(
-        tail_factor=config.schedule.tail_stretch, tail_quantile=config.schedule.tail_quantile,
-        tail_by=the_plan.tail_by, tail_capped=the_plan.capped,
+        tail_factor=config.schedule.tail_stretch,
+        tail_quantile=config.schedule.tail_quantile,
+        tail_by=the_plan.tail_by,
+        tail_capped=the_plan.capped,
         context=config.schedule.max_context,
-    )  # fmt: skip
+    )
     for record in ArchiveReader([config.out]):
         collector.add(record)
     sent = sum(s["sent"] for s, _, _ in results)
     dropped = sum(s["dropped"] for s, _, _ in results)
     summary = collector.summary(sent, dropped)
-    weights = [(s["input_tokens_error"], s["completed"]) for s, _, _ in results
-               if "input_tokens_error" in s]  # fmt: skip
+    weights = [
+        (s["input_tokens_error"], s["completed"])
+        for s, _, _ in results
+        if "input_tokens_error" in s
+    ]
     if weights and sum(w for _, w in weights):
         summary["input_tokens_error"] = sum(e * w for e, w in weights) / sum(w for _, w in weights)
     summary["workers"] = workers

@@ -116,19 +116,30 @@ def judge(
     verdicts = {c.verdict for c in checks}
     client = report["client"]
     verdict: Verdict = (
-        "client-bound" if client is not None and client["client_bound"]
-        else "fail" if "fail" in verdicts or cut
-        else "uncertain" if "uncertain" in verdicts
+        "client-bound"
+        if client is not None and client["client_bound"]
+        else "fail"
+        if "fail" in verdicts or cut
+        else "uncertain"
+        if "uncertain" in verdicts
         else "pass"
-    )  # fmt: skip
+    )
     return Trial(
-        factor=factor, runs=len(results), requests=overall["requests"], errors=overall["errors"],
-        error_rate=overall["error_rate"], throughput_rps=overall["throughput_rps"],
+        factor=factor,
+        runs=len(results),
+        requests=overall["requests"],
+        errors=overall["errors"],
+        error_rate=overall["error_rate"],
+        throughput_rps=overall["throughput_rps"],
         goodput=good,
-        percentiles=_percentiles(report), checks=checks, verdict=verdict,
-        findings=[f["text"] for f in (engine["findings"] if engine else [])], cut=cut,
-        served=served, sending_s=sending_s,
-    )  # fmt: skip
+        percentiles=_percentiles(report),
+        checks=checks,
+        verdict=verdict,
+        findings=[f["text"] for f in (engine["findings"] if engine else [])],
+        cut=cut,
+        served=served,
+        sending_s=sending_s,
+    )
 
 
 SERVED_MIN_REQUESTS = 50
@@ -210,9 +221,16 @@ def to_json(result: Search) -> dict[str, Any]:
         "note": result.note,
         "trials": [
             {
-                "factor": t.factor, "runs": t.runs, "requests": t.requests, "errors": t.errors,
-                "error_rate": t.error_rate, "throughput_rps": t.throughput_rps,
-                "goodput": t.goodput, "verdict": t.verdict, "coarse": t.coarse, "cut": t.cut,
+                "factor": t.factor,
+                "runs": t.runs,
+                "requests": t.requests,
+                "errors": t.errors,
+                "error_rate": t.error_rate,
+                "throughput_rps": t.throughput_rps,
+                "goodput": t.goodput,
+                "verdict": t.verdict,
+                "coarse": t.coarse,
+                "cut": t.cut,
                 "served": t.served,
                 **t.percentiles,
                 "findings": t.findings,
@@ -220,13 +238,15 @@ def to_json(result: Search) -> dict[str, Any]:
             }
             for t in result.trials
         ],
-    }  # fmt: skip
+    }
 
 
 def render(result: Search) -> list[str]:
     """The table ``capacity`` prints, then the finding."""
-    lines = [f"{'factor':>8} {'requests':>9} {'latency P50/P95/P99 ms':>24} "
-             f"{'TTFT P50/P95/P99 ms':>21} {'errors':>7} {'goodput':>8}  verdict"]  # fmt: skip
+    lines = [
+        f"{'factor':>8} {'requests':>9} {'latency P50/P95/P99 ms':>24} "
+        f"{'TTFT P50/P95/P99 ms':>21} {'errors':>7} {'goodput':>8}  verdict"
+    ]
     for t in sorted(result.trials, key=lambda t: (t.coarse, t.factor)):
         lines.append(
             f"{t.factor:>7.3g}x{'c' if t.coarse else ' '}{t.requests:>9,} "
@@ -289,5 +309,6 @@ def plot(result: Search) -> str:
         Line(f"{metric} P99", xs, [t.percentiles.get(metric, {}).get("p99") for t in trials], color)
         for metric, color in (("latency", "#1f77b4"), ("ttft", "#ff7f0e"))
     ]
-    return line_chart("P99 against the load factor", lines, x_label="factor (x)",
-                      y_label="ms", log_y=True)  # fmt: skip
+    return line_chart(
+        "P99 against the load factor", lines, x_label="factor (x)", y_label="ms", log_y=True
+    )

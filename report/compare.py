@@ -146,22 +146,30 @@ def _retries(side: Side) -> Retries | None:
     firsts = every - retries
     first, again = int(firsts.sum()), int(retries.sum())
     return {
-        "first_attempts": first, "retries": again,
-        "attempts_per_request": (first + again) / max(first, 1), "bin_s": bin_s,
-        "by_time": [(i * bin_s, int(f), int(r))
-                    for i, (f, r) in enumerate(zip(firsts, retries, strict=True))],
-    }  # fmt: skip
+        "first_attempts": first,
+        "retries": again,
+        "attempts_per_request": (first + again) / max(first, 1),
+        "bin_s": bin_s,
+        "by_time": [
+            (i * bin_s, int(f), int(r))
+            for i, (f, r) in enumerate(zip(firsts, retries, strict=True))
+        ],
+    }
 
 
 def _closed_loop(
-    side: Side, users: str, buckets: list[tuple[str, dict[SideName, Mask]]],
+    side: Side,
+    users: str,
+    buckets: list[tuple[str, dict[SideName, Mask]]],
     rng: np.random.Generator,
-) -> list[ClosedLoopRow]:  # fmt: skip
+) -> list[ClosedLoopRow]:
     """A closed loop's requests by user count (its steps, or its one count) and input
     length: the load test's table of users, throughput, P95 and errors."""
     seconds = _phase_seconds(side)
-    steps = [(label, side.phase == i, seconds.get(label))
-             for i, label in enumerate(side.labels.get("phase", []))]  # fmt: skip
+    steps = [
+        (label, side.phase == i, seconds.get(label))
+        for i, label in enumerate(side.labels.get("phase", []))
+    ]
     if not steps:
         steps = [(f"{users} users", np.ones(side.n, dtype=bool), _window_s(side))]
     rows: list[ClosedLoopRow] = []
@@ -170,8 +178,14 @@ def _closed_loop(
             sel = in_step & masks["replayed"]
             if sel.any():
                 span = float(window) if window else None
-                rows.append({"users": label, "range": bucket, "seconds": span,
-                             "replayed": summarize(side, sel, span, rng, itl=False)})  # fmt: skip
+                rows.append(
+                    {
+                        "users": label,
+                        "range": bucket,
+                        "seconds": span,
+                        "replayed": summarize(side, sel, span, rng, itl=False),
+                    }
+                )
     return rows
 
 
@@ -192,8 +206,9 @@ def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
         window = seconds.get(label)
         span = float(window) if window else None
         summary = summarize(side, side.phase == i, span, rng, itl=False)
-        rows.append({"phase": label, "seconds": float(window) if window else None,
-                     "replayed": summary})  # fmt: skip
+        rows.append(
+            {"phase": label, "seconds": float(window) if window else None, "replayed": summary}
+        )
     return rows
 
 
@@ -437,9 +452,17 @@ def _cdf(values: Array) -> Cdf:
 
 
 DELTA_COLUMNS = (
-    "trace_id", "span_id", "input_tokens", "recorded_ms", "replayed_ms", "delta_ms",
-    "recorded_ttft_ms", "replayed_ttft_ms", "tail", "replayed_error",
-)  # fmt: skip
+    "trace_id",
+    "span_id",
+    "input_tokens",
+    "recorded_ms",
+    "replayed_ms",
+    "delta_ms",
+    "recorded_ttft_ms",
+    "replayed_ttft_ms",
+    "tail",
+    "replayed_error",
+)
 
 
 def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]]:
@@ -455,7 +478,14 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
         rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
         both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
         yield (
-            key[:16].hex(), key[16:].hex(), int(recorded.input_tokens[j]), ms(rec), ms(rep),
-            f"{(rep - rec) / 1e6:.3f}" if both else "", ms(int(recorded.ttfb_ns[j])),
-            ms(int(replayed.ttfb_ns[i])), int(replayed.tail[i]), int(replayed.error[i]),
-        )  # fmt: skip
+            key[:16].hex(),
+            key[16:].hex(),
+            int(recorded.input_tokens[j]),
+            ms(rec),
+            ms(rep),
+            f"{(rep - rec) / 1e6:.3f}" if both else "",
+            ms(int(recorded.ttfb_ns[j])),
+            ms(int(replayed.ttfb_ns[i])),
+            int(replayed.tail[i]),
+            int(replayed.error[i]),
+        )

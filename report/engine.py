@@ -36,11 +36,22 @@ from tailreplay.traces.metrics import per_request
 __all__ = ["THRESHOLDS", "EngineReport", "engine_report", "findings", "parse_thresholds"]
 
 THRESHOLDS: dict[str, float] = {
-    "waiting": 50, "running": 8, "kv_cache": 0.92, "hit_rate": 0.65, "long_input": 2048,
+    "waiting": 50,
+    "running": 8,
+    "kv_cache": 0.92,
+    "hit_rate": 0.65,
+    "long_input": 2048,
     "latency_rise": 1.5,
-}  # fmt: skip
-SHOWN = ("waiting", "running", "kv_cache_usage", "prefix_cache_hit_rate", "preemptions",
-         "gpu_memory_used_mib", "gpu_utilization")  # fmt: skip
+}
+SHOWN = (
+    "waiting",
+    "running",
+    "kv_cache_usage",
+    "prefix_cache_hit_rate",
+    "preemptions",
+    "gpu_memory_used_mib",
+    "gpu_utilization",
+)
 MAX_POINTS = 600
 
 
@@ -79,12 +90,23 @@ def engine_report(
     series = _series(pages, t0)
     limits = thresholds or THRESHOLDS
     return {
-        "targets": targets, "pages": len(pages), "failures": failures,
+        "targets": targets,
+        "pages": len(pages),
+        "failures": failures,
         "series": {k: v for k, v in series.items() if k in SHOWN},
-        "summary": [{"name": k, "min": min(v["values"]), "mean": float(np.mean(v["values"])),
-                     "max": max(v["values"])} for k, v in series.items() if k in SHOWN],
-        "findings": findings(series, side, limits), "thresholds": limits,
-    }  # fmt: skip
+        "summary": [
+            {
+                "name": k,
+                "min": min(v["values"]),
+                "mean": float(np.mean(v["values"])),
+                "max": max(v["values"]),
+            }
+            for k, v in series.items()
+            if k in SHOWN
+        ],
+        "findings": findings(series, side, limits),
+        "thresholds": limits,
+    }
 
 
 def _read(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -100,8 +122,11 @@ def _read(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
                     if not isinstance(m, dict) or m.get("format") != "tailreplay-scrape":
                         return None, []
                     header = m
-                elif isinstance(m, dict) and isinstance(m.get("t_ns"), int) \
-                        and isinstance(m.get("series"), dict):  # fmt: skip
+                elif (
+                    isinstance(m, dict)
+                    and isinstance(m.get("t_ns"), int)
+                    and isinstance(m.get("series"), dict)
+                ):
                     pages.append(m)
     return header, pages
 
@@ -113,11 +138,16 @@ def _series(pages: list[dict[str, Any]], t0: int) -> dict[str, dict[str, list[fl
     step = max(1, len(pages) // MAX_POINTS)
     out: dict[str, dict[str, list[float]]] = {}
     for name in (*SHOWN, "prefix_cache_hits", "prefix_cache_queries"):
-        kept = [(p["t_ns"], float(p["series"][name])) for p in pages
-                if isinstance(p["series"].get(name), int | float)]  # fmt: skip
+        kept = [
+            (p["t_ns"], float(p["series"][name]))
+            for p in pages
+            if isinstance(p["series"].get(name), int | float)
+        ]
         if kept:
-            out[name] = {"t_s": [(t - t0) / 1e9 for t, _ in kept[::step]],
-                         "values": [v for _, v in kept[::step]]}  # fmt: skip
+            out[name] = {
+                "t_s": [(t - t0) / 1e9 for t, _ in kept[::step]],
+                "values": [v for _, v in kept[::step]],
+            }
     hits, queries = out.get("prefix_cache_hits"), out.get("prefix_cache_queries")
     if "prefix_cache_hit_rate" not in out and hits and queries and len(hits["values"]) > 1:
         asked = queries["values"][-1] - queries["values"][0]
@@ -127,35 +157,19 @@ def _series(pages: list[dict[str, Any]], t0: int) -> dict[str, dict[str, list[fl
     return out
 
 
-def findings(series: dict[str, dict[str, list[float]]], side: Side,
-             limits: dict[str, float]) -> list[Finding]:  # fmt: skip
-    """The rules of the module docstring, in order."""
-    out: list[Finding] = []
-    waiting, running = series.get("waiting"), series.get("running")
-    if waiting and running and len(waiting["values"]) == len(running["values"]):
-        w, r = np.array(waiting["values"]), np.array(running["values"])
-        hit = (w > limits["waiting"]) & (r < limits["running"])
-        if hit.any():
-            out.append({"rule": "admission", "text": (
-                f"admission or prefill bound: more than {limits['waiting']:g} requests waiting "
-                f"while fewer than {limits['running']:g} ran, in {hit.mean():.0%} of the "
-                f"samples (waiting up to {w.max():,.0f})")})  # fmt: skip
-    kv, pre = series.get("kv_cache_usage"), series.get("preemptions")
-    kv_max = max(kv["values"]) if kv else 0.0
-    preempted = pre["values"][-1] - pre["values"][0] if pre else 0.0
-    if kv_max > limits["kv_cache"] or preempted > 0:
-        out.append({"rule": "memory", "text": (
-            f"memory bound: KV-cache usage up to {kv_max:.0%} (limit {limits['kv_cache']:.0%}), "
-            f"{preempted:,.0f} preemptions during the run")})  # fmt: skip
-    rate = series.get("prefix_cache_hit_rate")
-    inputs = side.input_tokens[side.input_tokens >= 0]
-    median_in = float(np.median(inputs)) if inputs.size else 0.0
-    if rate and median_in >= limits["long_input"] and rate["values"][-1] < limits["hit_rate"]:
-        text = (
-            f"cache bound: prefix-cache hit rate {rate['values'][-1]:.0%} (under "
-            f"{limits['hit_rate']:.0%}) with a median prompt of {median_in:,.0f} tokens"
+def findings(
+    series: dict[str, dict[str, list[float]]], side: Side, limits: dict[str, float]
+) -> list[Finding]:
+    """The rules of the module docstring, in order; "outside" only when no other holds."""
+    out = [
+        found
+        for found in (
+            _admission(series, limits),
+            _memory(series, limits),
+            _cache(series, side, limits),
         )
-        out.append({"rule": "cache", "text": text})
+        if found is not None
+    ]
     rise = _latency_rise(side)
     if not out and rise is not None and rise >= limits["latency_rise"]:
         text = (
@@ -164,6 +178,52 @@ def findings(series: dict[str, dict[str, list[float]]], side: Side,
         )
         out.append({"rule": "outside", "text": text})
     return out
+
+
+def _admission(
+    series: dict[str, dict[str, list[float]]], limits: dict[str, float]
+) -> Finding | None:
+    waiting, running = series.get("waiting"), series.get("running")
+    if not (waiting and running and len(waiting["values"]) == len(running["values"])):
+        return None
+    w, r = np.array(waiting["values"]), np.array(running["values"])
+    hit = (w > limits["waiting"]) & (r < limits["running"])
+    if not hit.any():
+        return None
+    text = (
+        f"admission or prefill bound: more than {limits['waiting']:g} requests waiting "
+        f"while fewer than {limits['running']:g} ran, in {hit.mean():.0%} of the "
+        f"samples (waiting up to {w.max():,.0f})"
+    )
+    return {"rule": "admission", "text": text}
+
+
+def _memory(series: dict[str, dict[str, list[float]]], limits: dict[str, float]) -> Finding | None:
+    kv, pre = series.get("kv_cache_usage"), series.get("preemptions")
+    kv_max = max(kv["values"]) if kv else 0.0
+    preempted = pre["values"][-1] - pre["values"][0] if pre else 0.0
+    if kv_max <= limits["kv_cache"] and preempted <= 0:
+        return None
+    text = (
+        f"memory bound: KV-cache usage up to {kv_max:.0%} (limit {limits['kv_cache']:.0%}), "
+        f"{preempted:,.0f} preemptions during the run"
+    )
+    return {"rule": "memory", "text": text}
+
+
+def _cache(
+    series: dict[str, dict[str, list[float]]], side: Side, limits: dict[str, float]
+) -> Finding | None:
+    rate = series.get("prefix_cache_hit_rate")
+    inputs = side.input_tokens[side.input_tokens >= 0]
+    median_in = float(np.median(inputs)) if inputs.size else 0.0
+    if not rate or median_in < limits["long_input"] or rate["values"][-1] >= limits["hit_rate"]:
+        return None
+    text = (
+        f"cache bound: prefix-cache hit rate {rate['values'][-1]:.0%} (under "
+        f"{limits['hit_rate']:.0%}) with a median prompt of {median_in:,.0f} tokens"
+    )
+    return {"rule": "cache", "text": text}
 
 
 def _latency_rise(side: Side) -> float | None:

@@ -76,8 +76,9 @@ def _plots(report: Report) -> list[str]:
     return [*_latency_plots(cdf, over_time, rate, lag), *_engine_plots(report)]
 
 
-def _latency_plots(cdf: list[Line], over_time: list[Line], rate: list[Line],
-                   lag: list[Line]) -> list[str]:  # fmt: skip
+def _latency_plots(
+    cdf: list[Line], over_time: list[Line], rate: list[Line], lag: list[Line]
+) -> list[str]:
     return [
         line_chart(
             "latency by percentile",
@@ -105,7 +106,11 @@ def _engine_plots(report: Report) -> list[str]:
     queues = line("waiting", "#d62728") + line("running", "#2ca02c")
     memory = line("kv_cache_usage", "#9467bd") + line("gpu_utilization", "#8c564b")
     return [
-        line_chart("target: requests waiting and running", queues, x_label="s from start",
-                   y_label="requests"),
+        line_chart(
+            "target: requests waiting and running",
+            queues,
+            x_label="s from start",
+            y_label="requests",
+        ),
         line_chart("target: KV-cache usage", memory, x_label="s from start", y_label="0..1"),
-    ]  # fmt: skip
+    ]

@@ -28,8 +28,13 @@ from tailreplay.report.side import Side
 from tailreplay.traces.client_health import ClientVerdict
 
 __all__ = [
-    "LATE_START_S", "SETTLED_AFTER_S", "ShardLags", "check_one_run", "missing_shards", "shard_lags",
-]  # fmt: skip
+    "LATE_START_S",
+    "SETTLED_AFTER_S",
+    "ShardLags",
+    "check_one_run",
+    "missing_shards",
+    "shard_lags",
+]
 
 LATE_START_S = 1.0
 """A shard whose first request went out more than this behind schedule started late."""
@@ -73,10 +78,14 @@ class ShardLags:
     def block(self, client: ClientVerdict | None) -> Shards:
         """The report's ``shards``."""
         return {
-            "count": self.count, "late_start_s": LATE_START_S, "rows": self.rows,
-            "late": [r["label"] for r in self.late], "lag_p99_ms": self.lag_p99_ms,
-            "catch_up": int(self.catch_up.sum()), "lag_cause": self.cause(client),
-        }  # fmt: skip
+            "count": self.count,
+            "late_start_s": LATE_START_S,
+            "rows": self.rows,
+            "late": [r["label"] for r in self.late],
+            "lag_p99_ms": self.lag_p99_ms,
+            "catch_up": int(self.catch_up.sum()),
+            "lag_cause": self.cause(client),
+        }
 
     def lines(self, client: ClientVerdict | None) -> list[str]:
         """A line per late shard, and one saying whether the late starts explain the lag."""
@@ -91,15 +100,19 @@ class ShardLags:
             return lines
         which = "the late start" + ("s of shards " if len(late) > 1 else " of shard ")
         which += ", ".join(r["label"] for r in late)
-        without = (f"without the catch-up ({int(self.catch_up.sum()):,} requests) the P99 is "
-                   f"{client['lag_p99_ms']:,.1f} ms (limit {self.lag_limit_ms:g} ms)")  # fmt: skip
+        without = (
+            f"without the catch-up ({int(self.catch_up.sum()):,} requests) the P99 is "
+            f"{client['lag_p99_ms']:,.1f} ms (limit {self.lag_limit_ms:g} ms)"
+        )
         cause = self.cause(client)
         if cause == "client":
             verb = "do" if len(late) > 1 else "does"
             lines.append(f"{which} {verb} not explain the dispatch lag: {without}")
         elif cause == "late start":
-            lines.append(f"the dispatch lag P99 of {self.lag_p99_ms:,.0f} ms comes from {which}: "
-                         f"{without}, so the client kept up")  # fmt: skip
+            lines.append(
+                f"the dispatch lag P99 of {self.lag_p99_ms:,.0f} ms comes from {which}: "
+                f"{without}, so the client kept up"
+            )
         return lines
 
 
@@ -123,23 +136,35 @@ def shard_lags(side: Side, lag_limit_ms: float) -> ShardLags | None:
         rows.append(_row(side, (int(shard), count), int(n), order[lo:hi], limit_ns, catch_up))
     lags = side.lag_ns[sent]
     return ShardLags(
-        rows=rows, count=count, catch_up=catch_up,
+        rows=rows,
+        count=count,
+        catch_up=catch_up,
         lag_p99_ms=float(np.percentile(lags, 99)) / 1e6 if lags.size else None,
         lag_limit_ms=lag_limit_ms,
         behind="the workers' common start" if _workers(side) else "--start-at",
-    )  # fmt: skip
+    )
 
 
 def _row(
-    side: Side, shard: tuple[int, int], requests: int, sent: Array, limit_ns: float,
+    side: Side,
+    shard: tuple[int, int],
+    requests: int,
+    sent: Array,
+    limit_ns: float,
     catch_up: Array,
-) -> ShardRow:  # fmt: skip
+) -> ShardRow:
     """Shard ``i/N``'s row from its ``sent`` requests (in send order); marks its catch-up."""
     row: ShardRow = {
-        "shard": shard[0], "label": f"{shard[0]}/{shard[1]}", "requests": requests,
-        "first_lag_ms": None, "lag_p50_ms": None, "lag_p99_ms": None,
-        "lag_p99_after_first_s_ms": None, "late": False, "catch_up": 0,
-    }  # fmt: skip
+        "shard": shard[0],
+        "label": f"{shard[0]}/{shard[1]}",
+        "requests": requests,
+        "first_lag_ms": None,
+        "lag_p50_ms": None,
+        "lag_p99_ms": None,
+        "lag_p99_after_first_s_ms": None,
+        "late": False,
+        "catch_up": 0,
+    }
     if not sent.size:
         return row
     lags, starts = side.lag_ns[sent], side.start_ns[sent]
@@ -183,8 +208,15 @@ def _count(side: Side, highest: int) -> int:
     return max(counts)
 
 
-RUN_SETTINGS = ("archives", "speed", "tail_stretch", "tail_quantile", "amplify", "shards",
-                "start_at_ns")  # fmt: skip
+RUN_SETTINGS = (
+    "archives",
+    "speed",
+    "tail_stretch",
+    "tail_quantile",
+    "amplify",
+    "shards",
+    "start_at_ns",
+)
 """What the result archives of one replay's shards share (their headers')."""
 
 

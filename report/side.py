@@ -25,8 +25,16 @@ __all__ = ["Side", "load_side"]
 
 Array = npt.NDArray[Any]
 _GAP_FLUSH = 1 << 20
-_INTS = ("start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "input_tokens", "output_tokens",
-         "lag_ns", "shard")  # fmt: skip
+_INTS = (
+    "start_ns",
+    "duration_ns",
+    "ttfb_ns",
+    "ttft_content_ns",
+    "input_tokens",
+    "output_tokens",
+    "lag_ns",
+    "shard",
+)
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
 _FLAGS = ("stream", "error", "tail", "estimated", "retry", "cancelled")
@@ -165,10 +173,14 @@ class _Columns:
 
     def arrays(self) -> dict[str, Array]:
         """Every column of ``_INTS`` (int64) and ``_FLAGS`` (bool) as a numpy array."""
-        ints = {name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
-                for name, col in self.ints.items()}  # fmt: skip
-        flags = {name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
-                 for name, col in self.flags.items()}  # fmt: skip
+        ints = {
+            name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
+            for name, col in self.ints.items()
+        }
+        flags = {
+            name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
+            for name, col in self.flags.items()
+        }
         return {**ints, **flags}
 
     def labelled(self) -> tuple[dict[str, Array], dict[str, list[str]]]:
@@ -189,8 +201,11 @@ def _code(values: list[Any], *, strip_query: bool) -> tuple[Array, list[str]]:
     """Per value its index among the distinct strings in first-seen order (-1: not a
     string); paths are classed without their query string."""
     first: dict[str, int] = {}
-    codes = np.fromiter((first.setdefault(v, len(first)) if type(v) is str else -1
-                         for v in values), dtype=np.int64, count=len(values))  # fmt: skip
+    codes = np.fromiter(
+        (first.setdefault(v, len(first)) if type(v) is str else -1 for v in values),
+        dtype=np.int64,
+        count=len(values),
+    )
     if not strip_query:
         return codes, list(first)
     bare: dict[str, int] = {}

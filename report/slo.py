@@ -93,8 +93,9 @@ def _parse(text: str) -> Objective:
     try:
         seconds = parse_duration(limit_text)
     except UsageError:
-        raise UsageError(f"invalid --slo {text!r}: the limit is a duration or a factor "
-                         f"like 1.2x; {_EXAMPLE}") from None  # fmt: skip
+        raise UsageError(
+            f"invalid --slo {text!r}: the limit is a duration or a factor like 1.2x; {_EXAMPLE}"
+        ) from None
     return Objective(text, metric, q, seconds * 1000, False, weight)
 
 

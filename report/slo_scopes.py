@@ -65,8 +65,9 @@ def by_class(
             "replayed": summarize(replayed, codes == i, None, rng, itl=False)
         }
         if recorded is not None:
-            sides["recorded"] = summarize(recorded, _same_class(recorded, field, label), None,
-                                          rng, itl=False)  # fmt: skip
+            sides["recorded"] = summarize(
+                recorded, _same_class(recorded, field, label), None, rng, itl=False
+            )
         rows.append(_row(f"{field}={label}", sides, objectives, replayed, codes == i, judged=True))
     return _scope(f"by {field}", rows, objectives)
 
@@ -96,8 +97,9 @@ def by_window(
             if base is not None:
                 sides["recorded"] = base
             name = f"{k * window_s:g}-{(k + 1) * window_s:g} s"
-            rows.append(_row(name, sides, objectives, replayed, sel,
-                             judged=int(sel.sum()) >= MIN_REQUESTS))  # fmt: skip
+            rows.append(
+                _row(name, sides, objectives, replayed, sel, judged=int(sel.sum()) >= MIN_REQUESTS)
+            )
     return _scope(f"per {window_s:g} s window", rows, objectives)
 
 
@@ -124,8 +126,13 @@ def _row(
     oks = [c["ok"] for c in cells.values()]
     passed = (all(ok is True for ok in oks)) if judged else None
     share = goodput(replayed, sel, objectives)
-    return {"scope": name, "requests": int(sel.sum()), "goodput": share, "cells": cells,
-            "passed": passed}  # fmt: skip
+    return {
+        "scope": name,
+        "requests": int(sel.sum()),
+        "goodput": share,
+        "cells": cells,
+        "passed": passed,
+    }
 
 
 def _scope(name: str, rows: list[ScopeRow], objectives: Sequence[Objective]) -> SloScope:

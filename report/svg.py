@@ -25,8 +25,12 @@ class Line:
 def line_chart(
     title: str, lines: Sequence[Line], *, x_label: str, y_label: str, log_y: bool = False
 ) -> str:
-    points = [(x, y) for line in lines for x, y in zip(line.xs, line.ys, strict=True)
-              if y is not None and (y > 0 or not log_y)]  # fmt: skip
+    points = [
+        (x, y)
+        for line in lines
+        for x, y in zip(line.xs, line.ys, strict=True)
+        if y is not None and (y > 0 or not log_y)
+    ]
     if not points:
         return f"<p><em>{escape(title)}: no data</em></p>"
     x_lo, x_hi = min(p[0] for p in points), max(p[0] for p in points)
@@ -55,21 +59,29 @@ def line_chart(
     ]
     for i in range(5):
         fx = x_lo + (x_hi - x_lo) * i / 4
-        parts.append(f'<text x="{sx(fx):.1f}" y="{_H - _BOTTOM + 14}" '
-                     f'text-anchor="middle">{_tick(fx)}</text>')  # fmt: skip
+        parts.append(
+            f'<text x="{sx(fx):.1f}" y="{_H - _BOTTOM + 14}" '
+            f'text-anchor="middle">{_tick(fx)}</text>'
+        )
         vy = 10 ** (y0 + (y1 - y0) * i / 4) if log_y else y0 + (y1 - y0) * i / 4
-        parts.append(f'<text x="{_LEFT - 4}" y="{sy(vy) + 4:.1f}" '
-                     f'text-anchor="end">{_tick(vy)}</text>')  # fmt: skip
-    parts.append(f'<text x="{(_W + _LEFT) / 2}" y="{_H - 8}" '
-                 f'text-anchor="middle">{escape(x_label)}</text>')  # fmt: skip
+        parts.append(
+            f'<text x="{_LEFT - 4}" y="{sy(vy) + 4:.1f}" text-anchor="end">{_tick(vy)}</text>'
+        )
+    parts.append(
+        f'<text x="{(_W + _LEFT) / 2}" y="{_H - 8}" text-anchor="middle">{escape(x_label)}</text>'
+    )
     mid = (_H - _BOTTOM + _TOP) / 2
-    parts.append(f'<text x="14" y="{mid}" text-anchor="middle" '
-                 f'transform="rotate(-90 14 {mid})">{escape(y_label)}</text>')  # fmt: skip
+    parts.append(
+        f'<text x="14" y="{mid}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {mid})">{escape(y_label)}</text>'
+    )
     for n, line in enumerate(lines):
         for run in _runs(line, log_y):
             coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in run)
-            parts.append(f'<polyline points="{coords}" fill="none" stroke="{line.color}" '
-                         f'stroke-width="1.5"/>')  # fmt: skip
+            parts.append(
+                f'<polyline points="{coords}" fill="none" stroke="{line.color}" '
+                f'stroke-width="1.5"/>'
+            )
         lx = _LEFT + 8 + n * 150
         parts.append(f'<rect x="{lx}" y="{_TOP + 6}" width="10" height="10" fill="{line.color}"/>')
         parts.append(f'<text x="{lx + 14}" y="{_TOP + 15}">{escape(line.name)}</text>')

@@ -157,8 +157,10 @@ def _overview(report: Report) -> ReportTable:
     if scale is not None and scale != 1 and "recorded" in report["overall"]:
         # Rates are compared as the replay asked for them: at 2x, twice the recorded.
         rec = report["overall"]["recorded"]
-        expected = {_THROUGHPUT: (rec["throughput_rps"], 2),
-                    "output tokens/s": (rec["output_tokens_per_s"], 0)}  # fmt: skip
+        expected = {
+            _THROUGHPUT: (rec["throughput_rps"], 2),
+            "output tokens/s": (rec["output_tokens_per_s"], 0),
+        }
         t.columns.insert(2, f"recorded x{scale:g}")
         for row in t.rows:
             value, digits = expected.get(row[0], (None, 0))
@@ -181,16 +183,26 @@ def _shards(shards: Shards) -> ReportTable:
     )
     for r in shards["rows"]:
         first = ms(r["first_lag_ms"]) + (" LATE" if r["late"] else "")
-        t.rows.append([r["label"], f"{r['requests']:,}", first, ms(r["lag_p50_ms"]),
-                       ms(r["lag_p99_ms"]), ms(r["lag_p99_after_first_s_ms"])])  # fmt: skip
+        t.rows.append(
+            [
+                r["label"],
+                f"{r['requests']:,}",
+                first,
+                ms(r["lag_p50_ms"]),
+                ms(r["lag_p99_ms"]),
+                ms(r["lag_p99_after_first_s_ms"]),
+            ]
+        )
     if shards["late"]:
         t.note += (
             f"; LATE: started more than {shards['late_start_s']:g} s behind schedule; the "
             f"late shards' catch-up ({shards['catch_up']:,} requests sent before each was "
             "back on schedule) is left out of the client verdict"
         )
-    cause = {"late start": "the late starts, not the client",
-             "client": "the client (the late starts do not explain it)"}  # fmt: skip
+    cause = {
+        "late start": "the late starts, not the client",
+        "client": "the client (the late starts do not explain it)",
+    }
     if shards["lag_cause"] is not None:
         t.note += f"; dispatch lag P99 {ms(shards['lag_p99_ms'])} ms over every request, from "
         t.note += cause[shards["lag_cause"]]
@@ -208,11 +220,15 @@ def _phases(report: Report) -> ReportTable:
         lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
         t.rows.append(
             [
-                row["phase"], num(row["seconds"], 1), f"{s['requests']:,}",
-                num(s["throughput_rps"], 2), *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
-                ms(_value(ttft, "p99")), pct(s["error_rate"]),
+                row["phase"],
+                num(row["seconds"], 1),
+                f"{s['requests']:,}",
+                num(s["throughput_rps"], 2),
+                *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
+                ms(_value(ttft, "p99")),
+                pct(s["error_rate"]),
             ]
-        )  # fmt: skip
+        )
     return t
 
 
@@ -225,9 +241,17 @@ def _closed_loop(report: Report) -> ReportTable:
     for row in report["closed_loop"]:
         s = row["replayed"]
         lat = s["metrics"].get("latency")
-        t.rows.append([row["users"], row["range"], f"{s['requests']:,}",
-                       num(s["throughput_rps"], 2), ms(_value(lat, "p50")),
-                       ms(_value(lat, "p95")), pct(s["error_rate"])])  # fmt: skip
+        t.rows.append(
+            [
+                row["users"],
+                row["range"],
+                f"{s['requests']:,}",
+                num(s["throughput_rps"], 2),
+                ms(_value(lat, "p50")),
+                ms(_value(lat, "p95")),
+                pct(s["error_rate"]),
+            ]
+        )
     return t
 
 
@@ -242,8 +266,15 @@ def _retries(report: Report) -> ReportTable:
         if r is None:
             continue
         label = side_label(report, name)
-        t.rows.append([label, "all", f"{r['first_attempts']:,}", f"{r['retries']:,}",
-                       f"{r['attempts_per_request']:.2f}"])  # fmt: skip
+        t.rows.append(
+            [
+                label,
+                "all",
+                f"{r['first_attempts']:,}",
+                f"{r['retries']:,}",
+                f"{r['attempts_per_request']:.2f}",
+            ]
+        )
         for t_s, first, again in r["by_time"]:
             share = f"{(first + again) / first:.2f}" if first else "-"
             t.rows.append([label, f"{t_s:g}", f"{first:,}", f"{again:,}", share])
@@ -282,9 +313,11 @@ def _scope_table(scope: SloScope) -> ReportTable:
         + (f"; spread across judged rows: {spread}" if spread else ""),
     )
     for row in scope["rows"]:
-        cells = [("-" if c["value"] is None else f"{c['value']:,.4g}")
-                 + {True: " ok", False: " MISSED", None: ""}[c["ok"]]
-                 for c in row["cells"].values()]  # fmt: skip
+        cells = [
+            ("-" if c["value"] is None else f"{c['value']:,.4g}")
+            + {True: " ok", False: " MISSED", None: ""}[c["ok"]]
+            for c in row["cells"].values()
+        ]
         verdict = {True: "pass", False: "FAIL", None: "not judged"}[row["passed"]]
         t.rows.append([row["scope"], f"{row['requests']:,}", pct(row["goodput"]), *cells, verdict])
     return t
@@ -298,8 +331,9 @@ def _errors(report: Report) -> ReportTable:
     )
     for side, kinds in side_items(report["errors"]):
         for e in kinds:
-            t.rows.append([e["kind"], side_label(report, side), f"{e['count']:,}",
-                           e["message"] or "-"])  # fmt: skip
+            t.rows.append(
+                [e["kind"], side_label(report, side), f"{e['count']:,}", e["message"] or "-"]
+            )
     return t
 
 
@@ -316,8 +350,7 @@ def _percentiles(report: Report) -> ReportTable:
             if per_q is None:
                 continue
             values = [ms(_value(per_q, q)) for q in QUANTILES]
-            t.rows.append([label, side_label(report, side), *values,
-                           _interval(per_q.get("p99"))])  # fmt: skip
+            t.rows.append([label, side_label(report, side), *values, _interval(per_q.get("p99"))])
     if not t.rows:
         t.note = "nothing to measure: no successful request"
     return t
@@ -339,11 +372,14 @@ def _buckets(report: Report) -> ReportTable:
             lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
             t.rows.append(
                 [
-                    row["range"] if n == 0 else "", side_label(report, side), f"{s['requests']:,}",
+                    row["range"] if n == 0 else "",
+                    side_label(report, side),
+                    f"{s['requests']:,}",
                     *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
-                    ms(_value(ttft, "p99")), pct(s["error_rate"]),
+                    ms(_value(ttft, "p99")),
+                    pct(s["error_rate"]),
                 ]
-            )  # fmt: skip
+            )
     if not t.rows:
         t.note = "nothing to measure: no successful request"
     return t
@@ -370,11 +406,14 @@ def slo_table(slo: SloMatrix, side: str = "replayed") -> ReportTable:
             where = "no data"
         t.rows.append(
             [
-                row["objective"], f"{row['weight']:g}", show(overall["value"]),
-                show(overall["limit"]), {True: "met", False: "MISSED", None: "no data"}[
-                    overall["ok"]], where,
+                row["objective"],
+                f"{row['weight']:g}",
+                show(overall["value"]),
+                show(overall["limit"]),
+                {True: "met", False: "MISSED", None: "no data"}[overall["ok"]],
+                where,
             ]
-        )  # fmt: skip
+        )
     return t
 
 
@@ -432,8 +471,11 @@ def _deltas(d: Deltas) -> list[ReportTable]:
     for w in d["worst"]:
         worst.rows.append(
             [
-                w["trace_id"], f"{w['input_tokens']:,}", ms(w["recorded_ms"]),
-                ms(w["replayed_ms"]), "yes" if w["tail"] else "",
+                w["trace_id"],
+                f"{w['input_tokens']:,}",
+                ms(w["recorded_ms"]),
+                ms(w["replayed_ms"]),
+                "yes" if w["tail"] else "",
             ]
-        )  # fmt: skip
+        )
     return [t, worst]

@@ -132,8 +132,9 @@ def print_report(line: str, tables: list[ReportTable], console: Console | None =
         if not t.rows:  # a finding in words, not a table
             console.print(f"{t.title}: {t.note}")
             continue
-        table = Table(title=t.title, title_justify="left", caption=t.note or None,
-                      caption_justify="left")  # fmt: skip
+        table = Table(
+            title=t.title, title_justify="left", caption=t.note or None, caption_justify="left"
+        )
         for i, col in enumerate(t.columns):
             # The row label stays whole; figures fold rather than lose digits to "…".
             if i == 0:

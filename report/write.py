@@ -93,6 +93,18 @@ def write_report(
         report["slo"] = slo
     line = headline(report, slo)
     tables = report_tables(report, slo)
+    _write_files(options, report, line, tables)
+    if options.deltas_out is not None:
+        if recorded is None:
+            raise UsageError("--deltas needs the recorded archive: pass --recorded")
+        _write_deltas(options.deltas_out, recorded, replayed)
+    return ReportResult(report, slo, line, tables)
+
+
+def _write_files(
+    options: ReportOptions, report: Report, line: str, tables: list[ReportTable]
+) -> None:
+    """The report as JSON, Markdown and HTML, each where asked."""
     if options.json_out is not None:
         with open_private(options.json_out) as f:
             json.dump(report, f, indent=1)
@@ -107,11 +119,6 @@ def write_report(
 
         with open_private(options.html_out) as f:
             f.write(html_report(line, tables, report))
-    if options.deltas_out is not None:
-        if recorded is None:
-            raise UsageError("--deltas needs the recorded archive: pass --recorded")
-        _write_deltas(options.deltas_out, recorded, replayed)
-    return ReportResult(report, slo, line, tables)
 
 
 def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, replayed: Side) -> None:
@@ -125,8 +132,9 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
             by_class(options.objectives, recorded, replayed, options.slo_by, options.seed)
         )
     if options.slo_window_s is not None:
-        scopes.append(by_window(options.objectives, recorded, replayed, options.slo_window_s,
-                                options.seed))  # fmt: skip
+        scopes.append(
+            by_window(options.objectives, recorded, replayed, options.slo_window_s, options.seed)
+        )
     if scopes:
         slo["scopes"] = scopes
         slo["passed"] = slo["passed"] and all(s["passed"] for s in scopes)
@@ -145,9 +153,14 @@ def slo_verdict(result: ReportResult) -> dict[str, Any] | None:
     judged = client is None or not client["client_bound"]
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
     failed = {scope["name"]: scope["failed"] for scope in slo.get("scopes", []) if scope["failed"]}
-    return {"passed": slo["passed"] if judged else None, "judged": judged,
-            "score": slo["score"], "min_score": slo["min_score"], "missed": missed,
-            "failed": failed}  # fmt: skip
+    return {
+        "passed": slo["passed"] if judged else None,
+        "judged": judged,
+        "score": slo["score"],
+        "min_score": slo["min_score"],
+        "missed": missed,
+        "failed": failed,
+    }
 
 
 def fail_on_slo(result: ReportResult) -> None:
@@ -164,8 +177,11 @@ def fail_on_slo(result: ReportResult) -> None:
     if slo is None or slo["passed"]:
         return
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
-    scoped = [f"{s['name']}: {', '.join(s['failed'][:5])}" + (" ..." * (len(s["failed"]) > 5))
-              for s in slo.get("scopes", []) if s["failed"]]  # fmt: skip
+    scoped = [
+        f"{s['name']}: {', '.join(s['failed'][:5])}" + (" ..." * (len(s["failed"]) > 5))
+        for s in slo.get("scopes", [])
+        if s["failed"]
+    ]
     score = slo["score"]
     if score is not None and score < slo["min_score"]:
         why = f"score {score:.2f} < {slo['min_score']:.2f} (missed: {', '.join(missed)})"
@@ -189,9 +205,12 @@ def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Pa
 
 
 def _load_recorded(
-    paths: Sequence[Path], replayed: Side, skip_corrupt: bool, say: Callable[[str], None],
+    paths: Sequence[Path],
+    replayed: Side,
+    skip_corrupt: bool,
+    say: Callable[[str], None],
     classes: Sequence[str],
-) -> Side:  # fmt: skip
+) -> Side:
     """The recorded requests the replay sent (a --limit, window or shard sent a part).
 
     Compared whole, a replay of the first 400 requests would face the percentiles of

@@ -174,9 +174,12 @@ class Engine:
             )
 
     def submit(
-        self, prompt_tokens: int, target: int, block_hashes: list[int] | None = None,
+        self,
+        prompt_tokens: int,
+        target: int,
+        block_hashes: list[int] | None = None,
         acceptance: float = 0.0,
-    ) -> Sequence:  # fmt: skip
+    ) -> Sequence:
         """Queue a sequence; raises QueueFull or NeverFits.
 
         ``block_hashes`` are its prompt's (``prefix_cache.block_hashes``); ignored

@@ -31,8 +31,16 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
     >>> with sim_process(["--profile", "fast", "--seed", "3"]) as url: ...
     """
     # It stops by itself if this process dies without stopping it (SIGKILL).
-    cmd = [sys.executable, "-m", "tailreplay.sim", "--listen", "127.0.0.1:0",
-           "--exit-with-parent", str(os.getpid()), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tailreplay.sim",
+        "--listen",
+        "127.0.0.1:0",
+        "--exit-with-parent",
+        str(os.getpid()),
+        *args,
+    ]
     # A session of its own: Ctrl-C at a terminal reaches the whole process group, and the
     # parent, not the simulator, decides what it means (it stops the simulator, below).
     child = subprocess.Popen(
@@ -110,8 +118,16 @@ class BuiltinSim:
         p = self.sized(longest)
         return sim_process(
             (
-                "--profile", self.profile, "--seed", str(self.seed), "--nice", str(self.nice),
-                "--max-model-len", str(p.max_model_len), "--kv-tokens", str(p.kv_tokens),
+                "--profile",
+                self.profile,
+                "--seed",
+                str(self.seed),
+                "--nice",
+                str(self.nice),
+                "--max-model-len",
+                str(p.max_model_len),
+                "--kv-tokens",
+                str(p.kv_tokens),
                 *self.sim_args,
             )
-        )  # fmt: skip
+        )

@@ -49,20 +49,42 @@ class Common(NamedTuple):
 
 
 COMMON: dict[str, Common] = {
-    "waiting": Common(("vllm:num_requests_waiting", "sglang:num_queue_reqs", "tgi_queue_size",
-                       "llamacpp:requests_deferred"), "sum"),
-    "running": Common(("vllm:num_requests_running", "sglang:num_running_reqs",
-                       "tgi_batch_current_size", "llamacpp:requests_processing"), "sum"),
-    "kv_cache_usage": Common(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
-                              "sglang:token_usage", "llamacpp:kv_cache_usage_ratio"), "mean"),
+    "waiting": Common(
+        (
+            "vllm:num_requests_waiting",
+            "sglang:num_queue_reqs",
+            "tgi_queue_size",
+            "llamacpp:requests_deferred",
+        ),
+        "sum",
+    ),
+    "running": Common(
+        (
+            "vllm:num_requests_running",
+            "sglang:num_running_reqs",
+            "tgi_batch_current_size",
+            "llamacpp:requests_processing",
+        ),
+        "sum",
+    ),
+    "kv_cache_usage": Common(
+        (
+            "vllm:kv_cache_usage_perc",
+            "vllm:gpu_cache_usage_perc",
+            "sglang:token_usage",
+            "llamacpp:kv_cache_usage_ratio",
+        ),
+        "mean",
+    ),
     "prefix_cache_hits": Common(("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"), "sum"),
-    "prefix_cache_queries": Common(("vllm:prefix_cache_queries",
-                                    "vllm:gpu_prefix_cache_queries"), "sum"),
+    "prefix_cache_queries": Common(
+        ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"), "sum"
+    ),
     "prefix_cache_hit_rate": Common(("sglang:cache_hit_rate",), "mean"),
     "preemptions": Common(("vllm:num_preemptions",), "sum"),
     "gpu_memory_used_mib": Common(("DCGM_FI_DEV_FB_USED",), "sum"),
     "gpu_utilization": Common(("DCGM_FI_DEV_GPU_UTIL",), "mean_pct"),
-}  # fmt: skip
+}
 _KNOWN = {family for c in COMMON.values() for family in c.families}
 
 

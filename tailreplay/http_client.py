@@ -224,8 +224,9 @@ class UpstreamPool:
                 self._opening -= 1
             self._release(conn)
 
-        opened = await asyncio.gather(*(one() for _ in range(max(min(count, room), 0))),
-                                      return_exceptions=True)  # fmt: skip
+        opened = await asyncio.gather(
+            *(one() for _ in range(max(min(count, room), 0))), return_exceptions=True
+        )
         return sum(x is None for x in opened)
 
     def idle_count(self, origin: Origin) -> int:

@@ -86,10 +86,15 @@ _DECODER = json.JSONDecoder()
 # (OpenAI's names), nested as OpenAI nests the details.
 _PROMPT = (("prompt_tokens",), ("input_tokens",))
 _COMPLETION = (("completion_tokens",), ("output_tokens",))
-_CACHED = (("prompt_tokens_details", "cached_tokens"), ("input_tokens_details", "cached_tokens"),
-           ("cache_read_input_tokens",))  # fmt: skip
-_REASONING = (("completion_tokens_details", "reasoning_tokens"),
-              ("output_tokens_details", "reasoning_tokens"))  # fmt: skip
+_CACHED = (
+    ("prompt_tokens_details", "cached_tokens"),
+    ("input_tokens_details", "cached_tokens"),
+    ("cache_read_input_tokens",),
+)
+_REASONING = (
+    ("completion_tokens_details", "reasoning_tokens"),
+    ("output_tokens_details", "reasoning_tokens"),
+)
 
 
 def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
@@ -124,8 +129,12 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
 
 COUNT_LIMIT = 1 << 32
 """Token counts an archive holds are below this (``traces/validate.py``'s _TOKENS)."""
-_COUNTS = (("prompt_tokens", _PROMPT), ("completion_tokens", _COMPLETION),
-           ("cached_tokens", _CACHED), ("reasoning_tokens", _REASONING))  # fmt: skip
+_COUNTS = (
+    ("prompt_tokens", _PROMPT),
+    ("completion_tokens", _COMPLETION),
+    ("cached_tokens", _CACHED),
+    ("reasoning_tokens", _REASONING),
+)
 """Each count's paths in a usage object: a key, or a key and one under it."""
 
 

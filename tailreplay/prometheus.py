@@ -31,9 +31,34 @@ if TYPE_CHECKING:
     from aiohttp import web
 
 LATENCY_BUCKETS = (
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.45, 0.65, 0.95, 1.4, 2, 3, 4.5, 6.5,
-    9.5, 14, 20, 30, 45, 65, 95, 140, 200, 300,
-)  # fmt: skip
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.45,
+    0.65,
+    0.95,
+    1.4,
+    2,
+    3,
+    4.5,
+    6.5,
+    9.5,
+    14,
+    20,
+    30,
+    45,
+    65,
+    95,
+    140,
+    200,
+    300,
+)
 """Seconds, for every latency and TTFT histogram: no step wider than 1.5x from 100 ms to
 300 s, so a P99 read off them is within a few percent (wider steps put a true 15 s
 P99 near 30 s)."""

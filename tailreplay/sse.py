@@ -40,8 +40,17 @@ _MAX_PARTIAL = 1 << 20
 class StreamTimeline:
     """Feed it every chunk with its arrival time (ns, monotonic); read the timeline after."""
 
-    __slots__ = ("_last_ns", "_partial", "done", "first_answer_ns", "first_ns", "gaps_us",
-                 "malformed", "reasoning", "tokens")  # fmt: skip
+    __slots__ = (
+        "_last_ns",
+        "_partial",
+        "done",
+        "first_answer_ns",
+        "first_ns",
+        "gaps_us",
+        "malformed",
+        "reasoning",
+        "tokens",
+    )
 
     def __init__(self) -> None:
         self.first_ns: int | None = None
@@ -60,8 +69,15 @@ class StreamTimeline:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the proxy's exchange to the recorder process: a flat tuple.
-        state = (self.first_ns, self.first_answer_ns, self.gaps_us, self.tokens, self.reasoning,
-                 self.done, self.malformed)  # fmt: skip
+        state = (
+            self.first_ns,
+            self.first_answer_ns,
+            self.gaps_us,
+            self.tokens,
+            self.reasoning,
+            self.done,
+            self.malformed,
+        )
         return (_restore, state)
 
     def feed(self, chunk: bytes, now_ns: int) -> None:
@@ -115,9 +131,14 @@ class StreamTimeline:
 
 
 def _restore(
-    first_ns: int | None, first_answer_ns: int | None, gaps_us: list[int], tokens: int,
-    reasoning: int, done: bool, malformed: int,
-) -> StreamTimeline:  # fmt: skip
+    first_ns: int | None,
+    first_answer_ns: int | None,
+    gaps_us: list[int],
+    tokens: int,
+    reasoning: int,
+    done: bool,
+    malformed: int,
+) -> StreamTimeline:
     timeline = StreamTimeline()
     timeline.first_ns, timeline.first_answer_ns = first_ns, first_answer_ns
     timeline.gaps_us, timeline.tokens, timeline.reasoning = gaps_us, tokens, reasoning

@@ -1,4 +1,4 @@
-"""The layout holds: imports point down the layers, functions and modules stay small.
+"""The layout holds: imports point down the layers, and modules stay small.
 
 Layers (docs/architecture.md), lowest first; a module may import its own package
 and any package on a lower layer, never one beside or above it:
@@ -6,7 +6,10 @@ and any package on a lower layer, never one beside or above it:
     0  tailreplay (core: errors, units, OpenAI-API facts, ...)
     1  traces
     2  proxy, replayer, sim, exporters, report
-    3  tailreplay.cli, and every __main__.py (entry points, which nothing imports)
+    3  tailreplay.studies (one replay composed, capacity search, validate-model)
+    4  tailreplay.cli, and every __main__.py (entry points, which nothing imports)
+
+Functions are held small by ruff's mccabe check (C901, ``pyproject.toml``), not here.
 
 Read with ast, so lazy imports inside functions count as much as top-level ones.
 """
@@ -20,12 +23,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"traces": "traces", "proxy": "proxy", "replayer": "replayer", "sim": "sim",
-           "exporters": "exporters", "report": "report"}  # fmt: skip
+FOLDERS = ("traces", "proxy", "replayer", "sim", "exporters", "report")
 LAYER = {"core": 0, "traces": 1, "proxy": 2, "replayer": 2, "sim": 2, "exporters": 2,
-         "report": 2, "cli": 3}  # fmt: skip
-MAX_FUNCTION_LINES = 60
+         "report": 2, "studies": 3, "cli": 4}  # fmt: skip
 MAX_MODULE_LINES = 500
+"""Lines of a module as ``ruff format`` writes it (``make check`` holds the format)."""
+MAX_FMT_SKIPS = 10
+"""``# fmt: skip`` markers in the product: only where a table reads better aligned."""
 
 
 def _modules() -> Iterator[tuple[Path, str]]:
@@ -45,7 +49,7 @@ def _package(module: str) -> str:
     parts = module.split(".")
     if parts[-1] == "__main__":
         return "cli"
-    if len(parts) > 1 and (parts[1] in FOLDERS or parts[1] == "cli"):
+    if len(parts) > 1 and (parts[1] in FOLDERS or parts[1] in ("cli", "studies")):
         return parts[1]
     return "core"
 
@@ -102,23 +106,21 @@ def test_no_module_imports_itself_back_at_import_time() -> None:
     assert not cycles, "\n".join(cycles)
 
 
-def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node
-
-
 @pytest.mark.parametrize(("path", "module"), [pytest.param(p, m, id=m) for p, m in _modules()])
-def test_functions_and_modules_stay_small(path: Path, module: str) -> None:
-    source = path.read_text()
-    assert len(source.splitlines()) <= MAX_MODULE_LINES, f"{module}: split it by concern"
-    long = [
-        f"{fn.name} ({(fn.end_lineno or fn.lineno) - fn.lineno + 1} lines)"
-        for fn in _functions(ast.parse(source))
-        # From the def to the last line: a click command's option decorators don't count.
-        if (fn.end_lineno or fn.lineno) - fn.lineno + 1 > MAX_FUNCTION_LINES
+def test_modules_stay_small(path: Path, module: str) -> None:
+    assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES, f"{module}: split it by concern"
+
+
+def test_lines_are_not_packed_to_pass_the_gates() -> None:
+    """A ``# fmt: skip`` keeps lines joined that ruff would split: kept only for
+    aligned tables, each with its reason on the line above."""
+    skips = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path, _ in _modules()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "fmt: skip" in line
     ]
-    assert not long, f"{module}: {', '.join(long)}"
+    assert len(skips) <= MAX_FMT_SKIPS, "\n".join(skips)
 
 
 def test_the_checks_see_every_package() -> None:

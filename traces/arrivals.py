@@ -86,8 +86,17 @@ def fit_arrivals(
     rate = (times.size - 1) / duration
     profile = _rate_profile(times, duration, profile_bin_s) if profile_bin_s is not None else None
     mmpps = _fit_counts(times, clock, profile)
-    model = Arrivals("mmpp", rate, clock, None, None, mmpps[0], {}, profile_bin_s=profile_bin_s,
-                     rate_profile=profile[0].tolist() if profile is not None else None)  # fmt: skip
+    model = Arrivals(
+        "mmpp",
+        rate,
+        clock,
+        None,
+        None,
+        mmpps[0],
+        {},
+        profile_bin_s=profile_bin_s,
+        rate_profile=profile[0].tolist() if profile is not None else None,
+    )
     if clock.tick_s is None:
         op = _operational(times, *profile) if profile is not None else times
         gaps = np.diff(op)
@@ -219,8 +228,9 @@ def _tick_renewal(
     scores = [score(float(x)) for x in logs]
     i = int(np.argmin(scores))
     lo, hi = float(logs[max(i - 1, 0)]), float(logs[min(i + 1, logs.size - 1)])
-    best = optimize.minimize_scalar(score, bounds=(lo, hi), method="bounded",
-                                    options={"xatol": 0.01}).x  # fmt: skip
+    best = optimize.minimize_scalar(
+        score, bounds=(lo, hi), method="bounded", options={"xatol": 0.01}
+    ).x
     shape = math.exp(float(best))
     return Dist("weibull", shape, 1 / (rate * math.gamma(1 + 1 / shape)))
 
@@ -249,8 +259,13 @@ def _windows(clock: Clock, duration: float) -> list[float]:
     return usable
 
 
-def _idc(model: Arrivals, rng: np.random.Generator, duration: float, windows: Any,
-         arrivals: int = _CHECK_ARRIVALS) -> dict[float, float | None]:  # fmt: skip
+def _idc(
+    model: Arrivals,
+    rng: np.random.Generator,
+    duration: float,
+    windows: Any,
+    arrivals: int = _CHECK_ARRIVALS,
+) -> dict[float, float | None]:
     """The model's IDC at ``windows``, from a simulation of ``arrivals`` (at least
     the recording's span, at most the longer of it and ``_MAX_CHECK_S``). A million
     is 1,000 windows of a minute or more at 10 req/s, so the model's own estimate is
@@ -308,9 +323,11 @@ def _rate_profile(times: Array, duration_s: float, bin_s: float) -> tuple[Array,
         raise UsageError("--profile must be positive")
     nbins = math.ceil(duration_s / bin_s)
     if nbins > _MAX_PROFILE_BINS:
-        raise UsageError(f"--profile {bin_s:g}s makes {nbins:,} bins of this recording; at "
-                         f"most {_MAX_PROFILE_BINS:,} (give at least "
-                         f"{duration_s / _MAX_PROFILE_BINS:.0f}s)")  # fmt: skip
+        raise UsageError(
+            f"--profile {bin_s:g}s makes {nbins:,} bins of this recording; at "
+            f"most {_MAX_PROFILE_BINS:,} (give at least "
+            f"{duration_s / _MAX_PROFILE_BINS:.0f}s)"
+        )
     if nbins < 2:
         raise UsageError(
             f"--profile {bin_s:g}s is not shorter than the recording ({duration_s:g} s)"

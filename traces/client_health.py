@@ -123,16 +123,22 @@ def _cure(cpu: float, waited: float, stolen: float) -> str:
     """What to do about a client-bound run, by its likeliest cause: a replay that kept
     its core busy is told to spread, whatever else was also happening."""
     if cpu >= SATURATED:
-        return "The replay kept its core busy: replay with --workers, on a less busy "\
-            "machine, or slower."  # fmt: skip
+        return (
+            "The replay kept its core busy: replay with --workers, on a less busy "
+            "machine, or slower."
+        )
     if stolen >= STEAL_NOTED:
-        return "The host gave this machine's CPUs to other guests during the run (steal), "\
-            "which no replay setting wins back: replay on dedicated vCPUs or another "\
-            "host, or at a quieter time."  # fmt: skip
+        return (
+            "The host gave this machine's CPUs to other guests during the run (steal), "
+            "which no replay setting wins back: replay on dedicated vCPUs or another "
+            "host, or at a quieter time."
+        )
     if waited >= WAIT_NOTED:
-        return "Other processes held this machine's CPUs when sends were due (the target, "\
-            "other work, or the replay's own --workers): give the replay cores of its "\
-            "own, or replay slower."  # fmt: skip
+        return (
+            "Other processes held this machine's CPUs when sends were due (the target, "
+            "other work, or the replay's own --workers): give the replay cores of its "
+            "own, or replay slower."
+        )
     return "Replay on a less busy machine, with --workers, or slower."
 
 

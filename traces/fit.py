@@ -88,8 +88,10 @@ class Workload:
         if data.get("format") != "tailreplay-workload":
             raise InputError(f"{where}: not a tailreplay workload model (see `traces fit`)")
         if data.get("version") != MODEL_VERSION:
-            raise InputError(f"{where}: workload model version {data.get('version')!r} is not "
-                             f"{MODEL_VERSION}; fit it again with `traces fit`")  # fmt: skip
+            raise InputError(
+                f"{where}: workload model version {data.get('version')!r} is not "
+                f"{MODEL_VERSION}; fit it again with `traces fit`"
+            )
         try:
             fields = {k: v for k, v in data.items() if k not in ("format", "version")}
             a = dict(fields["arrivals"])
@@ -116,17 +118,25 @@ class Workload:
             f"{self.records:,} records over {self.duration_s:,.1f} s, {self.rate_rps:,.2f} req/s; "
             + a.clock.describe(),
             "arrivals: " + _describe_arrivals(a),
-            "burstiness (index of dispersion, recorded -> model): " + ", ".join(
-                f"{w:g} s {_num(r)} -> {_num(m)}" for w, r, m in
-                zip(a.burstiness["windows_s"], a.burstiness["recorded"], a.burstiness["model"],
-                    strict=True)),
+            "burstiness (index of dispersion, recorded -> model): "
+            + ", ".join(
+                f"{w:g} s {_num(r)} -> {_num(m)}"
+                for w, r, m in zip(
+                    a.burstiness["windows_s"],
+                    a.burstiness["recorded"],
+                    a.burstiness["model"],
+                    strict=True,
+                )
+            ),
             f"lengths: {n.components} joint components of (input, output) tokens; "
             f"KS input {n.ks_input:.3f}, output {n.ks_output:.3f}",
-        ]  # fmt: skip
+        ]
         if a.rate_profile is not None:
             lo, hi = min(a.rate_profile), max(a.rate_profile)
-            lines.append(f"rate curve: {len(a.rate_profile)} bins of {a.profile_bin_s:g} s, "
-                         f"{lo:.2f}x to {hi:.2f}x the mean")  # fmt: skip
+            lines.append(
+                f"rate curve: {len(a.rate_profile)} bins of {a.profile_bin_s:g} s, "
+                f"{lo:.2f}x to {hi:.2f}x the mean"
+            )
         return lines
 
 
@@ -135,8 +145,10 @@ def _describe_arrivals(a: Arrivals) -> str:
     if a.kind == "renewal" and a.renewal is not None:
         r = a.renewal
         head = f"renewal, {r.family} gaps of shape {r.shape:.3f} " + (
-            f"(KS {r.ks:.3f})" if r.ks is not None else
-            f"(fitted to counts on {a.clock.tick_s:g} s ticks)")  # fmt: skip
+            f"(KS {r.ks:.3f})"
+            if r.ks is not None
+            else f"(fitted to counts on {a.clock.tick_s:g} s ticks)"
+        )
     else:
         m = a.mmpp
         rates = ", ".join(f"{r:.2f}" for r in m.rates)
@@ -158,8 +170,9 @@ def fit(
     """Fit a workload model to the records of ``paths`` (with a rate curve of bins
     ``profile_bin_s`` long when given)."""
     paths = list(paths)
-    cols = load_columns(paths, ["input_tokens", "output_tokens", "stream"],
-                        skip_corrupt=skip_corrupt)  # fmt: skip
+    cols = load_columns(
+        paths, ["input_tokens", "output_tokens", "stream"], skip_corrupt=skip_corrupt
+    )
     if cols.n < 10:
         raise InputError(f"{cols.n} records are too few to fit a workload (at least 10)")
     rng = np.random.default_rng(seed)
@@ -169,8 +182,10 @@ def fit(
     inputs, outputs = cols["input_tokens"][both], cols["output_tokens"][both]
     usable = (inputs > 0) & (outputs > 0)
     if int(usable.sum()) < 10:
-        raise InputError("too few records with both input_tokens and output_tokens to fit "
-                         "their lengths (at least 10)")  # fmt: skip
+        raise InputError(
+            "too few records with both input_tokens and output_tokens to fit "
+            "their lengths (at least 10)"
+        )
     pick = _subset(np.flatnonzero(usable), rng)
     lengths = fit_lengths(inputs[pick], outputs[pick], rng)
     models, route = _shares([str(p) for p in paths], skip_corrupt)
@@ -192,21 +207,23 @@ def _warnings(a: Arrivals, n: Lengths, duration_s: float) -> list[str]:
     out = []
     if a.kind == "renewal" and a.renewal is not None and (a.renewal.ks or 0) > KS_WARN:
         out.append(f"the gap distribution fits poorly (KS {a.renewal.ks:.3f} > {KS_WARN})")
-    for w, r, m in zip(*(a.burstiness[k] for k in ("windows_s", "recorded", "model")),
-                       strict=True):  # fmt: skip
+    for w, r, m in zip(*(a.burstiness[k] for k in ("windows_s", "recorded", "model")), strict=True):
         if r is None or m is None or w is None:
             continue
         if r > 1.1 and m < 1:
-            out.append(f"the model is less bursty than Poisson at {w:g} s (index of dispersion "
-                       f"{m:.2f}) where the recording is burstier ({r:.2f})")  # fmt: skip
+            out.append(
+                f"the model is less bursty than Poisson at {w:g} s (index of dispersion "
+                f"{m:.2f}) where the recording is burstier ({r:.2f})"
+            )
         # A recording holds few long windows, so its own index there is uncertain: the
         # relative standard error of a variance from W windows is sqrt(2 / (W - 1)) for
         # normal counts, and larger for bursty ones; within three of those is no news.
         elif abs((m + 0.01) / (r + 0.01) - 1) > max(
             IDC_WARN, 3 * math.sqrt(2 / max(duration_s / w - 1, 1))
         ):
-            out.append(f"the model's index of dispersion at {w:g} s is {m:.2f}, "
-                       f"the recording's {r:.2f}")  # fmt: skip
+            out.append(
+                f"the model's index of dispersion at {w:g} s is {m:.2f}, the recording's {r:.2f}"
+            )
     for name, ks in (("input", n.ks_input), ("output", n.ks_output)):
         if ks > KS_WARN:
             out.append(f"the {name} length model fits poorly (KS {ks:.3f} > {KS_WARN})")
@@ -285,9 +302,16 @@ def synthesize(
     if arrivals == "poisson":
         model = replace(model, kind="renewal", renewal=Dist("gamma", 1.0, 1.0))
     t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
-    header = make_header("synth", ordered=True, extra={
-        "workload": workload.to_json(), "rate_rps": rate, "seed": seed, "arrivals": arrivals,
-    })  # fmt: skip
+    header = make_header(
+        "synth",
+        ordered=True,
+        extra={
+            "workload": workload.to_json(),
+            "rate_rps": rate,
+            "seed": seed,
+            "arrivals": arrivals,
+        },
+    )
     # Separate streams: the request shapes do not depend on the arrival process drawn.
     times_rng, shapes_rng = (np.random.default_rng([seed, k]) for k in (0, 1))
     times = sample_times(model, times_rng, rate, flat=flat)
@@ -338,10 +362,16 @@ def _records(
                 return
             path, model, stream, inputs, outputs, ids = next(shapes)
             yield Record(
-                start_ns=t0 + round(t * 1e9), trace_id=ids[:16], span_id=ids[16:],
-                method="POST", path=path, model=model, stream=stream, input_tokens=inputs,
+                start_ns=t0 + round(t * 1e9),
+                trace_id=ids[:16],
+                span_id=ids[16:],
+                method="POST",
+                path=path,
+                model=model,
+                stream=stream,
+                input_tokens=inputs,
                 output_tokens=outputs,
-            )  # fmt: skip
+            )
             n += 1
         if horizon >= end:
             return  # a quiet stretch past the end: no batch will bring a time before it
@@ -366,5 +396,11 @@ def _shapes(workload: Workload, rng: np.random.Generator) -> Iterator[_Shape]:
         ids = rng.bytes(24 * block)
         for i in range(block):
             model = (models[model_i[i]] or None) if model_i is not None else None
-            yield (routes[route_i[i]], model, bool(streamed[i]), int(inputs[i]),
-                   int(outputs[i]), ids[24 * i : 24 * i + 24])  # fmt: skip
+            yield (
+                routes[route_i[i]],
+                model,
+                bool(streamed[i]),
+                int(inputs[i]),
+                int(outputs[i]),
+                ids[24 * i : 24 * i + 24],
+            )

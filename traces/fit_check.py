@@ -37,21 +37,38 @@ def _problem(w: Workload) -> str | None:
         (a.kind != "renewal" or a.renewal is not None, "a renewal model needs arrivals.renewal"),
         (a.clock.tick_s is None or _positive(a.clock.tick_s), "clock.tick_s must be positive"),
         (_share(a.clock.tie_share), "clock.tie_share must be within 0..1"),
-        (_profile_ok(a.profile_bin_s, a.rate_profile), "the rate curve must have a positive "
-         "bin and positive factors"),
+        (
+            _profile_ok(a.profile_bin_s, a.rate_profile),
+            "the rate curve must have a positive bin and positive factors",
+        ),
         (_share(w.stream_share), "stream_share must be within 0..1"),
         (_shares(w.models, allow_empty=True), "models must map names to shares summing to 1"),
         (_shares(w.paths, allow_empty=False), "paths must map paths to shares summing to 1"),
-        (isinstance(w.warnings, list) and all(isinstance(x, str) for x in w.warnings),
-         "warnings must be a list of strings"),
-    ]  # fmt: skip
-    checks += [(_dist_ok(d), "arrivals.renewal must be a weibull or gamma of positive shape "
-                "and scale") for d in (a.renewal,) if d is not None]  # fmt: skip
-    checks.append((_mmpp_ok(a.mmpp), "arrivals.mmpp must have positive bin_s, 1 to "
-                   f"{MAX_STATES} non-negative rates and rows of probabilities"))  # fmt: skip
-    checks.append((_lengths_ok(n), f"lengths must have 1 to {MAX_COMPONENTS} components of "
-                   "weights summing to 1, finite means, positive-definite 2x2 covariances "
-                   f"and 1 <= min <= max < {_MAX_TOKENS}"))  # fmt: skip
+        (
+            isinstance(w.warnings, list) and all(isinstance(x, str) for x in w.warnings),
+            "warnings must be a list of strings",
+        ),
+    ]
+    checks += [
+        (_dist_ok(d), "arrivals.renewal must be a weibull or gamma of positive shape and scale")
+        for d in (a.renewal,)
+        if d is not None
+    ]
+    checks.append(
+        (
+            _mmpp_ok(a.mmpp),
+            "arrivals.mmpp must have positive bin_s, 1 to "
+            f"{MAX_STATES} non-negative rates and rows of probabilities",
+        )
+    )
+    checks.append(
+        (
+            _lengths_ok(n),
+            f"lengths must have 1 to {MAX_COMPONENTS} components of "
+            "weights summing to 1, finite means, positive-definite 2x2 covariances "
+            f"and 1 <= min <= max < {_MAX_TOKENS}",
+        )
+    )
     return next((why for ok, why in checks if not ok), None)
 
 
@@ -78,8 +95,12 @@ def _shares(d: Any, *, allow_empty: bool) -> bool:
 def _profile_ok(bin_s: Any, profile: Any) -> bool:
     if profile is None:
         return True
-    return (_positive(bin_s) and isinstance(profile, list) and 0 < len(profile) <= 10_000_000
-            and all(_positive(f) for f in profile))  # fmt: skip
+    return (
+        _positive(bin_s)
+        and isinstance(profile, list)
+        and 0 < len(profile) <= 10_000_000
+        and all(_positive(f) for f in profile)
+    )
 
 
 def _dist_ok(d: Any) -> bool:
@@ -91,8 +112,12 @@ def _rows_ok(rows: Any, k: int) -> bool:
         a = np.array(rows, dtype=np.float64)
     except (TypeError, ValueError):
         return False
-    return (a.shape == (k, k) and bool(np.isfinite(a).all()) and bool((a >= 0).all())
-            and bool(np.allclose(a.sum(1), 1, atol=1e-6)))  # fmt: skip
+    return (
+        a.shape == (k, k)
+        and bool(np.isfinite(a).all())
+        and bool((a >= 0).all())
+        and bool(np.allclose(a.sum(1), 1, atol=1e-6))
+    )
 
 
 def _mmpp_ok(m: Any) -> bool:
@@ -100,9 +125,14 @@ def _mmpp_ok(m: Any) -> bool:
     if not (isinstance(rates, list) and 1 <= len(rates) <= MAX_STATES):
         return False
     k = len(rates)
-    return (_positive(m.bin_s) and all(_number(r) and r >= 0 for r in rates)
-            and any(r > 0 for r in rates) and _rows_ok(m.transitions, k)
-            and isinstance(m.initial, list) and len(m.initial) == k)  # fmt: skip
+    return (
+        _positive(m.bin_s)
+        and all(_number(r) and r >= 0 for r in rates)
+        and any(r > 0 for r in rates)
+        and _rows_ok(m.transitions, k)
+        and isinstance(m.initial, list)
+        and len(m.initial) == k
+    )
 
 
 def _lengths_ok(n: Any) -> bool:

@@ -85,8 +85,17 @@ def fit_lengths(inputs: Array, outputs: Array, rng: np.random.Generator) -> Leng
             best = (bic, w, mu, cov)
     assert best is not None
     _, w, mu, cov = best
-    model = Lengths(w.tolist(), mu.tolist(), cov.tolist(), int(inputs.min()), int(inputs.max()),
-                    int(outputs.min()), int(outputs.max()), 0.0, 0.0)  # fmt: skip
+    model = Lengths(
+        w.tolist(),
+        mu.tolist(),
+        cov.tolist(),
+        int(inputs.min()),
+        int(inputs.max()),
+        int(outputs.min()),
+        int(outputs.max()),
+        0.0,
+        0.0,
+    )
     drawn_in, drawn_out = model.sample(rng, min(max(inputs.size, 10_000), 200_000))
     return replace(
         model,

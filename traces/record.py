@@ -113,12 +113,28 @@ _FIELD_SET = frozenset(FIELDS)
 
 INT_FIELDS = frozenset(
     {
-        "start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "status", "input_tokens",
-        "output_tokens", "cached_tokens", "reasoning_tokens", "max_tokens", "bytes_in",
-        "bytes_out", "intended_ns", "sent_ns", "lag_ns", "shard", "attempt", "retry_after_ms",
-        "prompt_entropy_mbits", "prompt_repetition_pm",
+        "start_ns",
+        "duration_ns",
+        "ttfb_ns",
+        "ttft_content_ns",
+        "status",
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "reasoning_tokens",
+        "max_tokens",
+        "bytes_in",
+        "bytes_out",
+        "intended_ns",
+        "sent_ns",
+        "lag_ns",
+        "shard",
+        "attempt",
+        "retry_after_ms",
+        "prompt_entropy_mbits",
+        "prompt_repetition_pm",
     }
-)  # fmt: skip
+)
 BOOL_FIELDS = frozenset({"stream", "tail"})
 
 

@@ -98,11 +98,26 @@ def is_secret_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
 # word boundary is checked just after that first character, by ``(?<!\w.)``.
 _B = r"(?<!\w.)"
 _NAME_ENDS = (  # what a secret name in text ends with (a bare `key` is too common a word)
-    "password", "passwd", "passphrase", "pwd", "secret", "token", "auth", "authorization",
-    "credential", "credentials", "cookie", "signature", "sig", "session", "sessid",
-    "sessionid", "session_id", "session-id",
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "auth",
+    "authorization",
+    "credential",
+    "credentials",
+    "cookie",
+    "signature",
+    "sig",
+    "session",
+    "sessid",
+    "sessionid",
+    "session_id",
+    "session-id",
     *(f"{p}{s}key" for p in ("api", "access", "private", "secret") for s in ("", "_", "-")),
-)  # fmt: skip
+)
 _ENDS_SECRET = "(?:" + "|".join(f"(?<=(?i:{e}))" for e in _NAME_ENDS) + ")"
 _ASSIGN = (  # a secret-named assignment in text: `password=…`, `"api_key": "…"`
     r"({n}[A-Za-z0-9_-](?<![\w-].)(?=[\w-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_-]*+"
@@ -199,10 +214,36 @@ def redact_text(text: str, key: bytes) -> str:
 # A lower-cased substring of every match of _TARGET's patterns: most header values and
 # paths hold none, and 25 substring tests cost a tenth of one search with the patterns.
 _HINTS = (
-    "bearer", "basic", "pass", "pwd", "secret", "token", "auth", "sess", "key",
-    "sk-", "sk_", "pk-", "pk_", "rk-", "rk_", "akia", "asia", "ghp_", "gho_", "ghu_",
-    "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "hf_", "aiza", "eyj", "@",
-)  # fmt: skip
+    "bearer",
+    "basic",
+    "pass",
+    "pwd",
+    "secret",
+    "token",
+    "auth",
+    "sess",
+    "key",
+    "sk-",
+    "sk_",
+    "pk-",
+    "pk_",
+    "rk-",
+    "rk_",
+    "akia",
+    "asia",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "hf_",
+    "aiza",
+    "eyj",
+    "@",
+)
 
 
 def _has_credential(text: str) -> bool:

@@ -20,8 +20,9 @@ __all__ = ["RECORD_START", "probe", "record_follows"]
 
 _KEY_STARTS = frozenset([*range(0xA0, 0xC0), 0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB])  # str, bin
 _KEY = rb"[\xa0-\xbf\xc4-\xc6\xd9-\xdb]"
-RECORD_START = re.compile(rb"[\x81-\x8f]" + _KEY + rb"|\xde[\x00-\xff]{2}" + _KEY
-                          + rb"|\xdf[\x00-\xff]{4}" + _KEY)  # fmt: skip
+RECORD_START = re.compile(
+    rb"[\x81-\x8f]" + _KEY + rb"|\xde[\x00-\xff]{2}" + _KEY + rb"|\xdf[\x00-\xff]{4}" + _KEY
+)
 """Where a record can start (a map header that may run to 5 bytes, then a key byte)."""
 
 

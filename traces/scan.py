@@ -52,9 +52,18 @@ class FileReport:
     """What reading one file found: its header and any damage."""
 
     __slots__ = (
-        "empty", "first_skip", "growing", "header", "header_problems", "path", "records",
-        "skipped_bytes", "skipped_records", "skipped_regions", "torn_at",
-    )  # fmt: skip
+        "empty",
+        "first_skip",
+        "growing",
+        "header",
+        "header_problems",
+        "path",
+        "records",
+        "skipped_bytes",
+        "skipped_records",
+        "skipped_regions",
+        "torn_at",
+    )
 
     def __init__(self, path: Path) -> None:
         self.path = path

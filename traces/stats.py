@@ -32,9 +32,16 @@ __all__ = [
 BUCKET_PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
 DEFAULT_BUCKETS = (50, 256, 512, 1024, 2048)
 STATS_FIELDS = (
-    "start_ns", "duration_ns", "ttfb_ns", "ttft_content_ns", "lag_ns", "status", "input_tokens",
-    "output_tokens", "stream",
-)  # fmt: skip
+    "start_ns",
+    "duration_ns",
+    "ttfb_ns",
+    "ttft_content_ns",
+    "lag_ns",
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "stream",
+)
 STATS_PRESENCE = ("error",)
 """Fields ``summarize`` needs only to know are set: load with ``presence_only=``."""
 

@@ -248,8 +248,11 @@ class ArchiveWriter:
             self._count_dropped(1)
             return None
         if len(packed) > MAX_RECORD_BYTES:
-            log.error("a record of %d bytes was dropped (an archive holds %d)",
-                      len(packed), MAX_RECORD_BYTES)  # fmt: skip
+            log.error(
+                "a record of %d bytes was dropped (an archive holds %d)",
+                len(packed),
+                MAX_RECORD_BYTES,
+            )
             self._count_dropped(1)
             return None
         return packed

@@ -148,13 +148,27 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 )
 @scrape_option
 def capacity(
-    archives: tuple[Path, ...], target: str | None, slos: tuple[str, ...], by: str,
-    window: float, max_factor: float, min_factor: float, precision: float,
-    require: float | None, repeats: int,
-    drain: float, tail_stretch: float, lag_limit: float, sim_profile: str,
-    sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
-    scrapes: tuple[ScrapeTarget, ...], sweep: float | None,
-) -> None:  # fmt: skip
+    archives: tuple[Path, ...],
+    target: str | None,
+    slos: tuple[str, ...],
+    by: str,
+    window: float,
+    max_factor: float,
+    min_factor: float,
+    precision: float,
+    require: float | None,
+    repeats: int,
+    drain: float,
+    tail_stretch: float,
+    lag_limit: float,
+    sim_profile: str,
+    sim_args: tuple[str, ...],
+    out_dir: Path,
+    json_path: Path | None,
+    plot_path: Path | None,
+    scrapes: tuple[ScrapeTarget, ...],
+    sweep: float | None,
+) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
     from tailreplay.cli.replay_target import fresh_simulators
     from tailreplay.replayer.trial import longest_request, replay_child
@@ -166,14 +180,16 @@ def capacity(
 
     objectives = parse_objectives(slos)
     check_judgeable(objectives, list(archives))
-    _check_options(archives, target, (min_factor, max_factor), sim_args, out_dir, json_path,
-                   plot_path)  # fmt: skip
+    _check_options(
+        archives, target, (min_factor, max_factor), sim_args, out_dir, json_path, plot_path
+    )
     say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
     windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
-        (lambda _: contextlib.nullcontext(target)) if target is not None
+        (lambda _: contextlib.nullcontext(target))
+        if target is not None
         else fresh_simulators(sim_profile, 1.0, sim_args)
-    )  # fmt: skip
+    )
     longest = longest_request([windowed])
     recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
     common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
@@ -193,16 +209,24 @@ def capacity(
             time.sleep(drain)  # let the target finish what the last trial left queued
         runs.append(out)
         with fresh(longest) as url:
-            replay_child(url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common, *cut],
-                         ok=(0, 1))  # fmt: skip
+            replay_child(
+                url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common, *cut], ok=(0, 1)
+            )
         return out
 
     trial = lambda f, runs: judge(f, runs, objectives, recorded)  # noqa: E731
     if sweep is not None:
         result = brute(run, trial, step=sweep, max_factor=max_factor, repeats=repeats, say=say)
     else:
-        result = search(run, trial, max_factor=max_factor, min_factor=min_factor,
-                        precision=precision, repeats=repeats, say=say)  # fmt: skip
+        result = search(
+            run,
+            trial,
+            max_factor=max_factor,
+            min_factor=min_factor,
+            precision=precision,
+            repeats=repeats,
+            say=say,
+        )
     _finish(result, json_path, plot_path, require)
 
 
@@ -218,9 +242,14 @@ def _stop_args(objectives: list[Objective]) -> list[str]:
 
 
 def _check_options(
-    archives: tuple[Path, ...], target: str | None, factors: tuple[float, float],
-    sim_args: tuple[str, ...], out_dir: Path, json_path: Path | None, plot_path: Path | None,
-) -> None:  # fmt: skip
+    archives: tuple[Path, ...],
+    target: str | None,
+    factors: tuple[float, float],
+    sim_args: tuple[str, ...],
+    out_dir: Path,
+    json_path: Path | None,
+    plot_path: Path | None,
+) -> None:
     """Bad options refused before any replay; ``--out-dir`` made (outputs may go in it)."""
     if factors[1] <= 1:
         raise UsageError("--max must be above 1x")
@@ -270,9 +299,13 @@ def _busiest(
     peak = find_peak(archives, round(window_s * 1e9))
     path = out_dir / "window.msgpack"
     path.unlink(missing_ok=True)
-    copy_records(archives, path, source="capacity",
-                 keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
-                 stop_after_ns=peak.end_ns)  # fmt: skip
+    copy_records(
+        archives,
+        path,
+        source="capacity",
+        keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
+        stop_after_ns=peak.end_ns,
+    )
     say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
     starts = load_columns([path], [])["start_ns"]
     return path, max(float(starts.max() - starts.min()) / 1e9, 1e-3) if starts.size else 1e-3

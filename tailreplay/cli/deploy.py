@@ -157,8 +157,12 @@ def _start_in(text: str, flag: str) -> float:
 
 @deploy.command("job")
 @click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
-@click.option("--shards", type=click.IntRange(min=1, max=MAX_SHARDS), required=True,
-              help="Pods, one shard each.")  # fmt: skip
+@click.option(
+    "--shards",
+    type=click.IntRange(min=1, max=MAX_SHARDS),
+    required=True,
+    help="Pods, one shard each.",
+)
 @click.option(
     "--start-in",
     type=Parsed("duration", _start_in),

@@ -236,8 +236,9 @@ def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     for name, value in out.items():
         # Written to the socket as given: a line break would start a header of its own.
         if any(c in name + value for c in "\r\n\0") or any(c in name for c in " \t:"):
-            raise UsageError(f"header {name!r}: a name without spaces or colons, and no line "
-                             "breaks in its value")  # fmt: skip
+            raise UsageError(
+                f"header {name!r}: a name without spaces or colons, and no line breaks in its value"
+            )
     return out
 
 

@@ -239,8 +239,10 @@ def proxy(**options: Any) -> None:
     except OSError as exc:
         raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
     failed = f", {counts.failed:,} could not be recorded" if counts.failed else ""
-    click.echo(f"archives closed in {config.out_dir}/: {counts.written:,} records written, "
-               f"{counts.dropped:,} dropped{failed}")  # fmt: skip
+    click.echo(
+        f"archives closed in {config.out_dir}/: {counts.written:,} records written, "
+        f"{counts.dropped:,} dropped{failed}"
+    )
 
 
 def _config(args: _Args) -> ProxyConfig:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,89 +33,20 @@ from tailreplay.cli.options import (
     slo_options,
     time_window,
 )
+from tailreplay.cli.replay_report import REPORT_KINDS, report_after, write_json
 from tailreplay.cli.replay_target import target_model, target_options
 from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
-from tailreplay.errors import InputError, UsageError
-from tailreplay.exporters.otlp_options import OtlpOptions
+from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
-from tailreplay.private import write_whole
+from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
 
 if TYPE_CHECKING:
-    from yarl import URL
-
     from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
-    from tailreplay.replayer.scrape import ScrapeTarget
-    from tailreplay.replayer.speed import Shape
-    from tailreplay.replayer.users import Users
-    from tailreplay.report.slo import Objective
-    from tailreplay.report.write import ReportResult
 
 __all__ = ["replay"]
-
-_REPORT_KINDS = {".html": "html_out", ".htm": "html_out", ".md": "markdown_out",
-                 ".json": "json_out"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class _Args:
-    """The command's options, parsed (the names are click's)."""
-
-    archives: tuple[Path, ...]
-    target: URL | None
-    speed: Shape
-    amplify: float
-    spread_ticks: bool | None
-    tail_stretch: float
-    tail_quantile: float
-    tail_cost: tuple[float, float] | None
-    max_context: int | None
-    force_lengths: bool
-    headers: tuple[tuple[str, str], ...]
-    model_maps: tuple[tuple[str, str], ...]
-    body_sets: tuple[tuple[str, Any], ...]
-    body_drops: tuple[str, ...]
-    max_inflight: int
-    connections: int
-    timeout: float
-    limit: int | None
-    from_: str | None
-    to: str | None
-    out: Path | None
-    json_out: Path | None
-    shard: tuple[int, int]
-    start_at: int | None
-    allow_upstream: bool
-    new_trace_ids: bool
-    dry_run: bool
-    seed: int
-    sim_profile: str
-    sim_args: tuple[str, ...]
-    skip_corrupt: bool
-    scrapes: tuple[ScrapeTarget, ...]
-    users: Users | None
-    think: float | None
-    retries: str
-    max_attempts: int
-    client_aborts: str
-    metrics_listen: tuple[str, int] | None
-    metrics_linger: float
-    lag_limit: float
-    preflight: bool
-    fail_fast: int
-    duration: float | None
-    report_out: Path | None
-    slos: list[Objective]
-    slo_min_score: float
-    slo_by: str | None
-    slo_window: float | None
-    slo_stop: str | None
-    slo_report: bool
-    workers: int
-    event_loop: str
-    otlp: OtlpOptions
 
 
 @click.command(
@@ -336,12 +266,12 @@ input, 130 interrupted.""",
 @otlp_options()
 def replay(**options: Any) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
-    args = _Args(**options)
+    args = ReplayArgs(**options)
     reserved: Path | None = None  # the default result file, once created
     try:
         # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
         from tailreplay.replayer.summary import summary_lines
-        from tailreplay.report.write import fail_on_slo, slo_verdict
+        from tailreplay.report.write import ReportOptions, fail_on_slo, slo_verdict
 
         config = _config(args)
         if args.out is None:
@@ -356,7 +286,7 @@ def replay(**options: Any) -> None:
             raise
         # Before the replay could take over Ctrl-C: nothing sent.
         if args.json_out is not None:
-            _write_json(args.json_out, {"interrupted": True, "due": 0, "sent": 0})
+            write_json(args.json_out, {"interrupted": True, "due": 0, "sent": 0})
         click.echo("interrupted before the first request was sent", err=True)
         sys.exit(130)
     for line in summary_lines(outcome.summary):
@@ -369,18 +299,27 @@ def replay(**options: Any) -> None:
     try:
         if args.report_out is not None or (args.slos and args.slo_report):
             assert config.out is not None
-            result = _report(config.out, args)
+            report_options = ReportOptions(
+                replayed=[config.out],
+                recorded=list(args.archives),
+                objectives=args.slos,
+                min_score=args.slo_min_score,
+                slo_by=args.slo_by,
+                slo_window_s=args.slo_window,
+                skip_corrupt=args.skip_corrupt,
+            )
+            result = report_after(report_options, args.report_out)
     finally:  # the summary is written even when the report fails
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None
-            _write_json(args.json_out, {**outcome.summary, **({"slo": verdict} if verdict else {})})
+            write_json(args.json_out, {**outcome.summary, **({"slo": verdict} if verdict else {})})
     if result is not None and code == 0:
         fail_on_slo(result)
     if code:
         sys.exit(code)
 
 
-def _config(args: _Args) -> ReplayConfig:
+def _config(args: ReplayArgs) -> ReplayConfig:
     """The replay the options describe; every refusal (bad files, clashing flags) first."""
     from tailreplay.exporters.span_process import replay_spans
     from tailreplay.prometheus import check_listen
@@ -391,65 +330,103 @@ def _config(args: _Args) -> ReplayConfig:
     from tailreplay.traces.reader import ArchiveReader
 
     ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
-    start_ns, end_ns = time_window(args.archives, args.from_, args.to,
-                                   skip_corrupt=args.skip_corrupt)  # fmt: skip
+    start_ns, end_ns = time_window(
+        args.archives, args.from_, args.to, skip_corrupt=args.skip_corrupt
+    )
     out = _check_outputs(args)
     if args.slos:
         from tailreplay.report.slo import check_judgeable
 
         check_judgeable(args.slos, args.archives, skip_corrupt=args.skip_corrupt)
-    model = target_model(args.target, args.sim_profile, args.seed, args.sim_args,
-                         args.tail_cost, args.max_context)  # fmt: skip
+    model = target_model(
+        args.target, args.sim_profile, args.seed, args.sim_args, args.tail_cost, args.max_context
+    )
     schedule = ScheduleConfig(
-        paths=args.archives, speed=args.speed, amplify=args.amplify,
-        tail_stretch=args.tail_stretch, tail_quantile=args.tail_quantile, start_ns=start_ns,
-        end_ns=end_ns, limit=args.limit, shard=args.shard, seed=args.seed,
-        skip_corrupt=args.skip_corrupt, tail_cost=model.tail_cost, max_context=model.max_context,
-        spread_ticks=args.spread_ticks, drop_retries=args.retries != "recorded",
-    )  # fmt: skip
+        paths=args.archives,
+        speed=args.speed,
+        amplify=args.amplify,
+        tail_stretch=args.tail_stretch,
+        tail_quantile=args.tail_quantile,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        limit=args.limit,
+        shard=args.shard,
+        seed=args.seed,
+        skip_corrupt=args.skip_corrupt,
+        tail_cost=model.tail_cost,
+        max_context=model.max_context,
+        spread_ticks=args.spread_ticks,
+        drop_retries=args.retries != "recorded",
+    )
     speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
-    spans = (functools.partial(replay_spans, args.otlp, speed_attribute) if args.otlp.enabled
-             else None)  # fmt: skip
+    spans = (
+        functools.partial(replay_spans, args.otlp, speed_attribute) if args.otlp.enabled else None
+    )
     if args.metrics_listen is not None:
         check_listen(*args.metrics_listen, "--metrics-listen")
-    stop = slo_stop_config(args.slo_stop, args.slos, sharded=args.workers > 1 or args.shard[1] > 1,
-                           closed_loop=args.users is not None, retries=args.retries == "policy",
-                           min_score=args.slo_min_score)  # fmt: skip
+    stop = slo_stop_config(
+        args.slo_stop,
+        args.slos,
+        sharded=args.workers > 1 or args.shard[1] > 1,
+        closed_loop=args.users is not None,
+        retries=args.retries == "policy",
+        min_score=args.slo_min_score,
+    )
     return ReplayConfig(
         schedule=schedule,
         target=str(args.target).rstrip("/") if args.target is not None else None,
-        force_lengths=args.force_lengths, headers=send_headers(args.headers),
-        model_map=dict(args.model_maps), body_edits=BodyEdits.given(args.body_sets,
-                                                                    args.body_drops),
-        max_inflight=args.max_inflight, connections=args.connections, timeout_s=args.timeout,
-        out=out, start_at_ns=args.start_at, allow_upstream=args.allow_upstream,
-        new_trace_ids=args.new_trace_ids, dry_run=args.dry_run, builtin_target=model.builtin,
-        live=sys.stderr.isatty(), spans=spans, scrape=list(args.scrapes),
-        metrics_listen=args.metrics_listen, metrics_linger_s=args.metrics_linger,
-        lag_limit_ms=args.lag_limit * 1000, preflight=args.preflight, fail_fast=args.fail_fast,
-        duration_s=args.duration, users=args.users, think_s=args.think,
+        force_lengths=args.force_lengths,
+        headers=send_headers(args.headers),
+        model_map=dict(args.model_maps),
+        body_edits=BodyEdits.given(args.body_sets, args.body_drops),
+        max_inflight=args.max_inflight,
+        connections=args.connections,
+        timeout_s=args.timeout,
+        out=out,
+        start_at_ns=args.start_at,
+        allow_upstream=args.allow_upstream,
+        new_trace_ids=args.new_trace_ids,
+        dry_run=args.dry_run,
+        builtin_target=model.builtin,
+        live=sys.stderr.isatty(),
+        spans=spans,
+        scrape=list(args.scrapes),
+        metrics_listen=args.metrics_listen,
+        metrics_linger_s=args.metrics_linger,
+        lag_limit_ms=args.lag_limit * 1000,
+        preflight=args.preflight,
+        fail_fast=args.fail_fast,
+        duration_s=args.duration,
+        users=args.users,
+        think_s=args.think,
         retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
         replay_aborts=args.client_aborts == "replay",
         event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
         slo_stop=stop,
-    )  # fmt: skip
+    )
 
 
-def _check_outputs(args: _Args) -> Path:
+def _check_outputs(args: ReplayArgs) -> Path:
     """Refuse clashing options and unwritable outputs before any work; the result
     archive's path."""
-    if args.report_out is not None and args.report_out.suffix.lower() not in _REPORT_KINDS:
+    if args.report_out is not None and args.report_out.suffix.lower() not in REPORT_KINDS:
         raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
     if args.dry_run and (args.report_out or args.slos):
         raise UsageError("--report and --slo need a real run, not --dry-run")
-    if args.users is not None and (str(args.speed) != "1x" or args.amplify != 1
-                                   or args.workers > 1 or args.dry_run):  # fmt: skip
-        raise UsageError("--users: the users set the rate, so --speed, --amplify, --workers "
-                         "and --dry-run do not apply")  # fmt: skip
+    if args.users is not None and (
+        str(args.speed) != "1x" or args.amplify != 1 or args.workers > 1 or args.dry_run
+    ):
+        raise UsageError(
+            "--users: the users set the rate, so --speed, --amplify, --workers "
+            "and --dry-run do not apply"
+        )
     # In the command, not a parse-time callback: the paths may name folders of the
     # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
-    for flag, path in (("--out", args.out), ("--json", args.json_out),
-                       ("--report", args.report_out)):  # fmt: skip
+    for flag, path in (
+        ("--out", args.out),
+        ("--json", args.json_out),
+        ("--report", args.report_out),
+    ):
         if path is not None:
             check_output_file(flag, path, inputs=args.archives)
     return args.out if args.out is not None else default_result(args.dry_run)
@@ -466,30 +443,3 @@ def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
     from tailreplay.replayer.run import run
 
     return eventloop.run(run(config, say), config.event_loop)
-
-
-def _write_json(path: Path, summary: dict[str, Any]) -> None:
-    try:
-        write_whole(path, json.dumps(summary, indent=2) + "\n")
-    except OSError as exc:  # the results archive is written; say so rather than lose it
-        raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
-
-
-def _report(results: Path, args: _Args) -> ReportResult:
-    """The report of the run just done; the SLO lines on stdout, the file if asked."""
-    from tailreplay.report.tables import slo_tables
-    from tailreplay.report.terminal import print_report
-    from tailreplay.report.write import ReportOptions, write_report
-
-    options = ReportOptions(replayed=[results], recorded=list(args.archives),
-                            objectives=args.slos, min_score=args.slo_min_score,
-                            slo_by=args.slo_by, slo_window_s=args.slo_window,
-                            skip_corrupt=args.skip_corrupt)  # fmt: skip
-    path = args.report_out
-    if path is not None:
-        setattr(options, _REPORT_KINDS[path.suffix.lower()], path)
-    result = write_report(options, say=lambda line: click.echo(line, err=True))
-    print_report(result.headline, slo_tables(result.slo) if result.slo else [])
-    if path is not None:
-        click.echo(f"report: {path}")
-    return result

@@ -103,8 +103,7 @@ def target_model(
     return TargetModel(builtin, cost, min(known) if known else None)
 
 
-_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms",
-                 "decode_per_seq_ms")  # fmt: skip
+_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
 
 
 def fresh_simulators(
@@ -131,8 +130,16 @@ def fresh_simulators(
 
     def fresh(longest: int) -> AbstractContextManager[str]:
         sized = fit_context(p, longest)  # as replay sizes its built-in simulator
-        args = ["--profile", profile_name, "--max-model-len", str(sized.max_model_len),
-                "--kv-tokens", str(sized.kv_tokens), "--nice", "5"]  # fmt: skip
+        args = [
+            "--profile",
+            profile_name,
+            "--max-model-len",
+            str(sized.max_model_len),
+            "--kv-tokens",
+            str(sized.kv_tokens),
+            "--nice",
+            "5",
+        ]
         for flag, value in timed.items():
             args += [flag, f"{value / speed:.6g}"]
         return sim_process(args + extra)

@@ -21,8 +21,9 @@ F = TypeVar("F", bound=Callable[..., object])
 def slo_stop_option(f: F) -> F:
     """``--slo-stop``, and the hidden ``--no-slo-report`` of callers that judge the
     results themselves (``capacity``: its trials need the stop, not the report)."""
-    f = click.option("--no-slo-report", "slo_report", flag_value=False, default=True,
-                     hidden=True)(f)  # fmt: skip
+    f = click.option("--no-slo-report", "slo_report", flag_value=False, default=True, hidden=True)(
+        f
+    )
     return click.option(
         "--slo-stop",
         type=click.Choice(["now", "after-sending"]),
@@ -40,9 +41,14 @@ def watchable(objective: Objective) -> bool:
 
 
 def slo_stop_config(
-    when: str | None, objectives: Sequence[Objective], *, sharded: bool, closed_loop: bool,
-    retries: bool, min_score: float = 1.0,
-) -> SloStop | None:  # fmt: skip
+    when: str | None,
+    objectives: Sequence[Objective],
+    *,
+    sharded: bool,
+    closed_loop: bool,
+    retries: bool,
+    min_score: float = 1.0,
+) -> SloStop | None:
     """What ``--slo-stop`` watches; None without it. Refused where the run's request count
     is not the replay's own (shards, workers), not fixed (users) or not one result per
     request (a retry policy)."""
@@ -51,21 +57,29 @@ def slo_stop_config(
     from tailreplay.replayer.slo_stop import SloStop, Watched, WatchedMetric
     from tailreplay.traces.metrics import PERCENTILES
 
-    clashes = [(min_score < 1, "--slo-min-score under 1: one objective missed may still pass"),
-               (sharded, "--shard or --workers: each process sees part of the run"),
-               (closed_loop, "--users: the run has no fixed schedule"),
-               (retries, "--retries policy: a request may have several results")]  # fmt: skip
+    clashes = [
+        (min_score < 1, "--slo-min-score under 1: one objective missed may still pass"),
+        (sharded, "--shard or --workers: each process sees part of the run"),
+        (closed_loop, "--users: the run has no fixed schedule"),
+        (retries, "--retries policy: a request may have several results"),
+    ]
     for clash, why in clashes:
         if clash:
             raise UsageError(f"--slo-stop does not go with {why}")
     watched = [
         # cast: watchable() admits only latency, ttft and error_rate.
-        Watched(o.text, cast(WatchedMetric, o.metric),
-                None if o.quantile is None else PERCENTILES[o.quantile] / 100, o.limit)
+        Watched(
+            o.text,
+            cast(WatchedMetric, o.metric),
+            None if o.quantile is None else PERCENTILES[o.quantile] / 100,
+            o.limit,
+        )
         for o in objectives
         if watchable(o)
-    ]  # fmt: skip
+    ]
     if not watched:
-        raise UsageError("--slo-stop needs a --slo on latency, ttft or error_rate with a limit "
-                         "in ms or % (not relative to the recording)")  # fmt: skip
+        raise UsageError(
+            "--slo-stop needs a --slo on latency, ttft or error_rate with a limit "
+            "in ms or % (not relative to the recording)"
+        )
     return SloStop(watched, after_sending=when == "after-sending")

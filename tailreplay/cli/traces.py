@@ -134,11 +134,13 @@ def slice_(
     _warn(result.warnings)
     # Reading stops at --to (the archive is in time order): "read" is not the file's size.
     upto = " up to --to" if to else ""
-    click.echo(f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})",
-               err=True)  # fmt: skip
+    click.echo(
+        f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})", err=True
+    )
     if not result.written and result.read:
-        click.echo("warning: no record matched the filters: the archive written holds none",
-                   err=True)  # fmt: skip
+        click.echo(
+            "warning: no record matched the filters: the archive written holds none", err=True
+        )
 
 
 @traces.command()
@@ -269,9 +271,14 @@ def export_otlp(
     cols = load_columns(files, ["duration_ns"] if rebase_time else [], skip_corrupt=skip_corrupt)
     shift = rebase_shift(cols, time.time_ns()) if rebase_time else 0
     with _progress_bar(cols.n, "spans") as advance:
-        done = export_otlp(files, otlp, shift_ns=shift, skip_corrupt=skip_corrupt,
-                           new_ids={"auto": None, "keep": False, "new": True}[ids],
-                           progress=advance)  # fmt: skip
+        done = export_otlp(
+            files,
+            otlp,
+            shift_ns=shift,
+            skip_corrupt=skip_corrupt,
+            new_ids={"auto": None, "keep": False, "new": True}[ids],
+            progress=advance,
+        )
     renamed = (
         f" ({done.renamed:,} under new span ids linked to the originals exported live)"
         if done.renamed

@@ -228,8 +228,10 @@ def validate_model(
     if json_path is not None:
         check_output_file("--json", json_path, inputs=[archive, model_path])
     if target is not None and speed != 1:
-        raise UsageError("--speed shortens the built-in simulator's steps; with --target it "
-                         "would only raise the load")  # fmt: skip
+        raise UsageError(
+            "--speed shortens the built-in simulator's steps; with --target it "
+            "would only raise the load"
+        )
     workload = Workload.load(model_path)
     _warn(workload.warnings)
     if target is not None and sim_args:
@@ -244,8 +246,18 @@ def validate_model(
     )
     if windows > 1 and window is None:
         raise UsageError("--windows needs --window: the length of each")
-    config = CheckConfig(archive, workload, out_dir, fresh, window, offset, seeds, speed,
-                         lag_limit * 1e3, windows=windows)  # fmt: skip
+    config = CheckConfig(
+        archive,
+        workload,
+        out_dir,
+        fresh,
+        window,
+        offset,
+        seeds,
+        speed,
+        lag_limit * 1e3,
+        windows=windows,
+    )
     results = run_check(config, lambda line: click.echo(line, err=True))
     for line in render(results):
         click.echo(line)
@@ -254,9 +266,11 @@ def validate_model(
     bound = [r for r in results if r.unmeasured]
     if bound:
         which = " or ".join(sorted({"client" if r.client_bound else "simulator" for r in bound}))
-        raise RunFailed(f"{len(bound)} of {len(results)} arms were {which}-bound: the "
-                        "comparison is not a measure of the model; run on a less busy machine "
-                        "or with a lower --speed")  # fmt: skip
+        raise RunFailed(
+            f"{len(bound)} of {len(results)} arms were {which}-bound: the "
+            "comparison is not a measure of the model; run on a less busy machine "
+            "or with a lower --speed"
+        )
 
 
 def _start_ns(start: str | None) -> int | None:
