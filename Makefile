@@ -11,7 +11,7 @@ PKGS := traces proxy replayer exporters sim report
 venv: $(STAMP)
 
 # Reinstall when the dependency list changes; the editable install picks up new modules by itself.
-$(STAMP): pyproject.toml setup.py traces/_colscan.c
+$(STAMP): pyproject.toml setup.py traces/archive/_colscan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -7,8 +7,8 @@ setup(
         # Optional: without a compiler the install still succeeds and load_columns
         # uses its pure-Python path (~15x slower; docs/benchmarks.md).
         Extension(
-            "tailreplay.traces._colscan",
-            ["traces/_colscan.c"],
+            "tailreplay.traces.archive._colscan",
+            ["traces/archive/_colscan.c"],
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -21,12 +21,12 @@ from pathlib import Path
 import msgpack
 import zstandard
 
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
-from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
+from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE
 
 
 def make_records(n: int, body: int) -> list[Record]:

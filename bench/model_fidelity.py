@@ -33,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tailreplay.traces.format import make_header
-from tailreplay.traces.hmm import Mmpp
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import write_archive
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import write_archive
+from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.sim.prefix_cache import block_hashes
-from tailreplay.traces.tokens import get
+from tailreplay.traces.text.tokens import get
 
 
 def median_ms(f: Callable[[], object], runs: int) -> float:

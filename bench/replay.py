@@ -47,9 +47,9 @@ from wire import WireTap, wire_lag
 from proxy import free_port, nginx_conf, process
 from tailreplay.eventloop import EVENT_LOOPS, resolve
 from tailreplay.replayer.health import steal_ticks
-from tailreplay.traces.format import make_header
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
 
 K6_SCRIPT = """
 import http from 'k6/http';

@@ -115,7 +115,7 @@ def _chat_body() -> bytes:
     from tailreplay.replayer.prompts import PromptMaker
     from tailreplay.replayer.request import RequestBuilder
     from tailreplay.replayer.schedule import Planned
-    from tailreplay.traces.record import Record
+    from tailreplay.traces.archive.record import Record
 
     builder = RequestBuilder(model_map={}, force_lengths=True, prompts=PromptMaker(0))
     record = Record(start_ns=1, method="POST", path="/v1/chat/completions", input_tokens=16,

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay import even_archive
 
 from proxy import free_port, process
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 SINK = """
 import sys

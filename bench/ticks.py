@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker  # noqa: E402
 from tailreplay.replayer.request import RequestBuilder  # noqa: E402
 from tailreplay.replayer.schedule import Planned  # noqa: E402
-from tailreplay.traces.record import Record  # noqa: E402
+from tailreplay.traces.archive.record import Record  # noqa: E402
 from tests.helpers import write_plain  # noqa: E402
 
 TICK = 3 * 10**9

@@ -21,9 +21,9 @@ from tailreplay.errors import RunFailed
 from tailreplay.exporters.otlp import OtlpOptions, SyncBatches, Telemetry
 from tailreplay.exporters.spans import RecordSpans
 from tailreplay.tracecontext import new_span_id
-from tailreplay.traces.columns import Columns
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.columns import Columns
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["Exported", "export_otlp", "rebase_shift"]
 

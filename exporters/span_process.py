@@ -29,7 +29,7 @@ import msgpack
 
 from tailreplay.batch_pipe import BatchPipe
 from tailreplay.exporters.otlp_options import OtlpOptions
-from tailreplay.traces.record import UNPACKABLE, Record, pack_record
+from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record
 
 __all__ = ["SpanProcess", "replay_spans"]
 

@@ -26,9 +26,9 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
-from tailreplay.traces.metrics import is_error, percentiles
-from tailreplay.traces.record import Record
-from tailreplay.traces.redact import redact_text, redact_value
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.results.metrics import is_error, percentiles
+from tailreplay.traces.text.redact import redact_text, redact_value
 
 __all__ = ["RecordSpans", "proxy_spans", "span_attributes", "span_name"]
 
@@ -113,7 +113,7 @@ def _timing_attributes(record: Record) -> dict[str, float]:
 
 def _input_messages(body: bytes | None, key: bytes) -> str | None:
     """The request's messages (or prompt) as GenAI's ``gen_ai.input.messages`` JSON,
-    redacted as ``--bodies redacted`` redacts a body (``traces/redact.py``)."""
+    redacted as ``--bodies redacted`` redacts a body (``traces/text/redact.py``)."""
     if not body:
         return None
     try:

@@ -12,8 +12,8 @@ from typing import Any
 from yarl import URL
 
 from tailreplay.proxy.exchange import ServerSpans
-from tailreplay.traces.format import make_header
-from tailreplay.traces.redact import redact_url
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.text.redact import redact_url
 
 __all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
 

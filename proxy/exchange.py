@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from tailreplay.openai_api import ResponseTap
 from tailreplay.sse import StreamTimeline
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["Exchange", "ServerSpans", "Sink"]
 
@@ -93,7 +93,7 @@ class ServerSpans(Protocol):
     @property
     def capture_content(self) -> bool:
         """Whether spans carry the prompt and completion (--otlp-capture-content), which
-        the span maker redacts (``traces/redact.py``)."""
+        the span maker redacts (``traces/text/redact.py``)."""
         ...
 
     def emit(

@@ -23,7 +23,7 @@ from tailreplay.openai_api import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.recording import RecorderClient
+from tailreplay.proxy.recorder_sink import RecorderClient
 
 __all__ = ["ProxyMetrics"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["RETRY_WINDOW_S", "RetryLinker"]
 

@@ -32,7 +32,7 @@ from tailreplay.proxy.connections import (
     relisten,
 )
 from tailreplay.proxy.metrics import ProxyMetrics
-from tailreplay.proxy.recording import RecorderClient, RecorderCounts
+from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
 

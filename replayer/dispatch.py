@@ -35,7 +35,7 @@ from tailreplay.replayer.timer import PreciseTimer, WakeWindow
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["DispatchStats", "Dispatcher", "SpanSink"]
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy.typing as npt
 
-from tailreplay.traces.client_health import ClientVerdict, client_verdict
+from tailreplay.traces.results.client_health import ClientVerdict, client_verdict
 
 __all__ = ["LoopWatch", "run_queue_ns", "steal_ticks", "watched_verdict"]
 

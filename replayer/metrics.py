@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from tailreplay.openai_api import ROUTES, route_label
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, BoundedLabel, status_class
 from tailreplay.replayer.dispatch import DispatchStats
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["ReplayMetrics"]
 

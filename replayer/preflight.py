@@ -20,7 +20,7 @@ from tailreplay.replayer.results import target_message
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.tracecontext import new_span_id, new_trace_id
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["PROBE_HEADER", "FailFast", "probe"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailreplay.traces.prompt_stats import entropy_bits as entropy_bits_of
+from tailreplay.traces.text.prompt_stats import entropy_bits as entropy_bits_of
 
 __all__ = ["EntropyTally", "PromptMaker", "single_token_words", "vocabulary"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.schedule import MAX_BUDGET, Planned
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec"]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tailreplay.replayer.schedule import Plan
-from tailreplay.traces.format import make_header
-from tailreplay.traces.redact import redact_url
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.writer import ArchiveWriter
+from tailreplay.traces.text.redact import redact_url
 
 if TYPE_CHECKING:  # run.py imports this module
     from tailreplay.replayer.run import ReplayConfig

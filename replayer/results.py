@@ -15,8 +15,8 @@ from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome
 from tailreplay.tracecontext import TraceContext
-from tailreplay.traces.record import Record
-from tailreplay.traces.redact import redact_text
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.text.redact import redact_text
 
 __all__ = ["MESSAGE_CHARS", "Sent", "result_record", "target_message"]
 

@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 
 from tailreplay.replayer.transport import Outcome
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = ["BACKOFF_BASE_S", "BACKOFF_CAP_S", "RETRY_AFTER_CAP_S", "RetryPolicy"]
 

@@ -47,10 +47,10 @@ from tailreplay.replayer.summary import ResultCollector, unsent_counts
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.replayer.users import Users
-from tailreplay.traces.client_health import DEFAULT_LAG_LIMIT_MS
-from tailreplay.traces.reader import read_header
-from tailreplay.traces.record import Record
-from tailreplay.traces.redact import redact_url
+from tailreplay.traces.archive.reader import read_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.results.client_health import DEFAULT_LAG_LIMIT_MS
+from tailreplay.traces.text.redact import redact_url
 
 __all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
 

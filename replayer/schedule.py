@@ -22,9 +22,9 @@ import numpy as np
 from tailreplay.errors import InputError
 from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_fraction, spread_tick, tick_floor
-from tailreplay.traces.columns import Columns, load_columns
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.columns import Columns, load_columns
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 
 __all__ = [
     "AMPLIFY_JITTER_S",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 __all__ = [
     "CHANCE",

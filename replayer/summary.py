@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
-from tailreplay.traces.client_health import verdict_line
-from tailreplay.traces.metrics import Metric, Requests, is_error, metric_values, percentiles
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.results.client_health import verdict_line
+from tailreplay.traces.results.metrics import Metric, Requests, is_error, metric_values, percentiles
 
 __all__ = ["ResultCollector", "summary_lines", "unsent_counts"]
 
@@ -51,7 +51,7 @@ def _int(value: int | None) -> int:
 @dataclass
 class ResultCollector:
     """The replay's figures so far, a few compact arrays: each request's columns of the
-    shared metric definitions (tailreplay.traces.metrics), and every dispatch lag."""
+    shared metric definitions (tailreplay.traces.results.metrics), and every dispatch lag."""
 
     tail_factor: float
     tail_quantile: float

@@ -7,7 +7,7 @@ pass finds the tick on the start_ns column; the schedule then spreads each tick'
 requests over the tick by a seeded draw per record, so shards agree and the count
 per tick is the recording's.
 
-The tick is found by ``traces/clock.py`` (its rule is documented there), the
+The tick is found by ``traces/workload/clock.py`` (its rule is documented there), the
 same rule the workload models use.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tailreplay.traces.clock import MIN_TICK_NS, TIE_SHARE, Ticks, detect_ticks
+from tailreplay.traces.workload.clock import MIN_TICK_NS, TIE_SHARE, Ticks, detect_ticks
 
 __all__ = [
     "MIN_TICK_NS",

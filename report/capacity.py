@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tailreplay.report.compare import compare
-from tailreplay.report.engine import engine_report
+from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, cell

@@ -48,14 +48,14 @@ from tailreplay.report.model import (
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.report.shards import ShardLags, shard_lags
 from tailreplay.report.side import Side
-from tailreplay.traces.client_health import (
+from tailreplay.traces.results.client_health import (
     DEFAULT_LAG_LIMIT_MS,
     ClientVerdict,
     client_verdict,
     verdict_line,
 )
-from tailreplay.traces.metrics import metric_values, percentiles
-from tailreplay.traces.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
+from tailreplay.traces.results.metrics import metric_values, percentiles
+from tailreplay.traces.results.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
 from tailreplay.units import parse_factor
 
 __all__ = ["DELTA_COLUMNS", "compare", "delta_rows"]

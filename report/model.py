@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
-from tailreplay.traces.client_health import ClientVerdict
-from tailreplay.traces.metrics import METRICS, Metric
+from tailreplay.traces.results.client_health import ClientVerdict
+from tailreplay.traces.results.metrics import METRICS, Metric
 
 __all__ = [
     "METRICS",

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from tailreplay.errors import UsageError
 from tailreplay.report.model import LagCause, ShardRow, Shards
 from tailreplay.report.side import Side
-from tailreplay.traces.client_health import ClientVerdict
+from tailreplay.traces.results.client_health import ClientVerdict
 
 __all__ = [
     "LATE_START_S",

@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.report.quantiles import LogHistogram
-from tailreplay.traces.metrics import Requests, is_error
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.results.metrics import Requests, is_error
 
 __all__ = ["Side", "load_side"]
 
@@ -96,7 +96,7 @@ class Side:
 
     @property
     def requests(self) -> Requests:
-        """The columns the shared metric definitions read (tailreplay.traces.metrics)."""
+        """The columns the shared metric definitions read (tailreplay.traces.results.metrics)."""
         return Requests(
             duration_ns=self.duration_ns,
             ttfb_ns=self.ttfb_ns,

@@ -127,7 +127,7 @@ def check_judgeable(
                 f"--slo {obj.text!r}: latency_from_due exists only in a replay; "
                 "give it an absolute limit (e.g. 800ms)"
             )
-    from tailreplay.traces.columns import load_columns
+    from tailreplay.traces.archive.columns import load_columns
 
     fields = sorted({_RECORDED_BY[o.metric] for o in relative})
     cols = load_columns(archives, [], presence_only=fields, skip_corrupt=skip_corrupt)

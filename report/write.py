@@ -16,13 +16,13 @@ from typing import Any
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
-from tailreplay.report.engine import engine_report
+from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, SloMatrix
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
 from tailreplay.report.tables import ReportTable, headline, report_tables
-from tailreplay.traces.stats import DEFAULT_BUCKETS
+from tailreplay.traces.results.stats import DEFAULT_BUCKETS
 
 __all__ = ["ReportOptions", "ReportResult", "fail_on_slo", "write_report"]
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tailreplay.sim.engine import Engine
+from tailreplay.sim.batching import Engine
 
 __all__ = ["SimMetrics"]
 

@@ -46,7 +46,7 @@ def error_body(
 
 
 def render_chat(messages: list[dict[str, Any]]) -> str:
-    """The prompt text of a chat request (see ``tailreplay.traces.tokens.chat_text``)."""
+    """The prompt text of a chat request (see ``tailreplay.traces.text.tokens.chat_text``)."""
     return chat_text(messages)
 
 

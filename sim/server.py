@@ -22,15 +22,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from tailreplay.sim.engine import Engine, NeverFits, QueueFull, Sequence
+from tailreplay.sim.batching import Engine, NeverFits, QueueFull, Sequence
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.metrics import SimMetrics
 from tailreplay.sim.output import plan_output, plan_reasoning, words
 from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
-from tailreplay.traces.prompt_stats import prompt_stats
-from tailreplay.traces.tokens import get as get_encoder
+from tailreplay.traces.text.prompt_stats import prompt_stats
+from tailreplay.traces.text.tokens import get as get_encoder
 from tailreplay.units import host_port
 
 __all__ = ["SimConfig", "build_app", "run", "serve"]

@@ -128,7 +128,7 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
 
 
 COUNT_LIMIT = 1 << 32
-"""Token counts an archive holds are below this (``traces/validate.py``'s _TOKENS)."""
+"""Token counts an archive holds are below this (``traces/archive/validate.py``'s _TOKENS)."""
 _COUNTS = (
     ("prompt_tokens", _PROMPT),
     ("completion_tokens", _COMPLETION),

@@ -2,7 +2,7 @@
 damaged headers, random byte damage, huge declared lengths and deep nesting.
 
 Values are drawn per field from the one table every reader checks against
-(``traces/validate.py: FIELD_SPECS``): in range, at its edges, or of another type.
+(``traces/archive/validate.py: FIELD_SPECS``): in range, at its edges, or of another type.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import msgpack
 import zstandard
 from hypothesis import strategies as st
 
-from tailreplay.traces.validate import (
+from tailreplay.traces.archive.validate import (
     BIN,
     BOOL,
     FIELD_SPECS,
@@ -100,7 +100,7 @@ class Archive:
     records: int
     """Record maps packed (before any damage)."""
     valid: int
-    """Of those, the ones every reader must accept (traces/validate.py)."""
+    """Of those, the ones every reader must accept (traces/archive/validate.py)."""
     header_ok: bool
     """The header has no damaged field (else: an error, or read without those fields)."""
 

@@ -24,8 +24,8 @@ from yarl import URL
 from tailreplay.exporters.spans import proxy_spans
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import RunningProxy, start
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 
 T = TypeVar("T")
 

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.scan import FileScan
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.scan import FileScan
 from tests.helpers import HEADER, random_maps, write_plain
 
 

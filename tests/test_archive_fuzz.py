@@ -4,7 +4,7 @@ Properties, for every archive the strategies in ``archive_strategies.py`` make:
 no traceback, no command past 20 s, peak RSS under 500 MB, exit codes 0 or 3
 (3 with one line), and one verdict from every command — damaged or not, and, when
 not, the same number of records. For archives whose bytes are intact the verdict
-is also known in advance: a record or header field outside ``traces/validate.py``
+is also known in advance: a record or header field outside ``traces/archive/validate.py``
 is damage, and ``--skip-corrupt`` reads exactly the valid records.
 
 ``make test`` runs a short budget (30 archives in-process, 5 in child processes);

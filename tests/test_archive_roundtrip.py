@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
 
 times = st.integers(min_value=0, max_value=2**62 - 1)  # the valid range of a time in ns
 small = st.integers(min_value=0, max_value=2**31)

@@ -18,8 +18,8 @@ from click.testing import CliRunner, Result
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveVersionError
-from tailreplay.traces import format as fmt
-from tailreplay.traces.reader import ArchiveReader, read_header
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tests.helpers import HEADER, random_maps, write_plain
 
 V0_HEADER = {

@@ -23,11 +23,11 @@ from click.testing import CliRunner, Result
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
-from tailreplay.traces import columns
-from tailreplay.traces import format as fmt
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.validate import record_problem
+from tailreplay.traces.archive import columns
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.validate import record_problem
 from tests.helpers import HEADER, write_plain
 
 T0 = 1_700_000_000 * 10**9

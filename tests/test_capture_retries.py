@@ -20,7 +20,7 @@ import aiohttp
 
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.proxy_helpers import proxy_to, records
 
 ONE = PROFILES["default"].with_overrides(

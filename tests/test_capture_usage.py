@@ -17,7 +17,7 @@ from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.fixed_upstream import (
     CACHED_TOKENS,
     GAP_S,

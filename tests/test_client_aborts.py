@@ -17,7 +17,7 @@ import aiohttp
 
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 from tests.helpers import metric
 from tests.proxy_helpers import proxy_to, records
 

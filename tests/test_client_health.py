@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tailreplay.replayer.health import LoopWatch
-from tailreplay.traces.client_health import client_verdict, verdict_line
+from tailreplay.traces.results.client_health import client_verdict, verdict_line
 
 LATE = np.full(100, 20_000_000, dtype=np.int64)  # every send 20 ms late
 ON_TIME = np.full(100, 100_000, dtype=np.int64)

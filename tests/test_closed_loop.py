@@ -18,8 +18,8 @@ import numpy as np
 
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.sessions import SESSION_GAP_S, SessionFeeder
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

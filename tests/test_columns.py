@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tailreplay.errors import ArchiveError
-from tailreplay.traces import columns
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE
-from tailreplay.traces.validate import record_problem
+from tailreplay.traces.archive import columns
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.validate import record_problem
+from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE
 from tests.helpers import HEADER, random_maps, write_plain
 
 FIELDS = [*STATS_FIELDS, "lag_ns", "tail", "max_tokens"]
@@ -41,7 +41,8 @@ def _assert_same(a: columns.Columns, b: columns.Columns) -> None:
 
 
 def test_the_c_scanner_is_built() -> None:
-    # The Makefile's environment compiles traces/_colscan.c; without it stats are ~10x slower.
+    # The Makefile's environment compiles traces/archive/_colscan.c; without it stats are
+    # ~10x slower.
     assert columns._colscan is not None
 
 

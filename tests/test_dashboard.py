@@ -15,10 +15,10 @@ from tailreplay.prometheus import LATENCY_BUCKETS
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
-from tailreplay.proxy.recording import RecorderClient
+from tailreplay.proxy.recorder_sink import RecorderClient
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.replayer.metrics import ReplayMetrics
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 DASHBOARD = Path(__file__).parent.parent / "deploy" / "grafana-dashboard.json"
 

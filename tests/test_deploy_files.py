@@ -132,7 +132,7 @@ def _needed_by_pip() -> list[str]:
 
 def test_the_build_context_keeps_what_pip_reads() -> None:
     needed = _needed_by_pip()
-    assert "traces/_colscan.c" in needed and "traces/peak.msgpack" in needed
+    assert "traces/archive/_colscan.c" in needed and "traces/peak.msgpack" in needed
     assert "tailreplay/cli/__init__.py" in needed and "proxy/__init__.py" in needed
     assert all((ROOT / path).exists() for path in needed)
     assert [path for path in needed if left_out(path)] == []

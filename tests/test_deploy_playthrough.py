@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tailreplay.units import parse_time
 from tests.helpers import write_plain
 from tests.test_deploy import DEPLOY, env_of, expand

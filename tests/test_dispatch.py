@@ -28,7 +28,7 @@ from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 CHAT = "/v1/chat/completions"
 RECORDED_START_NS = 1_700_000_000 * 10**9

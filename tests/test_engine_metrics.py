@@ -20,8 +20,8 @@ from tailreplay.cli import cli
 from tailreplay.engine_metrics import MAX_RAW, read_page, scrape_path
 from tailreplay.replayer.scrape import ScrapeTarget, scraping
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -22,7 +22,7 @@ from tailreplay import eventloop
 from tailreplay.cli import cli
 from tailreplay.errors import UsageError
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import chat_archive
 
 NO_UVLOOP = (

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

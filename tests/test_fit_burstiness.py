@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailreplay.traces.burstiness import index_of_dispersion
-from tailreplay.traces.fit import Workload, fit, synthesize
-from tailreplay.traces.hmm import Mmpp
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.workload.burstiness import index_of_dispersion
+from tailreplay.traces.workload.fit import Workload, fit, synthesize
+from tailreplay.traces.workload.hmm import Mmpp
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

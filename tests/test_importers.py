@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 
 DATA = Path(__file__).parent / "data"
 

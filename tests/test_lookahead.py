@@ -17,7 +17,7 @@ from tailreplay.replayer.lookahead import Lookahead
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.schedule import Planned
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 from tests.test_dispatch import FakeTransport, Harness
 
 LONG = 100_000

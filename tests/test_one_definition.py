@@ -1,5 +1,5 @@
 """Every view of the same records gives the same figures: `traces stats`, `report` and the
-replay's summary read one set of definitions (tailreplay.traces.metrics)."""
+replay's summary read one set of definitions (tailreplay.traces.results.metrics)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.replayer.summary import ResultCollector
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -115,7 +115,7 @@ def test_replays_started_in_one_second_never_share_a_default_file(
     NAME-2 (created exclusively), and a run refused before writing leaves no file."""
     from datetime import UTC, datetime
 
-    from tailreplay.traces.reader import ArchiveReader
+    from tailreplay.traces.archive.reader import ArchiveReader
 
     result_file = importlib.import_module("tailreplay.cli.result_file")
 

@@ -19,8 +19,8 @@ import pytest
 from tailreplay.openai_api import chat_text
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.prompt_stats import prompt_stats
-from tailreplay.traces.tokens import get
+from tailreplay.traces.text.prompt_stats import prompt_stats
+from tailreplay.traces.text.tokens import get
 from tests.helpers import write_plain
 from tests.proxy_helpers import proxy_to, records
 from tests.test_proxy_safety import QUICK

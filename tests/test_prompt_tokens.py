@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tailreplay.openai_api import chat_text
-from tailreplay.traces.prompt_tokens import (
+from tailreplay.proxy.prompt_tokens import (
     OPENAI,
     RENDERED_PER_MESSAGE,
     TEMPLATES,
@@ -16,7 +16,7 @@ from tailreplay.traces.prompt_tokens import (
     estimate_prompt_tokens,
     template_for,
 )
-from tailreplay.traces.tokens import count_tokens
+from tailreplay.traces.text.tokens import count_tokens
 
 
 @pytest.mark.parametrize(

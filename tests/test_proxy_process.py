@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.proxy_helpers import start_proxy_process
 
 FLUSH_S = 1.0  # the proxy's flush interval

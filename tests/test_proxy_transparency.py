@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tailreplay.openai_api import chat_text
 from tailreplay.proxy.openai import SseRelay
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.tokens import count_tokens
+from tailreplay.traces.text.tokens import count_tokens
 from tests.fixed_upstream import GAP_S, NON_STREAM, WORDS, fixed_app
 from tests.proxy_helpers import proxy_to, records, serve_app
 

@@ -17,8 +17,8 @@ import zstandard
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.reorder import BUDGET_ENV
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.reorder import BUDGET_ENV
 from tests.helpers import HEADER, run_measured
 
 T0 = 1_700_000_000 * 10**9

@@ -1,4 +1,4 @@
-"""The redaction rules (traces/redact.py), case by case: names, headers, paths, URLs,
+"""The redaction rules (traces/text/redact.py), case by case: names, headers, paths, URLs,
 text and JSON bodies. tests/test_redaction_corpus.py sends a corpus through the proxy."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
-from tailreplay.traces.redact import (
+from tailreplay.traces.text.redact import (
     fingerprint,
     is_secret_name,
     redact_body,

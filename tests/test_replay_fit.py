@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.replayer.preflight import PROBE_HEADER
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import chat_archive, write_plain
 from tests.proxy_helpers import serve_in_thread
 

@@ -20,7 +20,7 @@ from tailreplay.cli import cli
 from tailreplay.replayer.health import run_queue_ns, steal_ticks
 from tailreplay.replayer.preflight import PROBE_HEADER
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import HEADER, write_plain
 from tests.proxy_helpers import serve_in_thread
 

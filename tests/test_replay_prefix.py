@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

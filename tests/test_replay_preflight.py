@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import chat_archive
 from tests.proxy_helpers import serve_in_thread
 

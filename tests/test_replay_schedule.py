@@ -19,7 +19,7 @@ from tailreplay.errors import ArchiveError, UsageError
 from tailreplay.replayer import schedule as schedule_module
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.speed import Speed, parse_speed
-from tailreplay.traces.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tests.helpers import HEADER, write_plain
 
 T0 = 1_700_000_000 * 10**9

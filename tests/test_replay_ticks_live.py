@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 from tests.instant_target import instant_target
 

@@ -21,7 +21,7 @@ from aiohttp import web
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import HttpTransport
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.fixed_upstream import WORDS
 from tests.proxy_helpers import serve_app
 from tests.test_proxy_upstream import https_upstream

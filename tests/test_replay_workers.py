@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.sim.launcher import sim_process
-from tailreplay.traces.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -106,7 +106,7 @@ def test_a_workers_refusal_keeps_its_exit_code(tmp_path: Path) -> None:
 def test_a_failed_merge_keeps_every_workers_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tailreplay.replayer.workers as workers
+    import tailreplay.replayer.local_shards as workers
     from tailreplay.errors import InputError
 
     def full_disk(*args: object, **kwargs: object) -> None:  # ENOSPC cannot be made here

@@ -18,7 +18,7 @@ import pytest
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.transport import Outcome
 from tailreplay.retry_after import retry_after_s
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -15,7 +15,7 @@ from tailreplay.sim.faults import Faults
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.schema import render_chat
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.tokens import count_tokens
+from tailreplay.traces.text.tokens import count_tokens
 from tests.helpers import metric
 
 # Fast steps keep these tests quick; timing fidelity has its own tests.

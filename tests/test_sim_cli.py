@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.sim.engine import Engine, NeverFits, QueueFull
+from tailreplay.sim.batching import Engine, NeverFits, QueueFull
 from tailreplay.sim.profiles import PROFILES
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tailreplay.sim.engine import Engine, Sequence
+from tailreplay.sim.batching import Engine, Sequence
 from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 

@@ -14,7 +14,7 @@ from tailreplay.cli import cli
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import render_chat
 from tailreplay.sim.server import SimConfig, serve
-from tailreplay.traces.tokens import count_tokens
+from tailreplay.traces.text.tokens import count_tokens
 from tests.helpers import metric
 
 QUICK = PROFILES["default"].with_overrides(
@@ -29,7 +29,7 @@ def messages(question: str) -> list[dict[str, str]]:
 
 def shared_tokens(a: list[dict[str, str]], b: list[dict[str, str]]) -> int:
     """Leading tokens the rendered prompts of ``a`` and ``b`` have in common."""
-    from tailreplay.traces.tokens import get
+    from tailreplay.traces.text.tokens import get
 
     ta, tb = (get().encode_ordinary(render_chat(m)) for m in (a, b))
     n = 0

@@ -14,7 +14,7 @@ import pytest
 
 from tailreplay.replayer.slo_stop import MissWatch, SloStop, Watched, enough_over, errors_over
 from tailreplay.report.quantiles import estimates
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -19,8 +19,8 @@ from tailreplay.replayer import prompts
 from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder
 from tailreplay.replayer.schedule import Planned, ScheduleConfig, plan, schedule
-from tailreplay.traces.record import Record
-from tailreplay.traces.tokens import count_tokens, get
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.text.tokens import count_tokens, get
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -127,7 +127,7 @@ def test_ctrl_c_flushes_the_spans_of_requests_already_done(tmp_path: Path, sim: 
     import sys
     import time
 
-    from tailreplay.traces.reader import ArchiveReader
+    from tailreplay.traces.archive.reader import ArchiveReader
 
     _archive(tmp_path / "a.msgpack", 3000, rate=100)  # 30 s: stopped long before the end
     with receiver_in_thread() as otlp:

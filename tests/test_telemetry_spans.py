@@ -29,8 +29,8 @@ from tailreplay.sampling import TraceSampler
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, build_app
 from tailreplay.tracecontext import parse_traceparent
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 from tests.fixed_upstream import fixed_app
 from tests.helpers import chat_archive
 from tests.otlp_receiver import receiver

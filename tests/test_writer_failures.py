@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import Record
-from tailreplay.traces.writer import ArchiveWriter, write_archive
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter, write_archive
 
 FLUSH_S = 0.5
 # Besides the flush interval itself: the writer's idle wake-up (50 ms) and a busy CI
@@ -26,9 +26,9 @@ SLACK_S = 1.0
 _CHILD = textwrap.dedent(
     """
     import sys, time
-    from tailreplay.traces.format import make_header
-    from tailreplay.traces.record import Record
-    from tailreplay.traces.writer import ArchiveWriter
+    from tailreplay.traces.archive.format import make_header
+    from tailreplay.traces.archive.record import Record
+    from tailreplay.traces.archive.writer import ArchiveWriter
     w = ArchiveWriter(
         directory=sys.argv[1], header=make_header("test"), flush_interval=float(sys.argv[2])
     )
@@ -86,9 +86,9 @@ def test_a_full_queue_drops_and_counts_never_blocks(tmp_path: Path) -> None:
 _DISK_CHILD = textwrap.dedent(
     """
     import resource, signal, sys, json
-    from tailreplay.traces.format import make_header
-    from tailreplay.traces.record import Record
-    from tailreplay.traces.writer import ArchiveWriter
+    from tailreplay.traces.archive.format import make_header
+    from tailreplay.traces.archive.record import Record
+    from tailreplay.traces.archive.writer import ArchiveWriter
     # A file-size limit makes write() fail with EFBIG, as a full disk fails with ENOSPC.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))

@@ -171,12 +171,12 @@ def capacity(
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
     from tailreplay.cli.replay_target import fresh_simulators
-    from tailreplay.replayer.trial import longest_request, replay_child
     from tailreplay.report.capacity import judge
-    from tailreplay.report.capacity_search import COARSE_SHARE, search
-    from tailreplay.report.capacity_search import sweep as brute
     from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
+    from tailreplay.studies.capacity_search import COARSE_SHARE, search
+    from tailreplay.studies.capacity_search import sweep as brute
+    from tailreplay.studies.trial import longest_request, replay_child
 
     objectives = parse_objectives(slos)
     check_judgeable(objectives, list(archives))
@@ -292,8 +292,8 @@ def _busiest(
 ) -> tuple[Path, float]:
     """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``; and the
     span of its requests (first to last start, s)."""
-    from tailreplay.traces.columns import load_columns
-    from tailreplay.traces.ops import copy_records, find_peak, record_filter
+    from tailreplay.traces.archive.columns import load_columns
+    from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
     from tailreplay.units import format_duration
 
     peak = find_peak(archives, round(window_s * 1e9))

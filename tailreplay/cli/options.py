@@ -458,7 +458,7 @@ def time_window(
     files: tuple[Path, ...], from_: str | None, to: str | None, *, skip_corrupt: bool = False
 ) -> tuple[int | None, int | None]:
     """``--from``/``--to`` as unix ns; ``+DURATION`` counts from the archives' first record."""
-    from tailreplay.traces.columns import load_columns
+    from tailreplay.traces.archive.columns import load_columns
 
     from_, to = (t if t and t.strip() else None for t in (from_, to))  # empty: not given
     origin = None

@@ -24,7 +24,7 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
-from tailreplay.traces.redact import redact_url
+from tailreplay.traces.text.redact import redact_url
 from tailreplay.units import parse_host_port, parse_http_url
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def proxy(**options: Any) -> None:
         sys.stdout.flush()
 
     if config.workers > 1:
-        from tailreplay.proxy.workers import run_workers
+        from tailreplay.proxy.shared_port import run_workers
 
         run_workers(config, click.echo)
         return

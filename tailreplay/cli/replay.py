@@ -327,7 +327,7 @@ def _config(args: ReplayArgs) -> ReplayConfig:
     from tailreplay.replayer.retry import RetryPolicy
     from tailreplay.replayer.run import ReplayConfig
     from tailreplay.replayer.schedule import ScheduleConfig
-    from tailreplay.traces.reader import ArchiveReader
+    from tailreplay.traces.archive.reader import ArchiveReader
 
     ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
     start_ns, end_ns = time_window(
@@ -437,7 +437,7 @@ def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
         click.echo(line, err=True)
 
     if workers > 1:
-        from tailreplay.replayer.workers import run_workers
+        from tailreplay.replayer.local_shards import run_workers
 
         return run_workers(config, workers, say)
     from tailreplay.replayer.run import run

@@ -82,7 +82,7 @@ def report(
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
     3 an unreadable archive.
     """
-    from tailreplay.report.engine import parse_thresholds
+    from tailreplay.report.engine_findings import parse_thresholds
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import ReportOptions, fail_on_slo, write_report
 

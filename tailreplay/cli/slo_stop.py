@@ -55,7 +55,7 @@ def slo_stop_config(
     if when is None:
         return None
     from tailreplay.replayer.slo_stop import SloStop, Watched, WatchedMetric
-    from tailreplay.traces.metrics import PERCENTILES
+    from tailreplay.traces.results.metrics import PERCENTILES
 
     clashes = [
         (min_score < 1, "--slo-min-score under 1: one objective missed may still pass"),

@@ -24,7 +24,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
-from tailreplay.traces.samples import SAMPLES
+from tailreplay.traces.archive.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns
 
 __all__ = ["traces"]
@@ -54,7 +54,7 @@ def traces() -> None:
 def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     """Show an archive's header and its first N records."""
     from tailreplay.report.terminal import describe_header, describe_record
-    from tailreplay.traces.reader import ArchiveReader
+    from tailreplay.traces.archive.reader import ArchiveReader
 
     reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
     click.echo(describe_header(str(file), reader.headers[0]))
@@ -71,8 +71,8 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
 def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corrupt: bool) -> None:
     """Counts, rate, error rate, latency/TTFT/TPOT/token percentiles, per-bucket table."""
     from tailreplay.report.terminal import print_stats
-    from tailreplay.traces.columns import load_columns
-    from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, summarize
+    from tailreplay.traces.archive.columns import load_columns
+    from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, summarize
 
     cols = load_columns(
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
@@ -91,7 +91,7 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corru
 @skip_corrupt_option
 def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """Merge archives (e.g. from several proxy replicas) into one, in time order."""
-    from tailreplay.traces.ops import copy_records
+    from tailreplay.traces.archive.ops import copy_records
 
     result = copy_records(files, out, source="merge", skip_corrupt=skip_corrupt)
     _warn(result.warnings)
@@ -122,7 +122,7 @@ def slice_(
     skip_corrupt: bool,
 ) -> None:
     """Write the records matching every given filter to a new archive."""
-    from tailreplay.traces.ops import copy_records, record_filter
+    from tailreplay.traces.archive.ops import copy_records, record_filter
 
     start_ns, end_ns = time_window(files, from_, to, skip_corrupt=skip_corrupt)
     keep = record_filter(
@@ -159,7 +159,7 @@ def slice_(
 @skip_corrupt_option
 def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrupt: bool) -> None:
     """Cut the busiest window (by requests or by tokens) into its own archive."""
-    from tailreplay.traces.ops import copy_records, find_peak, record_filter
+    from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
 
     window_ns = round(window * 1e9)
     found = find_peak(files, window_ns, by=by, skip_corrupt=skip_corrupt)
@@ -220,7 +220,7 @@ def export_() -> None:
 @skip_corrupt_option
 def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """Mooncake JSONL: timestamp, input/output lengths, hash_ids, session."""
-    from tailreplay.traces.export import export_mooncake
+    from tailreplay.traces.archive.export import export_mooncake
 
     check_output_file("-o", out, inputs=files)
     n = export_mooncake(files, out, skip_corrupt=skip_corrupt)
@@ -233,7 +233,7 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
 @skip_corrupt_option
 def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """One JSON object per record (bytes as hex)."""
-    from tailreplay.traces.export import export_jsonl
+    from tailreplay.traces.archive.export import export_jsonl
 
     check_output_file("-o", out, inputs=files)
     n = export_jsonl(files, out, skip_corrupt=skip_corrupt)
@@ -263,7 +263,7 @@ def export_otlp(
 ) -> None:
     """Send every record as a span (original timestamps) to an OTLP endpoint."""
     from tailreplay.exporters.otlp_export import export_otlp, rebase_shift
-    from tailreplay.traces.columns import load_columns
+    from tailreplay.traces.archive.columns import load_columns
 
     if not otlp.enabled:
         raise UsageError("no --otlp-endpoint (nor OTEL_EXPORTER_OTLP_ENDPOINT) to export to")
@@ -320,7 +320,7 @@ def sample(name: str, out: Path | None) -> None:
     tailreplay traces sample peak -o peak.msgpack
     replay --speed 2x peak.msgpack
     """
-    from tailreplay.traces.samples import write_sample
+    from tailreplay.traces.archive.samples import write_sample
 
     out = out or Path(f"{name}.msgpack")
     check_output_file("-o", out)

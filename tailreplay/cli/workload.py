@@ -47,7 +47,7 @@ def fit(
     files: tuple[Path, ...], out: Path, skip_corrupt: bool, seed: int, profile: float | None
 ) -> None:
     """Fit a workload model (arrivals, token lengths, mix) to archives; write it as JSON."""
-    from tailreplay.traces.fit import fit as fit_workload
+    from tailreplay.traces.workload.fit import fit as fit_workload
 
     check_output_file("-o", out, inputs=files)
     workload = fit_workload(files, skip_corrupt=skip_corrupt, seed=seed, profile_bin_s=profile)
@@ -93,7 +93,7 @@ def synth(
     arrivals: str,
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
-    from tailreplay.traces.fit import Workload, synthesize
+    from tailreplay.traces.workload.fit import Workload, synthesize
 
     if rate is not None and scale is not None:
         raise UsageError("give --rate or --scale, not both")
@@ -216,14 +216,14 @@ def validate_model(
     """Replay an archive window, the model's synthesis of it and a Poisson baseline
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import RunFailed
-    from tailreplay.replayer.model_check import (
+    from tailreplay.studies.model_check import (
         CheckConfig,
         TargetFactory,
         render,
         run_check,
         to_json,
     )
-    from tailreplay.traces.fit import Workload
+    from tailreplay.traces.workload.fit import Workload
 
     if json_path is not None:
         check_output_file("--json", json_path, inputs=[archive, model_path])

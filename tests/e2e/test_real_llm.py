@@ -26,7 +26,7 @@ from yarl import URL
 from tailreplay.cli import cli
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import start
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import free_port
 
 MODEL = os.environ.get("TAILREPLAY_E2E_MODEL")

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.errors import InputError
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import check_readable
-from tailreplay.traces.record import Record
-from tailreplay.traces.validate import record_problem
-from tailreplay.traces.writer import write_archive
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import check_readable
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.validate import record_problem
+from tailreplay.traces.archive.writer import write_archive
 
 __all__ = ["FORMATS", "ImportReport", "chat_record", "import_file", "stable_id"]
 
@@ -92,7 +92,7 @@ def _check_input(path: Path) -> None:
 
 
 def _valid(records: Iterator[Record], report: ImportReport) -> Iterator[Record]:
-    """The records every reader will accept (traces/validate.py); the rest are rejected."""
+    """The records every reader will accept (traces/archive/validate.py); the rest are rejected."""
     for n, record in enumerate(records, start=1):
         problem = record_problem(record.to_map())
         if problem is None:

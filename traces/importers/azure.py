@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers import ImportReport, chat_record
-from tailreplay.traces.record import Record
 
 __all__ = ["parse_timestamp", "read"]
 

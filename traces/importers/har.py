@@ -15,9 +15,9 @@ from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers import ImportReport, stable_id
-from tailreplay.traces.record import Record
-from tailreplay.traces.redact import redact_headers, redact_path
+from tailreplay.traces.text.redact import redact_headers, redact_path
 
 __all__ = ["read"]
 

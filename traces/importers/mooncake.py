@@ -11,8 +11,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers import ImportReport, chat_record
-from tailreplay.traces.record import Record
 
 __all__ = ["read"]
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers import ImportReport
-from tailreplay.traces.record import Record
 
 __all__ = ["read"]
 

@@ -1,6 +1,6 @@
 """Summary statistics of an archive: the figures ``tailreplay traces stats`` prints.
 
-Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.metrics``'s (the
+Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.results.metrics``'s (the
 definitions every view shares); token percentiles are over successful records;
 duration_s = last start - first start; rate_rps = (records - 1) / duration_s (arrivals
 per second), and a bucket's rate_rps its share of it (the buckets' add up to it).
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.traces.columns import Columns
-from tailreplay.traces.metrics import Requests, error_mask, metric_values, percentiles
+from tailreplay.traces.archive.columns import Columns
+from tailreplay.traces.results.metrics import Requests, error_mask, metric_values, percentiles
 
 __all__ = [
     "DEFAULT_BUCKETS",

@@ -1,8 +1,8 @@
 """ArchiveReader: stream records from one or many archive files.
 
-Each file is scanned by ``traces/scan.py`` (limits, the record check of
-``traces/validate.py``, torn tails, damage and ``skip_corrupt``); files that hold
-records in completion order are re-ordered by ``traces/reorder.py`` within a
+Each file is scanned by ``traces/archive/scan.py`` (limits, the record check of
+``traces/archive/validate.py``, torn tails, damage and ``skip_corrupt``); files that hold
+records in completion order are re-ordered by ``traces/archive/reorder.py`` within a
 window whose memory is bounded by a byte budget. An empty file (a disk that filled
 up before the header was written) holds no records: it is skipped with a warning.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.errors import InputError
-from tailreplay.traces.record import Record
-from tailreplay.traces.reorder import DEFAULT_REORDER_WINDOW_NS, Reorder, window_ns
-from tailreplay.traces.scan import FileReport, FileScan, check_readable, open_chunks
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.reorder import DEFAULT_REORDER_WINDOW_NS, Reorder, window_ns
+from tailreplay.traces.archive.scan import FileReport, FileScan, check_readable, open_chunks
 
 __all__ = [
     "DEFAULT_REORDER_WINDOW_NS",

@@ -3,7 +3,7 @@
 Only bytes that can start a record are tried: a map header (fixmap of 1..15 keys,
 map16, map32) followed by the first byte of a str or bin key, found by a regex at C
 speed; then a look at the header's key count; then an unpack of the bytes there,
-which must give a valid record (``traces/validate.py``).
+which must give a valid record (``traces/archive/validate.py``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import re
 
 import msgpack
 
-from tailreplay.traces import format as fmt
-from tailreplay.traces.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
-from tailreplay.traces.validate import record_problem
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
+from tailreplay.traces.archive.validate import record_problem
 
 __all__ = ["RECORD_START", "probe", "record_follows"]
 

@@ -1,11 +1,11 @@
 """One archive file, scanned: chunks in, checked record maps out, damage found and got past.
 
 Reading is defensive: the header is checked, unpacking is limited in bytes and in
-objects (``traces/unpack.py``), every record is checked (``traces/validate.py``), a
+objects (``traces/archive/unpack.py``), every record is checked (``traces/archive/validate.py``), a
 torn final record (a crash, ``kill -9``) is tolerated with a warning, damage in the
 middle raises ``ArchiveCorrupt`` naming the byte offset — or, with
 ``skip_corrupt``, is skipped: a damaged record that decodes is skipped whole, bytes
-that do not decode are skipped up to the next valid record (``traces/resync.py``).
+that do not decode are skipped up to the next valid record (``traces/archive/resync.py``).
 An empty or zero-filled file is no damage: it holds no records. Offsets in ``.zst``
 files count decompressed bytes.
 """
@@ -30,10 +30,10 @@ from tailreplay.errors import (
     InputError,
     NotAnArchive,
 )
-from tailreplay.traces import format as fmt
-from tailreplay.traces.resync import RECORD_START, probe, record_follows
-from tailreplay.traces.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
-from tailreplay.traces.validate import clean_header, header_problems, record_problem
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.resync import RECORD_START, probe, record_follows
+from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
+from tailreplay.traces.archive.validate import clean_header, header_problems, record_problem
 
 __all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
 

@@ -27,15 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import InputError, UsageError
-from tailreplay.traces.arrivals import Arrivals, fit_arrivals, sample_times
-from tailreplay.traces.clock import Clock
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.format import make_header
-from tailreplay.traces.hmm import Mmpp
-from tailreplay.traces.lengths import Lengths, fit_lengths
-from tailreplay.traces.record import Record
-from tailreplay.traces.renewal import Dist
-from tailreplay.traces.writer import write_archive
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import write_archive
+from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
+from tailreplay.traces.workload.clock import Clock
+from tailreplay.traces.workload.hmm import Mmpp
+from tailreplay.traces.workload.lengths import Lengths, fit_lengths
+from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["IDC_WARN", "KS_WARN", "Workload", "fit", "synthesize"]
 
@@ -106,7 +106,7 @@ class Workload:
             workload = cls(**fields)
         except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"{where}: malformed workload model ({exc})") from None
-        from tailreplay.traces.fit_check import check_workload
+        from tailreplay.traces.workload.fit_check import check_workload
 
         check_workload(workload, where)
         return workload
@@ -238,7 +238,7 @@ def _subset(values: Array, rng: np.random.Generator) -> Array:
 
 
 def _shares(paths: list[str], skip_corrupt: bool) -> tuple[dict[str, float], dict[str, float]]:
-    from tailreplay.traces.reader import ArchiveReader
+    from tailreplay.traces.archive.reader import ArchiveReader
 
     models: Counter[str] = Counter()
     routes: Counter[str] = Counter()

@@ -23,9 +23,9 @@ import zstandard
 
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
-from tailreplay.traces.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
-from tailreplay.traces.record import UNPACKABLE, Record, pack_record, record_to_map
-from tailreplay.traces.validate import record_problem, without_invalid, without_oversized
+from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
+from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
+from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
 
 __all__ = ["ArchiveWriter", "WriterStats", "write_archive"]
 
@@ -57,11 +57,11 @@ class ArchiveWriter:
     ``on_dropped`` with the new total after every drop, from whichever thread dropped.
 
     ``check`` holds each record to the table every reader holds it to
-    (``traces/validate.py``): a field a reader would call damage (a client's
+    (``traces/archive/validate.py``): a field a reader would call damage (a client's
     ``max_tokens: -1``) is left out, with one warning a field, and a record without
     a valid ``start_ns`` dropped, so an archive written is always read whole. It costs
     ~2 µs a record: False for records read from an archive or checked already. Values
-    longer than a reader unpacks (``traces/format.py``) are left out whatever
+    longer than a reader unpacks (``traces/archive/format.py``) are left out whatever
     ``check`` says: only a record packed to 1 MiB or more can hold one, so the test
     costs nothing below that.
 

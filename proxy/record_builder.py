@@ -1,6 +1,6 @@
 """Turning finished exchanges into records: usage, tokens, prefix hashes, redaction.
 
-All of it runs in the recorder process (``tailreplay.proxy.recording``): parsing
+All of it runs in the recorder process (``tailreplay.proxy.recorder_sink``): parsing
 usage, tokenising prompts, hashing and redacting cost tens of microseconds a
 record, which in the proxy's own process would be taken from forwarding.
 """
@@ -18,16 +18,16 @@ from tailreplay.openai_api import chat_text, parse_usage, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import RequestInfo, request_info
+from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.proxy.retries import RetryLinker
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sampling import RunningP99, TraceSampler
-from tailreplay.traces.metrics import is_error
-from tailreplay.traces.prompt_stats import prompt_stats
-from tailreplay.traces.prompt_tokens import Calibration, estimate_prompt_tokens
-from tailreplay.traces.record import Record
-from tailreplay.traces.redact import fingerprint, redact_body, redact_headers, redact_path
-from tailreplay.traces.tokens import get
-from tailreplay.traces.writer import ArchiveWriter
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
+from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.text.prompt_stats import prompt_stats
+from tailreplay.traces.text.redact import fingerprint, redact_body, redact_headers, redact_path
+from tailreplay.traces.text.tokens import get
 
 __all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]
 
@@ -184,7 +184,7 @@ class RecordBuilder:
     """Builds records, samples them and hands them to the archive writer (and spans to
     the exporter, when the proxy exports OTLP).
 
-    Runs in the recorder process (``tailreplay.proxy.recording``), never on the
+    Runs in the recorder process (``tailreplay.proxy.recorder_sink``), never on the
     request path.
     """
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tailreplay.traces.metrics import is_error
+from tailreplay.traces.results.metrics import is_error
 
 __all__ = [
     "BOOL_FIELDS",
@@ -58,7 +58,7 @@ class Record:
     prefix_hashes: list[int] | None = None
     prompt_entropy_mbits: int | None = None
     """The prompt's token-level Shannon entropy, millibits per token
-    (``traces/prompt_stats.py``)..."""
+    (``traces/text/prompt_stats.py``)..."""
     prompt_repetition_pm: int | None = None
     """...and the share of its tokens that repeat an earlier one, per mille."""
     session: str | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed
-from tailreplay.traces.columns import load_columns
+from tailreplay.traces.archive.columns import load_columns
 
 __all__ = ["SIM_SLOW_LIMIT", "longest_request", "replay_child", "sim_slowdown"]
 

@@ -3,7 +3,7 @@
 Many public traces floor arrival times to a tick (1 s, 3 s): most gaps between
 consecutive requests are 0 and each tick's requests share one timestamp. The
 replayer spreads each tick's requests over the tick (``replayer/ticks.py``); the
-workload models fit counts per tick instead of gaps (``traces/arrivals.py``).
+workload models fit counts per tick instead of gaps (``traces/workload/arrivals.py``).
 Both take the tick from here.
 
 The rule (``detect_ticks``), on the start times:

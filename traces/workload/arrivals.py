@@ -33,10 +33,10 @@ import numpy.typing as npt
 from scipy import optimize  # type: ignore[import-untyped]
 
 from tailreplay.errors import InputError, UsageError
-from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
-from tailreplay.traces.clock import Clock, detect
-from tailreplay.traces.hmm import Mmpp, fit_mmpps
-from tailreplay.traces.renewal import Dist, fit_gaps
+from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
+from tailreplay.traces.workload.clock import Clock, detect
+from tailreplay.traces.workload.hmm import Mmpp, fit_mmpps
+from tailreplay.traces.workload.renewal import Dist, fit_gaps
 
 __all__ = ["Arrivals", "fit_arrivals", "sample_times"]
 

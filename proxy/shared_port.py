@@ -28,7 +28,7 @@ from tailreplay.errors import RunFailed, TailreplayError
 from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets
-from tailreplay.traces.redact import redact_url
+from tailreplay.traces.text.redact import redact_url
 
 __all__ = ["merge_metrics", "run_workers"]
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tailreplay.errors import InputError
-from tailreplay.traces.hmm import MAX_STATES
-from tailreplay.traces.lengths import MAX_COMPONENTS
+from tailreplay.traces.workload.hmm import MAX_STATES
+from tailreplay.traces.workload.lengths import MAX_COMPONENTS
 
 if TYPE_CHECKING:
-    from tailreplay.traces.fit import Workload
+    from tailreplay.traces.workload.fit import Workload
 
 __all__ = ["check_workload"]
 

@@ -5,7 +5,7 @@ usage parsing, tokenising prompts, hashing, redaction, packing — would be paid
 for by forwarding (it cost ~40% of throughput when done on a thread). Instead
 the proxy's event loop only appends each finished exchange to a batch; every
 20 ms the batch is pickled and written to a pipe (non-blocking) read by the
-recorder process (``proxy/recorder_child.py``), which builds records and
+recorder process (``proxy/recorder_process.py``), which builds records and
 writes the archive.
 
 Nothing here can hurt a request: when the pipe backs up past a limit, batches
@@ -30,7 +30,7 @@ from tailreplay.batch_pipe import BatchPipe
 from tailreplay.openai_api import ROUTES
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.proxy.recorder_child import Stat, child_main
+from tailreplay.proxy.recorder_process import Stat, child_main
 
 __all__ = ["RecorderClient", "RecorderCounts"]
 

@@ -4,7 +4,7 @@
 sorts the result by ``start_ns`` once, with numpy, at the end. Clean files whose
 requested fields are all integers go through the small C scanner in
 ``_colscan.c`` (several times faster), which checks every record against the same
-table as the Python reader (``traces/validate.py``); any file it cannot take whole —
+table as the Python reader (``traces/archive/validate.py``); any file it cannot take whole —
 damage, a torn tail, an invalid or unusual record — is read by the careful
 pure-Python reader instead, which owns every verdict, warning and error.
 """
@@ -23,14 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import ArchiveError
-from tailreplay.traces import format as fmt
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.record import BOOL_FIELDS, FIELDS, INT_FIELDS
-from tailreplay.traces.scan import FileScan, changed_while_read, open_chunks
-from tailreplay.traces.validate import COLSCAN_SPECS
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import BOOL_FIELDS, FIELDS, INT_FIELDS
+from tailreplay.traces.archive.scan import FileScan, changed_while_read, open_chunks
+from tailreplay.traces.archive.validate import COLSCAN_SPECS
 
 try:
-    from tailreplay.traces import _colscan  # type: ignore[attr-defined]
+    from tailreplay.traces.archive import _colscan  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler: the pure-Python path does the job
     _colscan = None
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from tailreplay.traces import format as fmt
+from tailreplay.traces.archive import format as fmt
 
 __all__ = ["UNPACK_ERRORS", "ObjectCounter", "TooManyObjects", "new_unpacker"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
-from tailreplay.traces.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
-from tailreplay.traces.record import FIELDS
+from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
+from tailreplay.traces.archive.record import FIELDS
 
 __all__ = [
     "COLSCAN_SPECS",
@@ -30,7 +30,7 @@ __all__ = [
     "without_oversized",
 ]
 
-# Kinds of field value; the numbers are shared with traces/_colscan.c.
+# Kinds of field value; the numbers are shared with traces/archive/_colscan.c.
 INT, BOOL, STR, BIN, INTS, PAIRS = range(6)
 
 _TIME = (0, 1 << 62)
@@ -185,7 +185,7 @@ def without_invalid(m: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]
 
 
 def without_oversized(m: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``m`` without the values longer than a reader unpacks (``traces/format.py``: a
+    """``m`` without the values longer than a reader unpacks (``traces/archive/format.py``: a
     string over 1 MiB, bytes over 64 MiB, an array over 2^20 items), and what each was:
     a reader would call the record, and what follows it, damage. Only a record packed
     to 1 MiB or more can hold one."""

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from tailreplay.openai_api import ROUTES, route_label
 from tailreplay.proxy.config import ProxyConfig, archive_header
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.traces.record import Record
+from tailreplay.traces.archive.record import Record
 
 if TYPE_CHECKING:
-    from tailreplay.proxy.recorder import RecordBuilder
-    from tailreplay.traces.writer import ArchiveWriter
+    from tailreplay.proxy.record_builder import RecordBuilder
+    from tailreplay.traces.archive.writer import ArchiveWriter
 
 __all__ = ["Stat", "child_main"]
 
@@ -52,8 +52,8 @@ def child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
     # past its limit, drops and counts) instead of slowing every request.
     os.nice(10)
     from tailreplay.errors import TailreplayError
-    from tailreplay.proxy.recorder import RecordBuilder
-    from tailreplay.traces.tokens import get
+    from tailreplay.proxy.record_builder import RecordBuilder
+    from tailreplay.traces.text.tokens import get
 
     try:
         writer = _open_writer(config, stats)
@@ -77,7 +77,7 @@ def child_main(conn: Any, ready: Any, config: ProxyConfig, stats: Any) -> None:
 
 
 def _open_writer(config: ProxyConfig, stats: Any) -> ArchiveWriter:
-    from tailreplay.traces.writer import ArchiveWriter
+    from tailreplay.traces.archive.writer import ArchiveWriter
 
     def written(n: int) -> None:
         stats[Stat.WRITTEN] = n

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.private import open_private
-from tailreplay.traces.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader
 
 __all__ = ["export_jsonl", "export_mooncake"]
 

@@ -30,9 +30,9 @@ from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
 from tailreplay.replayer.schedule import Plan, plan
 from tailreplay.replayer.summary import ResultCollector
-from tailreplay.traces.client_health import ClientVerdict, client_verdict
-from tailreplay.traces.ops import copy_records
-from tailreplay.traces.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.ops import copy_records
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
+from tailreplay.traces.results.client_health import ClientVerdict, client_verdict
 
 __all__ = ["run_workers"]
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tailreplay.errors import UsageError
-from tailreplay.traces import format as fmt
-from tailreplay.traces.scan import FileScan
+from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.scan import FileScan
 from tailreplay.units import parse_size
 
 __all__ = ["BUDGET_ENV", "DEFAULT_REORDER_WINDOW_NS", "Reorder", "read_budget", "window_ns"]

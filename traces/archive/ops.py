@@ -18,10 +18,10 @@ import numpy as np
 
 from tailreplay.errors import InputError, UsageError
 from tailreplay.output_path import check_output_file
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.format import make_header
-from tailreplay.traces.reader import ArchiveReader
-from tailreplay.traces.writer import write_archive
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.writer import write_archive
 
 __all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter"]
 

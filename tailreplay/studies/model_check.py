@@ -35,14 +35,14 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import InputError, UsageError
-from tailreplay.replayer.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
-from tailreplay.traces.burstiness import WINDOWS_S, index_of_dispersion
-from tailreplay.traces.client_health import client_verdict
-from tailreplay.traces.columns import load_columns
-from tailreplay.traces.fit import Workload, synthesize
-from tailreplay.traces.metrics import metric_values
-from tailreplay.traces.ops import copy_records, record_filter
-from tailreplay.traces.stats import STATS_FIELDS, STATS_PRESENCE, requests
+from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.ops import copy_records, record_filter
+from tailreplay.traces.results.client_health import client_verdict
+from tailreplay.traces.results.metrics import metric_values
+from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
+from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
+from tailreplay.traces.workload.fit import Workload, synthesize
 
 __all__ = ["ArmResult", "CheckConfig", "pooled", "run_check"]
 
