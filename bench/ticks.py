@@ -105,7 +105,8 @@ def tick_archive(path: Path, seconds: float) -> int:
 def one_replay(args: list[str]) -> None:
     """Child process: one replay through the library, its summary as JSON on stdout."""
     from tailreplay.eventloop import run as run_on_loop
-    from tailreplay.replayer.run import ReplayConfig, run
+    from tailreplay.replayer.config import ReplayConfig
+    from tailreplay.replayer.run import run
     from tailreplay.replayer.schedule import ScheduleConfig
 
     archive, target, out, spread, items = args
@@ -114,7 +115,7 @@ def one_replay(args: list[str]) -> None:
         target=target, out=Path(out), lookahead_items=int(items),
     )  # fmt: skip
     outcome = run_on_loop(run(config, lambda line: None), config.event_loop)  # as `replay`
-    print(json.dumps(outcome.summary))
+    print(json.dumps(outcome.summary.to_json()))
 
 
 def replay_table(seconds: float, runs: int) -> list[str]:

@@ -24,6 +24,7 @@ from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.archive.columns import Columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 
 __all__ = ["Exported", "export_otlp", "rebase_shift"]
 
@@ -106,7 +107,7 @@ def _server(header: dict[str, Any]) -> tuple[str, int] | None:
     if isinstance(listen, list) and len(listen) == 2:
         return str(listen[0]), int(listen[1])
     upstream = header.get("upstream")
-    if str(header.get("source", "")).startswith("replay") and isinstance(upstream, str):
+    if is_replay(header) and isinstance(upstream, str):
         url = URL(upstream)
         return url.host or "", url.port or 0
     return None
@@ -114,7 +115,7 @@ def _server(header: dict[str, Any]) -> tuple[str, int] | None:
 
 def _live(header: dict[str, Any]) -> bool:
     capture = header.get("capture") or {}
-    return bool(header.get("otlp_live") or capture.get("otlp_live"))
+    return bool(ReplayHeader.read(header).otlp_live or capture.get("otlp_live"))
 
 
 def _check(batches: SyncBatches | None, telemetry: Telemetry, sent: int, where: str) -> None:

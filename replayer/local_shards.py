@@ -27,11 +27,14 @@ import numpy as np
 from tailreplay import eventloop
 from tailreplay.errors import RunFailed, TailreplayError, UsageError
 from tailreplay.replayer.builtin import builtin_started
-from tailreplay.replayer.run import ReplayConfig, ReplayOutcome, run
+from tailreplay.replayer.config import ReplayConfig
+from tailreplay.replayer.replay_summary import ReplaySummary
+from tailreplay.replayer.run import ReplayOutcome, run
 from tailreplay.replayer.schedule import Plan, plan
 from tailreplay.replayer.summary import ResultCollector
 from tailreplay.traces.archive.ops import copy_records
 from tailreplay.traces.archive.reader import ArchiveReader, read_header
+from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.results.client_health import ClientVerdict, client_verdict
 
 __all__ = ["run_workers"]
@@ -117,7 +120,7 @@ def _run_all(
     workers: int,
     parts: Path,
     say: Callable[[str], None],
-) -> list[tuple[dict[str, Any], Any, bool]]:
+) -> list[tuple[ReplaySummary, Plan, bool]]:
     ctx = multiprocessing.get_context("spawn")
     procs, pipes = [], []
     for i in range(workers):
@@ -170,25 +173,19 @@ def _run_all(
 
 def _merge(
     config: ReplayConfig,
-    results: list[tuple[dict[str, Any], Any, bool]],
+    results: list[tuple[ReplaySummary, Plan, bool]],
     parts: Path,
     workers: int,
     target: str,
 ) -> ReplayOutcome:
     assert config.out is not None
     files = sorted(parts.glob("part-*.msgpack"))
-    first = read_header(files[0])
-    keep = ("speed", "tail_stretch", "tail_quantile", "amplify", "archives", "lag_limit_ms")
-    extra = {k: first[k] for k in keep if k in first}
-    copy_records(
-        files,
-        config.out,
-        source="replay",
-        extra_header={**extra, "shard": [0, 1], "workers": workers},
-    )
+    # The parts' common settings; the merge is the whole run, of its workers' parts.
+    whole = replace(ReplayHeader.read(read_header(files[0])), shard=(0, 1), workers=workers)
+    copy_records(files, config.out, source="replay", extra_header=whole.to_map())
     the_plan = results[0][1]
     collector = ResultCollector(
-        tail_factor=config.schedule.tail_stretch,
+        tail_stretch=config.schedule.tail_stretch,
         tail_quantile=config.schedule.tail_quantile,
         tail_by=the_plan.tail_by,
         tail_capped=the_plan.capped,
@@ -196,34 +193,40 @@ def _merge(
     )
     for record in ArchiveReader([config.out]):
         collector.add(record)
-    sent = sum(s["sent"] for s, _, _ in results)
-    dropped = sum(s["dropped"] for s, _, _ in results)
+    sent = sum(s.sent for s, _, _ in results)
+    dropped = sum(s.dropped for s, _, _ in results)
     summary = collector.summary(sent, dropped)
     weights = [
-        (s["input_tokens_error"], s["completed"])
+        (s.input_tokens_error, s.completed)
         for s, _, _ in results
-        if "input_tokens_error" in s
+        if s.input_tokens_error is not None
     ]
     if weights and sum(w for _, w in weights):
-        summary["input_tokens_error"] = sum(e * w for e, w in weights) / sum(w for _, w in weights)
-    summary["workers"] = workers
-    summary["client"] = _merged_health(config, collector, [s for s, _, _ in results])
+        summary.input_tokens_error = sum(e * w for e, w in weights) / sum(w for _, w in weights)
+    summary.workers = workers
+    summary.client = _merged_health(config, collector, [s for s, _, _ in results])
     return ReplayOutcome(summary, the_plan, target, any(stopped for _, _, stopped in results))
 
 
 def _merged_health(
-    config: ReplayConfig, collector: ResultCollector, summaries: list[dict[str, Any]]
+    config: ReplayConfig, collector: ResultCollector, summaries: list[ReplaySummary]
 ) -> ClientVerdict:
     """One verdict for all workers: the lag P99 over every send; the loop stalls summed,
     the worst stall, the busiest worker's CPU and the longest wait for one, the steal."""
     lags = np.frombuffer(collector.dispatch_lag_ns, dtype=np.int64)
     verdict = client_verdict(lags, config.lag_limit_ms)
-    health = [s["client"] for s in summaries if "client" in s]
+    health = [s.client for s in summaries if s.client is not None]
     if health:
         verdict["loop_stalls"] = sum(h["loop_stalls"] or 0 for h in health)
         verdict["worst_stall_ms"] = max(h["worst_stall_ms"] or 0.0 for h in health)
-        for key in ("cpu_share", "cpu_busy_share", "cpu_wait_share", "steal_share"):
-            # None where no worker could read it (a worker stopped before t0)
-            known = [h[key] for h in health if h.get(key) is not None]
-            verdict[key] = max(known) if known else None
+        # None where no worker could read it (a worker stopped before t0)
+        verdict["cpu_share"] = _most([h["cpu_share"] for h in health])
+        verdict["cpu_busy_share"] = _most([h["cpu_busy_share"] for h in health])
+        verdict["cpu_wait_share"] = _most([h["cpu_wait_share"] for h in health])
+        verdict["steal_share"] = _most([h["steal_share"] for h in health])
     return verdict
+
+
+def _most(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None

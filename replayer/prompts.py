@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailreplay.replayer.replay_summary import PromptEntropy
 from tailreplay.traces.text.prompt_stats import entropy_bits as entropy_bits_of
 
 __all__ = ["EntropyTally", "PromptMaker", "single_token_words", "vocabulary"]
@@ -74,15 +75,15 @@ class EntropyTally:
         self.intended_bits += intended
         self.achieved_bits += achieved
 
-    def summary(self) -> dict[str, float | int] | None:
+    def summary(self) -> PromptEntropy | None:
         """Mean bits per token asked for and achieved; None when no prompt asked."""
         if not self.prompts:
             return None
-        return {
-            "prompts": self.prompts,
-            "intended_bits": self.intended_bits / self.prompts,
-            "achieved_bits": self.achieved_bits / self.prompts,
-        }
+        return PromptEntropy(
+            prompts=self.prompts,
+            intended_bits=self.intended_bits / self.prompts,
+            achieved_bits=self.achieved_bits / self.prompts,
+        )
 
 
 def _rows(table: np.ndarray) -> list[bytes]:

@@ -4,15 +4,13 @@ replayed and how (and one run's shards from another's), and its writer."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from tailreplay.replayer.config import ReplayConfig
 from tailreplay.replayer.schedule import Plan
 from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.text.redact import redact_url
-
-if TYPE_CHECKING:  # run.py imports this module
-    from tailreplay.replayer.run import ReplayConfig
 
 __all__ = ["result_writer"]
 
@@ -26,28 +24,24 @@ def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
     phases = sc.speed.phase_seconds(min(length_s, config.duration_s or float("inf")))
     if config.users is not None:  # a closed loop's phases are its user counts
         phases = config.users.phase_seconds(config.duration_s)
+    replay = ReplayHeader(
+        archives=tuple(str(Path(p).resolve()) for p in sc.paths),
+        speed=str(sc.speed),
+        speed_mean=sc.speed.mean(the_plan.span_s),
+        phase_seconds=phases or None,
+        users=str(config.users) if config.users is not None else None,
+        tail_stretch=sc.tail_stretch,
+        tail_quantile=sc.tail_quantile,
+        amplify=sc.amplify,
+        shard=sc.shard,
+        start_at_ns=config.start_at_ns,
+        lag_limit_ms=config.lag_limit_ms,
+        otlp_live=config.spans is not None,
+    )
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",
         upstream=redact_url(config.target) if config.target is not None else None,
-        extra={
-            "speed": str(sc.speed),
-            # The shape's mean factor over this replay (recorded span / replay length),
-            # by which the report scales recorded rates.
-            "speed_mean": sc.speed.mean(the_plan.span_s),
-            **({"phase_seconds": phases} if phases else {}),
-            **({"users": str(config.users)} if config.users is not None else {}),
-            "tail_stretch": sc.tail_stretch,
-            "tail_quantile": sc.tail_quantile,
-            "amplify": sc.amplify,
-            "shard": list(sc.shard),
-            # One run's shards share it (--start-at; --workers sets one): `report`
-            # tells them from another run's.
-            **({"start_at_ns": config.start_at_ns} if config.start_at_ns is not None else {}),
-            # What was replayed, so `tailreplay report` finds the recorded side.
-            "archives": [str(Path(p).resolve()) for p in sc.paths],
-            "lag_limit_ms": config.lag_limit_ms,
-            "otlp_live": config.spans is not None,
-        },
+        extra=replay.to_map(),
     )
     # A dry run produces results far faster than they can be written: it waits for
     # the writer. A live run never does (its pace is the schedule's), and packs each

@@ -15,10 +15,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from yarl import URL
@@ -26,103 +23,40 @@ from yarl import URL
 from tailreplay.engine_metrics import scrape_path
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
-from tailreplay.replayer.builtin import BuiltinTarget, builtin_started
-from tailreplay.replayer.dispatch import Dispatcher, DispatchStats, SpanSink
+from tailreplay.replayer.builtin import builtin_started
+from tailreplay.replayer.config import ReplayConfig, Say
+from tailreplay.replayer.dispatch import Dispatcher, DispatchStats
 from tailreplay.replayer.health import LoopWatch, watched_verdict
-from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.preflight import FailFast, probe
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
-from tailreplay.replayer.request import BodyEdits, RequestBuilder
+from tailreplay.replayer.replay_summary import ReplaySummary
+from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.result_archive import result_writer
 from tailreplay.replayer.results import result_record
-from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
-from tailreplay.replayer.scrape import ScrapeTarget, resolve, scraping
-from tailreplay.replayer.slo_stop import MissWatch, SloStop
+from tailreplay.replayer.scrape import resolve, scraping
+from tailreplay.replayer.slo_stop import MissWatch
 from tailreplay.replayer.slo_stop import most_scheduled as _scheduled
 from tailreplay.replayer.start import freeze_heap, start_times
-from tailreplay.replayer.summary import ResultCollector, unsent_counts
+from tailreplay.replayer.summary import ResultCollector, mark_unsent
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
-from tailreplay.replayer.users import Users
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.results.client_health import DEFAULT_LAG_LIMIT_MS
 from tailreplay.traces.text.redact import redact_url
 
-__all__ = ["ReplayConfig", "ReplayOutcome", "SpanFactory", "run"]
+__all__ = ["ReplayOutcome", "run"]
 
 STOP_GRACE_S = 5.0
 WARM_CONNECTIONS = 32
 """Connections opened before t0 (the first requests of a burst would each pay a connect)."""
 
-Say = Callable[[str], None]
-SpanFactory = Callable[[tuple[str, int], Say], AbstractAsyncContextManager[SpanSink]]
-"""Given the target's (host, port) and ``say``: the span sink for the run, entered for
-its length (``exporters.span_process.replay_spans`` with the OTLP options bound)."""
-
-
-@dataclass
-class ReplayConfig:
-    schedule: ScheduleConfig
-    target: str | None = None
-    """Base URL; None: the built-in simulator (``builtin_target``), or nothing for a dry run."""
-    force_lengths: bool = True
-    headers: dict[str, str] = field(default_factory=dict)
-    model_map: dict[str, str] = field(default_factory=dict)
-    body_edits: BodyEdits | None = None
-    """--body-set / --body-drop, applied last to every JSON body."""
-    max_inflight: int = 4096
-    connections: int = 1024
-    timeout_s: float = 300.0
-    out: Path | None = None
-    start_at_ns: int | None = None
-    allow_upstream: bool = False
-    new_trace_ids: bool = False
-    dry_run: bool = False
-    builtin_target: BuiltinTarget | None = None
-    """The built-in simulator, for a run without ``target`` (picklable for --workers)."""
-    live: bool = False
-    """A live progress display (a terminal); else plain progress lines."""
-    spans: SpanFactory | None = None
-    """One span per request sent, when set."""
-    scrape: list[ScrapeTarget] = field(default_factory=list)
-    """Read these metrics pages during the run, into the results' scrape file."""
-    metrics_listen: tuple[str, int] | None = None
-    """Serve Prometheus metrics on HOST:PORT while the replay runs."""
-    metrics_linger_s: float = 0.0
-    """...and this long after it (Prometheus scrapes every 15 s or so)."""
-    lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS
-    """Dispatch lag P99 above this: the client was the bottleneck, and the run says so."""
-    preflight: bool = True
-    """Probe the target with the first request before the schedule starts."""
-    fail_fast: int = 20
-    """Stop when the first N results all failed the same way (0: never)."""
-    duration_s: float | None = None
-    """Send only the requests due within this much replay time (--duration)."""
-    users: Users | None = None
-    """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
-    think_s: float | None = 0.0
-    """...and this long after it before its next request (None: the recorded gap)."""
-    retry: RetryPolicy | None = None
-    """Retry failed requests as a client would (``--retries policy``); None: never."""
-    replay_aborts: bool = True
-    """Abandon recorded client aborts at the same point (``--client-aborts replay``)."""
-    lookahead_items: int = LOOKAHEAD_ITEMS
-    """Requests built before they are due, at most (0: each is built when due)..."""
-    lookahead_bytes: int = LOOKAHEAD_BYTES
-    """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
-    event_loop: str = "asyncio"
-    """The loop the run (each --workers process's too) runs on (``tailreplay.eventloop``)."""
-    slo_stop: SloStop | None = None
-    """Stop once a watched objective is missed whatever the rest does (``--slo-stop``)."""
-
 
 @dataclass
 class ReplayOutcome:
-    summary: dict[str, Any]
+    summary: ReplaySummary
     plan: Plan
     target: str | None
     interrupted: bool = False
@@ -136,9 +70,7 @@ class ReplayOutcome:
         client abort, replayed, was answered until it left), else 0."""
         if self.interrupted:
             return 130
-        s = self.summary
-        answered = s["completed"] + s["errors"].get("client_abort", 0)
-        if self.aborted or (s["sent"] and not answered):
+        if self.aborted or (self.summary.sent and not self.summary.answered):
             return RunFailed.exit_code
         return 0
 
@@ -175,7 +107,8 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
     try:
         if config.dry_run:
             _dry_run(config, the_plan, on_result, say)
-            summary = {**collector.summary(0, 0), "dry_run": True}
+            summary = collector.summary(0, 0)
+            summary.dry_run = True
             return ReplayOutcome(summary, the_plan, None)
         with contextlib.ExitStack() as stack:
             target = config.target
@@ -210,7 +143,8 @@ class _Stop:
 def _stopped_before_sending(
     sc: ScheduleConfig, the_plan: Plan, target: str, collector: ResultCollector
 ) -> ReplayOutcome:
-    summary = {**collector.summary(0, 0), **unsent_counts(sc, the_plan, 0, 0)}
+    summary = collector.summary(0, 0)
+    mark_unsent(summary, sc, the_plan, 0, 0)
     return ReplayOutcome(summary, the_plan, target, interrupted=True)
 
 
@@ -368,14 +302,15 @@ def _how_it_ended(
     """Interrupted (what was never sent), or stopped by --fail-fast or --slo-stop (why)."""
     outcome.interrupted = stop.is_set
     missed = miss.reason if miss is not None and not stop.is_set else None
+    summary = outcome.summary
     if stop.is_set or missed is not None:
-        counts = unsent_counts(sc, outcome.plan, stats.due, stats.first_attempts)
-        outcome.summary.update(counts if stop.is_set else {**counts, "interrupted": False})
+        due, sent = stats.due, stats.first_attempts
+        mark_unsent(summary, sc, outcome.plan, due, sent, interrupted=stop.is_set)
     if guard.reason is not None:
-        outcome.aborted = outcome.summary["aborted"] = guard.reason
+        outcome.aborted = summary.aborted = guard.reason
     elif missed is not None:
-        outcome.aborted = outcome.summary["aborted"] = f"{missed}; stopped (--slo-stop)"
-        outcome.summary["slo_stop"] = missed
+        outcome.aborted = summary.aborted = f"{missed}; stopped (--slo-stop)"
+        summary.slo_stop = missed
 
 
 def _builder(config: ReplayConfig) -> RequestBuilder:
@@ -455,15 +390,14 @@ async def _dispatch(
     s = dispatcher.stats
     summary = collector.summary(s.sent, s.dropped)
     if s.input_intended:
-        summary["input_tokens_error"] = s.input_reported / s.input_intended - 1
-    if (entropy := dispatcher.builder.prompts.entropy.summary()) is not None:
-        summary["prompt_entropy"] = entropy
+        summary.input_tokens_error = s.input_reported / s.input_intended - 1
+    summary.prompt_entropy = dispatcher.builder.prompts.entropy.summary()
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
-    summary["client"] = watched_verdict(lags, config.lag_limit_ms, watch, dispatcher.yielded_s)
+    summary.client = watched_verdict(lags, config.lag_limit_ms, watch, dispatcher.yielded_s)
     # A closed loop cut by --duration has no first unsent item, only fewer sent.
     closed = config.users is not None and config.duration_s is not None
     if cut or (closed and not dispatcher.stopping.is_set() and s.due < the_plan.count):
-        summary.update(_never_sent(config, the_plan, s))
+        _never_sent(summary, config, the_plan, s)
     return ReplayOutcome(summary, the_plan, target)
 
 
@@ -483,11 +417,10 @@ def _announcement(config: ReplayConfig, the_plan: Plan, target: str) -> str:
     )
 
 
-def _never_sent(config: ReplayConfig, the_plan: Plan, s: DispatchStats) -> dict[str, Any]:
+def _never_sent(
+    summary: ReplaySummary, config: ReplayConfig, the_plan: Plan, s: DispatchStats
+) -> None:
     """What ``--duration`` left unsent."""
-    unsent = unsent_counts(config.schedule, the_plan, s.due, s.first_attempts)
-    return {
-        "duration_limit_s": config.duration_s,
-        "scheduled": unsent["scheduled"],
-        "unsent": unsent["unsent"],
-    }
+    mark_unsent(summary, config.schedule, the_plan, s.due, s.first_attempts)
+    summary.interrupted = summary.due = None
+    summary.duration_limit_s = config.duration_s

@@ -15,12 +15,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.replayer.replay_summary import (
+    Percentiles,
+    ReplaySummary,
+    TailSummary,
+)
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.client_health import verdict_line
 from tailreplay.traces.results.metrics import Metric, Requests, is_error, metric_values, percentiles
 
-__all__ = ["ResultCollector", "summary_lines", "unsent_counts"]
+__all__ = ["ResultCollector", "mark_unsent", "summary_lines"]
 
 Array = npt.NDArray[Any]
 
@@ -36,12 +41,12 @@ _SHOWN: tuple[tuple[str, Metric], ...] = (
 """The summary's rows: a label and the shared metric it shows."""
 
 
-def _summary(values: Array) -> dict[str, float] | None:
+def _summary(values: Array) -> Percentiles | None:
     """P50/P95/P99 and the maximum of ``values`` (ms), or None when there are none."""
     out = percentiles(values, _PCTS)
-    if out is not None:
-        out["max"] = float(values.max())
-    return out
+    if out is None:
+        return None
+    return Percentiles(out["p50"], out["p95"], out["p99"], float(values.max()))
 
 
 def _int(value: int | None) -> int:
@@ -53,7 +58,7 @@ class ResultCollector:
     """The replay's figures so far, a few compact arrays: each request's columns of the
     shared metric definitions (tailreplay.traces.results.metrics), and every dispatch lag."""
 
-    tail_factor: float
+    tail_stretch: float
     tail_quantile: float
     timings: bool = True
     """Keep each request's columns; a dry run, which has no timings, only counts
@@ -125,7 +130,7 @@ class ResultCollector:
         ]
         return Requests(**col, stream=flags[0], error=flags[1])
 
-    def summary(self, sent: int, dropped: int) -> dict[str, Any]:
+    def summary(self, sent: int, dropped: int) -> ReplaySummary:
         duration_s = (
             (self.last_done_ns - self.first_sent_ns) / 1e9
             if self.first_sent_ns is not None and self.last_done_ns is not None
@@ -133,114 +138,129 @@ class ResultCollector:
         )
         values = metric_values(self.requests_view())
         lag = np.frombuffer(self.dispatch_lag_ns, dtype=np.int64) * 1e-6
-        return {
-            "requests": self.requests,
-            "sent": sent,
-            "completed": self.ok,
-            "errors": dict(self.errors),
-            "error_messages": dict(self.messages),
-            "dropped": dropped,
-            "duration_s": duration_s,
-            "throughput_rps": self.ok / duration_s if duration_s > 0 else None,
-            **{
-                f"{metric}_ms": _summary(values[metric]) if metric in values else None
-                for _, metric in _SHOWN
-            },
-            "lag_ms": _summary(lag),
-            "retries": self.retries,
-            "tail": {
-                "count": self.tail,
-                "factor": self.tail_factor,
-                "quantile": self.tail_quantile,
-                "by": self.tail_by,
-                "capped": self.tail_capped,
-                "context": self.context,
-            },
-        }
+
+        def of(metric: Metric) -> Percentiles | None:
+            return _summary(values[metric]) if metric in values else None
+
+        return ReplaySummary(
+            requests=self.requests,
+            sent=sent,
+            completed=self.ok,
+            errors=dict(self.errors),
+            error_messages=dict(self.messages),
+            dropped=dropped,
+            duration_s=duration_s,
+            throughput_rps=self.ok / duration_s if duration_s > 0 else None,
+            latency_ms=of("latency"),
+            latency_from_due_ms=of("latency_from_due"),
+            ttft_ms=of("ttft"),
+            ttft_content_ms=of("ttft_content"),
+            tpot_ms=of("tpot"),
+            lag_ms=_summary(lag),
+            retries=self.retries,
+            tail=TailSummary(
+                count=self.tail,
+                factor=self.tail_stretch,
+                quantile=self.tail_quantile,
+                by=self.tail_by,
+                capped=self.tail_capped,
+                context=self.context,
+            ),
+        )
 
 
-def summary_lines(s: dict[str, Any]) -> list[str]:
+def summary_lines(s: ReplaySummary) -> list[str]:
     """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
-    tail = _tail_line(s["tail"])
-    if s.get("dry_run"):
-        return [f"dry run: {s['requests']:,} requests planned, none sent", tail]
-    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s["errors"].items())) or "none"
-    head = [_interrupted_line(s)] if s.get("interrupted") else []
-    if s.get("slo_stop"):
-        cut = f"{s['errors'].get('cancelled', 0):,} in flight cancelled"
+    tail = _tail_line(s.tail)
+    if s.dry_run:
+        return [f"dry run: {s.requests:,} requests planned, none sent", tail]
+    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s.errors.items())) or "none"
+    rate = s.throughput_rps
+    lines = [
+        *_how_it_ended(s),
+        f"requests {s.requests:,}  sent {s.sent:,}  completed {s.completed:,}  "
+        f"dropped {s.dropped:,}  errors: {errors}",
+        *(f"  {kind}: {text}" for kind, text in sorted(s.error_messages.items())),
+        f"duration {s.duration_s:.1f} s  throughput {rate:,.1f} req/s"
+        if rate
+        else f"duration {s.duration_s:.1f} s",
+    ]
+    if e := s.prompt_entropy:
+        lines.append(
+            f"synthetic prompts' entropy: asked {e.intended_bits:.2f} bits/token, "
+            f"drawn {e.achieved_bits:.2f} (mean of {e.prompts:,})"
+        )
+    if retries := s.retries:
+        first = s.requests - retries
+        lines.append(
+            f"retries {retries:,}: {s.requests / max(first, 1):.2f} attempts per "
+            f"request ({first:,} first attempts)"
+        )
+    shown = [(label, getattr(s, f"{metric}_ms")) for label, metric in _SHOWN]
+    for name, p in [*shown, ("lag", s.lag_ms)]:
+        if p is not None:
+            cells = "  ".join(f"{q} {getattr(p, q):9.1f}" for q in ("p50", "p95", "p99", "max"))
+            lines.append(f"  {name:<10} {cells} ms")
+    lines.append(tail)
+    if s.client is not None:
+        lines.append(verdict_line(s.client))
+    if s.input_tokens_error is not None:
+        error = s.input_tokens_error * 100
+        lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
+    return lines
+
+
+def _how_it_ended(s: ReplaySummary) -> list[str]:
+    """The lines before the counts: Ctrl-C, --slo-stop, --duration."""
+    head = [_interrupted_line(s)] if s.interrupted else []
+    if s.slo_stop:
+        cut = f"{s.errors.get('cancelled', 0):,} in flight cancelled"
         sent = (
-            f"stopped after {s['due']:,} of {s['scheduled']:,} due, {s['unsent']:,} never sent"
-            if s.get("unsent")
+            f"stopped after {s.due or 0:,} of {s.scheduled or 0:,} due, {s.unsent:,} never sent"
+            if s.unsent
             else "stopped once all was sent"
         )
         head.append(f"--slo-stop: {sent}; {cut}")
-    if s.get("duration_limit_s") is not None and not s.get("interrupted"):
-        never = f"; {s['unsent']:,} of {s['scheduled']:,} never sent" if s.get("scheduled") else ""
-        head.append(f"--duration {s['duration_limit_s']:g}s: sending stopped there{never}")
-    rate = s["throughput_rps"]
-    lines = [
-        *head,
-        f"requests {s['requests']:,}  sent {s['sent']:,}  completed {s['completed']:,}  "
-        f"dropped {s['dropped']:,}  errors: {errors}",
-        *(f"  {kind}: {text}" for kind, text in sorted(s.get("error_messages", {}).items())),
-        f"duration {s['duration_s']:.1f} s  throughput {rate:,.1f} req/s"
-        if rate
-        else f"duration {s['duration_s']:.1f} s",
-    ]
-    if e := s.get("prompt_entropy"):
-        lines.append(
-            f"synthetic prompts' entropy: asked {e['intended_bits']:.2f} bits/token, "
-            f"drawn {e['achieved_bits']:.2f} (mean of {e['prompts']:,})"
-        )
-    if retries := s.get("retries"):
-        first = s["requests"] - retries
-        lines.append(
-            f"retries {retries:,}: {s['requests'] / max(first, 1):.2f} attempts per "
-            f"request ({first:,} first attempts)"
-        )
-    for name, key in (*((label, f"{metric}_ms") for label, metric in _SHOWN), ("lag", "lag_ms")):
-        if p := s.get(key):
-            cells = "  ".join(f"{q} {p[q]:9.1f}" for q in ("p50", "p95", "p99", "max"))
-            lines.append(f"  {name:<10} {cells} ms")
-    lines.append(tail)
-    if "client" in s:
-        lines.append(verdict_line(s["client"]))
-    if "input_tokens_error" in s:
-        error = s["input_tokens_error"] * 100
-        lines.append(f"input tokens vs recorded: {error:+.2f}% (as the target counts them)")
-    return lines
+    if s.duration_limit_s is not None and not s.interrupted:
+        never = f"; {s.unsent or 0:,} of {s.scheduled:,} never sent" if s.scheduled else ""
+        head.append(f"--duration {s.duration_limit_s:g}s: sending stopped there{never}")
+    return head
 
 
 _MEASURES = {"duration_ns": "latency", "service_demand": "service demand"}
 
 
-def _tail_line(t: dict[str, Any]) -> str:
+def _tail_line(t: TailSummary) -> str:
     """How many were stretched, by what measure, and how many the context cut short."""
-    if t.get("by") is None and not t["count"]:
+    if t.by is None and not t.count:
         return "tail: none (the archive records neither latencies nor token counts)"
-    by = f" of {_MEASURES[t['by']]}" if t.get("by") in _MEASURES else ""
-    noun = "request" if t["count"] == 1 else "requests"
-    line = f"tail: {t['count']:,} {noun} at or above P{t['quantile'] * 100:g}{by}, "
-    line += f"output x{t['factor']:g}"
-    if t.get("capped"):
-        line += f" ({t['capped']:,} cut to fit the {t['context']:,}-token context)"
+    by = f" of {_MEASURES[t.by]}" if t.by in _MEASURES else ""
+    noun = "request" if t.count == 1 else "requests"
+    line = f"tail: {t.count:,} {noun} at or above P{t.quantile * 100:g}{by}, "
+    line += f"output x{t.factor:g}"
+    if t.capped:
+        line += f" ({t.capped:,} cut to fit the {t.context or 0:,}-token context)"
     return line
 
 
-def _interrupted_line(s: dict[str, Any]) -> str:
-    if s.get("scheduled") is None:
-        return f"interrupted after {s['due']:,} due ({s['sent']:,} sent); the rest never sent"
-    return f"interrupted after {s['due']:,} of {s['scheduled']:,} due; {s['unsent']:,} never sent"
+def _interrupted_line(s: ReplaySummary) -> str:
+    if s.scheduled is None:
+        return f"interrupted after {s.due or 0:,} due ({s.sent:,} sent); the rest never sent"
+    return f"interrupted after {s.due or 0:,} of {s.scheduled:,} due; {s.unsent or 0:,} never sent"
 
 
-def unsent_counts(sc: ScheduleConfig, the_plan: Plan, due: int, sent: int) -> dict[str, Any]:
-    """What an interrupted run did not do: the schedule's size is exact when one process
+def mark_unsent(
+    s: ReplaySummary,
+    sc: ScheduleConfig,
+    the_plan: Plan,
+    due: int,
+    sent: int,
+    *,
+    interrupted: bool = True,
+) -> None:
+    """What a run stopped early did not do: the schedule's size is exact when one process
     replays all of it with whole copies (else only the due count is known)."""
     exact = sc.shard[1] == 1 and sc.amplify == int(sc.amplify)
-    scheduled = the_plan.count * int(sc.amplify) if exact else None
-    return {
-        "interrupted": True,
-        "due": due,
-        "scheduled": scheduled,
-        "unsent": scheduled - sent if scheduled is not None else None,
-    }
+    s.scheduled = the_plan.count * int(sc.amplify) if exact else None
+    s.unsent = s.scheduled - sent if s.scheduled is not None else None
+    s.interrupted, s.due = interrupted, due

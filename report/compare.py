@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from tailreplay.report.model import (
 from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
 from tailreplay.report.shards import ShardLags, shard_lags
 from tailreplay.report.side import Side
+from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.results.client_health import (
     DEFAULT_LAG_LIMIT_MS,
     ClientVerdict,
@@ -120,9 +122,9 @@ def compare(
         }
         report["buckets"].append({"range": label, **per_side(summaries)})
     report["phases"] += _phases(replayed, rng)
-    users = next((h["users"] for h in replayed.headers if "users" in h), None)
+    users = next((r.users for r in replayed.replays if r.users is not None), None)
     if users is not None:
-        report["closed_loop"] = _closed_loop(replayed, str(users), bucket_masks, rng)
+        report["closed_loop"] = _closed_loop(replayed, users, bucket_masks, rng)
     if any(side.retry.any() for side in sides.values()):
         report["retries"] = per_side({name: _retries(side) for name, side in sides.items()})
     return report
@@ -189,12 +191,9 @@ def _closed_loop(
     return rows
 
 
-def _phase_seconds(side: Side) -> dict[str, Any]:
-    """The header's ``phase_seconds``: how long each phase of the replay lasted."""
-    for header in side.headers:
-        if isinstance(header.get("phase_seconds"), dict):
-            return dict(header["phase_seconds"])
-    return {}
+def _phase_seconds(side: Side) -> dict[str, float]:
+    """How long each phase of the replay lasted (its header's)."""
+    return next((dict(r.phase_seconds) for r in side.replays if r.phase_seconds), {})
 
 
 def _phases(side: Side, rng: np.random.Generator) -> list[PhaseRow]:
@@ -236,7 +235,7 @@ def _client(side: Side, shards: ShardLags | None) -> ClientVerdict | None:
 
 def _lag_limit(side: Side) -> float:
     """The run's ``--lag-limit`` (its header's), in ms."""
-    limit = next((h["lag_limit_ms"] for h in side.headers if "lag_limit_ms" in h), None)
+    limit = next((r.lag_limit_ms for r in side.replays if r.lag_limit_ms is not None), None)
     return float(limit) if limit is not None else DEFAULT_LAG_LIMIT_MS
 
 
@@ -244,14 +243,12 @@ def _rate_scale(replayed: Side) -> float | None:
     """The replay's mean speed times its copies. The header's ``speed_mean`` is the
     shape's (recorded span over replay length); without it, a ramp ``a..b`` replays
     the recording in 2/(a + b) of its time, so its mean factor is (a + b)/2."""
-    header = replayed.headers[0] if replayed.headers else {}
-    amplify = header.get("amplify", 1.0)
-    copies = float(amplify) if isinstance(amplify, int | float) and amplify > 0 else 1.0
-    mean = header.get("speed_mean")
-    if isinstance(mean, int | float) and not isinstance(mean, bool) and mean > 0:
-        return float(mean) * copies
-    speed = header.get("speed")
-    if not isinstance(speed, str):
+    header = replayed.replays[0] if replayed.headers else ReplayHeader()
+    copies = float(header.amplify) if header.amplify else 1.0
+    if header.speed_mean:
+        return header.speed_mean * copies
+    speed = header.speed
+    if speed is None:
         return None
     try:
         ends = [parse_factor(part, "speed") for part in speed.split("..")]
@@ -268,13 +265,13 @@ def _errors(side: Side) -> list[ErrorKind]:
 
 def _replay_settings(side: Side) -> ReplaySettings:
     header = side.headers[0] if side.headers else {}
-    keep = ("source", "upstream", "speed", "tail_stretch", "tail_quantile", "amplify", "shard")
-    settings = {k: header[k] for k in keep if k in header}
+    settings: ReplaySettings = {k: header[k] for k in ("source", "upstream") if k in header}
+    replay = ReplayHeader.read(header)
     # Merged shards' results have a header each: name the shard only when they agree
     # (``shards`` has every one).
-    if len({repr(h.get("shard")) for h in side.headers}) > 1:
-        settings.pop("shard", None)
-    return settings
+    if len({r.shard for r in side.replays}) > 1:
+        replay = replace(replay, shard=None)
+    return {**settings, **replay.settings()}
 
 
 def _values(side: Side, sel: Mask) -> dict[Metric, Array]:

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from tailreplay.errors import UsageError
 from tailreplay.report.model import LagCause, ShardRow, Shards
 from tailreplay.report.side import Side
+from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 from tailreplay.traces.results.client_health import ClientVerdict
 
 __all__ = [
@@ -192,41 +193,28 @@ def _caught_up(starts: Array, lags: Array, delay: int, limit_ns: float) -> int:
 
 
 def _workers(side: Side) -> bool:
-    return any(type(h.get("workers")) is int for h in side.headers)
+    return any(r.workers is not None for r in side.replays)
 
 
 def _count(side: Side, highest: int) -> int:
-    """N of ``i/N``: the headers' (``shard`` [i, N], or ``workers``), at least the
+    """N of ``i/N``: the headers' (``--shard i/N``, or ``--workers N``), at least the
     highest index + 1."""
     counts = [highest + 1]
-    for h in side.headers:
-        workers, shard = h.get("workers"), h.get("shard")
-        if type(workers) is int:
-            counts.append(workers)
-        if isinstance(shard, list) and len(shard) == 2 and type(shard[1]) is int:
-            counts.append(shard[1])
+    for r in side.replays:
+        if r.workers is not None:
+            counts.append(r.workers)
+        if r.shard is not None:
+            counts.append(r.shard[1])
     return max(counts)
-
-
-RUN_SETTINGS = (
-    "archives",
-    "speed",
-    "tail_stretch",
-    "tail_quantile",
-    "amplify",
-    "shards",
-    "start_at_ns",
-)
-"""What the result archives of one replay's shards share (their headers')."""
 
 
 def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> None:
     """Refuse replay results that are not the shards of one run, each once: a rerun
     under the same name (``deploy job --name``) leaves files of two runs side by side,
     and read together they would be one report of neither. Raises ``UsageError``."""
-    runs = [(p, h) for p, h in zip(paths, headers, strict=True) if _replays(h)]
+    runs = [(p, ReplayHeader.read(h)) for p, h in zip(paths, headers, strict=True) if is_replay(h)]
     # A recording given among the results (an empty file, header and all, is skipped).
-    others = [p for p, h in zip(paths, headers, strict=True) if h and not _replays(h)]
+    others = [p for p, h in zip(paths, headers, strict=True) if h and not is_replay(h)]
     if runs and others:
         other = others[0]
         raise UsageError(
@@ -237,16 +225,16 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
         return
     first_path, first = runs[0]
     for path, header in runs[1:]:
-        for key in RUN_SETTINGS:
-            mine, theirs = _setting(first, key), _setting(header, key)
-            if mine != theirs:
-                raise UsageError(
-                    f"{first_path} and {path} are results of different replays ({key} "
-                    f"{mine} against {theirs}); report the shards of one run together"
-                )
-    seen: dict[tuple[int, ...], str] = {}
+        differs = first.differs_from(header)
+        if differs is not None:
+            key, mine, theirs = differs
+            raise UsageError(
+                f"{first_path} and {path} are results of different replays ({key} "
+                f"{mine} against {theirs}); report the shards of one run together"
+            )
+    seen: dict[tuple[int, int], str] = {}
     for path, header in runs:
-        shard = tuple(header.get("shard") or (0, 1))
+        shard = header.shard or (0, 1)
         if shard in seen:
             label = "/".join(map(str, shard))
             raise UsageError(
@@ -263,10 +251,10 @@ def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
     given: set[int] = set()
     count = 0
     for header in headers:
-        shard = header.get("shard")
-        if _replays(header) and shard and shard[1] > 1:
-            given.add(int(shard[0]))
-            count = int(shard[1])
+        shard = ReplayHeader.read(header).shard
+        if is_replay(header) and shard is not None and shard[1] > 1:
+            given.add(shard[0])
+            count = shard[1]
     missing = [i for i in range(count) if i not in given]
     if not missing:
         return None
@@ -275,16 +263,3 @@ def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
         f"shard{'s' if len(missing) > 1 else ''} {labels} missing: the results given are "
         f"{len(given)} of the run's {count} shards, so this report covers part of its load"
     )
-
-
-def _replays(header: dict[str, Any]) -> bool:
-    """Whether the file holds a replay's results (``replay``, ``replay-dry-run``...)."""
-    return str(header.get("source", "")).startswith("replay")
-
-
-def _setting(header: dict[str, Any], key: str) -> Any:
-    if key == "shards":
-        return (header.get("shard") or (0, 1))[1]
-    if key == "archives":  # the same files in another order (a glob's) are one schedule
-        return sorted(header.get(key) or [])
-    return header.get(key)

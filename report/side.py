@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from tailreplay.report.quantiles import LogHistogram
 from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 from tailreplay.traces.results.metrics import Requests, is_error
 
 __all__ = ["Side", "load_side"]
@@ -111,9 +112,12 @@ class Side:
     def is_replay(self) -> bool:
         """A replay's results: a header says so, or a record carries a dispatch lag (only
         a replay sends on a schedule; shards merged or sliced by ``traces`` keep it)."""
-        return any(str(h.get("source", "")).startswith("replay") for h in self.headers) or bool(
-            (self.lag_ns >= 0).any()
-        )
+        return any(is_replay(h) for h in self.headers) or bool((self.lag_ns >= 0).any())
+
+    @property
+    def replays(self) -> list[ReplayHeader]:
+        """The replay settings of every file's header (defaults where a file has none)."""
+        return [ReplayHeader.read(h) for h in self.headers]
 
 
 def load_side(

@@ -26,6 +26,7 @@ from tailreplay.report.model import (
     side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
+from tailreplay.traces.archive.replay_header import ReplayHeader
 
 __all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
 
@@ -82,12 +83,12 @@ def _interval(e: Percentile | None) -> str:
 def headline(report: Report, slo: SloMatrix | None) -> str:
     """One line: what was compared and the verdict."""
     rep = report["overall"]["replayed"]
-    settings = report["replay"]
-    if settings.get("source") == "replay:dry-run":
+    if report["replay"].get("source") == "replay:dry-run":
         return f"dry run: {rep['requests']:,} requests scheduled, none sent"
     parts = [f"{side_label(report, 'replayed')} {rep['requests']:,} requests"]
-    if "speed" in settings:
-        parts.append(f"at {settings['speed']}")
+    speed = ReplayHeader.read(report["replay"]).speed
+    if speed is not None:
+        parts.append(f"at {speed}")
     recorded = report["overall"].get("recorded")
     if recorded is not None:
         parts.append(f"against {recorded['requests']:,} recorded")
@@ -165,10 +166,10 @@ def _overview(report: Report) -> ReportTable:
         for row in t.rows:
             value, digits = expected.get(row[0], (None, 0))
             row.insert(2, num(value * scale, digits) if value is not None else "")
-        settings = report["replay"]
-        how = f"speed {settings.get('speed')}"
-        if settings.get("amplify", 1) != 1:
-            how += f", --amplify {settings['amplify']:g}x"
+        settings = ReplayHeader.read(report["replay"])
+        how = f"speed {settings.speed}"
+        if settings.amplify not in (None, 1):
+            how += f", --amplify {settings.amplify:g}x"
         t.note = f"recorded x{scale:g}: the recorded rates at the replay's {how}: what it asked for"
     return t
 

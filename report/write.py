@@ -190,7 +190,7 @@ def fail_on_slo(result: ReportResult) -> None:
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:
-    named = [Path(p) for h in replayed.headers for p in h.get("archives", [])]
+    named = [Path(p) for r in replayed.replays for p in r.archives]
     named = list(dict.fromkeys(named))
     if not named and replayed.is_replay:
         say("note: the replay's header names no recorded archive; pass --recorded to compare")

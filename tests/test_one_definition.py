@@ -73,10 +73,10 @@ def views(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = path.with_suffix(".json")
     CliRunner().invoke(cli, ["report", "--replay-only", "--json", str(out), str(path)])
     report = json.loads(out.read_text())["overall"]["replayed"]
-    collector = ResultCollector(tail_factor=1.8, tail_quantile=0.99)
+    collector = ResultCollector(tail_stretch=1.8, tail_quantile=0.99)
     for record in ArchiveReader([path]):
         collector.add(record)
-    summary = collector.summary(sent=2000, dropped=0)
+    summary = collector.summary(sent=2000, dropped=0).to_json()
     return {"stats": stats, "report": report, "summary": summary}
 
 

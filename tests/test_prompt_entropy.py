@@ -56,8 +56,8 @@ def test_synthetic_prompts_are_drawn_to_the_recorded_entropy(bits: float, tokens
     got = prompt_stats(get().encode_ordinary(text))
     assert got is not None and abs(got[0] / 1000 - bits) <= 0.1, got
     tally = maker.entropy.summary()
-    assert tally is not None and tally["prompts"] == 1 and tally["intended_bits"] == bits
-    assert tally["achieved_bits"] == pytest.approx(got[0] / 1000, abs=0.01)
+    assert tally is not None and tally.prompts == 1 and tally.intended_bits == bits
+    assert tally.achieved_bits == pytest.approx(got[0] / 1000, abs=0.01)
 
 
 def test_a_replay_says_what_entropy_it_asked_for_and_drew(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.exporters.spans import RecordSpans
-from tailreplay.replayer.run import ReplayConfig, SpanFactory, run
+from tailreplay.replayer.config import ReplayConfig, SpanFactory
+from tailreplay.replayer.run import run
 from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.sampling import TraceSampler

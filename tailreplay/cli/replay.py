@@ -39,12 +39,14 @@ from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
+from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
 
 if TYPE_CHECKING:
-    from tailreplay.replayer.run import ReplayConfig, ReplayOutcome
+    from tailreplay.replayer.config import ReplayConfig
+    from tailreplay.replayer.run import ReplayOutcome
 
 __all__ = ["replay"]
 
@@ -286,7 +288,7 @@ def replay(**options: Any) -> None:
             raise
         # Before the replay could take over Ctrl-C: nothing sent.
         if args.json_out is not None:
-            write_json(args.json_out, {"interrupted": True, "due": 0, "sent": 0})
+            write_json(args.json_out, ReplaySummary.before_start_json())
         click.echo("interrupted before the first request was sent", err=True)
         sys.exit(130)
     for line in summary_lines(outcome.summary):
@@ -312,7 +314,10 @@ def replay(**options: Any) -> None:
     finally:  # the summary is written even when the report fails
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None
-            write_json(args.json_out, {**outcome.summary, **({"slo": verdict} if verdict else {})})
+            write_json(
+                args.json_out,
+                {**outcome.summary.to_json(), **({"slo": verdict} if verdict else {})},
+            )
     if result is not None and code == 0:
         fail_on_slo(result)
     if code:
@@ -323,9 +328,9 @@ def _config(args: ReplayArgs) -> ReplayConfig:
     """The replay the options describe; every refusal (bad files, clashing flags) first."""
     from tailreplay.exporters.span_process import replay_spans
     from tailreplay.prometheus import check_listen
+    from tailreplay.replayer.config import ReplayConfig
     from tailreplay.replayer.request import BodyEdits
     from tailreplay.replayer.retry import RetryPolicy
-    from tailreplay.replayer.run import ReplayConfig
     from tailreplay.replayer.schedule import ScheduleConfig
     from tailreplay.traces.archive.reader import ArchiveReader
 

@@ -12,13 +12,14 @@ does not know are ignored, whatever they hold.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
 from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
 from tailreplay.traces.archive.record import FIELDS
+from tailreplay.traces.archive.replay_header import REPLAY_CHECKS
+from tailreplay.traces.archive.value_checks import Check, is_str, is_strs, number
 
 __all__ = [
     "COLSCAN_SPECS",
@@ -266,21 +267,6 @@ def record_problem(m: Any) -> str | None:
 
 # ---- headers ----------------------------------------------------------------------
 
-_Check = Callable[[Any], bool]
-
-
-def _number(lo: float, hi: float) -> _Check:
-    """A finite int or float in lo..hi (never a bool, NaN or an infinity)."""
-    return lambda v: type(v) in (int, float) and math.isfinite(v) and lo <= v <= hi
-
-
-def _str(v: Any) -> bool:
-    return type(v) is str
-
-
-def _strs(v: Any) -> bool:
-    return type(v) is list and all(type(s) is str for s in v)
-
 
 def _listen(v: Any) -> bool:
     return (
@@ -292,59 +278,39 @@ def _listen(v: Any) -> bool:
     )
 
 
-def _shard(v: Any) -> bool:
-    return type(v) is list and len(v) == 2 and all(type(i) is int and 0 <= i < 1 << 32 for i in v)
-
-
-def _phase_seconds(v: Any) -> bool:
-    return type(v) is dict and all(
-        type(k) is str and type(s) in (int, float) and 0 <= s < 1e12 for k, s in v.items()
-    )
-
-
 def _routes(v: Any) -> bool:
     return type(v) is dict and all(type(k) is str and type(u) is str for k, u in v.items())
 
 
-_HEADER_CHECKS: dict[str, tuple[_Check, str]] = {
+_HEADER_CHECKS: dict[str, tuple[Check, str]] = {
     "created_ns": (lambda v: type(v) is int and 0 <= v < 1 << 63, "an int in 0..2^63-1"),
-    "source": (_str, "a str"),
-    "upstream": (_str, "a str"),
-    "host": (_str, "a str"),
-    "tool_version": (_str, "a str"),
+    "source": (is_str, "a str"),
+    "upstream": (is_str, "a str"),
+    "host": (is_str, "a str"),
+    "tool_version": (is_str, "a str"),
     "ordered": (lambda v: type(v) is bool, "a bool"),
-    "inputs": (_strs, "an array of str"),
-    "archives": (_strs, "an array of str"),
-    "speed": (_str, "a str"),
-    "tail_stretch": (_number(0, 1e6), "a finite number in 0..1e6"),
-    "tail_quantile": (_number(0, 1), "a finite number in 0..1"),
-    "amplify": (_number(0, 1e6), "a finite number in 0..1e6"),
-    "speed_mean": (_number(0, 1e6), "a finite number in 0..1e6"),
-    "phase_seconds": (_phase_seconds, "a map of str to seconds in 0..1e12"),
-    "shard": (_shard, "[int, int]"),
-    "lag_limit_ms": (_number(0, 1e9), "a finite number in 0..1e9"),
-    "start_at_ns": (lambda v: type(v) is int and 0 <= v < 1 << 63, "an int in 0..2^63-1"),
-    "otlp_live": (lambda v: type(v) is bool, "a bool"),
+    "inputs": (is_strs, "an array of str"),
+    **REPLAY_CHECKS,
     "capture": (lambda v: type(v) is dict, "a map"),
     "peak": (lambda v: type(v) is dict, "a map"),
 }
-_CAPTURE_CHECKS: dict[str, tuple[_Check, str]] = {
-    "bodies": (_str, "a str"),
-    "sample": (_number(0, 1), "a finite number in 0..1"),
-    "redact_headers": (_strs, "an array of str"),
-    "timeout_s": (_number(0, 1e9), "a finite number of seconds in 0..1e9"),
+_CAPTURE_CHECKS: dict[str, tuple[Check, str]] = {
+    "bodies": (is_str, "a str"),
+    "sample": (number(0, 1), "a finite number in 0..1"),
+    "redact_headers": (is_strs, "an array of str"),
+    "timeout_s": (number(0, 1e9), "a finite number of seconds in 0..1e9"),
     "routes": (_routes, "a map of str to str"),
     "listen": (_listen, "[host, port]"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
 }
-_PEAK_CHECKS: dict[str, tuple[_Check, str]] = {
-    "window_s": (_number(0, 1e12), "a finite number in 0..1e12"),
-    "by": (_str, "a str"),
+_PEAK_CHECKS: dict[str, tuple[Check, str]] = {
+    "window_s": (number(0, 1e12), "a finite number in 0..1e12"),
+    "by": (is_str, "a str"),
     "start_ns": (lambda v: type(v) is int and _TIME[0] <= v < _TIME[1], "an int in 0..2^62-1"),
 }
 
 
-def _problems(m: dict[str, Any], checks: dict[str, tuple[_Check, str]], where: str) -> list[str]:
+def _problems(m: dict[str, Any], checks: dict[str, tuple[Check, str]], where: str) -> list[str]:
     out = []
     for key, (ok, expect) in checks.items():
         value = m.get(key)
@@ -378,5 +344,5 @@ def clean_header(header: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _valid(value: Any, key: str, checks: dict[str, tuple[_Check, str]]) -> bool:
+def _valid(value: Any, key: str, checks: dict[str, tuple[Check, str]]) -> bool:
     return value is None or checks[key][0](value)
