@@ -82,9 +82,7 @@ def test_the_replay_headers_keys_are_spelled_in_its_module_alone() -> None:
     found = [
         f"{rel}:{line} {value!r}"
         for rel, line, value in _strings()
-        if value in keys
-        and rel != HOME.as_posix()
-        and rel not in OTHER_MEANINGS.get(value, {})
+        if value in keys and rel != HOME.as_posix() and rel not in OTHER_MEANINGS.get(value, {})
     ]
     assert not found, "read and write these through ReplayHeader:\n" + "\n".join(found)
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 import click
 
 from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
-from tailreplay.cli.slo_stop import watchable
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
+from tailreplay.studies.watched_objectives import watchable
 
 if TYPE_CHECKING:
     from tailreplay.replayer.scrape import ScrapeTarget
@@ -170,12 +170,12 @@ def capacity(
     sweep: float | None,
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
-    from tailreplay.cli.replay_target import fresh_simulators
     from tailreplay.report.capacity import judge
     from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
     from tailreplay.studies.capacity_search import COARSE_SHARE, search
     from tailreplay.studies.capacity_search import sweep as brute
+    from tailreplay.studies.targets import fresh_simulators
     from tailreplay.studies.trial import longest_request, replay_child
 
     objectives = parse_objectives(slos)

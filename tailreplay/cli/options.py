@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,7 +37,6 @@ from tailreplay.units import (
     parse_host_port,
     parse_http_url,
     parse_size,
-    parse_time,
 )
 
 __all__ = [
@@ -63,14 +61,13 @@ __all__ = [
     "buckets_option",
     "client_options",
     "event_loop_option",
+    "otlp_from_params",
     "otlp_options",
     "output_file",
     "output_option",
     "scrape_option",
-    "send_headers",
     "skip_corrupt_option",
     "slo_options",
-    "time_window",
     "write_text",
 ]
 
@@ -221,25 +218,6 @@ scrape_option = click.option(
     "(repeatable; 'target' is the target's own /metrics, the built-in simulator's too): "
     "kept beside the results, read by the report (vLLM, SGLang, TGI, llama.cpp, DCGM).",
 )
-
-_HEADER_ENV = "TAILREPLAY_HEADER_"
-
-
-def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """Headers a replay sends: staging credentials from the environment
-    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
-    out: dict[str, str] = {}
-    for key, value in os.environ.items():
-        if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
-            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
-    out.update(pairs)
-    for name, value in out.items():
-        # Written to the socket as given: a line break would start a header of its own.
-        if any(c in name + value for c in "\r\n\0") or any(c in name for c in " \t:"):
-            raise UsageError(
-                f"header {name!r}: a name without spaces or colons, and no line breaks in its value"
-            )
-    return out
 
 
 def client_options(f: F) -> F:
@@ -412,7 +390,7 @@ _LIVE_TRAFFIC_OPTIONS = [
 ]
 
 
-def _otlp(kwargs: dict[str, Any]) -> OtlpOptions:
+def otlp_from_params(kwargs: dict[str, Any]) -> OtlpOptions:
     """Take the OTLP flags out of a command's keyword arguments, as one OtlpOptions."""
     cert, key = kwargs.pop("otlp_cert"), kwargs.pop("otlp_key")
     if (cert is None) != (key is None):
@@ -443,7 +421,7 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
     def decorate(func: F) -> F:
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            kwargs["otlp"] = _otlp(kwargs)
+            kwargs["otlp"] = otlp_from_params(kwargs)
             return func(*args, **kwargs)
 
         options = _OTLP_OPTIONS + (_LIVE_TRAFFIC_OPTIONS if spans_of_live_traffic else [])
@@ -452,25 +430,6 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
-
-
-def time_window(
-    files: tuple[Path, ...], from_: str | None, to: str | None, *, skip_corrupt: bool = False
-) -> tuple[int | None, int | None]:
-    """``--from``/``--to`` as unix ns; ``+DURATION`` counts from the archives' first record."""
-    from tailreplay.traces.archive.columns import load_columns
-
-    from_, to = (t if t and t.strip() else None for t in (from_, to))  # empty: not given
-    origin = None
-    if any(t is not None and t.strip().startswith("+") for t in (from_, to)):
-        cols = load_columns(files, [], skip_corrupt=skip_corrupt)
-        if cols.n == 0:
-            raise UsageError("relative --from/--to given, but the archive holds no records")
-        origin = int(cols["start_ns"][0])
-    return (
-        parse_time(from_, origin_ns=origin) if from_ is not None else None,
-        parse_time(to, origin_ns=origin) if to is not None else None,
-    )
 
 
 def write_text(path: Path, text: str) -> None:

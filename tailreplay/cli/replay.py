@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -10,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from tailreplay import eventloop
 from tailreplay.cli.options import (
     BODY_DROP,
     BODY_SET,
@@ -26,19 +24,17 @@ from tailreplay.cli.options import (
     Parsed,
     client_options,
     event_loop_option,
+    otlp_from_params,
     otlp_options,
     scrape_option,
-    send_headers,
     skip_corrupt_option,
     slo_options,
-    time_window,
 )
-from tailreplay.cli.replay_report import REPORT_KINDS, report_after, write_json
-from tailreplay.cli.replay_target import target_model, target_options
+from tailreplay.cli.replay_report import report_after, write_json
+from tailreplay.cli.replay_target import target_options
 from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
-from tailreplay.cli.slo_stop import slo_stop_config, slo_stop_option
-from tailreplay.errors import UsageError
-from tailreplay.output_path import check_output_file
+from tailreplay.cli.sim import builtin_sim
+from tailreplay.cli.slo_stop import slo_stop_option
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
@@ -47,8 +43,9 @@ from tailreplay.version import __version__
 if TYPE_CHECKING:
     from tailreplay.replayer.config import ReplayConfig
     from tailreplay.replayer.run import ReplayOutcome
+    from tailreplay.report.write import ReportResult
 
-__all__ = ["replay"]
+__all__ = ["parse_replay_args", "replay"]
 
 
 @click.command(
@@ -269,18 +266,40 @@ input, 130 interrupted.""",
 def replay(**options: Any) -> None:
     """Replay archives at a target with the recorded arrivals, dilated, and the tail stretched."""
     args = ReplayArgs(**options)
+    config, outcome = _run(args)
+    from tailreplay.replayer.summary import summary_lines
+    from tailreplay.report.write import fail_on_slo
+
+    for line in summary_lines(outcome.summary):
+        click.echo(line)
+    click.echo(f"results: {config.out}")
+    if outcome.aborted:
+        click.echo(f"Error: {outcome.aborted}", err=True)
+    assert config.out is not None
+    result = _judged(args, config.out, outcome)
+    code = outcome.exit_code
+    if result is not None and code == 0:
+        fail_on_slo(result)
+    if code:
+        sys.exit(code)
+
+
+def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
+    """The run; Ctrl-C before it could take over says so and exits 130."""
     reserved: Path | None = None  # the default result file, once created
     try:
         # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
-        from tailreplay.replayer.summary import summary_lines
-        from tailreplay.report.write import ReportOptions, fail_on_slo, slo_verdict
+        from tailreplay.studies.replay import replay_config, run_replay
 
-        config = _config(args)
+        builtin = None
+        if args.target is None:
+            builtin = builtin_sim(args.sim_profile, args.seed, args.sim_args)
+        out = args.out or default_result(args.dry_run)
+        config = replay_config(args, builtin, out, live=sys.stderr.isatty())
         if args.out is None:
-            assert config.out is not None
-            reserved = reserve(config.out)
+            reserved = reserve(out)
             config = replace(config, out=reserved)
-        outcome = _run(config, args.workers)
+        return config, run_replay(config, args.workers, lambda line: click.echo(line, err=True))
     except BaseException as exc:
         if reserved is not None:
             drop_if_empty(reserved)  # refused before writing: no empty file left behind
@@ -291,160 +310,30 @@ def replay(**options: Any) -> None:
             write_json(args.json_out, ReplaySummary.before_start_json())
         click.echo("interrupted before the first request was sent", err=True)
         sys.exit(130)
-    for line in summary_lines(outcome.summary):
-        click.echo(line)
-    click.echo(f"results: {config.out}")
-    if outcome.aborted:
-        click.echo(f"Error: {outcome.aborted}", err=True)
-    code = outcome.exit_code
+
+
+def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportResult | None:
+    """The report when asked for (``--report``, or ``--slo``), and the ``--json`` summary
+    with the gate's verdict; the summary is written even when the report fails."""
+    from tailreplay.report.write import slo_verdict
+    from tailreplay.studies.replay import report_options
+
     result = None
     try:
         if args.report_out is not None or (args.slos and args.slo_report):
-            assert config.out is not None
-            report_options = ReportOptions(
-                replayed=[config.out],
-                recorded=list(args.archives),
-                objectives=args.slos,
-                min_score=args.slo_min_score,
-                slo_by=args.slo_by,
-                slo_window_s=args.slo_window,
-                skip_corrupt=args.skip_corrupt,
-            )
-            result = report_after(report_options, args.report_out)
-    finally:  # the summary is written even when the report fails
+            result = report_after(report_options(args, results), args.report_out)
+    finally:
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None
-            write_json(
-                args.json_out,
-                {**outcome.summary.to_json(), **({"slo": verdict} if verdict else {})},
-            )
-    if result is not None and code == 0:
-        fail_on_slo(result)
-    if code:
-        sys.exit(code)
+            document = outcome.summary.to_json()
+            write_json(args.json_out, {**document, **({"slo": verdict} if verdict else {})})
+    return result
 
 
-def _config(args: ReplayArgs) -> ReplayConfig:
-    """The replay the options describe; every refusal (bad files, clashing flags) first."""
-    from tailreplay.exporters.span_process import replay_spans
-    from tailreplay.prometheus import check_listen
-    from tailreplay.replayer.config import ReplayConfig
-    from tailreplay.replayer.request import BodyEdits
-    from tailreplay.replayer.retry import RetryPolicy
-    from tailreplay.replayer.schedule import ScheduleConfig
-    from tailreplay.traces.archive.reader import ArchiveReader
-
-    ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
-    start_ns, end_ns = time_window(
-        args.archives, args.from_, args.to, skip_corrupt=args.skip_corrupt
-    )
-    out = _check_outputs(args)
-    if args.slos:
-        from tailreplay.report.slo import check_judgeable
-
-        check_judgeable(args.slos, args.archives, skip_corrupt=args.skip_corrupt)
-    model = target_model(
-        args.target, args.sim_profile, args.seed, args.sim_args, args.tail_cost, args.max_context
-    )
-    schedule = ScheduleConfig(
-        paths=args.archives,
-        speed=args.speed,
-        amplify=args.amplify,
-        tail_stretch=args.tail_stretch,
-        tail_quantile=args.tail_quantile,
-        start_ns=start_ns,
-        end_ns=end_ns,
-        limit=args.limit,
-        shard=args.shard,
-        seed=args.seed,
-        skip_corrupt=args.skip_corrupt,
-        tail_cost=model.tail_cost,
-        max_context=model.max_context,
-        spread_ticks=args.spread_ticks,
-        drop_retries=args.retries != "recorded",
-    )
-    speed_attribute = {"tailreplay.replay.speed": str(args.speed)}
-    spans = (
-        functools.partial(replay_spans, args.otlp, speed_attribute) if args.otlp.enabled else None
-    )
-    if args.metrics_listen is not None:
-        check_listen(*args.metrics_listen, "--metrics-listen")
-    stop = slo_stop_config(
-        args.slo_stop,
-        args.slos,
-        sharded=args.workers > 1 or args.shard[1] > 1,
-        closed_loop=args.users is not None,
-        retries=args.retries == "policy",
-        min_score=args.slo_min_score,
-    )
-    return ReplayConfig(
-        schedule=schedule,
-        target=str(args.target).rstrip("/") if args.target is not None else None,
-        force_lengths=args.force_lengths,
-        headers=send_headers(args.headers),
-        model_map=dict(args.model_maps),
-        body_edits=BodyEdits.given(args.body_sets, args.body_drops),
-        max_inflight=args.max_inflight,
-        connections=args.connections,
-        timeout_s=args.timeout,
-        out=out,
-        start_at_ns=args.start_at,
-        allow_upstream=args.allow_upstream,
-        new_trace_ids=args.new_trace_ids,
-        dry_run=args.dry_run,
-        builtin_target=model.builtin,
-        live=sys.stderr.isatty(),
-        spans=spans,
-        scrape=list(args.scrapes),
-        metrics_listen=args.metrics_listen,
-        metrics_linger_s=args.metrics_linger,
-        lag_limit_ms=args.lag_limit * 1000,
-        preflight=args.preflight,
-        fail_fast=args.fail_fast,
-        duration_s=args.duration,
-        users=args.users,
-        think_s=args.think,
-        retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
-        replay_aborts=args.client_aborts == "replay",
-        event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
-        slo_stop=stop,
-    )
-
-
-def _check_outputs(args: ReplayArgs) -> Path:
-    """Refuse clashing options and unwritable outputs before any work; the result
-    archive's path."""
-    if args.report_out is not None and args.report_out.suffix.lower() not in REPORT_KINDS:
-        raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
-    if args.dry_run and (args.report_out or args.slos):
-        raise UsageError("--report and --slo need a real run, not --dry-run")
-    if args.users is not None and (
-        str(args.speed) != "1x" or args.amplify != 1 or args.workers > 1 or args.dry_run
-    ):
-        raise UsageError(
-            "--users: the users set the rate, so --speed, --amplify, --workers "
-            "and --dry-run do not apply"
-        )
-    # In the command, not a parse-time callback: the paths may name folders of the
-    # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
-    for flag, path in (
-        ("--out", args.out),
-        ("--json", args.json_out),
-        ("--report", args.report_out),
-    ):
-        if path is not None:
-            check_output_file(flag, path, inputs=args.archives)
-    return args.out if args.out is not None else default_result(args.dry_run)
-
-
-def _run(config: ReplayConfig, workers: int) -> ReplayOutcome:
-    def say(line: str) -> None:
-        click.echo(line, err=True)
-
-    if workers > 1:
-        from tailreplay.replayer.local_shards import run_workers
-
-        return run_workers(config, workers, say)
-    from tailreplay.replayer.run import run
-
-    return eventloop.run(run(config, say), config.event_loop)
+def parse_replay_args(argv: list[str]) -> ReplayArgs:
+    """``replay``'s arguments as the command parses them (a wrong one raises click's
+    usage error, as on the command line)."""
+    ctx = replay.make_context("replay", list(argv))
+    params = dict(ctx.params)
+    params["otlp"] = otlp_from_params(params)
+    return ReplayArgs(**params)

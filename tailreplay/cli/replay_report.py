@@ -15,15 +15,7 @@ from tailreplay.private import write_whole
 if TYPE_CHECKING:
     from tailreplay.report.write import ReportOptions, ReportResult
 
-__all__ = ["REPORT_KINDS", "report_after", "write_json"]
-
-REPORT_KINDS = {
-    ".html": "html_out",
-    ".htm": "html_out",
-    ".md": "markdown_out",
-    ".json": "json_out",
-}
-"""``--report``'s file kinds by suffix: the ``ReportOptions`` field each one sets."""
+__all__ = ["report_after", "write_json"]
 
 
 def write_json(path: Path, summary: dict[str, Any]) -> None:
@@ -34,15 +26,13 @@ def write_json(path: Path, summary: dict[str, Any]) -> None:
 
 
 def report_after(options: ReportOptions, path: Path | None) -> ReportResult:
-    """The report of the run just done; the SLO lines on stdout, the file at ``path``
-    if one was asked for (its kind by its suffix)."""
+    """The report of the run just done; the SLO lines on stdout, and the file's name
+    when one was written (``path``, already in ``options``)."""
     # Imported on use: every command imports this module, few write a report.
     from tailreplay.report.tables import slo_tables
     from tailreplay.report.terminal import print_report
     from tailreplay.report.write import write_report
 
-    if path is not None:
-        setattr(options, REPORT_KINDS[path.suffix.lower()], path)
     result = write_report(options, say=lambda line: click.echo(line, err=True))
     print_report(result.headline, slo_tables(result.slo) if result.slo else [])
     if path is not None:

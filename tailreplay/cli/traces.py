@@ -19,7 +19,6 @@ from tailreplay.cli.options import (
     otlp_options,
     output_option,
     skip_corrupt_option,
-    time_window,
 )
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
@@ -122,7 +121,7 @@ def slice_(
     skip_corrupt: bool,
 ) -> None:
     """Write the records matching every given filter to a new archive."""
-    from tailreplay.traces.archive.ops import copy_records, record_filter
+    from tailreplay.traces.archive.ops import copy_records, record_filter, time_window
 
     start_ns, end_ns = time_window(files, from_, to, skip_corrupt=skip_corrupt)
     keep = record_filter(

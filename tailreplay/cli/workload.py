@@ -18,10 +18,10 @@ from tailreplay.cli.options import (
     skip_corrupt_option,
     write_text,
 )
-from tailreplay.cli.replay_target import fresh_simulators
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
+from tailreplay.studies.targets import fresh_simulators
 from tailreplay.units import parse_time
 
 __all__ = ["fit", "synth", "validate_model"]

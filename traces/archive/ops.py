@@ -22,8 +22,9 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.writer import write_archive
+from tailreplay.units import parse_time
 
-__all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter"]
+__all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter", "time_window"]
 
 Filter = Callable[[dict[str, Any]], bool]
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "error")
@@ -149,4 +150,21 @@ def find_peak(
         end_ns=int(starts[best]) + window_ns,
         requests=end - best,
         tokens=int(tokens[best:end].sum()),
+    )
+
+
+def time_window(
+    files: Sequence[Path], from_: str | None, to: str | None, *, skip_corrupt: bool = False
+) -> tuple[int | None, int | None]:
+    """``--from``/``--to`` as unix ns; ``+DURATION`` counts from the archives' first record."""
+    from_, to = (t if t and t.strip() else None for t in (from_, to))  # empty: not given
+    origin = None
+    if any(t is not None and t.strip().startswith("+") for t in (from_, to)):
+        cols = load_columns(files, [], skip_corrupt=skip_corrupt)
+        if cols.n == 0:
+            raise UsageError("relative --from/--to given, but the archive holds no records")
+        origin = int(cols["start_ns"][0])
+    return (
+        parse_time(from_, origin_ns=origin) if from_ is not None else None,
+        parse_time(to, origin_ns=origin) if to is not None else None,
     )

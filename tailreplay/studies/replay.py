@@ -1,0 +1,200 @@
+"""One replay as the command line and the Python API run it: ``ReplayArgs`` checked
+and composed into the replayer's ``ReplayConfig`` (with the built-in simulator, the
+span exporter and the SLO watch it takes from the packages beside it), run in one
+process or several, and the report's options for judging it after."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from tailreplay import eventloop
+from tailreplay.errors import UsageError
+from tailreplay.exporters.span_process import replay_spans
+from tailreplay.output_path import check_output_file
+from tailreplay.prometheus import check_listen
+from tailreplay.replayer.config import ReplayConfig, SpanFactory
+from tailreplay.replayer.local_shards import run_workers
+from tailreplay.replayer.request import BodyEdits
+from tailreplay.replayer.retry import RetryPolicy
+from tailreplay.replayer.run import ReplayOutcome, run
+from tailreplay.replayer.schedule import ScheduleConfig, TailCost
+from tailreplay.report.slo import check_judgeable
+from tailreplay.report.write import ReportOptions
+from tailreplay.sim.launcher import BuiltinSim
+from tailreplay.studies.replay_args import ReplayArgs
+from tailreplay.studies.targets import target_model
+from tailreplay.studies.watched_objectives import slo_stop_config
+from tailreplay.traces.archive.ops import time_window
+from tailreplay.traces.archive.reader import ArchiveReader
+
+__all__ = ["REPORT_KINDS", "replay_config", "report_options", "run_replay", "send_headers"]
+
+REPORT_KINDS = {
+    ".html": "html_out",
+    ".htm": "html_out",
+    ".md": "markdown_out",
+    ".json": "json_out",
+}
+"""``--report``'s file kinds by suffix: the ``ReportOptions`` field each one sets."""
+
+_HEADER_ENV = "TAILREPLAY_HEADER_"
+
+
+def replay_config(
+    args: ReplayArgs, builtin: BuiltinSim | None, out: Path, *, live: bool = False
+) -> ReplayConfig:
+    """The replay ``args`` describe, its results written to ``out``, against ``builtin``
+    when there is no ``--target``; every refusal (bad files, clashing flags) first.
+    ``live``: a progress display that rewrites its line (a terminal)."""
+    ArchiveReader(args.archives, skip_corrupt=args.skip_corrupt)  # bad files fail here: exit 3
+    start_ns, end_ns = time_window(
+        args.archives, args.from_, args.to, skip_corrupt=args.skip_corrupt
+    )
+    _check_outputs(args)
+    if args.slos:
+        check_judgeable(args.slos, args.archives, skip_corrupt=args.skip_corrupt)
+    if args.target is not None and args.sim_args:
+        raise UsageError("--sim-arg sets up the built-in simulator, which --target replaces")
+    model = target_model(builtin if args.target is None else None, args.tail_cost, args.max_context)
+    if args.metrics_listen is not None:
+        check_listen(*args.metrics_listen, "--metrics-listen")
+    return ReplayConfig(
+        schedule=_schedule(args, start_ns, end_ns, model.tail_cost, model.max_context),
+        target=str(args.target).rstrip("/") if args.target is not None else None,
+        force_lengths=args.force_lengths,
+        headers=send_headers(args.headers),
+        model_map=dict(args.model_maps),
+        body_edits=BodyEdits.given(args.body_sets, args.body_drops),
+        max_inflight=args.max_inflight,
+        connections=args.connections,
+        timeout_s=args.timeout,
+        out=out,
+        start_at_ns=args.start_at,
+        allow_upstream=args.allow_upstream,
+        new_trace_ids=args.new_trace_ids,
+        dry_run=args.dry_run,
+        builtin_target=model.builtin,
+        live=live,
+        spans=_spans(args),
+        scrape=list(args.scrapes),
+        metrics_listen=args.metrics_listen,
+        metrics_linger_s=args.metrics_linger,
+        lag_limit_ms=args.lag_limit * 1000,
+        preflight=args.preflight,
+        fail_fast=args.fail_fast,
+        duration_s=args.duration,
+        users=args.users,
+        think_s=args.think,
+        retry=RetryPolicy(args.max_attempts, args.seed) if args.retries == "policy" else None,
+        replay_aborts=args.client_aborts == "replay",
+        event_loop=eventloop.resolve(args.event_loop),  # uvloop asked for, not there: exit 2
+        slo_stop=slo_stop_config(
+            args.slo_stop,
+            args.slos,
+            sharded=args.workers > 1 or args.shard[1] > 1,
+            closed_loop=args.users is not None,
+            retries=args.retries == "policy",
+            min_score=args.slo_min_score,
+        ),
+    )
+
+
+def _schedule(
+    args: ReplayArgs,
+    start_ns: int | None,
+    end_ns: int | None,
+    tail_cost: TailCost,
+    max_context: int | None,
+) -> ScheduleConfig:
+    return ScheduleConfig(
+        paths=args.archives,
+        speed=args.speed,
+        amplify=args.amplify,
+        tail_stretch=args.tail_stretch,
+        tail_quantile=args.tail_quantile,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        limit=args.limit,
+        shard=args.shard,
+        seed=args.seed,
+        skip_corrupt=args.skip_corrupt,
+        tail_cost=tail_cost,
+        max_context=max_context,
+        spread_ticks=args.spread_ticks,
+        drop_retries=args.retries != "recorded",
+    )
+
+
+def _spans(args: ReplayArgs) -> SpanFactory | None:
+    """The span exporter of ``--otlp-*``, bound for the run's process (picklable)."""
+    if not args.otlp.enabled:
+        return None
+    return functools.partial(replay_spans, args.otlp, {"tailreplay.replay.speed": str(args.speed)})
+
+
+def _check_outputs(args: ReplayArgs) -> None:
+    """Refuse clashing options and unwritable outputs before any work."""
+    if args.report_out is not None and args.report_out.suffix.lower() not in REPORT_KINDS:
+        raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
+    if args.dry_run and (args.report_out or args.slos):
+        raise UsageError("--report and --slo need a real run, not --dry-run")
+    if args.users is not None and (
+        str(args.speed) != "1x" or args.amplify != 1 or args.workers > 1 or args.dry_run
+    ):
+        raise UsageError(
+            "--users: the users set the rate, so --speed, --amplify, --workers "
+            "and --dry-run do not apply"
+        )
+    # When the run starts, not at parse time: the paths may name folders of the
+    # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
+    for flag, path in (
+        ("--out", args.out),
+        ("--json", args.json_out),
+        ("--report", args.report_out),
+    ):
+        if path is not None:
+            check_output_file(flag, path, inputs=args.archives)
+
+
+def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """Headers a replay sends: staging credentials from the environment
+    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
+    out: dict[str, str] = {}
+    for key, value in os.environ.items():
+        if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
+            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
+    out.update(pairs)
+    for name, value in out.items():
+        # Written to the socket as given: a line break would start a header of its own.
+        if any(c in name + value for c in "\r\n\0") or any(c in name for c in " \t:"):
+            raise UsageError(
+                f"header {name!r}: a name without spaces or colons, and no line breaks in its value"
+            )
+    return out
+
+
+def run_replay(config: ReplayConfig, workers: int, say: Callable[[str], None]) -> ReplayOutcome:
+    """Run ``config`` in this process, or spread over ``workers`` processes."""
+    if workers > 1:
+        return run_workers(config, workers, say)
+    return eventloop.run(run(config, say), config.event_loop)
+
+
+def report_options(args: ReplayArgs, results: Path) -> ReportOptions:
+    """The report of a run's ``results`` against what it replayed, judged by its
+    ``--slo`` options, written where ``--report`` says (its kind by the suffix)."""
+    options = ReportOptions(
+        replayed=[results],
+        recorded=list(args.archives),
+        objectives=args.slos,
+        min_score=args.slo_min_score,
+        slo_by=args.slo_by,
+        slo_window_s=args.slo_window,
+        skip_corrupt=args.skip_corrupt,
+    )
+    if args.report_out is not None:
+        setattr(options, REPORT_KINDS[args.report_out.suffix.lower()], args.report_out)
+    return options

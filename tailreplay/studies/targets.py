@@ -1,0 +1,85 @@
+"""What a replay knows of its target before the run: the built-in simulator, the cost
+that ranks the tail, the context a stretched request must fit; and fresh simulators,
+one per replay, for the studies that run many (``capacity``, ``validate-model``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from tailreplay.errors import UsageError
+from tailreplay.replayer.schedule import TailCost
+from tailreplay.sim.launcher import BuiltinSim, sim_process
+from tailreplay.sim.profiles import DEFAULT_PROFILE, fit_context, profile
+
+__all__ = ["TargetModel", "fresh_simulators", "target_model"]
+
+
+@dataclass(frozen=True)
+class TargetModel:
+    builtin: BuiltinSim | None
+    """The built-in simulator; None with --target."""
+    tail_cost: TailCost
+    max_context: int | None
+    """The context a tail budget must fit, when known."""
+
+
+def target_model(
+    builtin: BuiltinSim | None,
+    tail_cost: tuple[float, float] | None,
+    max_context: int | None,
+) -> TargetModel:
+    """The target as the replay takes it. The tail's cost is --tail-cost, else the
+    simulator profile's (without --target: the one that runs; with it: the default):
+    prefill per prompt token, one decode step per output token. The context is
+    --max-context, or the simulator's where --sim-arg pins it (else the simulator is
+    sized to fit every request, stretched)."""
+    model = builtin.sized(None) if builtin is not None else profile(DEFAULT_PROFILE)
+    cost = TailCost(model.prefill_per_token_ms, model.decode_ms(1))
+    if tail_cost is not None:
+        cost = TailCost(*tail_cost)
+    pinned = dict(builtin.overrides) if builtin is not None else {}
+    limits = [max_context, pinned.get("max_model_len"), pinned.get("kv_tokens")]
+    known = [n for n in limits if n is not None]
+    return TargetModel(builtin, cost, min(known) if known else None)
+
+
+_TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
+
+
+def fresh_simulators(
+    profile_name: str, speed: float, sim_args: tuple[str, ...]
+) -> Callable[[int], AbstractContextManager[str]]:
+    """Fresh built-in simulators, one per replay (``validate-model``'s arms, ``capacity``'s
+    trials): the profile, a context that holds the longest request, step times divided by
+    the speed (given ones too), then the user's ``--sim-arg``s, which win."""
+    p = profile(profile_name)
+    extra = list(sim_args)
+    timed = {f"--{name.replace('_', '-')}": float(getattr(p, name)) for name in _TIMED_PARAMS}
+    for flag in timed:
+        given = [a for a in extra if a.startswith(flag + "=")]
+        if given:
+            extra = [a for a in extra if a not in given]
+            try:
+                timed[flag] = float(given[-1].split("=", 1)[1])
+            except ValueError:
+                raise UsageError(f"--sim-arg {given[-1]}: not a number") from None
+
+    def fresh(longest: int) -> AbstractContextManager[str]:
+        sized = fit_context(p, longest)  # as replay sizes its built-in simulator
+        args = [
+            "--profile",
+            profile_name,
+            "--max-model-len",
+            str(sized.max_model_len),
+            "--kv-tokens",
+            str(sized.kv_tokens),
+            "--nice",
+            "5",
+        ]
+        for flag, value in timed.items():
+            args += [flag, f"{value / speed:.6g}"]
+        return sim_process(args + extra)
+
+    return fresh
