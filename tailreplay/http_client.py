@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import time
 from collections import deque
@@ -31,15 +32,8 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailreplay.http_connection import (
-    Origin,
-    UpstreamError,
-    UpstreamResponse,
-    _Connection,
-    _reason,
-    _Stale,
-    _timeout,
-)
+from tailreplay.http_connection import Connection, UpstreamResponse
+from tailreplay.http_types import Origin, StaleConnection, UpstreamError, timeout_error
 
 __all__ = [
     "Origin",
@@ -73,6 +67,15 @@ def framing(method: str, body: bytes | None) -> str:
     return "" if method in _NO_BODY else "Content-Length: 0\r\n"
 
 
+def _reason(exc: OSError) -> str:
+    """Why a connect failed, without the address (asyncio puts it in ``strerror``)."""
+    if isinstance(exc, ssl.SSLError):
+        return str(exc.reason or "TLS handshake failed")
+    if exc.errno:
+        return os.strerror(exc.errno)
+    return type(exc).__name__
+
+
 def split_url(url: str) -> tuple[Origin, str]:
     """An http(s) URL's origin and request target (path and query)."""
     parts = urlsplit(url)
@@ -98,8 +101,8 @@ class UpstreamPool:
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
         self.max_connections = max_connections
-        self._idle: dict[Origin, list[_Connection]] = {}
-        self._all: set[_Connection] = set()
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._all: set[Connection] = set()
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._tls: ssl.SSLContext | None = None
@@ -166,8 +169,8 @@ class UpstreamPool:
                 else:
                     await conn.send(head, body, chunked)
                 response.sent_ns = time.monotonic_ns()
-                await response._head
-            except _Stale:
+                await response.head_arrived
+            except StaleConnection:
                 conn.finish(response, reusable=False)
                 if attempt == 1 and isinstance(body, bytes | None):
                     continue
@@ -244,7 +247,7 @@ class UpstreamPool:
             conn.abort()
         self._idle.clear()
 
-    async def _acquire(self, origin: Origin, deadline: float) -> _Connection:
+    async def _acquire(self, origin: Origin, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
         while True:
             idle = self._idle.get(origin)
@@ -290,7 +293,7 @@ class UpstreamPool:
                 await waiter
             served = True
         except TimeoutError:
-            raise _timeout() from None
+            raise timeout_error() from None
         finally:
             if not served and waiter.done() and not waiter.cancelled():
                 self._wake_one()  # woken but leaving (timed out, cancelled): pass it on
@@ -308,20 +311,20 @@ class UpstreamPool:
 
     async def _connect(
         self, loop: asyncio.AbstractEventLoop, origin: Origin, deadline: float
-    ) -> _Connection:
+    ) -> Connection:
         tls = self._tls_context() if origin.scheme == "https" else None
         timeout = min(self.connect_timeout_s, max(deadline - loop.time(), 0))
         try:
             async with asyncio.timeout(timeout):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self, origin),
+                    lambda: Connection(origin, release=self._release, lost=self._forget),
                     origin.host,
                     origin.port,
                     ssl=tls,
                     server_hostname=origin.host if tls else None,
                 )
         except TimeoutError:
-            raise _timeout() from None
+            raise timeout_error() from None
         except OSError as exc:
             message = f"cannot connect to the upstream: {_reason(exc)}"
             detail = f"{origin.host}:{origin.port}: {exc}"
@@ -329,7 +332,7 @@ class UpstreamPool:
         self._all.add(conn)
         return conn
 
-    def _release(self, conn: _Connection) -> None:
+    def _release(self, conn: Connection) -> None:
         idle = self._idle.setdefault(conn.origin, [])
         if len(idle) >= self.max_idle:
             conn.abort()
@@ -371,7 +374,7 @@ class UpstreamPool:
         if busy:
             self._watch = loop.call_later(self._watch_s, self._check_deadlines)
 
-    def _forget(self, conn: _Connection) -> None:
+    def _forget(self, conn: Connection) -> None:
         if conn in self._all:
             self._all.discard(conn)
             self._wake_one()

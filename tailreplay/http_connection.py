@@ -8,67 +8,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
-import ssl
-from typing import TYPE_CHECKING, NamedTuple, TypeAlias
+from collections.abc import AsyncIterator, Callable
 
 import httptools
 
-if TYPE_CHECKING:  # the pool imports this module; the connection only calls back into it
-    from collections.abc import AsyncIterator, Callable
-
-    from tailreplay.http_client import UpstreamPool
+from tailreplay.http_types import (
+    BodyConsumer,
+    Origin,
+    StaleConnection,
+    UpstreamError,
+    timeout_error,
+)
 
 log = logging.getLogger("tailreplay.http")
 
-__all__ = ["BodyConsumer", "Origin", "UpstreamError", "UpstreamResponse"]
-
-BodyConsumer: TypeAlias = "Callable[[bytes], bool]"
-"""Takes body bytes as they arrive; returns False to stop reading until resumed."""
-
-
-class UpstreamError(Exception):
-    """Talking to the upstream failed; ``kind`` is the record's error name.
-
-    ``message`` is for the client and never names the upstream (its address is the
-    operator's business); ``detail`` is for the proxy's log.
-    """
-
-    def __init__(self, kind: str, message: str, status: int = 502, detail: str = "") -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.status = status
-        self.detail = detail
-
-
-def _timeout() -> UpstreamError:
-    return UpstreamError("upstream_timeout", "the upstream did not answer in time", 504)
-
-
-def _reason(exc: OSError) -> str:
-    """Why a connect failed, without the address (asyncio puts it in ``strerror``)."""
-    if isinstance(exc, ssl.SSLError):
-        return str(exc.reason or "TLS handshake failed")
-    if exc.errno:
-        return os.strerror(exc.errno)
-    return type(exc).__name__
-
-
-class _Stale(Exception):
-    """A reused connection was closed before any answer: safe to send again."""
-
-
-class Origin(NamedTuple):
-    scheme: str
-    host: str
-    port: int
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
-        default = 443 if self.scheme == "https" else 80
-        return host if self.port == default else f"{host}:{self.port}"
+__all__ = ["Connection", "UpstreamResponse"]
 
 
 class UpstreamResponse:
@@ -78,7 +32,7 @@ class UpstreamResponse:
     event, in the same packet as the head) are held and handed over by ``start``.
     """
 
-    def __init__(self, conn: _Connection, method: str) -> None:
+    def __init__(self, conn: Connection, method: str) -> None:
         self._conn = conn
         self.head_only = method == "HEAD"
         self.status = 0
@@ -95,6 +49,11 @@ class UpstreamResponse:
         self._consumer: BodyConsumer | None = None
         self._error: Exception | None = None
         self._paused = False
+
+    @property
+    def head_arrived(self) -> asyncio.Future[None]:
+        """Done when the head has arrived; raises what failed the exchange before it."""
+        return self._head
 
     # The relay's side.
 
@@ -185,12 +144,23 @@ class UpstreamResponse:
             self._waiter.set_result(value)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection to one origin; llhttp calls the ``on_*`` methods."""
+class Connection(asyncio.Protocol):
+    """One keep-alive connection to one origin; llhttp calls the ``on_*`` methods.
 
-    def __init__(self, pool: UpstreamPool, origin: Origin) -> None:
-        self.pool = pool
+    Its pool hands in what to call when the connection is free for another request
+    (``release``) and when it is gone (``lost``): the connection knows no pool.
+    """
+
+    def __init__(
+        self,
+        origin: Origin,
+        *,
+        release: Callable[[Connection], None],
+        lost: Callable[[Connection], None],
+    ) -> None:
         self.origin = origin
+        self._release = release
+        self._lost = lost
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
         self.parser = httptools.HttpResponseParser(self)
@@ -233,14 +203,14 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._can_write.set()
-        self.pool._forget(self)
+        self._lost(self)
         response = self.response
         if response is None or response.complete:
             return
         if response._head.done() and exc is None and self._ends_at_close():
             response._on_complete()  # a body delimited by a clean end of the connection
         elif not response.got_bytes and self.reused:
-            response._fail(_Stale())
+            response._fail(StaleConnection())
         elif response._head.done():
             response._fail(UpstreamError("upstream_reset", "the upstream reset the stream"))
         else:
@@ -327,13 +297,13 @@ class _Connection(asyncio.Protocol):
         self.response = None
         self.deadline = math.inf
         if reusable and self.keep_alive and not self.closed:
-            self.pool._release(self)
+            self._release(self)
         else:
             self.abort()
 
     def on_deadline(self) -> None:
         if self.response is not None:
-            self.response._fail(_timeout())
+            self.response._fail(timeout_error())
         self.abort()
 
     def abort(self) -> None:

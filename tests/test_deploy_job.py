@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
-from tailreplay.cli.yaml_text import to_yaml
 from tailreplay.errors import EXIT_USAGE
 from tailreplay.studies.replay import send_headers
+from tailreplay.studies.yaml_text import to_yaml
 from tailreplay.units import parse_time
 from tests.test_deploy import CONTAINER_SECURITY, DEPLOY, KUBERNETES, NOBODY, env_of, expand
 

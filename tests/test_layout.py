@@ -75,35 +75,63 @@ def test_imports_point_down_the_layers() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_module_imports_itself_back_at_import_time() -> None:
-    """Top-level imports between modules form no cycle (a cycle breaks on import order)."""
-    names = {module: path for path, module in _modules()}
-    graph: dict[str, set[str]] = {}
-    for module, path in names.items():
-        tree = ast.parse(path.read_text())
-        targets = set()
-        for node in tree.body:  # module level only: lazy imports cannot form an import cycle
-            if isinstance(node, ast.ImportFrom) and node.module in names:
-                targets.add(node.module)
-            elif isinstance(node, ast.Import):
-                targets.update(a.name for a in node.names if a.name in names)
-        graph[module] = targets
-    cycles = []
-    state: dict[str, int] = {}  # 1 on the stack, 2 done
+def _targets(path: Path, names: set[str]) -> set[str]:
+    """The product modules ``path`` imports anywhere: at module level, inside functions
+    and under ``if TYPE_CHECKING:``. ``from a.b import c`` names the submodule ``a.b.c``
+    when there is one, else the module ``a.b``."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{alias.name}" for alias in node.names}
+            found.update(subs & names)
+            if node.module in names and not subs <= names:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in names)
+    return found
 
-    def visit(node: str, stack: list[str]) -> None:
-        state[node] = 1
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import one another round a loop: the strongly connected
+    components of more than one module, or of one that imports itself (Tarjan's)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
         for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
-            elif nxt not in state:
-                visit(nxt, [*stack, nxt])
-        state[node] = 2
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1 or node in graph[node]:
+                loops.append(sorted(component))
 
     for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
-    assert not cycles, "\n".join(cycles)
+        if module not in index:
+            visit(module)
+    return loops
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No loop among product modules, counting every import: one closed only by a lazy
+    or ``TYPE_CHECKING`` import is still two modules that cannot be read, tested or
+    moved one without the other."""
+    paths = {module: path for path, module in _modules()}
+    graph = {module: _targets(path, set(paths)) for module, path in paths.items()}
+    wrong = [
+        "a loop of " + ", ".join(f"{a} -> {b}" for a in loop for b in sorted(graph[a]) if b in loop)
+        for loop in sorted(tuple(loop) for loop in _loops(graph))
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize(("path", "module"), [pytest.param(p, m, id=m) for p, m in _modules()])

@@ -30,7 +30,8 @@ OTHER_MEANINGS = {
     "archives": {
         "tailreplay/cli/replay.py": "the ARCHIVES argument",
         "tailreplay/cli/capacity.py": "the ARCHIVES argument",
-        "tailreplay/cli/deploy.py": "the ARCHIVE argument and the archives volume",
+        "tailreplay/cli/deploy.py": "the ARCHIVE argument",
+        "tailreplay/studies/job_manifest.py": "the archives volume",
     },
     "speed": {
         "tailreplay/cli/capacity.py": "--by speed",

@@ -1,19 +1,17 @@
 """``tailreplay deploy job``: one sharded replay as a Kubernetes Indexed Job manifest.
 
-Each run gets its own Job: a name, a shared ``START_AT`` a little after now, as many
-completions as shards, and its results in a folder of their own on the results
-claim. The manifest goes to stdout as YAML (``| kubectl apply -f -``); nothing is
-sent to a cluster and the archive is not opened here: ARCHIVE is a path as the pods
-see it, under the archives claim's mount. The replay's arguments are parsed with
-the real ``replay`` command before anything is printed, so a wrong option fails
-here, not in N pods.
+The command's options, checked into a ``JobSpec`` with ``START_AT`` a little after
+now; the Job is built by ``tailreplay.studies.job_manifest`` and goes to stdout as
+YAML (``| kubectl apply -f -``). Nothing is sent to a cluster and the archive is not
+opened here: ARCHIVE is a path as the pods see it, under the archives claim's mount.
+The replay's arguments are parsed with the real ``replay`` command before anything
+is printed, so a wrong option fails here, not in N pods.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -22,38 +20,22 @@ import click
 from click.core import ParameterSource
 
 from tailreplay.cli.options import HTTP_URL, Parsed
-from tailreplay.cli.yaml_text import to_yaml
 from tailreplay.errors import UsageError
+from tailreplay.studies.job_manifest import (
+    ARCHIVES_MOUNT,
+    MAX_SHARDS,
+    JobSpec,
+    expand,
+    job_manifest,
+    replay_args,
+)
+from tailreplay.studies.yaml_text import to_yaml
 from tailreplay.units import format_duration, parse_duration
 from tailreplay.version import __version__
 
-__all__ = ["JobSpec", "deploy", "expand", "job_manifest", "replay_args"]
+__all__ = ["deploy"]
 
 _IMAGE = f"tailreplay:{__version__}"
-
-ARCHIVES_MOUNT = "/archives"
-RESULTS_MOUNT = "/results"
-INDEX = "$(JOB_COMPLETION_INDEX)"
-"""Set by Kubernetes in every pod of an Indexed Job (0 .. completions - 1)."""
-
-# The user the image runs as (deploy/Dockerfile: USER 65534:65534, "nobody"); the
-# group owns the volumes (fsGroup), so the pods can write the results claim.
-POD_SECURITY: dict[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "runAsGroup": 65534,
-    "fsGroup": 65534,
-    "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a full volume per pod
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY: dict[str, Any] = {
-    "runAsNonRoot": True,
-    "runAsUser": 65534,
-    "runAsGroup": 65534,
-    "readOnlyRootFilesystem": True,  # the replay writes only its results (and /dev/shm)
-    "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]},
-}
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
@@ -70,38 +52,10 @@ _RESERVED = {
     "workers": "one process per pod: raise --shards instead of --workers",
 }
 _PROBE_ARCHIVE = "/archives/probe.msgpack"
-MAX_SHARDS = 100_000
-"""Kubernetes' bound on an Indexed Job's completions and parallelism."""
 START_IN_S = (10.0, 7 * 86400.0)
 """--start-in's range: time for every pod to be scheduled, pull and start; at most a week."""
 _INT32 = 2**31 - 1
 """The largest a Job's ``ttlSecondsAfterFinished`` and ``activeDeadlineSeconds`` take."""
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One run's Job: everything ``job_manifest`` needs, checked."""
-
-    name: str
-    archives: tuple[str, ...]
-    shards: int
-    start_at: str
-    """UTC ISO-8601 with a Z: ``2026-12-01T09:00:00Z``."""
-    image: str
-    target: str | None
-    speed: str
-    ttl_s: int
-    deadline_s: int
-    """``activeDeadlineSeconds``: from the Job's start, --start-in plus --deadline."""
-    results_claim: str
-    archives_claim: str
-    header_secrets: tuple[tuple[str, str, str], ...] = ()
-    """(header, secret, key): the header's value comes from that key of that Secret."""
-    extra_args: tuple[str, ...] = ()
-
-    @property
-    def results_dir(self) -> str:
-        return f"{RESULTS_MOUNT}/{self.name}"
 
 
 @click.group()
@@ -344,121 +298,6 @@ def _check_parses(spec: JobSpec) -> None:
         replay.make_context("replay", args[1:])
     except click.ClickException as exc:
         raise UsageError(exc.format_message()) from None
-
-
-def expand(args: list[str], env: dict[str, str]) -> list[str]:
-    """Kubernetes' expansion of container args: ``$(VAR)`` from the container's env,
-    ``$$`` a literal ``$``, an unknown ``$(VAR)`` left as written."""
-
-    def one(m: re.Match[str]) -> str:
-        if m.group(0) == "$$":
-            return "$"
-        return env.get(m.group(1), m.group(0))
-
-    return [re.sub(r"\$\$|\$\((\w+)\)", one, arg) for arg in args]
-
-
-def replay_args(spec: JobSpec) -> list[str]:
-    """The replay container's args (the image's entrypoint is ``tailreplay``). The
-    user's values are written ``$`` as ``$$``, so Kubernetes passes them as given."""
-    shard_file = f"{spec.results_dir}/shard-{INDEX}"
-    args = ["replay", "--shard", f"{INDEX}/{spec.shards}", "--start-at", "$(START_AT)"]
-    if spec.target is not None:
-        args += ["--target", _literal(spec.target)]
-    args += ["--speed", _literal(spec.speed), "--out", f"{shard_file}.msgpack"]
-    args += ["--json", f"{shard_file}.json", *map(_literal, spec.extra_args)]
-    return [*args, *map(_literal, spec.archives)]
-
-
-def _literal(text: str) -> str:
-    return text.replace("$", "$$")
-
-
-def _labels(spec: JobSpec) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "tailreplay",
-        "app.kubernetes.io/component": "replay",
-        "app.kubernetes.io/instance": spec.name,
-    }
-
-
-def job_manifest(spec: JobSpec) -> dict[str, Any]:
-    """The Indexed Job of one sharded replay, as a Kubernetes object."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": spec.name, "labels": _labels(spec)},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": spec.shards,
-            "parallelism": spec.shards,  # every shard at once: they share one schedule
-            "backoffLimit": 0,  # an experiment is rerun whole, never one shard again
-            "ttlSecondsAfterFinished": spec.ttl_s,
-            "activeDeadlineSeconds": spec.deadline_s,
-            "template": {"metadata": {"labels": _labels(spec)}, "spec": _pod(spec)},
-        },
-    }
-
-
-def _pod(spec: JobSpec) -> dict[str, Any]:
-    results = {"name": "results", "mountPath": RESULTS_MOUNT}
-    env: list[dict[str, Any]] = [{"name": "START_AT", "value": spec.start_at}]
-    for header, secret, key in spec.header_secrets:
-        env.append(
-            {
-                "name": "TAILREPLAY_HEADER_" + header.upper().replace("-", "_"),
-                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
-            }
-        )
-    replay = {
-        "name": "replay",
-        "image": spec.image,
-        "args": replay_args(spec),
-        "env": env,
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-        "securityContext": CONTAINER_SECURITY,
-        "volumeMounts": [
-            {"name": "archives", "mountPath": ARCHIVES_MOUNT, "readOnly": True},
-            results,
-        ],
-    }
-    return {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY,
-        # Shards on different nodes where there is room: each one's lag is its own.
-        "topologySpreadConstraints": [
-            {
-                "maxSkew": 1,
-                "topologyKey": "kubernetes.io/hostname",
-                "whenUnsatisfiable": "ScheduleAnyway",
-                "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": spec.name}},
-            }
-        ],
-        # The run's results folder, made by every pod (mkdir -p: whichever comes first).
-        "initContainers": [
-            {
-                "name": "results-dir",
-                "image": spec.image,
-                "command": ["mkdir", "-p", spec.results_dir],
-                # Namespaces whose quota asks every container for them.
-                "resources": {
-                    "requests": {"cpu": "10m", "memory": "16Mi"},
-                    "limits": {"memory": "64Mi"},
-                },
-                "securityContext": CONTAINER_SECURITY,
-                "volumeMounts": [results],
-            }
-        ],
-        "containers": [replay],
-        "volumes": [
-            {
-                "name": "archives",
-                "persistentVolumeClaim": {"claimName": spec.archives_claim, "readOnly": True},
-            },
-            {"name": "results", "persistentVolumeClaim": {"claimName": spec.results_claim}},
-        ],
-    }
 
 
 def _comment(spec: JobSpec) -> str:

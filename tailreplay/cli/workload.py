@@ -93,7 +93,8 @@ def synth(
     arrivals: str,
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
-    from tailreplay.traces.workload.fit import Workload, synthesize
+    from tailreplay.traces.workload.fit import synthesize
+    from tailreplay.traces.workload.model import Workload
 
     if rate is not None and scale is not None:
         raise UsageError("give --rate or --scale, not both")
@@ -223,7 +224,7 @@ def validate_model(
         run_check,
         to_json,
     )
-    from tailreplay.traces.workload.fit import Workload
+    from tailreplay.traces.workload.model import Workload
 
     if json_path is not None:
         check_output_file("--json", json_path, inputs=[archive, model_path])

@@ -42,7 +42,8 @@ from tailreplay.traces.results.client_health import client_verdict
 from tailreplay.traces.results.metrics import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
-from tailreplay.traces.workload.fit import Workload, synthesize
+from tailreplay.traces.workload.fit import synthesize
+from tailreplay.traces.workload.model import Workload
 
 __all__ = ["ArmResult", "CheckConfig", "pooled", "run_check"]
 

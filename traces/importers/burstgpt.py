@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.importers import ImportReport, chat_record
+from tailreplay.traces.importers.rows import ImportReport, chat_record
 
 __all__ = ["read"]
 

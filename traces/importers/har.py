@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.importers import ImportReport, stable_id
+from tailreplay.traces.importers.rows import ImportReport, stable_id
 from tailreplay.traces.text.redact import redact_headers, redact_path
 
 __all__ = ["read"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.importers import ImportReport
+from tailreplay.traces.importers.rows import ImportReport
 
 __all__ = ["read"]
 

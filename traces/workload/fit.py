@@ -9,17 +9,17 @@ Every part reports how well it fits, and ``warnings`` says where it does not:
 a Kolmogorov-Smirnov distance above ``KS_WARN``, or an index of dispersion more
 than ``IDC_WARN`` off the recording's — above all a model less bursty than
 Poisson for traffic that is burstier. ``fit`` prints them and ``synth`` repeats
-them, so a poor model is never used silently (docs/fit.md).
+them, so a poor model is never used silently (docs/fit.md). The model's type, file
+and checks are in ``model.py``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +32,12 @@ from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
-from tailreplay.traces.workload.clock import Clock
-from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
+from tailreplay.traces.workload.model import Workload
 from tailreplay.traces.workload.renewal import Dist
 
-__all__ = ["IDC_WARN", "KS_WARN", "Workload", "fit", "synthesize"]
+__all__ = ["IDC_WARN", "KS_WARN", "fit", "synthesize"]
 
-MODEL_VERSION = 2
 KS_WARN = 0.10
 """A Kolmogorov-Smirnov distance above this is a poor fit: warned."""
 IDC_WARN = 0.25
@@ -55,109 +53,6 @@ MAX_SPAN_S = 10 * 365 * 86400.0
 ARRIVALS = ("model", "poisson")
 
 Array = npt.NDArray[Any]
-
-
-@dataclass(frozen=True)
-class Workload:
-    records: int
-    duration_s: float
-    rate_rps: float
-    arrivals: Arrivals
-    lengths: Lengths
-    stream_share: float
-    models: dict[str, float]
-    paths: dict[str, float]
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
-
-    @classmethod
-    def load(cls, path: Path) -> Workload:
-        """The model in the JSON file ``path`` (what ``traces fit`` wrote)."""
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except (OSError, ValueError, RecursionError) as exc:
-            raise InputError(f"{path}: not a workload model ({exc})") from None
-        return cls.from_json(data if isinstance(data, dict) else {}, str(path))
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any], where: str) -> Workload:
-        if data.get("format") != "tailreplay-workload":
-            raise InputError(f"{where}: not a tailreplay workload model (see `traces fit`)")
-        if data.get("version") != MODEL_VERSION:
-            raise InputError(
-                f"{where}: workload model version {data.get('version')!r} is not "
-                f"{MODEL_VERSION}; fit it again with `traces fit`"
-            )
-        try:
-            fields = {k: v for k, v in data.items() if k not in ("format", "version")}
-            a = dict(fields["arrivals"])
-            if not isinstance(a.get("clock"), dict) or not isinstance(a.get("mmpp"), dict):
-                raise TypeError("arrivals.clock and arrivals.mmpp must be objects")
-            a["clock"] = Clock(**a["clock"])
-            a["mmpp"] = Mmpp(**a["mmpp"])
-            for key in ("renewal", "renewal_other"):
-                a[key] = Dist(**a[key]) if a.get(key) is not None else None
-            fields["arrivals"] = Arrivals(**a)
-            fields["lengths"] = Lengths(**fields["lengths"])
-            workload = cls(**fields)
-        except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
-            raise InputError(f"{where}: malformed workload model ({exc})") from None
-        from tailreplay.traces.workload.fit_check import check_workload
-
-        check_workload(workload, where)
-        return workload
-
-    def describe(self) -> list[str]:
-        """The model in a few lines: what ``traces fit`` prints."""
-        a, n = self.arrivals, self.lengths
-        lines = [
-            f"{self.records:,} records over {self.duration_s:,.1f} s, {self.rate_rps:,.2f} req/s; "
-            + a.clock.describe(),
-            "arrivals: " + _describe_arrivals(a),
-            "burstiness (index of dispersion, recorded -> model): "
-            + ", ".join(
-                f"{w:g} s {_num(r)} -> {_num(m)}"
-                for w, r, m in zip(
-                    a.burstiness["windows_s"],
-                    a.burstiness["recorded"],
-                    a.burstiness["model"],
-                    strict=True,
-                )
-            ),
-            f"lengths: {n.components} joint components of (input, output) tokens; "
-            f"KS input {n.ks_input:.3f}, output {n.ks_output:.3f}",
-        ]
-        if a.rate_profile is not None:
-            lo, hi = min(a.rate_profile), max(a.rate_profile)
-            lines.append(
-                f"rate curve: {len(a.rate_profile)} bins of {a.profile_bin_s:g} s, "
-                f"{lo:.2f}x to {hi:.2f}x the mean"
-            )
-        return lines
-
-
-def _describe_arrivals(a: Arrivals) -> str:
-    scores = ", ".join(f"{k} {v:.3f}" for k, v in sorted(a.scores.items()))
-    if a.kind == "renewal" and a.renewal is not None:
-        r = a.renewal
-        head = f"renewal, {r.family} gaps of shape {r.shape:.3f} " + (
-            f"(KS {r.ks:.3f})"
-            if r.ks is not None
-            else f"(fitted to counts on {a.clock.tick_s:g} s ticks)"
-        )
-    else:
-        m = a.mmpp
-        rates = ", ".join(f"{r:.2f}" for r in m.rates)
-        head = f"Markov-modulated Poisson, {m.states} states of {rates} req/s in {m.bin_s:g} s bins"
-    return f"{head}; burstiness error {scores}"
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
 
 
 def fit(

@@ -1,24 +1,131 @@
-"""The checks a workload model passes before it is used: a hand-edited or damaged
-model file gets one line naming what is wrong, never a crash deep in synthesis or
-an archive nobody can read."""
+"""The workload model ``traces fit`` writes and ``synth`` reads: its type
+(``Workload``), its file (versioned JSON), its description, and the checks a model
+read from a file passes before it is used: a hand-edited or damaged model file gets
+one line naming what is wrong, never a crash deep in synthesis or an archive nobody
+can read. Fitting and synthesis are in ``fit.py``."""
 
 from __future__ import annotations
 
+import json
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tailreplay.errors import InputError
-from tailreplay.traces.workload.hmm import MAX_STATES
-from tailreplay.traces.workload.lengths import MAX_COMPONENTS
+from tailreplay.traces.workload.arrivals import Arrivals
+from tailreplay.traces.workload.clock import Clock
+from tailreplay.traces.workload.hmm import MAX_STATES, Mmpp
+from tailreplay.traces.workload.lengths import MAX_COMPONENTS, Lengths
+from tailreplay.traces.workload.renewal import Dist
 
-if TYPE_CHECKING:
-    from tailreplay.traces.workload.fit import Workload
+__all__ = ["MODEL_VERSION", "Workload", "check_workload"]
 
-__all__ = ["check_workload"]
-
+MODEL_VERSION = 2
 _MAX_TOKENS = 2**31
+
+
+@dataclass(frozen=True)
+class Workload:
+    records: int
+    duration_s: float
+    rate_rps: float
+    arrivals: Arrivals
+    lengths: Lengths
+    stream_share: float
+    models: dict[str, float]
+    paths: dict[str, float]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
+
+    @classmethod
+    def load(cls, path: Path) -> Workload:
+        """The model in the JSON file ``path`` (what ``traces fit`` wrote)."""
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except (OSError, ValueError, RecursionError) as exc:
+            raise InputError(f"{path}: not a workload model ({exc})") from None
+        return cls.from_json(data if isinstance(data, dict) else {}, str(path))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], where: str) -> Workload:
+        if data.get("format") != "tailreplay-workload":
+            raise InputError(f"{where}: not a tailreplay workload model (see `traces fit`)")
+        if data.get("version") != MODEL_VERSION:
+            raise InputError(
+                f"{where}: workload model version {data.get('version')!r} is not "
+                f"{MODEL_VERSION}; fit it again with `traces fit`"
+            )
+        try:
+            fields = {k: v for k, v in data.items() if k not in ("format", "version")}
+            a = dict(fields["arrivals"])
+            if not isinstance(a.get("clock"), dict) or not isinstance(a.get("mmpp"), dict):
+                raise TypeError("arrivals.clock and arrivals.mmpp must be objects")
+            a["clock"] = Clock(**a["clock"])
+            a["mmpp"] = Mmpp(**a["mmpp"])
+            for key in ("renewal", "renewal_other"):
+                a[key] = Dist(**a[key]) if a.get(key) is not None else None
+            fields["arrivals"] = Arrivals(**a)
+            fields["lengths"] = Lengths(**fields["lengths"])
+            workload = cls(**fields)
+        except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
+            raise InputError(f"{where}: malformed workload model ({exc})") from None
+        check_workload(workload, where)
+        return workload
+
+    def describe(self) -> list[str]:
+        """The model in a few lines: what ``traces fit`` prints."""
+        a, n = self.arrivals, self.lengths
+        lines = [
+            f"{self.records:,} records over {self.duration_s:,.1f} s, {self.rate_rps:,.2f} req/s; "
+            + a.clock.describe(),
+            "arrivals: " + _describe_arrivals(a),
+            "burstiness (index of dispersion, recorded -> model): "
+            + ", ".join(
+                f"{w:g} s {_num(r)} -> {_num(m)}"
+                for w, r, m in zip(
+                    a.burstiness["windows_s"],
+                    a.burstiness["recorded"],
+                    a.burstiness["model"],
+                    strict=True,
+                )
+            ),
+            f"lengths: {n.components} joint components of (input, output) tokens; "
+            f"KS input {n.ks_input:.3f}, output {n.ks_output:.3f}",
+        ]
+        if a.rate_profile is not None:
+            lo, hi = min(a.rate_profile), max(a.rate_profile)
+            lines.append(
+                f"rate curve: {len(a.rate_profile)} bins of {a.profile_bin_s:g} s, "
+                f"{lo:.2f}x to {hi:.2f}x the mean"
+            )
+        return lines
+
+
+def _describe_arrivals(a: Arrivals) -> str:
+    scores = ", ".join(f"{k} {v:.3f}" for k, v in sorted(a.scores.items()))
+    if a.kind == "renewal" and a.renewal is not None:
+        r = a.renewal
+        head = f"renewal, {r.family} gaps of shape {r.shape:.3f} " + (
+            f"(KS {r.ks:.3f})"
+            if r.ks is not None
+            else f"(fitted to counts on {a.clock.tick_s:g} s ticks)"
+        )
+    else:
+        m = a.mmpp
+        rates = ", ".join(f"{r:.2f}" for r in m.rates)
+        head = f"Markov-modulated Poisson, {m.states} states of {rates} req/s in {m.bin_s:g} s bins"
+    return f"{head}; burstiness error {scores}"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def check_workload(w: Workload, where: str) -> None:
