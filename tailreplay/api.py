@@ -1,0 +1,186 @@
+"""tailreplay from Python: read and write archives, replay them, report and gate on SLOs.
+
+The same runs as the command line, with the same options (``ReplayArgs`` is
+``tailreplay replay``'s options, typed) and the same figures, returned as types
+instead of printed. Errors are ``tailreplay.errors.TailreplayError`` subclasses,
+each with the exit code the command would give (``UsageError`` 2, ``InputError`` 3,
+``RunFailed`` 1).
+
+A replay of the shipped sample against the built-in simulator, gated from a test::
+
+    from pathlib import Path
+    from tailreplay import api
+
+    def test_staging_keeps_the_tail(tmp_path: Path) -> None:
+        peak = api.sample("peak", tmp_path / "peak.msgpack")
+        run = api.replay(
+            api.ReplayArgs(archives=(peak,), speed=api.speed("4x"), limit=500),
+            out=tmp_path / "results.msgpack",
+        )
+        judged = api.report(run.results, slos=["latency:p99<=2000ms", "error_rate<=1%"])
+        assert judged.passed, judged.missed
+
+This module is an entry point, as the command line is: it composes the packages
+below it and nothing in the product imports it (docs/api.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailSummary
+from tailreplay.replayer.speed import Shape, parse_speed
+from tailreplay.report.slo import Objective, parse_objectives
+from tailreplay.report.write import ReportOptions, ReportResult, slo_verdict, write_report
+from tailreplay.sim.launcher import BuiltinSim
+from tailreplay.studies.replay import replay_config, run_replay
+from tailreplay.studies.replay_args import ReplayArgs
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.samples import SAMPLES, write_sample
+from tailreplay.traces.archive.writer import write_archive
+from tailreplay.traces.results.client_health import ClientVerdict
+
+__all__ = [
+    "BuiltinSim",
+    "ClientVerdict",
+    "Judged",
+    "Percentiles",
+    "Record",
+    "ReplayArgs",
+    "ReplayRun",
+    "ReplaySummary",
+    "TailSummary",
+    "objectives",
+    "read",
+    "replay",
+    "report",
+    "sample",
+    "speed",
+    "write",
+]
+
+Say = Callable[[str], None]
+
+
+def speed(text: str) -> Shape:
+    """A ``--speed`` value: ``2x``, ``200%``, a ramp ``1x..4x``, steps, pulses."""
+    return parse_speed(text)
+
+
+def objectives(*texts: str) -> list[Objective]:
+    """``--slo`` values: ``latency:p99<=800ms*10``, ``ttft:p95<=1.2x``, ``error_rate<=1%``."""
+    return parse_objectives(texts)
+
+
+def sample(name: str, out: Path) -> Path:
+    """Copy a shipped sample archive (``peak``: the busiest 5 minutes of Azure's 2023
+    conversation trace) to ``out``; its path."""
+    if name not in SAMPLES:
+        raise ValueError(f"no sample {name!r}; there are: {', '.join(sorted(SAMPLES))}")
+    write_sample(name, out)
+    return out
+
+
+def read(*paths: Path, skip_corrupt: bool = False) -> Iterator[Record]:
+    """Every record of ``paths`` in order (a damaged file raises ``InputError``, or is
+    read past its damage with ``skip_corrupt``)."""
+    yield from ArchiveReader(paths, skip_corrupt=skip_corrupt)
+
+
+def write(path: Path, records: Iterable[Record], *, source: str = "api") -> int:
+    """A new archive at ``path`` (mode 0600) holding ``records``; how many were written."""
+    return write_archive(path, make_header(source), records)
+
+
+@dataclass(frozen=True)
+class ReplayRun:
+    """What one replay did."""
+
+    summary: ReplaySummary
+    results: Path
+    """The result archive: one record per request, for ``report`` and ``read``."""
+    exit_code: int
+    """As ``replay`` exits: 0 done, 1 stopped early or nothing answered, 130 interrupted."""
+    aborted: str | None
+    """Why the run stopped itself (``fail_fast``, ``slo_stop``), else None."""
+
+
+def replay(
+    args: ReplayArgs,
+    *,
+    out: Path,
+    sim: BuiltinSim | None = None,
+    say: Say | None = None,
+) -> ReplayRun:
+    """Replay ``args.archives`` as ``tailreplay replay`` would, results to ``out``.
+
+    Without ``args.target`` the run starts the built-in simulator: ``sim`` (profile,
+    seed, profile overrides such as ``(("max_num_seqs", 64),)``), else one of
+    ``args.sim_profile`` seeded with ``args.seed``. ``args.sim_args``, the command
+    line's raw simulator flags, are not taken here: give ``sim``. ``say`` hears the
+    run's progress and warnings (default: nothing). ``args.report_out``, ``json_out``
+    and ``slos`` are the command's after-run steps: call ``report`` instead."""
+    if args.sim_args:
+        raise ValueError("sim_args are the command line's; pass sim=BuiltinSim(...) instead")
+    builtin = None
+    if args.target is None:
+        builtin = sim or BuiltinSim(profile=args.sim_profile, seed=args.seed)
+    config = replay_config(args, builtin, out)
+    outcome = run_replay(config, args.workers, say or (lambda line: None))
+    return ReplayRun(outcome.summary, out, outcome.exit_code, outcome.aborted)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A report, and its SLO gate's verdict as ``replay --slo`` and ``report --slo`` rule."""
+
+    result: ReportResult
+    """The report's figures (``result.report``: what ``report --json`` writes)."""
+    passed: bool | None
+    """True when every objective was met (or enough, by ``min_score``); None when the
+    run could not be judged: the replaying client was the bottleneck."""
+    missed: list[str]
+    """The objectives missed overall."""
+    client: ClientVerdict | None
+
+
+def report(
+    results: Path | Sequence[Path],
+    *,
+    recorded: Sequence[Path] | None = None,
+    slos: Sequence[str] = (),
+    min_score: float = 1.0,
+    html: Path | None = None,
+    markdown: Path | None = None,
+    json: Path | None = None,
+    say: Say | None = None,
+    **more: Any,
+) -> Judged:
+    """Recorded against replayed, as ``tailreplay report``: ``results`` (one file or a
+    run's shards), against ``recorded`` (default: the archives the results' header
+    names), judged by ``slos``; written to ``html``, ``markdown`` and ``json`` where
+    given. ``more``: the other fields of ``report.write.ReportOptions`` (``slo_by``,
+    ``slo_window_s``, ``buckets``, ``skip_corrupt``...)."""
+    replayed = [results] if isinstance(results, Path) else list(results)
+    options = ReportOptions(
+        replayed=replayed,
+        recorded=recorded,
+        objectives=parse_objectives(slos),
+        min_score=min_score,
+        html_out=html,
+        markdown_out=markdown,
+        json_out=json,
+        **more,
+    )
+    result = write_report(options, say or (lambda line: None))
+    verdict = slo_verdict(result)
+    client = result.report["client"]
+    if verdict is None:  # no objectives: the gate passes unless the client was the limit
+        bound = client is not None and client["client_bound"]
+        return Judged(result, None if bound else True, [], client)
+    return Judged(result, verdict["passed"], list(verdict["missed"]), client)

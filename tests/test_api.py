@@ -1,0 +1,86 @@
+"""The Python API: a replay of the shipped sample against the built-in simulator from a
+test, gated on its SLOs; archives read and written; the types shipped (py.typed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tailreplay import api
+from tailreplay.errors import InputError, UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> api.ReplayRun:
+    """The shipped peak's first 200 requests at 10x (about 3 s of sending)."""
+    tmp = tmp_path_factory.mktemp("api")
+    peak = api.sample("peak", tmp / "peak.msgpack")
+    args = api.ReplayArgs(archives=(peak,), speed=api.speed("10x"), limit=200)
+    return api.replay(args, out=tmp / "results.msgpack")
+
+
+def test_a_replay_from_python_returns_its_summary(run: api.ReplayRun) -> None:
+    s = run.summary
+    assert run.exit_code == 0 and run.aborted is None
+    assert s.requests == s.sent == 200 and s.completed + sum(s.errors.values()) == 200
+    assert s.latency_ms is not None and 0 < s.latency_ms.p50 <= s.latency_ms.p99
+    assert s.tail.factor == 1.8 and s.tail.count >= 1
+    assert sum(1 for _ in api.read(run.results)) == 200
+
+
+def test_an_slo_gates_the_run_from_a_test(run: api.ReplayRun) -> None:
+    """A generous gate passes, an impossible one fails naming its objective; a run whose
+    client was the bottleneck (a busy machine) is not judged, either way."""
+    generous = api.report(run.results, slos=["latency:p99<=120000ms", "error_rate<=5%"])
+    impossible = api.report(run.results, slos=["latency:p99<=0.001ms"])
+    bound = run.summary.client is not None and run.summary.client["client_bound"]
+    if bound:
+        assert generous.passed is None and impossible.passed is None
+        return
+    assert generous.passed is True and generous.missed == []
+    assert impossible.passed is False and impossible.missed == ["latency:p99<=0.001ms"]
+    # The summary and the report read the same figure.
+    p99 = generous.result.report["overall"]["replayed"]["metrics"]["latency"]["p99"]["value"]
+    assert run.summary.latency_ms is not None
+    assert p99 == pytest.approx(run.summary.latency_ms.p99, rel=1e-6)
+
+
+def test_archives_written_from_python_read_back(run: api.ReplayRun, tmp_path: Path) -> None:
+    records = list(api.read(run.results))[:10]
+    out = tmp_path / "ten.msgpack"
+    assert api.write(out, records) == 10
+    assert [r.trace_id for r in api.read(out)] == [r.trace_id for r in records]
+    assert out.stat().st_mode & 0o777 == 0o600
+
+
+def test_bad_input_raises_the_commands_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(b"\xc1 not msgpack")
+    with pytest.raises(InputError):
+        api.replay(api.ReplayArgs(archives=(bad,)), out=tmp_path / "r.msgpack")
+    peak = api.sample("peak", tmp_path / "peak.msgpack")
+    with pytest.raises(UsageError, match="--report"):
+        api.replay(
+            api.ReplayArgs(archives=(peak,), report_out=tmp_path / "r.txt"),
+            out=tmp_path / "r.msgpack",
+        )
+    with pytest.raises(ValueError, match="sim=BuiltinSim"):
+        api.replay(api.ReplayArgs(archives=(peak,), sim_args=("--max-num-seqs=8",)),
+                   out=tmp_path / "r.msgpack")  # fmt: skip
+
+
+def test_the_wheel_ships_its_types(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("tailreplay-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "tailreplay/py.typed" in names
+    assert "tailreplay/api.py" in names and "tailreplay/studies/replay_args.py" in names
