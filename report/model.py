@@ -43,6 +43,7 @@ __all__ = [
     "SloMatrix",
     "SloRow",
     "SloScope",
+    "SloVerdict",
     "SlowDown",
     "is_replay",
     "per_side",
@@ -339,6 +340,20 @@ class SloMatrix(TypedDict):
     passed: bool
     """The overall score reached min_score, and every scope passed."""
     scopes: NotRequired[list[SloScope]]
+
+
+class SloVerdict(TypedDict):
+    """The gate's verdict as a run's ``--json`` summary holds it (``slo``)."""
+
+    passed: bool | None
+    """None when it was not judged: the client was the bottleneck."""
+    judged: bool
+    score: float | None
+    min_score: float
+    missed: list[str]
+    """The objectives missed overall."""
+    failed: dict[str, list[str]]
+    """Per ``--slo-by`` or ``--slo-window`` scope, the classes or windows that missed one."""
 
 
 class SeriesSummary(TypedDict):

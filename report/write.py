@@ -11,13 +11,12 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
 from tailreplay.report.engine_findings import engine_report
-from tailreplay.report.model import Report, SloMatrix
+from tailreplay.report.model import Report, SloMatrix, SloVerdict
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
@@ -140,7 +139,7 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
         slo["passed"] = slo["passed"] and all(s["passed"] for s in scopes)
 
 
-def slo_verdict(result: ReportResult) -> dict[str, Any] | None:
+def slo_verdict(result: ReportResult) -> SloVerdict | None:
     """The gate's verdict for a run's JSON summary (``replay --json``'s ``slo``), as
     ``fail_on_slo`` rules: ``passed`` is None when it was not judged (the client was
     the bottleneck); ``missed``, the objectives missed overall; ``failed``, per
