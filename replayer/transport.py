@@ -27,6 +27,7 @@ from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sse import StreamTimeline
+from tailreplay.traces.archive.validate import target_ok, token_ok
 from tailreplay.version import __version__
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
@@ -56,6 +57,11 @@ class Outcome:
     content_type: str = ""
     retry_after_s: float | None = None
     """A 429's or 503's ``Retry-After``, in seconds."""
+
+
+async def _refused(method: str, target: str) -> Outcome:
+    shown = ascii(f"{method} {target}"[:80])
+    return Outcome(error="bad_request", error_text=f"not sent: an unsafe request line {shown}")
 
 
 class Transport(Protocol):
@@ -124,10 +130,22 @@ class HttpTransport:
         self._headers: dict[str, str] = {}
         self._fixed: dict[tuple[str, str, bool], bytes] = {}
         """Each route's head but for its trace context and length, for ``_headers``."""
+        self._safe: set[tuple[str, str]] = set()
+        """Methods and paths found safe to write in a request line."""
 
     def send(
         self, spec: RequestSpec, headers: Mapping[str, str], traceparent: str | None = None
     ) -> Coroutine[Any, Any, Outcome]:
+        # Checked on read already (traces/archive/validate.py); checked again here, where
+        # the request line is written: a method or target that could split it or point
+        # it elsewhere is refused, never sent.
+        if (spec.method, spec.path) not in self._safe:
+            target = self._target(spec.path)
+            if not token_ok(spec.method) or not target_ok(target):
+                return _refused(spec.method, target)
+            if len(self._safe) >= _HEADS:
+                self._safe.clear()
+            self._safe.add((spec.method, spec.path))
         # The exchange's own coroutine, not one awaiting it: a level less to resume.
         head = self._head(spec, headers, traceparent)
         if spec.abort_after_s is None:

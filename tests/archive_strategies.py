@@ -20,7 +20,10 @@ from tailreplay.traces.archive.validate import (
     FIELD_SPECS,
     INT,
     INTS,
+    PAIRS,
     STR,
+    TARGET,
+    TOKEN,
     header_problems,
     record_problem,
 )
@@ -37,6 +40,19 @@ scalars = st.one_of(
     st.floats(),  # NaN and infinities included
     st.text(max_size=4),
     st.binary(max_size=20),
+    # What would split or redirect a request line, were it written raw.
+    st.sampled_from(
+        [
+            "/x HTTP/1.1\r\nHost: evil",
+            "http://169.254.169.254/",
+            "@evil/x",
+            "//evil/x",
+            "GET\r\n",
+            "/a\x00b",
+            "/a b",
+            "/\x1b[2J",
+        ]
+    ),
 )
 hostile = st.one_of(
     scalars,
@@ -55,11 +71,26 @@ def valid_value(name: str) -> st.SearchStrategy[Any]:
         return st.booleans()
     if kind == STR:
         return st.text(max_size=12)
+    if kind == TOKEN:
+        return st.from_regex(r"\A[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,8}\Z")
+    if kind == TARGET:
+        rest = st.text(
+            st.characters(
+                min_codepoint=0x21, exclude_characters="\x7f", exclude_categories=("Cs",)
+            ),
+            max_size=12,
+        )
+        return st.builds(lambda t: "/" + t.lstrip("/"), rest)
     if kind == BIN:
         return st.binary(min_size=hi, max_size=hi) if hi else st.binary(max_size=64)
     if kind == INTS:
         return st.lists(st.integers(lo, hi - 1), max_size=6)
-    return st.lists(st.lists(st.text(max_size=6), min_size=2, max_size=2), max_size=3)
+    assert kind == PAIRS
+    name = st.from_regex(r"\A:?[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,6}\Z")
+    value = st.text(
+        st.characters(exclude_characters="\r\n\x00", exclude_categories=("Cs",)), max_size=6
+    )
+    return st.lists(st.tuples(name, value).map(list), max_size=3)
 
 
 @st.composite

@@ -21,6 +21,12 @@ from tailreplay.traces.archive.writer import ArchiveWriter
 times = st.integers(min_value=0, max_value=2**62 - 1)  # the valid range of a time in ns
 small = st.integers(min_value=0, max_value=2**31)
 text = st.text(max_size=40)
+# What a request line may hold: a target, and headers (a name token, a value with no
+# line break); tests/archive_strategies.py has the hostile rest.
+_visible = st.characters(min_codepoint=0x21, exclude_characters="\x7f", exclude_categories=["Cs"])
+_one_line = st.characters(exclude_characters="\r\n\x00", exclude_categories=["Cs"])
+target = st.builds(lambda t: "/" + t.lstrip("/"), st.text(_visible, max_size=40))
+header = st.tuples(st.from_regex(r"\A[A-Za-z0-9-]{1,20}\Z"), st.text(_one_line, max_size=40))
 maybe = st.none
 
 
@@ -35,9 +41,9 @@ def _records(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[list[Re
         ttfb_ns=maybe() | small,
         chunk_gaps_us=maybe() | st.lists(small, max_size=20),
         method=maybe() | st.sampled_from(["GET", "POST"]),
-        path=maybe() | text,
+        path=maybe() | target,
         status=maybe() | st.integers(0, 599),
-        req_headers=maybe() | st.lists(st.tuples(text, text), max_size=4),
+        req_headers=maybe() | st.lists(header, max_size=4),
         req_body=maybe() | st.binary(max_size=300),
         model=maybe() | text,
         stream=maybe() | st.booleans(),

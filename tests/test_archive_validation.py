@@ -77,6 +77,9 @@ def _records_read(name: str, result: Result) -> int:
 
 
 # (field, bad value, what the error says about it)
+PAIRS = "'req_headers' must be an array of [name, value] pairs (a token, no CR, LF or NUL)"
+METHOD = "'method' must be an HTTP token (a method)"
+TARGET = "'path' must be a request target (\"/\" then no space or control character)"
 BAD_VALUES = [
     ("output_tokens", "12", "'output_tokens' must be an int in 0..2^32-1 (got str)"),
     ("output_tokens", math.nan, "'output_tokens' must be an int in 0..2^32-1 (got nan)"),
@@ -90,10 +93,23 @@ BAD_VALUES = [
     ("start_ns", None, "no start_ns"),
     ("lag_ns", -(2**62), "'lag_ns' must be an int in -2^62+1..2^62-1"),
     ("status", 1000, "'status' must be an int in 0..999 (got 1000)"),
-    ("req_headers", [1, 2, 3], "'req_headers' must be an array of [str, str] pairs"),
-    ("req_headers", "accept: */*", "'req_headers' must be an array of [str, str] pairs (got str)"),
-    ("req_headers", [["accept"]], "'req_headers' must be an array of [str, str] pairs"),
-    ("req_headers", [["accept", 5]], "'req_headers' must be an array of [str, str] pairs"),
+    ("req_headers", [1, 2, 3], PAIRS),
+    ("req_headers", "accept: */*", f"{PAIRS} (got str)"),
+    ("req_headers", [["accept"]], PAIRS),
+    ("req_headers", [["accept", 5]], PAIRS),
+    ("req_headers", [["accept", "*/*\r\nX-Injected: 1"]], PAIRS),
+    ("req_headers", [["x y", "1"]], PAIRS),
+    (
+        "method",
+        "GET / HTTP/1.1\r\nHost: evil\r\n\r\nDELETE",
+        f"{METHOD} (got 'GET / HTTP/1.1\\r\\n",
+    ),
+    ("method", "", f"{METHOD} (got '')"),
+    ("path", "http://169.254.169.254/latest", f"{TARGET} (got 'http://169.254"),
+    ("path", "@evil.example/x", f"{TARGET} (got '@evil"),
+    ("path", "//evil.example/x", f"{TARGET} (got '//evil"),
+    ("path", "/x HTTP/1.1\r\nHost: evil", f"{TARGET} (got '/x HTTP/1.1\\r\\nHost"),
+    ("path", "/\x1b]52;c;aGk=\x07", f"{TARGET} (got '/\\x1b]52"),
     ("trace_id", b"abc", "'trace_id' must be bin of 16 bytes (got 3 bytes)"),
     ("span_id", "0102030405060708", "'span_id' must be bin of 8 bytes (got str)"),
     ("chunk_gaps_us", [5, -1], "'chunk_gaps_us' must be an array of ints in 0..2^62-1"),

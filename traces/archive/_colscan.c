@@ -24,7 +24,10 @@
  *            the rest are presence-only (value left 0)
  *   specs    a tuple of (name, kind, lo, hi) per record field: kind 0 int in
  *            lo..hi, 1 bool, 2 str, 3 bin (of exactly hi bytes when hi > 0),
- *            4 array of ints in lo..hi, 5 array of [str, str]
+ *            4 array of ints in lo..hi, 5 array of [name, value] headers (each name
+ *            an HTTP token after an optional ':', each value without CR, LF or NUL),
+ *            6 an HTTP token (a method), 7 an origin-form request target ('/' and
+ *            no space or control byte after it, never "//")
  *   limits   (max_str, max_bin, max_array, max_map, max_record_bytes, max_objects)
  *   end      offset just past the last record scanned
  *   count    records scanned
@@ -42,7 +45,39 @@
 #define MAX_FIELDS 64
 #define MAX_DEPTH 32
 
-enum { K_INT, K_BOOL, K_STR, K_BIN, K_INTS, K_PAIRS };
+enum { K_INT, K_BOOL, K_STR, K_BIN, K_INTS, K_PAIRS, K_TOKEN, K_TARGET };
+
+/* RFC 9110 tchar: what an HTTP method or header name is made of. */
+static int tchar(uint8_t b) {
+    if ((b >= '0' && b <= '9') || (b >= 'A' && b <= 'Z') || (b >= 'a' && b <= 'z')) return 1;
+    return b != 0 && strchr("!#$%&'*+-.^_`|~", b) != NULL;
+}
+
+static int token_ok(const uint8_t *s, uint64_t n) {
+    if (n == 0) return 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (!tchar(s[i])) return 0;
+    return 1;
+}
+
+static int header_name_ok(const uint8_t *s, uint64_t n) {
+    return n > 0 && *s == ':' ? token_ok(s + 1, n - 1) : token_ok(s, n);
+}
+
+static int header_value_ok(const uint8_t *s, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        if (s[i] == '\r' || s[i] == '\n' || s[i] == 0) return 0;
+    return 1;
+}
+
+/* Origin form: '/', then no space or control byte (UTF-8 beyond ASCII passes), and
+ * not "//" (which some servers read as a host). */
+static int target_ok(const uint8_t *s, uint64_t n) {
+    if (n == 0 || s[0] != '/' || (n > 1 && s[1] == '/')) return 0;
+    for (uint64_t i = 1; i < n; i++)
+        if (s[i] <= 0x20 || s[i] == 0x7f) return 0;
+    return 1;
+}
 
 typedef struct {
     const uint8_t *p;
@@ -251,6 +286,10 @@ static int check_value(cursor *c, const limits_t *lim, const spec_t *s, int64_t 
         return 0;
     case K_STR:
         return read_str(c, lim, &str, &n);
+    case K_TOKEN:
+        return read_str(c, lim, &str, &n) < 0 || !token_ok(str, n) ? -1 : 0;
+    case K_TARGET:
+        return read_str(c, lim, &str, &n) < 0 || !target_ok(str, n) ? -1 : 0;
     case K_BIN:
         if (read_bin(c, lim, &n) < 0) return -1;
         return s->hi && n != s->hi ? -1 : 0;
@@ -264,7 +303,8 @@ static int check_value(cursor *c, const limits_t *lim, const spec_t *s, int64_t 
         for (i = 0; i < n; i++) {
             uint64_t two;
             if (read_len(c, lim, 0, &two) < 0 || two != 2) return -1;
-            if (read_str(c, lim, &str, &two) < 0 || read_str(c, lim, &str, &two) < 0) return -1;
+            if (read_str(c, lim, &str, &two) < 0 || !header_name_ok(str, two)) return -1;
+            if (read_str(c, lim, &str, &two) < 0 || !header_value_ok(str, two)) return -1;
         }
         return 0;
     }

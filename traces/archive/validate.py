@@ -12,6 +12,7 @@ does not know are ignored, whatever they hold.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from itertools import chain
 from typing import Any
@@ -27,12 +28,23 @@ __all__ = [
     "clean_header",
     "header_problems",
     "record_problem",
+    "target_ok",
+    "token_ok",
     "without_invalid",
     "without_oversized",
 ]
 
-# Kinds of field value; the numbers are shared with traces/archive/_colscan.c.
-INT, BOOL, STR, BIN, INTS, PAIRS = range(6)
+# Kinds of field value; the numbers are shared with traces/archive/_colscan.c. TOKEN
+# and TARGET are the parts of a request line a replay writes: an HTTP method (RFC 9110
+# token) and an origin-form target ("/" then no space or control character, never
+# "//"); PAIRS are headers, each name a token (after the ":" of an HTTP/2
+# pseudo-header, as HAR files hold them), each value free of CR, LF and NUL.
+INT, BOOL, STR, BIN, INTS, PAIRS, TOKEN, TARGET = range(8)
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TARGET = re.compile(r"/(?!/)[^\x00-\x20\x7f]*")
+_HEADER_NAME = re.compile(r":?[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_LINE_BREAK = re.compile(r"[\r\n\x00]")
 
 _TIME = (0, 1 << 62)
 """Unix ns and durations: 2^62 ns is year 2116, and a time plus a duration fits int64."""
@@ -50,8 +62,8 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "ttfb_ns": (INT, *_TIME),
     "ttft_content_ns": (INT, *_TIME),
     "chunk_gaps_us": (INTS, *_TIME),
-    "method": (STR, 0, 0),
-    "path": (STR, 0, 0),
+    "method": (TOKEN, 0, 0),
+    "path": (TARGET, 0, 0),
     "status": (INT, 0, 1000),
     "req_headers": (PAIRS, 0, 0),
     "req_body": (BIN, 0, 0),
@@ -111,7 +123,13 @@ def _expect(kind: int, lo: int, hi: int) -> str:
         return f"an array of ints in {_range(lo, hi)}"
     if kind == BIN:
         return f"bin of {hi} bytes" if hi else "bin"
-    return {BOOL: "a bool", STR: "a str", PAIRS: "an array of [str, str] pairs"}[kind]
+    return {
+        BOOL: "a bool",
+        STR: "a str",
+        PAIRS: "an array of [name, value] pairs (a token, no CR, LF or NUL)",
+        TOKEN: "an HTTP token (a method)",
+        TARGET: 'a request target ("/" then no space or control character)',
+    }[kind]
 
 
 # msgpack arrays read as lists; a Record built in memory may hold tuples (its
@@ -128,7 +146,20 @@ def _pairs_ok(v: list[Any]) -> bool:
         set(map(type, v)) <= _ARRAYS
         and set(map(len, v)) == {2}
         and set(map(type, chain.from_iterable(v))) == {str}
+        and all(_HEADER_NAME.fullmatch(name) for name, _ in v)
+        and not any(_LINE_BREAK.search(value) for _, value in v)
     )
+
+
+def token_ok(v: Any) -> bool:
+    """An HTTP token (RFC 9110): what a method is."""
+    return type(v) is str and _TOKEN.fullmatch(v) is not None
+
+
+def target_ok(v: Any) -> bool:
+    """An origin-form request target: "/" then no space or control character, never
+    "//" (read as a host by some servers)."""
+    return type(v) is str and _TARGET.fullmatch(v) is not None
 
 
 def _value_ok(value: Any, kind: int, lo: int, hi: int) -> bool:
@@ -137,6 +168,10 @@ def _value_ok(value: Any, kind: int, lo: int, hi: int) -> bool:
         return t is int and lo <= value < hi
     if kind == STR:
         return t is str
+    if kind == TOKEN:
+        return token_ok(value)
+    if kind == TARGET:
+        return target_ok(value)
     if kind == BIN:
         return t is bytes and (hi == 0 or len(value) == hi)
     if kind == BOOL:
@@ -161,6 +196,8 @@ def _explain(m: Any) -> str | None:
             got = repr(value)
         elif type(value) is bytes and spec[0] == BIN:
             got = f"{len(value)} bytes"
+        elif type(value) is str and spec[0] in (TOKEN, TARGET):
+            got = ascii(value[:60])  # escaped: it may hold a line break or an escape
         return f"{key!r} must be {_expect(*spec)} (got {got})"
     return None
 
@@ -235,11 +272,19 @@ def _compile(keys: tuple[str, ...]) -> _Checker:
             BIN: f"type({v}) is not bytes{f' or len({v}) != {hi}' if hi else ''}",
             INTS: f"type({v}) not in arrays or not ints_ok({v}, {lo}, {hi})",
             PAIRS: f"type({v}) not in arrays or not pairs_ok({v})",
+            TOKEN: f"not token_ok({v})",
+            TARGET: f"not target_ok({v})",
         }[kind]
         nil = "" if key == "start_ns" else f"{v} is not None and "
         lines.append(f"    if {nil}({test}): return False")
     lines.append("    return True")
-    namespace: dict[str, Any] = {"ints_ok": _ints_ok, "pairs_ok": _pairs_ok, "arrays": _ARRAYS}
+    namespace: dict[str, Any] = {
+        "ints_ok": _ints_ok,
+        "pairs_ok": _pairs_ok,
+        "token_ok": token_ok,
+        "target_ok": target_ok,
+        "arrays": _ARRAYS,
+    }
     exec("\n".join(lines), namespace)
     checker: _Checker = namespace["check"]
     return checker
