@@ -43,6 +43,7 @@ from tailreplay.replayer.start import freeze_heap, start_times
 from tailreplay.replayer.summary import ResultCollector, mark_unsent
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
+from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.text.redact import redact_url
@@ -149,17 +150,18 @@ def _stopped_before_sending(
 
 
 def _check_target(config: ReplayConfig, target: str) -> None:
-    """Refuse to replay at the deployment the archive was captured from."""
-    t = URL(target)
+    """Refuse to replay at the deployment the archive was captured from, however its
+    host is spelled (``replayer/upstream_guard.py``)."""
+    if config.allow_upstream:
+        return
     for path in config.schedule.paths:
-        upstream = read_header(path, skip_corrupt=config.schedule.skip_corrupt).get("upstream")
-        if not isinstance(upstream, str):
-            continue
-        u = URL(upstream)
-        if (u.host, u.port) == (t.host, t.port) and not config.allow_upstream:
+        header = read_header(path, skip_corrupt=config.schedule.skip_corrupt)
+        upstream = same_deployment(target, archive_upstreams(header))
+        if upstream is not None:
             raise UsageError(
                 f"--target {redact_url(target)} is the upstream this archive was captured from "
-                f"({upstream}); pass --allow-upstream if you really mean to replay there"
+                f"({redact_url(upstream)}); pass --allow-upstream if you really mean to "
+                "replay there"
             )
 
 
