@@ -130,6 +130,8 @@ class HttpTransport:
         self._headers: dict[str, str] = {}
         self._fixed: dict[tuple[str, str, bool], bytes] = {}
         """Each route's head but for its trace context and length, for ``_headers``."""
+        self._encodings: frozenset[str] = frozenset()
+        """What the run's Accept-Encoding asked for: the only encodings inflated."""
         self._safe: set[tuple[str, str]] = set()
         """Methods and paths found safe to write in a request line."""
 
@@ -168,6 +170,7 @@ class HttpTransport:
         per route and header set (a replay sends thousands a second)."""
         if headers != self._headers:
             self._headers, self._fixed = dict(headers), {}
+            self._encodings = _accepted(headers)
         key = (spec.method, spec.path, spec.body is not None)
         fixed = self._fixed.get(key)
         if fixed is None:
@@ -188,7 +191,7 @@ class HttpTransport:
             return Outcome(
                 error=_ERRORS.get(exc.kind, exc.kind), duration_ns=time.monotonic_ns() - began
             )
-        reader = _Reader(resp, spec.abort_after_tokens)
+        reader = _Reader(resp, spec.abort_after_tokens, self._encodings)
         try:
             resp.start(reader.feed)
             await resp.wait()  # False, not waited further: the reader stopped at an abort
@@ -231,9 +234,11 @@ class HttpTransport:
 class _Reader:
     """One response's body as it arrives: timed, tapped, and cut at a recorded abort."""
 
-    __slots__ = ("inflate", "out", "resp", "stop_at", "t0", "tap", "timeline")
+    __slots__ = ("inflate", "out", "read", "resp", "stop_at", "t0", "tap", "timeline")
 
-    def __init__(self, resp: UpstreamResponse, abort_after_tokens: int | None) -> None:
+    def __init__(
+        self, resp: UpstreamResponse, abort_after_tokens: int | None, accepted: frozenset[str]
+    ) -> None:
         self.resp = resp
         self.t0 = resp.sent_ns
         out = self.out = Outcome(status=resp.status)
@@ -245,13 +250,29 @@ class _Reader:
         self.timeline = StreamTimeline() if sse else None
         self.tap = ResponseTap(stream=sse)
         self.stop_at = abort_after_tokens or float("inf")
+        self.read = 0
+        """Body bytes as they came (compressed, where they were)."""
         encoding = names.get("content-encoding", "identity").strip().lower()
-        self.inflate = _inflater(encoding)
+        self.inflate = _inflater(encoding) if encoding in accepted else None
+        if encoding not in accepted and encoding != "identity":
+            # Compressed although the run never asked for it: not inflated (a bomb would
+            # stall every request's timing), and not what the API promises.
+            out.error, out.error_text = "bad_response", f"Content-Encoding {encoding} not asked for"
 
     def feed(self, chunk: bytes) -> bool:
+        if self.out.error == "bad_response":  # an encoding not asked for: read no more
+            return False
         now = time.monotonic_ns()
+        self.read += len(chunk)
         if self.inflate is not None:
-            chunk = self.inflate.decompress(chunk)
+            # Bounded work per read: never past MAX_BODY_BYTES in all, nor INFLATE_RATIO
+            # times what came compressed (JSON and SSE compress ~5-20x; a bomb ~1000x).
+            room = min(MAX_BODY_BYTES - self.out.bytes_out, INFLATE_RATIO * self.read + 65536)
+            chunk = self.inflate.decompress(chunk, max(room, 1))
+            if self.inflate.unconsumed_tail:
+                return self._cut("inflated past its bound (a compression bomb?)")
+        elif self.timeline is None and self.out.bytes_out + len(chunk) > MAX_BODY_BYTES:
+            return self._cut(f"a body over {MAX_BODY_BYTES >> 20} MiB")
         out, timeline = self.out, self.timeline
         if timeline is not None:
             timeline.feed(chunk, now)
@@ -263,6 +284,11 @@ class _Reader:
             out.error = "client_abort"  # the recorded client left here: so do we
             return False
         return True
+
+    def _cut(self, why: str) -> bool:
+        """Stop reading: the answer is not one the API gives."""
+        self.out.error, self.out.error_text = "bad_response", why
+        return False
 
     def finish(self, spec: RequestSpec) -> Outcome:
         out, timeline = self.out, self.timeline
@@ -279,6 +305,11 @@ class _Reader:
             out.error = aborted
         return out
 
+
+MAX_BODY_BYTES = 64 << 20
+"""A non-streamed answer (or an inflated one) larger than this is cut: ``bad_response``."""
+INFLATE_RATIO = 100
+"""What a compressed body may inflate to, times its compressed size (plus 64 KiB)."""
 
 _OWN = frozenset({"host", "content-length", "transfer-encoding", "connection", "traceparent"})
 """Headers the client writes itself (the target's address, the body's framing and the
@@ -298,6 +329,16 @@ def _fixed_headers(headers: Mapping[str, str], body: bool) -> list[tuple[str, st
     if "user-agent" not in given:
         out.append(_AGENT)
     return out
+
+
+def _accepted(headers: Mapping[str, str]) -> frozenset[str]:
+    """The encodings an ``Accept-Encoding`` among ``headers`` asks for that can be
+    inflated here (gzip, deflate); identity always."""
+    asked = {"identity"}
+    for name, value in headers.items():
+        if name.lower() == "accept-encoding":
+            asked |= {part.split(";")[0].strip().lower() for part in value.split(",")}
+    return frozenset(asked & {"identity", "gzip", "deflate"})
 
 
 def _inflater(encoding: str) -> Any:

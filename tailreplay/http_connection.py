@@ -22,7 +22,16 @@ from tailreplay.http_types import (
 
 log = logging.getLogger("tailreplay.http")
 
-__all__ = ["Connection", "UpstreamResponse"]
+__all__ = ["MAX_HEADER_LINES", "MAX_HEAD_BYTES", "Connection", "UpstreamResponse"]
+
+MAX_HEAD_BYTES = 64 * 1024
+"""A response head (status line and header lines) larger than this is refused, as
+nginx refuses an upstream's past ``proxy_buffer_size`` (4-8 KiB by default)."""
+MAX_HEADER_LINES = 256
+
+
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback: the response head is past its bounds."""
 
 
 class UpstreamResponse:
@@ -174,6 +183,7 @@ class Connection(asyncio.Protocol):
         self._informational = False
         self._reason = b""
         self._headers: list[tuple[str, str]] = []
+        self._head_bytes = 0
         self._can_write = asyncio.Event()
         self._can_write.set()
 
@@ -191,6 +201,10 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadTooLarge):
+                response._fail(UpstreamError("bad_response", str(exc.__context__)))
+                self.abort()
+                return
             # One of our callbacks (the relay's consumer among them) raised: a bug
             # here, not the upstream's fault, but still only this request's failure.
             log.error("proxy bug while relaying a response", exc_info=exc.__context__)
@@ -227,9 +241,18 @@ class Connection(asyncio.Protocol):
 
     def on_status(self, status: bytes) -> None:
         self._reason += status  # may come in pieces when the line is split across reads
+        self._grow(len(status))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._grow(len(name) + len(value) + 4)
+        if len(self._headers) >= MAX_HEADER_LINES:
+            raise _HeadTooLarge(f"a response head of more than {MAX_HEADER_LINES} header lines")
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def _grow(self, size: int) -> None:
+        self._head_bytes += size
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge(f"a response head over {MAX_HEAD_BYTES // 1024} KiB")
 
     def on_headers_complete(self) -> None:
         response = self.response
@@ -259,7 +282,7 @@ class Connection(asyncio.Protocol):
             response._on_body(body)
 
     def on_message_complete(self) -> None:
-        self._reason, self._headers = b"", []
+        self._reason, self._headers, self._head_bytes = b"", [], 0
         if self._informational:
             self._informational = False
             return
