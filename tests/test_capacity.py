@@ -289,8 +289,8 @@ def test_past_a_knee_a_short_window_holds_more_and_the_aim_counts_it(at_knee_ms:
 def test_served_share_is_the_answer_rate_over_the_send_rate(tmp_path: Path) -> None:
     """From real result records: a FIFO server at 60/s sent 100/s answers 0.6 of it in
     the second half of the sending; one at 200/s keeps up."""
-    from tailreplay.report.capacity import served_share
     from tailreplay.report.side import load_side
+    from tailreplay.studies.capacity_judge import served_share
 
     def replayed(rate_out: float) -> float | None:
         maps, free = [], 0.0

@@ -170,9 +170,9 @@ def capacity(
     sweep: float | None,
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
-    from tailreplay.report.capacity import judge
     from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
+    from tailreplay.studies.capacity_judge import judge
     from tailreplay.studies.capacity_search import COARSE_SHARE, search
     from tailreplay.studies.capacity_search import sweep as brute
     from tailreplay.studies.targets import fresh_simulators
