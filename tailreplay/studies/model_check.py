@@ -35,6 +35,8 @@ import numpy.typing as npt
 from yarl import URL
 
 from tailreplay.errors import InputError, UsageError
+from tailreplay.replayer.speed import Speed
+from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.targets import fresh_targets
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.traces.archive.columns import load_columns
@@ -218,17 +220,18 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
 
 
 def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
-    args = [
-        "--speed",
-        f"{cfg.speed:g}x",
-        "--tail-stretch",
-        "1",
-        "--lag-limit",
-        f"{cfg.lag_limit_s * 1e3:g}ms",
-        "--timeout",
-        f"{cfg.timeout_s:g}s",
-    ]
-    replay_child(url, archive, out, args)
+    """One arm, as recorded (no tail stretch), at ``cfg.speed``."""
+    args = ReplayArgs(
+        archives=(archive,),
+        target=URL(url),
+        out=out,
+        speed=Speed(cfg.speed, cfg.speed),
+        tail_stretch=1.0,
+        lag_limit=cfg.lag_limit_s,
+        timeout=cfg.timeout_s,
+        fail_fast=0,
+    )
+    replay_child(args)
 
 
 def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:
