@@ -9,6 +9,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -289,8 +290,8 @@ def test_past_a_knee_a_short_window_holds_more_and_the_aim_counts_it(at_knee_ms:
 def test_served_share_is_the_answer_rate_over_the_send_rate(tmp_path: Path) -> None:
     """From real result records: a FIFO server at 60/s sent 100/s answers 0.6 of it in
     the second half of the sending; one at 200/s keeps up."""
-    from tailreplay.report.capacity import served_share
     from tailreplay.report.side import load_side
+    from tailreplay.studies.capacity_judge import served_share
 
     def replayed(rate_out: float) -> float | None:
         maps, free = [], 0.0
@@ -415,3 +416,40 @@ def test_a_target_that_is_down_is_one_line_not_a_capacity(tmp_path: Path) -> Non
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: the replay of window.msgpack sent nothing: preflight: cannot")
     assert "capacity:" not in done.stdout and not (tmp_path / "c.json").exists()
+
+
+@pytest.mark.parametrize("kind", ["coarse", "full", "sweep"])
+def test_a_trial_replays_with_the_studys_options(kind: str) -> None:
+    """A trial's child replay: the window at the factor (six significant digits), the
+    study's tail stretch, lag limit and scrapes, a quarter of its span when coarse, and
+    in a search the watch of the objectives it can watch (``--slo-stop``)."""
+    from tailreplay.cli.replay import parse_replay_args
+    from tailreplay.replayer.scrape import parse_scrape
+    from tailreplay.replayer.speed import Speed
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.studies.capacity import CapacityStudy, trial_args
+
+    objectives = tuple(parse_objectives(["latency:p99<=1500ms,ttft:p99<=2x,error_rate<=1%"]))
+    study = CapacityStudy(
+        (Path("a.msgpack"),),
+        objectives,
+        tail_stretch=1.5,
+        lag_limit_s=0.1,
+        scrapes=(parse_scrape("target@500ms"),),
+        sweep_step=0.5 if kind == "sweep" else None,
+    )
+    window = Path("out/window.msgpack")
+    args = trial_args(study, window, 2**0.5, duration_s=4.0 / 3 if kind == "coarse" else None)
+    assert parse_replay_args(args.to_argv()) == args
+    assert args.archives == (window,) and args.speed == Speed(1.41421, 1.41421)
+    assert (args.tail_stretch, args.lag_limit, args.fail_fast) == (1.5, 0.1, 0)
+    assert args.scrapes == study.scrapes and args.amplify == 1
+    assert args.duration == (1.33333 if kind == "coarse" else None)
+    watched = [o.text for o in args.slos]
+    if kind == "sweep":
+        assert (watched, args.slo_stop, args.slo_report) == ([], None, True)
+    else:
+        assert watched == ["latency:p99<=1500ms", "error_rate<=1%"]  # ttft's is relative
+        assert (args.slo_stop, args.slo_report) == ("after-sending", False)
+    amplified = trial_args(replace(study, by="amplify"), window, 3.0)
+    assert amplified.amplify == 3.0 and amplified.speed == Speed(1.0, 1.0)

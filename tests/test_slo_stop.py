@@ -181,8 +181,9 @@ def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bound
 ) -> None:
     """``capacity`` judges a trial stopped after sending: the cancelled requests are
     not errors, their time in flight is their latency, and the verdict is a failure."""
-    from tailreplay.report.capacity import Search, judge, render
+    from tailreplay.report.capacity import Search, render
     from tailreplay.report.slo import parse_objectives
+    from tailreplay.studies.capacity_judge import judge
 
     # As capacity runs a trial: it judges the results itself, so the replay does not.
     done, s = _replay(tmp_path, burst, "--slo", "latency:p99<=500ms",

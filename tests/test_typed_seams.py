@@ -35,11 +35,15 @@ OTHER_MEANINGS = {
     },
     "speed": {
         "tailreplay/cli/capacity.py": "--by speed",
+        "tailreplay/studies/capacity.py": "CapacityStudy.by: --by speed",
         "tailreplay/cli/deploy.py": "deploy job's own --speed",
         "tailreplay/cli/options.py": "the SPEED parameter type's name",
         "report/compare.py": "the flag named in a parse error",
     },
-    "amplify": {"tailreplay/cli/capacity.py": "--by amplify"},
+    "amplify": {
+        "tailreplay/cli/capacity.py": "--by amplify",
+        "tailreplay/studies/capacity.py": "CapacityStudy.by: --by amplify",
+    },
     "users": {
         "tailreplay/cli/options.py": "the USERS parameter type's name",
         "report/compare.py": "the closed loop table's column",

@@ -145,7 +145,10 @@ def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Pa
     """Kept to its model under light load; far behind it when its steps are modelled
     shorter than a Python loop runs one (as at a --speed too high for the machine); a
     target without the counters has none."""
+    from yarl import URL
+
     from tailreplay.sim.launcher import sim_process
+    from tailreplay.studies.replay_args import ReplayArgs
     from tailreplay.studies.trial import SIM_SLOW_LIMIT, replay_child, sim_slowdown
 
     def burst(n: int, gap_ns: int, tokens: int) -> Path:
@@ -153,15 +156,18 @@ def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Pa
                  "stream": True} for i in range(n)]  # fmt: skip
         return write_plain(tmp_path / f"a{n}.msgpack", maps)
 
+    def replay(url: str, archive: Path, out: Path) -> None:
+        replay_child(ReplayArgs(archives=(archive,), target=URL(url), out=out, fail_fast=0))
+
     with sim_process(["--profile", "fast"]) as url:
         assert sim_slowdown(url) is None  # no step run yet
-        replay_child(url, burst(40, 50_000_000, 32), tmp_path / "r1.msgpack", [])
+        replay(url, burst(40, 50_000_000, 32), tmp_path / "r1.msgpack")
         light = sim_slowdown(url)
     tiny = [f"--{name}=0.001" for name in ("prefill-base-ms", "decode-base-ms")]
     tiny += [f"--{name}=0" for name in ("prefill-per-token-ms", "decode-per-seq-ms")]
     with sim_process(["--profile", "fast", *tiny]) as url:
         # All at once: every step runs a batch of hundreds, modelled at 2 µs.
-        replay_child(url, burst(600, 10_000, 64), tmp_path / "r2.msgpack", [])
+        replay(url, burst(600, 10_000, 64), tmp_path / "r2.msgpack")
         heavy = sim_slowdown(url)
     assert light is not None and 0 <= light < SIM_SLOW_LIMIT
     assert heavy is not None and heavy > 10 * SIM_SLOW_LIMIT

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,12 +12,13 @@ from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, wr
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
-from tailreplay.studies.watched_objectives import watchable
 
 if TYPE_CHECKING:
+    from yarl import URL
+
     from tailreplay.replayer.scrape import ScrapeTarget
     from tailreplay.report.capacity import Search
-    from tailreplay.report.slo import Objective
+    from tailreplay.studies.capacity import LoadBy
 
 __all__ = ["capacity"]
 
@@ -149,9 +146,9 @@ was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 @scrape_option
 def capacity(
     archives: tuple[Path, ...],
-    target: str | None,
+    target: URL | None,
     slos: tuple[str, ...],
-    by: str,
+    by: LoadBy,
     window: float,
     max_factor: float,
     min_factor: float,
@@ -170,80 +167,40 @@ def capacity(
     sweep: float | None,
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
-    from tailreplay.report.capacity import judge
-    from tailreplay.report.side import load_side
     from tailreplay.report.slo import check_judgeable, parse_objectives
-    from tailreplay.studies.capacity_search import COARSE_SHARE, search
-    from tailreplay.studies.capacity_search import sweep as brute
-    from tailreplay.studies.targets import fresh_simulators
-    from tailreplay.studies.trial import longest_request, replay_child
+    from tailreplay.studies.capacity import CapacityStudy, run_capacity
 
     objectives = parse_objectives(slos)
     check_judgeable(objectives, list(archives))
     _check_options(
         archives, target, (min_factor, max_factor), sim_args, out_dir, json_path, plot_path
     )
-    say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
-    windowed, span_s = _busiest(list(archives), window, out_dir, say)
-    fresh: Callable[[int], AbstractContextManager[str]] = (
-        (lambda _: contextlib.nullcontext(target))
-        if target is not None
-        else fresh_simulators(sim_profile, 1.0, sim_args)
+    study = CapacityStudy(
+        archives,
+        tuple(objectives),
+        target=target,
+        sim_profile=sim_profile,
+        sim_args=sim_args,
+        by=by,
+        window_s=window,
+        min_factor=min_factor,
+        max_factor=max_factor,
+        precision=precision,
+        repeats=repeats,
+        drain_s=drain,
+        tail_stretch=tail_stretch,
+        lag_limit_s=lag_limit,
+        scrapes=scrapes,
+        sweep_step=sweep,
+        out_dir=out_dir,
     )
-    longest = longest_request([windowed])
-    recorded = load_side([windowed]) if any(o.relative for o in objectives) else None
-    common = ["--tail-stretch", f"{tail_stretch:g}", "--lag-limit", f"{lag_limit * 1e3:g}ms"]
-    common += [a for s in scrapes for a in ("--scrape", f"{s.url}@{s.interval_s:g}s")]
-    common += _stop_args(objectives) if sweep is None else []
-    runs: list[Path] = []
-
-    def run(factor: float, attempt: int, coarse: bool) -> Path:
-        kind = "coarse" if coarse else "trial"
-        out = out_dir / f"{kind}-{factor:.4g}x-{attempt + 1}.msgpack"
-        # A coarse trial replays a quarter of the window's span in replay time (--duration),
-        # at any factor: sped up, that is more of the window (all of it from 4x), so
-        # the load lasts as long as at 1x and a queue has as long to build.
-        part = COARSE_SHARE * span_s
-        cut = ["--duration", f"{part:.6g}s"] if coarse else []
-        if target is not None and runs:
-            time.sleep(drain)  # let the target finish what the last trial left queued
-        runs.append(out)
-        with fresh(longest) as url:
-            replay_child(
-                url, windowed, out, [f"--{by}", f"{factor:.6g}x", *common, *cut], ok=(0, 1)
-            )
-        return out
-
-    trial = lambda f, runs: judge(f, runs, objectives, recorded)  # noqa: E731
-    if sweep is not None:
-        result = brute(run, trial, step=sweep, max_factor=max_factor, repeats=repeats, say=say)
-    else:
-        result = search(
-            run,
-            trial,
-            max_factor=max_factor,
-            min_factor=min_factor,
-            precision=precision,
-            repeats=repeats,
-            say=say,
-        )
+    result = run_capacity(study, lambda line: click.echo(line, err=True))
     _finish(result, json_path, plot_path, require)
-
-
-def _stop_args(objectives: list[Objective]) -> list[str]:
-    """A search's trial stops waiting for answers once an objective is missed whatever
-    they are (a trial far past the limit would wait out its queue); the sweep, the
-    brute-force baseline, replays each factor whole. The trial's own report is skipped:
-    ``judge`` reads its results."""
-    watched = [o.text for o in objectives if watchable(o)]
-    if not watched:
-        return []
-    return ["--slo", ",".join(watched), "--slo-stop", "after-sending", "--no-slo-report"]
 
 
 def _check_options(
     archives: tuple[Path, ...],
-    target: str | None,
+    target: URL | None,
     factors: tuple[float, float],
     sim_args: tuple[str, ...],
     out_dir: Path,
@@ -285,27 +242,3 @@ def _finish(
         lowest = min((t.factor for t in result.trials), default=0.0)
         got = f"below {lowest:g}x" if result.capacity is None else f"{result.capacity:.3g}x"
         raise RunFailed(f"the capacity ({got}) is under --require {require:g}x")
-
-
-def _busiest(
-    archives: list[Path], window_s: float, out_dir: Path, say: Callable[[str], None]
-) -> tuple[Path, float]:
-    """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``; and the
-    span of its requests (first to last start, s)."""
-    from tailreplay.traces.archive.columns import load_columns
-    from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
-    from tailreplay.units import format_duration
-
-    peak = find_peak(archives, round(window_s * 1e9))
-    path = out_dir / "window.msgpack"
-    path.unlink(missing_ok=True)
-    copy_records(
-        archives,
-        path,
-        source="capacity",
-        keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
-        stop_after_ns=peak.end_ns,
-    )
-    say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
-    starts = load_columns([path], [])["start_ns"]
-    return path, max(float(starts.max() - starts.min()) / 1e9, 1e-3) if starts.size else 1e-3

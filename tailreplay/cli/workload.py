@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
@@ -21,8 +20,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import PROFILES
-from tailreplay.studies.targets import fresh_simulators
-from tailreplay.units import parse_time
+from tailreplay.units import parse_http_url, parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
 
@@ -217,13 +215,7 @@ def validate_model(
     """Replay an archive window, the model's synthesis of it and a Poisson baseline
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import RunFailed
-    from tailreplay.studies.model_check import (
-        CheckConfig,
-        TargetFactory,
-        render,
-        run_check,
-        to_json,
-    )
+    from tailreplay.studies.model_check import CheckConfig, render, run_check, to_json
     from tailreplay.traces.workload.model import Workload
 
     if json_path is not None:
@@ -240,23 +232,20 @@ def validate_model(
     bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
     if bad:
         raise UsageError(f"--sim-arg takes --NAME=VALUE, not {bad[0]!r}")
-    fresh: TargetFactory = (
-        (lambda _: contextlib.nullcontext(target))
-        if target is not None
-        else fresh_simulators(sim_profile, speed, sim_args)
-    )
     if windows > 1 and window is None:
         raise UsageError("--windows needs --window: the length of each")
     config = CheckConfig(
         archive,
         workload,
         out_dir,
-        fresh,
-        window,
-        offset,
-        seeds,
-        speed,
-        lag_limit * 1e3,
+        target=None if target is None else parse_http_url(target, "--target"),
+        sim_profile=sim_profile,
+        sim_args=sim_args,
+        window_s=window,
+        offset_s=offset,
+        seeds=seeds,
+        speed=speed,
+        lag_limit_s=lag_limit,
         windows=windows,
     )
     results = run_check(config, lambda line: click.echo(line, err=True))

@@ -26,15 +26,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from yarl import URL
 
 from tailreplay.errors import InputError, UsageError
+from tailreplay.replayer.speed import Speed
+from tailreplay.studies.replay_args import ReplayArgs
+from tailreplay.studies.targets import fresh_targets
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.ops import copy_records, record_filter
@@ -50,24 +53,30 @@ __all__ = ["ArmResult", "CheckConfig", "pooled", "run_check"]
 Array = npt.NDArray[Any]
 QUANTILES = (50.0, 95.0, 99.0)
 _BOOTSTRAP = 400
-TargetFactory = Callable[[int], AbstractContextManager[str]]
-"""Given the longest request of every arm (input + output tokens), a fresh target for
-one arm: a context that yields its base URL (and stops it after)."""
 
 
 @dataclass(frozen=True)
 class CheckConfig:
+    """What ``traces validate-model``'s options mean (``docs/fit.md``)."""
+
     archive: Path
     model: Workload
     out_dir: Path
-    fresh_target: TargetFactory
+    target: URL | None = None
+    """Every arm's target; None: a fresh built-in simulator for each, its context sized
+    to the longest request of any arm."""
+    sim_profile: str = "default"
+    sim_args: tuple[str, ...] = ()
+    """Passed to each built-in simulator (``--NAME=VALUE``); step times given here are
+    divided by ``speed`` too."""
     window_s: float | None = None
     offset_s: float = 0.0
     seeds: int = 3
     speed: float = 1.0
     """Replay this much faster (the target's own clock must be as much faster: the
     built-in simulator's step times are divided by it)."""
-    lag_limit_ms: float = 25.0
+    lag_limit_s: float = 0.025
+    """Dispatch lag P99 above this means an arm measured the client."""
     timeout_s: float = 600.0
     windows: int = 1
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
@@ -100,6 +109,7 @@ class ArmResult:
 
 def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     """Replay every arm and measure it; the exact arm first."""
+    fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args)
     try:
         cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -135,10 +145,10 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     for kind, seed, path in arms:
         say(f"replaying {_name(kind, seed)} ...")
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
-        with cfg.fresh_target(longest) as url:
+        with fresh(longest) as url:
             _replay(cfg, url, path, out)
             slowdown = sim_slowdown(url)
-        result = _measure(kind, seed, path, out, cfg.lag_limit_ms)
+        result = _measure(kind, seed, path, out, cfg.lag_limit_s * 1e3)
         result.sim_slowdown = slowdown
         results.append(result)
     return results + pooled(results, cfg.out_dir)
@@ -210,17 +220,18 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
 
 
 def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
-    args = [
-        "--speed",
-        f"{cfg.speed:g}x",
-        "--tail-stretch",
-        "1",
-        "--lag-limit",
-        f"{cfg.lag_limit_ms:g}ms",
-        "--timeout",
-        f"{cfg.timeout_s:g}s",
-    ]
-    replay_child(url, archive, out, args)
+    """One arm, as recorded (no tail stretch), at ``cfg.speed``."""
+    args = ReplayArgs(
+        archives=(archive,),
+        target=URL(url),
+        out=out,
+        speed=Speed(cfg.speed, cfg.speed),
+        tail_stretch=1.0,
+        lag_limit=cfg.lag_limit_s,
+        timeout=cfg.timeout_s,
+        fail_fast=0,
+    )
+    replay_child(args)
 
 
 def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:

@@ -4,16 +4,23 @@ one per replay, for the studies that run many (``capacity``, ``validate-model``)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+
+from yarl import URL
 
 from tailreplay.errors import UsageError
 from tailreplay.replayer.schedule import TailCost
 from tailreplay.sim.launcher import BuiltinSim, sim_process
 from tailreplay.sim.profiles import DEFAULT_PROFILE, fit_context, profile
 
-__all__ = ["TargetModel", "fresh_simulators", "target_model"]
+__all__ = ["TargetFactory", "TargetModel", "fresh_simulators", "fresh_targets", "target_model"]
+
+TargetFactory = Callable[[int], AbstractContextManager[str]]
+"""Given the longest request to replay (input + output tokens), a fresh target for one
+replay: a context that yields its base URL (and stops it after)."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +55,18 @@ def target_model(
 _TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
 
 
-def fresh_simulators(
-    profile_name: str, speed: float, sim_args: tuple[str, ...]
-) -> Callable[[int], AbstractContextManager[str]]:
+def fresh_targets(
+    target: URL | None, profile_name: str, speed: float, sim_args: tuple[str, ...]
+) -> TargetFactory:
+    """A target per replay for the studies that run many: ``target`` each time when
+    given (``--target``), else a fresh built-in simulator (``fresh_simulators``)."""
+    if target is None:
+        return fresh_simulators(profile_name, speed, sim_args)
+    url = str(target)
+    return lambda _: contextlib.nullcontext(url)
+
+
+def fresh_simulators(profile_name: str, speed: float, sim_args: tuple[str, ...]) -> TargetFactory:
     """Fresh built-in simulators, one per replay (``validate-model``'s arms, ``capacity``'s
     trials): the profile, a context that holds the longest request, step times divided by
     the speed (given ones too), then the user's ``--sim-arg``s, which win."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed
+from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.columns import load_columns
 
 __all__ = ["SIM_SLOW_LIMIT", "longest_request", "replay_child", "sim_slowdown"]
@@ -23,27 +24,18 @@ replay, served slower than the engine it models: its own CPU (a busy machine, or
 times divided by a high ``--speed``) was the limit, and what the replay measured is that."""
 
 
-def replay_child(
-    url: object, archive: Path, out: Path, args: list[str], ok: tuple[int, ...] = (0,)
-) -> None:
-    """``tailreplay replay --target url ARGS... archive`` writing ``out``; its summary is
-    dropped. An exit code not in ``ok`` raises ``RunFailed`` with the replay's own
-    ``Error:`` line (exit 1 is a replay that ran but failed requests or its SLO)."""
+def replay_child(args: ReplayArgs, ok: tuple[int, ...] = (0,)) -> None:
+    """``tailreplay replay`` with ``args``, writing ``args.out``; its summary is dropped.
+    An exit code not in ``ok`` raises ``RunFailed`` with the replay's own ``Error:`` line
+    (exit 1 is a replay that ran but failed requests or its SLO: with ``fail_fast=0``
+    it runs to the end), e.g.
+    ``replay_child(ReplayArgs(archives=(window,), target=URL(url), out=out, fail_fast=0))``.
+    """
+    if args.out is None:
+        raise ValueError("a child replay's results are read from args.out: set it")
+    out, name = args.out, ", ".join(p.name for p in args.archives)
     out.unlink(missing_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "tailreplay",
-        "replay",
-        "--target",
-        str(url),
-        "--out",
-        str(out),
-        "--fail-fast",
-        "0",
-        *args,
-        str(archive),
-    ]
+    cmd = [sys.executable, "-m", "tailreplay", "replay", *args.to_argv()]
     # stderr is read to the end, so a chatty replay cannot block on a full pipe.
     done = subprocess.run(
         cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
@@ -51,13 +43,12 @@ def replay_child(
     if done.returncode == 130:
         raise KeyboardInterrupt
     if done.returncode not in ok or not out.exists():
-        raise RunFailed(
-            f"the replay of {archive.name} failed (exit {done.returncode}): {_why(done.stderr)}"
-        )
+        why = _why(done.stderr)
+        raise RunFailed(f"the replay of {name} failed (exit {done.returncode}): {why}")
     if done.returncode != 0 and not load_columns([out], ["start_ns"]).n:
         # Exit 1 is a replay that ran and missed its SLO, unless it sent nothing: then
         # the target failed its preflight (down, wrong), and no trial measures anything.
-        raise RunFailed(f"the replay of {archive.name} sent nothing: {_why(done.stderr)}")
+        raise RunFailed(f"the replay of {name} sent nothing: {_why(done.stderr)}")
 
 
 def _why(stderr: str) -> str:

@@ -1,0 +1,191 @@
+"""``capacity`` as a study: what the command's options mean (``CapacityStudy``) and the
+run that answers it (``run_capacity``): the archives' busiest window, then a search
+(``capacity_search``) whose every trial is a child ``replay`` of that window against a
+fresh target, judged on the objectives (``capacity_judge``).
+
+The command line parses and checks the options, calls ``run_capacity`` and prints the
+``Search`` it returns; the Python API calls it the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from yarl import URL
+
+from tailreplay.errors import UsageError
+from tailreplay.replayer.scrape import ScrapeTarget
+from tailreplay.replayer.speed import Speed
+from tailreplay.report.capacity import Search, Trial
+from tailreplay.report.side import load_side
+from tailreplay.report.slo import Objective
+from tailreplay.sim.profiles import DEFAULT_PROFILE
+from tailreplay.studies import capacity_judge
+from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
+from tailreplay.studies.replay_args import ReplayArgs
+from tailreplay.studies.targets import fresh_targets
+from tailreplay.studies.trial import longest_request, replay_child
+from tailreplay.studies.watched_objectives import watchable
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
+from tailreplay.units import format_duration
+
+__all__ = ["CapacityStudy", "LoadBy", "busiest_window", "run_capacity", "trial_args"]
+
+LoadBy = Literal["speed", "amplify"]
+"""How a trial raises the load: the window replayed faster, or each request sent as
+many times (``replay --speed`` or ``--amplify``)."""
+
+
+@dataclass(frozen=True)
+class CapacityStudy:
+    """What ``tailreplay capacity``'s options mean (``docs/capacity.md``)."""
+
+    archives: tuple[Path, ...]
+    objectives: tuple[Objective, ...]
+    """Every trial is judged on these (``--slo``)."""
+    target: URL | None = None
+    """Every trial's target; None: a fresh built-in simulator for each."""
+    sim_profile: str = DEFAULT_PROFILE
+    sim_args: tuple[str, ...] = ()
+    """Passed to each built-in simulator (``--NAME=VALUE``)."""
+    by: LoadBy = "speed"
+    window_s: float = 300.0
+    """The archives' busiest span this long is what every trial replays."""
+    min_factor: float = 0.25
+    max_factor: float = 16.0
+    precision: float = 0.05
+    repeats: int = 1
+    """Replays of an uncertain trial before it counts as not passing."""
+    drain_s: float = 10.0
+    """The wait between trials against a given ``target``."""
+    tail_stretch: float = 1.8
+    lag_limit_s: float = 0.005
+    scrapes: tuple[ScrapeTarget, ...] = ()
+    sweep_step: float | None = None
+    """A sweep (1x, 1x + step, ... until one fails) instead of the search."""
+    out_dir: Path = Path("capacity")
+    """Where the window and every trial's results go."""
+
+
+def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
+    """The largest factor of the archives' busiest window that ``study``'s target serves
+    within its objectives, with every trial; ``say`` gets the progress lines, e.g.
+    ``run_capacity(CapacityStudy((path,), (*parse_objectives(["latency:p99<=2s"]),)), print)``.
+    """
+    try:
+        study.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {study.out_dir}: {exc.strerror or exc}") from None
+    window, span_s = busiest_window(list(study.archives), study.window_s, study.out_dir, say)
+    trials = _Trials(study, window, span_s)
+    if study.sweep_step is not None:
+        return sweep(
+            trials.run,
+            trials.judge,
+            step=study.sweep_step,
+            max_factor=study.max_factor,
+            repeats=study.repeats,
+            say=say,
+        )
+    return search(
+        trials.run,
+        trials.judge,
+        max_factor=study.max_factor,
+        min_factor=study.min_factor,
+        precision=study.precision,
+        repeats=study.repeats,
+        say=say,
+    )
+
+
+class _Trials:
+    """The search's ``run`` and ``judge``: a trial is a child ``replay`` of the window
+    against a fresh target (``trial_args``), judged on the study's objectives."""
+
+    def __init__(self, study: CapacityStudy, window: Path, span_s: float) -> None:
+        self.study, self.window, self.span_s = study, window, span_s
+        self.fresh = fresh_targets(study.target, study.sim_profile, 1.0, study.sim_args)
+        self.longest = longest_request([window])
+        relative = any(o.relative for o in study.objectives)
+        self.recorded = load_side([window]) if relative else None
+        self.replays = 0
+
+    def run(self, factor: float, attempt: int, coarse: bool) -> Path:
+        kind = "coarse" if coarse else "trial"
+        out = self.study.out_dir / f"{kind}-{factor:.4g}x-{attempt + 1}.msgpack"
+        # A coarse trial replays a quarter of the window's span in replay time (--duration),
+        # at any factor: sped up, that is more of the window (all of it from 4x), so
+        # the load lasts as long as at 1x and a queue has as long to build.
+        duration_s = COARSE_SHARE * self.span_s if coarse else None
+        if self.study.target is not None and self.replays:
+            time.sleep(self.study.drain_s)  # let the target finish what the last trial left queued
+        self.replays += 1
+        with self.fresh(self.longest) as url:
+            args = trial_args(self.study, self.window, factor, duration_s=duration_s)
+            replay_child(replace(args, target=URL(url), out=out), ok=(0, 1))
+        return out
+
+    def judge(self, factor: float, runs: list[Path]) -> Trial:
+        return capacity_judge.judge(factor, runs, self.study.objectives, self.recorded)
+
+
+def trial_args(
+    study: CapacityStudy, window: Path, factor: float, *, duration_s: float | None = None
+) -> ReplayArgs:
+    """The child ``replay`` of one trial but for its target and results: the window at
+    ``factor`` (faster, or as many copies), the study's tail stretch, lag limit and
+    scrapes, for ``duration_s`` of replay time (a coarse trial); running to the end
+    whatever fails (``fail_fast=0``, ``judge`` reads the results); and in a search, the
+    watch that stops waiting for answers once an objective is missed."""
+    # Six significant digits, as the trials' flags have always carried the factor: the
+    # child's header shows it so.
+    load = float(f"{factor:.6g}")
+    args = ReplayArgs(
+        archives=(window,),
+        tail_stretch=study.tail_stretch,
+        lag_limit=study.lag_limit_s,
+        scrapes=study.scrapes,
+        fail_fast=0,
+        duration=None if duration_s is None else float(f"{duration_s:.6g}"),
+    )
+    if study.by == "speed":
+        args = replace(args, speed=Speed(load, load))
+    else:
+        args = replace(args, amplify=load)
+    return args if study.sweep_step is not None else _watch(args, study.objectives)
+
+
+def _watch(args: ReplayArgs, objectives: tuple[Objective, ...]) -> ReplayArgs:
+    """A search's trial stops waiting for answers once an objective is missed whatever
+    they are (a trial far past the limit would wait out its queue); the sweep, the
+    brute-force baseline, replays each factor whole. The trial's own report is skipped:
+    ``judge`` reads its results."""
+    watched = [o for o in objectives if watchable(o)]
+    if not watched:
+        return args
+    return replace(args, slos=watched, slo_stop="after-sending", slo_report=False)
+
+
+def busiest_window(
+    archives: list[Path], window_s: float, out_dir: Path, say: Callable[[str], None]
+) -> tuple[Path, float]:
+    """The archives' busiest ``window_s`` (by requests), copied to ``out_dir``; and the
+    span of its requests (first to last start, s)."""
+    peak = find_peak(archives, round(window_s * 1e9))
+    path = out_dir / "window.msgpack"
+    path.unlink(missing_ok=True)
+    copy_records(
+        archives,
+        path,
+        source="capacity",
+        keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
+        stop_after_ns=peak.end_ns,
+    )
+    say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
+    starts = load_columns([path], [])["start_ns"]
+    return path, max(float(starts.max() - starts.min()) / 1e9, 1e-3) if starts.size else 1e-3
