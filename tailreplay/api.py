@@ -33,9 +33,11 @@ from typing import Any
 
 from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailSummary
 from tailreplay.replayer.speed import Shape, parse_speed
+from tailreplay.report.capacity import Search, Trial
 from tailreplay.report.slo import Objective, parse_objectives
 from tailreplay.report.write import ReportOptions, ReportResult, slo_verdict, write_report
 from tailreplay.sim.launcher import BuiltinSim
+from tailreplay.studies.capacity import CapacityStudy, run_capacity
 from tailreplay.studies.replay import replay_config, run_replay
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.format import make_header
@@ -47,6 +49,7 @@ from tailreplay.traces.results.client_health import ClientVerdict
 
 __all__ = [
     "BuiltinSim",
+    "CapacityStudy",
     "ClientVerdict",
     "Judged",
     "Percentiles",
@@ -54,7 +57,10 @@ __all__ = [
     "ReplayArgs",
     "ReplayRun",
     "ReplaySummary",
+    "Search",
     "TailSummary",
+    "Trial",
+    "capacity",
     "objectives",
     "read",
     "replay",
@@ -184,3 +190,11 @@ def report(
         bound = client is not None and client["client_bound"]
         return Judged(result, None if bound else True, [], client)
     return Judged(result, verdict["passed"], list(verdict["missed"]), client)
+
+
+def capacity(study: CapacityStudy, *, say: Say | None = None) -> Search:
+    """How much of the archives' busiest window the target serves within the study's
+    objectives, as ``tailreplay capacity``: ``Search.capacity`` is the highest factor
+    that passed (None: not even the lowest tried), ``Search.stopped`` says why a search
+    ended early (the client was the bottleneck), ``Search.trials`` holds every trial."""
+    return run_capacity(study, say or (lambda line: None))

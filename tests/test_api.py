@@ -84,3 +84,24 @@ def test_the_wheel_ships_its_types(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "tailreplay/py.typed" in names
     assert "tailreplay/api.py" in names and "tailreplay/studies/replay_args.py" in names
+
+
+def test_a_capacity_study_runs_from_python(tmp_path: Path) -> None:
+    """A study whose objective no load misses passes at its highest factor (or stops,
+    saying so, when the client was the bottleneck); a study that cannot run is refused."""
+    peak = api.sample("peak", tmp_path / "peak.msgpack")
+    study = api.CapacityStudy(
+        archives=(peak,),
+        objectives=tuple(api.objectives("error_rate<=100%")),
+        window_s=5.0,
+        max_factor=2.0,
+        out_dir=tmp_path / "cap",
+    )
+    result = api.capacity(study)
+    assert result.trials and all(t.requests > 0 for t in result.trials)
+    if result.stopped is None:
+        assert result.capacity == 2.0 and result.interval == (2.0, None)
+    else:
+        assert "client" in result.stopped
+    with pytest.raises(UsageError, match="--max"):
+        api.capacity(api.CapacityStudy(archives=(peak,), objectives=(), max_factor=1.0))

@@ -39,6 +39,7 @@ OTHER_MEANINGS = {
         "tailreplay/cli/deploy.py": "deploy job's own --speed",
         "tailreplay/cli/options.py": "the SPEED parameter type's name",
         "report/compare.py": "the flag named in a parse error",
+        "tailreplay/api.py": "the API's parser of a --speed value, in __all__",
     },
     "amplify": {
         "tailreplay/cli/capacity.py": "--by amplify",

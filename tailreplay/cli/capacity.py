@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
-from tailreplay.errors import RunFailed, UsageError
+from tailreplay.errors import RunFailed
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
@@ -167,17 +167,12 @@ def capacity(
     sweep: float | None,
 ) -> None:
     """Find the largest factor of a recorded window the target serves within the SLO."""
-    from tailreplay.report.slo import check_judgeable, parse_objectives
-    from tailreplay.studies.capacity import CapacityStudy, run_capacity
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.studies.capacity import CapacityStudy, check_study, run_capacity
 
-    objectives = parse_objectives(slos)
-    check_judgeable(objectives, list(archives))
-    _check_options(
-        archives, target, (min_factor, max_factor), sim_args, out_dir, json_path, plot_path
-    )
     study = CapacityStudy(
         archives,
-        tuple(objectives),
+        tuple(parse_objectives(slos)),
         target=target,
         sim_profile=sim_profile,
         sim_args=sim_args,
@@ -194,33 +189,12 @@ def capacity(
         sweep_step=sweep,
         out_dir=out_dir,
     )
-    result = run_capacity(study, lambda line: click.echo(line, err=True))
-    _finish(result, json_path, plot_path, require)
-
-
-def _check_options(
-    archives: tuple[Path, ...],
-    target: URL | None,
-    factors: tuple[float, float],
-    sim_args: tuple[str, ...],
-    out_dir: Path,
-    json_path: Path | None,
-    plot_path: Path | None,
-) -> None:
-    """Bad options refused before any replay; ``--out-dir`` made (outputs may go in it)."""
-    if factors[1] <= 1:
-        raise UsageError("--max must be above 1x")
-    if not 0 < factors[0] < 1:
-        raise UsageError("--min must be above 0 and under 1x")
-    if target is not None and sim_args:
-        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {out_dir}: {exc.strerror or exc}") from None
+    check_study(study)  # makes --out-dir, where the outputs may go: checked after it
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             check_output_file(flag, path, inputs=list(archives))
+    result = run_capacity(study, lambda line: click.echo(line, err=True))
+    _finish(result, json_path, plot_path, require)
 
 
 def _finish(

@@ -22,7 +22,7 @@ from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Speed
 from tailreplay.report.capacity import Search, Trial
 from tailreplay.report.side import load_side
-from tailreplay.report.slo import Objective
+from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.sim.profiles import DEFAULT_PROFILE
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -34,7 +34,14 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
 from tailreplay.units import format_duration
 
-__all__ = ["CapacityStudy", "LoadBy", "busiest_window", "run_capacity", "trial_args"]
+__all__ = [
+    "CapacityStudy",
+    "LoadBy",
+    "busiest_window",
+    "check_study",
+    "run_capacity",
+    "trial_args",
+]
 
 LoadBy = Literal["speed", "amplify"]
 """How a trial raises the load: the window replayed faster, or each request sent as
@@ -77,10 +84,7 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     within its objectives, with every trial; ``say`` gets the progress lines, e.g.
     ``run_capacity(CapacityStudy((path,), (*parse_objectives(["latency:p99<=2s"]),)), print)``.
     """
-    try:
-        study.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {study.out_dir}: {exc.strerror or exc}") from None
+    check_study(study)
     window, span_s = busiest_window(list(study.archives), study.window_s, study.out_dir, say)
     trials = _Trials(study, window, span_s)
     if study.sweep_step is not None:
@@ -101,6 +105,24 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
         repeats=study.repeats,
         say=say,
     )
+
+
+def check_study(study: CapacityStudy) -> None:
+    """Refuse a study that cannot run (``UsageError``, exit 2) before any replay, and
+    make its ``out_dir``: factors out of range, simulator flags with a target, an
+    objective relative to a recording that does not have its figure. ``run_capacity``
+    calls it; calling it again is harmless."""
+    if study.max_factor <= 1:
+        raise UsageError("--max must be above 1x")
+    if not 0 < study.min_factor < 1:
+        raise UsageError("--min must be above 0 and under 1x")
+    if study.target is not None and study.sim_args:
+        raise UsageError("--sim-arg configures the built-in simulator, not a --target")
+    check_judgeable(list(study.objectives), list(study.archives))
+    try:
+        study.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UsageError(f"--out-dir {study.out_dir}: {exc.strerror or exc}") from None
 
 
 class _Trials:
