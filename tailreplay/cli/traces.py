@@ -197,12 +197,12 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
 
     check_output_file("-o", out, inputs=[src])
     written, report = import_file(fmt, src, out, strict=strict)
-    for line, reason in report.malformed[:20]:
-        click.echo(f"warning: {src}:{line}: {reason}; skipped", err=True)
+    for place, reason in report.malformed[:20]:
+        click.echo(f"warning: {report.where(place)}: {reason}; skipped", err=True)
     if len(report.malformed) > 20:
         click.echo(f"warning: {len(report.malformed) - 20} more malformed rows skipped", err=True)
-    for n, reason in report.invalid[:20]:
-        click.echo(f"warning: {src}: record {n}: {reason}; skipped", err=True)
+    for place, reason in report.invalid[:20]:
+        click.echo(f"warning: {report.where(place)}: {reason}; skipped", err=True)
     if len(report.invalid) > 20:
         click.echo(f"warning: {len(report.invalid) - 20} more invalid records skipped", err=True)
     click.echo(f"imported {written:,} records into {out}", err=True)
