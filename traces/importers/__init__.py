@@ -70,10 +70,10 @@ def import_file(
     report = ImportReport(str(path), strict)
     header = make_header(f"import:{fmt}", extra={"input": path.name})
     records = _valid(_READERS[fmt](path, report), report)  # checked, the bad reported
-    written = write_archive(out, header, records, checked=True)
-    if written == 0:
-        raise InputError(
-            f"{path}: no {fmt} records found"
-            + (f" ({why[0][1]})" if (why := report.malformed or report.invalid) else "")
-        )
-    return written, report
+
+    def some(written: int) -> None:
+        if written == 0:
+            why = report.malformed or report.invalid
+            raise InputError(f"{path}: no {fmt} records found" + (f" ({why[0][1]})" if why else ""))
+
+    return write_archive(out, header, records, checked=True, accept=some), report
