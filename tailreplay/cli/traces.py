@@ -121,17 +121,18 @@ def slice_(
     skip_corrupt: bool,
 ) -> None:
     """Write the records matching every given filter to a new archive."""
-    from tailreplay.traces.archive.ops import copy_records, record_filter, time_window
+    from tailreplay.traces.archive.ops import copy_records, record_filter, stop_at, time_window
 
     start_ns, end_ns = time_window(files, from_, to, skip_corrupt=skip_corrupt)
     keep = record_filter(
         start_ns=start_ns, end_ns=end_ns, path_glob=path_glob, model=model, status=status
     )
+    stop = stop_at(files, end_ns, skip_corrupt=skip_corrupt)
     result = copy_records(
-        files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop_after_ns=end_ns
+        files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop=stop
     )
     _warn(result.warnings)
-    # Reading stops at --to (the archive is in time order): "read" is not the file's size.
+    # Reading stops once every record before --to is read: "read" is not the file's size.
     upto = " up to --to" if to else ""
     click.echo(
         f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})", err=True
@@ -169,7 +170,7 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
         source="peak",
         keep=keep,
         skip_corrupt=skip_corrupt,
-        stop_after_ns=found.end_ns,
+        stop=found.stop,
         extra_header={"peak": {"window_s": window, "by": by, "start_ns": found.start_ns}},
     )
     _warn(result.warnings)
