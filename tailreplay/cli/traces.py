@@ -223,8 +223,9 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
     from tailreplay.traces.archive.export import export_mooncake
 
     check_output_file("-o", out, inputs=files)
-    n = export_mooncake(files, out, skip_corrupt=skip_corrupt)
-    click.echo(f"exported {n:,} records to {out}", err=True)
+    done = export_mooncake(files, out, skip_corrupt=skip_corrupt)
+    _warn(done.warnings)
+    click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 
 @export_.command(name="jsonl")
@@ -236,8 +237,9 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
     from tailreplay.traces.archive.export import export_jsonl
 
     check_output_file("-o", out, inputs=files)
-    n = export_jsonl(files, out, skip_corrupt=skip_corrupt)
-    click.echo(f"exported {n:,} records to {out}", err=True)
+    done = export_jsonl(files, out, skip_corrupt=skip_corrupt)
+    _warn(done.warnings)
+    click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 
 @export_.command(name="otlp")
