@@ -23,6 +23,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
+from tailreplay.printable import printable
 from tailreplay.traces.archive.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns
 
@@ -31,7 +32,7 @@ __all__ = ["traces"]
 
 def _warn(lines: list[str]) -> None:
     for line in lines:
-        click.echo(f"warning: {line}", err=True)
+        click.echo(f"warning: {printable(line)}", err=True)
 
 
 @click.group()

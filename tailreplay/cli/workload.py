@@ -20,6 +20,7 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
+from tailreplay.printable import printable
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.studies.targets import fresh_simulators
 from tailreplay.units import parse_time
@@ -29,7 +30,7 @@ __all__ = ["fit", "synth", "validate_model"]
 
 def _warn(lines: list[str]) -> None:
     for line in lines:
-        click.echo(f"warning: {line}", err=True)
+        click.echo(f"warning: {printable(line)}", err=True)
 
 
 @click.command()
