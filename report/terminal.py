@@ -58,7 +58,7 @@ def _lines(m: dict[Any, Any], indent: str = "  ") -> list[str]:
 
 
 def describe_header(path: str, header: dict[str, Any]) -> str:
-    return "\n".join([f"{path}", "header:", *_lines(header)])
+    return "\n".join([printable(path), "header:", *_lines(header)])
 
 
 def describe_record(index: int, m: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tailreplay.cli.echo import say, show
 from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import check_output_file
@@ -183,7 +184,6 @@ def capacity(
     _check_options(
         archives, target, (min_factor, max_factor), sim_args, out_dir, json_path, plot_path
     )
-    say: Callable[[str], None] = lambda line: click.echo(line, err=True)  # noqa: E731
     windowed, span_s = _busiest(list(archives), window, out_dir, say)
     fresh: Callable[[int], AbstractContextManager[str]] = (
         (lambda _: contextlib.nullcontext(target))
@@ -274,7 +274,7 @@ def _finish(
     from tailreplay.report.capacity import plot, render, to_json
 
     for line in render(result):
-        click.echo(line)
+        show(line)
     if json_path is not None:
         write_text(json_path, json.dumps(to_json(result), indent=1) + "\n")
     if plot_path is not None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailreplay.cli.echo import say, show
 from tailreplay.cli.options import (
     BODY_DROP,
     BODY_SET,
@@ -35,7 +36,6 @@ from tailreplay.cli.replay_target import target_options
 from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.sim import builtin_sim
 from tailreplay.cli.slo_stop import slo_stop_option
-from tailreplay.printable import printable
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
@@ -272,10 +272,10 @@ def replay(**options: Any) -> None:
     from tailreplay.report.write import fail_on_slo
 
     for line in summary_lines(outcome.summary):
-        click.echo(printable(line))  # the target's error messages among them
-    click.echo(printable(f"results: {config.out}"))
+        show(line)  # the target's error messages among them
+    show(f"results: {config.out}")
     if outcome.aborted:
-        click.echo(f"Error: {printable(outcome.aborted)}", err=True)
+        say(f"Error: {outcome.aborted}")
     assert config.out is not None
     result = _judged(args, config.out, outcome)
     code = outcome.exit_code
@@ -300,7 +300,7 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
         if args.out is None:
             reserved = reserve(out)
             config = replace(config, out=reserved)
-        return config, run_replay(config, args.workers, _say)
+        return config, run_replay(config, args.workers, say)
     except BaseException as exc:
         if reserved is not None:
             drop_if_empty(reserved)  # refused before writing: no empty file left behind
@@ -311,11 +311,6 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
             write_json(args.json_out, ReplaySummary.before_start_json())
         click.echo("interrupted before the first request was sent", err=True)
         sys.exit(130)
-
-
-def _say(line: str) -> None:
-    """A line of the run's progress; the preflight's among them may quote the target."""
-    click.echo(printable(line), err=True)
 
 
 def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportResult | None:

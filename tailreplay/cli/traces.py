@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from tailreplay.cli.echo import warn
 from tailreplay.cli.options import (
     DURATION,
     archives_argument,
@@ -23,16 +24,10 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
-from tailreplay.printable import printable
 from tailreplay.traces.archive.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns
 
 __all__ = ["traces"]
-
-
-def _warn(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(f"warning: {printable(line)}", err=True)
 
 
 @click.group()
@@ -60,7 +55,7 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     click.echo(describe_header(str(file), reader.headers[0]))
     for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
         click.echo(describe_record(i, m))
-    _warn(reader.warnings())
+    warn(reader.warnings())
 
 
 @traces.command()
@@ -77,7 +72,7 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corru
     cols = load_columns(
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
     )
-    _warn(cols.warnings)
+    warn(cols.warnings)
     summary = summarize(cols, buckets)
     if as_json:
         click.echo(json.dumps(summary))
@@ -94,7 +89,7 @@ def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     from tailreplay.traces.archive.ops import copy_records
 
     result = copy_records(files, out, source="merge", skip_corrupt=skip_corrupt)
-    _warn(result.warnings)
+    warn(result.warnings)
     click.echo(f"wrote {result.written:,} records to {out}", err=True)
 
 
@@ -132,7 +127,7 @@ def slice_(
     result = copy_records(
         files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop=stop
     )
-    _warn(result.warnings)
+    warn(result.warnings)
     # Reading stops once every record before --to is read: "read" is not the file's size.
     upto = " up to --to" if to else ""
     click.echo(
@@ -174,7 +169,7 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
         stop=found.stop,
         extra_header={"peak": {"window_s": window, "by": by, "start_ns": found.start_ns}},
     )
-    _warn(result.warnings)
+    warn(result.warnings)
     click.echo(
         f"busiest {format_duration(window)} by {by}: {format_ns(found.start_ns)} to "
         f"{format_ns(found.end_ns)}, {found.requests:,} requests, {found.tokens:,} tokens; "
@@ -199,14 +194,12 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
 
     check_output_file("-o", out, inputs=[src])
     written, report = import_file(fmt, src, out, strict=strict)
-    for place, reason in report.malformed[:20]:
-        click.echo(f"warning: {report.where(place)}: {reason}; skipped", err=True)
+    warn([f"{report.where(place)}: {reason}; skipped" for place, reason in report.malformed[:20]])
     if len(report.malformed) > 20:
-        click.echo(f"warning: {len(report.malformed) - 20} more malformed rows skipped", err=True)
-    for place, reason in report.invalid[:20]:
-        click.echo(f"warning: {report.where(place)}: {reason}; skipped", err=True)
+        warn([f"{len(report.malformed) - 20} more malformed rows skipped"])
+    warn([f"{report.where(place)}: {reason}; skipped" for place, reason in report.invalid[:20]])
     if len(report.invalid) > 20:
-        click.echo(f"warning: {len(report.invalid) - 20} more invalid records skipped", err=True)
+        warn([f"{len(report.invalid) - 20} more invalid records skipped"])
     click.echo(f"imported {written:,} records into {out}", err=True)
 
 
@@ -225,7 +218,7 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
 
     check_output_file("-o", out, inputs=files)
     done = export_mooncake(files, out, skip_corrupt=skip_corrupt)
-    _warn(done.warnings)
+    warn(done.warnings)
     click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 
@@ -239,7 +232,7 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
 
     check_output_file("-o", out, inputs=files)
     done = export_jsonl(files, out, skip_corrupt=skip_corrupt)
-    _warn(done.warnings)
+    warn(done.warnings)
     click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 

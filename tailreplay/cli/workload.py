@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
@@ -20,17 +21,11 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
-from tailreplay.printable import printable
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.studies.targets import fresh_simulators
 from tailreplay.units import parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
-
-
-def _warn(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(f"warning: {printable(line)}", err=True)
 
 
 @click.command()
@@ -55,7 +50,7 @@ def fit(
     write_text(out, json.dumps(workload.to_json(), indent=1) + "\n")
     for line in workload.describe():
         click.echo(line)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -101,7 +96,7 @@ def synth(
         raise UsageError("give --rate or --scale, not both")
     check_output_file("-o", out, inputs=[model])
     workload = Workload.load(model)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     written = synthesize(
         workload,
         out,
@@ -235,7 +230,7 @@ def validate_model(
             "would only raise the load"
         )
     workload = Workload.load(model_path)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     if target is not None and sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
@@ -260,9 +255,9 @@ def validate_model(
         lag_limit * 1e3,
         windows=windows,
     )
-    results = run_check(config, lambda line: click.echo(line, err=True))
+    results = run_check(config, say)
     for line in render(results):
-        click.echo(line)
+        show(line)
     if json_path is not None:
         write_text(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.unmeasured]
