@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from tailreplay.cli.echo import warn
+from tailreplay.cli.echo import say, warn
 from tailreplay.cli.options import (
     DURATION,
     archives_argument,
@@ -200,7 +200,9 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
     warn([f"{report.where(place)}: {reason}; skipped" for place, reason in report.invalid[:20]])
     if len(report.invalid) > 20:
         warn([f"{len(report.invalid) - 20} more invalid records skipped"])
-    click.echo(f"imported {written:,} records into {out}", err=True)
+    skipped = len(report.malformed) + len(report.invalid)
+    said = f" ({skipped:,} {'row' if skipped == 1 else 'rows'} skipped)" if skipped else ""
+    say(f"imported {written:,} records into {out}{said}")
 
 
 @traces.group(name="export")
