@@ -2,6 +2,9 @@
 
 `traces inspect` (an archive's header and records), `traces stats` (the stats
 tables) and `report` / `replay --report` (the report's tables) all render here.
+Text that came from outside (archive strings, a target's messages) is shown
+through ``printable`` (control characters escaped) and given to rich as ``Text``,
+never as markup: a model named ``[/bold]`` is a name, not a tag.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from tailreplay.printable import printable
 from tailreplay.report.tables import ReportTable
 from tailreplay.units import format_ns
 
@@ -45,13 +50,15 @@ def _value(name: str, value: Any) -> str:
     return str(value)
 
 
-def _lines(m: dict[str, Any], indent: str = "  ") -> list[str]:
-    width = max((len(k) for k in m), default=0)
-    return [f"{indent}{k.ljust(width)}  {_value(k, v)}" for k, v in m.items()]
+def _lines(m: dict[Any, Any], indent: str = "  ") -> list[str]:
+    # A key that is not a string (msgpack allows bytes) is shown as Python writes it.
+    keys = {k: printable(k if isinstance(k, str) else repr(k)) for k in m}
+    width = max(map(len, keys.values()), default=0)
+    return [f"{indent}{keys[k].ljust(width)}  {printable(_value(k, v))}" for k, v in m.items()]
 
 
 def describe_header(path: str, header: dict[str, Any]) -> str:
-    return "\n".join([f"{path}", "header:", *_lines(header)])
+    return "\n".join([printable(path), "header:", *_lines(header)])
 
 
 def describe_record(index: int, m: dict[str, Any]) -> str:
@@ -123,24 +130,32 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
     console.print(buckets)
 
 
+def _text(s: str) -> Text:
+    """Outside text as rich shows it: escaped, and never parsed as markup."""
+    return Text(printable(s))
+
+
 def print_report(line: str, tables: list[ReportTable], console: Console | None = None) -> None:
     console = console or _console()
-    console.print(line)
+    console.print(_text(line))
     for t in tables:
         if t.wide:
             continue
         if not t.rows:  # a finding in words, not a table
-            console.print(f"{t.title}: {t.note}")
+            console.print(_text(f"{t.title}: {t.note}"))
             continue
         table = Table(
-            title=t.title, title_justify="left", caption=t.note or None, caption_justify="left"
+            title=_text(t.title),
+            title_justify="left",
+            caption=_text(t.note) if t.note else None,
+            caption_justify="left",
         )
         for i, col in enumerate(t.columns):
             # The row label stays whole; figures fold rather than lose digits to "…".
             if i == 0:
-                table.add_column(col, no_wrap=True)
+                table.add_column(_text(col), no_wrap=True)
             else:
-                table.add_column(col, justify="right", overflow="fold")
+                table.add_column(_text(col), justify="right", overflow="fold")
         for row in t.rows:
-            table.add_row(*row)
+            table.add_row(*map(_text, row))
         console.print(table)

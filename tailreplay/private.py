@@ -8,15 +8,17 @@ mode of, some other file.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from tailreplay.errors import UsageError
 
-__all__ = ["open_private", "write_whole"]
+__all__ = ["open_private", "replaced_whole", "write_whole"]
 
 
 def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> IO[Any]:
@@ -49,14 +51,28 @@ def write_whole(path: str | os.PathLike[str], text: str | bytes) -> None:
     """``text`` to ``path`` (0600), whole or not at all: written beside it and renamed
     over it, so a full disk or a crash leaves the previous file, never a torn one.
     Raises OSError (the partial file removed)."""
+    with (
+        replaced_whole(path) as part,
+        open_private(part, "wb" if isinstance(text, bytes) else "w") as f,
+    ):
+        f.write(text)
+
+
+@contextlib.contextmanager
+def replaced_whole(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A path beside ``path`` to write a file to: renamed over ``path`` when the block
+    ends, removed when it raises. So an output is the whole of what was written, or
+    what was there before (nothing, or the previous file), never a part.
+
+    >>> with replaced_whole("out.jsonl") as part, open_private(part) as f: f.write(text)
+    """
     target = Path(path)
     _check_replaceable(target)
     part = target.with_name(f".{target.name}.part")
     try:
-        with open_private(part, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
+        yield part
         os.replace(part, target)
-    except OSError:
+    except BaseException:
         part.unlink(missing_ok=True)
         raise
 

@@ -299,8 +299,8 @@ def test_an_importer_never_writes_a_record_a_reader_rejects(tmp_path: Path) -> N
     out = tmp_path / "a.msgpack"
     result = _invoke("traces", "import", "mooncake", str(src), "-o", str(out))
     assert result.exit_code == 0, result.output
-    assert f"warning: {src}: record 2: 'input_tokens' must be an int in 0..2^32-1" in result.stderr
+    assert f"warning: {src}:2: 'input_tokens' must be an int in 0..2^32-1" in result.stderr
     assert [r.input_tokens for r in ArchiveReader([out])] == [100, 300]
     result = _invoke("traces", "import", "mooncake", "--strict", str(src), "-o", str(out))
     assert result.exit_code == 3
-    assert f"{src}: record 2: 'input_tokens' must be" in result.stderr
+    assert f"{src}:2: 'input_tokens' must be" in result.stderr

@@ -99,12 +99,21 @@ def test_a_high_rate_synthesis_of_few_records_is_quick(tmp_path: Path, model: Pa
         (lambda m: m["lengths"].update(weights=[-1.0, *m["lengths"]["weights"][1:]]), "lengths"),
         (lambda m: m["arrivals"]["mmpp"].update(rates=[float("nan")]), "arrivals.mmpp"),
         (lambda m: m["arrivals"]["mmpp"].update(bin_s=0), "arrivals.mmpp"),
-        (lambda m: m["arrivals"].update(kind="hawkes"), "'hawkes' is not renewal or mmpp"),
-        (lambda m: m["arrivals"].update(kind="renewal", renewal=None), "needs arrivals.renewal"),
+        (
+            lambda m: m["arrivals"].update(kind="hawkes"),
+            "arrivals.kind must be renewal or mmpp (got 'hawkes')",
+        ),
+        (
+            lambda m: m["arrivals"].update(kind="renewal", renewal=None),
+            "arrivals.renewal must be given for a renewal model",
+        ),
         (lambda m: m["lengths"].update(max_input=-5), "lengths"),
-        (lambda m: m.update(rate_rps="fast"), "rate_rps must be a positive number"),
+        (lambda m: m.update(rate_rps="fast"), "rate_rps must be a number above 0"),
         (lambda m: m.update(paths={}), "paths must map"),
-        (lambda m: m["arrivals"]["clock"].update(tick_s=-3), "clock.tick_s must be positive"),
+        (
+            lambda m: m["arrivals"]["clock"].update(tick_s=-3),
+            "arrivals.clock.tick_s must be null or a number of seconds",
+        ),
         (lambda m: m.update(warnings="oops"), "warnings must be a list of strings"),
         (lambda m: m.update(version="2"), "version '2' is not 2"),
     ],
@@ -161,3 +170,65 @@ def test_validate_model_at_a_target_that_is_not_there_fails(tmp_path: Path, mode
     line = _one_error(done.stderr)
     assert line.startswith("Error: the replay of exact.msgpack failed (exit 1): preflight: ")
     assert "cannot connect" in line and done.stdout == ""  # no table of nothing
+
+
+def _renewal(m: dict[str, Any], **dist: Any) -> None:
+    m["arrivals"].update(kind="renewal", renewal={"family": "gamma", "shape": 0.5, "scale": 1.0})
+    m["arrivals"]["renewal"].update(dist)
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda m: m.update(rate_rps=1e308), "rate_rps"),
+        (lambda m: m["arrivals"].update(rate_rps=-5.0), "arrivals.rate_rps"),
+        (lambda m: m.update(records=10**30), "records"),
+        (lambda m: m["arrivals"]["mmpp"]["rates"].__setitem__(0, 1e308), "arrivals.mmpp.rates"),
+        (lambda m: m["arrivals"]["mmpp"].update(bin_s=1e-308), "arrivals.mmpp.bin_s"),
+        (lambda m: m["arrivals"]["mmpp"].update(bin_s=1e308), "arrivals.mmpp.bin_s"),
+        (lambda m: m["arrivals"]["mmpp"].update(loglik=10**30), "arrivals.mmpp.loglik"),
+        (
+            lambda m: m["arrivals"]["mmpp"]["initial"].__setitem__(0, float("nan")),
+            "arrivals.mmpp.initial",
+        ),
+        (lambda m: m["lengths"]["weights"].__setitem__(0, float("nan")), "lengths.weights"),
+        (lambda m: m["lengths"]["means"][0].__setitem__(0, 1e300), "lengths.means"),
+        (lambda m: _renewal(m, shape=1e308), "arrivals.renewal.shape"),
+        (lambda m: _renewal(m, scale=1e-320), "arrivals.renewal.scale"),
+        (
+            lambda m: m["arrivals"].update(profile_bin_s=60.0, rate_profile=[1e-300, 1e-300]),
+            "arrivals.rate_profile",
+        ),
+    ],
+)
+def test_an_out_of_range_model_value_is_one_line_naming_it_and_leaves_no_output(
+    tmp_path: Path, model: Path, edit: Any, field: str
+) -> None:
+    m = json.loads(model.read_text())
+    edit(m)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(m))
+    out = tmp_path / "s.msgpack"
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tailreplay",
+            "traces",
+            "synth",
+            str(bad),
+            "-o",
+            str(out),
+            "--count",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert time.monotonic() - t0 < 30
+    assert done.returncode == 3, done.stderr
+    assert f"({field} " in _one_error(done.stderr), done.stderr
+    assert list(tmp_path.iterdir()) == [bad]  # no archive, empty or partial, no part file

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tailreplay.cli.echo import say, show
 from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
 from tailreplay.errors import RunFailed
 from tailreplay.output_path import check_output_file
@@ -193,7 +194,7 @@ def capacity(
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             check_output_file(flag, path, inputs=list(archives))
-    result = run_capacity(study, lambda line: click.echo(line, err=True))
+    result = run_capacity(study, say)
     _finish(result, json_path, plot_path, require)
 
 
@@ -205,7 +206,7 @@ def _finish(
     from tailreplay.report.capacity import plot, render, to_json
 
     for line in render(result):
-        click.echo(line)
+        show(line)
     if json_path is not None:
         write_text(json_path, json.dumps(to_json(result), indent=1) + "\n")
     if plot_path is not None:

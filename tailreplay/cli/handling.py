@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from tailreplay.errors import EXIT_INPUT, TailreplayError
+from tailreplay.printable import printable
 
 __all__ = ["HandledGroup", "run_standalone", "setup_logging"]
 
@@ -35,11 +36,11 @@ def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:
     try:
         return invoke(ctx)
     except TailreplayError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        _error(str(exc))
         ctx.exit(exc.exit_code)
     except click.UsageError as exc:  # click's own checks (ranges, choices, unknown flags)
         where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
-        click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+        _error(f"{exc.format_message()} (see '{where} --help')")
         ctx.exit(exc.exit_code)
     except KeyboardInterrupt:  # before a command could take Ctrl-C over (click says "Aborted!")
         click.echo("interrupted", err=True)
@@ -47,8 +48,14 @@ def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:
     except BrokenPipeError:
         _reader_gone()
     except OSError as exc:
-        click.echo(f"Error: {_file_error(exc)}", err=True)
+        _error(_file_error(exc))
         ctx.exit(EXIT_INPUT)
+
+
+def _error(message: str) -> None:
+    """The one line a failed command ends with. Its message may hold a file name or a
+    target's words: shown escaped (``printable``), so it stays one line."""
+    click.echo(f"Error: {printable(message)}", err=True)
 
 
 EXIT_PIPE = 128 + signal.SIGPIPE
@@ -86,12 +93,12 @@ def run_standalone(command: click.Command, args: list[str], prog_name: str) -> N
     try:
         code = command.main(args, prog_name, standalone_mode=False)
     except TailreplayError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        _error(str(exc))
         sys.exit(exc.exit_code)
     except click.ClickException as exc:  # wrong flags and values
         ctx = getattr(exc, "ctx", None)
         where = ctx.command_path if ctx is not None else prog_name
-        click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+        _error(f"{exc.format_message()} (see '{where} --help')")
         sys.exit(exc.exit_code)
     except click.Abort:  # Ctrl-C before the command could take it over
         click.echo("interrupted", err=True)
@@ -99,6 +106,6 @@ def run_standalone(command: click.Command, args: list[str], prog_name: str) -> N
     except BrokenPipeError:
         _reader_gone()
     except OSError as exc:
-        click.echo(f"Error: {_file_error(exc)}", err=True)
+        _error(_file_error(exc))
         sys.exit(EXIT_INPUT)
     sys.exit(code if isinstance(code, int) else 0)

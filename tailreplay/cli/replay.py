@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailreplay.cli.echo import say, show
 from tailreplay.cli.options import (
     BODY_DROP,
     BODY_SET,
@@ -271,10 +272,10 @@ def replay(**options: Any) -> None:
     from tailreplay.report.write import fail_on_slo
 
     for line in summary_lines(outcome.summary):
-        click.echo(line)
-    click.echo(f"results: {config.out}")
+        show(line)  # the target's error messages among them
+    show(f"results: {config.out}")
     if outcome.aborted:
-        click.echo(f"Error: {outcome.aborted}", err=True)
+        say(f"Error: {outcome.aborted}")
     assert config.out is not None
     result = _judged(args, config.out, outcome)
     code = outcome.exit_code
@@ -299,7 +300,7 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
         if args.out is None:
             reserved = reserve(out)
             config = replace(config, out=reserved)
-        return config, run_replay(config, args.workers, lambda line: click.echo(line, err=True))
+        return config, run_replay(config, args.workers, say)
     except BaseException as exc:
         if reserved is not None:
             drop_if_empty(reserved)  # refused before writing: no empty file left behind

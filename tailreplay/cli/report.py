@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tailreplay.cli.echo import say
 from tailreplay.cli.options import (
     KEY_VALUE,
     buckets_option,
@@ -108,6 +109,6 @@ def report(
         seed=seed,
         thresholds=parse_thresholds(thresholds),
     )
-    result = write_report(options, say=lambda line: click.echo(line, err=True))
+    result = write_report(options, say=say)
     print_report(result.headline, result.tables)
     fail_on_slo(result)

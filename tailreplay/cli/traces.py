@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from tailreplay.cli.echo import say, warn
 from tailreplay.cli.options import (
     DURATION,
     archives_argument,
@@ -27,11 +28,6 @@ from tailreplay.traces.archive.samples import SAMPLES
 from tailreplay.units import format_duration, format_ns
 
 __all__ = ["traces"]
-
-
-def _warn(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(f"warning: {line}", err=True)
 
 
 @click.group()
@@ -59,7 +55,7 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     click.echo(describe_header(str(file), reader.headers[0]))
     for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
         click.echo(describe_record(i, m))
-    _warn(reader.warnings())
+    warn(reader.warnings())
 
 
 @traces.command()
@@ -76,7 +72,7 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corru
     cols = load_columns(
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
     )
-    _warn(cols.warnings)
+    warn(cols.warnings)
     summary = summarize(cols, buckets)
     if as_json:
         click.echo(json.dumps(summary))
@@ -93,7 +89,7 @@ def merge(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     from tailreplay.traces.archive.ops import copy_records
 
     result = copy_records(files, out, source="merge", skip_corrupt=skip_corrupt)
-    _warn(result.warnings)
+    warn(result.warnings)
     click.echo(f"wrote {result.written:,} records to {out}", err=True)
 
 
@@ -121,17 +117,18 @@ def slice_(
     skip_corrupt: bool,
 ) -> None:
     """Write the records matching every given filter to a new archive."""
-    from tailreplay.traces.archive.ops import copy_records, record_filter, time_window
+    from tailreplay.traces.archive.ops import copy_records, record_filter, stop_at, time_window
 
     start_ns, end_ns = time_window(files, from_, to, skip_corrupt=skip_corrupt)
     keep = record_filter(
         start_ns=start_ns, end_ns=end_ns, path_glob=path_glob, model=model, status=status
     )
+    stop = stop_at(files, end_ns, skip_corrupt=skip_corrupt)
     result = copy_records(
-        files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop_after_ns=end_ns
+        files, out, source="slice", keep=keep, skip_corrupt=skip_corrupt, stop=stop
     )
-    _warn(result.warnings)
-    # Reading stops at --to (the archive is in time order): "read" is not the file's size.
+    warn(result.warnings)
+    # Reading stops once every record before --to is read: "read" is not the file's size.
     upto = " up to --to" if to else ""
     click.echo(
         f"wrote {result.written:,} records to {out} (of {result.read:,} read{upto})", err=True
@@ -169,10 +166,10 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
         source="peak",
         keep=keep,
         skip_corrupt=skip_corrupt,
-        stop_after_ns=found.end_ns,
+        stop=found.stop,
         extra_header={"peak": {"window_s": window, "by": by, "start_ns": found.start_ns}},
     )
-    _warn(result.warnings)
+    warn(result.warnings)
     click.echo(
         f"busiest {format_duration(window)} by {by}: {format_ns(found.start_ns)} to "
         f"{format_ns(found.end_ns)}, {found.requests:,} requests, {found.tokens:,} tokens; "
@@ -197,15 +194,15 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
 
     check_output_file("-o", out, inputs=[src])
     written, report = import_file(fmt, src, out, strict=strict)
-    for line, reason in report.malformed[:20]:
-        click.echo(f"warning: {src}:{line}: {reason}; skipped", err=True)
+    warn([f"{report.where(place)}: {reason}; skipped" for place, reason in report.malformed[:20]])
     if len(report.malformed) > 20:
-        click.echo(f"warning: {len(report.malformed) - 20} more malformed rows skipped", err=True)
-    for n, reason in report.invalid[:20]:
-        click.echo(f"warning: {src}: record {n}: {reason}; skipped", err=True)
+        warn([f"{len(report.malformed) - 20} more malformed rows skipped"])
+    warn([f"{report.where(place)}: {reason}; skipped" for place, reason in report.invalid[:20]])
     if len(report.invalid) > 20:
-        click.echo(f"warning: {len(report.invalid) - 20} more invalid records skipped", err=True)
-    click.echo(f"imported {written:,} records into {out}", err=True)
+        warn([f"{len(report.invalid) - 20} more invalid records skipped"])
+    skipped = len(report.malformed) + len(report.invalid)
+    said = f" ({skipped:,} {'row' if skipped == 1 else 'rows'} skipped)" if skipped else ""
+    say(f"imported {written:,} records into {out}{said}")
 
 
 @traces.group(name="export")
@@ -222,8 +219,9 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
     from tailreplay.traces.archive.export import export_mooncake
 
     check_output_file("-o", out, inputs=files)
-    n = export_mooncake(files, out, skip_corrupt=skip_corrupt)
-    click.echo(f"exported {n:,} records to {out}", err=True)
+    done = export_mooncake(files, out, skip_corrupt=skip_corrupt)
+    warn(done.warnings)
+    click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 
 @export_.command(name="jsonl")
@@ -235,8 +233,9 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
     from tailreplay.traces.archive.export import export_jsonl
 
     check_output_file("-o", out, inputs=files)
-    n = export_jsonl(files, out, skip_corrupt=skip_corrupt)
-    click.echo(f"exported {n:,} records to {out}", err=True)
+    done = export_jsonl(files, out, skip_corrupt=skip_corrupt)
+    warn(done.warnings)
+    click.echo(f"exported {done.written:,} records to {out}", err=True)
 
 
 @export_.command(name="otlp")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
@@ -23,11 +24,6 @@ from tailreplay.sim.profiles import PROFILES
 from tailreplay.units import parse_http_url, parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
-
-
-def _warn(lines: list[str]) -> None:
-    for line in lines:
-        click.echo(f"warning: {line}", err=True)
 
 
 @click.command()
@@ -52,7 +48,7 @@ def fit(
     write_text(out, json.dumps(workload.to_json(), indent=1) + "\n")
     for line in workload.describe():
         click.echo(line)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -98,7 +94,7 @@ def synth(
         raise UsageError("give --rate or --scale, not both")
     check_output_file("-o", out, inputs=[model])
     workload = Workload.load(model)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     written = synthesize(
         workload,
         out,
@@ -226,7 +222,7 @@ def validate_model(
             "would only raise the load"
         )
     workload = Workload.load(model_path)
-    _warn(workload.warnings)
+    warn(workload.warnings)
     if target is not None and sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
@@ -248,9 +244,9 @@ def validate_model(
         lag_limit_s=lag_limit,
         windows=windows,
     )
-    results = run_check(config, lambda line: click.echo(line, err=True))
+    results = run_check(config, say)
     for line in render(results):
-        click.echo(line)
+        show(line)
     if json_path is not None:
         write_text(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.unmeasured]

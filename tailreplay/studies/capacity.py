@@ -206,7 +206,7 @@ def busiest_window(
         path,
         source="capacity",
         keep=record_filter(start_ns=peak.start_ns, end_ns=peak.end_ns),
-        stop_after_ns=peak.end_ns,
+        stop=peak.stop,
     )
     say(f"window: the busiest {format_duration(window_s)}, {peak.requests:,} requests")
     starts = load_columns([path], [])["start_ns"]

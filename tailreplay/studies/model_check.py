@@ -40,7 +40,7 @@ from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.targets import fresh_targets
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.traces.archive.columns import load_columns
-from tailreplay.traces.archive.ops import copy_records, record_filter
+from tailreplay.traces.archive.ops import Stop, copy_records, record_filter
 from tailreplay.traces.results.client_health import client_verdict
 from tailreplay.traces.results.metrics import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
@@ -210,9 +210,8 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
         exact = cfg.out_dir / ("exact.msgpack" if cfg.windows == 1 else f"exact-{k + 1}.msgpack")
         exact.unlink(missing_ok=True)
         keep = record_filter(start_ns=lo, end_ns=hi)
-        done = copy_records(
-            [cfg.archive], exact, source="validate-model", keep=keep, stop_after_ns=hi
-        )
+        stop = Stop(hi, int(np.searchsorted(starts, hi, side="left")))
+        done = copy_records([cfg.archive], exact, source="validate-model", keep=keep, stop=stop)
         if done.written < 10:
             raise InputError(f"window {k + 1} holds {done.written} records; at least 10 are needed")
         held.append((exact, span_s, done.written))

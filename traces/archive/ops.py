@@ -24,7 +24,16 @@ from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.writer import write_archive
 from tailreplay.units import parse_time
 
-__all__ = ["OpResult", "Peak", "copy_records", "find_peak", "record_filter", "time_window"]
+__all__ = [
+    "OpResult",
+    "Peak",
+    "Stop",
+    "copy_records",
+    "find_peak",
+    "record_filter",
+    "stop_at",
+    "time_window",
+]
 
 Filter = Callable[[dict[str, Any]], bool]
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "error")
@@ -37,12 +46,26 @@ class OpResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Stop:
+    """Where a copy may stop reading: at the first record starting at or after
+    ``at_ns`` once the ``before`` records that start earlier (counted over the
+    columns) have all been read. The stream is in time order but for records out of
+    order beyond the re-ordering window: one moved an hour later must not end the
+    copy before the records that follow it."""
+
+    at_ns: int
+    before: int
+
+
 @dataclass
 class Peak:
     start_ns: int
     end_ns: int
     requests: int
     tokens: int
+    stop: Stop
+    """Where copying the window may stop reading."""
 
 
 def copy_records(
@@ -52,13 +75,13 @@ def copy_records(
     source: str,
     keep: Filter | None = None,
     skip_corrupt: bool = False,
-    stop_after_ns: int | None = None,
+    stop: Stop | None = None,
     extra_header: dict[str, Any] | None = None,
 ) -> OpResult:
     """Write the records of ``inputs`` that ``keep`` accepts to ``out``, in time order.
 
-    ``stop_after_ns`` ends reading at the first record starting at or after it (the
-    stream is time-ordered, so nothing later can match).
+    ``stop`` ends reading where nothing later can match (``keep`` refuses every record
+    from ``stop.at_ns`` on); ``read`` counts the records before it.
     """
     in_paths = [Path(p) for p in inputs]
     out_path = Path(out)
@@ -77,8 +100,10 @@ def copy_records(
     def kept() -> Iterator[dict[str, Any]]:
         nonlocal read
         for m in reader.iter_maps():
-            if stop_after_ns is not None and m["start_ns"] >= stop_after_ns:
-                break
+            if stop is not None and m["start_ns"] >= stop.at_ns:
+                if read >= stop.before:
+                    break
+                continue  # out of order: a record before the stop is still to come
             read += 1
             if keep is None or keep(m):
                 yield m
@@ -144,13 +169,26 @@ def find_peak(
     ends = np.searchsorted(starts, starts + window_ns, side="left")
     sums = cum[ends] - cum[np.arange(cols.n)]
     best = int(np.argmax(sums))
-    end = int(ends[best])
+    end = int(ends[best])  # the starts are sorted: the records before the window's end
+    end_ns = int(starts[best]) + window_ns
     return Peak(
         start_ns=int(starts[best]),
-        end_ns=int(starts[best]) + window_ns,
+        end_ns=end_ns,
         requests=end - best,
         tokens=int(tokens[best:end].sum()),
+        stop=Stop(end_ns, end),
     )
+
+
+def stop_at(
+    paths: Sequence[str | os.PathLike[str]], at_ns: int | None, *, skip_corrupt: bool = False
+) -> Stop | None:
+    """Where a copy of the records before ``at_ns`` may stop reading (one pass over
+    the start times, through the column scanner); None for no end."""
+    if at_ns is None:
+        return None
+    starts = load_columns(paths, [], skip_corrupt=skip_corrupt)["start_ns"]
+    return Stop(at_ns, int(np.searchsorted(starts, at_ns, side="left")))
 
 
 def time_window(

@@ -1,9 +1,11 @@
 """Importers of public trace formats into archives (docs/importers.md).
 
-Each format module has ``read(path, report) -> Iterator[Record]``: it streams the
-file, and calls ``report.bad(line, reason)`` for a malformed row instead of
-raising, so one bad row never loses the rest (``rows.py``: the report, and the ids
-and records the formats make of rows). ``import_file`` writes the records.
+Each format module has ``read(path, report) -> Iterator[(place, Record)]``: it
+streams the file (``text_input.py``: bounded lines, CSV rows, whole documents), and
+calls ``report.bad(place, reason)`` for a malformed row instead of raising, so one
+bad row never loses the rest (``rows.py``: the report, and the ids and records the
+formats make of rows). A row's place is its line number, or in a format read whole
+its name (``entry 3``). ``import_file`` writes the records.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.validate import record_problem
 from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.importers import azure, burstgpt, har, mooncake, otlp_json
-from tailreplay.traces.importers.rows import ImportReport
+from tailreplay.traces.importers.rows import ImportReport, Place
 
 __all__ = ["FORMATS", "ImportReport", "import_file"]
 
 
-Reader = Callable[[Path, ImportReport], Iterator[Record]]
+Reader = Callable[[Path, ImportReport], Iterator[tuple[Place, Record]]]
 
 _READERS: dict[str, Reader] = {
     "azure": azure.read,
@@ -47,14 +49,14 @@ def _check_input(path: Path) -> None:
         raise InputError(f"{path}: a binary file, not a text trace")
 
 
-def _valid(records: Iterator[Record], report: ImportReport) -> Iterator[Record]:
+def _valid(rows: Iterator[tuple[Place, Record]], report: ImportReport) -> Iterator[Record]:
     """The records every reader will accept (traces/archive/validate.py); the rest are rejected."""
-    for n, record in enumerate(records, start=1):
+    for place, record in rows:
         problem = record_problem(record.to_map())
         if problem is None:
             yield record
         else:
-            report.reject(n, problem)
+            report.reject(place, problem)
 
 
 def import_file(
@@ -67,14 +69,11 @@ def import_file(
     _check_input(path)
     report = ImportReport(str(path), strict)
     header = make_header(f"import:{fmt}", extra={"input": path.name})
-    try:
-        records = _valid(_READERS[fmt](path, report), report)  # checked, the bad reported
-        written = write_archive(out, header, records, checked=True)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not text ({exc.reason})") from None
-    if written == 0:
-        raise InputError(
-            f"{path}: no {fmt} records found"
-            + (f" ({why[0][1]})" if (why := report.malformed or report.invalid) else "")
-        )
-    return written, report
+    records = _valid(_READERS[fmt](path, report), report)  # checked, the bad reported
+
+    def some(written: int) -> None:
+        if written == 0:
+            why = report.malformed or report.invalid
+            raise InputError(f"{path}: no {fmt} records found" + (f" ({why[0][1]})" if why else ""))
+
+    return write_archive(out, header, records, checked=True, accept=some), report

@@ -11,27 +11,38 @@ from typing import Any
 from tailreplay.errors import InputError
 from tailreplay.traces.archive.record import Record
 
-__all__ = ["ImportReport", "chat_record", "stable_id"]
+__all__ = ["ImportReport", "Place", "chat_record", "stable_id"]
+
+
+Place = int | str
+"""Where a row is in its file: a line number, or, in a format read whole, a name such
+as ``entry 3``."""
 
 
 @dataclass
 class ImportReport:
+    """An import's skipped rows, each with its place and why: ``malformed`` rows did
+    not parse, ``invalid`` ones parsed into a record no reader would accept. With
+    ``strict``, the first of either raises ``InputError`` instead."""
+
     path: str
     strict: bool = False
-    malformed: list[tuple[int, str]] = field(default_factory=list)
+    malformed: list[tuple[Place, str]] = field(default_factory=list)
+    invalid: list[tuple[Place, str]] = field(default_factory=list)
 
-    invalid: list[tuple[int, str]] = field(default_factory=list)
-    """Records that parsed but hold a value no reader accepts: (record number, why)."""
+    def where(self, place: Place) -> str:
+        """``SRC:12`` for a line, ``SRC: entry 3`` otherwise."""
+        return f"{self.path}:{place}" if isinstance(place, int) else f"{self.path}: {place}"
 
-    def bad(self, line: int, reason: str) -> None:
-        self.malformed.append((line, reason))
+    def bad(self, place: Place, reason: str) -> None:
+        self.malformed.append((place, reason))
         if self.strict:
-            raise InputError(f"{self.path}:{line}: {reason}")
+            raise InputError(f"{self.where(place)}: {reason}")
 
-    def reject(self, n: int, reason: str) -> None:
-        self.invalid.append((n, reason))
+    def reject(self, place: Place, reason: str) -> None:
+        self.invalid.append((place, reason))
         if self.strict:
-            raise InputError(f"{self.path}: record {n}: {reason}")
+            raise InputError(f"{self.where(place)}: {reason}")
 
 
 def stable_id(source: str, n: int, size: int = 16) -> bytes:

@@ -54,6 +54,8 @@ _MAX_PROFILE_BINS = 100_000
 """Most bins of a rate curve (10-minute bins cover two years)."""
 _MAX_CHECK_S = 2e7
 """Longest simulated check (230 days) unless the recording is longer."""
+_MAX_BIN_ARRIVALS = 10_000_000
+"""Most arrivals one MMPP bin may bring at the rate asked for (80 MB of times)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,20 @@ def sample_times(
     else:
         mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)
         mmpp = mmpp.scaled(rate / mmpp.mean_rate)  # exact again if a state was clipped at 0
+        _check_bins(mmpp, rate, profile)
         yield from _mmpp_times(mmpp, model.clock, rng, profile)
+
+
+def _check_bins(mmpp: Mmpp, rate: float, profile: tuple[Array, float] | None) -> None:
+    """Refuse a rate at which one bin of the busiest state would hold more arrivals
+    than memory should: a bin's arrivals are drawn at once."""
+    busiest = max(mmpp.rates) * mmpp.bin_s * (float(max(profile[0])) if profile is not None else 1)
+    if not busiest <= _MAX_BIN_ARRIVALS:
+        raise UsageError(
+            f"at {rate:g} req/s the model's busiest state brings {busiest:,.0f} requests "
+            f"in one {mmpp.bin_s:g} s bin, over {_MAX_BIN_ARRIVALS:,}: synthesise at a "
+            "lower rate"
+        )
 
 
 def _fit_counts(times: Array, clock: Clock, profile: tuple[Array, float] | None) -> list[Mmpp]:

@@ -34,6 +34,7 @@ from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model import Workload
+from tailreplay.traces.workload.model_checks import MAX_RATE
 from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["IDC_WARN", "KS_WARN", "fit", "synthesize"]
@@ -46,8 +47,6 @@ three times the recording's own standard error there) is warned."""
 FIT_SAMPLE = 200_000
 """Values the length model is fitted to at most (a seeded random subset beyond that)."""
 MAX_SYNTH = 50_000_000
-MAX_RATE = 1_000_000.0
-"""Requests per second a synthesis may ask for: beyond any replayable workload."""
 MAX_SPAN_S = 10 * 365 * 86400.0
 """Longest span a count-bounded synthesis may need (ten years) before it is refused."""
 ARRIVALS = ("model", "poisson")
@@ -279,9 +278,12 @@ def _shapes(workload: Workload, rng: np.random.Generator) -> Iterator[_Shape]:
     """Request shapes, drawn in blocks of a fixed size so that the n-th request is the
     same whatever arrival process is drawn beside it."""
     models = list(workload.models)
+    # Shares sum to 1 within 1e-6 (model_checks.py); numpy's draw wants closer.
     model_p = np.array(list(workload.models.values()))
+    model_p = model_p / model_p.sum() if models else model_p
     routes = list(workload.paths)
     route_p = np.array(list(workload.paths.values()))
+    route_p = route_p / route_p.sum()
     block = 65_536
     while True:
         inputs, outputs = workload.lengths.sample(rng, block)

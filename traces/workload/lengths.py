@@ -54,7 +54,8 @@ class Lengths:
     def sample(self, rng: np.random.Generator, n: int) -> tuple[Array, Array]:
         """``n`` (input, output) token counts: whole, within the recorded range (so a
         benchmark's fixed lengths come back exactly)."""
-        which = rng.choice(self.components, n, p=np.array(self.weights))
+        weights = np.array(self.weights)
+        which = rng.choice(self.components, n, p=weights / weights.sum())  # summing to 1 exactly
         z = np.empty((n, 2))
         for j in range(self.components):
             at = which == j
