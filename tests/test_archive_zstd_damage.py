@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.writer import FRAME_BYTES, ArchiveWriter
 from tests.helpers import HEADER, random_maps, run_measured
 
 BLOCK = 40  # records per zstd block (one flush)
@@ -216,3 +217,50 @@ def test_a_bomb_is_skipped_with_skip_corrupt(tmp_path: Path, layout: Layout) -> 
     assert got == layout.maps
     assert any("skipped damaged compressed data" in w for w in warnings), warnings
 
+
+def _frames(data: bytes) -> list[tuple[int, bytes]]:
+    """(compressed offset, decompressed bytes) of each frame of a well-formed file."""
+    out, at = [], 0
+    while at < len(data):
+        decoder = zstandard.ZstdDecompressor().decompressobj()
+        content = decoder.decompress(data[at:])
+        out.append((at, content))
+        at = len(data) - len(decoder.unused_data)
+    return out
+
+
+def _last_block(data: bytes) -> int:
+    """Where the last block of the file's first frame starts (RFC 8878's layout)."""
+    descriptor = data[4]
+    single = descriptor >> 5 & 1
+    at = 5 + (1 - single) + (0, 1, 2, 4)[descriptor & 3] + (single, 2, 4, 8)[descriptor >> 6]
+    while True:
+        head = int.from_bytes(data[at : at + 3], "little")
+        if head & 1:
+            return at
+        at += 3 + (1 if head >> 1 & 3 == 1 else head >> 3)
+
+
+def test_the_writer_starts_a_frame_every_few_mib_at_a_record(tmp_path: Path) -> None:
+    maps = random_maps(90_000, seed=5)  # about 11 MB packed
+    path = tmp_path / "w.msgpack.zst"
+    with ArchiveWriter(path, header=HEADER, queue_size=len(maps) + 1, check=False) as w:
+        for m in maps:
+            w.append(m)
+    data = path.read_bytes()
+    frames = _frames(data)
+    assert len(frames) >= 3
+    counts = []
+    for i, (_, content) in enumerate(frames):
+        assert len(content) <= FRAME_BYTES + (8 << 20)
+        objects = list(msgpack.Unpacker(io.BytesIO(content), raw=False))  # whole objects only
+        counts.append(len(objects) - (i == 0))  # the header is the first frame's first object
+        assert all(isinstance(o, dict) and "start_ns" in o for o in objects[i == 0 :])
+    assert sum(counts) == len(maps)
+    # Damage in the first frame costs the rest of that frame only.
+    damaged = bytearray(data)
+    damaged[_last_block(data)] |= 0b110  # its header: a reserved block type
+    path.write_bytes(bytes(damaged))
+    got, warnings = _maps(path, skip=True)
+    assert got[-(len(maps) - counts[0]) :] == maps[counts[0] :]
+    assert len(got) < len(maps) and any("compressed data" in w for w in warnings), warnings
