@@ -19,7 +19,7 @@ import zstandard
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.reader import ArchiveReader, open_chunks
 from tailreplay.traces.archive.writer import FRAME_BYTES, ArchiveWriter
 from tests.helpers import HEADER, random_maps, run_measured
 
@@ -186,10 +186,17 @@ def _zero_tail_bomb(layout: Layout) -> bytes:
     return layout.data + frame + rle * ((4 << 30 >> 17) - 1) + last
 
 
+# Every command that reads archives to their end (``traces inspect`` reads the first
+# records only, and a bomb lies past them).
 COMMANDS = {
     "stats": ["traces", "stats"],
+    "merge": ["traces", "merge", "-o", "{tmp}/merged.msgpack"],
+    "slice": ["traces", "slice", "-o", "{tmp}/sliced.msgpack"],
     "peak": ["traces", "peak", "--window", "10s", "-o", "{tmp}/peak.msgpack"],
+    "export-jsonl": ["traces", "export", "jsonl", "-o", "{tmp}/e.jsonl"],
+    "export-mooncake": ["traces", "export", "mooncake", "-o", "{tmp}/m.jsonl"],
     "fit": ["traces", "fit", "-o", "{tmp}/model.json"],
+    "report": ["report", "--replay-only"],
     "replay": ["replay", "--dry-run", "--out", "{tmp}/dry.msgpack"],
 }
 
@@ -264,3 +271,38 @@ def test_the_writer_starts_a_frame_every_few_mib_at_a_record(tmp_path: Path) -> 
     got, warnings = _maps(path, skip=True)
     assert got[-(len(maps) - counts[0]) :] == maps[counts[0] :]
     assert len(got) < len(maps) and any("compressed data" in w for w in warnings), warnings
+
+
+def test_the_budget_a_file_may_decompress_to_is_a_setting(
+    tmp_path: Path, layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.msgpack.zst"
+    path.write_bytes(layout.data)
+    monkeypatch.setenv("TAILREPLAY_ZSTD_BUDGET", "100KiB")
+    code, _, err = _stats(path)
+    assert code == 3 and "TAILREPLAY_ZSTD_BUDGET" in err, err
+    monkeypatch.setenv("TAILREPLAY_ZSTD_BUDGET", "lots")
+    code, _, err = _stats(path)
+    assert code == 2 and "TAILREPLAY_ZSTD_BUDGET='lots': not a size" in err, err
+
+
+def test_a_checksum_that_does_not_match_is_damage(tmp_path: Path) -> None:
+    maps = random_maps(50)
+    plain = msgpack.packb(HEADER) + b"".join(msgpack.packb(m) for m in maps)
+    data = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(plain))
+    data[-1] ^= 0x01  # the frame's checksum
+    path = tmp_path / "a.msgpack.zst"
+    path.write_bytes(bytes(data))
+    code, _, err = _stats(path)
+    assert code == 3 and "checksum" in err, err
+    got, warnings = _maps(path, skip=True)
+    assert got == maps and "checksum" in warnings[0]
+
+
+def test_a_stream_past_its_end_stays_at_its_end(tmp_path: Path, layout: Layout) -> None:
+    for name, data in (("a.msgpack", layout.plain), ("a.msgpack.zst", layout.data)):
+        path = tmp_path / name
+        path.write_bytes(data)
+        stream = open_chunks(path)
+        assert b"".join(stream) == layout.plain
+        assert next(stream, None) is None and next(stream, None) is None

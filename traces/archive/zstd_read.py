@@ -14,7 +14,7 @@ in this way stops with a ``StreamDamage`` telling the scan what happened; the sc
 Bounds, the same for every reader (``open_chunks`` is the one door):
 
 - ``MAX_RATIO``: output may not run past 1,000 times the compressed bytes read so far
-  (plus ``RATIO_SLACK``). Real captures compress about 4.6x; the writer starts a new
+  (plus ``RATIO_SLACK``, 4 MiB). Real captures compress about 4.6x; the writer starts a new
   frame every 4 MiB of records, each with an empty history, so even one prompt
   repeated in full bodies stays within a few hundred times. A compression bomb
   (records of a few bytes repeated, a tail of zeros) runs at 5,000-30,000x and is
@@ -55,8 +55,10 @@ _SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18")
 _FRAME_START = re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18")
 MAX_WINDOW = 32 << 20
 MAX_RATIO = 1000
-RATIO_SLACK = 8 << 20
-"""Output allowed beyond the ratio: a small file of long repeated prompts still reads."""
+RATIO_SLACK = 4 << 20
+"""Output allowed beyond the ratio: one writer's frame (``writer.FRAME_BYTES``) of
+anything, however repetitive (a small file of one long prompt repeated), still reads;
+a bomb of 11-byte records costs at most ~400,000 of them before it is stopped."""
 DEFAULT_BUDGET = 64 << 30
 BUDGET_ENV = "TAILREPLAY_ZSTD_BUDGET"
 _BLOCK_MAX = 128 << 10  # a block never decodes to more (RFC 8878, Block_Maximum_Size)
@@ -105,7 +107,7 @@ class ChunkStream(Iterator[bytes]):
         self._chunk_size = chunk_size
 
     def __next__(self) -> bytes:
-        chunk = self._f.read(self._chunk_size)
+        chunk = b"" if self._f.closed else self._f.read(self._chunk_size)
         if not chunk:
             self._f.close()
             raise StopIteration
@@ -142,6 +144,9 @@ class ZstdChunks(ChunkStream):
         self._decompressor = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
         self._buf = b""  # compressed bytes from offset _buf_at
         self._buf_at = 0
+        # Where the file ended when opened: a frame that runs past it is torn (a
+        # capture still being written reads as it was).
+        self._size = os.fstat(f.fileno()).st_size
         self._read_to = 0  # compressed bytes read so far (for the ratio)
         self.produced = 0
         """Decompressed bytes handed out so far."""
@@ -203,7 +208,7 @@ class ZstdChunks(ChunkStream):
         """Where the skippable frame at ``at`` ends (data a reader passes over)."""
         head = self._bytes(at, at + 8)
         end = at + 8 + int.from_bytes(head[4:], "little")
-        if len(head) < 8 or (end > at + 8 and not self._bytes(end - 1, end)):
+        if len(head) < 8 or end > self._size:
             raise _Stop("the file ends inside a skippable zstd frame", torn=True)
         self._read_to = max(self._read_to, end)
         return end
@@ -255,7 +260,7 @@ class ZstdChunks(ChunkStream):
                 break
         yield from self._feed(decoder, fed, pos, at, start_out)
         if checksum:
-            if len(self._bytes(pos, pos + 4)) < 4:
+            if pos + 4 > self._size:
                 raise _Stop("the file ends inside a zstd frame's checksum", torn=True)
             yield from self._feed(decoder, pos, pos + 4, at, start_out)
             pos += 4
@@ -305,7 +310,7 @@ class ZstdChunks(ChunkStream):
         if kind == 3 or size > _BLOCK_MAX:
             raise _Stop(f"damaged zstd block at compressed byte offset {at}", search_from=at + 1)
         end = at + 3 + (1 if kind == 1 else size)
-        if end > at + 3 and len(self._bytes(end - 1, end)) < 1:
+        if end > self._size:
             raise _Stop("the file ends inside a zstd block", torn=True)
         return _Block(at, end, _BLOCK_MAX if kind == 2 else size, bool(value & 1))
 
@@ -334,13 +339,14 @@ class ZstdChunks(ChunkStream):
         last = False
         while pos < end:
             # After the last block, only the frame's checksum is left.
+            what = "zstd frame checksum" if last else "zstd block"
             block = _Block(pos, pos + 4, 0, True) if last else self._block(pos)
             last = last or block.last
             try:
                 out = decoder.decompress(self._bytes(fed, block.end))
             except zstandard.ZstdError as exc:
                 where = f"compressed byte offset {pos}"
-                raise _Stop(f"damaged zstd block at {where} ({exc})", search_from=pos + 1) from exc
+                raise _Stop(f"damaged {what} at {where} ({exc})", search_from=pos + 1) from exc
             fed = pos = block.end
             if skip >= len(out):
                 skip -= len(out)
