@@ -46,6 +46,8 @@ def _jsonable(v: Any) -> Any:
         return v.hex()
     if isinstance(v, list | tuple):
         return [_jsonable(x) for x in v]
+    if isinstance(v, dict):  # a key this version does not know may hold anything
+        return {k.hex() if isinstance(k, bytes) else k: _jsonable(x) for k, x in v.items()}
     return v
 
 

@@ -14,11 +14,11 @@ in this way stops with a ``StreamDamage`` telling the scan what happened; the sc
 Bounds, the same for every reader (``open_chunks`` is the one door):
 
 - ``MAX_RATIO``: output may not run past 1,000 times the compressed bytes read so far
-  (plus ``RATIO_SLACK``, 4 MiB). Real captures compress about 4.6x; the writer starts a new
-  frame every 4 MiB of records, each with an empty history, so even one prompt
-  repeated in full bodies stays within a few hundred times. A compression bomb
-  (records of a few bytes repeated, a tail of zeros) runs at 5,000-30,000x and is
-  stopped after ``RATIO_SLACK`` bytes.
+  (plus ``RATIO_SLACK``, 1 MiB). Real captures compress about 4.6x; the writer
+  starts a new frame every 4 MiB of records, each with an empty history, so even one
+  prompt repeated in full bodies stays within a few hundred times. A compression
+  bomb (records of a few bytes repeated, a tail of zeros) runs at 5,000-30,000x and
+  is stopped soon after its first ``RATIO_SLACK`` bytes.
 - ``budget``: at most ``DEFAULT_BUDGET`` (64 GiB, 256 times the proxy's default
   rotation size) of output per file, ``TAILREPLAY_ZSTD_BUDGET`` to change it.
 - ``MAX_WINDOW``: a frame may ask for at most a 32 MiB window (what libzstd allocates
@@ -55,10 +55,10 @@ _SKIPPABLE = re.compile(rb"[\x50-\x5f]\x2a\x4d\x18")
 _FRAME_START = re.compile(rb"\x28\xb5\x2f\xfd|[\x50-\x5f]\x2a\x4d\x18")
 MAX_WINDOW = 32 << 20
 MAX_RATIO = 1000
-RATIO_SLACK = 4 << 20
-"""Output allowed beyond the ratio: one writer's frame (``writer.FRAME_BYTES``) of
-anything, however repetitive (a small file of one long prompt repeated), still reads;
-a bomb of 11-byte records costs at most ~400,000 of them before it is stopped."""
+RATIO_SLACK = 1 << 20
+"""Output allowed beyond the ratio: a first record of up to 1 MiB of anything, however
+repetitive, still reads. A bomb of 11-byte records after a few records is stopped
+within ~300,000 of them (a few seconds of any command)."""
 DEFAULT_BUDGET = 64 << 30
 BUDGET_ENV = "TAILREPLAY_ZSTD_BUDGET"
 _BLOCK_MAX = 128 << 10  # a block never decodes to more (RFC 8878, Block_Maximum_Size)
