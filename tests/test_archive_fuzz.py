@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgpack
 import pytest
 from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
@@ -37,7 +38,7 @@ from hypothesis import strategies as st
 
 from tailreplay.cli import cli
 from tests.archive_strategies import Archive, archives
-from tests.helpers import run_measured, write_plain
+from tests.helpers import HEADER, run_measured, write_plain
 
 EXAMPLES = int(os.environ.get("TAILREPLAY_FUZZ_EXAMPLES", "0")) or None
 DEADLINE_S = 30
@@ -303,3 +304,19 @@ def test_export_jsonl_writes_an_unknown_field_that_holds_bytes_in_a_map(tmp_path
     assert result.exit_code == 0, result.output
     line = json.loads((tmp_path / "o").read_text())
     assert line["a_future_field"] == {"k": "01", "02": ["03"]}
+
+
+def test_an_unknown_field_nested_past_32_levels_is_damage_to_every_reader(
+    tmp_path: Path,
+) -> None:
+    # What the fuzz found: 500 levels made `export jsonl` (and 1,000 `inspect`) overflow
+    # Python's stack; the C scanner already stopped past 32.
+    for depth, code in ((32, 0), (33, 3), (1000, 3)):
+        path = tmp_path / f"deep{depth}.msgpack"
+        path.write_bytes(
+            msgpack.packb(HEADER) + b"\x82\xa8start_ns\x01\xa1x" + b"\x91" * depth + b"\x00"
+        )
+        for args in (["stats"], ["inspect"], ["export", "jsonl", "-o", str(tmp_path / "o")]):
+            result = CliRunner().invoke(cli, ["traces", *args, str(path)])
+            assert result.exit_code == code, (depth, args, result.output[-300:])
+            assert code == 0 or "nests arrays and maps deeper than 32 levels" in result.stderr
