@@ -320,3 +320,10 @@ def test_an_unknown_field_nested_past_32_levels_is_damage_to_every_reader(
             result = CliRunner().invoke(cli, ["traces", *args, str(path)])
             assert result.exit_code == code, (depth, args, result.output[-300:])
             assert code == 0 or "nests arrays and maps deeper than 32 levels" in result.stderr
+    # The same in a header: damage, or with --skip-corrupt a field left out.
+    path = tmp_path / "deep-header.msgpack"
+    head = msgpack.packb({**HEADER, "y": 0})[:-1] + b"\x91" * 1000 + b"\x00"
+    path.write_bytes(head + msgpack.packb({"start_ns": 1}))
+    for skip, code in (([], 3), (["--skip-corrupt"], 0)):
+        result = CliRunner().invoke(cli, ["traces", "inspect", *skip, str(path)])
+        assert result.exit_code == code and "y nests arrays and maps" in result.stderr

@@ -403,13 +403,17 @@ def header_problems(header: dict[str, Any]) -> list[str]:
         sub = header.get(key)
         if type(sub) is dict:
             out += _problems(sub, checks, f"{key}.")
-    return out
+    deep = [k for k, v in header.items() if type(v) in _NESTS and not _shallow(v)]
+    return out + [f"{k} nests arrays and maps deeper than {MAX_NESTING} levels" for k in deep]
 
 
 def clean_header(header: dict[str, Any]) -> dict[str, Any]:
     """``header`` without its damaged fields (what ``--skip-corrupt`` reads)."""
     out = {
-        k: v for k, v in header.items() if k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS)
+        k: v
+        for k, v in header.items()
+        if (k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS))
+        and (type(v) not in _NESTS or _shallow(v))
     }
     for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
         sub = out.get(key)
