@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,17 @@ def test_a_stream_past_its_end_stays_at_its_end(tmp_path: Path, layout: Layout) 
         stream = open_chunks(path)
         assert b"".join(stream) == layout.plain
         assert next(stream, None) is None and next(stream, None) is None
+
+
+def test_files_read_one_after_another_are_open_one_at_a_time(tmp_path: Path) -> None:
+    paths = []
+    for i in range(60):
+        path = tmp_path / f"{i}.msgpack{'.zst' if i % 2 else ''}"
+        plain = msgpack.packb(HEADER) + b"".join(map(msgpack.packb, random_maps(2, seed=i)))
+        path.write_bytes(zstandard.ZstdCompressor().compress(plain) if i % 2 else plain)
+        paths.append(path)
+    before = len(os.listdir("/proc/self/fd"))
+    maps = ArchiveReader(paths, order="file").iter_maps()
+    next(maps)
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+    assert sum(1 for _ in maps) == 119

@@ -69,7 +69,40 @@ def _not_a_file(path: Path) -> InputError:
 
 def open_chunks(path: Path, chunk_size: int = _CHUNK) -> ChunkStream:
     """The file's bytes in chunks, decompressed (and bounded: ``zstd_read.py``) when it
-    is a zstd stream. A compressed stream may stop at damage: see ``damage``."""
+    is a zstd stream. A compressed stream may stop at damage: see ``damage``. The file
+    is opened at the first read: a set of files read one after another holds one open."""
+    return _LazyChunks(path, chunk_size)
+
+
+class _LazyChunks(ChunkStream):
+    """``open_chunks``'s stream: the file's own, opened when first asked for a chunk."""
+
+    def __init__(self, path: Path, chunk_size: int) -> None:
+        self._path = path
+        self._chunk_size = chunk_size
+        self._stream: ChunkStream | None = None
+
+    def __next__(self) -> bytes:
+        if self._stream is None:
+            self._stream = _open_stream(self._path, self._chunk_size)
+        try:
+            return next(self._stream)
+        except StopIteration:
+            self.damage = self._stream.damage
+            raise
+
+    def resume(self) -> bool:
+        if self._stream is None or not self._stream.resume():
+            return False
+        self.damage = None
+        return True
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+def _open_stream(path: Path, chunk_size: int) -> ChunkStream:
     try:
         f: BinaryIO = open(path, "rb")  # noqa: SIM115 - the stream closes it at its end
     except OSError as exc:
@@ -173,6 +206,12 @@ class FileScan:
             raise changed_while_read(self.path, limit, n)
 
     def _records(self) -> Generator[dict[str, Any], None, None]:
+        try:
+            yield from self._scan()
+        finally:  # done, or the consumer stopped: let go of the file now
+            self.chunks.close()
+
+    def _scan(self) -> Generator[dict[str, Any], None, None]:
         while not self.report.empty and not (self.header_only and self.upgrades is not None):
             damage = None
             if not self.eof and (chunk := self._read_chunk()) is not None:

@@ -117,6 +117,10 @@ class ChunkStream(Iterator[bytes]):
         """After damage: go on at the next frame; False when there is none."""
         return False
 
+    def close(self) -> None:
+        """Let go of the file (reading ends early, or a header was all that was asked)."""
+        self._f.close()
+
 
 class _Stop(Exception):
     """Decoding cannot go on here; ``search_from``: where to look for a next frame."""
@@ -163,6 +167,10 @@ class ZstdChunks(ChunkStream):
                 self._f.close()
             raise StopIteration
         return chunk
+
+    def close(self) -> None:
+        self._chunks = None  # the generator refers back to this object: break the cycle
+        self._f.close()
 
     def resume(self) -> bool:
         start, self._search_from = self._search_from, None
