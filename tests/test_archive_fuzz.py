@@ -11,7 +11,7 @@ header field outside ``traces/archive/validate.py`` is damage, and
 ``--skip-corrupt`` reads exactly the valid records.
 
 ``make test`` runs a short budget (30 archives in-process, 5 in child processes);
-``make fuzz`` sets TAILREPLAY_FUZZ_EXAMPLES=2500 (a twentieth of them in child
+``make fuzz`` sets TAILREPLAY_FUZZ_EXAMPLES=2800 (a twentieth of them in child
 processes too, one command each) and TAILREPLAY_FUZZ_TABLE to a file that receives
 the table of what ran (docs/benchmarks.md).
 """
