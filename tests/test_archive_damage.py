@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -15,6 +16,7 @@ from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.scan import FileScan
+from tailreplay.traces.archive.zstd_read import ChunkStream
 from tests.helpers import HEADER, random_maps, write_plain
 
 
@@ -60,7 +62,7 @@ def test_a_tail_the_writer_finished_after_the_read_is_still_being_written(
     seen = data[:-5]  # what the file held at the scan's last read
     reader = ArchiveReader([path], order="file")
     scan = FileScan(path, reader.reports[0], skip_corrupt=False)
-    scan.chunks = iter([seen])  # the writer's last bytes land after the scan's read
+    scan.chunks = ChunkStream(io.BytesIO(seen), 1 << 20)  # the writer's last bytes land later
     assert len(list(scan.records())) == 11
     (line,) = reader.reports[0].warnings()
     at = len(data) - len(msgpack.packb(maps[-1]))

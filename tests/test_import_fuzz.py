@@ -7,7 +7,7 @@ many records as it said. The same with ``--strict``, whose only difference is
 that the first skipped row is the error.
 
 ``make test`` runs a short budget (25 inputs a format); ``make fuzz`` sets
-TAILREPLAY_FUZZ_EXAMPLES=1500, of which this test runs a third a format.
+TAILREPLAY_FUZZ_EXAMPLES (2,800), of which this test runs a third a format.
 """
 
 from __future__ import annotations

@@ -127,14 +127,17 @@ def test_a_dry_run_of_one_window_of_small_records_is_bounded_by_the_budget(
 
 
 def test_a_dry_run_of_60_mb_records_stays_under_500_mb(tmp_path: Path) -> None:
-    # Six 60 MB request bodies starting together (the default budget holds few of them).
+    # Six 60 MB request bodies starting together (the default budget holds few of them),
+    # each with one random byte in 256: they compress about 70x (zeros would be a bomb).
+    body = bytearray(60 << 20)
+    body[::256] = random.Random(1).randbytes(len(body[::256]))
     maps = [{"start_ns": T0 + i, "duration_ns": 10**9, "status": 200, "input_tokens": 10,
-             "output_tokens": 5, "req_body": bytes(60 << 20)} for i in range(6)]  # fmt: skip
+             "output_tokens": 5, "req_body": body} for i in range(6)]  # fmt: skip
     path = tmp_path / "big.msgpack.zst"
     with open(path, "wb") as f, zstandard.ZstdCompressor().stream_writer(f) as z:
         z.write(msgpack.packb(CAPTURE))
         for m in maps:
             z.write(msgpack.packb(m))
-    del maps
-    assert path.stat().st_size < 1 << 20
+    del maps, body
+    assert path.stat().st_size < 16 << 20
     assert _dry_run_rss_mb(path, tmp_path) < 500

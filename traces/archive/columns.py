@@ -202,8 +202,12 @@ def _scan_file(
 
     # Chunked reads, not mmap: mapped file pages count as the process's memory, and
     # a 5M-record archive is hundreds of MB.
-    ok = _scan_chunks(open_chunks(path, chunk_size=8 << 20), keys, nvalued, take)
-    if not ok:
+    stream = open_chunks(path, chunk_size=8 << 20)
+    try:
+        ok = _scan_chunks(stream, keys, nvalued, take)
+    finally:
+        stream.close()
+    if not ok or stream.damage is not None:  # damaged compressed data: Python reports it
         return None
     values = _join(chunks)
     for name in names[:nvalued]:

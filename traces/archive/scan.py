@@ -13,7 +13,6 @@ files count decompressed bytes.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import stat
 from collections.abc import Callable, Generator, Iterator
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
-import zstandard
 
 from tailreplay.errors import (
     ArchiveCorrupt,
@@ -31,86 +29,24 @@ from tailreplay.errors import (
     NotAnArchive,
 )
 from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.file_report import Damage, FileReport
 from tailreplay.traces.archive.resync import RECORD_START, probe, record_follows
 from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
 from tailreplay.traces.archive.validate import clean_header, header_problems, record_problem
+from tailreplay.traces.archive.zstd_read import (
+    ChunkStream,
+    ZstdChunks,
+    decompress_budget,
+    is_zstd,
+)
 
 __all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
 
-log = logging.getLogger("tailreplay.archive")
-
 _CHUNK = 1 << 20
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _BIG = 4 << 20
 _TOO_LONG = f"an object longer than the {fmt.MAX_RECORD_BYTES >> 20} MiB record limit"
 
 _Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
-_Damage = tuple[int, str]  # (absolute byte offset, what is wrong there)
-
-
-class FileReport:
-    """What reading one file found: its header and any damage."""
-
-    __slots__ = (
-        "empty",
-        "first_skip",
-        "growing",
-        "header",
-        "header_problems",
-        "path",
-        "records",
-        "skipped_bytes",
-        "skipped_records",
-        "skipped_regions",
-        "torn_at",
-    )
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.header: dict[str, Any] = {}
-        self.header_problems: list[str] = []
-        self.empty = False
-        """The file holds no bytes (or only zero bytes): no header, no records."""
-        self.records = 0
-        self.torn_at: int | None = None
-        self.growing = False
-        """The torn tail is a record still being written: the file has grown past it."""
-        self.skipped_bytes = 0
-        self.skipped_regions = 0
-        self.skipped_records = 0
-        self.first_skip: _Damage | None = None
-
-    def warnings(self) -> list[str]:
-        """One human line per problem met so far."""
-        lines = []
-        if self.empty:
-            lines.append(f"{self.path}: empty file skipped (no header, no records)")
-        if self.header_problems:
-            lines.append(
-                f"{self.path}: ignored damaged header fields: {'; '.join(self.header_problems)}"
-            )
-        if self.torn_at is not None and self.growing:
-            lines.append(
-                f"{self.path}: still being written: {self.records} complete records read; "
-                f"the record at byte offset {self.torn_at} was not whole yet"
-            )
-        elif self.torn_at is not None:
-            lines.append(
-                f"{self.path}: torn final record at byte offset {self.torn_at} ignored "
-                f"(the writer was interrupted); {self.records} complete records read"
-            )
-        if self.skipped_records and self.first_skip is not None:
-            at, why = self.first_skip
-            lines.append(
-                f"{self.path}: skipped {self.skipped_records} damaged record(s) "
-                f"(the first at byte offset {at}: {why})"
-            )
-        if self.skipped_bytes:
-            lines.append(
-                f"{self.path}: skipped {self.skipped_bytes} corrupt bytes in "
-                f"{self.skipped_regions} region(s)"
-            )
-        return lines
 
 
 def check_readable(path: Path) -> None:
@@ -131,34 +67,57 @@ def _not_a_file(path: Path) -> InputError:
     return InputError(f"{path}: not a regular file (a pipe or a device); save it to a file first")
 
 
-def open_chunks(path: Path, chunk_size: int = _CHUNK) -> Iterator[bytes]:
-    """The file's bytes in chunks, decompressed when it is a zstd stream."""
+def open_chunks(path: Path, chunk_size: int = _CHUNK) -> ChunkStream:
+    """The file's bytes in chunks, decompressed (and bounded: ``zstd_read.py``) when it
+    is a zstd stream. A compressed stream may stop at damage: see ``damage``. The file
+    is opened at the first read: a set of files read one after another holds one open."""
+    return _LazyChunks(path, chunk_size)
+
+
+class _LazyChunks(ChunkStream):
+    """``open_chunks``'s stream: the file's own, opened when first asked for a chunk."""
+
+    def __init__(self, path: Path, chunk_size: int) -> None:
+        self._path = path
+        self._chunk_size = chunk_size
+        self._stream: ChunkStream | None = None
+
+    def __next__(self) -> bytes:
+        if self._stream is None:
+            self._stream = _open_stream(self._path, self._chunk_size)
+        try:
+            return next(self._stream)
+        except StopIteration:
+            self.damage = self._stream.damage
+            raise
+
+    def resume(self) -> bool:
+        if self._stream is None or not self._stream.resume():
+            return False
+        self.damage = None
+        return True
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+def _open_stream(path: Path, chunk_size: int) -> ChunkStream:
     try:
-        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in finally below
+        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - the stream closes it at its end
     except OSError as exc:
         raise InputError(f"{path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        raise _not_a_file(path)
     try:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise _not_a_file(path)
         magic = f.read(4)
         f.seek(0)
-        if magic == _ZSTD_MAGIC:
-            reader = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True)
-            while True:
-                try:
-                    chunk = reader.read(chunk_size)
-                except zstandard.ZstdError as exc:
-                    log.warning("%s: compressed stream damaged (%s); reading stops here", path, exc)
-                    return
-                if not chunk:
-                    return
-                yield chunk
-        else:
-            while chunk := f.read(chunk_size):
-                yield chunk
-    finally:
+        if is_zstd(magic):
+            return ZstdChunks(f, chunk_size, decompress_budget())
+        return ChunkStream(f, chunk_size)
+    except BaseException:
         f.close()
+        raise
 
 
 def changed_while_read(path: Path, counted: int, now: int) -> ArchiveError:
@@ -175,7 +134,7 @@ def _grew_past(path: Path, read: int) -> bool:
     (the writer appended after the scan's last read: its tail was being written)."""
     try:
         with open(path, "rb") as f:
-            if f.read(4) == _ZSTD_MAGIC:  # offsets are of the decompressed stream
+            if is_zstd(f.read(4)):  # offsets are of the decompressed stream
                 return False
             return os.fstat(f.fileno()).st_size > read
     except OSError:
@@ -247,6 +206,12 @@ class FileScan:
             raise changed_while_read(self.path, limit, n)
 
     def _records(self) -> Generator[dict[str, Any], None, None]:
+        try:
+            yield from self._scan()
+        finally:  # done, or the consumer stopped: let go of the file now
+            self.chunks.close()
+
+    def _scan(self) -> Generator[dict[str, Any], None, None]:
         while not self.report.empty and not (self.header_only and self.upgrades is not None):
             damage = None
             if not self.eof and (chunk := self._read_chunk()) is not None:
@@ -265,8 +230,7 @@ class FileScan:
             if damage is not None:
                 if not self._get_past(*damage):
                     return
-            elif self.eof:
-                self._check_end()
+            elif self.eof and not self._past_end():
                 return
 
     def _read_chunk(self) -> bytes | None:
@@ -278,7 +242,7 @@ class FileScan:
             self.buf += chunk
         return chunk
 
-    def _unpack_whole_objects(self) -> Generator[dict[str, Any], None, _Damage | None]:
+    def _unpack_whole_objects(self) -> Generator[dict[str, Any], None, Damage | None]:
         """Yield the valid records the unpacker holds whole; return the damage that
         stopped it, if any. The header is checked when it comes by. ``buf`` is trimmed
         to what is left."""
@@ -287,7 +251,7 @@ class FileScan:
         ubase = self.ubase
         upgrades = self.upgrades
         start = base = self.base
-        damage: _Damage | None = None
+        damage: Damage | None = None
         while True:
             # ``base`` is where the next object starts: tell() cannot be trusted for
             # that after an OutOfData, since it then already counts the partial object.
@@ -346,7 +310,13 @@ class FileScan:
 
     def _check_header(self, obj: object) -> list[_Upgrade]:
         """Check the file's first object is a header; return the upgrades its version needs."""
-        if obj == 0 and type(obj) is int and not any(self.buf) and self._rest_is_zeros():
+        if (
+            obj == 0
+            and type(obj) is int
+            and not any(self.buf)
+            and self._rest_is_zeros()
+            and not self._broken()
+        ):
             self.report.empty = True  # zero-filled: allocated, never written
             return []
         if type(obj) is not dict or obj.get("format") != fmt.FORMAT:
@@ -362,7 +332,7 @@ class FileScan:
         self.report.header_problems = problems
         return upgrades
 
-    def _leftover_damage(self) -> _Damage | None:
+    def _leftover_damage(self) -> Damage | None:
         """At the end of the file: are the bytes that form no whole object damage?"""
         # Bytes left at the end that do not form a whole object: a torn final record,
         # unless a valid record follows them — then a damaged length prefix is
@@ -379,20 +349,58 @@ class FileScan:
         if self.upgrades is None:
             raise NotAnArchive(f"{self.path}: not a tailreplay archive ({reason})")
         if self._rest_is_zeros():
+            if self._broken():  # zeros up to damaged compressed data: a bomb's zero tail
+                return self._past_broken_stream(bad_at)
             # Zero-filled blocks after a power loss: a torn tail, not damage.
             self.report.torn_at = bad_at
             return False
         if not self.skip_corrupt:
             raise ArchiveCorrupt(str(self.path), bad_at, reason)
-        skipped, found = self._resync()
+        skipped, _ = self._resync()
         skipped += self.zeros_dropped
         self.zeros_dropped = 0
         self.report.skipped_bytes += skipped
         self.report.skipped_regions += 1
-        if not found:
-            return False
+        # Found or not, the scan goes on: at the end of the stream (``eof``), the next
+        # step sees whether damaged compressed data stopped it.
         self.base = bad_at + skipped
         self._restart_unpacker()
+        return True
+
+    def _past_end(self) -> bool:
+        """At the end of the stream: note how it ended. True when the scan goes on (past
+        damaged compressed data, at the next frame)."""
+        if self._broken():
+            return self._past_broken_stream(self.base)
+        self._check_end()
+        return False
+
+    def _broken(self) -> bool:
+        """Whether damaged compressed data (not a torn tail) stopped the stream."""
+        damage = self.chunks.damage
+        return damage is not None and not damage.torn
+
+    def _past_broken_stream(self, at: int) -> bool:
+        """Damaged compressed data stopped the stream; ``at`` starts the first record it
+        cost. Raise, or skip to the next zstd frame: True when there is one."""
+        damage = self.chunks.damage
+        assert damage is not None
+        if self.upgrades is None:
+            raise NotAnArchive(f"{self.path}: not a tailreplay archive ({damage.reason})")
+        if not self.skip_corrupt:
+            raise ArchiveCorrupt(str(self.path), at, damage.reason)
+        report = self.report
+        report.skipped_compressed += 1
+        if report.first_compressed_skip is None:
+            report.first_compressed_skip = (at, damage.reason)
+        # What ``buf`` holds is the start of a record the damage cut short.
+        self.base += self.zeros_dropped + len(self.buf)
+        self.zeros_dropped = 0
+        self.buf.clear()
+        self._restart_unpacker()
+        if not self.chunks.resume():
+            return False
+        self.eof = False
         return True
 
     def _restart_unpacker(self) -> None:
@@ -462,11 +470,13 @@ class FileScan:
     def _check_end(self) -> None:
         """The file ended cleanly or torn: a header must have been read; note a torn tail."""
         if self.upgrades is None:
-            if self.base == 0 and not self.buf:
+            if self.base == 0 and not self.buf and self.chunks.damage is None:
                 self.report.empty = True
                 return
             raise NotAnArchive(f"{self.path}: not a tailreplay archive (truncated header)")
-        if self.buf:
+        # A compressed stream that ended torn ends a record, or a frame the records of
+        # whose last blocks are lost: torn either way.
+        if self.buf or self.chunks.damage is not None:
             self.report.torn_at = self.base
             self.report.growing = _grew_past(self.path, self.base + len(self.buf))
 

@@ -25,6 +25,7 @@ from tailreplay.traces.archive.value_checks import Check, is_str, is_strs, numbe
 __all__ = [
     "COLSCAN_SPECS",
     "FIELD_SPECS",
+    "MAX_NESTING",
     "clean_header",
     "header_problems",
     "record_problem",
@@ -135,6 +136,27 @@ def _expect(kind: int, lo: int, hi: int) -> str:
 # msgpack arrays read as lists; a Record built in memory may hold tuples (its
 # req_headers pairs), which are written as the same arrays.
 _ARRAYS = frozenset({list, tuple})
+_NESTS = frozenset({list, tuple, dict})
+MAX_NESTING = 32
+"""Levels of arrays and maps a value of a key this version does not know may nest (the
+C scanner's MAX_DEPTH): every consumer walks values recursively (inspect prints them,
+exports encode them), and Python's recursion stops near 1,000."""
+
+
+def _shallow(value: Any) -> bool:
+    """Whether ``value`` nests at most ``MAX_NESTING`` levels of arrays and maps."""
+    level = [value]
+    for _ in range(MAX_NESTING):
+        inner: list[Any] = []
+        for v in level:
+            if type(v) is dict:
+                inner.extend(v.values())
+            elif type(v) in _ARRAYS:
+                inner.extend(v)
+        level = inner
+        if not level:
+            return True
+    return not any(type(v) in _NESTS for v in level)
 
 
 def _ints_ok(v: list[Any], lo: int, hi: int) -> bool:
@@ -189,6 +211,8 @@ def _explain(m: Any) -> str | None:
         return "no start_ns"
     for key, value in m.items():
         spec = FIELD_SPECS.get(key)
+        if spec is None and type(value) in _NESTS and not _shallow(value):
+            return f"{key!r} nests arrays and maps deeper than {MAX_NESTING} levels"
         if spec is None or value is None or _value_ok(value, *spec):
             continue
         got = type(value).__name__
@@ -215,7 +239,9 @@ def without_invalid(m: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]
     problems: list[str] = []
     for key, value in m.items():
         spec = FIELD_SPECS.get(key)
-        if spec is None or value is None or _value_ok(value, *spec):
+        if spec is None and type(value) in _NESTS and not _shallow(value):
+            problems.append(_explain({"start_ns": start, key: value}) or key)
+        elif spec is None or value is None or _value_ok(value, *spec):
             kept[key] = value
         else:
             problems.append(_explain({"start_ns": start, key: value}) or key)
@@ -262,7 +288,8 @@ def _compile(keys: tuple[str, ...]) -> _Checker:
     lines = ["def check(m):", f"    {', '.join(names)}, = m.values()"]
     for v, key in zip(names, keys, strict=True):
         spec = FIELD_SPECS.get(key)
-        if spec is None:
+        if spec is None:  # not checked, but for how deep it nests
+            lines.append(f"    if type({v}) in nests and not shallow({v}): return False")
             continue
         kind, lo, hi = spec
         test = {
@@ -284,6 +311,8 @@ def _compile(keys: tuple[str, ...]) -> _Checker:
         "token_ok": token_ok,
         "target_ok": target_ok,
         "arrays": _ARRAYS,
+        "nests": _NESTS,
+        "shallow": _shallow,
     }
     exec("\n".join(lines), namespace)
     checker: _Checker = namespace["check"]
@@ -374,13 +403,17 @@ def header_problems(header: dict[str, Any]) -> list[str]:
         sub = header.get(key)
         if type(sub) is dict:
             out += _problems(sub, checks, f"{key}.")
-    return out
+    deep = [k for k, v in header.items() if type(v) in _NESTS and not _shallow(v)]
+    return out + [f"{k} nests arrays and maps deeper than {MAX_NESTING} levels" for k in deep]
 
 
 def clean_header(header: dict[str, Any]) -> dict[str, Any]:
     """``header`` without its damaged fields (what ``--skip-corrupt`` reads)."""
     out = {
-        k: v for k, v in header.items() if k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS)
+        k: v
+        for k, v in header.items()
+        if (k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS))
+        and (type(v) not in _NESTS or _shallow(v))
     }
     for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
         sub = out.get(key)

@@ -27,12 +27,16 @@ from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rota
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
 
-__all__ = ["ArchiveWriter", "WriterStats", "write_archive"]
+__all__ = ["FRAME_BYTES", "ArchiveWriter", "WriterStats", "write_archive"]
 
 log = logging.getLogger("tailreplay.archive")
 
 _BATCH_BYTES = 4 << 20  # write early when this much is pending, whatever the interval
 _IDLE_WAIT_S = 0.05  # how long the writer thread sleeps when it has nothing to do
+# A compressed file starts a new zstd frame after this many bytes of records, at a
+# flush (so every frame starts a record): damage costs at most the rest of its frame,
+# and --skip-corrupt reads on at the next (docs/archive-format.md, "Damage").
+FRAME_BYTES = 4 << 20
 
 
 class WriterStats:
@@ -132,7 +136,7 @@ class ArchiveWriter:
         self._seq = 0
         self._file: BinaryIO | None = None
         self._zstd: Any = None
-        self._file_bytes = 0
+        self._file_bytes = self._frame_bytes = 0
         self._file_opened = 0.0
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -192,6 +196,8 @@ class ArchiveWriter:
             closing = self._closing  # read before draining, so nothing queued after is missed
             while queue:
                 self._emit_many(self._packed(packb, _take(queue, 4096)))
+                if self._pending_bytes >= _BATCH_BYTES:  # a burst: write as it comes
+                    self._flush()
             self._space.set()
             now = time.monotonic()
             if now >= next_flush or self._pending_bytes >= _BATCH_BYTES:
@@ -309,8 +315,11 @@ class ArchiveWriter:
         try:
             if self._zstd is not None:
                 self._zstd.write(data)
+                self._frame_bytes += len(data)
                 # A flushed block is decodable on its own: a kill -9 after this keeps it.
-                self._zstd.flush(zstandard.FLUSH_BLOCK)
+                new_frame = self._frame_bytes >= FRAME_BYTES
+                self._zstd.flush(zstandard.FLUSH_FRAME if new_frame else zstandard.FLUSH_BLOCK)
+                self._frame_bytes = 0 if new_frame else self._frame_bytes
             else:
                 # Unbuffered: a short write tells us exactly how much reached the file.
                 view = memoryview(data)
@@ -392,7 +401,7 @@ class ArchiveWriter:
             log.warning("archive writing resumed in %s", path)
             self._failed_at = None
         self.stats.files.append(path)
-        self._file_bytes = len(head)
+        self._file_bytes = self._frame_bytes = len(head)
         self._file_has_records = False
         self._file_opened = time.monotonic()
 
@@ -402,7 +411,7 @@ class ArchiveWriter:
         if f is None:
             return
         try:
-            if zw is not None:
+            if zw is not None and self._frame_bytes:  # else _flush just ended a frame
                 zw.flush(zstandard.FLUSH_FRAME)
             f.flush()
             if fsync:
