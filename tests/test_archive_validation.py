@@ -308,3 +308,11 @@ def test_an_importer_never_writes_a_record_a_reader_rejects(tmp_path: Path) -> N
     result = _invoke("traces", "import", "mooncake", "--strict", str(src), "-o", str(out))
     assert result.exit_code == 3
     assert f"{src}:2: 'input_tokens' must be" in result.stderr
+
+
+def test_a_top_level_key_that_is_not_a_string_is_damage_to_every_reader(tmp_path: Path) -> None:
+    path = write_plain(tmp_path / "a.msgpack", [GOOD, {**GOOD, "start_ns": T0 + 1, b"k": 1}])
+    for name, args in _commands(path, tmp_path, skip=False).items():
+        result = _invoke(*args)
+        assert result.exit_code == 3, (name, result.output)
+        assert "a key that is not a string (bytes b'k')" in result.stderr, (name, result.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ def test_a_key_that_is_not_a_string_is_damage_one_line_or_skipped(
     assert "--skip-corrupt" in line
     assert not out.exists()  # nothing half-written
     code, err = _export(src, out, "--skip-corrupt")
-    assert code == 0 and "warning:" in err and "1 record" in err, err
+    assert code == 0 and "warning:" in err and re.search(r"\b1 (damaged )?record", err), err
     assert [_strict_json(x)["path"] for x in out.read_text().splitlines()] == ["/v1/0", "/v1/2"]
 
 

@@ -209,6 +209,9 @@ def _explain(m: Any) -> str | None:
         return f"a {type(m).__name__}, not a record map"
     if m.get("start_ns") is None:
         return "no start_ns"
+    odd = next((k for k in m if type(k) is not str), None)
+    if odd is not None:  # JSON, and every field name, is a string
+        return f"a key that is not a string ({type(odd).__name__} {ascii(odd)[:40]})"
     for key, value in m.items():
         spec = FIELD_SPECS.get(key)
         if spec is None and type(value) in _NESTS and not _shallow(value):
@@ -239,7 +242,9 @@ def without_invalid(m: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]
     problems: list[str] = []
     for key, value in m.items():
         spec = FIELD_SPECS.get(key)
-        if spec is None and type(value) in _NESTS and not _shallow(value):
+        if type(key) is not str:
+            problems.append(f"a key that is not a string ({type(key).__name__})")
+        elif spec is None and type(value) in _NESTS and not _shallow(value):
             problems.append(_explain({"start_ns": start, key: value}) or key)
         elif spec is None or value is None or _value_ok(value, *spec):
             kept[key] = value
@@ -282,7 +287,7 @@ _MAX_CHECKERS = 256  # a hostile file cannot grow the caches without bound
 
 
 def _compile(keys: tuple[str, ...]) -> _Checker:
-    if "start_ns" not in keys:
+    if "start_ns" not in keys or any(type(k) is not str for k in keys):
         return lambda m: False
     names = [f"v{i}" for i in range(len(keys))]
     lines = ["def check(m):", f"    {', '.join(names)}, = m.values()"]
