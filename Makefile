@@ -27,7 +27,7 @@ test: $(STAMP) /usr/bin/chromium
 
 # The timing figures themselves (marked `perf`): dispatch lag, simulator fidelity,
 # capacity against a sweep. They want a quiet machine, so they run apart from `test`
-# (and after it, in .ci/run). About 5 minutes.
+# (and after it, in .ci/run). About 4 minutes.
 test-perf: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m perf --ignore=tests/e2e --ignore=tests/telemetry
 
