@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := traces proxy replayer exporters sim report
 
-.PHONY: venv test check demo bench clean typecheck-tree e2e-real test-telemetry fuzz
+.PHONY: venv test test-perf check demo bench clean typecheck-tree e2e-real test-telemetry fuzz
 
 venv: $(STAMP)
 
@@ -18,10 +18,18 @@ $(STAMP): pyproject.toml setup.py traces/archive/_colscan.c
 	touch $(STAMP)
 
 # Every test but those against real servers installed by their own targets
-# (e2e-real, test-telemetry); -rs lists any skip with its reason. Debian's chromium
-# (for the HTML report's browser test) is installed if missing.
+# (e2e-real, test-telemetry) and the timing figures of `test-perf`; -rs lists any skip
+# with its reason. Debian's chromium (for the HTML report's browser test) is installed
+# if missing. These tests hold on a busy machine: where a run's timing depends on the
+# machine, the test accepts the tool's own verdict that the machine was the limit.
 test: $(STAMP) /usr/bin/chromium
-	$(BIN)/python -m pytest -q -rs --ignore=tests/e2e --ignore=tests/telemetry
+	$(BIN)/python -m pytest -q -rs -m 'not perf' --ignore=tests/e2e --ignore=tests/telemetry
+
+# The timing figures themselves (marked `perf`): dispatch lag, simulator fidelity,
+# capacity against a sweep. They want a quiet machine, so they run apart from `test`
+# (and after it, in .ci/run). About 4 minutes.
+test-perf: $(STAMP)
+	$(BIN)/python -m pytest -q -rs -m perf --ignore=tests/e2e --ignore=tests/telemetry
 
 # Fuzzing at length (never part of `make test`, which runs a short budget of the same
 # tests): 2,800 hostile archives (over 2,000 distinct), plain and zstd (damaged bytes

@@ -23,7 +23,7 @@ from tailreplay.cli import cli
 from tailreplay.errors import UsageError
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
-from tests.helpers import chat_archive
+from tests.helpers import chat_archive, client_was_bound
 
 NO_UVLOOP = (
     "import sys; sys.modules['uvloop'] = None; "  # import uvloop raises ImportError
@@ -88,7 +88,10 @@ def test_either_loop_sends_every_request_with_its_lag_to_the_microsecond(
     lags = [r.lag_ns for r in ArchiveReader([out])]
     assert len(lags) == 300 and all(lag is not None for lag in lags)
     assert _off_the_ms_grid(lags) > 0.5  # ~1.0: microsecond resolution
-    assert np.median(lags) < 1e6  # lag P50 under 1 ms (~0.05 ms on an idle machine)
+    # Lag P50 under 1 ms (~0.05 ms on an idle machine), unless the machine was too busy
+    # to send on time and the run said so.
+    if not client_was_bound(s, result.stdout):
+        assert np.median(lags) < 1e6
 
 
 async def _loop_module() -> str:

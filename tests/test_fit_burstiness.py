@@ -79,17 +79,24 @@ def test_the_model_keeps_the_index_of_dispersion(
     assert not any("Poisson" in w for w in model.warnings)
 
 
-def _quantised(tmp_path: Path, process: str, seed: int) -> tuple[Workload, np.ndarray]:
-    """20,000 arrivals of a known process on 3 s ticks, and the model fitted to them."""
-    rng = np.random.default_rng(seed)
-    make = _weibull if process == "weibull" else _modulated
-    times = np.floor(make(rng)[:20_000] / 3.0) * 3.0
-    return fit([_archive(tmp_path / "a.msgpack", times, rng)]), times
+@pytest.fixture(scope="module")
+def quantised(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Workload, np.ndarray]]:
+    """Per process, 20,000 arrivals on 3 s ticks and the model fitted to them (a fit
+    takes seconds: the two tests of quantised synthesis share it)."""
+    out = {}
+    for process, make in (("weibull", _weibull), ("modulated", _modulated)):
+        rng = np.random.default_rng(3)
+        times = np.floor(make(rng)[:20_000] / 3.0) * 3.0
+        path = _archive(tmp_path_factory.mktemp(process) / "a.msgpack", times, rng)
+        out[process] = fit([path]), times
+    return out
 
 
 @pytest.mark.parametrize("process", ["weibull", "modulated"])
-def test_synthesis_of_a_quantised_trace_stays_on_its_ticks(tmp_path: Path, process: str) -> None:
-    model, times = _quantised(tmp_path, process, seed=3)
+def test_synthesis_of_a_quantised_trace_stays_on_its_ticks(
+    tmp_path: Path, process: str, quantised: dict[str, tuple[Workload, np.ndarray]]
+) -> None:
+    model, times = quantised[process]
     assert model.arrivals.kind == ("renewal" if process == "weibull" else "mmpp")
     ties = f"{100 * np.mean(np.diff(times) == 0):.0f}% of gaps are 0"
     assert model.describe()[0].endswith(f"timestamps are quantised to 3 s ticks ({ties})")
@@ -116,11 +123,13 @@ def test_a_poisson_baseline_has_the_same_requests_at_poisson_times(tmp_path: Pat
 
 
 @pytest.mark.parametrize("process", ["weibull", "modulated"])
-def test_a_synthesis_at_an_exact_rate_spans_count_over_rate(tmp_path: Path, process: str) -> None:
+def test_a_synthesis_at_an_exact_rate_spans_count_over_rate(
+    tmp_path: Path, process: str, quantised: dict[str, tuple[Workload, np.ndarray]]
+) -> None:
     # validate-model's arms: as many requests as a window at exactly its rate, where a
     # plain draw of this bursty a process spans a few percent more or less, on ticks
     # (3 s) where the model has them.
-    model, _ = _quantised(tmp_path, process, seed=5)
+    model, _ = quantised[process]
     for seed in (1, 2, 3):
         out = tmp_path / f"s{seed}.msgpack"
         synthesize(model, out, count=3_000, rate_rps=5.0, seed=seed, exact_rate=True)

@@ -7,7 +7,9 @@ import json
 import os
 import random
 import socket
+import statistics
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,15 @@ from tailreplay.replayer.health import run_queue_ns, steal_ticks
 from tailreplay.replayer.preflight import PROBE_HEADER
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
-from tests.helpers import HEADER, write_plain
+from tailreplay.traces.archive.record import Record
+from tests.helpers import (
+    HEADER,
+    client_was_bound,
+    sim_slowdown_between,
+    sim_steps,
+    sim_was_bound,
+    write_plain,
+)
 from tests.proxy_helpers import serve_in_thread
 
 T0 = 1_700_000_000 * 10**9
@@ -65,29 +75,23 @@ def _replay(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_2x_replay_keeps_the_arrival_process(tmp_path: Path, fast_sim: str) -> None:
+def _replay_2x(
+    tmp_path: Path, fast_sim: str, n: int, span_s: float
+) -> tuple[list[dict], list[Record], dict, str]:
+    """``n`` Poisson arrivals over ``span_s`` replayed at 2x: (the recorded maps, the
+    result records, the JSON summary, stdout)."""
     archive = tmp_path / "a.msgpack"
-    maps = _poisson_archive(archive, 3000, 30.0)
+    maps = _poisson_archive(archive, n, span_s)
     out, summary = tmp_path / "r.msgpack", tmp_path / "s.json"
-    code, _, err = _replay(
-        "--speed",
-        "2x",
-        "--target",
-        fast_sim,
-        "--out",
-        str(out),
-        "--json",
-        str(summary),
-        str(archive),
-    )
+    args = ["--speed", "2x", "--target", fast_sim, "--out", str(out), "--json", str(summary)]
+    code, stdout, err = _replay(*args, str(archive))
     assert code == 0, err
-    s = json.loads(summary.read_text())
-    results = list(ArchiveReader([out]))
-    assert len(results) == s["requests"] == s["sent"] == 3000 and s["dropped"] == 0
-    sent = np.array(sorted(r.sent_ns for r in results))
-    assert (sent[-1] - sent[0]) / 1e9 == pytest.approx(
-        15.0 * (maps[-1]["start_ns"] - maps[0]["start_ns"]) / 30e9, abs=0.5
-    )
+    return maps, list(ArchiveReader([out])), json.loads(summary.read_text()), stdout
+
+
+def test_2x_replay_keeps_the_arrival_process(tmp_path: Path, fast_sim: str) -> None:
+    maps, results, s, stdout = _replay_2x(tmp_path, fast_sim, 1500, 15.0)  # 200 req/s
+    assert len(results) == s["requests"] == s["sent"] == 1500 and s["dropped"] == 0
     # Each request was due at its recorded offset halved, to the nanosecond...
     by_trace = {m["trace_id"]: m["start_ns"] - maps[0]["start_ns"] for m in maps}
     first_due = min(r.intended_ns for r in results)
@@ -95,12 +99,25 @@ def test_2x_replay_keeps_the_arrival_process(tmp_path: Path, fast_sim: str) -> N
         assert r.intended_ns - first_due == pytest.approx(by_trace[r.orig_trace_id] / 2, abs=1)
         # ...and left when due plus its dispatch lag (one clock: they agree exactly).
         assert r.sent_ns == r.intended_ns + r.lag_ns
-    lag_p99 = s["lag_ms"]["p99"]
-    print(f"lag p99 {lag_p99:.2f} ms at 200 rps")
-    assert lag_p99 <= 10.0  # the benchmark reports the real figure; CI machines are busy
     assert {r.orig_trace_id for r in results} == {m["trace_id"] for m in maps}
     assert all(r.trace_id == r.orig_trace_id for r in results)  # a new span in the same trace
-    assert s["completed"] == 3000 and not s["errors"]
+    assert s["completed"] == 1500 and not s["errors"]
+    # Sent on time (the lag figure itself is the perf test below), the sends span the
+    # recording halved; on a machine too busy for that, the replay said so instead.
+    if not client_was_bound(s, stdout):
+        sent = np.array(sorted(r.sent_ns for r in results))
+        assert (sent[-1] - sent[0]) / 1e9 == pytest.approx(
+            (maps[-1]["start_ns"] - maps[0]["start_ns"]) / 2e9, abs=0.5
+        )
+
+
+@pytest.mark.perf
+def test_2x_replay_sends_within_10_ms_at_200_rps(tmp_path: Path, fast_sim: str) -> None:
+    _, results, s, _ = _replay_2x(tmp_path, fast_sim, 3000, 30.0)
+    assert len(results) == 3000
+    lag_p99 = s["lag_ms"]["p99"]
+    print(f"lag p99 {lag_p99:.2f} ms at 200 rps")
+    assert lag_p99 <= 10.0  # docs/benchmarks.md has the figures (well under 1 ms, idle)
 
 
 def test_a_large_heap_beside_the_replay_does_not_make_requests_late(
@@ -110,27 +127,47 @@ def test_a_large_heap_beside_the_replay_does_not_make_requests_late(
     # full collection holds the interpreter ~60 ms here. The thread collects as the
     # interpreter would on its own at some point, but every 100 ms.
     heap = [[] for _ in range(2_000_000)]
-    archive, summary = tmp_path / "a.msgpack", tmp_path / "s.json"
+    # What a full collection costs with the heap, on this machine as busy as it is now.
+    took = []
+    for _ in range(3):
+        t = time.perf_counter()
+        gc.collect()
+        took.append(time.perf_counter() - t)
+    bare = statistics.median(took)
+    archive, out, summary = tmp_path / "a.msgpack", tmp_path / "r.msgpack", tmp_path / "s.json"
     _poisson_archive(archive, 300, 3.0)
     done = threading.Event()
+    collects: list[tuple[int, float]] = []  # (wall clock at its start, seconds it took)
 
     def collect() -> None:
         while not done.wait(0.1):
+            at, t = time.time_ns(), time.perf_counter()
             gc.collect()
+            collects.append((at, time.perf_counter() - t))
 
     collector = threading.Thread(target=collect, daemon=True)
     collector.start()
     try:
-        code, _, err = _replay("--target", fast_sim, "--json", str(summary), str(archive))
+        code, stdout, err = _replay(
+            "--target", fast_sim, "--out", str(out), "--json", str(summary), str(archive)
+        )
     finally:
         done.set()
         collector.join()
     assert code == 0, err
     s = json.loads(summary.read_text())
     assert s["completed"] == 300
-    # Walking the old heap mid-run made P99 lag ~60 ms; the run's own objects cost ~1 ms.
-    print(f"lag with a 2M-object heap beside: {s['lag_ms']}")
-    assert s["lag_ms"]["p99"] < 25.0, s["lag_ms"]
+    # The heap is frozen for the run: a collection while it sends walks the run's own
+    # objects (~1 ms), not the two million (~60 ms, which made P99 lag ~60 ms).
+    sent = [r.sent_ns for r in ArchiveReader([out]) if r.sent_ns is not None]
+    during = [t for at, t in collects if min(sent) <= at and at + t * 1e9 <= max(sent)]
+    print(
+        f"a full collection: {bare * 1e3:.0f} ms before the run, during it "
+        f"{statistics.median(during) * 1e3:.1f} ms (median of {len(during)} collections)"
+    )
+    assert len(during) >= 10, collects  # 3 s of sending, one every 100 ms (or later)
+    assert statistics.median(during) < bare / 4, (bare, during)
+    client_was_bound(s, stdout)  # on time (lag P99 within 5 ms), or the run says why not
     assert len(heap) == 2_000_000  # still there: frozen for the run, not lost
 
 
@@ -172,9 +209,10 @@ def test_tail_stretch_raises_the_targets_p99(tmp_path: Path, fast_sim: str) -> N
     for i in order[-12:]:
         maps[i]["output_tokens"] = 150
     write_plain(archive, maps)
-    p99 = {}
+    p99, slowdown, outputs = {}, {}, {}
     for factor in ("1.0", "1.8"):
-        summary = tmp_path / f"{factor}.json"
+        summary, out = tmp_path / f"{factor}.json", tmp_path / f"{factor}.msgpack"
+        before = sim_steps(fast_sim)
         code, _, err = _replay(
             "--tail-stretch",
             factor,
@@ -182,14 +220,28 @@ def test_tail_stretch_raises_the_targets_p99(tmp_path: Path, fast_sim: str) -> N
             "0.97",
             "--target",
             fast_sim,
+            "--out",
+            str(out),
             "--json",
             str(summary),
             str(archive),
         )
         assert code == 0, err
+        slowdown[factor] = sim_slowdown_between(before, sim_steps(fast_sim))
         p99[factor] = json.loads(summary.read_text())["latency_ms"]["p99"]
-    print(f"simulator P99: stretch 1.0 {p99['1.0']:.0f} ms, stretch 1.8 {p99['1.8']:.0f} ms")
-    assert p99["1.8"] > 1.3 * p99["1.0"]
+        outputs[factor] = {r.orig_trace_id: r.output_tokens for r in ArchiveReader([out])}
+    # The recorded tail asked for (and, with ignore_eos, got) 1.8 times its output.
+    tail = {maps[i]["trace_id"] for i in order[-12:]}
+    assert {outputs["1.0"][t] for t in tail} == {150}
+    assert {outputs["1.8"][t] for t in tail} == {270}
+    assert all(outputs["1.8"][t] == n for t, n in outputs["1.0"].items() if t not in tail)
+    print(
+        f"simulator P99: stretch 1.0 {p99['1.0']:.0f} ms, stretch 1.8 {p99['1.8']:.0f} ms "
+        f"(its steps {slowdown['1.0']:+.0%}, {slowdown['1.8']:+.0%} against its model)"
+    )
+    # The simulator's P99 follows its model's step times: judged where it kept to them.
+    if not any(sim_was_bound(x) for x in slowdown.values()):
+        assert p99["1.8"] > 1.3 * p99["1.0"]
 
 
 def test_target_equal_to_the_captured_upstream_is_refused(tmp_path: Path) -> None:
@@ -348,8 +400,9 @@ def test_the_json_summary_holds_the_slo_gates_verdict(tmp_path: Path, fast_sim: 
     _poisson_archive(archive, 100, 1.0)
     summary = tmp_path / "s.json"
     runs = {
-        "pass": (["--slo", "latency:p99<=60s"], 0),
-        "miss": (["--slo", "latency:p99<=60s,ttft:p50<=1us"], 1),
+        # A lag limit no machine misses: this gate's verdict, not the client's, is tested.
+        "pass": (["--slo", "latency:p99<=60s", "--lag-limit", "10s"], 0),
+        "miss": (["--slo", "latency:p99<=60s,ttft:p50<=1us", "--lag-limit", "10s"], 1),
         "client-bound": (["--slo", "latency:p99<=60s", "--lag-limit", "1ns"], 1),
     }
     verdicts = {}
@@ -370,30 +423,38 @@ def test_steps_are_sent_at_each_steps_rate_and_reported_by_phase(
     tmp_path: Path, fast_sim: str
 ) -> None:
     archive = tmp_path / "a.msgpack"
-    _poisson_archive(archive, 1200, 30.0)  # 40 req/s recorded
-    out, report = tmp_path / "r.msgpack", tmp_path / "report.json"
-    code, _, err = _replay("--speed", "1x,3x@5s", "--target", fast_sim, "--out", str(out),
-                           str(archive))  # fmt: skip
+    _poisson_archive(archive, 800, 20.0)  # 40 req/s recorded
+    out, summary, report = tmp_path / "r.msgpack", tmp_path / "s.json", tmp_path / "report.json"
+    args = ["--speed", "1x,3x@4s", "--target", fast_sim, "--out", str(out)]
+    code, stdout, err = _replay(*args, "--json", str(summary), str(archive))
     assert code == 0, err
     results = list(ArchiveReader([out]))
     t0 = min(r.intended_ns for r in results)
-    by_phase: dict[str, list[int]] = {}
+    due: dict[str, list[int]] = {}
+    sent: dict[str, list[int]] = {}
     for r in results:
         assert r.phase is not None and r.status == 200
-        by_phase.setdefault(r.phase, []).append(r.sent_ns - t0)
-    # The first 5 s of replay at 1x send the first 5 s of the recording (~200); the
-    # other 25 s of it go at 3x, in ~8.3 s.
-    first, second = (np.array(sorted(by_phase[p])) / 1e9 for p in ("step 1 1x", "step 2 3x"))
-    assert 150 < first.size < 250 and first.size + second.size == 1200
-    assert first[-1] < 5.1 and second[0] >= 4.99
+        due.setdefault(r.phase, []).append(r.intended_ns - t0)
+        sent.setdefault(r.phase, []).append(r.sent_ns - t0)
+    # The first 4 s of replay at 1x send the first 4 s of the recording (~160); the
+    # other 16 s of it go at 3x, in ~5.3 s. Each phase is due so...
+    phases = ("step 1 1x", "step 2 3x")
+    first, second = (np.array(sorted(due[p])) / 1e9 for p in phases)
+    assert 110 < first.size < 210 and first.size + second.size == 800
+    assert first[-1] < 4.0 <= second[0]
     assert second.size / (second[-1] - second[0]) == pytest.approx(120, rel=0.15)
+    # ...and sent so, unless the machine was too busy to send on time (and said so).
+    if not client_was_bound(json.loads(summary.read_text()), stdout):
+        first, second = (np.array(sorted(sent[p])) / 1e9 for p in phases)
+        assert first[-1] < 4.1 and second[0] >= 3.99
+        assert second.size / (second[-1] - second[0]) == pytest.approx(120, rel=0.15)
     result = CliRunner().invoke(cli, ["report", str(out), "--json", str(report)])
     assert result.exit_code == 0, result.output
     assert "replayed by load phase" in result.output
-    phases = {row["phase"]: row for row in json.loads(report.read_text())["phases"]}
-    assert phases["step 1 1x"]["seconds"] == pytest.approx(5.0)
-    assert phases["step 1 1x"]["replayed"]["requests"] == first.size
-    assert phases["step 2 3x"]["replayed"]["throughput_rps"] == pytest.approx(120, rel=0.15)
+    rows = {row["phase"]: row for row in json.loads(report.read_text())["phases"]}
+    assert rows["step 1 1x"]["seconds"] == pytest.approx(4.0)
+    assert rows["step 1 1x"]["replayed"]["requests"] == first.size
+    assert rows["step 2 3x"]["replayed"]["throughput_rps"] == pytest.approx(120, rel=0.15)
 
 
 def test_an_output_that_cannot_be_written_is_one_line_exit_3(tmp_path: Path) -> None:

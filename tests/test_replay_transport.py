@@ -327,8 +327,10 @@ def test_a_target_that_serves_one_connection_at_a_time_gets_every_request(
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["completed"] == 50 and not summary["errors"]
-    assert summary["latency_ms"]["max"] < 1000  # none waited for a timeout
-    assert summary["lag_ms"]["max"] < 1000  # none left late
+    # None waited for the 5 s timeout, nor left that late (the bound leaves a busy
+    # machine room, and is half of what a request held behind an idle connection waits).
+    assert summary["latency_ms"]["max"] < 2500
+    assert summary["lag_ms"]["max"] < 2500
     assert server.accepted == 51  # type: ignore[attr-defined]  # the preflight's and each one's
 
 

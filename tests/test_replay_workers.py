@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader, read_header
-from tests.helpers import write_plain
+from tests.helpers import client_was_bound, write_plain
 
 T0 = 1_700_000_000 * 10**9
 
@@ -64,7 +64,8 @@ def test_two_workers_send_every_request_once_on_one_schedule(
     assert len(offsets) == 1
     s = json.loads(summary.read_text())
     assert s["completed"] == s["sent"] == 400 and s["workers"] == 2
-    assert s["lag_ms"]["p99"] < 50  # both started on time (CI margin; ~1 ms here)
+    # Both sent on time (lag P99 ~1 ms here), or the run says the machine was too busy.
+    client_was_bound(s, result.stdout)
     header = read_header(out)
     assert header["source"] == "replay" and header["workers"] == 2
     assert header["archives"] == [str((tmp_path / "a.msgpack").resolve())]
@@ -141,13 +142,13 @@ def test_a_shard_that_starts_late_keeps_the_common_schedule(tmp_path: Path) -> N
     starts = {m["trace_id"]: m["start_ns"] for m in maps}
     replay = [sys.executable, "-m", "tailreplay", "replay", str(tmp_path / "a.msgpack")]
     with sim_process(["--profile", "fast", "--max-num-seqs", "512"]) as sim:
-        start_at = time.time_ns() + 2 * 10**9
+        start_at = time.time_ns() + 3 * 10**9
         common = ["--target", sim, "--start-at", str(start_at / 1e9)]
         first = subprocess.Popen(
             [*replay, *common, "--shard", "0/2", "--out", str(tmp_path / "0.msgpack")],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        time.sleep(3.0)  # past --start-at, by a second and the second one's start-up
+        time.sleep(4.0)  # past --start-at, by a second and the second one's start-up
         late = subprocess.run(
             [*replay, *common, "--shard", "1/2", "--out", str(tmp_path / "1.msgpack")],
             capture_output=True, text=True, timeout=120,
@@ -162,9 +163,11 @@ def test_a_shard_that_starts_late_keeps_the_common_schedule(tmp_path: Path) -> N
     first_start = min(starts.values())
     for r in (*shard0, *shard1):
         assert r.intended_ns == round(start_at / 1e9 * 1e9) + starts[r.orig_trace_id] - first_start
-    # The late shard's first requests carry the delay as lag; the punctual one's do not.
-    assert min(r.lag_ns for r in shard1) >= 0 and max(r.lag_ns for r in shard1) >= 10**9
-    assert max(r.lag_ns for r in shard0) < 5 * 10**8
+    # The late shard's first requests carry the delay as lag (a second and its start-up);
+    # the punctual one's do not (started 3 s ahead: late, if ever, by far less).
+    late, punctual = max(r.lag_ns for r in shard1), max(r.lag_ns for r in shard0)
+    assert min(r.lag_ns for r in shard1) >= 0 and late >= 10**9
+    assert punctual < late - 5 * 10**8, (punctual, late)
 
 
 def test_a_damaged_archive_under_workers_is_one_line_and_exit_3(tmp_path: Path) -> None:

@@ -21,11 +21,11 @@ T0 = 1_700_000_000 * 10**9
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, int]:
-    """A modulated trace (2 and 12 req/s spells) of 60 s, and its fitted model."""
+    """A modulated trace (2 and 12 req/s spells) of 40 s, and its fitted model."""
     tmp = tmp_path_factory.mktemp("vm")
     rng = np.random.default_rng(1)
     mmpp = Mmpp(1.0, [2.0, 12.0], [[0.9, 0.1], [0.2, 0.8]], [1.0, 0.0], 0.0, 0.0)
-    counts, _ = mmpp.counts(rng, 60, None, 0)
+    counts, _ = mmpp.counts(rng, 40, None, 0)
     bins = np.repeat(np.arange(counts.size), counts)
     times = np.sort(bins + rng.random(bins.size))
     maps = [{"start_ns": T0 + round(t * 1e9), "input_tokens": int(rng.integers(50, 400)),
@@ -54,51 +54,75 @@ def _validate(
     return done, out
 
 
+def _measured(done: subprocess.CompletedProcess[str], data: dict) -> bool:
+    """Whether every arm measured the model (exit 0). On a busy machine an arm's replay
+    sends late (client-bound) or the simulator's steps run longer than modelled
+    (simulator-bound): then the check must say so, row by row and in its last line, and
+    exit 1, and it compares no such arm."""
+    bound = [a for a in data["arms"] if a["client_bound"] or a["sim_bound"]]
+    if done.returncode == 0:
+        assert not bound, data["arms"]
+        return True
+    assert done.returncode == 1 and bound, done.stderr
+    kinds = sorted({"client" if a["client_bound"] else "simulator" for a in bound})
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"Error: {len(bound)} of {len(data['arms'])} arms were {' or '.join(kinds)}-bound: "
+        "the comparison is not a measure of the model; run on a less busy machine or with "
+        "a lower --speed"
+    )
+    rows = [line for line in done.stdout.splitlines() if "-BOUND: " in line]
+    assert len(rows) == len(bound), done.stdout
+    print(f"{len(bound)} arms bound ({', '.join(kinds)}): their figures not compared")
+    return False
+
+
 def test_three_arms_are_replayed_and_compared(
     tmp_path: Path, trace: tuple[Path, Path, int]
 ) -> None:
     archive, model, n = trace
     done, out = _validate(tmp_path, archive, model)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and out.exists(), done.stderr
+    data = json.loads(out.read_text())
+    measured = _measured(done, data)
     lines = done.stdout.splitlines()
     assert [line.split()[0] for line in lines[1:4]] == ["exact", "model", "poisson"]
-    assert lines[4].startswith("model: latency p99 error mean |")
-    assert lines[5].startswith("poisson: latency p99 error mean |")
-    data = json.loads(out.read_text())
     arms = {(a["arm"], a["seed"]): a for a in data["arms"]}
     assert set(arms) == {("exact", None), ("model", 1), ("poisson", 1)}
     for arm in arms.values():
-        assert arm["requests"] == n and arm["errors"] == 0 and not arm["client_bound"]
+        assert arm["requests"] == n and arm["errors"] == 0
         p99, lo, hi = arm["latency"]["p99"]
         assert lo <= p99 <= hi and arm["latency"]["p50"][0] <= p99
         assert arm["ttft"]["p99"][0] <= p99
     # The model's arm is as bursty as the recording at 3 s; Poisson's is not.
     assert arms[("exact", None)]["idc"][0] > 2
     assert arms[("poisson", 1)]["idc"][0] < 1.6
-    assert len(data["errors"]["model"]["latency_p99"]) == 1
+    if measured:
+        assert lines[4].startswith("model: latency p99 error mean |")
+        assert lines[5].startswith("poisson: latency p99 error mean |")
+        assert len(data["errors"]["model"]["latency_p99"]) == 1
 
 
 def test_several_held_out_windows_are_pooled_into_the_reference(
     tmp_path: Path, trace: tuple[Path, Path, int]
 ) -> None:
     archive, model, n = trace
-    done, out = _validate(tmp_path, archive, model, "--windows", "2", "--window", "30s")
-    assert done.returncode == 0, done.stderr
+    done, out = _validate(tmp_path, archive, model, "--windows", "2", "--window", "20s")
+    assert out.exists(), done.stderr
+    data = json.loads(out.read_text())
+    measured = _measured(done, data)
     names = [" ".join(line.split()[:3]) for line in done.stdout.splitlines()[1:6]]
     assert names[:2] == ["exact window 1", "exact window 2"], names
-    data = json.loads(out.read_text())
     arms = {(a["arm"], a["seed"]): a for a in data["arms"]}
     first, second = arms[("exact", 1)], arms[("exact", 2)]
     pool = arms[("exact pooled", None)]
     assert first["requests"] + second["requests"] == pool["requests"] == n
     # The synthetic arms hold as many requests as a window, at the windows' mean rate.
     assert abs(arms[("model", 1)]["requests"] - n / 2) <= 1
-    # Errors are against the pooled windows, not either one.
-    model_p99 = arms[("model", 1)]["latency"]["p99"][0]
-    (err,) = data["errors"]["model"]["latency_p99"]
-    assert err == pytest.approx(model_p99 / pool["latency"]["p99"][0] - 1)
     assert "exact pooled" not in data["errors"] and "exact" not in data["errors"]
+    if measured:  # errors are against the pooled windows, not either one
+        model_p99 = arms[("model", 1)]["latency"]["p99"][0]
+        (err,) = data["errors"]["model"]["latency_p99"]
+        assert err == pytest.approx(model_p99 / pool["latency"]["p99"][0] - 1)
 
 
 def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
@@ -108,7 +132,7 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
     # A lag limit of 0: every arm's dispatch lag is over it, as on a starved machine.
     done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
                        "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
-                       "--window", "20s", "--lag-limit", "0s",
+                       "--window", "10s", "--lag-limit", "0s",
                        "--out-dir", str(tmp_path / "arms"))  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1] == (
@@ -141,37 +165,61 @@ def test_an_arm_the_simulator_could_not_keep_its_model_for_is_not_compared() -> 
     assert errors([arm("exact", None, 1000, 0.2), kept])["model"]["latency_p99"] == []
 
 
-def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Path) -> None:
-    """Kept to its model under light load; far behind it when its steps are modelled
-    shorter than a Python loop runs one (as at a --speed too high for the machine); a
-    target without the counters has none."""
+def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
+    maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,
+             "stream": True} for i in range(n)]  # fmt: skip
+    return write_plain(tmp_path / f"a{n}.msgpack", maps)
+
+
+def _replay(url: str, archive: Path, out: Path) -> None:
     from yarl import URL
 
-    from tailreplay.sim.launcher import sim_process
     from tailreplay.studies.replay_args import ReplayArgs
-    from tailreplay.studies.trial import SIM_SLOW_LIMIT, replay_child, sim_slowdown
+    from tailreplay.studies.trial import replay_child
 
-    def burst(n: int, gap_ns: int, tokens: int) -> Path:
-        maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,
-                 "stream": True} for i in range(n)]  # fmt: skip
-        return write_plain(tmp_path / f"a{n}.msgpack", maps)
+    replay_child(ReplayArgs(archives=(archive,), target=URL(url), out=out, fail_fast=0))
 
-    def replay(url: str, archive: Path, out: Path) -> None:
-        replay_child(ReplayArgs(archives=(archive,), target=URL(url), out=out, fail_fast=0))
+
+def _light_slowdown(tmp_path: Path) -> float | None:
+    """The fast simulator's slowdown over a light replay (40 requests at 20/s)."""
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.studies.trial import sim_slowdown
 
     with sim_process(["--profile", "fast"]) as url:
         assert sim_slowdown(url) is None  # no step run yet
-        replay(url, burst(40, 50_000_000, 32), tmp_path / "r1.msgpack")
-        light = sim_slowdown(url)
+        _replay(url, _burst(tmp_path, 40, 50_000_000, 32), tmp_path / "r1.msgpack")
+        return sim_slowdown(url)
+
+
+def test_the_simulators_slowdown_is_read_from_its_own_step_counters(tmp_path: Path) -> None:
+    """Far behind its model when its steps are modelled shorter than a Python loop runs
+    one (as at a --speed too high for the machine), against a light load on the same
+    machine just before; a target without the counters has none."""
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.studies.trial import SIM_SLOW_LIMIT, sim_slowdown
+
+    light = _light_slowdown(tmp_path)
     tiny = [f"--{name}=0.001" for name in ("prefill-base-ms", "decode-base-ms")]
     tiny += [f"--{name}=0" for name in ("prefill-per-token-ms", "decode-per-seq-ms")]
     with sim_process(["--profile", "fast", *tiny]) as url:
         # All at once: every step runs a batch of hundreds, modelled at 2 µs.
-        replay(url, burst(600, 10_000, 64), tmp_path / "r2.msgpack")
+        _replay(url, _burst(tmp_path, 600, 10_000, 64), tmp_path / "r2.msgpack")
         heavy = sim_slowdown(url)
-    assert light is not None and 0 <= light < SIM_SLOW_LIMIT
-    assert heavy is not None and heavy > 10 * SIM_SLOW_LIMIT
+    assert light is not None and heavy is not None
+    print(f"slowdown: light {light:.1%}, heavy {heavy:.0%}")
+    # Light, the machine's jitter is all it adds (a few percent; tens on a busy machine,
+    # so that figure is the perf test below); too short, steps take several times
+    # their model.
+    assert 0 <= light < 1 and heavy > max(10 * SIM_SLOW_LIMIT, 2 * light)
     assert sim_slowdown("http://127.0.0.1:9") is None
+
+
+@pytest.mark.perf
+def test_a_lightly_loaded_simulator_keeps_to_its_model(tmp_path: Path) -> None:
+    from tailreplay.studies.trial import SIM_SLOW_LIMIT
+
+    light = _light_slowdown(tmp_path)
+    assert light is not None and 0 <= light < SIM_SLOW_LIMIT
 
 
 @pytest.mark.parametrize(
