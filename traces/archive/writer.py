@@ -97,10 +97,13 @@ class ArchiveWriter:
         on_dropped: Callable[[int], None] | None = None,
         pack_on_append: bool = False,
         check: bool = True,
+        shown_as: str | os.PathLike[str] | None = None,
     ) -> None:
         if (path is None) == (directory is None):
             raise ValueError("give exactly one of path or directory")
         self._path = Path(path) if path is not None else None
+        self._shown = Path(shown_as) if shown_as is not None else self._path
+        """The name a failed first open gives (the final name of a file written beside it)."""
         self._directory = Path(directory) if directory is not None else None
         if compress is None:
             compress = self._path is not None and self._path.suffix == ".zst"
@@ -394,7 +397,8 @@ class ArchiveWriter:
                     path.unlink()
             if self._failed_at is None and not self.stats.files:
                 # The very first open: a bad --out, one line for the caller to print.
-                raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+                shown = self._shown if self._path is not None else path
+                raise InputError(f"{shown}: cannot write ({exc.strerror or exc})") from exc
             self._fail(exc)
             return
         if self._failed_at is not None:
@@ -477,7 +481,12 @@ def write_archive(
     compress = Path(path).suffix == ".zst"  # the name written to ends in .part
     with replaced_whole(path) as part:
         writer = ArchiveWriter(
-            part, header=header, block_when_full=True, check=not checked, compress=compress
+            part,
+            header=header,
+            block_when_full=True,
+            check=not checked,
+            compress=compress,
+            shown_as=path,
         )
         written = 0
         try:
