@@ -27,6 +27,7 @@ from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.archive.record import Record
+from tailreplay.traces.results.log_histogram import LogHistogram
 from tailreplay.traces.results.metrics import is_error, percentiles
 from tailreplay.traces.text.redact import redact_text, redact_value
 
@@ -102,10 +103,16 @@ def _timing_attributes(record: Record) -> dict[str, float]:
         a["tailreplay.ttft_ms"] = record.ttfb_ns / 1e6
     if record.chunk_gaps_us:
         gaps = np.asarray(record.chunk_gaps_us, dtype=np.float64) / 1e3
-        itl = percentiles(gaps, _ITL)
-        assert itl is not None
+        if record.chunk_gaps_more:  # a long stream: its percentiles off 1% bins
+            binned = LogHistogram()
+            binned.add(gaps * 1e3)
+            binned.add_bins(record.chunk_gaps_more)
+            itl = {k: v / 1e3 for k, v in (binned.percentiles(_ITL) or {}).items()}
+            longest = max(float(gaps.max()), binned.max() / 1e3)
+        else:
+            itl, longest = percentiles(gaps, _ITL) or {}, float(gaps.max())
         a["tailreplay.itl.p50_ms"], a["tailreplay.itl.p99_ms"] = itl["p50"], itl["p99"]
-        a["tailreplay.itl.max_ms"] = float(gaps.max())
+        a["tailreplay.itl.max_ms"] = longest
     if record.lag_ns is not None:
         a["tailreplay.replay.lag_ms"] = record.lag_ns / 1e6
     return a

@@ -22,6 +22,7 @@ from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.proxy.retries import RetryLinker
 from tailreplay.retry_after import retry_after_s
 from tailreplay.sampling import RunningP99, TraceSampler
+from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.metrics import is_error
@@ -108,6 +109,7 @@ def build_record(
         ttfb_ns=ex.ttfb_ns,
         ttft_content_ns=ex.ttft_content_ns,
         chunk_gaps_us=(ex.timeline.gaps_us or None) if ex.timeline is not None else None,
+        chunk_gaps_more=flat_bins(ex.timeline.more) if ex.timeline is not None else None,
         method=ex.method,
         path=redact_path(ex.path, key),
         status=ex.status,

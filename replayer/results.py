@@ -89,6 +89,7 @@ def _answered(
     record.ttfb_ns = outcome.ttfb_ns
     record.ttft_content_ns = outcome.ttft_content_ns
     record.chunk_gaps_us = outcome.gaps_us or None
+    record.chunk_gaps_more = outcome.gaps_more
     record.status = outcome.status
     if outcome.retry_after_s is not None:
         record.retry_after_ms = round(outcome.retry_after_s * 1000)

@@ -26,7 +26,7 @@ from tailreplay.http_client import (
 from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.retry_after import retry_after_s
-from tailreplay.sse import StreamTimeline
+from tailreplay.sse import StreamTimeline, flat_bins
 from tailreplay.traces.archive.validate import target_ok, token_ok
 from tailreplay.version import __version__
 
@@ -45,6 +45,8 @@ class Outcome:
     """SSE: the first answer token, when reasoning came before it."""
     duration_ns: int | None = None
     gaps_us: list[int] | None = None
+    gaps_more: list[int] | None = None
+    """Gaps past the first ``EXACT_GAPS``, binned (``tailreplay.sse.flat_bins``)."""
     bytes_out: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -357,6 +359,7 @@ def _timeline(out: Outcome, timeline: StreamTimeline, t0_ns: int) -> None:
     if answer is not None and answer != first:
         out.ttft_content_ns = answer - t0_ns
     out.gaps_us = timeline.gaps_us
+    out.gaps_more = flat_bins(timeline.more)
 
 
 def _read_body(

@@ -303,7 +303,9 @@ def summarize(
     for name, values in _values(side, sel & side.ok).items():
         metrics[name] = _as_json(estimates(values, rng=np.random.default_rng(seed)))
     if itl:
-        metrics["itl"] = _as_json(side.itl_us.percentiles(), scale=1e-3)
+        gaps = side.itl_us.percentiles()
+        binned = {k: Estimate(v, None, None) for k, v in gaps.items()} if gaps else None
+        metrics["itl"] = _as_json(binned, scale=1e-3)
     ok = count - errors
     out_tokens = side.output_tokens[sel & side.ok]
     return {

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from tailreplay.traces.results.metrics import PERCENTILES
 
-__all__ = ["QUANTILES", "Estimate", "LogHistogram", "estimates"]
+__all__ = ["QUANTILES", "Estimate", "estimates"]
 
 QUANTILES: dict[str, float] = PERCENTILES  # the ones `traces stats` shows
 DRAWS = 2000
@@ -76,55 +76,3 @@ def _replicates(ordered: Array, q: float, rng: np.random.Generator, draws: int) 
     high = ordered[np.minimum((u_next * n).astype(np.int64), n - 1)]
     result: Array = low + frac * (high - low)
     return result
-
-
-class LogHistogram:
-    """Counts of positive values in bins 1% wide (relative), for series too long to keep.
-
-    Inter-token gaps run to hundreds per request; a million requests would need
-    hundreds of millions of values in memory. Percentiles read off these bins are
-    within 1% of the exact ones (the bin's geometric middle is reported).
-    """
-
-    GROWTH = 1.01
-    _LOG = float(np.log(GROWTH))
-
-    def __init__(self) -> None:
-        self.counts: Array = np.zeros(0, dtype=np.int64)
-        self.zeros = 0
-        """Values of 0 (chunks that arrived together in one read)."""
-
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum()) + self.zeros
-
-    def add(self, values: Array) -> None:
-        values = np.asarray(values, dtype=np.float64)
-        positive = values[values > 0]
-        self.zeros += int(values.size - positive.size)
-        if positive.size == 0:
-            return
-        # Bin 0 holds values below 1 (all the same to a µs clock).
-        bins = np.maximum(np.floor(np.log(positive) / self._LOG).astype(np.int64) + 1, 0)
-        counts = np.bincount(bins)
-        if counts.size > self.counts.size:
-            counts[: self.counts.size] += self.counts
-            self.counts = counts
-        else:
-            self.counts[: counts.size] += counts
-
-    def percentiles(self, which: Mapping[str, float] = QUANTILES) -> dict[str, Estimate] | None:
-        total = self.total
-        if total == 0:
-            return None
-        cumulative = np.cumsum(self.counts) + self.zeros
-        out = {}
-        for name, pct in which.items():
-            rank = pct / 100.0 * total
-            if rank <= self.zeros:
-                out[name] = Estimate(0.0, None, None)
-                continue
-            b = int(np.searchsorted(cumulative, rank))
-            middle = 0.5 if b == 0 else self.GROWTH ** (b - 0.5)
-            out[name] = Estimate(float(middle), None, None)
-        return out

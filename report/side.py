@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.report.quantiles import LogHistogram
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
+from tailreplay.traces.results.log_histogram import LogHistogram
 from tailreplay.traces.results.metrics import Requests, is_error
 
 __all__ = ["Side", "load_side"]
@@ -268,6 +268,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             chunk_gaps = get("chunk_gaps_us")
             if chunk_gaps and not bad:
                 gaps.extend(chunk_gaps)
+                if more := get("chunk_gaps_more"):
+                    itl.add_bins(more)
                 if len(gaps) >= _GAP_FLUSH:
                     itl.add(np.frombuffer(gaps, dtype=np.int64))
                     gaps = array("q")

@@ -63,6 +63,7 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "ttfb_ns": (INT, *_TIME),
     "ttft_content_ns": (INT, *_TIME),
     "chunk_gaps_us": (INTS, *_TIME),
+    "chunk_gaps_more": (INTS, -1, 1 << 62),
     "method": (TOKEN, 0, 0),
     "path": (TARGET, 0, 0),
     "status": (INT, 0, 1000),
