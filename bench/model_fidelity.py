@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.units import parse_duration
 

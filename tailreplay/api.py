@@ -40,11 +40,11 @@ from tailreplay.sim.launcher import BuiltinSim
 from tailreplay.studies.capacity import CapacityStudy, run_capacity
 from tailreplay.studies.replay import replay_config, run_replay
 from tailreplay.studies.replay_args import ReplayArgs
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.samples import SAMPLES, write_sample
-from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.results.client_health import ClientVerdict
 
 __all__ = [

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.archive.writer import ArchiveWriter, write_archive
+from tailreplay.traces.archive.writer import ArchiveWriter
 
 FLUSH_S = 0.5
 # Besides the flush interval itself: the writer's idle wake-up (50 ms) and a busy CI

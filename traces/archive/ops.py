@@ -18,10 +18,10 @@ import numpy as np
 
 from tailreplay.errors import InputError, UsageError
 from tailreplay.output_path import check_output_file
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
-from tailreplay.traces.archive.writer import write_archive
 from tailreplay.units import parse_time
 
 __all__ = [

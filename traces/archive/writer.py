@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -22,12 +22,12 @@ import msgpack
 import zstandard
 
 from tailreplay.errors import InputError
-from tailreplay.private import open_private, replaced_whole
+from tailreplay.private import open_private
 from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
 
-__all__ = ["FRAME_BYTES", "ArchiveWriter", "WriterStats", "write_archive"]
+__all__ = ["FRAME_BYTES", "ArchiveWriter", "WriterStats"]
 
 log = logging.getLogger("tailreplay.archive")
 
@@ -456,48 +456,3 @@ def _records_within(pending: list[bytes], nbytes: int) -> int:
             break
         count += 1
     return count
-
-
-def write_archive(
-    path: str | os.PathLike[str],
-    header: dict[str, Any],
-    records: Iterable[Record | dict[str, Any]],
-    *,
-    checked: bool = False,
-    accept: Callable[[int], None] | None = None,
-) -> int:
-    """Write ``records`` to a new archive at ``path`` for a batch tool; returns how many.
-
-    It waits for the disk rather than drop (a dropped record would be lost data) and
-    turns a failed write into one ``InputError``. The archive is written beside
-    ``path`` and renamed into place at the end: a failure (a full disk, bad input
-    met half-way, Ctrl-C) leaves no archive, or the one that was there, never a part
-    that reads as whole. ``checked``: the records were read from an archive or
-    checked already, so the writer does not check them again. ``accept`` is called
-    with the count before the rename: what it raises keeps the archive from ``path``.
-
-    >>> write_archive("out.msgpack", make_header("merge", ordered=True), records)
-    """
-    compress = Path(path).suffix == ".zst"  # the name written to ends in .part
-    with replaced_whole(path) as part:
-        writer = ArchiveWriter(
-            part,
-            header=header,
-            block_when_full=True,
-            check=not checked,
-            compress=compress,
-            shown_as=path,
-        )
-        written = 0
-        try:
-            for record in records:
-                writer.append(record)
-                written += 1
-        finally:
-            writer.close()
-        if writer.error is not None:
-            raise InputError(f"{path}: write failed: {writer.error}")
-        written -= writer.stats.dropped
-        if accept is not None:
-            accept(written)
-    return written

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tailreplay.errors import InputError
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import check_readable
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.validate import record_problem
-from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.importers import azure, burstgpt, har, mooncake, otlp_json
 from tailreplay.traces.importers.rows import ImportReport, Place
 

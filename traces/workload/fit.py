@@ -27,10 +27,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import InputError, UsageError
+from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.archive.writer import write_archive
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model import Workload

@@ -127,7 +127,9 @@ def _fit_k(n: Array, f: Array, k: int, bin_s: float) -> Mmpp | None:
         logb = n[:, None] * np.log(lam[None, :] * f[:, None]) - lam[None, :] * f[:, None]
         logb -= const[:, None]
         gamma, xi, ll = _forward_backward(logb, a, pi)
-        lam = np.maximum((gamma * n[:, None]).sum(0) / (gamma * f[:, None]).sum(0), 1e-9)
+        # A state no window belongs to has no exposure: keep its rate finite, not 0/0.
+        exposure = np.maximum((gamma * f[:, None]).sum(0), 1e-300)
+        lam = np.maximum((gamma * n[:, None]).sum(0) / exposure, 1e-9)
         a = xi / np.maximum(xi.sum(1, keepdims=True), 1e-300)
         pi = gamma[0]
         if ll - prev < _TOLERANCE * abs(ll):
