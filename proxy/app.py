@@ -30,6 +30,7 @@ from tailreplay.probe import PROBE_HEADER
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
     LOG_EVERY_S,
+    BodyLimits,
     BodyTimeout,
     BodyTooLarge,
     ConnectionGuard,
@@ -252,12 +253,15 @@ class _Forwarder:
     ) -> bytes | AsyncIterator[bytes] | None:
         """What to send upstream: an OpenAI route's body read whole (the recorder needs it,
         and the proxy may ask for usage in it), any other body streamed as it comes.
-        Both are bounded by --max-body and --body-timeout (between reads)."""
+        Both are bounded by --max-body, --body-timeout between reads, --timeout in all
+        and a minimum pace (``proxy/connections.py``)."""
         if not request.can_read_body:
             return None
-        limit, timeout_s = self.config.max_body, self.config.body_timeout_s
+        config = self.config
+        pace = self.guard.body(request.protocol)
+        bounds = BodyLimits(config.max_body, config.body_timeout_s, config.timeout_s, pace)
         if ex.route in OPENAI_PATHS:
-            raw = await read_body(request.content, limit=limit, timeout_s=timeout_s)
+            raw = await read_body(request.content, bounds)
             ex.bytes_in = len(raw)
             ex.req_body = raw
             inject = self.config.inject_usage
@@ -265,7 +269,7 @@ class _Forwarder:
             ex.injected_usage = changed is not None
             return changed if changed is not None else raw
         ex.bytes_in = request.content_length or 0
-        return stream_body(request.content, limit=limit, timeout_s=timeout_s)
+        return stream_body(request.content, bounds)
 
     async def _relay(
         self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange

@@ -4,15 +4,20 @@ Three defences, as nginx and Envoy have them:
 
 - **Timeouts.** A client has ``idle_timeout_s`` to send a complete request head,
   counted from when it connected or its last response ended (aiohttp's keep-alive
-  timer, which also covers a head trickled a byte at a time), and
-  ``body_timeout_s`` between two reads of a request body (``read_body``).
+  timer, which also covers a head trickled a byte at a time). A request body
+  (``read_body``, ``stream_body``) has ``body_timeout_s`` between two reads, the
+  request's ``--timeout`` in all, and, past a grace of ``body_timeout_s``, must keep
+  up ``MIN_BODY_RATE`` on average (Kestrel's ``MinRequestBodyDataRate``): a body
+  trickled a byte at a time is answered 408 in seconds, not after ``--timeout``.
 - **A connection cap** below the open-file limit. Every client connection may
   need an upstream connection too, so the cap is half of what the limit leaves
   after a reserve for archives, pipes, the admin port and one accept batch. At the cap a new
   connection evicts the client connection idle the longest (no request in
-  progress); when every connection has a request in flight the newcomer gets a
-  503 and is closed. A normal client therefore still gets in while thousands
-  of idle sockets are open, and ``accept()`` never runs out of descriptors.
+  progress), else the one sending its request body the slowest while under
+  ``MIN_BODY_RATE``; when every connection has a request in flight at a healthy
+  pace the newcomer gets a 503 and is closed. A normal client therefore still gets
+  in while thousands of idle or trickling sockets are open, and ``accept()`` never
+  runs out of descriptors.
 - **No log flood.** Accept errors (out of descriptors or memory) are counted and
   logged once per ``LOG_EVERY_S``, without a traceback.
 """
@@ -36,6 +41,9 @@ __all__ = [
     "ACCEPT_BATCH",
     "FD_RESERVE",
     "LOG_EVERY_S",
+    "MIN_BODY_RATE",
+    "BodyLimits",
+    "BodyPace",
     "BodyTimeout",
     "BodyTooLarge",
     "ConnectionGuard",
@@ -145,7 +153,10 @@ class ConnectionGuard:
         # insertion order is connection order, and idle ones are re-inserted when
         # they become idle, so the first idle entry is the one idle the longest.
         self._conns: dict[RequestHandler, tuple[asyncio.Transport, float | None]] = {}
+        self._bodies: dict[RequestHandler, BodyPace] = {}
+        """Connections sending a request body, and how fast."""
         self.evicted = 0
+        self.slow_bodies_evicted = 0
         self.refused = 0
         self.body_timeouts = 0
         self.accept_errors = 0
@@ -166,6 +177,12 @@ class ConnectionGuard:
 
     def lost(self, handler: RequestHandler) -> None:
         self._conns.pop(handler, None)
+        self._bodies.pop(handler, None)
+
+    def body(self, handler: RequestHandler) -> BodyPace:
+        """The pace of the body ``handler`` starts sending now (dropped by ``idle``)."""
+        pace = self._bodies[handler] = BodyPace(time.monotonic())
+        return pace
 
     def busy(self, handler: RequestHandler) -> None:
         entry = self._conns.get(handler)
@@ -173,6 +190,7 @@ class ConnectionGuard:
             self._conns[handler] = (entry[0], None)
 
     def idle(self, handler: RequestHandler) -> None:
+        self._bodies.pop(handler, None)
         entry = self._conns.pop(handler, None)
         if entry is not None:
             self._conns[handler] = (entry[0], time.monotonic())
@@ -184,7 +202,24 @@ class ConnectionGuard:
                 self.evicted += 1
                 transport.close()  # a response just written still flushes first
                 return True
-        return False
+        return self._evict_slowest_body()
+
+    def _evict_slowest_body(self) -> bool:
+        """Close the connection sending its body the slowest, when it is under
+        ``MIN_BODY_RATE`` (judged after ``PACE_JUDGED_AFTER_S``): a client trickling a
+        body holds a slot it has no claim to beside a newcomer."""
+        now = time.monotonic()
+        slow = [(pace.rate(now), h) for h, pace in self._bodies.items() if pace.slow(now)]
+        if not slow:
+            return False
+        _, handler = min(slow, key=lambda item: item[0])
+        entry = self._conns.pop(handler, None)
+        self._bodies.pop(handler, None)
+        if entry is None:
+            return False
+        self.slow_bodies_evicted += 1
+        entry[0].close()
+        return True
 
 
 class GuardedServer(web.Server):
@@ -204,42 +239,88 @@ class GuardedServer(web.Server):
 
 
 class BodyTimeout(Exception):
-    """The client sent nothing for ``body_timeout_s`` in the middle of a request body."""
+    """A request body came too slowly: nothing for ``body_timeout_s``, under
+    ``MIN_BODY_RATE`` past its grace, or not whole within the request's deadline."""
+
+
+MIN_BODY_RATE = 240.0
+"""Bytes a second a request body must average once past its grace (Kestrel's default
+``MinRequestBodyDataRate``): a slow mobile link sends kilobytes a second."""
+PACE_JUDGED_AFTER_S = 1.0
+"""A body's pace is judged for eviction only after this long (one read may lag)."""
+
+
+class BodyPace:
+    """How much of a request body has come since it started."""
+
+    __slots__ = ("done", "received", "started")
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.received = 0
+        self.done = False
+        """The whole body came: the pace no longer matters (a long answer may follow)."""
+
+    def rate(self, now: float) -> float:
+        return self.received / max(now - self.started, 1e-9)
+
+    def slow(self, now: float) -> bool:
+        judged = not self.done and now - self.started >= PACE_JUDGED_AFTER_S
+        return judged and self.rate(now) < MIN_BODY_RATE
 
 
 class BodyTooLarge(Exception):
     """A request body ran past ``--max-body``."""
 
 
-async def _chunk(content: StreamReader, timeout_s: float) -> bytes:
+class BodyLimits:
+    """The bounds of one request body: ``limit`` bytes, ``timeout_s`` between reads,
+    ``deadline_s`` in all, ``MIN_BODY_RATE`` on average after a grace of ``timeout_s``;
+    progress goes to ``pace`` (the connection guard's, for eviction)."""
+
+    __slots__ = ("deadline_s", "limit", "pace", "timeout_s")
+
+    def __init__(
+        self, limit: int, timeout_s: float, deadline_s: float, pace: BodyPace | None = None
+    ) -> None:
+        self.limit, self.timeout_s, self.deadline_s = limit, timeout_s, deadline_s
+        self.pace = pace if pace is not None else BodyPace(time.monotonic())
+
+
+async def _chunk(content: StreamReader, bounds: BodyLimits) -> bytes:
+    """The next piece of the body, within the bounds: the wait is cut where the next
+    one would be broken (the pause, the deadline, or the pace past its grace)."""
+    pace = bounds.pace
+    now = time.monotonic()
+    elapsed = now - pace.started
+    # The time by which the average must be back to MIN_BODY_RATE with no more bytes.
+    pace_due = max(pace.received / MIN_BODY_RATE, bounds.timeout_s) - elapsed
+    wait = min(bounds.timeout_s, bounds.deadline_s - elapsed, pace_due)
+    if wait <= 0:
+        raise BodyTimeout
     try:
-        async with asyncio.timeout(timeout_s):
-            return await content.readany()
+        async with asyncio.timeout(wait):
+            chunk = await content.readany()
     except TimeoutError:
         raise BodyTimeout from None
+    pace.received += len(chunk)
+    pace.done = not chunk
+    if pace.received > bounds.limit:
+        raise BodyTooLarge
+    return chunk
 
 
-async def read_body(content: StreamReader, *, limit: int, timeout_s: float) -> bytes:
-    """The whole body, at most ``limit`` bytes, with at most ``timeout_s`` between reads."""
+async def read_body(content: StreamReader, bounds: BodyLimits) -> bytes:
+    """The whole body, within ``bounds``."""
     parts: list[bytes] = []
-    size = 0
-    while chunk := await _chunk(content, timeout_s):
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
+    while chunk := await _chunk(content, bounds):
         parts.append(chunk)
     return b"".join(parts)
 
 
-async def stream_body(
-    content: StreamReader, *, limit: int, timeout_s: float
-) -> AsyncIterator[bytes]:
-    """The body as it comes (for the upstream), under the same bounds as ``read_body``."""
-    size = 0
-    while chunk := await _chunk(content, timeout_s):
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
+async def stream_body(content: StreamReader, bounds: BodyLimits) -> AsyncIterator[bytes]:
+    """The body as it comes (for the upstream), within the same bounds as ``read_body``."""
+    while chunk := await _chunk(content, bounds):
         yield chunk
 
 

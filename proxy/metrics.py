@@ -107,7 +107,17 @@ class _ConnectionCollector(Collector):
         for name, doc, value in (
             ("evicted", "Idle client connections closed to admit new ones at the cap.", g.evicted),
             ("refused", "Client connections refused with a 503 at the cap.", g.refused),
-            ("body_timeouts", "Requests cut off by --body-timeout.", g.body_timeouts),
+            (
+                "body_timeouts",
+                "Requests answered 408: a body paused past --body-timeout, under the minimum "
+                "pace, or not whole within --timeout.",
+                g.body_timeouts,
+            ),
+            (
+                "slow_bodies_evicted",
+                "Connections closed at the cap while sending a body under the minimum pace.",
+                g.slow_bodies_evicted,
+            ),
             ("accept_errors", "Failed accept() calls (no descriptors or memory).", g.accept_errors),
         ):
             yield CounterMetricFamily(f"tailreplay_proxy_connections_{name}", doc, value=value)

@@ -173,3 +173,78 @@ async def test_a_client_budget_an_archive_cannot_hold_leaves_the_capture_readabl
     got = records(tmp_path / "o")  # strict: raises on a damaged record
     assert [r.status for r in got] == statuses and statuses[2] == 200
     assert [r.max_tokens for r in got] == [None, None, 5, None]
+
+
+async def _trickle(port: int, stop_at: float, lifetimes: list[float]) -> None:
+    """One attacker: a 10 MB body declared, a byte a second sent; again when closed."""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 10000000\r\n\r\n"
+    )
+    while time.monotonic() < stop_at:
+        began = time.monotonic()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head)
+            while time.monotonic() < stop_at:
+                writer.write(b"{")
+                await writer.drain()
+                try:
+                    if await asyncio.wait_for(reader.read(65536), 1.0) == b"":
+                        break  # closed by the proxy
+                except TimeoutError:
+                    continue
+                await reader.read()  # an answer (408, 503): read to its close
+                break
+            writer.close()
+        except OSError:
+            pass  # reset while connecting or writing: closed all the same
+        if time.monotonic() < stop_at:
+            lifetimes.append(time.monotonic() - began)
+
+
+async def test_slow_bodies_cannot_starve_the_proxy_at_its_cap(tmp_path: Path) -> None:
+    """20 sockets trickling a declared 10 MB body at a byte a second, at
+    --max-connections 20: each is closed (408 past its grace and pace, or evicted at
+    the cap for a newcomer) within the body's grace plus a margin, and a normal client
+    sending a request a second is answered."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"message": {"content": "ok"}}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
+    grace_s, run_s = 2.0, 15.0
+    async with (
+        serve_app(app) as upstream,
+        proxy_to(upstream, tmp_path / "o", max_connections=20, body_timeout_s=grace_s) as proxy,
+    ):
+        port = int(proxy.url.rsplit(":", 1)[1])
+        stop_at = time.monotonic() + run_s
+        lifetimes: list[float] = []
+        attackers = [asyncio.ensure_future(_trickle(port, stop_at, lifetimes)) for _ in range(20)]
+        await asyncio.sleep(grace_s + 1)  # every slot held
+        statuses = []
+        connector = aiohttp.TCPConnector(force_close=True)
+        probe_timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(connector=connector) as s:
+            while time.monotonic() < stop_at - 1:
+                url = proxy.url + "/v1/chat/completions"
+                try:
+                    async with s.post(url, json={"model": "m"}, timeout=probe_timeout) as r:
+                        statuses.append(r.status)
+                except (aiohttp.ClientError, TimeoutError):
+                    statuses.append(0)
+                await asyncio.sleep(1.0)
+        await asyncio.gather(*attackers)
+        timeouts = await metric(proxy.admin_url, "tailreplay_proxy_connections_body_timeouts_total")
+        evicted = await metric(
+            proxy.admin_url, "tailreplay_proxy_connections_slow_bodies_evicted_total"
+        )
+    served = statuses.count(200) / len(statuses)
+    assert len(statuses) >= 8 and served >= 0.95, statuses
+    # Closed within the grace and the pace's allowance (a first byte a second for
+    # grace_s: the deadline comes at grace_s), with a margin for a busy machine.
+    assert lifetimes and max(lifetimes) < grace_s + 3.0, sorted(lifetimes)[-5:]
+    assert timeouts + evicted >= 20
