@@ -70,8 +70,9 @@ class _RecorderCollector(Collector):
         yield one(
             GaugeMetricFamily,
             "tailreplay_proxy_capture_up",
-            "1 while exchanges are being recorded, 0 while the recorder is down.",
-            0 if self.recorder.down else 1,
+            "1 while exchanges are being recorded, 0 while the recorder is down or hung "
+            "or records were dropped in the last 10 s.",
+            0 if self.recorder.problem() else 1,
         )
         yield one(
             CounterMetricFamily,

@@ -35,8 +35,10 @@ class Stat:
     SAMPLED_OUT = 2
     FAILED = 3
     BACKLOG = 4
-    TOKENS = 5  # then (input, output) per route in ROUTES order
-    SIZE = 5 + 2 * len(ROUTES)
+    HANDLED = 5
+    """Exchanges built and handed on (the progress the proxy watches for a hang)."""
+    TOKENS = 6  # then (input, output) per route in ROUTES order
+    SIZE = 6 + 2 * len(ROUTES)
     ACCOUNTED = (WRITTEN, WRITER_DROPPED, SAMPLED_OUT, FAILED)
     """The counters that together account for every exchange the recorder received."""
 
@@ -119,8 +121,18 @@ def _record_batches(conn: Any, builder: RecordBuilder, stats: Any) -> None:
             return
         batch: list[Exchange] = pickle.loads(data)
         stats[Stat.BACKLOG] = len(batch)
-        for ex in batch:
+        for i, ex in enumerate(batch, 1):
             builder.build(ex)
-        stats[Stat.SAMPLED_OUT] = builder.sampled_out
-        stats[Stat.FAILED] = builder.failed
-        stats[Stat.BACKLOG] = 0
+            if i % _PUBLISH_EVERY == 0:  # a long batch shows progress as it goes
+                _publish(stats, builder, len(batch) - i)
+        _publish(stats, builder, 0)
+
+
+_PUBLISH_EVERY = 64
+
+
+def _publish(stats: Any, builder: RecordBuilder, backlog: int) -> None:
+    stats[Stat.SAMPLED_OUT] = builder.sampled_out
+    stats[Stat.FAILED] = builder.failed
+    stats[Stat.HANDLED] += stats[Stat.BACKLOG] - backlog
+    stats[Stat.BACKLOG] = backlog

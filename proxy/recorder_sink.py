@@ -13,8 +13,12 @@ are dropped and counted. If the proxy dies (even kill -9), the recorder sees
 the pipe close, writes what it has, and exits. If the recorder dies, the proxy
 sees it at once (its process sentinel becomes readable), counts every exchange
 it had sent that the recorder never wrote as dropped, and starts a new one;
-exchanges finished meanwhile wait for it (up to a batch's limit). Every
-exchange is thus written, sampled out, or counted as dropped — exactly.
+exchanges finished meanwhile wait for it (up to a batch's limit). If the recorder
+hangs (SIGSTOP, a stuck disk), its counters stop moving: capture is marked down
+and, if it stays hung, the recorder is killed and restarted the same way
+(``proxy/capture_health.py``). At shutdown a recorder that stops making progress is
+killed too. Every exchange served is thus written, sampled out, failed, or
+counted as dropped — exactly, whatever state the recorder is in.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 
 from tailreplay.batch_pipe import BatchPipe
 from tailreplay.openai_api import ROUTES
+from tailreplay.proxy.capture_health import HUNG_S, RESTART_HUNG_S, CaptureHealth
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_process import Stat, child_main
@@ -40,12 +45,15 @@ _FLUSH_S = 0.02
 _PIPE_LIMIT = 64 << 20  # bytes waiting for the recorder before batches are dropped
 _MAX_BATCH = 20_000
 _RESTART_BACKOFF_S = (0.5, 30.0)  # first and longest wait between failed restarts
+_WATCH_EVERY_S = 0.25  # how often the recorder's progress is looked at
 
 
 @dataclass
 class RecorderCounts:
-    """What became of the exchanges handed to the recorder, over all its lifetimes."""
+    """What became of the exchanges served, over all the recorder's lifetimes: once the
+    recorder has ended, ``served = written + dropped + sampled_out + failed``."""
 
+    served: int = 0
     written: int = 0
     dropped: int = 0
     sampled_out: int = 0
@@ -53,6 +61,21 @@ class RecorderCounts:
     backlog: int = 0
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
+
+    def summary(self) -> str:
+        """The exit line's account: served, then where every one of them went."""
+        parts = [f"{self.written:,} records written", f"{self.dropped:,} dropped"]
+        if self.sampled_out:
+            parts.append(f"{self.sampled_out:,} sampled out")
+        if self.failed:
+            parts.append(f"{self.failed:,} could not be recorded")
+        return f"{self.served:,} exchanges served: " + ", ".join(parts)
+
+    @classmethod
+    def total(cls, counts: list[RecorderCounts]) -> RecorderCounts:
+        """The sum over several proxies' recorders (``--workers``)."""
+        names = ("served", "written", "dropped", "sampled_out", "failed", "backlog")
+        return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 
 
 class RecorderClient:
@@ -62,12 +85,17 @@ class RecorderClient:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
         self.restarts = 0
+        self.served = 0
         self.down: str | None = None
-        """Why capture is stopped, while it is (/healthz reports it); None when recording."""
+        """Why the recorder is not running, while it is not; None when it is."""
         self._retired = RecorderCounts()  # recorders that died
+        self._final: RecorderCounts | None = None  # set once the last recorder has ended
         self._closing = False
         self._restarting: asyncio.Task[None] | None = None
         self._drop_logged_at = 0.0
+        self._health = CaptureHealth(time.monotonic())
+        self._watched_at = 0.0
+        self._hung_logged = False
         self._spawn([])
 
     def _spawn(self, carried: list[Exchange]) -> None:
@@ -85,7 +113,12 @@ class RecorderClient:
         reader.close()
         ready_writer.close()
         self._pipe = BatchPipe(
-            writer, limit=_PIPE_LIMIT, flush_s=_FLUSH_S, max_batch=_MAX_BATCH, on_drop=self._dropped
+            writer,
+            limit=_PIPE_LIMIT,
+            flush_s=_FLUSH_S,
+            max_batch=_MAX_BATCH,
+            on_drop=self._dropped,
+            on_flush=self._watch,
         )
         for ex in carried:
             self._pipe.append(ex)
@@ -117,8 +150,11 @@ class RecorderClient:
 
     def counts(self) -> RecorderCounts:
         """Totals over every recorder so far, exact at the time of the call."""
+        if self._final is not None:
+            return self._final
         s, r = self.stats, self._retired
         return RecorderCounts(
+            served=self.served,
             written=r.written + s[Stat.WRITTEN],
             dropped=r.dropped + self._pipe.dropped + s[Stat.WRITER_DROPPED],
             sampled_out=r.sampled_out + s[Stat.SAMPLED_OUT],
@@ -131,7 +167,40 @@ class RecorderClient:
     def total_dropped(self) -> int:
         return self.counts().dropped
 
+    def problem(self) -> str | None:
+        """Why capture is down or degraded now (/healthz, capture_up), or None."""
+        return self.down or self._health.problem(time.monotonic())
+
     # -- supervision -----------------------------------------------------------------
+
+    def _accounted(self) -> int:
+        """Exchanges the current recorder has written, dropped, sampled out or failed."""
+        return sum(self.stats[i] for i in Stat.ACCOUNTED)
+
+    def _progress(self) -> int:
+        s = self.stats
+        return int(s[Stat.HANDLED] + s[Stat.WRITTEN] + s[Stat.WRITER_DROPPED])
+
+    def _watch(self) -> None:
+        """Every flush, at most every ``_WATCH_EVERY_S``: is the recorder making progress?"""
+        now = time.monotonic()
+        if now - self._watched_at < _WATCH_EVERY_S or self.down is not None:
+            return
+        self._watched_at = now
+        health = self._health
+        waiting = self._pipe.sent - self._accounted()
+        health.observe(now, waiting=waiting, progress=self._progress(), dropped=self.total_dropped)
+        stalled = health.stalled_s(now)
+        if stalled < HUNG_S:
+            if self._hung_logged:
+                log.warning("the recorder is making progress again; capture resumed")
+                self._hung_logged = False
+            return
+        if not self._hung_logged:
+            log.error("%s; restarting it after %.0f s", health.problem(now), RESTART_HUNG_S)
+            self._hung_logged = True
+        if stalled >= RESTART_HUNG_S and not self._closing:
+            self._proc.kill()  # the sentinel fires: _on_exit counts and restarts
 
     def _on_exit(self) -> None:
         """The recorder died: count what it never wrote, and start another."""
@@ -140,6 +209,11 @@ class RecorderClient:
             return
         self._proc.join(0.5)  # reap it (dead already: the sentinel closed at its exit)
         lost = self._retire()
+        now = time.monotonic()
+        self._health.restarted(now)
+        # Its loss counts as a drop now, not when the next watch happens to look.
+        self._health.observe(now, waiting=0, progress=-1, dropped=self.total_dropped)
+        self._hung_logged = False
         code = self._proc.exitcode
         self.down = f"the recorder exited (code {code}); restarting it"
         log.error(
@@ -199,6 +273,7 @@ class RecorderClient:
     def on_complete(self, ex: Exchange) -> None:
         if ex.probe:
             return
+        self.served += 1
         # The recorder is behind or gone past the pipe's limits: drop, never block.
         self._pipe.append(ex)
 
@@ -209,14 +284,44 @@ class RecorderClient:
             self._drop_logged_at = now
 
     async def close(self, timeout_s: float = 60.0) -> None:
-        """Send what is left, close the pipe, and wait for the recorder to finish."""
+        """Send what is left, close the pipe, and wait for the recorder to finish: while
+        it makes progress, up to ``timeout_s``. One that stops making progress (hung) is
+        killed after ``HUNG_S``, and what it never wrote is counted as dropped."""
         self._closing = True
         if self._restarting is not None and not self._restarting.done():
             self._restarting.cancel()
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._proc.sentinel)
         self._pipe.close()
-        await loop.run_in_executor(None, self._proc.join, timeout_s)
-        if self._proc.is_alive():
-            log.warning("the recorder did not finish in %.0f s; stopping it", timeout_s)
-            self._proc.kill()
+        await self._finish(loop, timeout_s)
+        self._retire()
+        self._final = RecorderCounts(
+            served=self.served,
+            written=self._retired.written,
+            dropped=self._retired.dropped,
+            sampled_out=self._retired.sampled_out,
+            failed=self._retired.failed,
+            tokens=self._retired.tokens,
+        )
+
+    async def _finish(self, loop: asyncio.AbstractEventLoop, timeout_s: float) -> None:
+        started = progress_at = time.monotonic()
+        mark = self._progress()
+        while True:
+            await loop.run_in_executor(None, self._proc.join, _WATCH_EVERY_S)
+            if not self._proc.is_alive():
+                return
+            now = time.monotonic()
+            if self._progress() != mark:
+                mark, progress_at = self._progress(), now
+            # Nothing waiting: it is closing its files (an fsync may take a while).
+            waiting = self._pipe.sent - self._accounted()
+            if (waiting > 0 and now - progress_at >= HUNG_S) or now - started >= timeout_s:
+                break
+        log.warning(
+            "the recorder stopped making progress while finishing (%d exchanges unwritten, "
+            "counted as dropped); stopping it",
+            max(waiting, 0),
+        )
+        self._proc.kill()
+        await loop.run_in_executor(None, self._proc.join, 5.0)

@@ -90,7 +90,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         admin_url = None
         if admin_socks:
             admin_runner = web.AppRunner(
-                metrics_app(metrics.registry, lambda: recorder.down), access_log=None
+                metrics_app(metrics.registry, recorder.problem), access_log=None
             )
             admin_url = await serve_sockets(admin_runner, admin_socks)
         scheme = "https" if config.tls_cert is not None else "http"

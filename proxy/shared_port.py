@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tailreplay.errors import RunFailed, TailreplayError
 from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.recorder_sink import RecorderCounts
 from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets
 from tailreplay.traces.text.redact import redact_url
 
@@ -105,17 +106,11 @@ def run_workers(config: ProxyConfig, announce: Any = print) -> None:
     announce(f"recording into {config.out_dir}/")
     asyncio.run(_serve_admin(config, admin, procs, [a for _, a in urls], announce))
     closed = _closed_counts(ready, len(procs))
-    written, dropped, failed = (
-        sum(getattr(c, k) for c in closed) for k in ("written", "dropped", "failed")
-    )
-    lost = f", {failed:,} could not be recorded" if failed else ""
     unknown = (
         f" ({len(procs) - len(closed)} workers did not say)" if len(closed) < len(procs) else ""
     )
-    announce(
-        f"archives closed in {config.out_dir}/: {written:,} records written, "
-        f"{dropped:,} dropped{lost}{unknown}"
-    )
+    total = RecorderCounts.total(closed)
+    announce(f"archives closed in {config.out_dir}/: {total.summary()}{unknown}")
 
 
 def _closed_counts(ready: Any, workers: int) -> list[Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
+    suppress,
 )
 from pathlib import Path
 from typing import Any, TypeVar
@@ -111,3 +113,42 @@ def in_thread(manager: AbstractAsyncContextManager[T]) -> Iterator[T]:
 def serve_in_thread(app: web.Application) -> AbstractContextManager[str]:
     """Serve ``app`` on its own loop in a thread."""
     return in_thread(serve_app(app))
+
+
+def recorder_pid(proxy_pid: int) -> int:
+    """The proxy's child started by multiprocessing's spawn (not its resource tracker)."""
+    children = Path(f"/proc/{proxy_pid}/task/{proxy_pid}/children").read_text().split()
+    for pid in map(int, children):
+        with suppress(OSError):
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+    raise AssertionError(f"no recorder among the proxy's children {children}")
+
+
+_EXIT_LINE = re.compile(
+    r"archives closed in .*: ([\d,]+) exchanges served: ([\d,]+) records written, "
+    r"([\d,]+) dropped$"
+)
+
+
+def exit_line_counts(stdout: bytes) -> tuple[int, int, int]:
+    """Served, written and dropped, from the proxy's last line of output."""
+    last = stdout.decode().strip().splitlines()[-1]
+    found = _EXIT_LINE.match(last)
+    assert found, last
+    served, written, dropped = (int(g.replace(",", "")) for g in found.groups())
+    return served, written, dropped
+
+
+@asynccontextmanager
+async def echo_upstream() -> AsyncIterator[str]:
+    """An upstream that reads any chat request (up to 4 MiB) and answers "ok" at once."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"choices": [{"message": {"content": "ok"}}]})
+
+    app = web.Application(client_max_size=4 << 20)
+    app.router.add_post("/v1/chat/completions", answer)
+    async with serve_app(app) as url:
+        yield url

@@ -138,7 +138,7 @@ async def test_two_workers_share_the_port_and_their_metrics(tmp_path: Path, sim_
     # The parent's last word counts every worker's records.
     assert proc.stdout is not None
     last = proc.stdout.read().decode().strip().splitlines()[-1]
-    assert last == f"archives closed in {out}/: 60 records written, 0 dropped"
+    assert last == f"archives closed in {out}/: 60 exchanges served: 60 records written, 0 dropped"
 
 
 def test_an_unusable_out_directory_is_one_line(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import metric
-from tests.proxy_helpers import start_proxy_process
+from tests.proxy_helpers import echo_upstream, exit_line_counts, recorder_pid, start_proxy_process
 
 RESUME_S = 2.0  # capture resumes within this after the recorder dies
 SLACK_S = 3.0  # a busy shared machine's start-up delays, on top of it (the test's margin)
@@ -42,16 +42,6 @@ def sim_url() -> Iterator[str]:
         yield url
 
 
-def _recorder_pid(proxy_pid: int) -> int:
-    """The proxy's child started by multiprocessing's spawn (not its resource tracker)."""
-    children = Path(f"/proc/{proxy_pid}/task/{proxy_pid}/children").read_text().split()
-    for pid in map(int, children):
-        with contextlib.suppress(OSError):
-            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return pid
-    raise AssertionError(f"no recorder among the proxy's children {children}")
-
-
 async def _traffic(url: str, until: float, served: list[int]) -> None:
     async with aiohttp.ClientSession() as s:
 
@@ -66,8 +56,9 @@ async def _traffic(url: str, until: float, served: list[int]) -> None:
         await asyncio.gather(*(client() for _ in range(4)))
 
 
-async def _health_until_ok(admin: str, deadline: float) -> tuple[list[str], float | None]:
-    """/healthz bodies seen, and when it said ok again after saying degraded."""
+async def _health_until_recording(admin: str, deadline: float) -> tuple[list[str], float | None]:
+    """/healthz bodies seen, and when the recorder was recording again after it said it
+    had exited (ok, or degraded only by the records its death cost)."""
     seen: list[str] = []
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
@@ -75,7 +66,8 @@ async def _health_until_ok(admin: str, deadline: float) -> tuple[list[str], floa
                 assert r.status == 200  # a serving proxy stays in rotation
                 text = await r.text()
             seen.append(text)
-            if text == "ok" and any(t.startswith("degraded") for t in seen):
+            recording = text == "ok" or text.startswith("degraded: records dropped")
+            if recording and any("recorder exited" in t for t in seen):
                 return seen, time.monotonic()
             await asyncio.sleep(0.05)
     return seen, None
@@ -95,13 +87,11 @@ async def test_a_killed_recorder_is_restarted_and_every_exchange_is_accounted_fo
     try:
         traffic = asyncio.ensure_future(_traffic(url, time.monotonic() + 8.0, served))
         await asyncio.sleep(2.0)
-        recorder = _recorder_pid(proc.pid)
+        recorder = recorder_pid(proc.pid)
         os.kill(recorder, signal.SIGKILL)
         killed = time.monotonic()
-        seen, ok_again = await _health_until_ok(admin, killed + RESUME_S + slack)
+        seen, recording_again = await _health_until_recording(admin, killed + RESUME_S + slack)
         degraded = [t for t in seen if t.startswith("degraded")]
-        async with aiohttp.ClientSession() as s, s.get(admin + "/healthz/capture") as r:
-            assert r.status == 200
         await traffic
         # The backlog drains; then every exchange is written or counted as dropped.
         deadline = time.monotonic() + 10
@@ -116,7 +106,7 @@ async def test_a_killed_recorder_is_restarted_and_every_exchange_is_accounted_fo
         proc.terminate()
         _, err = proc.communicate(timeout=60)
     assert degraded, seen
-    assert ok_again is not None and ok_again - killed < RESUME_S + slack
+    assert recording_again is not None and recording_again - killed < RESUME_S + slack
     assert restarts == 1
     assert served.count(200) == len(served) > 200  # clients never noticed
     assert int(written) + int(dropped) == len(served)
@@ -140,30 +130,47 @@ def _small_disk(where: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
 
+async def _drops_and_health(admin: str, until: float) -> tuple[float | None, float | None]:
+    """When the dropped counter first rose, and when /healthz first said degraded."""
+    first_drop = first_degraded = None
+    async with aiohttp.ClientSession() as s:
+        while time.monotonic() < until and first_degraded is None:
+            async with s.get(admin + "/healthz") as r:
+                if (await r.text()).startswith("degraded"):
+                    first_degraded = time.monotonic()
+            if first_drop is None and await metric(admin, DROPPED) > 0:
+                first_drop = time.monotonic()
+            await asyncio.sleep(0.05)
+    return first_drop, first_degraded
+
+
+DROPPED = "tailreplay_proxy_records_dropped_total"
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "compressed"])
 async def test_a_full_disk_serves_every_client_and_leaves_a_readable_capture(
-    tmp_path: Path, sim_url: str
+    tmp_path: Path, compress: bool
 ) -> None:
-    with _small_disk(tmp_path / "disk", "256k") as disk:
+    """Every client served; health degraded within 5 s of the first drop; at the exit
+    every exchange is written or dropped, and what is written is what a reader gets
+    from the disk (with --compress too, where a failed write leaves whole blocks)."""
+    with _small_disk(tmp_path / "disk", "1m") as disk:
         out = disk / "out"
-        # Bodies kept and files rotated often: the disk fills within a few requests,
-        # and the writer keeps trying new files while it stays full.
-        proc, url, admin = start_proxy_process(
-            sim_url, out, "--bodies", "full", "--rotate-size", "64KiB"
-        )
+        # Bodies kept and files rotated often: the disk fills within a second, and
+        # the writer keeps trying new files while it stays full. Random bodies of
+        # 32 KB compress little, and a second's worth spans many compressed blocks.
+        compressing = ["--compress"] if compress else []
         statuses: list[int] = []
-        try:
-            async with aiohttp.ClientSession() as s:
+        async with echo_upstream() as upstream:
+            proc, url, admin = start_proxy_process(upstream, out, "--bodies", "full", *compressing)
+            try:
                 until = time.monotonic() + 4.0  # several of the writer's retry intervals
-                while time.monotonic() < until:
-                    prompt = " ".join(["word"] * 2_000)
-                    body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
-                    async with s.post(url + "/v1/chat/completions", json=body) as r:
-                        await r.read()
-                        statuses.append(r.status)
-            dropped = await metric(admin, "tailreplay_proxy_records_dropped_total")
-        finally:
-            proc.terminate()
-            proc.communicate(timeout=60)
+                watch = asyncio.ensure_future(_drops_and_health(admin, until))
+                await _random_bodies(url, until, statuses)
+                first_drop, first_degraded = await watch
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                stdout, err = proc.communicate(timeout=60)
         files = sorted(out.iterdir())
         sizes = {f.name: f.stat().st_size for f in files}
         stats = subprocess.run(
@@ -171,8 +178,28 @@ async def test_a_full_disk_serves_every_client_and_leaves_a_readable_capture(
             capture_output=True,
             text=True,
         )
+    served, written, dropped = exit_line_counts(stdout)
     assert statuses and set(statuses) == {200}  # the full disk cost no client anything
     assert dropped > 0  # it did fill up
+    assert first_drop is not None and first_degraded is not None
+    assert first_degraded - first_drop < 5.0
+    assert served == len(statuses) == written + dropped
+    assert b"close failed" not in err  # a broken file is closed without writing to it
     assert all(sizes.values()), sizes  # no empty (unreadable) file left behind
     assert stats.returncode == 0, stats.stderr
-    assert json.loads(stats.stdout)["records"] > 0
+    assert json.loads(stats.stdout)["records"] == written
+
+
+async def _random_bodies(url: str, until: float, statuses: list[int]) -> None:
+    """Four clients posting 32 KB of random text each until ``until``."""
+    async with aiohttp.ClientSession() as s:
+
+        async def client() -> None:
+            while time.monotonic() < until:
+                text = os.urandom(16_000).hex()
+                body = {"model": "m", "messages": [{"role": "user", "content": text}]}
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    await r.read()
+                    statuses.append(r.status)
+
+        await asyncio.gather(*(client() for _ in range(4)))

@@ -238,11 +238,7 @@ def proxy(**options: Any) -> None:
         counts = asyncio.run(run(config, ready))
     except OSError as exc:
         raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
-    failed = f", {counts.failed:,} could not be recorded" if counts.failed else ""
-    click.echo(
-        f"archives closed in {config.out_dir}/: {counts.written:,} records written, "
-        f"{counts.dropped:,} dropped{failed}"
-    )
+    click.echo(f"archives closed in {config.out_dir}/: {counts.summary()}")
 
 
 def _config(args: _Args) -> ProxyConfig:

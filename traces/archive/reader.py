@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tailreplay.errors import InputError
+from tailreplay.errors import InputError, TailreplayError
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.reorder import DEFAULT_REORDER_WINDOW_NS, Reorder, window_ns
 from tailreplay.traces.archive.scan import FileReport, FileScan, check_readable, open_chunks
@@ -25,6 +25,7 @@ __all__ = [
     "ArchiveReader",
     "FileReport",
     "check_readable",
+    "count_readable",
     "open_chunks",
     "read_header",
 ]
@@ -131,3 +132,14 @@ class ArchiveReader:
 def _start(m: dict[str, Any]) -> int:
     start: int = m["start_ns"]
     return start
+
+
+def count_readable(path: Path) -> int:
+    """How many records a reader gets from ``path`` as it is (up to its first damage)."""
+    count = 0
+    try:
+        for _ in ArchiveReader([path], order="file").iter_maps():
+            count += 1
+    except TailreplayError:
+        pass  # what came before the damage is what a reader gets
+    return count

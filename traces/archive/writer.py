@@ -24,6 +24,7 @@ import zstandard
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
 from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
+from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
 
@@ -329,7 +330,10 @@ class ArchiveWriter:
                 while done < len(data):
                     done += self._file.write(view[done:]) or 0
         except OSError as exc:
-            complete = _records_within(pending, done)
+            if self._zstd is None:
+                complete = _records_within(pending, done)
+            else:  # compressed: only the file itself tells which blocks reached it
+                complete = self._readable_in_file(len(pending))
             self.stats.written += complete
             self._count_dropped(len(pending) - complete)
             self._published()
@@ -337,6 +341,15 @@ class ArchiveWriter:
             return
         self.stats.written += len(pending)
         self._published()
+
+    def _readable_in_file(self, most: int) -> int:
+        """How many of the last ``most`` records written to the current file a reader
+        gets from it as it now is on disk (whole blocks of a failed compressed write)."""
+        assert self._file is not None
+        with contextlib.suppress(OSError):
+            self._file.flush()
+        readable = count_readable(self.stats.files[-1])
+        return min(max(readable - (self.stats.written - self._written_at_open), 0), most)
 
     def _published(self) -> None:
         if self._on_written is not None:
@@ -348,7 +361,7 @@ class ArchiveWriter:
             log.warning("archive write failed (%s); dropping records until the disk recovers", exc)
         self.error = exc
         self._failed_at = time.monotonic()
-        self._close_file(fsync=False)
+        self._close_file(fsync=False, broken=True)
 
     def _reopen(self) -> bool:
         """After a failure, try a fresh file (never append after a torn record)."""
@@ -392,7 +405,7 @@ class ArchiveWriter:
             f.flush()
         except OSError as exc:
             if created:  # no whole header (a full disk): never leave an unreadable file
-                self._close_file(fsync=False)
+                self._close_file(fsync=False, broken=True)
                 with contextlib.suppress(OSError):
                     path.unlink()
             if self._failed_at is None and not self.stats.files:
@@ -406,15 +419,20 @@ class ArchiveWriter:
             self._failed_at = None
         self.stats.files.append(path)
         self._file_bytes = self._frame_bytes = len(head)
+        self._written_at_open = self.stats.written
         self._file_has_records = False
         self._file_opened = time.monotonic()
 
-    def _close_file(self, *, fsync: bool) -> None:
+    def _close_file(self, *, fsync: bool, broken: bool = False) -> None:
+        """Close the current file; ``broken``: a write to it just failed, so nothing more
+        is written (an end of frame after a torn block would only fail again)."""
         f, self._file = self._file, None
         zw, self._zstd = self._zstd, None
         if f is None:
             return
         try:
+            if broken:
+                return
             if zw is not None and self._frame_bytes:  # else _flush just ended a frame
                 zw.flush(zstandard.FLUSH_FRAME)
             f.flush()
