@@ -152,3 +152,11 @@ async def echo_upstream() -> AsyncIterator[str]:
     app.router.add_post("/v1/chat/completions", answer)
     async with serve_app(app) as url:
         yield url
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory in MB (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")

@@ -15,20 +15,13 @@ from pathlib import Path
 from aiohttp import web
 
 from tests.helpers import chat_archive
-from tests.proxy_helpers import serve_app, start_proxy_process
+from tests.proxy_helpers import rss_mb, serve_app, start_proxy_process
 
 STREAM_S = 60.0  # how long the stream is watched, after it settles
 SETTLE_S = 5.0  # imports, first allocations and pools before the first reading
 MAX_GROWTH_MB = 5.0
 _EVENTS_PER_WRITE = 100
 _WRITES_PER_S = 200
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
 
 
 def _endless_app(until: float, sent: list[int]) -> web.Application:
@@ -72,10 +65,10 @@ async def test_an_endless_stream_costs_the_proxy_and_the_replayer_constant_memor
             while sent[0] == 0 and time.monotonic() - began < 60:
                 await asyncio.sleep(0.1)  # the replayer has started and the stream flows
             await asyncio.sleep(SETTLE_S)
-            first = {"proxy": _rss_mb(proxy.pid), "replayer": _rss_mb(replay.pid)}
+            first = {"proxy": rss_mb(proxy.pid), "replayer": rss_mb(replay.pid)}
             events_at_first = sent[0]
             await asyncio.sleep(STREAM_S)
-            last = {"proxy": _rss_mb(proxy.pid), "replayer": _rss_mb(replay.pid)}
+            last = {"proxy": rss_mb(proxy.pid), "replayer": rss_mb(replay.pid)}
             events = sent[0] - events_at_first
             assert replay.poll() is None, replay.stderr.read() if replay.stderr else ""
         finally:

@@ -12,13 +12,16 @@ import time
 import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tailreplay.http_connection import MAX_HEAD_BYTES, MAX_HEADER_LINES
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import MAX_BODY_BYTES, HttpTransport, Outcome
+from tests.proxy_helpers import rss_mb, start_proxy_process
 
 BOMB_BYTES = 256 << 20
 
@@ -150,3 +153,31 @@ def test_a_plain_body_past_its_bound_is_cut(hostile: Callable[[str], str]) -> No
     out, seconds, peak = _send(hostile("a 100 MiB body"), {})
     assert out.error == "bad_response" and "MiB" in out.error_text
     assert out.bytes_out <= MAX_BODY_BYTES and seconds < 20 and peak < 32 << 20
+
+
+@pytest.mark.parametrize("name", ["100,000 headers", "a 1 MiB header"])
+async def test_the_proxy_answers_502_to_an_upstream_head_past_its_bounds(
+    hostile: Callable[[str], str], name: str, tmp_path: Path
+) -> None:
+    """The proxy's upstream is a target too: its head is bounded as the replayer's is,
+    the client gets a 502, and the proxy does not grow by what the upstream sends."""
+    proxy, url, _ = start_proxy_process(hostile(name), tmp_path / "capture")
+    try:
+        async with aiohttp.ClientSession() as s:
+
+            async def once() -> tuple[int, float]:
+                began = time.monotonic()
+                async with s.post(url + "/v1/chat/completions", json={"model": "m"}) as r:
+                    await r.read()
+                    return r.status, time.monotonic() - began
+
+            await once()  # the first: imports and pools, before the baseline
+            before = rss_mb(proxy.pid)
+            answers = [await once() for _ in range(20)]
+            growth = rss_mb(proxy.pid) - before
+    finally:
+        proxy.kill()
+        proxy.wait(timeout=30)
+    assert [status for status, _ in answers] == [502] * 20
+    assert max(seconds for _, seconds in answers) < 10
+    assert growth < 8, growth  # 20 answers of up to 11 MB each were not held
