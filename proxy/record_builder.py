@@ -14,7 +14,13 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from tailreplay.openai_api import chat_text, parse_usage, response_problem
+from tailreplay.openai_api import (
+    Usage,
+    chat_text,
+    parse_usage,
+    read_answer,
+    response_problem,
+)
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import RequestInfo, request_info
@@ -139,9 +145,16 @@ def build_record(
         wait = retry_after_s(ex.retry_after)
         record.retry_after_ms = round(wait * 1000) if wait is not None else None
     kept = bytes(ex.tap.kept) if ex.tap is not None else b""
-    if record.error is None and ex.tap is not None and not ex.content_encoding:
-        record.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
-    _count_tokens(record, ex, info, tokens, kept, calibration or Calibration())
+    usage = None
+    if ex.tap is not None and not ex.content_encoding:
+        if ex.usage_event is None:  # the usual case: the body decoded once for both
+            problem, usage = read_answer(ex.path, ex.status, ex.tap, ex.timeline)
+        else:
+            problem = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
+        record.error = record.error or problem
+    if usage is None:
+        usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
+    _count_tokens(record, ex, info, tokens, kept, usage, calibration or Calibration())
     return record
 
 
@@ -151,10 +164,10 @@ def _count_tokens(
     info: RequestInfo,
     tokens: list[int] | None,
     kept: bytes,
+    usage: Usage,
     calibration: Calibration,
 ) -> None:
     """Tokens from the server's usage; else counted here and marked as estimates."""
-    usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
     record.finish_reason = usage.finish_reason
     messages = info.body.get("messages") if info.body is not None else None
     estimate = None

@@ -6,6 +6,8 @@ synthetic prompts to the same entropy (``replayer/prompts.py``)."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +34,11 @@ def prompt_stats(tokens: Sequence[int]) -> tuple[int, int] | None:
     """
     if not tokens:
         return None
-    counts = np.unique(np.asarray(tokens), return_counts=True)[1]
-    repetition = 1.0 - counts.size / len(tokens)
-    return round(entropy_bits(counts) * 1000), round(repetition * 1000)
+    # Counted in C by Counter: for the short prompts of most requests numpy's unique
+    # costs more in calls than in work (~12 µs against ~2 µs for 20 tokens).
+    counts = Counter(tokens).values()
+    n = len(tokens)
+    # H = log2(n) - sum(c log2 c) / n: the same entropy as entropy_bits, in one pass.
+    entropy = math.log2(n) - math.fsum(c * math.log2(c) for c in counts) / n
+    repetition = 1.0 - len(counts) / n
+    return round(max(entropy, 0.0) * 1000), round(repetition * 1000)
