@@ -8,18 +8,26 @@ to each of
 - tailreplay: ``tailreplay proxy`` with recording on,
 - nginx: nginx as a reverse proxy (``proxy_buffering off``), if installed,
 and the same with two processes (``--workers 2``, nginx ``worker_processes 2``).
+Each row gives the CPU time per request of the target's processes (the proxy
+with its recorder, nginx with its workers), read from /proc around each run: on
+a shared machine far steadier than requests/s. ``--baseline-python PY`` adds a
+row for ``tailreplay proxy`` run by another interpreter — one where another
+commit is installed (``bench/baseline_env.sh COMMIT``) — measured side by side.
 Then an SSE run: 100 concurrent streams through each proxy, with the added
 time to first token (P50/P99 over direct), and through bench/raw_forwarder.py —
 bytes passed through, no HTTP beyond a Content-Length: the floor for any
 forwarder written in Python on asyncio, on this machine.
 
-Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``.
+Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``,
+or against a baseline commit:
+``.venv/bin/python bench/proxy.py --baseline-python "$(bench/baseline_env.sh 7f1c72e)"``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -44,6 +52,8 @@ REPLY = (
     '"choices":[{"index":0,"message":{"role":"assistant","content":"Hello there, how are you?"},'
     '"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":7,"total_tokens":21}}'
 )
+Row = tuple[str, float, float, float, float]
+"""(target, requests/s, P50 ms, P99 ms, CPU µs per request), medians over the runs."""
 SSE_EVENTS = 40
 SSE_GAP_S = 0.02
 
@@ -65,11 +75,12 @@ def wait_port(port: int, timeout: float = 20) -> None:
 
 
 @contextmanager
-def process(cmd: list[str], port: int) -> Iterator[None]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def process(cmd: list[str], port: int, cwd: Path | None = None) -> Iterator[int]:
+    """Run ``cmd`` until the block ends; its pid once it listens on ``port``."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     try:
         wait_port(port)
-        yield
+        yield proc.pid
     finally:
         proc.terminate()
         try:
@@ -111,8 +122,33 @@ def nginx(
     return ["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"]
 
 
-def wrk(url: str, seconds: int) -> tuple[float, float, float]:
-    """(requests/s, P50 ms, P99 ms)."""
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of ``pid`` and every descendant now alive (Linux /proc)."""
+    total = 0.0
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue  # ended meanwhile
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        pending += map(int, children)
+    return total
+
+
+def measured(url: str, seconds: int, pid: int) -> tuple[float, float, float, float]:
+    """wrk's (requests/s, P50 ms, P99 ms) and the CPU µs per request of ``pid``'s tree
+    (read after a pause, so that the recorder has caught up with the run)."""
+    before = cpu_seconds(pid)
+    rps, p50, p99, requests = wrk(url, seconds)
+    time.sleep(1.0)
+    return rps, p50, p99, (cpu_seconds(pid) - before) / requests * 1e6
+
+
+def wrk(url: str, seconds: int) -> tuple[float, float, float, int]:
+    """(requests/s, P50 ms, P99 ms, requests)."""
     script = Path(tempfile.gettempdir()) / "tailreplay-post.lua"
     script.write_text(
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
@@ -132,7 +168,8 @@ def wrk(url: str, seconds: int) -> tuple[float, float, float]:
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise RuntimeError(f"{url}: {errors.group(1)} failed responses")
-    return rps, pct("50"), pct("99")
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return rps, pct("50"), pct("99"), requests
 
 
 async def sse_handler(request: web.Request) -> web.StreamResponse:
@@ -240,12 +277,13 @@ async def ttfts(url: str, streams: int, seconds: float) -> list[float]:
     return out
 
 
-def tailreplay_proxy(port: int, upstream: int, out: Path, workers: int = 1) -> list[str]:
-    return [
-        sys.executable, "-m", "tailreplay", "proxy", "--upstream", f"http://127.0.0.1:{upstream}",
-        "--listen", f"127.0.0.1:{port}", "--admin-listen", "off", "--out", str(out),
-        "--workers", str(workers),
-    ]  # fmt: skip
+def tailreplay_proxy(
+    port: int, upstream: int, out: Path, workers: int = 1, python: str = sys.executable
+) -> list[str]:
+    listen = ["--listen", f"127.0.0.1:{port}", "--admin-listen", "off"]
+    upstream_url = f"http://127.0.0.1:{upstream}"
+    command = [python, "-m", "tailreplay", "proxy", "--upstream", upstream_url, *listen]
+    return [*command, "--out", str(out), "--workers", str(workers)]
 
 
 def main() -> None:
@@ -254,73 +292,80 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--only", choices=["post", "sse"], default=None)
+    parser.add_argument(
+        "--baseline-python",
+        default=None,
+        help="an interpreter with another commit of tailreplay installed: its proxy too",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/proxy.py needs wrk: apt-get install -y wrk nginx-light")
     have_nginx = shutil.which("nginx") is not None
-    rows: list[tuple[str, float, float, float]] = []
+    rows: list[Row] = []
     if args.only != "sse":
         rows = post_runs(args, have_nginx)
     sse_rows = sse_runs(args, have_nginx) if args.only != "post" else []
     report(args, rows, sse_rows)
 
 
-def post_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, float, float, float]]:
-    py = sys.executable
-    rows: list[tuple[str, float, float, float]] = []
+def post_runs(args: argparse.Namespace, have_nginx: bool) -> list[Row]:
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        up = free_port()
-        if have_nginx:
-            stack.enter_context(process(nginx(tmp, 1, free_port(), up, fixed=up), up))
-        else:
-            stack.enter_context(process([py, __file__, "--fixed", str(up)], up))
-        ports = {
-            name: free_port()
-            for name in ("bare", "tailreplay", "nginx", "tailreplay-w2", "nginx-w2")
-        }
-        targets = {"direct": up}
-        stack.enter_context(
-            process(
-                [
-                    py,
-                    str(ROOT / "bench/bare_forwarder.py"),
-                    str(ports["bare"]),
-                    f"http://127.0.0.1:{up}",
-                ],
-                ports["bare"],
-            )
-        )
-        targets["bare forwarder"] = ports["bare"]
-        stack.enter_context(
-            process(tailreplay_proxy(ports["tailreplay"], up, tmp / "cap1"), ports["tailreplay"])
-        )
-        targets["tailreplay (recording)"] = ports["tailreplay"]
-        if have_nginx:
-            stack.enter_context(process(nginx(tmp, 1, ports["nginx"], up), ports["nginx"]))
-            targets["nginx"] = ports["nginx"]
-        stack.enter_context(
-            process(
-                tailreplay_proxy(ports["tailreplay-w2"], up, tmp / "cap2", 2),
-                ports["tailreplay-w2"],
-            )
-        )
-        targets["tailreplay --workers 2"] = ports["tailreplay-w2"]
-        if have_nginx:
-            stack.enter_context(process(nginx(tmp, 2, ports["nginx-w2"], up), ports["nginx-w2"]))
-            targets["nginx, 2 workers"] = ports["nginx-w2"]
-        for port in targets.values():
+        targets = _post_targets(args, have_nginx, tmp, stack)
+        for port, _ in targets.values():
             wrk(f"http://127.0.0.1:{port}", 1)  # warm-up
         # Interleaved (one run of each target, then the next round), so the drift of a
         # shared machine hits every target alike instead of whichever ran last.
-        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in targets}
+        results: dict[str, list[tuple[float, float, float, float]]] = {n: [] for n in targets}
         for _ in range(args.runs):
-            for name, port in targets.items():
-                results[name].append(wrk(f"http://127.0.0.1:{port}", args.seconds))
-        for name, runs in results.items():
-            rows.append((name, *(statistics.median(r[i] for r in runs) for i in range(3))))  # type: ignore[arg-type]
+            for name, (port, pid) in targets.items():
+                results[name].append(measured(f"http://127.0.0.1:{port}", args.seconds, pid))
+    return [
+        (name, *(statistics.median(r[i] for r in runs) for i in range(4)))  # type: ignore[misc]
+        for name, runs in results.items()
+    ]
 
-    return rows
+
+def _post_targets(
+    args: argparse.Namespace, have_nginx: bool, tmp: Path, stack: ExitStack
+) -> dict[str, tuple[int, int]]:
+    """Every target started (kept running by ``stack``): name to (port, pid)."""
+    py = sys.executable
+    up = free_port()
+    if have_nginx:
+        direct = stack.enter_context(process(nginx(tmp, 1, free_port(), up, fixed=up), up))
+    else:
+        direct = stack.enter_context(process([py, __file__, "--fixed", str(up)], up))
+    targets = {"direct": (up, direct)}
+
+    def start(name: str, command: list[str], cwd: Path | None = None) -> None:
+        port = int(command[command.index("--listen") + 1].rsplit(":", 1)[1])
+        targets[name] = (port, stack.enter_context(process(command, port, cwd)))
+
+    bare = free_port()
+    bare_command = [py, str(ROOT / "bench/bare_forwarder.py"), str(bare), f"http://127.0.0.1:{up}"]
+    targets["bare forwarder"] = (bare, stack.enter_context(process(bare_command, bare)))
+    start("tailreplay (recording)", tailreplay_proxy(free_port(), up, tmp / "cap1"))
+    if args.baseline_python:
+        # Run from elsewhere: from here, `-m tailreplay` would import this checkout.
+        command = tailreplay_proxy(free_port(), up, tmp / "cap0", python=args.baseline_python)
+        start(f"tailreplay {_version(args.baseline_python)} (recording)", command, tmp)
+    if have_nginx:
+        port = free_port()
+        targets["nginx"] = (port, stack.enter_context(process(nginx(tmp, 1, port, up), port)))
+    start("tailreplay --workers 2", tailreplay_proxy(free_port(), up, tmp / "cap2", 2))
+    if have_nginx:
+        port = free_port()
+        nginx2 = stack.enter_context(process(nginx(tmp, 2, port, up), port))
+        targets["nginx, 2 workers"] = (port, nginx2)
+    return targets
+
+
+def _version(python: str) -> str:
+    """The commit a baseline interpreter's tailreplay was built from (as its
+    ``bench/baseline_env.sh`` recorded it), else its path."""
+    marker = Path(python).absolute().parents[2] / "COMMIT"
+    return marker.read_text().strip() if marker.exists() else python
 
 
 def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, float, float]]:
@@ -367,7 +412,7 @@ def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, floa
 
 def report(
     args: argparse.Namespace,
-    rows: list[tuple[str, float, float, float]],
+    rows: list[Row],
     sse_rows: list[tuple[str, float, float]],
 ) -> None:
     if rows:
@@ -376,17 +421,23 @@ def report(
         print_sse(args, sse_rows)
 
 
-def print_post(args: argparse.Namespace, rows: list[tuple[str, float, float, float]]) -> None:
-    bare_rps = dict((r[0], r) for r in rows)["bare forwarder"][1]
+def print_post(args: argparse.Namespace, rows: list[Row]) -> None:
+    by_name = {r[0]: r for r in rows}
+    bare_rps = by_name["bare forwarder"][1]
+    ours = by_name["tailreplay (recording)"][4]
     print(
         f"wrk -t2 -c50 -d{args.seconds}s, POST chat body; median of {args.runs} runs; "
-        "2 cores shared by all"
+        "2 cores shared by all; CPU: the target's processes (a proxy and its recorder)"
     )
     print()
-    print("| target | requests/s | vs bare forwarder | P50 ms | P99 ms |")
-    print("|---|---:|---:|---:|---:|")
-    for name, rps, p50, p99 in rows:
-        print(f"| {name} | {rps:,.0f} | {rps / bare_rps:.2f} | {p50:.2f} | {p99:.2f} |")
+    print("| target | requests/s | vs bare forwarder | P50 ms | P99 ms | CPU µs/request |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, rps, p50, p99, cpu in rows:
+        print(f"| {name} | {rps:,.0f} | {rps / bare_rps:.2f} | {p50:.2f} | {p99:.2f} | {cpu:.0f} |")
+    print()
+    for name, _, _, _, cpu in rows:
+        if name.endswith("(recording)") and name != "tailreplay (recording)":  # a baseline
+            print(f"tailreplay (recording) CPU per request / {name}: {ours / cpu:.2f}")
     print()
 
 
