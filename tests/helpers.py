@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +208,24 @@ def sim_was_bound(slowdown: float) -> bool:
         print(f"simulator-bound (steps {slowdown:.0%} longer than modelled): timing not judged")
         return True
     return False
+
+
+class PastDeadline(BaseException):
+    """Not an Exception (nor a TimeoutError, which is an OSError): nothing in a
+    command may catch it and call it an error of the input."""
+
+
+@contextmanager
+def deadline(seconds: float, what: str) -> Iterator[None]:
+    """Fail (rather than hang) when ``what`` runs past ``seconds``."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise PastDeadline(f"{what} ran past {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

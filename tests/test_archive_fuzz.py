@@ -22,11 +22,9 @@ import hashlib
 import json
 import os
 import re
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +36,7 @@ from hypothesis import strategies as st
 
 from tailreplay.cli import cli
 from tests.archive_strategies import Archive, archives
-from tests.helpers import HEADER, run_measured, write_plain
+from tests.helpers import HEADER, deadline, run_measured, write_plain
 
 EXAMPLES = int(os.environ.get("TAILREPLAY_FUZZ_EXAMPLES", "0")) or None
 DEADLINE_S = 30
@@ -148,27 +146,6 @@ def _markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
-class _PastDeadline(BaseException):
-    """Not an Exception (nor a TimeoutError, which is an OSError): nothing in a
-    command may catch it and call it an error of the input."""
-
-
-@contextmanager
-def _deadline(seconds: float, what: str) -> Iterator[None]:
-    """Fail (rather than hang) when ``what`` runs past ``seconds``."""
-
-    def expired(signum: int, frame: object) -> None:
-        raise _PastDeadline(f"{what} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _reset_peak_rss() -> bool:
     try:
         Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM back to the current RSS
@@ -242,7 +219,7 @@ def _run_all(archive: Archive, tmp: Path, skip: bool, rss: bool) -> dict[str, in
             _reset_peak_rss()
             before = _rss_mb("VmRSS")
         start = time.monotonic()
-        with _deadline(DEADLINE_S, name):
+        with deadline(DEADLINE_S, name):
             result = CliRunner().invoke(cli, args)
         row.runs += 1
         row.max_s = max(row.max_s, time.monotonic() - start)

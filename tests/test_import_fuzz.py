@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +24,7 @@ from hypothesis import strategies as st
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.importers import text_input
+from tests.helpers import deadline
 from tests.import_mutations import FORMATS, hostile_inputs, seeds
 
 EXAMPLES = int(os.environ.get("TAILREPLAY_FUZZ_EXAMPLES", "0")) or None
@@ -43,25 +41,9 @@ FUZZ = settings(
 )
 
 
-@contextmanager
-def _deadline(seconds: float, what: str) -> Iterator[None]:
-    """Fail (rather than hang) when ``what`` runs past ``seconds``."""
-
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"{what} ran past {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _import(fmt: str, src: Path, out: Path, *strict: str) -> Result:
     out.unlink(missing_ok=True)
-    with _deadline(DEADLINE_S, f"import {fmt}"):
+    with deadline(DEADLINE_S, f"import {fmt}"):
         result = CliRunner().invoke(
             cli, ["traces", "import", fmt, str(src), "-o", str(out), *strict]
         )
