@@ -109,22 +109,24 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
 def _prepare(
     config: ProxyConfig, *, reuse_port: bool
 ) -> tuple[list[socket.socket], list[socket.socket]]:
-    """The capture folder made, the proxy's and the admin port's sockets bound: all
-    before the recorder opens its capture file, so a port in use is one line (exit 2)
-    with no header-only capture left behind."""
-    try:
-        config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(
-            f"--out {config.out_dir}: cannot create it ({exc.strerror or exc})"
-        ) from None
+    """The proxy's and the admin port's sockets bound, then the capture folder made:
+    all before the recorder opens its capture file, so a port in use is one line
+    (exit 2) with nothing left behind, not even an empty folder."""
     sockets = bind_listen(config, reuse_port=reuse_port)
     try:
-        return sockets, bind_admin(config)
+        admin = bind_admin(config)
+        try:
+            config.out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            for sock in admin:
+                sock.close()
+            where = f"--out {config.out_dir}"
+            raise UsageError(f"{where}: cannot create it ({exc.strerror or exc})") from None
     except BaseException:
         for sock in sockets:
             sock.close()
         raise
+    return sockets, admin
 
 
 async def serve_sockets(runner: web.AppRunner, sockets: list[socket.socket]) -> str:

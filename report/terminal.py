@@ -42,7 +42,7 @@ def _value(name: str, value: Any) -> str:
     if name == "req_headers" and isinstance(value, list):
         return ", ".join(f"{k}: {v}" for k, v in value)
     if name in ("chunk_gaps_us", "prefix_hashes") and isinstance(value, list):
-        shown = [f"{v:x}" if name == "prefix_hashes" else str(v) for v in value[:_PREVIEW]]
+        shown = [f"{v:016x}" if name == "prefix_hashes" else str(v) for v in value[:_PREVIEW]]
         more = f", … ({len(value)} in all)" if len(value) > _PREVIEW else ""
         return "[" + ", ".join(shown) + more + "]"
     if isinstance(value, bytes):

@@ -14,11 +14,11 @@ A replay of the shipped sample against the built-in simulator, gated from a test
     def test_staging_keeps_the_tail(tmp_path: Path) -> None:
         peak = api.sample("peak", tmp_path / "peak.msgpack")
         run = api.replay(
-            api.ReplayArgs(archives=(peak,), speed=api.speed("4x"), limit=500),
+            api.ReplayArgs(archives=(peak,), speed=api.speed("2x"), limit=100),
             out=tmp_path / "results.msgpack",
         )
-        judged = api.report(run.results, slos=["latency:p99<=2000ms", "error_rate<=1%"])
-        assert judged.passed, judged.missed
+        judged = api.report(run.results, slos=["ttft:p99<=1000ms", "error_rate<=1%"])
+        assert judged.passed is not False, judged.missed  # None: the client was the limit
 
 This module is an entry point, as the command line is: it composes the packages
 below it and nothing in the product imports it (docs/api.md).

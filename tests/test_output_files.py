@@ -87,6 +87,15 @@ def test_replays_default_folder_is_private(
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
 
 
+def test_a_refused_replay_leaves_no_default_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", str(tmp_path / "nosuch.msgpack")])
+    assert result.exit_code == 3 and "no such file" in result.stderr
+    assert not (tmp_path / "replays").exists()
+
+
 def test_a_whole_file_output_never_replaces_a_fifo_a_link_or_a_shared_file(
     tmp_path: Path, archive: Path, victim: Path
 ) -> None:

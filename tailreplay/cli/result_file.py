@@ -15,15 +15,18 @@ __all__ = ["default_result", "drop_if_empty", "reserve"]
 
 
 def default_result(dry_run: bool) -> Path:
-    """The name for now, in ./replays/ (created 0700, as the proxy's captures folder)."""
+    """The name for now, in ./replays/ (created by ``reserve``)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    Path("replays").mkdir(mode=0o700, exist_ok=True)
     return Path("replays") / f"replay-{stamp}{'-dry' if dry_run else ''}.msgpack"
 
 
 def reserve(path: Path) -> Path:
     """``path``, or ``NAME-2``, ``NAME-3``... if taken, created empty (0600) and
-    exclusively."""
+    exclusively, in its folder (created 0700, as the proxy's captures folder is)."""
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{path.parent}: cannot write ({exc.strerror or exc})") from None
     for n in range(1, 1000):
         name = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
         try:
@@ -37,7 +40,10 @@ def reserve(path: Path) -> Path:
 
 
 def drop_if_empty(path: Path) -> None:
-    """Remove a reserved file the run never wrote (it was refused first)."""
+    """Remove a reserved file the run never wrote (it was refused first), and the
+    default folder if that leaves it empty: a refused run leaves nothing behind."""
     with contextlib.suppress(OSError):
         if path.stat().st_size == 0:
             path.unlink()
+            if path.parent.name == "replays":
+                path.parent.rmdir()  # only when empty: another run's results stay
