@@ -13,9 +13,10 @@ Three defences, as nginx and Envoy have them:
   need an upstream connection too, so the cap is half of what the limit leaves
   after a reserve for archives, pipes, the admin port and one accept batch. At the cap a new
   connection evicts the client connection idle the longest (no request in
-  progress), else the one sending its request body the slowest while under
-  ``MIN_BODY_RATE``; when every connection has a request in flight at a healthy
-  pace the newcomer gets a 503 and is closed. A normal client therefore still gets
+  progress; one that connected under ``NEWCOMER_S`` ago only after the next), else
+  the one sending its request body the slowest while under ``MIN_BODY_RATE``; when
+  every connection has a request in flight at a healthy pace the newcomer gets a
+  503 and is closed. A normal client therefore still gets
   in while thousands of idle or trickling sockets are open, and ``accept()`` never
   runs out of descriptors.
 - **No log flood.** Accept errors (out of descriptors or memory) are counted and
@@ -196,12 +197,20 @@ class ConnectionGuard:
             self._conns[handler] = (entry[0], time.monotonic())
 
     def _evict_one(self) -> bool:
-        for handler, (transport, idle_since) in self._conns.items():
-            if idle_since is not None:
-                del self._conns[handler]
+        """Make room at the cap: the connection idle the longest, unless it connected
+        (or finished its last response) under ``NEWCOMER_S`` ago — a client whose head
+        is still on its way, on a busy machine — in which case a body trickled under
+        the minimum pace goes first."""
+        # Idle entries are in the order they became idle: the first is the oldest.
+        oldest = next((h for h, (_, since) in self._conns.items() if since is not None), None)
+        if oldest is not None:
+            transport, since = self._conns[oldest]
+            assert since is not None
+            if time.monotonic() - since >= NEWCOMER_S or not self._evict_slowest_body():
+                del self._conns[oldest]
                 self.evicted += 1
                 transport.close()  # a response just written still flushes first
-                return True
+            return True
         return self._evict_slowest_body()
 
     def _evict_slowest_body(self) -> bool:
@@ -246,6 +255,8 @@ class BodyTimeout(Exception):
 MIN_BODY_RATE = 240.0
 """Bytes a second a request body must average once past its grace (Kestrel's default
 ``MinRequestBodyDataRate``): a slow mobile link sends kilobytes a second."""
+NEWCOMER_S = 1.0
+"""An idle connection younger than this is evicted after a slow body, not before."""
 PACE_JUDGED_AFTER_S = 1.0
 """A body's pace is judged for eviction only after this long (one read may lag)."""
 
