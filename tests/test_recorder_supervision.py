@@ -170,7 +170,7 @@ async def test_a_full_disk_serves_every_client_and_leaves_a_readable_capture(
                 first_drop, first_degraded = await watch
             finally:
                 proc.send_signal(signal.SIGTERM)
-                stdout, err = proc.communicate(timeout=60)
+                stdout, err = proc.communicate(timeout=120)
         files = sorted(out.iterdir())
         sizes = {f.name: f.stat().st_size for f in files}
         stats = subprocess.run(
@@ -191,11 +191,15 @@ async def test_a_full_disk_serves_every_client_and_leaves_a_readable_capture(
 
 
 async def _random_bodies(url: str, until: float, statuses: list[int]) -> None:
-    """Four clients posting 32 KB of random text each until ``until``."""
+    """Four clients posting 32 KB of random text each, 150 times or until ``until``:
+    19 MB, enough to fill the disk many times over, and a backlog the recorder works
+    through in seconds at shutdown even on a busy machine."""
     async with aiohttp.ClientSession() as s:
 
         async def client() -> None:
-            while time.monotonic() < until:
+            for _ in range(150):
+                if time.monotonic() >= until:
+                    break
                 text = os.urandom(16_000).hex()
                 body = {"model": "m", "messages": [{"role": "user", "content": text}]}
                 async with s.post(url + "/v1/chat/completions", json=body) as r:
