@@ -257,6 +257,11 @@ class _Forwarder:
         and a minimum pace (``proxy/connections.py``)."""
         if not request.can_read_body:
             return None
+        if (
+            request.version >= (1, 1)
+            and request.headers.get("Expect", "").lower() == "100-continue"
+        ):
+            _continue(request)
         config = self.config
         pace = self.guard.body(request.protocol)
         bounds = BodyLimits(config.max_body, config.body_timeout_s, config.timeout_s, pace)
@@ -421,6 +426,13 @@ class _ToClient:
             return
         self.client.write(b"%x\r\n%b\r\n" % (len(out), out) if self.chunked else out)
         self.ex.bytes_out += len(out)
+
+
+def _continue(request: web.BaseRequest) -> None:
+    """Tell a client waiting with ``Expect: 100-continue`` to send its body (aiohttp's
+    low-level server leaves that to the handler; curl waits a second without it)."""
+    if request.transport is not None and not request.transport.is_closing():
+        request.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
 
 def _abort(request: web.BaseRequest) -> None:

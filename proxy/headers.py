@@ -26,7 +26,8 @@ HOP_BY_HOP = frozenset(
 )
 
 # Never forwarded upstream: the client's view of the proxy, not of the upstream.
-_REQUEST_DROP = frozenset({"host", "content-length", "traceparent", "tracestate"})
+# Expect: the proxy answers 100-continue itself, and sends the body upstream whole.
+_REQUEST_DROP = frozenset({"host", "content-length", "traceparent", "tracestate", "expect"})
 
 
 def _connection_listed(values: tuple[str, ...]) -> set[str]:

@@ -173,3 +173,35 @@ def test_usage_removal_does_not_depend_on_how_the_stream_is_cut(
     out += relay.flush()
     assert bytes(out) == wanted
     assert relay.usage_event is not None and b'"prompt_tokens":9' in relay.usage_event
+
+
+async def test_a_client_that_expects_100_continue_gets_it_at_once(tmp_path: Path) -> None:
+    """curl sends ``Expect: 100-continue`` before a body over 1 MB and waits a second
+    for the go-ahead: the proxy gives it at once, and the upstream gets the body whole,
+    without the Expect it has no part in."""
+    from aiohttp import web
+
+    seen: list[str | None] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Expect"))
+        return web.json_response({"bytes": len(await request.read())})
+
+    app = web.Application(client_max_size=4 << 20)
+    app.router.add_post("/v1/chat/completions", answer)
+    body = b'{"model": "m", "messages": []}'
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    async with serve_app(app) as upstream, proxy_to(upstream, tmp_path / "o") as proxy:
+        host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(head)
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+        writer.write(body)
+        final = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+        writer.close()
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert final.startswith(b"HTTP/1.1 200")
+    assert seen == [None]
