@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
+
+ROOT = Path(__file__).resolve().parents[1]
 
 FLUSH_S = 0.5
 # Besides the flush interval itself: the writer's idle wake-up (50 ms) and a busy CI
@@ -87,6 +90,7 @@ def test_a_full_queue_drops_and_counts_never_blocks(tmp_path: Path) -> None:
 _DISK_CHILD = textwrap.dedent(
     """
     import resource, signal, sys, json
+    from tests.test_writer_failures import _session
     from tailreplay.traces.archive.format import make_header
     from tailreplay.traces.archive.record import Record
     from tailreplay.traces.archive.writer import ArchiveWriter
@@ -95,7 +99,7 @@ _DISK_CHILD = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
     w = ArchiveWriter(sys.argv[1], header=make_header("t"), flush_interval=0.01)
     for i in range(3000):
-        w.append(Record(start_ns=i, path="/v1/chat/completions"))
+        w.append(Record(start_ns=i, path="/v1/chat/completions", session=_session(i)))
     w.close()
     print(json.dumps({"written": w.stats.written, "dropped": w.stats.dropped,
                       "error": str(w.error)}))
@@ -103,13 +107,24 @@ _DISK_CHILD = textwrap.dedent(
 )
 
 
-def test_a_failing_disk_drops_and_counts_and_keeps_what_was_written(tmp_path: Path) -> None:
-    path = tmp_path / "a.msgpack"
+def _session(i: int) -> str:
+    """48 hex digits that do not compress: a compressed file fills its limit too."""
+    return hashlib.sha256(str(i).encode()).hexdigest()[:48]
+
+
+@pytest.mark.parametrize("name", ["a.msgpack", "a.msgpack.zst"])
+def test_a_failing_disk_drops_and_counts_and_keeps_what_was_written(
+    tmp_path: Path, name: str
+) -> None:
+    """What is counted written is what a reader gets, compressed too: there a write cut
+    short by the limit must raise, not lose bytes (zstandard ignores a short count)."""
+    path = tmp_path / name
     out = subprocess.run(
         [sys.executable, "-c", _DISK_CHILD, str(path)],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr
     import json
@@ -122,7 +137,8 @@ def test_a_failing_disk_drops_and_counts_and_keeps_what_was_written(tmp_path: Pa
     reader = ArchiveReader([path])
     got = list(reader)
     assert len(got) == stats["written"] and got == [
-        Record(start_ns=i, path="/v1/chat/completions") for i in range(len(got))
+        Record(start_ns=i, path="/v1/chat/completions", session=_session(i))
+        for i in range(len(got))
     ]
     assert os.path.getsize(path) <= 20_000
 
@@ -199,3 +215,36 @@ def test_values_longer_than_a_reader_unpacks_are_left_out(
         got = list(ArchiveReader([path], order="file"))  # strict: damage raises
         assert got == [Record(start_ns=1, output_tokens=3), Record(start_ns=2, model="m")]
     assert "'chunk_gaps_us' is longer than an archive holds" in caplog.text
+
+
+class _ShortThenFull:
+    """A file the kernel fills: the first write takes half, the next takes all again
+    (space freed meanwhile), then every write fails as a full disk does."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.calls = 0
+
+    def write(self, data: memoryview) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            half = len(data) // 2
+            self.data += data[:half]
+            return half
+        if self.calls == 2:
+            self.data += data
+            return len(data)
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_short_write_is_finished_or_raises_never_lost() -> None:
+    from tailreplay.traces.archive.whole_writes import WholeWrites
+
+    sink = _ShortThenFull()
+    assert WholeWrites(sink).write(b"0123456789") == 10  # type: ignore[arg-type]
+    assert bytes(sink.data) == b"0123456789"  # the rest was written, not dropped
+    with pytest.raises(OSError):
+        WholeWrites(sink).write(b"more")

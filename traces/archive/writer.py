@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import msgpack
 import zstandard
@@ -27,6 +27,7 @@ from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rota
 from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
+from tailreplay.traces.archive.whole_writes import WholeWrites
 
 __all__ = ["FRAME_BYTES", "ArchiveWriter", "WriterStats"]
 
@@ -397,7 +398,9 @@ class ArchiveWriter:
             # A file name that is not UTF-8 (an input's, in "inputs") is written with "?".
             head = msgpack.packb(header, unicode_errors="replace")
             if self._compress:
-                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(f, closefd=False)
+                # Typed as the file it wraps: zstandard only calls write and flush.
+                whole = cast(BinaryIO, WholeWrites(f))
+                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(whole, closefd=False)
                 self._zstd.write(head)
                 self._zstd.flush(zstandard.FLUSH_BLOCK)
             else:
