@@ -2,10 +2,11 @@
 
 A dead recorder is seen at once (its process sentinel); a hung one (stopped with
 SIGSTOP, stuck on a disk) is alive and silent, so the proxy watches its progress:
-the counters the recorder publishes (``proxy/recorder_process.py``) must move
-while exchanges wait for it. No move for ``HUNG_S`` with work waiting marks capture
-down; ``RESTART_HUNG_S`` later the recorder is killed and restarted, and what it
-held is counted as dropped. Records dropped within the last ``DROP_WINDOW_S`` (a
+the counters the recorder publishes (``proxy/recorder_process.py``), or its CPU
+time (a large record takes seconds to build), must move while exchanges wait for
+it. No move for ``HUNG_S`` with work waiting marks capture down; ``RESTART_HUNG_S``
+later the recorder is killed and restarted, and what it held is counted as
+dropped. Records dropped within the last ``DROP_WINDOW_S`` (a
 full disk, a recorder behind) also mark capture degraded: the proxy serves, but
 the archive is not the traffic.
 """

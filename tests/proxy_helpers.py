@@ -142,13 +142,13 @@ def exit_line_counts(stdout: bytes) -> tuple[int, int, int]:
 
 @asynccontextmanager
 async def echo_upstream() -> AsyncIterator[str]:
-    """An upstream that reads any chat request (up to 4 MiB) and answers "ok" at once."""
+    """An upstream that reads any chat request (up to 32 MiB) and answers "ok" at once."""
 
     async def answer(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"choices": [{"message": {"content": "ok"}}]})
 
-    app = web.Application(client_max_size=4 << 20)
+    app = web.Application(client_max_size=32 << 20)
     app.router.add_post("/v1/chat/completions", answer)
     async with serve_app(app) as url:
         yield url

@@ -141,3 +141,33 @@ async def test_a_recorder_hung_past_the_limit_is_restarted_and_capture_resumes(
     assert dropped > 0 and written > 0  # lost in the hang, recorded after the restart
     assert _on_disk(out) == written
     assert b"the recorder process exited (code -9)" in err
+
+
+async def test_a_recorder_busy_with_one_large_record_is_not_taken_for_hung(
+    tmp_path: Path,
+) -> None:
+    """A 9 MB prompt redacted takes the recorder seconds to build: health stays ok
+    meanwhile, and a SIGTERM just after waits for that record instead of killing it."""
+    out = tmp_path / "out"
+    words = " ".join(f"word{i} user{i}@example.com" for i in range(300_000))  # ~9 MB
+    body = {"model": "m", "messages": [{"role": "user", "content": words}]}
+    async with echo_upstream() as upstream:
+        proc, url, admin = start_proxy_process(
+            upstream, out, "--bodies", "redacted", "--max-body", "20MiB"
+        )
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200
+                sent = time.monotonic()
+                health = []
+                while time.monotonic() - sent < HUNG_S + 3:
+                    async with s.get(admin + "/healthz") as h:
+                        health.append(await h.text())
+                    await asyncio.sleep(0.2)
+            counted, written, dropped, _ = _exit_counts(proc)
+        finally:
+            proc.kill()
+    assert set(health) == {"ok"}, sorted(set(health))
+    assert (counted, written, dropped) == (1, 1, 0)
+    assert _on_disk(out) == 1
