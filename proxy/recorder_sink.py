@@ -261,7 +261,8 @@ class RecorderClient:
             log.error("%s; retrying in %.1f s", self.down, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _RESTART_BACKOFF_S[1])
-            self._proc.join(1)
+            self._proc.kill()  # it may be alive and stuck (stopped before it was ready)
+            await loop.run_in_executor(None, self._proc.join, 5.0)
             self._retire()
             carried = self._pipe.take_pending()
             self._pipe.close()
@@ -293,12 +294,17 @@ class RecorderClient:
         it makes progress, up to ``timeout_s``. One that stops making progress (hung) is
         killed after ``HUNG_S``, and what it never wrote is counted as dropped."""
         self._closing = True
-        if self._restarting is not None and not self._restarting.done():
+        starting = self._restarting is not None and not self._restarting.done()
+        if self._restarting is not None and starting:
             self._restarting.cancel()
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._proc.sentinel)
-        self._pipe.close()
-        await self._finish(loop, timeout_s)
+        self._pipe.close()  # not connected yet: what waits for it is counted as dropped
+        if starting:  # nothing was sent to it, and it may never be ready (stopped)
+            self._proc.kill()
+            await loop.run_in_executor(None, self._proc.join, 5.0)
+        else:
+            await self._finish(loop, timeout_s)
         self._retire()
         self._final = RecorderCounts(
             served=self.served,

@@ -171,3 +171,41 @@ async def test_a_recorder_busy_with_one_large_record_is_not_taken_for_hung(
     assert set(health) == {"ok"}, sorted(set(health))
     assert (counted, written, dropped) == (1, 1, 0)
     assert _on_disk(out) == 1
+
+
+async def test_a_replacement_recorder_stopped_before_it_was_ready_does_not_hold_shutdown(
+    tmp_path: Path,
+) -> None:
+    """kill -9 the recorder, SIGSTOP its replacement while it starts: a SIGTERM still
+    ends the proxy in seconds, with every exchange accounted for, and no recorder left."""
+    out = tmp_path / "out"
+    async with echo_upstream() as upstream:
+        proc, url, _ = start_proxy_process(upstream, out)
+        first = recorder_pid(proc.pid)
+        served: list[int] = []
+        stopped = None
+        try:
+            await _traffic(url, time.monotonic() + 1.0, served, 100)
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while stopped is None and time.monotonic() < deadline:
+                with contextlib.suppress(AssertionError):
+                    pid = recorder_pid(proc.pid)
+                    if pid != first:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped = pid
+                await asyncio.sleep(0.005)
+            assert stopped is not None, "no replacement recorder seen"
+            await _traffic(url, time.monotonic() + 1.0, served, 100)
+            began = time.monotonic()
+            counted, written, dropped, _ = _exit_counts(proc)
+            took = time.monotonic() - began
+        finally:
+            for pid in (first, stopped):
+                with contextlib.suppress(ProcessLookupError, TypeError):
+                    os.kill(pid, signal.SIGKILL)  # type: ignore[arg-type]
+            proc.kill()
+    assert took < 20, took
+    assert served.count(200) == len(served) == counted == written + dropped
+    assert _on_disk(out) == written
+    assert not Path(f"/proc/{stopped}").exists()  # killed and reaped, not orphaned
