@@ -184,6 +184,10 @@ class Connection(asyncio.Protocol):
         self._reason = b""
         self._headers: list[tuple[str, str]] = []
         self._head_bytes = 0
+        self._raw_head = 0
+        """Bytes read while the answer's head (1xx heads included) is incomplete: the
+        parser's callbacks never see the blanks around values, which could pad a head
+        without bound."""
         self._can_write = asyncio.Event()
         self._can_write.set()
 
@@ -198,6 +202,7 @@ class Connection(asyncio.Protocol):
             self.abort()
             return
         response.got_bytes = True
+        head_pending = not response._head.done()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -213,6 +218,13 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             response._fail(UpstreamError("upstream_error", f"malformed response: {exc}"))
             self.abort()
+            return
+        if head_pending and not response._head.done():
+            self._raw_head += len(data)
+            if self._raw_head > MAX_HEAD_BYTES:
+                too_large = f"a response head over {MAX_HEAD_BYTES // 1024} KiB"
+                response._fail(UpstreamError("bad_response", too_large))
+                self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -286,6 +298,7 @@ class Connection(asyncio.Protocol):
         if self._informational:
             self._informational = False
             return
+        self._raw_head = 0
         assert self.response is not None
         # Read now: llhttp resets its flags for the next message once this returns.
         self.keep_alive = self.parser.should_keep_alive()
