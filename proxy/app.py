@@ -35,6 +35,7 @@ from tailreplay.proxy.connections import (
     BodyTooLarge,
     ConnectionGuard,
     GuardedServer,
+    RequestLog,
     read_body,
     stream_body,
 )
@@ -98,6 +99,7 @@ def build_server(
         # After an early answer (413, 408) the rest of a body is read and discarded
         # for this long, so the client sees the answer rather than a reset.
         lingering_time=LINGER_S,
+        logger=RequestLog(guard),
         guard=guard,
     )
 

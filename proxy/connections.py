@@ -19,8 +19,9 @@ Three defences, as nginx and Envoy have them:
   503 and is closed. A normal client therefore still gets
   in while thousands of idle or trickling sockets are open, and ``accept()`` never
   runs out of descriptors.
-- **No log flood.** Accept errors (out of descriptors or memory) are counted and
-  logged once per ``LOG_EVERY_S``, without a traceback.
+- **No log flood.** Accept errors (out of descriptors or memory) and malformed
+  requests (which aiohttp logs with a traceback each) are counted and logged
+  once per ``LOG_EVERY_S``, without a traceback.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
@@ -161,6 +163,8 @@ class ConnectionGuard:
         self.refused = 0
         self.body_timeouts = 0
         self.accept_errors = 0
+        self.malformed = 0
+        """Requests aiohttp's parser refused (answered 400 by it, never reaching the proxy)."""
 
     @property
     def open(self) -> int:
@@ -362,3 +366,26 @@ def accept_error_handler(guard: ConnectionGuard) -> Any:
             )
 
     return handle
+
+
+class RequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """The logger aiohttp's server gets: a malformed request (a bad chunk size, a
+    header line without a colon) is counted and logged once per ``LOG_EVERY_S``
+    without its traceback; anything else (a bug in a handler) goes through whole."""
+
+    def __init__(self, guard: ConnectionGuard) -> None:
+        super().__init__(logging.getLogger("tailreplay.proxy"), {})
+        self.guard = guard
+        self._logged_at = -math.inf
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if not isinstance(exc, HttpProcessingError):
+            super().log(level, msg, *args, **kwargs)
+            return
+        self.guard.malformed += 1
+        now = time.monotonic()
+        if now - self._logged_at >= LOG_EVERY_S:
+            self._logged_at = now
+            count, why = self.guard.malformed, exc.message
+            self.logger.warning("malformed requests answered 400: %d so far (%s)", count, why)

@@ -120,6 +120,7 @@ class _ConnectionCollector(Collector):
                 g.slow_bodies_evicted,
             ),
             ("accept_errors", "Failed accept() calls (no descriptors or memory).", g.accept_errors),
+            ("malformed", "Requests the HTTP parser refused with a 400.", g.malformed),
         ):
             yield CounterMetricFamily(f"tailreplay_proxy_connections_{name}", doc, value=value)
 

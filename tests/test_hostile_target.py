@@ -21,7 +21,8 @@ import pytest
 from tailreplay.http_connection import MAX_HEAD_BYTES, MAX_HEADER_LINES
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import MAX_BODY_BYTES, HttpTransport, Outcome
-from tests.proxy_helpers import rss_mb, start_proxy_process
+from tests.helpers import metric
+from tests.proxy_helpers import echo_upstream, rss_mb, start_proxy_process
 
 BOMB_BYTES = 256 << 20
 
@@ -202,3 +203,35 @@ async def test_the_proxy_answers_502_to_an_upstream_head_past_its_bounds(
     assert [status for status, _ in answers] == [502] * 20
     assert max(seconds for _, seconds in answers) < 10
     assert growth < 8, growth  # 20 answers of up to 11 MB each were not held
+
+
+MALFORMED = [
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+]
+
+
+async def test_malformed_requests_are_counted_not_each_logged_with_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """aiohttp logs every request its parser refuses with an 11-line traceback: the
+    proxy's log gets one line per 10 s instead, and a counter every one."""
+    async with echo_upstream() as upstream:
+        proxy, url, admin = start_proxy_process(upstream, tmp_path / "capture")
+        try:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            for i in range(60):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(MALFORMED[i % len(MALFORMED)])
+                answer = await asyncio.wait_for(reader.read(), 10.0)
+                assert answer.split(b" ", 2)[1] == b"400", answer[:80]
+                writer.close()
+            malformed = await metric(admin, "tailreplay_proxy_connections_malformed_total")
+        finally:
+            proxy.terminate()
+            _, err = proxy.communicate(timeout=60)
+    assert malformed == 60
+    assert b"Traceback" not in err
+    assert err.count(b"malformed requests answered 400") == 1, err.decode()[-2000:]
