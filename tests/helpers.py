@@ -229,3 +229,21 @@ def deadline(seconds: float, what: str) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def one_verdict(result: Any, what: str) -> str | None:
+    """Assert a command run through CliRunner ended as a command should on any input:
+    no traceback, exit 0 or 3, and on 3 exactly one ``Error:`` line, the last one.
+    Returns that line (None on exit 0)."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        what,
+        result.exc_info,
+    )
+    assert "Traceback" not in result.output, what
+    assert result.exit_code in (0, 3), what
+    if result.exit_code == 0:
+        return None
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("Error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], what
+    return errors[0]
