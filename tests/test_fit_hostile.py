@@ -55,6 +55,14 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _edited(model: Path, edit: Any, out: Path) -> Path:
+    """``model`` as ``edit`` changes its JSON, written to ``out``."""
+    m = json.loads(model.read_text())
+    edit(m)
+    out.write_text(json.dumps(m))
+    return out
+
+
 @pytest.mark.parametrize(
     "times",
     [
@@ -121,10 +129,7 @@ def test_a_high_rate_synthesis_of_few_records_is_quick(tmp_path: Path, model: Pa
 def test_a_hand_edited_model_is_refused_with_one_line(
     tmp_path: Path, model: Path, edit: Any, message: str
 ) -> None:
-    m = json.loads(model.read_text())
-    edit(m)
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(m))
+    bad = _edited(model, edit, tmp_path / "bad.json")
     keep = tmp_path / "keep.msgpack"
     keep.write_bytes(b"what was there before")
     code, _, err = _run("synth", str(bad), "-o", str(keep), "--count", "10")
@@ -204,10 +209,7 @@ def _renewal(m: dict[str, Any], **dist: Any) -> None:
 def test_an_out_of_range_model_value_is_one_line_naming_it_and_leaves_no_output(
     tmp_path: Path, model: Path, edit: Any, field: str
 ) -> None:
-    m = json.loads(model.read_text())
-    edit(m)
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(m))
+    bad = _edited(model, edit, tmp_path / "bad.json")
     out = tmp_path / "s.msgpack"
     t0 = time.monotonic()
     done = subprocess.run(
