@@ -174,9 +174,10 @@ class RecorderClient:
 
     # -- supervision -----------------------------------------------------------------
 
-    def _accounted(self) -> int:
-        """Exchanges the current recorder has written, dropped, sampled out or failed."""
-        return sum(self.stats[i] for i in Stat.ACCOUNTED)
+    def _waiting(self) -> int:
+        """Exchanges sent to the current recorder that it has not yet written, dropped,
+        sampled out or failed."""
+        return self._pipe.sent - int(sum(self.stats[i] for i in Stat.ACCOUNTED))
 
     def _progress(self) -> int:
         """A count that moves while the recorder works: its counters, and its CPU time,
@@ -193,7 +194,7 @@ class RecorderClient:
             return
         self._watched_at = now
         health = self._health
-        waiting = self._pipe.sent - self._accounted()
+        waiting = self._waiting()
         health.observe(now, waiting=waiting, progress=self._progress(), dropped=self.total_dropped)
         stalled = health.stalled_s(now)
         if stalled < HUNG_S:
@@ -323,10 +324,11 @@ class RecorderClient:
             if not self._proc.is_alive():
                 return
             now = time.monotonic()
-            if self._progress() != mark:
-                mark, progress_at = self._progress(), now
+            progress = self._progress()  # reads /proc: once a round
+            if progress != mark:
+                mark, progress_at = progress, now
             # Nothing waiting: it is closing its files (an fsync may take a while).
-            waiting = self._pipe.sent - self._accounted()
+            waiting = self._waiting()
             if (waiting > 0 and now - progress_at >= HUNG_S) or now - started >= timeout_s:
                 break
         log.warning(
