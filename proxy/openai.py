@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tailreplay.openai_api import COUNT_LIMIT, OPENAI_PATHS
+from tailreplay.openai_api import COUNT_LIMIT, OPENAI_PATHS, decode_fields
 
 __all__ = [
     "RequestInfo",
@@ -46,7 +46,7 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
     if raw is None or path.split("?", 1)[0] not in OPENAI_PATHS or len(raw) > MAX_INSPECT_BYTES:
         return info
     try:
-        body = json.loads(raw)
+        body = decode_fields(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack: not kept
         return info
     if not isinstance(body, dict):
