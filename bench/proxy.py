@@ -10,9 +10,10 @@ to each of
 and the same with two processes (``--workers 2``, nginx ``worker_processes 2``).
 Each row gives the CPU time per request of the target's processes (the proxy
 with its recorder, nginx with its workers), read from /proc around each run: on
-a shared machine far steadier than requests/s. ``--baseline-python PY`` adds a
-row for ``tailreplay proxy`` run by another interpreter — one where another
-commit is installed (``bench/baseline_env.sh COMMIT``) — measured side by side.
+a shared machine far steadier than requests/s. ``--baseline-python PY`` (given
+once per baseline) adds a row for ``tailreplay proxy`` run by another
+interpreter — one where another commit is installed (``bench/baseline_env.sh
+COMMIT``) — measured side by side.
 Then an SSE run: 100 concurrent streams through each proxy, with the added
 time to first token (P50/P99 over direct), and through bench/raw_forwarder.py —
 bytes passed through, no HTTP beyond a Content-Length: the floor for any
@@ -20,7 +21,7 @@ forwarder written in Python on asyncio, on this machine.
 
 Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``,
 or against a baseline commit:
-``.venv/bin/python bench/proxy.py --baseline-python "$(bench/baseline_env.sh 7f1c72e)"``.
+``.venv/bin/python bench/proxy.py --baseline-python "$(bench/baseline_env.sh 2c473bf)"``.
 """
 
 from __future__ import annotations
@@ -294,8 +295,10 @@ def main() -> None:
     parser.add_argument("--only", choices=["post", "sse"], default=None)
     parser.add_argument(
         "--baseline-python",
-        default=None,
-        help="an interpreter with another commit of tailreplay installed: its proxy too",
+        action="append",
+        default=[],
+        help="an interpreter with another commit of tailreplay installed: its proxy too "
+        "(once per commit)",
     )
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -346,10 +349,10 @@ def _post_targets(
     bare_command = [py, str(ROOT / "bench/bare_forwarder.py"), str(bare), f"http://127.0.0.1:{up}"]
     targets["bare forwarder"] = (bare, stack.enter_context(process(bare_command, bare)))
     start("tailreplay (recording)", tailreplay_proxy(free_port(), up, tmp / "cap1"))
-    if args.baseline_python:
+    for n, python in enumerate(args.baseline_python):
         # Run from elsewhere: from here, `-m tailreplay` would import this checkout.
-        command = tailreplay_proxy(free_port(), up, tmp / "cap0", python=args.baseline_python)
-        start(f"tailreplay {_version(args.baseline_python)} (recording)", command, tmp)
+        command = tailreplay_proxy(free_port(), up, tmp / f"base{n}", python=python)
+        start(f"tailreplay {_version(python)} (recording)", command, tmp)
     if have_nginx:
         port = free_port()
         targets["nginx"] = (port, stack.enter_context(process(nginx(tmp, 1, port, up), port)))

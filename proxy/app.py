@@ -42,6 +42,7 @@ from tailreplay.proxy.connections import (
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
+from tailreplay.proxy.response_head import Framing, relay_head
 from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
@@ -281,90 +282,89 @@ class _Forwarder:
     async def _relay(
         self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange
     ) -> web.StreamResponse:
-        ex.status = upstream.status
-        content_type = ""
-        for name, value in upstream.headers:
-            lower = name.lower()
-            if lower == "content-type":
-                content_type = value
-            elif lower == "content-encoding":
-                ex.content_encoding = value
-            elif lower == "retry-after":
-                ex.retry_after = value
-        is_sse = content_type.startswith("text/event-stream")
-        relay = SseRelay() if is_sse and ex.injected_usage else None
-        ex.tap = ResponseTap(stream=is_sse)
-        if is_sse:
-            ex.timeline = StreamTimeline()
-        response = _Response(
-            status=upstream.status,
-            reason=upstream.reason,
-            headers=response_headers_downstream(upstream.headers, keep_length=relay is None),
+        relay = _read_head(upstream, ex)
+        made = relay_head(
+            request.version,
+            request.method,
+            upstream.status,
+            upstream.reason,
+            response_headers_downstream(upstream.headers, keep_length=relay is None),
+            keep_alive=request.keep_alive,
         )
-        try:
-            await response.prepare(request)
-        except ConnectionResetError:
-            ex.error = "client_abort"
-            return response
+        if made is None:
+            ex.error, ex.status = "bad_response", 502
+            return _json_error(
+                502, "the upstream's response head cannot be relayed", "bad_response"
+            )
+        head, framing = made
         client = request.transport
         if client is None or client.is_closing():
             ex.error = "client_abort"
-            return response
-        to_client = _ToClient(
-            ex,
-            client,
-            self.sinks,
-            relay,
-            chunked=response.headers.get("Transfer-Encoding") == "chunked",
-        )
+            return _Relayed(upstream.status, keep_alive=False)
+        to_client = _ToClient(ex, client, self.sinks, relay, framing)
         try:
-            await self._stream(response, upstream, to_client)
+            await _pump(head, upstream, to_client)
         except UpstreamError as exc:
             ex.error = "upstream_timeout" if exc.kind == "upstream_timeout" else "upstream_reset"
             _abort(request)  # the client must see a broken response, not a short one
-            return response
-        except ConnectionResetError:  # the client left as the response ended
-            ex.error = "client_abort"
-            return response
+            return _Relayed(upstream.status, keep_alive=False)
         if to_client.gone:
             ex.error = "client_abort"
-            return response
+            return _Relayed(upstream.status, keep_alive=False)
         ex.duration_ns = time.monotonic_ns() - ex.t0_ns
-        return response
-
-    async def _stream(
-        self, response: _Response, upstream: UpstreamResponse, to_client: _ToClient
-    ) -> None:
-        """The body, upstream to client as it arrives; returns early if the client left."""
-        ex = to_client.ex
-        # The bytes that came with the head (usually the first event) leave with the
-        # headers in one write, through aiohttp's writer; the rest bypass it.
-        first = b"".join([to_client.note(chunk) for chunk in upstream.take_held()])
-        await response.write(first)
-        ex.bytes_out += len(first)
-        upstream.start(to_client)
-        while not await upstream.wait():
-            # The client reads slower than the upstream writes: the upstream
-            # connection stays paused until the client's socket buffer drains.
-            # Polled: aiohttp's drain() is deprecated, and the body bypasses the
-            # writer whose write() would wait. Only slow clients come here; one
-            # that never reads is cut off by --timeout, which fails the upstream.
-            while not to_client.gone and not upstream.failed and to_client.backlogged():
-                await asyncio.sleep(0.005)
-            if to_client.gone:
-                return
-            upstream.resume()
-        if to_client.relay is not None:
-            ex.usage_event = to_client.relay.usage_event
-            to_client.write(to_client.relay.flush())
-        if not to_client.gone:
-            await response.write_eof()
+        return _Relayed(upstream.status, keep_alive=framing.keep_alive)
 
 
-class _Response(web.StreamResponse):
-    # Headers wait for the first body bytes, so both leave in one write: one
-    # wake-up of the client instead of two (aiohttp's web.Response does the same).
-    _send_headers_immediately = False
+def _read_head(upstream: UpstreamResponse, ex: Exchange) -> SseRelay | None:
+    """What the record takes from the upstream's head; the relay that strips the usage
+    the proxy asked for from a stream, when it asked."""
+    ex.status = upstream.status
+    content_type = ""
+    for name, value in upstream.headers:
+        lower = name.lower()
+        if lower == "content-type":
+            content_type = value
+        elif lower == "content-encoding":
+            ex.content_encoding = value
+        elif lower == "retry-after":
+            ex.retry_after = value
+    is_sse = content_type.startswith("text/event-stream")
+    ex.tap = ResponseTap(stream=is_sse)
+    if is_sse:
+        ex.timeline = StreamTimeline()
+    return SseRelay() if is_sse and ex.injected_usage else None
+
+
+async def _pump(head: bytes, upstream: UpstreamResponse, to_client: _ToClient) -> None:
+    """The response to the client: the head and what came with it (usually the first
+    event) in one write, one wake-up of the client instead of two; then the body as
+    it is read. Returns early if the client left."""
+    first = b"".join([to_client.note(chunk) for chunk in upstream.take_held()])
+    to_client.write(first, head)
+    upstream.start(to_client)
+    while not await upstream.wait():
+        # The client reads slower than the upstream writes: the upstream connection
+        # stays paused until the client's socket buffer drains. Polled: the body
+        # bypasses aiohttp's writer, whose drain() would wait. Only slow clients
+        # come here; one that never reads is cut off by --timeout, which fails the
+        # upstream.
+        while not to_client.gone and not upstream.failed and to_client.backlogged():
+            await asyncio.sleep(0.005)
+        if to_client.gone:
+            return
+        upstream.resume()
+    if not to_client.gone:
+        to_client.end()
+
+
+class _Relayed(web.StreamResponse):
+    """A response the proxy wrote to the client itself (``proxy/response_head.py``):
+    aiohttp only reads from it whether the connection stays open."""
+
+    def __init__(self, status: int, *, keep_alive: bool) -> None:
+        super().__init__(status=status)
+        self._keep_alive = keep_alive
+        self._eof_sent = True  # nothing left for aiohttp to prepare or write
 
 
 class _ToClient:
@@ -373,11 +373,11 @@ class _ToClient:
     Called from the upstream connection's read callback, so it must not block: it
     notes the timing, feeds the tap, writes to the client's transport, and answers
     whether the upstream may keep reading (False once the client's socket buffer
-    is over its high-water mark). The body bypasses aiohttp's response writer, so
-    the chunked framing the response's headers announced is written here.
+    is over its high-water mark). The body's framing (chunks, or bytes as they are)
+    is the head's (``proxy/response_head.py``).
     """
 
-    __slots__ = ("chunked", "client", "ex", "gone", "high", "low", "relay", "sinks")
+    __slots__ = ("client", "ex", "framing", "gone", "high", "low", "relay", "sinks")
 
     def __init__(
         self,
@@ -385,14 +385,13 @@ class _ToClient:
         client: asyncio.Transport,
         sinks: list[Sink],
         relay: SseRelay | None,
-        *,
-        chunked: bool,
+        framing: Framing,
     ) -> None:
         self.ex = ex
         self.client = client
         self.sinks = sinks
         self.relay = relay
-        self.chunked = chunked
+        self.framing = framing
         self.low, self.high = client.get_write_buffer_limits()
         self.gone = False
 
@@ -420,14 +419,26 @@ class _ToClient:
             self.gone = True
         return self.client.get_write_buffer_size() > self.low
 
-    def write(self, out: bytes) -> None:
-        if not out:
-            return
+    def write(self, out: bytes, head: bytes = b"") -> None:
+        """``out`` to the client in its framing, after ``head`` when given (one write)."""
         if self.client.is_closing():
             self.gone = True
             return
-        self.client.write(b"%x\r\n%b\r\n" % (len(out), out) if self.chunked else out)
+        if not out or self.framing.empty:
+            if head:
+                self.client.write(head)
+            return
+        framed = b"%x\r\n%b\r\n" % (len(out), out) if self.framing.chunked else out
+        self.client.write(head + framed if head else framed)
         self.ex.bytes_out += len(out)
+
+    def end(self) -> None:
+        """The body is over: what the relay held back, then the last chunk."""
+        if self.relay is not None:
+            self.ex.usage_event = self.relay.usage_event
+            self.write(self.relay.flush())
+        if self.framing.chunked and not self.gone:
+            self.client.write(b"0\r\n\r\n")
 
 
 def _continue(request: web.BaseRequest) -> None:
