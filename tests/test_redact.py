@@ -39,6 +39,10 @@ SECRET_NAMES = [
     "X-Vault-Token", "X-Csrf-Token", "sig", "key", "token", "api_key", "apiKey", "APIKey",
     "access_token", "accessToken", "refresh_token", "client_secret", "aws_secret_access_key",
     "password", "passwd", "pwd", "passphrase", "secret", "oauth", "sessionid", "credentials",
+    # suffixes, digits and versions; session ids
+    "X-Api-Key2", "X-API-KEY-V2", "Api-Key-1", "X-Token-Value", "X-Private-Token2", "pw",
+    "apikey2", "PHPSESSID", "jsessionid", "sid", "secret_string", "OPENAI_API_KEY",
+    "x-api-key_v10", "oauth2",
 ]  # fmt: skip
 READABLE_NAMES = [
     "Content-Type", "User-Agent", "X-Request-Id", "OpenAI-Organization", "OpenAI-Project",
@@ -46,6 +50,7 @@ READABLE_NAMES = [
     "x-ratelimit-limit-tokens", "anthropic-ratelimit-tokens-remaining", "max_tokens",
     "max_completion_tokens", "maxOutputTokens", "token_count", "tokenCount", "key_id",
     "access_key_id", "prompt_cache_key", "author", "keywords", "user", "model",
+    "code", "tokens_v2", "max_tokens_2", "key_value_pairs", "passenger", "sidebar", "v2",
 ]  # fmt: skip
 
 
@@ -223,3 +228,14 @@ def test_an_invalid_upstream_is_shown_without_its_password() -> None:
         result = CliRunner().invoke(cli, ["proxy", "--upstream", url])
         assert result.exit_code == 2
         assert "hunter2" not in result.output and "***@" in result.stderr
+
+
+def test_an_authorization_code_is_a_credential_in_a_url_only() -> None:
+    assert shown(redact_path("/callback?code=SplxlOBeZQQYbYS6WxSbIA&state=xyz", KEY)) == (
+        "/callback?code=fp:…&state=xyz"
+    )
+    assert shown(redact_path("/app;jsessionid=A1B2C3D4?PHPSESSID=9f8e7d&pw=hunter2", KEY)) == (
+        "/app;jsessionid=fp:…?PHPSESSID=fp:…&pw=fp:…"
+    )
+    body = b'{"code": "print(1)", "language": "python"}'
+    assert redact_body(body, KEY) == body

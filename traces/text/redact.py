@@ -7,15 +7,10 @@ the importers of captures that carry headers (HAR).
 
 The rules (docs/proxy.md, "Redaction"):
 
-- A *name* (header, query or path parameter, JSON member) is a credential's
-  when one of its words is ``auth``/``authorization``/``authentication``,
-  ``password``/``passwd``/``pwd``/``pass``/``passphrase``, ``secret``,
-  ``credential(s)``, ``cookie``, ``signature``/``sig`` or ``session`` (alone or
-  ending a compound: ``oauth``, ``clientsecret``), or when its *last* word is
-  ``key`` or ``token`` (``x-goog-api-key``, ``apiKey``, ``access_token``, but
-  not ``token_count`` or ``x-ratelimit-remaining-tokens``). Words are split on
-  ``-``, ``_``, ``.`` and camelCase. A short allowlist of non-secret names stays
-  readable (``READABLE``).
+- A *name* (header, query or path parameter, JSON member, form field) is a
+  credential's by the rule in ``tailreplay.traces.text.secret_names``: words
+  normalised (case, separators, camelCase, trailing digits and version
+  suffixes), one credential word in them or ``key``/``token`` last.
 - A *value* is a credential when it has a known key shape (OpenAI/Anthropic/
   Stripe ``sk-``, AWS ``AKIA``, GitHub, GitLab, Slack, Hugging Face, Google
   ``AIza``, JWTs), is a ``Bearer``/``Basic`` credential, or follows a secret
@@ -32,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hashlib
 import hmac
 import json
@@ -40,6 +34,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote, unquote_plus
+
+from tailreplay.traces.text.secret_names import READABLE, USER_FIELDS, is_secret_name
 
 __all__ = [
     "READABLE",
@@ -54,42 +50,10 @@ __all__ = [
     "redact_value",
 ]
 
-READABLE = re.compile(
-    r"(?:x-|anthropic-)?ratelimit-[a-z0-9-]*|(?:x-)?idempotency-key|prompt-cache-key"
-)
-"""Names (words joined by ``-``) that the rule would mask but that hold no secret."""
-
-USER_FIELDS = frozenset({"user", "safety_identifier"})
-"""JSON members naming the caller: fingerprinted like ``session`` (``fp:`` of ``user:`` + value)."""
-
-_STRONG = re.compile(
-    r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|secret"
-    r"|credentials?|cookie|signature|session)|pwd|pass|sig|sessid|sessionid"
-)
-_WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_SEPARATORS = re.compile(r"[^a-z0-9]+")
-
-
 def fingerprint(key: bytes, value: str | bytes) -> str:
     """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
     return "fp:" + hmac.new(key, data, hashlib.sha256).hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=4096)  # names repeat: every request sends the same headers
-def is_secret_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
-    """Whether a header, parameter or member of this name holds a credential.
-
-    >>> [is_secret_name(n) for n in ("X-Auth-Token", "apiKey", "max_tokens", "token_count")]
-    [True, True, False, False]
-    """
-    if name.lower() in extra:
-        return True
-    words = [w for w in _SEPARATORS.split(_CAMEL.sub("-", name).lower()) if w]
-    if not words or READABLE.fullmatch("-".join(words)):
-        return False
-    return _WEAK.fullmatch(words[-1]) is not None or any(_STRONG.fullmatch(w) for w in words)
 
 
 # Patterns for text. Each starts with one literal character or character class, so
@@ -281,7 +245,7 @@ def _redact_piece(piece: str, mask: Callable[[str], str], plus: bool) -> str:
     credential's or the (percent-decoded) text holds a credential or an email."""
     decode = unquote_plus if plus else unquote
     name, eq, value = piece.partition("=")
-    if eq and is_secret_name(decode(name)):
+    if eq and is_secret_name(decode(name), url=True):
         return f"{name}={mask(decode(value))}" if value else piece
     text = decode(value if eq else piece)
     if text and _has_credential(text):
