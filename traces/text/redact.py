@@ -50,6 +50,7 @@ __all__ = [
     "redact_value",
 ]
 
+
 def fingerprint(key: bytes, value: str | bytes) -> str:
     """A keyed, one-way stand-in for a secret: equal secrets give equal fingerprints."""
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
