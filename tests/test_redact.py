@@ -146,6 +146,23 @@ def test_urls_for_log_lines(url: str, expected: str) -> None:
         ("call +1 555 123 4567", "call [PHONE:fp:…]"),
         ("max_tokens=5, tokens: 7", "max_tokens=5, tokens: 7"),
         ("task_sk-abcdefghijklmnopqrstu", "task_sk-abcdefghijklmnopqrstu"),  # inside a word
+        # any scheme before a credential; the name rule of headers, in text
+        ("Authorization: Token abcdefgh12345678", "Authorization: [SECRET:fp:…]"),
+        ("authorization: Bot MTk4NjIyNDgzNDcxOTI1MjQ4.Cl2FMQ", "authorization: [SECRET:fp:…]"),
+        ("Authorization: SSWS 00abcdefghijklmnop", "Authorization: [SECRET:fp:…]"),
+        ("Authorization: Key fk_abcdefghijkl", "Authorization: [SECRET:fp:…]"),
+        ("X-Api-Key2: abc123secret", "X-Api-Key2: [SECRET:fp:…]"),
+        ("X-Token-Value: v4lue123", "X-Token-Value: [SECRET:fp:…]"),
+        ("export OPENAI_API_KEY=abc123", "export OPENAI_API_KEY=[SECRET:fp:…]"),
+        ("curl -H 'Ocp-Apim-Subscription-Key: 0123456789abcdef' https://x",
+         "curl -H 'Ocp-Apim-Subscription-Key: [SECRET:fp:…]' https://x"),
+        ('{"api_key": "abc123", "model": "m"}', '{"api_key": "[SECRET:fp:…]", "model": "m"}'),
+        ("x=password=hunter2", "x=password=[SECRET:fp:…]"),
+        ("Note: this is fine; charset=utf-8", "Note: this is fine; charset=utf-8"),
+        # a URL's password, whatever the scheme
+        ("postgres://u:p4ssw0rd@db/x", "postgres://u:[SECRET:fp:…]@db/x"),
+        ("see https://admin:hunter2@host.example/x", "see https://admin:[SECRET:fp:…]@host.example/x"),
+        ("http://host/x@y and http://host:8080/", "http://host/x@y and http://host:8080/"),
     ],
 )  # fmt: skip
 def test_text(text: str, expected: str) -> None:
@@ -153,8 +170,15 @@ def test_text(text: str, expected: str) -> None:
 
 
 def test_a_masked_text_is_masked_no_further() -> None:
-    once = redact_text("bob@example.com sk-abcdefghijklmnopqrstu +1 555 123 4567", KEY)
+    once = redact_text(
+        "bob@example.com sk-abcdefghijklmnopqrstu +1 555 123 4567 password=x token: y", KEY
+    )
     assert redact_text(once, KEY) == once
+
+
+def test_a_url_in_a_parameter_loses_its_password() -> None:
+    path = "/v1/x?url=https%3A%2F%2Fadmin%3Ahunter2%40host&a=1"
+    assert shown(redact_path(path, KEY)) == "/v1/x?url=fp:…&a=1"
 
 
 def test_json_body_keeps_its_bytes_when_nothing_is_secret() -> None:

@@ -62,38 +62,33 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 # ``\b`` or group would make it try every pattern in full at every character); the
 # word boundary is checked just after that first character, by ``(?<!\w.)``.
 _B = r"(?<!\w.)"
-_NAME_ENDS = (  # what a secret name in text ends with (a bare `key` is too common a word)
-    "password",
-    "passwd",
-    "passphrase",
-    "pwd",
-    "secret",
-    "token",
-    "auth",
-    "authorization",
-    "credential",
-    "credentials",
-    "cookie",
-    "signature",
-    "sig",
-    "session",
-    "sessid",
-    "sessionid",
-    "session_id",
-    "session-id",
-    *(f"{p}{s}key" for p in ("api", "access", "private", "secret") for s in ("", "_", "-")),
-)
-_ENDS_SECRET = "(?:" + "|".join(f"(?<=(?i:{e}))" for e in _NAME_ENDS) + ")"
-_ASSIGN = (  # a secret-named assignment in text: `password=…`, `"api_key": "…"`
-    r"({n}[A-Za-z0-9_-](?<![\w-].)(?=[\w-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_-]*+"
-    + _ENDS_SECRET
-    + r")({s}[\"']?[ \t]*[:=][ \t]*[\"']?)"
-    r"({v}(?:[Bb](?i:earer|asic)[ \t]+)?[^\s\"'&;,<>\\]+)"
+_VALUE = r"[^\s\"'&;,<>\\]+"
+# An authorization scheme (`Token`, `Bot`, `SSWS`…) and its credential are one value.
+_SCHEME = r"(?:[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=-]{8}))?"
+_MASKED = r"(?!\[?[A-Z]*:?fp:[0-9a-f]{16})"  # a mask already made is not masked again
+
+
+def _assign(named: bool) -> str:
+    """Any name assigned a value in text (`name=value`, `"name": "value"`, `Name: Scheme
+    value`): masked when ``is_secret_name(name)``, the rule names are masked by in
+    headers, parameters and JSON; else its value is redacted as text of its own. With
+    ``named``, the three parts are the groups ``aname``, ``asep`` and ``aval``."""
+    n, s, v = ("?P<aname>", "?P<asep>", "?P<aval>") if named else ("?:", "?:", "?:")
+    return (
+        rf"({n}[A-Za-z0-9_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
+        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_SCHEME}{_VALUE})"
+    )
+
+
+_USERINFO = (  # a URL's password: `postgres://user:…@db`, in any value
+    r"(?P<uscheme>[A-Za-z](?<![\w.+-].)[A-Za-z0-9+.-]*://[^\s/?#@:\"'<>]*:)"
+    r"(?P<upass>[^\s/?#@\"'<>]+)@"
 )
 _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}"),
     ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}"),
-    ("SECRET", _ASSIGN.format(n="?:", s="?:", v="?:")),
+    ("USERINFO", _USERINFO),
+    ("SECRET", _assign(named=False)),
     ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}"),  # OpenAI, Anthropic, Stripe
     ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b"),  # AWS access key ids
     ("KEY", rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}\b|ithub_pat_[A-Za-z0-9_]{{22,}})"),  # GitHub
@@ -128,7 +123,8 @@ class _Kinds:
 
 _TEXT = _Kinds((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS))
 _TARGET = _Kinds((*_CREDENTIAL_KINDS, _EMAIL))  # paths and headers: numeric ids stay readable
-_ASSIGN_RE = re.compile(_ASSIGN.format(n="?P<aname>", s="?P<asep>", v="?P<aval>"))
+_ASSIGN_RE = re.compile(_assign(named=True))
+_USERINFO_RE = re.compile(_USERINFO)
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -154,6 +150,8 @@ def _kept(kind: str, value: str) -> bool:
     """A match that is not what its pattern is after, left as it is."""
     if kind == "CARD":
         return not _luhn_ok(re.sub(r"\D", "", value))
+    if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
+        return not is_secret_name(a["aname"]) and not _has_credential(a["aval"])
     return kind == "BASIC" and not _is_basic(value)
 
 
@@ -169,7 +167,11 @@ def redact_text(text: str, key: bytes) -> str:
         kind = _TEXT.kind(value)
         if _kept(kind, value):
             return value
+        if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
+            return f"{u['uscheme']}[SECRET:{fingerprint(key, u['upass'])}]@"
         if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
+            if not is_secret_name(a["aname"]):  # a name of no credential: its value is text
+                return a["aname"] + a["asep"] + redact_text(a["aval"], key)
             return f"{a['aname']}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
         return f"[{kind}:{fingerprint(key, value)}]"
 
@@ -209,6 +211,12 @@ _HINTS = (
     "aiza",
     "eyj",
     "@",
+    "pw",
+    "sid",
+    "sig",
+    "cred",
+    "cookie",
+    "://",
 )
 _HINT = re.compile("|".join(map(re.escape, _HINTS)))
 
