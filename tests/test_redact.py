@@ -42,7 +42,7 @@ SECRET_NAMES = [
     # suffixes, digits and versions; session ids
     "X-Api-Key2", "X-API-KEY-V2", "Api-Key-1", "X-Token-Value", "X-Private-Token2", "pw",
     "apikey2", "PHPSESSID", "jsessionid", "sid", "secret_string", "OPENAI_API_KEY",
-    "x-api-key_v10", "oauth2",
+    "x-api-key_v10", "oauth2", "apiKeys", "secret_keys", "ACCESS-KEYS",
 ]  # fmt: skip
 READABLE_NAMES = [
     "Content-Type", "User-Agent", "X-Request-Id", "OpenAI-Organization", "OpenAI-Project",
@@ -51,6 +51,7 @@ READABLE_NAMES = [
     "max_completion_tokens", "maxOutputTokens", "token_count", "tokenCount", "key_id",
     "access_key_id", "prompt_cache_key", "author", "keywords", "user", "model",
     "code", "tokens_v2", "max_tokens_2", "key_value_pairs", "passenger", "sidebar", "v2",
+    "keys", "num_keys", "monkeys", "hotkeys",
 ]  # fmt: skip
 
 
@@ -263,3 +264,11 @@ def test_an_authorization_code_is_a_credential_in_a_url_only() -> None:
     )
     body = b'{"code": "print(1)", "language": "python"}'
     assert redact_body(body, KEY) == body
+
+
+def test_a_list_of_keys_keeps_its_length_and_loses_its_keys() -> None:
+    body = b'{"apiKeys": ["k-one-123", "k-two-456"], "model": "m"}'
+    redacted = redact_body(body, KEY)
+    assert shown(redacted.decode()) == (
+        '{"apiKeys": ["[SECRET:fp:…]", "[SECRET:fp:…]"], "model": "m"}'
+    )

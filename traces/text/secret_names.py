@@ -9,7 +9,8 @@ credential when one of its words is a credential word (``auth``, ``password``,
 ``secret``, ``cookie``, ``session``, ``signature``… alone or ending a compound:
 ``oauth``, ``clientsecret``, ``phpsessid``) or when its *last* word is ``key`` or
 ``token`` (``x-goog-api-key``, ``apiKey``, ``access_token``, but not
-``token_count`` or ``x-ratelimit-remaining-tokens``). A short allowlist of
+``token_count`` or ``x-ratelimit-remaining-tokens``), or is a list of keys
+(``apiKeys``, ``secret_keys``). A short allowlist of
 non-secret names stays readable (``READABLE``).
 """
 
@@ -38,6 +39,9 @@ _STRONG = re.compile(
     r"|credentials?|cookie|signature|session|sessid|sessionid)|pwd|pw|pass|sig|sid"
 )
 _WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
+# Lists of keys (`apiKeys`, `secret_keys`), where a plural `tokens` is a count.
+_KEY_OWNERS = frozenset({"api", "secret", "access", "private", "client", "signing", "ssh"})
+_KEY_LISTS = frozenset(f"{owner}keys" for owner in _KEY_OWNERS)
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 _VERSION = re.compile(r"v?\d+")
@@ -75,4 +79,7 @@ def is_secret_name(name: str, extra: frozenset[str] = frozenset(), *, url: bool 
         return False
     if url and len(words) == 1 and words[0] in URL_ONLY:
         return True
-    return _WEAK.fullmatch(words[-1]) is not None or any(_STRONG.fullmatch(w) for w in words)
+    last = words[-1]
+    if last in _KEY_LISTS or (last == "keys" and len(words) > 1 and words[-2] in _KEY_OWNERS):
+        return True
+    return _WEAK.fullmatch(last) is not None or any(_STRONG.fullmatch(w) for w in words)
