@@ -29,7 +29,8 @@ from tailreplay.sampling import TraceSampler
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.log_histogram import LogHistogram
 from tailreplay.traces.results.metrics import is_error, percentiles
-from tailreplay.traces.text.redact import redact_text, redact_value
+from tailreplay.traces.text.redact import redact_text
+from tailreplay.traces.text.redact_bodies import redact_value
 
 __all__ = ["RecordSpans", "proxy_spans", "span_attributes", "span_name"]
 

@@ -33,7 +33,8 @@ from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.metrics import is_error
 from tailreplay.traces.text.prompt_stats import prompt_stats
-from tailreplay.traces.text.redact import fingerprint, redact_body, redact_headers, redact_path
+from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_path
+from tailreplay.traces.text.redact_bodies import redact_body
 from tailreplay.traces.text.tokens import get
 
 __all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]

@@ -15,13 +15,12 @@ from tailreplay.cli import cli
 from tailreplay.traces.text.redact import (
     fingerprint,
     is_secret_name,
-    redact_body,
     redact_headers,
     redact_path,
     redact_text,
     redact_url,
-    redact_value,
 )
+from tailreplay.traces.text.redact_bodies import redact_body, redact_value
 
 KEY = b"k" * 32
 _FP = re.compile(r"fp:[0-9a-f]{16}")
