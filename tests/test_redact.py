@@ -214,10 +214,10 @@ def test_json_body_masks_escaped_keys_secret_members_and_the_user() -> None:
     assert out["max_tokens"] == 5
 
 
-def test_a_body_that_is_not_json_is_redacted_as_text() -> None:
+def test_a_form_body_is_redacted_field_by_field() -> None:
     form = b"grant_type=password&password=hunter2&user=bob@example.com"
     assert shown(redact_body(form, KEY).decode()) == (
-        "grant_type=password&password=[SECRET:fp:…]&user=[EMAIL:fp:…]"
+        "grant_type=password&password=[SECRET:fp:…]&user=[SECRET:fp:…]"
     )
     assert b"\xff" not in redact_body(b"\xffbinary", KEY)
 
@@ -271,3 +271,46 @@ def test_a_list_of_keys_keeps_its_length_and_loses_its_keys() -> None:
     assert shown(redacted.decode()) == (
         '{"apiKeys": ["[SECRET:fp:…]", "[SECRET:fp:…]"], "model": "m"}'
     )
+
+
+def test_json_in_a_string_is_redacted_as_json() -> None:
+    arguments = json.dumps({"apiKeys": ["k1-abcdef", "k2-ghijkl"], "q": "weather"})
+    body = json.dumps({"tool_calls": [{"function": {"name": "f", "arguments": arguments}}]})
+    redacted = json.loads(redact_body(body.encode(), KEY))
+    inner = json.loads(redacted["tool_calls"][0]["function"]["arguments"])
+    assert [shown(k) for k in inner["apiKeys"]] == ["[SECRET:fp:…]"] * 2
+    assert inner["q"] == "weather"
+    spans = redact_value(json.loads(body), KEY)
+    assert "k1-abcdef" not in json.dumps(spans) and "weather" in json.dumps(spans)
+
+
+def test_a_name_value_pair_naming_a_credential_loses_its_value_everywhere() -> None:
+    doc = {
+        "env": [
+            {"name": "OPENAI_API_KEY", "value": "abc-123-def"},
+            {"name": "HOME", "value": "/r"},
+        ],
+        "note": "abc-123-def again",
+    }
+    redacted = json.loads(redact_body(json.dumps(doc).encode(), KEY))
+    mask = redacted["env"][0]["value"]
+    assert shown(mask) == "[SECRET:fp:…]" and redacted["env"][1]["value"] == "/r"
+    assert redacted["note"] == f"{mask} again"  # the same secret, the same mask
+    assert redact_value(doc, KEY)["env"][0]["value"] == mask
+
+
+def test_form_and_multipart_fields_are_judged_by_their_names() -> None:
+    form = b"user=bob&user[password]=hunter2&client_key=abc123&code=xyz&n=2"
+    assert shown(redact_body(form, KEY).decode()) == (
+        "user=bob&user[password]=[SECRET:fp:…]&client_key=[SECRET:fp:…]&code=[SECRET:fp:…]&n=2"
+    )
+    multipart = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="api_key"\r\n\r\nv4lue-1234\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="prompt"\r\n\r\nhi password=x\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="f"; filename="a.bin"\r\n\r\n'
+        b"\xff\x00bin\r\n--XyZ--\r\n"
+    )
+    redacted = redact_body(multipart, KEY)
+    assert b"v4lue-1234" not in redacted and b"password=x" not in redacted
+    assert b"\xff\x00bin\r\n--XyZ--\r\n" in redacted  # the file's bytes as sent
+    assert redacted.count(b"--XyZ") == 4

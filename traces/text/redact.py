@@ -38,6 +38,7 @@ from tailreplay.traces.text.secret_names import is_secret_name
 __all__ = [
     "fingerprint",
     "is_secret_name",
+    "redact_form",
     "redact_headers",
     "redact_path",
     "redact_text",
@@ -283,6 +284,23 @@ def redact_path(path: str, key: bytes) -> str:
     '/v1/x;api_key=fp:…?a=1;token=fp:…'
     """
     return _redact_target(path, lambda value: fingerprint(key, value))
+
+
+def redact_form(form: str, key: bytes) -> str:
+    """A form-encoded body (``a=1&user[password]=…``) as recorded: each field judged as
+    a query parameter is, a masked value written ``[SECRET:fp:…]``.
+
+    >>> redact_form("user=bob&user[password]=hunter2", b"k")
+    'user=bob&user[password]=[SECRET:fp:…]'
+    """
+
+    def mask(value: str) -> str:
+        return f"[SECRET:{fingerprint(key, value)}]"
+
+    return "".join(
+        _redact_piece(p, mask, True) if p not in ("&", ";") else p
+        for p in re.split(r"([&;])", form)
+    )
 
 
 def redact_url(url: str) -> str:

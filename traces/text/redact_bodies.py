@@ -9,7 +9,7 @@ import json
 import re
 from typing import Any
 
-from tailreplay.traces.text.redact import fingerprint, redact_text
+from tailreplay.traces.text.redact import fingerprint, redact_form, redact_text
 from tailreplay.traces.text.secret_names import USER_FIELDS, is_secret_name
 
 __all__ = ["redact_body", "redact_value"]
@@ -34,10 +34,16 @@ def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool =
             return _masked("SECRET", key, value)
         if name in USER_FIELDS:
             return _user(key, value)
+        if value.lstrip()[:1] in ("{", "[") and (nested := _redact_json(value, key)) is not None:
+            return nested  # a tool call's arguments: JSON in a string, redacted as JSON
         return redact_text(value, key)
     if isinstance(value, dict):
+        pair = _is_secret_pair(value)
         return {
-            redact_text(str(k), key): redact_value(v, key, str(k), secret) for k, v in value.items()
+            redact_text(str(k), key): redact_value(
+                v, key, str(k), secret or (pair and str(k).lower() in _PAIR_VALUES)
+            )
+            for k, v in value.items()
         }
     if isinstance(value, list):
         return [redact_value(v, key, None, secret) for v in value]
@@ -62,13 +68,34 @@ def _literal(text: str) -> str:
     return value if isinstance(value, str) else text[1:-1]
 
 
-def _redact_literal(literal: str, key: bytes) -> str:
-    """A JSON string literal redacted: unchanged bytes when nothing in it is masked."""
+NESTED_JSON_DEPTH = 4
+"""JSON inside a string (a tool call's ``arguments``) is redacted as JSON this deep."""
+
+
+def _redact_literal(
+    literal: str, key: bytes, nested: int = 0, pairs: frozenset[str] = frozenset()
+) -> str:
+    """A JSON string literal redacted: unchanged bytes when nothing in it is masked.
+    One that holds JSON itself (a tool call's ``arguments``) is redacted as JSON."""
     value = _literal(literal)
-    redacted = redact_text(value, key)
-    if redacted == value:
+    if value in pairs:
+        return json.dumps(_masked("SECRET", key, value))
+    original = value
+    for secret in pairs:  # the same secret quoted elsewhere: the same mask
+        if len(secret) >= 6 and secret in value:
+            value = value.replace(secret, _masked("SECRET", key, secret))
+    redacted = None
+    if nested < NESTED_JSON_DEPTH and value.lstrip()[:1] in ("{", "["):
+        redacted = _redact_json(value, key, nested + 1)
+    if redacted is None:
+        redacted = redact_text(value, key)
+    if redacted == original:
         return literal
-    return '"' + redacted + '"' if "\\" not in literal else json.dumps(redacted)
+    return (
+        '"' + redacted + '"'
+        if "\\" not in literal and '"' not in redacted
+        else json.dumps(redacted)
+    )
 
 
 class _JsonRedactor:
@@ -78,8 +105,12 @@ class _JsonRedactor:
     inside the value of a credential-named member: every string there is masked.
     """
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, nested: int = 0, pairs: frozenset[str] = frozenset()) -> None:
         self.key = key
+        self.nested = nested
+        self.pairs = pairs
+        """Values masked wherever they appear: those of name/value pairs that name a
+        credential (``{"name": "OPENAI_API_KEY", "value": …}``)."""
         self.depth = 0
         self.secret_depth: int | None = None
         self.opens_container = False
@@ -87,7 +118,7 @@ class _JsonRedactor:
 
     def member(self, name_literal: str, sep: str | None, value: str | None) -> str:
         key = self.key
-        out = _redact_literal(name_literal, key)
+        out = _redact_literal(name_literal, key, self.nested, self.pairs)
         if sep is None:  # an array element or a lone value
             if self.secret_depth is not None:
                 return json.dumps(_masked("SECRET", key, _literal(name_literal)))
@@ -104,7 +135,7 @@ class _JsonRedactor:
         elif name in USER_FIELDS and value.startswith('"'):
             value = json.dumps(_user(key, text))
         elif value.startswith('"'):
-            value = _redact_literal(value, key)
+            value = _redact_literal(value, key, self.nested, self.pairs)
         return out + sep + value
 
     def run(self, text: str) -> str:
@@ -134,17 +165,103 @@ class _JsonRedactor:
                     self.secret_depth = None
 
 
+_PAIR_NAMES = frozenset({"name", "key", "header", "env", "variable", "var"})
+_PAIR_VALUES = frozenset({"value", "val", "secret", "data"})
+
+
+def _is_secret_pair(node: dict[Any, Any]) -> bool:
+    """Whether an object is a name/value pair whose name is a credential's."""
+    return any(
+        isinstance(k, str) and isinstance(v, str) and k.lower() in _PAIR_NAMES and is_secret_name(v)
+        for k, v in node.items()
+    )
+
+
+def _pair_secrets(doc: Any) -> frozenset[str]:
+    """The values of name/value pairs whose name is a credential's, anywhere in a
+    parsed document: ``{"name": "OPENAI_API_KEY", "value": "…"}`` (environment
+    lists, header lists, secret stores)."""
+    found: set[str] = set()
+    pending = [doc]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            pending.extend(node.values())
+            if _is_secret_pair(node):
+                found.update(
+                    v
+                    for k, v in node.items()
+                    if isinstance(k, str) and k.lower() in _PAIR_VALUES and isinstance(v, str)
+                )
+    return frozenset(found)
+
+
+def _redact_json(text: str, key: bytes, nested: int = 0) -> str | None:
+    """JSON text redacted with its bytes kept, or None when ``text`` is not JSON."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return _JsonRedactor(key, nested, _pair_secrets(doc)).run(text)
+
+
+_FORM = re.compile(r"[\w.%\[\]+-]+=[^&\s]*(?:&[\w.%\[\]+-]+=[^&\s]*)*\s*")
+_DISPOSITION_NAME = re.compile(r'(?i)content-disposition:[^\r\n]*?\bname="([^"]*)"')
+
+
+def _redact_multipart(text: str, key: bytes) -> str | None:
+    """A ``multipart/form-data`` body: each field named like a credential masked whole,
+    other text fields redacted as text, file fields kept; None when ``text`` is not
+    one (it starts with its boundary line)."""
+    first, newline, _ = text.partition("\r\n")
+    if not first.startswith("--") or not newline or len(first) > 72 or " " in first:
+        return None
+    delimiter = "\r\n" + first
+    pieces = ("\r\n" + text).split(delimiter)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        head, sep, content = piece.partition("\r\n\r\n")
+        if piece.startswith("--") or not sep:  # the closing delimiter, or no part
+            out.append(redact_text(piece, key))
+            continue
+        name = _DISPOSITION_NAME.search(head)
+        if name is not None and is_secret_name(name[1]):
+            content = _masked("SECRET", key, content)
+        elif "filename=" not in head.lower():
+            content = redact_text(content, key)
+        out.append(redact_text(head, key) + sep + content)
+    return delimiter.join(out)[2:]
+
+
 def redact_body(body: bytes, key: bytes) -> bytes:
     """A request body as ``--bodies redacted`` keeps it.
 
     A JSON body keeps every byte outside the strings it masks: each string literal
     is decoded, redacted and, only if something in it was masked, written again;
     credential-named members are masked whole and ``user`` fingerprinted
-    (``redact_value``'s rules). Any other body is redacted as text.
+    (``redact_value``'s rules); a string holding JSON (a tool call's ``arguments``)
+    is redacted as JSON; the values of name/value pairs naming a credential are
+    masked wherever they appear. A form (``a=1&b=2``) has each field judged as a
+    query parameter is (a masked value is ``[SECRET:fp:…]`` whatever it held); a
+    multipart form each part by its field name, files kept. Any other body is
+    redacted as text.
     """
     try:
         text = body.decode("utf-8")
-        json.loads(text)
-    except ValueError:  # UnicodeDecodeError included
+    except UnicodeDecodeError:
+        # Not UTF-8: a multipart form keeps its files' bytes; anything else is text,
+        # its undecodable bytes replaced.
+        multipart = _redact_multipart(body.decode("utf-8", "surrogateescape"), key)
+        if multipart is not None:
+            return multipart.encode("utf-8", "surrogateescape")
         return redact_text(body.decode("utf-8", "replace"), key).encode()
-    return _JsonRedactor(key).run(text).encode("utf-8", "surrogatepass")
+    redacted = _redact_json(text, key)
+    if redacted is None and _FORM.fullmatch(text):
+        redacted = redact_form(text, key)
+    if redacted is None:
+        redacted = _redact_multipart(text, key)
+    if redacted is None:
+        redacted = redact_text(text, key)
+    return redacted.encode("utf-8", "surrogatepass")
