@@ -163,6 +163,14 @@ def test_urls_for_log_lines(url: str, expected: str) -> None:
         ("postgres://u:p4ssw0rd@db/x", "postgres://u:[SECRET:fp:…]@db/x"),
         ("see https://admin:hunter2@host.example/x", "see https://admin:[SECRET:fp:…]@host.example/x"),
         ("http://host/x@y and http://host:8080/", "http://host/x@y and http://host:8080/"),
+        # command lines and key files
+        ("run: tool --password S3cr3tValue --verbose", "run: tool --password [SECRET:fp:…] --verbose"),
+        ("tool --output out.txt --api-key abc123", "tool --output out.txt --api-key [SECRET:fp:…]"),
+        ("mysql -u root -pS3cret -h db", "mysql -u root -p[SECRET:fp:…] -h db"),
+        ("gcc -pthread -p x.c; ls --color auto", "gcc -pthread -p x.c; ls --color auto"),
+        ("k: -----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----\nok",
+         "k: [KEY:fp:…]\nok"),
+        ("key: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA", "key: [KEY:fp:…]"),
     ],
 )  # fmt: skip
 def test_text(text: str, expected: str) -> None:

@@ -59,8 +59,9 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 _B = r"(?<!\w.)"
 _VALUE = r"[^\s\"'&;,<>\\]+"
 # An authorization scheme (`Token`, `Bot`, `SSWS`…) and its credential are one value.
-_SCHEME = r"(?:[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=-]{8}))?"
-_MASKED = r"(?!\[?[A-Z]*:?fp:[0-9a-f]{16})"  # a mask already made is not masked again
+_SCHEME = r"(?:[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7}))?"
+# A mask already made is not masked again; a PEM block is masked whole, as a key.
+_MASKED = r"(?!\[?[A-Z]*:?fp:[0-9a-f]{16}|-----BEGIN)"
 
 
 def _assign(named: bool) -> str:
@@ -73,6 +74,26 @@ def _assign(named: bool) -> str:
         rf"({n}[A-Za-z0-9_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
         rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_SCHEME}{_VALUE})"
     )
+
+
+# A PEM private key, armour to armour (or to the end of its base64, cut short).
+_PEM = (
+    r"-(?<!\w.)----BEGIN ([A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:[\s\S]*?-----END \1PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
+)
+
+
+def _flag(named: bool) -> str:
+    """A command line's long option and its value (`--password X`): masked when
+    ``is_secret_name`` says so of the option's name."""
+    n, s, v = ("?P<fname>", "?P<fsep>", "?P<fval>") if named else ("?:", "?:", "?:")
+    return rf"({n}-(?<![\w-].)-[A-Za-z][\w-]{{0,40}})({s}[ \t]+){_MASKED}({v}[^\s\"'-]\S*)"
+
+
+def _mysql(named: bool) -> str:
+    """The MySQL clients' password option, glued to its value: `mysql -u root -pX`."""
+    c, v = ("?P<mcmd>", "?P<mval>") if named else ("?:", "?:")
+    return rf"({c}m(?<!\w.)ysql(?:dump|admin|import|show)?\b[^\n]*?[ \t]-p){_MASKED}({v}[^\s\"']+)"
 
 
 # A URL's password (`postgres://user:…@db`), in any value. Found from the `//` on:
@@ -91,6 +112,9 @@ _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b"),  # Hugging Face
     ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}"),  # Google
     ("KEY", rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b"),  # JWTs
+    ("KEY", _PEM),
+    ("FLAG", _flag(named=False)),
+    ("MYSQL", _mysql(named=False)),
 )
 _LOCAL = "[A-Za-z0-9._%+-]"  # an email address's local part
 _EMAIL = ("EMAIL", rf"{_LOCAL}(?<!{_LOCAL}.){_LOCAL}*+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,}}\b")
@@ -126,6 +150,8 @@ _TEXT = _Kinds((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS))
 _TARGET = _Kinds((*_CREDENTIAL_KINDS, _EMAIL))  # paths and headers: numeric ids stay readable
 _ASSIGN_RE = re.compile(_assign(named=True))
 _USERINFO_RE = re.compile(_USERINFO)
+_FLAG_RE = re.compile(_flag(named=True))
+_MYSQL_RE = re.compile(_mysql(named=True))
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -153,6 +179,8 @@ def _kept(kind: str, value: str) -> bool:
         return not _luhn_ok(re.sub(r"\D", "", value))
     if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
         return not is_secret_name(a["aname"]) and not _has_credential(a["aval"])
+    if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
+        return not is_secret_name(f["fname"]) and not _has_credential(f["fval"])
     return kind == "BASIC" and not _is_basic(value)
 
 
@@ -174,6 +202,12 @@ def redact_text(text: str, key: bytes) -> str:
             if not is_secret_name(a["aname"]):  # a name of no credential: its value is text
                 return a["aname"] + a["asep"] + redact_text(a["aval"], key)
             return f"{a['aname']}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
+        if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
+            if not is_secret_name(f["fname"]):
+                return f["fname"] + f["fsep"] + redact_text(f["fval"], key)
+            return f"{f['fname']}{f['fsep']}[SECRET:{fingerprint(key, f['fval'])}]"
+        if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
+            return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
         return f"[{kind}:{fingerprint(key, value)}]"
 
     return _TEXT.search_for(text).sub(mask, text)
@@ -218,6 +252,9 @@ _HINTS = (
     "cred",
     "cookie",
     "://",
+    "private key",
+    "--",
+    "mysql",
 )
 _HINT = re.compile("|".join(map(re.escape, _HINTS)))
 
