@@ -78,8 +78,8 @@ def _assign(named: bool) -> str:
 
 # A PEM private key, armour to armour (or to the end of its base64, cut short).
 _PEM = (
-    r"-(?<!\w.)----BEGIN ([A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----"
-    r"(?:[\s\S]*?-----END \1PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
+    r"-(?<!\w.)----BEGIN (?P<pem>[A-Z0-9 ]*)PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:[\s\S]*?-----END (?P=pem)PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s:,-]*)"
 )
 
 
