@@ -164,7 +164,7 @@ def test_urls_for_log_lines(url: str, expected: str) -> None:
         ("see https://admin:hunter2@host.example/x", "see https://admin:[SECRET:fp:…]@host.example/x"),
         ("http://host/x@y and http://host:8080/", "http://host/x@y and http://host:8080/"),
         # command lines and key files
-        ("run: tool --password S3cr3tValue --verbose", "run: tool --password [SECRET:fp:…] --verbose"),
+        ("run: tool --password S3cr3t --verbose", "run: tool --password [SECRET:fp:…] --verbose"),
         ("tool --output out.txt --api-key abc123", "tool --output out.txt --api-key [SECRET:fp:…]"),
         ("mysql -u root -pS3cret -h db", "mysql -u root -p[SECRET:fp:…] -h db"),
         ("gcc -pthread -p x.c; ls --color auto", "gcc -pthread -p x.c; ls --color auto"),

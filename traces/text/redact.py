@@ -71,7 +71,7 @@ def _assign(named: bool) -> str:
     ``named``, the three parts are the groups ``aname``, ``asep`` and ``aval``."""
     n, s, v = ("?P<aname>", "?P<asep>", "?P<aval>") if named else ("?:", "?:", "?:")
     return (
-        rf"({n}[A-Za-z0-9_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
+        rf"({n}[A-Za-z_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
         rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_SCHEME}{_VALUE})"
     )
 
@@ -112,6 +112,20 @@ _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b"),  # Hugging Face
     ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}"),  # Google
     ("KEY", rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b"),  # JWTs
+    # Vendors' formats after detect-secrets' plugins (sendgrid, twilio, mailchimp,
+    # telegram_token, square_oauth, discord, pypi_token), rewritten to open on a literal
+    # character as the others do; npm's from its documented `npm_` prefix.
+    ("KEY", rf"n{_B}pm_[A-Za-z0-9]{{36}}\b"),  # npm
+    ("KEY", rf"p{_B}ypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{{50,}}"),  # PyPI
+    ("KEY", rf"S{_B}G\.[A-Za-z0-9_-]{{22}}\.[A-Za-z0-9_-]{{43}}"),  # SendGrid
+    ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}\b"),  # Twilio account SIDs and API keys
+    ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}\b"),  # Mailchimp
+    ("KEY", rf"\d{_B}\d{{7,9}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])"),  # Telegram bots
+    ("KEY", rf"s{_B}q0(?:atp|csp)-[0-9A-Za-z_-]{{22,43}}"),  # Square
+    (
+        "KEY",
+        rf"[MNO]{_B}[A-Za-z0-9_-]{{23,25}}\.[A-Za-z0-9_-]{{6}}\.[A-Za-z0-9_-]{{27,38}}",
+    ),  # Discord
     ("KEY", _PEM),
     ("FLAG", _flag(named=False)),
     ("MYSQL", _mysql(named=False)),
@@ -154,6 +168,11 @@ _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
 
 
+_PHONE_SEPARATORS = re.compile(r"[ .()-]+")
+_CARD_ISSUER = re.compile(r"4\d{15}|5[1-5]\d{14}|3[47]\d{13}|6(?:011|5\d\d)\d{12}")
+"""Visa, Mastercard, American Express and Discover numbers, unseparated."""
+
+
 def _luhn_ok(digits: str) -> bool:
     total = 0
     for i, ch in enumerate(reversed(digits)):
@@ -176,7 +195,15 @@ def _is_basic(value: str) -> bool:
 def _kept(kind: str, value: str) -> bool:
     """A match that is not what its pattern is after, left as it is."""
     if kind == "CARD":
-        return not _luhn_ok(re.sub(r"\D", "", value))
+        digits = re.sub(r"\D", "", value)
+        # Unseparated, only a known card's length and issuer: ids and counts are long
+        # numbers too, and one in ten passes the Luhn check.
+        bare = digits == value and not _CARD_ISSUER.fullmatch(digits)
+        return bare or not _luhn_ok(digits)
+    if kind == "PHONE":
+        # One without a country code is taken only with two separators (555 123 4567,
+        # (555) 123-4567): a bare or decimal number (737.035533) is any number.
+        return not value.startswith("+") and len(_PHONE_SEPARATORS.findall(value)) < 2
     if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
         return not is_secret_name(a["aname"]) and not _has_credential(a["aval"])
     if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
@@ -255,8 +282,18 @@ _HINTS = (
     "private key",
     "--",
     "mysql",
+    "npm_",
+    "pypi-",
+    "sg.",
+    "sq0",
+    "-us",
+    ":aa",
 )
-_HINT = re.compile("|".join(map(re.escape, _HINTS)))
+_HINT = re.compile(
+    "|".join(map(re.escape, _HINTS))
+    # Twilio's and Discord's formats open on no fixed word.
+    + r"|[as][ck][0-9a-f]{32}|[mno][a-z0-9_-]{23,25}\.[a-z0-9_-]{6}\."
+)
 
 
 def _has_credential(text: str) -> bool:
