@@ -1,0 +1,138 @@
+"""Redaction: recall on the credential corpus, false positives on the benign corpus,
+and throughput on 4 KB request bodies; beside detect-secrets' plugins when installed.
+
+The corpus is tests/secret_corpus.py (324 credentials of 27 kinds, 390 benign values
+in 7 classes). Recall here is for a credential written in free text ("my key is X
+ok"): the place where only its shape can find it. detect-secrets runs its format
+plugins (not the keyword and entropy ones, which judge source-code lines) with
+``analyze_string`` on each line. Throughput is ``redact_body`` on a chat request of
+4 KB of prompt text (prose with the punctuation of prompts: colons, equals signs,
+URLs, numbers), median of 5 runs.
+
+Run: ``.venv/bin/python bench/redaction.py`` (``pip install detect-secrets`` for its
+column).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tailreplay.traces.text.redact import redact_text
+from tailreplay.traces.text.redact_bodies import redact_body
+from tests.secret_corpus import benign, credentials
+
+KEY = b"k" * 32
+PROMPT = (
+    "the model should answer: note that a value=3 is fine, see https://example.com/docs?page=2 "
+    "and the key points; Q: what is 2+2? A: four. Write a function that returns the sum (x + y)"
+)
+
+
+def detect_secrets_finder() -> Callable[[str], set[str]] | None:
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    except ImportError:
+        return None
+    judged_lines = {"KeywordDetector", "IPPublicDetector"}
+    entropy = {"Base64HighEntropyString", "HexHighEntropyString"}
+    plugins = [
+        cls()
+        for cls in get_mapping_from_secret_type_to_class().values()
+        if cls.__name__ not in judged_lines | entropy
+    ]
+
+    def found(text: str) -> set[str]:
+        out: set[str] = set()
+        for line in text.split("\n"):
+            for plugin in plugins:
+                out |= set(plugin.analyze_string(line))
+        return out
+
+    return found
+
+
+def missed(secret: str, text: str, found: set[str], redacted: str | None) -> bool:
+    if redacted is not None:
+        return any(line in redacted for line in secret.split("\n") if len(line) >= 12)
+    return not any(f and (f in secret or secret in f) for f in found)
+
+
+def recall(ds: Callable[[str], set[str]] | None) -> None:
+    total: Counter[str] = Counter()
+    ours_missed: Counter[str] = Counter()
+    ds_missed: Counter[str] = Counter()
+    for kind, secret, shaped in credentials():
+        if not shaped:
+            continue
+        text = f"my key is {secret} ok"
+        total[kind] += 1
+        ours_missed[kind] += missed(secret, text, set(), redact_text(text, KEY))
+        if ds is not None:
+            ds_missed[kind] += missed(secret, text, ds(text), None)
+    print("| credential kind | in corpus | tailreplay found | detect-secrets found |")
+    print("|---|---:|---:|---:|")
+    for kind, n in total.items():
+        theirs = f"{n - ds_missed[kind]}" if ds is not None else "-"
+        print(f"| {kind} | {n} | {n - ours_missed[kind]} | {theirs} |")
+    n = sum(total.values())
+    theirs = f"{n - sum(ds_missed.values())}" if ds is not None else "-"
+    print(f"| **all** | {n} | {n - sum(ours_missed.values())} | {theirs} |")
+    print()
+
+
+def false_positives(ds: Callable[[str], set[str]] | None) -> None:
+    print("| benign class | values | tailreplay changed | detect-secrets flagged |")
+    print("|---|---:|---:|---:|")
+    for cls, values in benign().items():
+        changed = sum(redact_text(v, KEY) != v for v in values)
+        flagged = f"{sum(bool(ds(v)) for v in values)}" if ds is not None else "-"
+        print(f"| {cls} | {len(values)} | {changed} | {flagged} |")
+    print()
+
+
+def throughput(ds: Callable[[str], set[str]] | None) -> None:
+    rng = random.Random(1)
+    text = " ".join(rng.choice(PROMPT.split(" ")) for _ in range(800))[:4000]
+    doc = {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": 256}
+    body = json.dumps(doc).encode()
+
+    def rate(work: Callable[[], object], n: int = 200) -> float:
+        runs = []
+        for _ in range(5):
+            began = time.perf_counter()
+            for _ in range(n):
+                work()
+            runs.append(n / (time.perf_counter() - began))
+        return statistics.median(runs)
+
+    print("| redaction of a 4 KB chat request | bodies/s | µs a body |")
+    print("|---|---:|---:|")
+    for name, work in [
+        ("tailreplay redact_body", lambda: redact_body(body, KEY)),
+        *([("detect-secrets plugins (finding only)", lambda: ds(text))] if ds else []),
+    ]:
+        r = rate(work)
+        print(f"| {name} | {r:,.0f} | {1e6 / r:,.0f} |")
+    print()
+
+
+def main() -> None:
+    ds = detect_secrets_finder()
+    print(f"corpus: {len(credentials())} credentials, {sum(map(len, benign().values()))} benign")
+    print()
+    recall(ds)
+    false_positives(ds)
+    throughput(ds)
+
+
+if __name__ == "__main__":
+    main()
