@@ -16,12 +16,14 @@ framing rules aiohttp applies (RFC 9112 §6):
   server with a clock sends one).
 
 Bytes pass as they came: header values were decoded as Latin-1 and are encoded
-back the same way. A value, name or reason holding a line break cannot be written
-as one header line; the head is refused (the proxy answers 502).
+back the same way. A value, name or reason holding a line break or another control
+character, or a status of other than three digits, cannot be written as the
+upstream meant it; the head is refused (the proxy answers 502).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from email.utils import formatdate
 
@@ -62,6 +64,8 @@ def relay_head(
     >>> head, framing.chunked
     (b'HTTP/1.1 200 OK\\r\\nDate: x\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n', True)
     """
+    if not 100 <= status <= 999:  # three digits (RFC 9110 §15), or no status line
+        return None
     empty = method == "HEAD" or status in EMPTY_BODY_STATUSES
     lines = [f"HTTP/{version[0]}.{version[1]} {status} {reason}"]
     has_length = has_date = False
@@ -87,18 +91,31 @@ def relay_head(
         lines.append("Connection: keep-alive")
     elif not keep_alive and version >= (1, 1):
         lines.append("Connection: close")
+    head = _written(lines)
+    if head is None:
+        return None
+    return head, Framing(chunked=chunked, empty=empty, keep_alive=keep_alive)
+
+
+def _written(lines: list[str]) -> bytes | None:
+    """The head's lines as bytes, or None when one of them would not stay one line as
+    the upstream meant it."""
     text = "\r\n".join(lines)
     # Each line is one line: a break inside a value would start a header (or a body)
     # of the upstream's making.
     if text.count("\n") != len(lines) - 1 or text.count("\r") != len(lines) - 1:
         return None
+    if _CONTROL.search(text) is not None:  # a NUL in a reason phrase fails strict clients
+        return None
     try:
-        head = (text + "\r\n\r\n").encode("latin-1")
+        return (text + "\r\n\r\n").encode("latin-1")
     except UnicodeEncodeError:  # not from the wire (decoded as Latin-1): refused
         return None
-    return head, Framing(chunked=chunked, empty=empty, keep_alive=keep_alive)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""Control characters no head may hold (RFC 9110 §5.5; tab is allowed, CR and LF are
+counted above)."""
 _date_cache: list[tuple[int, str]] = [(0, "")]
 
 

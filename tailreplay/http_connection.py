@@ -30,8 +30,12 @@ nginx refuses an upstream's past ``proxy_buffer_size`` (4-8 KiB by default)."""
 MAX_HEADER_LINES = 256
 
 
-class _HeadTooLarge(Exception):
-    """Raised from a parser callback: the response head is past its bounds."""
+class _BadHead(Exception):
+    """Raised from a parser callback: a response head this client does not take."""
+
+
+class _HeadTooLarge(_BadHead):
+    """The response head is past its bounds."""
 
 
 class UpstreamResponse:
@@ -206,7 +210,7 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
+            if isinstance(exc.__context__, _BadHead):
                 response._fail(UpstreamError("bad_response", str(exc.__context__)))
                 self.abort()
                 return
@@ -275,11 +279,14 @@ class Connection(asyncio.Protocol):
             # protocols, which a request we built never asks for.
             self._informational = True
             if status == 101:
-                raise httptools.HttpParserError("the upstream switched protocols")
+                raise _BadHead("the upstream switched protocols")
             return
         response.status = status
         response.reason = self._reason.decode("latin-1")
         response.headers = self._headers
+        # Fields after the body (a chunked trailer) go to a list of their own, bounded
+        # like the head's and dropped: never among the head's, already relayed or not.
+        self._headers = []
         response._on_head()
         if response.head_only:
             # llhttp cannot be told that a HEAD answer has no body, so the message ends
@@ -307,9 +314,17 @@ class Connection(asyncio.Protocol):
     # the pool's side
 
     def _ends_at_close(self) -> bool:
-        # Neither a length nor chunked: the body runs until the upstream closes.
-        names = {name.lower() for name, _ in self._headers}
-        return "content-length" not in names and "transfer-encoding" not in names
+        # Neither a length nor chunked last among the codings (RFC 9112 §6.3): the body
+        # runs until the upstream closes.
+        assert self.response is not None
+        length = coding = None
+        for name, value in self.response.headers:
+            lower = name.lower()
+            if lower == "content-length":
+                length = value
+            elif lower == "transfer-encoding":
+                coding = value.rsplit(",", 1)[-1].strip().lower()
+        return length is None and coding != "chunked"
 
     def write(self, request: bytes) -> None:
         """A whole request (head and body in memory): one segment for the usual small one."""

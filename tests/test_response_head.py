@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
+
 from tailreplay.proxy.response_head import relay_head
 from tests.proxy_helpers import proxy_to
 
@@ -23,7 +25,15 @@ ANSWERS = {
     b"Date: Mon, 01 Jan 2024 00:00:00 GMT\r\n\r\n",
     b"/204": b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
     b"/304": b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+    b"/control": b"HTTP/1.1 200 O\x00K\x01\r\nContent-Length: 2\r\n\r\nok",
+    b"/099": b"HTTP/1.1 099 Weird\r\nContent-Length: 2\r\n\r\nok",
+    b"/101": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n",
+    b"/trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n"
+    b"0\r\nSet-Cookie: evil=1\r\nX-After: 1\r\n\r\n",
+    b"/gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nokEXTRA",
 }
+CLOSING = {b"/close", b"/gzip"}
+"""Answers whose body ends when the upstream closes."""
 
 
 @asynccontextmanager
@@ -40,7 +50,7 @@ async def raw_upstream() -> AsyncIterator[str]:
                         await reader.readexactly(int(line.split(b":")[1]))
                 writer.write(ANSWERS[path] if method != b"HEAD" else ANSWERS[b"/head"])
                 await writer.drain()
-                if path == b"/close":
+                if path in CLOSING:
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -139,3 +149,22 @@ def test_a_line_break_in_the_upstreams_head_is_never_written() -> None:
         assert relay_head((1, 1), "GET", 200, reason, headers, keep_alive=True) is None
     made = relay_head((1, 1), "GET", 200, "OK", [("X-A", "1")], keep_alive=False)
     assert made is not None and made[0].endswith(b"Connection: close\r\n\r\n")
+
+
+async def test_heads_a_client_could_not_read_are_502s_and_trailers_stay_trailers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with raw_upstream() as upstream, proxy_to(upstream, tmp_path) as proxy:
+        answers = {}
+        for path in (b"/control", b"/099", b"/101", b"/trailer", b"/gzip", b"/latin"):
+            reader, writer = await asyncio.open_connection(*proxy.url[7:].split(":"))
+            request = b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+            answers[path] = await asyncio.wait_for(exchange(reader, writer, request), 10)
+            writer.close()
+    for path in (b"/control", b"/099", b"/101"):
+        assert answers[path][0].startswith(b"HTTP/1.1 502"), path
+    status, headers, body = answers[b"/trailer"]
+    assert (status, body) == (b"HTTP/1.1 200 OK", b"ok")
+    assert b"set-cookie" not in headers and b"x-after" not in headers
+    assert answers[b"/gzip"][2] == b"okEXTRA"  # a coding other than chunked: to the close
+    assert "proxy bug" not in caplog.text
