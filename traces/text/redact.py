@@ -289,16 +289,17 @@ _HINTS = (
     "-us",
     ":aa",
 )
-_HINT = re.compile(
-    "|".join(map(re.escape, _HINTS))
-    # Twilio's and Discord's formats open on no fixed word.
-    + r"|[as][ck][0-9a-f]{32}|[mno][a-z0-9_-]{23,25}\.[a-z0-9_-]{6}\."
-)
+_HINT = re.compile("|".join(map(re.escape, _HINTS)))
+# Twilio's and Discord's formats open on no fixed word. A search of their own: joined
+# with the words above, they would cost the words' search its speed (2.3 µs against
+# 0.7 + 0.1 for a request's header values).
+_SHAPE_HINT = re.compile(r"[as][ck][0-9a-f]{32}|[mno][a-z0-9_-]{23,25}\.[a-z0-9_-]{6}\.")
 
 
 def _has_credential(text: str) -> bool:
     """Whether ``text`` holds a credential or an email (what _TARGET matches)."""
-    if _HINT.search(text.lower()) is None:
+    low = text.lower()
+    if _HINT.search(low) is None and _SHAPE_HINT.search(low) is None:
         return False
     matches = _TARGET.search_for(text).finditer(text)
     return any(not _kept(_TARGET.kind(m[0]), m[0]) for m in matches)
