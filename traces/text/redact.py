@@ -11,12 +11,13 @@ The rules (docs/proxy.md, "Redaction"):
   credential's by the rule in ``tailreplay.traces.text.secret_names``: words
   normalised (case, separators, camelCase, trailing digits and version
   suffixes), one credential word in them or ``key``/``token`` last.
-- A *value* is a credential when it has a known key shape (OpenAI/Anthropic/
-  Stripe ``sk-``, AWS ``AKIA``, GitHub, GitLab, Slack, Hugging Face, Google
-  ``AIza``, JWTs), is a ``Bearer``/``Basic`` credential, or follows a secret
-  name in ``name=value`` / ``name: value`` text.
+- A *value* is a credential when it has a known key shape (``_CREDENTIAL_KINDS``:
+  vendors' token formats, JWTs, PEM private keys, a URL's password), is a
+  ``Bearer``/``Basic`` credential, or is assigned in text to a name the name rule
+  masks (``name=value``, ``name: Scheme value``, ``--name value``).
 - Text in bodies is also cleared of emails, card numbers (Luhn-checked) and
-  phone numbers; JSON string escapes are decoded before matching.
+  phone numbers; JSON string escapes are decoded before matching. Bodies and span
+  content are walked by ``redact_bodies``.
 
 Every match becomes a keyed fingerprint (``fp:`` + 16 hex of an HMAC-SHA256),
 in text as ``[KIND:fp:…]``: the same value always gives the same mask (repeated
