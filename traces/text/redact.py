@@ -60,8 +60,13 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 _B = r"(?<!\w.)"
 _VALUE = r"[^\s\"'&;,<>\\]+"
 # An authorization scheme (`Token`, `Bot`, `SSWS`…) and its credential are one value.
-_SCHEME = r"(?:[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7}))?"
+_SCHEME = (
+    r"(?:(?i:bearer|basic|token|bot|ssws|key|apikey|digest)[ \t]+(?=[A-Za-z0-9._~+/=])"
+    r"|[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7}))?"
+)
 # A mask already made is not masked again; a PEM block is masked whole, as a key.
+# A value in quotes runs to its closing quote (spaces and escapes included).
+_QUOTED = r"(?<=\")(?:[^\"\\\r\n]|\\.)+|(?<=')[^'\r\n]+"
 _MASKED = r"(?!\[?[A-Z]*:?fp:[0-9a-f]{16}|-----BEGIN)"
 
 
@@ -73,8 +78,13 @@ def _assign(named: bool) -> str:
     n, s, v = ("?P<aname>", "?P<asep>", "?P<aval>") if named else ("?:", "?:", "?:")
     return (
         rf"({n}[A-Za-z_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
-        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_SCHEME}{_VALUE})"
+        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_QUOTED}|{_SCHEME}{_VALUE})"
     )
+
+
+# A Cookie or Set-Cookie line in text: every pair on it, as the header is masked whole.
+_COOKIE = r"[CcSs](?<!\w.)(?i:ookie|et-cookie)[\"']?[ \t]*:[ \t]*[^\r\n\"']+"
+_COOKIE_NAME = re.compile(r"(?i)(?:set-)?cookie[\"']?[ \t]*:[ \t]*")
 
 
 # A PEM private key, armour to armour (or to the end of its base64, cut short).
@@ -94,7 +104,10 @@ def _flag(named: bool) -> str:
 def _mysql(named: bool) -> str:
     """The MySQL clients' password option, glued to its value: `mysql -u root -pX`."""
     c, v = ("?P<mcmd>", "?P<mval>") if named else ("?:", "?:")
-    return rf"({c}m(?<!\w.)ysql(?:dump|admin|import|show)?\b[^\n]*?[ \t]-p){_MASKED}({v}[^\s\"']+)"
+    # The options before -p: at most 200 characters, so a line of many `mysql`
+    # words costs a bounded scan each.
+    command = r"m(?<!\w.)ysql(?:dump|admin|import|show)?\b[^\n]{0,200}?[ \t]-p"
+    return rf"({c}{command}){_MASKED}({v}[^\s\"']+)"
 
 
 # A URL's password (`postgres://user:…@db`), in any value. Found from the `//` on:
@@ -103,6 +116,7 @@ _USERINFO = r"//(?P<uuser>[^\s/?#@:\"'<>]*):(?P<upass>[^\s/?#@\"'<>]+)@"
 _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}"),
     ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}"),
+    ("COOKIE", _COOKIE),
     ("USERINFO", _USERINFO),
     ("SECRET", _assign(named=False)),
     ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}"),  # OpenAI, Anthropic, Stripe
@@ -122,6 +136,7 @@ _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}\b"),  # Twilio account SIDs and API keys
     ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}\b"),  # Mailchimp
     ("KEY", rf"\d{_B}\d{{7,9}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])"),  # Telegram bots
+    ("KEY", rf"b{_B}ot\d{{8,10}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])"),  # in a Bot API path
     ("KEY", rf"s{_B}q0(?:atp|csp)-[0-9A-Za-z_-]{{22,43}}"),  # Square
     (
         "KEY",
@@ -164,6 +179,9 @@ class _Kinds:
 _TEXT = _Kinds((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS))
 _TARGET = _Kinds((*_CREDENTIAL_KINDS, _EMAIL))  # paths and headers: numeric ids stay readable
 _ASSIGN_RE = re.compile(_assign(named=True))
+# A key's shape where an assignment's name starts (`bot123456789:AA…`, `sk-…: x`):
+# the key is what is there.
+_KEY_AT = re.compile("|".join(p for kind, p in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
@@ -204,11 +222,14 @@ def _kept(kind: str, value: str) -> bool:
     if kind == "PHONE":
         # One without a country code is taken only with two separators (555 123 4567,
         # (555) 123-4567): a bare or decimal number (737.035533) is any number.
-        return not value.startswith("+") and len(_PHONE_SEPARATORS.findall(value)) < 2
-    if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
-        return not is_secret_name(a["aname"]) and not _has_credential(a["aval"])
-    if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
-        return not is_secret_name(f["fname"]) and not _has_credential(f["fval"])
+        separators = _PHONE_SEPARATORS.findall(value)
+        dotted = set(separators) == {"."}  # an address or a version: 192.168.100.200
+        return not value.startswith("+") and (len(separators) < 2 or dotted)
+    if kind in ("SECRET", "FLAG"):
+        a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
+        if a is not None:
+            found = _KEY_AT.match(value) or _has_credential(a[1]) or _has_credential(a[3])
+            return not (is_secret_name(a[1]) or found)
     return kind == "BASIC" and not _is_basic(value)
 
 
@@ -218,27 +239,50 @@ def redact_text(text: str, key: bytes) -> str:
     >>> redact_text("mail bob@example.com, password=hunter2", b"k")
     'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
-
-    def mask(m: re.Match[str]) -> str:
+    pattern = _TEXT.search_for(text)
+    out: list[str] = []
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
         value = m.group(0)
         kind = _TEXT.kind(value)
-        if _kept(kind, value):
-            return value
-        if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
-            return f"//{u['uuser']}:[SECRET:{fingerprint(key, u['upass'])}]@"
-        if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
-            if not is_secret_name(a["aname"]):  # a name of no credential: its value is text
-                return a["aname"] + a["asep"] + redact_text(a["aval"], key)
-            return f"{a['aname']}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
-        if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
-            if not is_secret_name(f["fname"]):
-                return f["fname"] + f["fsep"] + redact_text(f["fval"], key)
-            return f"{f['fname']}{f['fsep']}[SECRET:{fingerprint(key, f['fval'])}]"
-        if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
-            return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
-        return f"[{kind}:{fingerprint(key, value)}]"
+        out.append(text[pos : m.start()])
+        if kind == "SECRET" and (k := _KEY_AT.match(text, m.start())) is not None:
+            out.append(f"[KEY:{fingerprint(key, k[0])}]")
+            pos = k.end()
+            continue
+        if kind in ("SECRET", "FLAG"):
+            a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
+            if a is not None and not is_secret_name(a[1]):
+                # A name of no credential is searched as text (a key's shape before a
+                # colon), and the search goes on from its value, which may hold a key
+                # or an assignment of its own (`client = OpenAI(api_key='…')`).
+                name = redact_text(a[1], key) if _has_credential(a[1]) else a[1]
+                out.append(name + a[2])
+                pos = m.start() + a.start(3)
+                continue
+        out.append(_masked(kind, value, key))
+        pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
 
-    return _TEXT.search_for(text).sub(mask, text)
+
+def _masked(kind: str, value: str, key: bytes) -> str:
+    """One match of the text patterns as it is recorded."""
+    if _kept(kind, value):
+        return value
+    if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
+        user = redact_text(u["uuser"], key)  # a token can be the user: https://ghp_…:x@
+        return f"//{user}:[SECRET:{fingerprint(key, u['upass'])}]@"
+    if kind == "COOKIE" and (c := _COOKIE_NAME.match(value)) is not None:
+        return f"{c[0]}[SECRET:{fingerprint(key, value[c.end() :])}]"
+    if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
+        name = redact_text(a["aname"], key)  # a key's shape can be a name too
+        return f"{name}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
+    if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
+        return f"{f['fname']}{f['fsep']}[SECRET:{fingerprint(key, f['fval'])}]"
+    if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
+        return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
+    return f"[{kind}:{fingerprint(key, value)}]"
 
 
 # A lower-cased substring of every match of _TARGET's patterns: most header values and

@@ -23,11 +23,21 @@ def _user(key: bytes, value: str) -> str:
     return fingerprint(key, "user:" + value)  # as the record's session
 
 
-def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool = False) -> Any:
+MAX_VALUE_DEPTH = 64
+"""Span content nested deeper than this is replaced by ``NESTED`` (a request's JSON
+can nest past what a recursive walk can follow)."""
+NESTED = "[NESTED]"
+
+
+def redact_value(
+    value: Any, key: bytes, name: str | None = None, secret: bool = False, depth: int = 0
+) -> Any:
     """Parsed JSON with every string redacted (``redact_text``), the values of
     credential-named members masked whole (``[SECRET:fp:…]``: strings and member
     numbers, inside them too) and ``user`` fields fingerprinted as ``session`` is.
     ``redact_body`` applies the same rules to JSON text, keeping its bytes."""
+    if depth > MAX_VALUE_DEPTH:
+        return NESTED
     secret = secret or (name is not None and is_secret_name(name))
     if isinstance(value, str):
         if secret:
@@ -41,12 +51,12 @@ def redact_value(value: Any, key: bytes, name: str | None = None, secret: bool =
         pair = _is_secret_pair(value)
         return {
             redact_text(str(k), key): redact_value(
-                v, key, str(k), secret or (pair and str(k).lower() in _PAIR_VALUES)
+                v, key, str(k), secret or (pair and str(k).lower() in _PAIR_VALUES), depth + 1
             )
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [redact_value(v, key, None, secret) for v in value]
+        return [redact_value(v, key, None, secret, depth + 1) for v in value]
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if secret and name is not None and number:  # a member's number: `"pin": 1234`
         return _masked("SECRET", key, json.dumps(value))

@@ -57,6 +57,8 @@ def name_words(name: str) -> list[str]:
     words = [w for w in _SEPARATORS.split(_CAMEL.sub("-", name).lower()) if w]
     while len(words) > 1 and _VERSION.fullmatch(words[-1]):
         words.pop()
+    if len(words) > 1 and words[-1] in _VALUE_WORDS:  # before digits go: `base64`
+        words.pop()
     if words:
         words[-1] = words[-1].rstrip("0123456789") or words[-1]
     if len(words) > 1 and words[-1] in _VALUE_WORDS:
