@@ -250,24 +250,30 @@ def redact_text(text: str, key: bytes) -> str:
             out.append(f"[KEY:{fingerprint(key, k[0])}]")
             pos = k.end()
             continue
+        a = None
         if kind in ("SECRET", "FLAG"):
             a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
-            if a is not None and not is_secret_name(a[1]):
-                # A name of no credential is searched as text (a key's shape before a
-                # colon), and the search goes on from its value, which may hold a key
-                # or an assignment of its own (`client = OpenAI(api_key='…')`).
-                name = redact_text(a[1], key) if _has_credential(a[1]) else a[1]
-                out.append(name + a[2])
-                pos = m.start() + a.start(3)
-                continue
-        out.append(_masked(kind, value, key))
+        if a is not None and not is_secret_name(a[1]):
+            # A name of no credential is searched as text (a key's shape before a
+            # colon), and the search goes on from its value, which may hold a key or
+            # an assignment of its own (`client = OpenAI(api_key='…')`).
+            name = redact_text(a[1], key) if _has_credential(a[1]) else a[1]
+            out.append(name + a[2])
+            pos = m.start() + a.start(3)
+            continue
+        if a is not None:  # a credential's name: its value masked
+            name = redact_text(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
+            out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, a[3])}]")
+        else:
+            out.append(_masked(kind, value, key))
         pos = m.end()
     out.append(text[pos:])
     return "".join(out)
 
 
 def _masked(kind: str, value: str, key: bytes) -> str:
-    """One match of the text patterns as it is recorded."""
+    """One match of the text patterns as it is recorded (assignments are masked by
+    ``redact_text`` itself, which has their parts at hand)."""
     if _kept(kind, value):
         return value
     if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
@@ -275,11 +281,6 @@ def _masked(kind: str, value: str, key: bytes) -> str:
         return f"//{user}:[SECRET:{fingerprint(key, u['upass'])}]@"
     if kind == "COOKIE" and (c := _COOKIE_NAME.match(value)) is not None:
         return f"{c[0]}[SECRET:{fingerprint(key, value[c.end() :])}]"
-    if kind == "SECRET" and (a := _ASSIGN_RE.fullmatch(value)) is not None:
-        name = redact_text(a["aname"], key)  # a key's shape can be a name too
-        return f"{name}{a['asep']}[SECRET:{fingerprint(key, a['aval'])}]"
-    if kind == "FLAG" and (f := _FLAG_RE.fullmatch(value)) is not None:
-        return f"{f['fname']}{f['fsep']}[SECRET:{fingerprint(key, f['fval'])}]"
     if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
         return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
     return f"[{kind}:{fingerprint(key, value)}]"
