@@ -42,6 +42,8 @@ SECRET_NAMES = [
     "X-Api-Key2", "X-API-KEY-V2", "Api-Key-1", "X-Token-Value", "X-Private-Token2", "pw",
     "apikey2", "PHPSESSID", "jsessionid", "sid", "secret_string", "OPENAI_API_KEY",
     "x-api-key_v10", "oauth2", "apiKeys", "secret_keys", "ACCESS-KEYS",
+    # plurals and one-time codes
+    "passwords", "db_creds", "passcode", "otp", "otp_code", "X-Cookies",
 ]  # fmt: skip
 READABLE_NAMES = [
     "Content-Type", "User-Agent", "X-Request-Id", "OpenAI-Organization", "OpenAI-Project",
@@ -50,7 +52,7 @@ READABLE_NAMES = [
     "max_completion_tokens", "maxOutputTokens", "token_count", "tokenCount", "key_id",
     "access_key_id", "prompt_cache_key", "author", "keywords", "user", "model",
     "code", "tokens_v2", "max_tokens_2", "key_value_pairs", "passenger", "sidebar", "v2",
-    "keys", "num_keys", "monkeys", "hotkeys",
+    "keys", "num_keys", "monkeys", "hotkeys", "authors", "bypass",
 ]  # fmt: skip
 
 
@@ -344,3 +346,38 @@ def test_more_places_found_by_an_outside_attack() -> None:
     assert token not in redact_path(f"/bot{token}/getMe", KEY)
     deep = json.loads("[" * 900 + '"x"' + "]" * 900)
     assert "[NESTED]" in json.dumps(redact_value(deep, KEY))
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_a_body_in_another_unicode_encoding_is_read_in_it(encoding: str) -> None:
+    # Read as UTF-8, UTF-16 text has a zero byte between its letters: no rule saw
+    # a word, and every credential in it was kept.
+    doc = {"password": "hunter22", "messages": [{"content": "key sk-proj-abcdefghijklmnopqrst"}]}
+    body = json.dumps(doc).encode(encoding)
+    redacted = redact_body(body, KEY)
+    assert redacted[:2] == body[:2]  # the byte order mark, or its absence, kept
+    text = redacted.decode(encoding)
+    assert "hunter22" not in text and "abcdefghij" not in text
+    assert json.loads(redacted)["password"].startswith("[SECRET:fp:")
+
+
+def test_numbers_in_a_secret_value_are_masked_at_any_depth() -> None:
+    doc = {"pins": [7], "password": [1234, {"a": 77, "b": [88]}, True], "n": [99]}
+    body = json.dumps(doc).encode()
+    redacted = json.loads(redact_body(body, KEY))
+    assert redacted == redact_value(doc, KEY)
+    assert redacted["n"] == [99] and redacted["pins"] == [7] and redacted["password"][2] is True
+    assert not re.search(r"\b(?:1234|77|88)\b", json.dumps(redacted["password"]))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("curl -u admin:hunter2 https://h/x", "curl -u [SECRET:fp:…] https://h/x"),
+        ("curl -s --user=bob:s3cr3t! https://h", "curl -s --user=[SECRET:fp:…] https://h"),
+        ("curl -uroot:toor https://h", "curl -u[SECRET:fp:…] https://h"),
+        ("curl -u bob https://h", "curl -u bob https://h"),  # curl asks for the password
+    ],
+)
+def test_curls_user_option_loses_its_password(text: str, expected: str) -> None:
+    assert shown(redact_text(text, KEY)) == expected

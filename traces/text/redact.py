@@ -110,6 +110,14 @@ def _mysql(named: bool) -> str:
     return rf"({c}{command}){_MASKED}({v}[^\s\"']+)"
 
 
+def _curl(named: bool) -> str:
+    """curl's user option with a password (`curl -u user:pass`, `--user=user:pass`);
+    the user alone (curl then asks for the password) is no credential."""
+    c, v = ("?P<ccmd>", "?P<cval>") if named else ("?:", "?:")
+    command = r"c(?<!\w.)url\b[^\n]{0,200}?[ \t](?:-u|--user)(?:[ \t]+|=)?[\"']?"
+    return rf"({c}{command}){_MASKED}({v}[^\s\"':]*:[^\s\"']+)"
+
+
 # A URL's password (`postgres://user:…@db`), in any value. Found from the `//` on:
 # before it, `scheme:` reads as a name assigned a value, and that value is searched.
 _USERINFO = r"//(?P<uuser>[^\s/?#@:\"'<>]*):(?P<upass>[^\s/?#@\"'<>]+)@"
@@ -145,6 +153,7 @@ _CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
     ("KEY", _PEM),
     ("FLAG", _flag(named=False)),
     ("MYSQL", _mysql(named=False)),
+    ("CURL", _curl(named=False)),
 )
 _LOCAL = "[A-Za-z0-9._%+-]"  # an email address's local part
 _EMAIL = ("EMAIL", rf"{_LOCAL}(?<!{_LOCAL}.){_LOCAL}*+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,}}\b")
@@ -185,6 +194,7 @@ _KEY_AT = re.compile("|".join(p for kind, p in _CREDENTIAL_KINDS if kind == "KEY
 _USERINFO_RE = re.compile(_USERINFO)
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
+_CURL_RE = re.compile(_curl(named=True))
 
 
 _PHONE_SEPARATORS = re.compile(r"[ .()-]+")
@@ -283,6 +293,8 @@ def _masked(kind: str, value: str, key: bytes) -> str:
         return f"{c[0]}[SECRET:{fingerprint(key, value[c.end() :])}]"
     if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
         return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
+    if kind == "CURL" and (q := _CURL_RE.fullmatch(value)) is not None:
+        return redact_text(q["ccmd"], key) + f"[SECRET:{fingerprint(key, q['cval'])}]"
     return f"[{kind}:{fingerprint(key, value)}]"
 
 
@@ -328,6 +340,8 @@ _HINTS = (
     "private key",
     "--",
     "mysql",
+    "curl",
+    "otp",
     "npm_",
     "pypi-",
     "sg.",

@@ -5,6 +5,7 @@ bytes kept (``redact_body``, ``--bodies redacted``), parsed JSON (``redact_value
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from typing import Any
@@ -58,7 +59,7 @@ def redact_value(
     if isinstance(value, list):
         return [redact_value(v, key, None, secret, depth + 1) for v in value]
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if secret and name is not None and number:  # a member's number: `"pin": 1234`
+    if secret and number:  # a member's number, or one in its list: `"pins": [1234]`
         return _masked("SECRET", key, json.dumps(value))
     return value
 
@@ -152,27 +153,39 @@ class _JsonRedactor:
         out: list[str] = []
         pos = 0
         for m in _MEMBER.finditer(text):
-            gap = text[pos : m.start()]
-            out.append(gap)
-            self._walk(gap)
+            out.append(self._walk(text[pos : m.start()]))
             self.opens_container = text[m.end() : m.end() + 1] in ("{", "[")
             out.append(self.member(m.group(1), m.group(2), m.group(3)))
             pos = m.end()
-        out.append(text[pos:])
+        out.append(self._walk(text[pos:]))
         return "".join(out)
 
-    def _walk(self, gap: str) -> None:
-        """Brackets between two literals; a secret value ends where its brackets close."""
+    def _walk(self, gap: str) -> str:
+        """Brackets between two literals; a secret value ends where its brackets close.
+        Numbers in a secret value (``"pins": [1234]``) are masked as its strings are."""
         if self.secret_depth is None:
             self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
-            return
-        for ch in gap:
-            if ch in "{[":
+            return gap
+        out: list[str] = []
+        pos = 0
+        for m in _BRACKET_OR_NUMBER.finditer(gap):
+            out.append(gap[pos : m.start()])
+            pos = m.end()
+            token = m[0]
+            if token in "{[":
                 self.depth += 1
-            elif ch in "}]":
+            elif token in "}]":
                 self.depth -= 1
                 if self.secret_depth is not None and self.depth <= self.secret_depth:
                     self.secret_depth = None
+            elif self.secret_depth is not None:
+                token = json.dumps(_masked("SECRET", self.key, token))
+            out.append(token)
+        out.append(gap[pos:])
+        return "".join(out)
+
+
+_BRACKET_OR_NUMBER = re.compile(r"[{}\[\]]|-?\d[\d.eE+-]*")
 
 
 _PAIR_NAMES = frozenset({"name", "key", "header", "env", "variable", "var"})
@@ -245,6 +258,23 @@ def _redact_multipart(text: str, key: bytes) -> str | None:
     return delimiter.join(out)[2:]
 
 
+def _encoding(body: bytes) -> tuple[str, bytes]:
+    """The codec of a body's text and its byte order mark: UTF-8, or the UTF-16 or
+    UTF-32 that JSON allows (RFC 8259 §8.1 readers detect them by their BOM or the
+    zero bytes of their first characters, as ``json.detect_encoding`` does). Read as
+    UTF-8, UTF-16 text is its letters apart by zero bytes, and no rule finds a word."""
+    found = json.detect_encoding(body)
+    if found == "utf-8-sig":
+        return "utf-8", codecs.BOM_UTF8
+    for width, big, little in (
+        ("32", codecs.BOM_UTF32_BE, codecs.BOM_UTF32_LE),
+        ("16", codecs.BOM_UTF16_BE, codecs.BOM_UTF16_LE),
+    ):
+        if found == f"utf-{width}":  # a BOM of either order
+            return (f"utf-{width}-be", big) if body.startswith(big) else (f"utf-{width}-le", little)
+    return found, b""
+
+
 def redact_body(body: bytes, key: bytes) -> bytes:
     """A request body as ``--bodies redacted`` keeps it.
 
@@ -256,10 +286,17 @@ def redact_body(body: bytes, key: bytes) -> bytes:
     masked wherever they appear. A form (``a=1&b=2``) has each field judged as a
     query parameter is (a masked value is ``[SECRET:fp:…]`` whatever it held); a
     multipart form each part by its field name, files kept. Any other body is
-    redacted as text.
+    redacted as text. UTF-16 and UTF-32 bodies, and UTF-8 after a byte order mark,
+    are read and written back in their own encoding.
     """
+    codec, bom = _encoding(body)
+    if codec != "utf-8":
+        # Undecodable units (an odd byte count) become U+FFFD: text read as UTF-8
+        # would keep the credential in bytes no rule reads.
+        text = body[len(bom) :].decode(codec, "replace")
+        return bom + _redact_decoded(text, key).encode(codec, "surrogatepass")
     try:
-        text = body.decode("utf-8")
+        text = body[len(bom) :].decode("utf-8")
     except UnicodeDecodeError:
         # Not UTF-8: a multipart form keeps its files' bytes; anything else is text,
         # its undecodable bytes replaced.
@@ -267,6 +304,12 @@ def redact_body(body: bytes, key: bytes) -> bytes:
         if multipart is not None:
             return multipart.encode("utf-8", "surrogateescape")
         return redact_text(body.decode("utf-8", "replace"), key).encode()
+    return bom + _redact_decoded(text, key).encode("utf-8", "surrogatepass")
+
+
+def _redact_decoded(text: str, key: bytes) -> str:
+    """A body's text redacted by the first reading of it that holds: JSON, a form,
+    a multipart form, else text."""
     redacted = _redact_json(text, key)
     if redacted is None and _FORM.fullmatch(text):
         redacted = redact_form(text, key)
@@ -274,4 +317,4 @@ def redact_body(body: bytes, key: bytes) -> bytes:
         redacted = _redact_multipart(text, key)
     if redacted is None:
         redacted = redact_text(text, key)
-    return redacted.encode("utf-8", "surrogatepass")
+    return redacted

@@ -6,11 +6,11 @@ then normalised: trailing numbers and version markers go (``X-API-KEY-V2``,
 ``Api-Key-1``), as do a word's trailing digits (``apikey2``) and a last word that
 only says "the value of" (``X-Token-Value``, ``secret_string``). The name holds a
 credential when one of its words is a credential word (``auth``, ``password``,
-``secret``, ``cookie``, ``session``, ``signature``… alone or ending a compound:
-``oauth``, ``clientsecret``, ``phpsessid``) or when its *last* word is ``key`` or
-``token`` (``x-goog-api-key``, ``apiKey``, ``access_token``, but not
-``token_count`` or ``x-ratelimit-remaining-tokens``), or is a list of keys
-(``apiKeys``, ``secret_keys``). A short allowlist of
+``secret``, ``cookie``, ``session``, ``signature``, ``otp``… alone, plural or
+ending a compound: ``oauth``, ``clientsecret``, ``phpsessid``, ``passwords``) or
+when its *last* word is ``key`` or ``token`` (``x-goog-api-key``, ``apiKey``,
+``access_token``, but not ``token_count`` or ``x-ratelimit-remaining-tokens``), or
+is a list of keys (``apiKeys``, ``secret_keys``). A short allowlist of
 non-secret names stays readable (``READABLE``).
 """
 
@@ -35,8 +35,9 @@ URL_ONLY = frozenset({"code"})
 error code."""
 
 _STRONG = re.compile(
-    r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|secret"
-    r"|credentials?|cookie|signature|session|sessid|sessionid)|pwd|pw|pass|sig|sid"
+    r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|passcode"
+    r"|secret|credential|cred|cookie|signature|session|sessid|sessionid)s?"
+    r"|pwd|pw|pass|sig|sid|otp"
 )
 _WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
 # Lists of keys (`apiKeys`, `secret_keys`), where a plural `tokens` is a count.
