@@ -381,3 +381,39 @@ def test_numbers_in_a_secret_value_are_masked_at_any_depth() -> None:
 )
 def test_curls_user_option_loses_its_password(text: str, expected: str) -> None:
     assert shown(redact_text(text, KEY)) == expected
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"a preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"api_key\"\r\n\r\n"
+        b"v4lue-1234\r\n--XyZ--\r\n",
+        b"--XyZ\nContent-Disposition: form-data; name=\"password\"\n\nv4lue-1234\n--XyZ--\n",
+        b"--XyZ\r\nContent-Disposition: form-data; name=token\r\n\r\nv4lue-1234\r\n"
+        b"--XyZ--\r\nan epilogue password=v4lue-5678\r\n",
+    ],
+    ids=["preamble", "lf-only", "unquoted-name"],
+)
+def test_multipart_forms_as_clients_write_them(body: bytes) -> None:
+    redacted = redact_body(body, KEY)
+    assert b"v4lue-" not in redacted and b"[SECRET:fp:" in redacted
+    assert redacted.count(b"--XyZ") == body.count(b"--XyZ")
+
+
+def test_a_tool_parameter_named_like_a_credential_keeps_its_schema() -> None:
+    # A masked `"type"` makes the replayed request one the target refuses.
+    parameters = {
+        "type": "object",
+        "properties": {"password": {"type": "string"}, "api_key": {"type": "string"}},
+        "required": ["password"],
+    }
+    doc = {
+        "tools": [{"type": "function", "function": {"name": "login", "parameters": parameters}}],
+        "properties": {"a": 1},
+        "after": [{"password": "hunter22"}],  # past the schema, a member again
+    }
+    body = json.dumps(doc).encode()
+    redacted = json.loads(redact_body(body, KEY))
+    assert redacted["tools"] == doc["tools"]
+    assert redacted == redact_value(doc, KEY)
+    assert redacted["after"][0]["password"].startswith("[SECRET:fp:")

@@ -31,15 +31,22 @@ NESTED = "[NESTED]"
 
 
 def redact_value(
-    value: Any, key: bytes, name: str | None = None, secret: bool = False, depth: int = 0
+    value: Any,
+    key: bytes,
+    name: str | None = None,
+    secret: bool = False,
+    depth: int = 0,
+    schema: bool = False,
 ) -> Any:
     """Parsed JSON with every string redacted (``redact_text``), the values of
     credential-named members masked whole (``[SECRET:fp:…]``: strings and member
     numbers, inside them too) and ``user`` fields fingerprinted as ``session`` is.
-    ``redact_body`` applies the same rules to JSON text, keeping its bytes."""
+    ``redact_body`` applies the same rules to JSON text, keeping its bytes. With
+    ``schema``, ``name`` is a property of a JSON Schema's ``properties`` (a tool's
+    parameter), not a member holding a value: it masks nothing by itself."""
     if depth > MAX_VALUE_DEPTH:
         return NESTED
-    secret = secret or (name is not None and is_secret_name(name))
+    secret = secret or (name is not None and not schema and is_secret_name(name))
     if isinstance(value, str):
         if secret:
             return _masked("SECRET", key, value)
@@ -50,9 +57,15 @@ def redact_value(
         return redact_text(value, key)
     if isinstance(value, dict):
         pair = _is_secret_pair(value)
+        properties = name == "properties"
         return {
             redact_text(str(k), key): redact_value(
-                v, key, str(k), secret or (pair and str(k).lower() in _PAIR_VALUES), depth + 1
+                v,
+                key,
+                str(k),
+                secret or (pair and str(k).lower() in _PAIR_VALUES),
+                depth + 1,
+                properties,
             )
             for k, v in value.items()
         }
@@ -114,6 +127,10 @@ class _JsonRedactor:
 
     ``depth`` counts open brackets between literals; ``secret_depth`` is set while
     inside the value of a credential-named member: every string there is masked.
+    ``schema_depths`` are the depths of the open ``properties`` objects of JSON
+    Schemas (a tool's parameters): their members name properties, not values, and a
+    property named ``password`` keeps its ``{"type": "string"}`` (a masked type
+    would make the replayed request invalid).
     """
 
     def __init__(self, key: bytes, nested: int = 0, pairs: frozenset[str] = frozenset()) -> None:
@@ -124,8 +141,9 @@ class _JsonRedactor:
         credential (``{"name": "OPENAI_API_KEY", "value": …}``)."""
         self.depth = 0
         self.secret_depth: int | None = None
-        self.opens_container = False
-        """The text after the current literal starts an object or an array."""
+        self.schema_depths: list[int] = []
+        self.opens = ""
+        """What the text after the current literal opens: ``{``, ``[`` or nothing."""
 
     def member(self, name_literal: str, sep: str | None, value: str | None) -> str:
         key = self.key
@@ -135,10 +153,15 @@ class _JsonRedactor:
                 return json.dumps(_masked("SECRET", key, _literal(name_literal)))
             return out
         name = _literal(name_literal)
-        secret = self.secret_depth is not None or is_secret_name(name)
+        property_name = bool(self.schema_depths) and self.schema_depths[-1] == self.depth
+        secret = self.secret_depth is not None or (
+            not property_name and is_secret_name(name)
+        )
         if value is None:  # an object, an array, true, false or null follows
-            if secret and self.secret_depth is None and self.opens_container:
+            if secret and self.secret_depth is None and self.opens:
                 self.secret_depth = self.depth
+            elif name == "properties" and self.opens == "{":
+                self.schema_depths.append(self.depth + 1)
             return out + sep
         text = _literal(value) if value.startswith('"') else value
         if secret:
@@ -154,18 +177,26 @@ class _JsonRedactor:
         pos = 0
         for m in _MEMBER.finditer(text):
             out.append(self._walk(text[pos : m.start()]))
-            self.opens_container = text[m.end() : m.end() + 1] in ("{", "[")
+            after = text[m.end() : m.end() + 1]
+            self.opens = after if after in ("{", "[") else ""
             out.append(self.member(m.group(1), m.group(2), m.group(3)))
             pos = m.end()
         out.append(self._walk(text[pos:]))
         return "".join(out)
 
     def _walk(self, gap: str) -> str:
-        """Brackets between two literals; a secret value ends where its brackets close.
-        Numbers in a secret value (``"pins": [1234]``) are masked as its strings are."""
+        """Brackets between two literals; a secret value ends where its brackets close."""
         if self.secret_depth is None:
             self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
-            return gap
+        else:
+            gap = self._walk_secret(gap)
+        while self.schema_depths and self.schema_depths[-1] > self.depth:
+            self.schema_depths.pop()  # a schema's properties closed
+        return gap
+
+    def _walk_secret(self, gap: str) -> str:
+        """A gap inside a secret value: numbers (``"pins": [1234]``) are masked as its
+        strings are, up to the bracket that closes the value."""
         out: list[str] = []
         pos = 0
         for m in _BRACKET_OR_NUMBER.finditer(gap):
@@ -231,31 +262,38 @@ def _redact_json(text: str, key: bytes, nested: int = 0) -> str | None:
 
 
 _FORM = re.compile(r"[\w.%\[\]+-]+=[^&\s]*(?:&[\w.%\[\]+-]+=[^&\s]*)*\s*")
-_DISPOSITION_NAME = re.compile(r'(?i)content-disposition:[^\r\n]*?\bname="([^"]*)"')
+_DISPOSITION_NAME = re.compile(
+    r'(?i)content-disposition:[^\r\n]*?\bname=(?:"([^"]*)"|([^;\s"]+))'
+)
+# A boundary line (RFC 2046 §5.1.1: 1 to 70 characters, none of them a line end),
+# followed by a part's header: a multipart body with or without a preamble.
+_BOUNDARY = re.compile(r"^--([^\r\n]{1,70})(\r?\n)(?=(?i:content-(?:disposition|type)):)", re.M)
 
 
 def _redact_multipart(text: str, key: bytes) -> str | None:
     """A ``multipart/form-data`` body: each field named like a credential masked whole,
-    other text fields redacted as text, file fields kept; None when ``text`` is not
-    one (it starts with its boundary line)."""
-    first, newline, _ = text.partition("\r\n")
-    if not first.startswith("--") or not newline or len(first) > 72 or " " in first:
+    other text fields and the preamble and epilogue redacted as text, file fields
+    kept; None when ``text`` is not one. Lines may end in CRLF or, as some clients
+    write them, LF; a field's name may be quoted or not."""
+    found = _BOUNDARY.search(text)
+    if found is None:
         return None
-    delimiter = "\r\n" + first
-    pieces = ("\r\n" + text).split(delimiter)
-    out = [pieces[0]]
+    newline = found[2]
+    delimiter = newline + "--" + found[1]
+    pieces = (newline + text).split(delimiter)
+    out = [redact_text(pieces[0], key)]  # the preamble, if any
     for piece in pieces[1:]:
-        head, sep, content = piece.partition("\r\n\r\n")
+        head, sep, content = piece.partition(newline * 2)
         if piece.startswith("--") or not sep:  # the closing delimiter, or no part
             out.append(redact_text(piece, key))
             continue
         name = _DISPOSITION_NAME.search(head)
-        if name is not None and is_secret_name(name[1]):
+        if name is not None and is_secret_name(name[1] if name[1] is not None else name[2]):
             content = _masked("SECRET", key, content)
         elif "filename=" not in head.lower():
             content = redact_text(content, key)
         out.append(redact_text(head, key) + sep + content)
-    return delimiter.join(out)[2:]
+    return delimiter.join(out)[len(newline) :]
 
 
 def _encoding(body: bytes) -> tuple[str, bytes]:
