@@ -386,9 +386,9 @@ def test_curls_user_option_loses_its_password(text: str, expected: str) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        b"a preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"api_key\"\r\n\r\n"
+        b'a preamble\r\n--XyZ\r\nContent-Disposition: form-data; name="api_key"\r\n\r\n'
         b"v4lue-1234\r\n--XyZ--\r\n",
-        b"--XyZ\nContent-Disposition: form-data; name=\"password\"\n\nv4lue-1234\n--XyZ--\n",
+        b'--XyZ\nContent-Disposition: form-data; name="password"\n\nv4lue-1234\n--XyZ--\n',
         b"--XyZ\r\nContent-Disposition: form-data; name=token\r\n\r\nv4lue-1234\r\n"
         b"--XyZ--\r\nan epilogue password=v4lue-5678\r\n",
     ],

@@ -154,9 +154,7 @@ class _JsonRedactor:
             return out
         name = _literal(name_literal)
         property_name = bool(self.schema_depths) and self.schema_depths[-1] == self.depth
-        secret = self.secret_depth is not None or (
-            not property_name and is_secret_name(name)
-        )
+        secret = self.secret_depth is not None or (not property_name and is_secret_name(name))
         if value is None:  # an object, an array, true, false or null follows
             if secret and self.secret_depth is None and self.opens:
                 self.secret_depth = self.depth
@@ -262,9 +260,7 @@ def _redact_json(text: str, key: bytes, nested: int = 0) -> str | None:
 
 
 _FORM = re.compile(r"[\w.%\[\]+-]+=[^&\s]*(?:&[\w.%\[\]+-]+=[^&\s]*)*\s*")
-_DISPOSITION_NAME = re.compile(
-    r'(?i)content-disposition:[^\r\n]*?\bname=(?:"([^"]*)"|([^;\s"]+))'
-)
+_DISPOSITION_NAME = re.compile(r'(?i)content-disposition:[^\r\n]*?\bname=(?:"([^"]*)"|([^;\s"]+))')
 # A boundary line (RFC 2046 §5.1.1: 1 to 70 characters, none of them a line end),
 # followed by a part's header: a multipart body with or without a preamble.
 _BOUNDARY = re.compile(r"^--([^\r\n]{1,70})(\r?\n)(?=(?i:content-(?:disposition|type)):)", re.M)
