@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, unquote_plus
 
+from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.secret_names import is_secret_name
 
 __all__ = [
@@ -121,76 +122,70 @@ def _curl(named: bool) -> str:
 # A URL's password (`postgres://user:…@db`), in any value. Found from the `//` on:
 # before it, `scheme:` reads as a name assigned a value, and that value is searched.
 _USERINFO = r"//(?P<uuser>[^\s/?#@:\"'<>]*):(?P<upass>[^\s/?#@\"'<>]+)@"
-_CREDENTIAL_KINDS: tuple[tuple[str, str], ...] = (
-    ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}"),
-    ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}"),
-    ("COOKIE", _COOKIE),
-    ("USERINFO", _USERINFO),
-    ("SECRET", _assign(named=False)),
-    ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}"),  # OpenAI, Anthropic, Stripe
-    ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b"),  # AWS access key ids
-    ("KEY", rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}\b|ithub_pat_[A-Za-z0-9_]{{22,}})"),  # GitHub
-    ("KEY", rf"g{_B}lpat-[A-Za-z0-9_-]{{20,}}"),  # GitLab
-    ("KEY", rf"x{_B}ox[abprs]-[A-Za-z0-9-]{{10,}}"),  # Slack
-    ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b"),  # Hugging Face
-    ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}"),  # Google
-    ("KEY", rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b"),  # JWTs
+_DIGITS = tuple("0123456789")
+_CREDENTIAL_KINDS: tuple[Kind, ...] = (
+    ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}", ("bearer",)),
+    ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}", ("basic",)),
+    ("COOKIE", _COOKIE, ("ookie",)),
+    ("USERINFO", _USERINFO, ("@",)),
+    ("SECRET", _assign(named=False), (":", "=")),
+    ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}", ("k-", "k_")),  # OpenAI, Anthropic, Stripe
+    ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b", ("AKIA", "ASIA")),  # AWS access key ids
+    (
+        "KEY",
+        rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}\b|ithub_pat_[A-Za-z0-9_]{{22,}})",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),  # GitHub
+    ("KEY", rf"g{_B}lpat-[A-Za-z0-9_-]{{20,}}", ("glpat-",)),  # GitLab
+    ("KEY", rf"x{_B}ox[abprs]-[A-Za-z0-9-]{{10,}}", ("xox",)),  # Slack
+    ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b", ("hf_",)),  # Hugging Face
+    ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}", ("AIza",)),  # Google
+    (
+        "KEY",
+        rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b",
+        ("eyJ",),
+    ),  # JWTs
     # Vendors' formats after detect-secrets' plugins (sendgrid, twilio, mailchimp,
     # telegram_token, square_oauth, discord, pypi_token), rewritten to open on a literal
     # character as the others do; npm's from its documented `npm_` prefix.
-    ("KEY", rf"n{_B}pm_[A-Za-z0-9]{{36}}\b"),  # npm
-    ("KEY", rf"p{_B}ypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{{50,}}"),  # PyPI
-    ("KEY", rf"S{_B}G\.[A-Za-z0-9_-]{{22}}\.[A-Za-z0-9_-]{{43}}"),  # SendGrid
-    ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}\b"),  # Twilio account SIDs and API keys
-    ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}\b"),  # Mailchimp
-    ("KEY", rf"\d{_B}\d{{7,9}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])"),  # Telegram bots
-    ("KEY", rf"b{_B}ot\d{{8,10}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])"),  # in a Bot API path
-    ("KEY", rf"s{_B}q0(?:atp|csp)-[0-9A-Za-z_-]{{22,43}}"),  # Square
+    ("KEY", rf"n{_B}pm_[A-Za-z0-9]{{36}}\b", ("npm_",)),  # npm
+    ("KEY", rf"p{_B}ypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{{50,}}", ("pypi-",)),  # PyPI
+    ("KEY", rf"S{_B}G\.[A-Za-z0-9_-]{{22}}\.[A-Za-z0-9_-]{{43}}", ("SG.",)),  # SendGrid
+    # Twilio account SIDs and API keys
+    ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}\b", ("AC", "AK", "SC", "SK")),
+    ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}\b", ("-us",)),  # Mailchimp
+    ("KEY", rf"\d{_B}\d{{7,9}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])", (":AA",)),  # Telegram bots
+    ("KEY", rf"b{_B}ot\d{{8,10}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])", (":AA",)),  # in a Bot API path
+    ("KEY", rf"s{_B}q0(?:atp|csp)-[0-9A-Za-z_-]{{22,43}}", ("sq0",)),  # Square
     (
         "KEY",
         rf"[MNO]{_B}[A-Za-z0-9_-]{{23,25}}\.[A-Za-z0-9_-]{{6}}\.[A-Za-z0-9_-]{{27,38}}",
+        (".",),
     ),  # Discord
-    ("KEY", _PEM),
-    ("FLAG", _flag(named=False)),
-    ("MYSQL", _mysql(named=False)),
-    ("CURL", _curl(named=False)),
+    ("KEY", _PEM, ("-----BEGIN",)),
+    ("FLAG", _flag(named=False), ("--",)),
+    ("MYSQL", _mysql(named=False), ("mysql",)),
+    ("CURL", _curl(named=False), ("curl",)),
 )
 _LOCAL = "[A-Za-z0-9._%+-]"  # an email address's local part
-_EMAIL = ("EMAIL", rf"{_LOCAL}(?<!{_LOCAL}.){_LOCAL}*+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,}}\b")
-_PHONE_REST = r"[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}(?!\w)"
-_PII_KINDS: tuple[tuple[str, str], ...] = (
-    ("CARD", rf"\d{_B}(?:[ -]?\d){{12,18}}\b"),  # 13 to 19 digits
-    ("PHONE", rf"\+{_B}\d{{1,3}}?{_PHONE_REST}"),
-    ("PHONE", rf"\d{_B}\d{{0,2}}?{_PHONE_REST}"),
+_EMAIL: Kind = (
+    "EMAIL",
+    rf"{_LOCAL}(?<!{_LOCAL}.){_LOCAL}*+@[A-Za-z0-9.-]+\.[A-Za-z]{{2,}}\b",
+    ("@",),
 )
-
-
-class _Kinds:
-    """Several patterns as one alternation, searched in one pass (so a mask is never
-    matched again by a later pattern; at one position the first pattern listed wins).
-    Which pattern matched is found afterwards, on the match alone."""
-
-    def __init__(self, kinds: tuple[tuple[str, str], ...]) -> None:
-        self.pattern = re.compile("|".join(p for _, p in kinds))
-        # An email needs an "@": without one the pattern, a third of a search's cost
-        # in prose, is left out.
-        self.no_email = re.compile("|".join(p for kind, p in kinds if kind != "EMAIL"))
-        self.each = [(kind, re.compile(p)) for kind, p in kinds]
-
-    def search_for(self, text: str) -> re.Pattern[str]:
-        """The alternation to search ``text`` with."""
-        return self.pattern if "@" in text else self.no_email
-
-    def kind(self, value: str) -> str:
-        return next((kind for kind, p in self.each if p.fullmatch(value)), "SECRET")
-
-
-_TEXT = _Kinds((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS))
-_TARGET = _Kinds((*_CREDENTIAL_KINDS, _EMAIL))  # paths and headers: numeric ids stay readable
+_PHONE_REST = r"[ .-]?\(?\d{2,4}\)?[ .-]?\d{3,4}[ .-]?\d{3,4}(?!\w)"
+_PII_KINDS: tuple[Kind, ...] = (
+    ("CARD", rf"\d{_B}(?:[ -]?\d){{12,18}}\b", _DIGITS),  # 13 to 19 digits
+    ("PHONE", rf"\+{_B}\d{{1,3}}?{_PHONE_REST}", _DIGITS),
+    ("PHONE", rf"\d{_B}\d{{0,2}}?{_PHONE_REST}", _DIGITS),
+)
+_TEXT = PatternSet((*_CREDENTIAL_KINDS, _EMAIL, *_PII_KINDS), default="SECRET")
+# Paths and headers: numeric ids stay readable.
+_TARGET = PatternSet((*_CREDENTIAL_KINDS, _EMAIL), default="SECRET")
 _ASSIGN_RE = re.compile(_assign(named=True))
 # A key's shape where an assignment's name starts (`bot123456789:AA…`, `sk-…: x`):
 # the key is what is there.
-_KEY_AT = re.compile("|".join(p for kind, p in _CREDENTIAL_KINDS if kind == "KEY"))
+_KEY_AT = re.compile("|".join(p for kind, p, _ in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
@@ -249,12 +244,13 @@ def redact_text(text: str, key: bytes) -> str:
     >>> redact_text("mail bob@example.com, password=hunter2", b"k")
     'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
-    pattern = _TEXT.search_for(text)
+    mask = _TEXT.for_text(text)
+    pattern = _TEXT.pattern(mask)
     out: list[str] = []
     pos = 0
     while (m := pattern.search(text, pos)) is not None:
         value = m.group(0)
-        kind = _TEXT.kind(value)
+        kind = _TEXT.kind(value, mask)
         out.append(text[pos : m.start()])
         if kind == "SECRET" and (k := _KEY_AT.match(text, m.start())) is not None:
             out.append(f"[KEY:{fingerprint(key, k[0])}]")
@@ -361,8 +357,9 @@ def _has_credential(text: str) -> bool:
     low = text.lower()
     if _HINT.search(low) is None and _SHAPE_HINT.search(low) is None:
         return False
-    matches = _TARGET.search_for(text).finditer(text)
-    return any(not _kept(_TARGET.kind(m[0]), m[0]) for m in matches)
+    mask = _TARGET.for_text(text)
+    matches = _TARGET.pattern(mask).finditer(text)
+    return any(not _kept(_TARGET.kind(m[0], mask), m[0]) for m in matches)
 
 
 # ---- names and values: headers, paths, URLs ----
