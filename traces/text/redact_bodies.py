@@ -30,51 +30,79 @@ can nest past what a recursive walk can follow)."""
 NESTED = "[NESTED]"
 
 
-def redact_value(
-    value: Any,
-    key: bytes,
-    name: str | None = None,
-    secret: bool = False,
-    depth: int = 0,
-    schema: bool = False,
-) -> Any:
+def redact_value(value: Any, key: bytes) -> Any:
     """Parsed JSON with every string redacted (``redact_text``), the values of
     credential-named members masked whole (``[SECRET:fp:…]``: strings and member
-    numbers, inside them too) and ``user`` fields fingerprinted as ``session`` is.
-    ``redact_body`` applies the same rules to JSON text, keeping its bytes. With
-    ``schema``, ``name`` is a property of a JSON Schema's ``properties`` (a tool's
-    parameter), not a member holding a value: it masks nothing by itself."""
-    if depth > MAX_VALUE_DEPTH:
-        return NESTED
-    secret = secret or (name is not None and not schema and is_secret_name(name))
-    if isinstance(value, str):
+    numbers, inside them too), ``user`` fields fingerprinted as ``session`` is, and
+    the values of name/value pairs naming a credential masked wherever they appear.
+    ``redact_body`` applies the same rules to JSON text, keeping its bytes."""
+    return _ValueRedactor(key, _pair_secrets(value)).walk(value)
+
+
+def _pairs_masked(value: str, key: bytes, pairs: frozenset[str]) -> str:
+    """``value`` with the values of credential-naming pairs in it masked: the same
+    secret quoted elsewhere gets the same mask."""
+    if value in pairs:
+        return _masked("SECRET", key, value)
+    for secret in pairs:
+        if len(secret) >= 6 and secret in value:
+            value = value.replace(secret, _masked("SECRET", key, secret))
+    return value
+
+
+class _ValueRedactor:
+    def __init__(self, key: bytes, pairs: frozenset[str]) -> None:
+        self.key = key
+        self.pairs = pairs
+
+    def walk(
+        self,
+        value: Any,
+        name: str | None = None,
+        secret: bool = False,
+        depth: int = 0,
+        schema: bool = False,
+    ) -> Any:
+        """``value`` redacted, as the member ``name`` (inside a secret one with
+        ``secret``). With ``schema``, ``name`` is a property of a JSON Schema's
+        ``properties`` (a tool's parameter), not a member holding a value: it masks
+        nothing by itself."""
+        if depth > MAX_VALUE_DEPTH:
+            return NESTED
+        secret = secret or (name is not None and not schema and is_secret_name(name))
+        if isinstance(value, str):
+            return self._string(value, name, secret)
+        if isinstance(value, dict):
+            pair = _is_secret_pair(value)
+            return {
+                redact_text(str(k), self.key): self.walk(
+                    v,
+                    str(k),
+                    secret or (pair and str(k).lower() in _PAIR_VALUES),
+                    depth + 1,
+                    name == "properties",
+                )
+                for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self.walk(v, None, secret, depth + 1) for v in value]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if secret and number:  # a member's number, or one in its list: `"pins": [1234]`
+            return _masked("SECRET", self.key, json.dumps(value))
+        return value
+
+    def _string(self, value: str, name: str | None, secret: bool) -> str:
+        key = self.key
         if secret:
             return _masked("SECRET", key, value)
         if name in USER_FIELDS:
             return _user(key, value)
+        if value in self.pairs:
+            return _masked("SECRET", key, value)
+        value = _pairs_masked(value, key, self.pairs)
         if value.lstrip()[:1] in ("{", "[") and (nested := _redact_json(value, key)) is not None:
             return nested  # a tool call's arguments: JSON in a string, redacted as JSON
         return redact_text(value, key)
-    if isinstance(value, dict):
-        pair = _is_secret_pair(value)
-        properties = name == "properties"
-        return {
-            redact_text(str(k), key): redact_value(
-                v,
-                key,
-                str(k),
-                secret or (pair and str(k).lower() in _PAIR_VALUES),
-                depth + 1,
-                properties,
-            )
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact_value(v, key, None, secret, depth + 1) for v in value]
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if secret and number:  # a member's number, or one in its list: `"pins": [1234]`
-        return _masked("SECRET", key, json.dumps(value))
-    return value
 
 
 # A JSON string literal, as an unrolled loop: runs of plain characters are matched
@@ -107,9 +135,7 @@ def _redact_literal(
     if value in pairs:
         return json.dumps(_masked("SECRET", key, value))
     original = value
-    for secret in pairs:  # the same secret quoted elsewhere: the same mask
-        if len(secret) >= 6 and secret in value:
-            value = value.replace(secret, _masked("SECRET", key, secret))
+    value = _pairs_masked(value, key, pairs)
     redacted = None
     if nested < NESTED_JSON_DEPTH and value.lstrip()[:1] in ("{", "["):
         redacted = _redact_json(value, key, nested + 1)
