@@ -92,3 +92,16 @@ def test_generated_text_redacts_alike_gated_or_not(parts: list[str]) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
         _ungated(monkeypatch)
         assert gated == redact_text(text, KEY)
+
+
+def _digits(text: str, zero: int) -> str:
+    """``text`` with its digits written from the Unicode digit zero ``zero`` on."""
+    return text.translate({ord(d): zero + int(d) for d in "0123456789"})
+
+
+def test_a_digit_gate_stands_for_any_unicode_digit() -> None:
+    prose = "Lorem ipsum dolor sit amet consectetur adipiscing elit. " * 6
+    # Full-width and Arabic-Indic digits: `\d` matches them, a gate of "0"-"9" not.
+    for number in (_digits("4111 1111 1111 1111", 0xFF10), _digits("+44 20 7946 0958", 0x0660)):
+        text = prose + number
+        assert len(text) >= GATED_FROM and number not in redact_text(text, KEY)

@@ -417,3 +417,27 @@ def test_a_tool_parameter_named_like_a_credential_keeps_its_schema() -> None:
     assert redacted["tools"] == doc["tools"]
     assert redacted == redact_value(doc, KEY)
     assert redacted["after"][0]["password"].startswith("[SECRET:fp:")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x00password=hunter2xyz and more text here",  # read as UTF-16, no rule saw it
+        b"A\x00password=hunter2xyz and more text",
+        b"\x0a\x00\x12\x2dsk-proj-abcdefghijklmnopqrstuvwxyz0123456789A",  # protobuf
+        b'[{"properties": {"a": 1}}, [{"password": "hunter2xyz"}]]',  # `}}, [{`: no schema
+        # A prompt quoting a form: its "file" is prompt text.
+        b"here is text\n--x\nContent-Type: text/plain; filename=a\n\npassword=hunter2xyz\n",
+        b"--XyZ\r\nContent-Transfer-Encoding: 8bit\r\n"
+        b'Content-Disposition: form-data; name="password"\r\n\r\nhunter2xyz\r\n--XyZ--\r\n',
+    ],
+    ids=["nul-first", "nul-second", "protobuf", "schema-closed", "quoted-form", "part-header"],
+)
+def test_bodies_an_outside_attack_found_leaking(body: bytes) -> None:
+    redacted = redact_body(body, KEY)
+    assert b"hunter2xyz" not in redacted and b"abcdefghijklmnop" not in redacted
+
+
+def test_a_binary_body_that_looks_wide_is_kept_as_sent() -> None:
+    body = b"\x00\x00\x00\x00\r\n\x0bhello world"  # gRPC framing: no UTF-32
+    assert redact_body(body, KEY) == body

@@ -73,13 +73,18 @@ class PatternSet:
         self._exact = _by_rarest(((g, bits) for g, bits in opened.items() if g != g.lower()))
         self._lower = _by_rarest(((g, bits) for g, bits in opened.items() if g == g.lower()))
         self._each = [(kind, re.compile(pattern)) for kind, pattern, _ in self._kinds]
+        # A digit gate stands for `\d`, any Unicode digit (Devanagari, full-width): a text with
+        # characters past ASCII opens every pattern gated by one.
+        self._digits = sum(
+            1 << i for i, (_, _, gates) in enumerate(self._kinds) if set(gates) & set("0123456789")
+        )
 
     def for_text(self, text: str) -> int:
         """Which patterns can match in ``text``: a mask for ``search`` and ``kind``."""
         if len(text) < GATED_FROM:
             return self.every
         low = folded(text)
-        mask = self._always
+        mask = self._always if text.isascii() else self._always | self._digits
         for groups, searched in ((self._exact, text), (self._lower, low)):
             for rare, gates in groups:
                 if rare in searched:

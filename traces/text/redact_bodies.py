@@ -212,11 +212,14 @@ class _JsonRedactor:
 
     def _walk(self, gap: str) -> str:
         """Brackets between two literals; a secret value ends where its brackets close."""
+        # The lowest depth the gap reaches: `}}, [{` closes a schema's properties
+        # and opens another object to the same depth between two literals.
+        lowest = _lowest_depth(gap, self.depth) if self.schema_depths else self.depth
         if self.secret_depth is None:
             self.depth += sum(gap.count(c) for c in "{[") - sum(gap.count(c) for c in "}]")
         else:
             gap = self._walk_secret(gap)
-        while self.schema_depths and self.schema_depths[-1] > self.depth:
+        while self.schema_depths and self.schema_depths[-1] > lowest:
             self.schema_depths.pop()  # a schema's properties closed
         return gap
 
@@ -240,6 +243,19 @@ class _JsonRedactor:
             out.append(token)
         out.append(gap[pos:])
         return "".join(out)
+
+
+def _lowest_depth(gap: str, depth: int) -> int:
+    """The lowest bracket depth ``gap`` closes to, or the one it ends at (entered at
+    ``depth``: a schema's properties opened just before it are open at its start)."""
+    lowest = None
+    for ch in gap:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            lowest = depth if lowest is None else min(lowest, depth)
+    return depth if lowest is None else min(lowest, depth)
 
 
 _BRACKET_OR_NUMBER = re.compile(r"[{}\[\]]|-?\d[\d.eE+-]*")
@@ -289,8 +305,9 @@ def _redact_json(text: str, key: bytes, nested: int = 0) -> str | None:
 
 _FORM = re.compile(r"[\w.%\[\]+-]+=[^&\s]*(?:&[\w.%\[\]+-]+=[^&\s]*)*\s*")
 _DISPOSITION_NAME = re.compile(r'(?i)content-disposition:[^\r\n]*?\bname=(?:"([^"]*)"|([^;\s"]+))')
-# A boundary line (RFC 2046 §5.1.1: 1 to 70 characters, none of them a line end),
-# followed by a part's header: a multipart body with or without a preamble.
+# A boundary line (RFC 2046 §5.1.1: 1 to 70 characters, none of them a line end):
+# the body's first line, or after a preamble a line followed by a part's header.
+_FIRST_BOUNDARY = re.compile(r"--([^\s]{1,70})(\r?\n)")
 _BOUNDARY = re.compile(r"^--([^\r\n]{1,70})(\r?\n)(?=(?i:content-(?:disposition|type)):)", re.M)
 
 
@@ -298,10 +315,12 @@ def _redact_multipart(text: str, key: bytes) -> str | None:
     """A ``multipart/form-data`` body: each field named like a credential masked whole,
     other text fields and the preamble and epilogue redacted as text, file fields
     kept; None when ``text`` is not one. Lines may end in CRLF or, as some clients
-    write them, LF; a field's name may be quoted or not."""
-    found = _BOUNDARY.search(text)
+    write them, LF; a field's name may be quoted or not. After a preamble, files are
+    redacted as text too: a prompt can quote a form, and its "file" is prompt text."""
+    found = _FIRST_BOUNDARY.match(text) or _BOUNDARY.search(text)
     if found is None:
         return None
+    keep_files = found.start() == 0
     newline = found[2]
     delimiter = newline + "--" + found[1]
     pieces = (newline + text).split(delimiter)
@@ -314,7 +333,7 @@ def _redact_multipart(text: str, key: bytes) -> str | None:
         name = _DISPOSITION_NAME.search(head)
         if name is not None and is_secret_name(name[1] if name[1] is not None else name[2]):
             content = _masked("SECRET", key, content)
-        elif "filename=" not in head.lower():
+        elif not (keep_files and "filename=" in head.lower()):
             content = redact_text(content, key)
         out.append(redact_text(head, key) + sep + content)
     return delimiter.join(out)[len(newline) :]
@@ -337,6 +356,21 @@ def _encoding(body: bytes) -> tuple[str, bytes]:
     return found, b""
 
 
+def _wide_text(body: bytes, codec: str, bom: bytes) -> str | None:
+    """A UTF-16 or UTF-32 body's text: after its byte order mark (undecodable units,
+    an odd byte count, become U+FFFD: read as UTF-8, the credential would stay in
+    bytes no rule reads), or without one when it is JSON. Zero bytes at the start of
+    anything else (a binary or gRPC-framed body, text after a NUL) are no encoding."""
+    if bom:
+        return body[len(bom) :].decode(codec, "replace")
+    try:
+        text = body.decode(codec)
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return text
+
+
 def redact_body(body: bytes, key: bytes) -> bytes:
     """A request body as ``--bodies redacted`` keeps it.
 
@@ -352,10 +386,7 @@ def redact_body(body: bytes, key: bytes) -> bytes:
     are read and written back in their own encoding.
     """
     codec, bom = _encoding(body)
-    if codec != "utf-8":
-        # Undecodable units (an odd byte count) become U+FFFD: text read as UTF-8
-        # would keep the credential in bytes no rule reads.
-        text = body[len(bom) :].decode(codec, "replace")
+    if codec != "utf-8" and (text := _wide_text(body, codec, bom)) is not None:
         return bom + _redact_decoded(text, key).encode(codec, "surrogatepass")
     try:
         text = body[len(bom) :].decode("utf-8")
