@@ -43,7 +43,8 @@ SECRET_NAMES = [
     "apikey2", "PHPSESSID", "jsessionid", "sid", "secret_string", "OPENAI_API_KEY",
     "x-api-key_v10", "oauth2", "apiKeys", "secret_keys", "ACCESS-KEYS",
     # plurals and one-time codes
-    "passwords", "db_creds", "passcode", "otp", "otp_code", "X-Cookies",
+    "passwords", "db_creds", "passcode", "otp", "otp_code", "X-Cookies", "totp", "hotp_code",
+    "pwds", "sids", "sigs", "otps", "refresh_tokens", "accessTokens", "api_tokens",
 ]  # fmt: skip
 READABLE_NAMES = [
     "Content-Type", "User-Agent", "X-Request-Id", "OpenAI-Organization", "OpenAI-Project",
@@ -53,6 +54,7 @@ READABLE_NAMES = [
     "access_key_id", "prompt_cache_key", "author", "keywords", "user", "model",
     "code", "tokens_v2", "max_tokens_2", "key_value_pairs", "passenger", "sidebar", "v2",
     "keys", "num_keys", "monkeys", "hotkeys", "authors", "bypass",
+    "sacred", "tokens", "input_tokens", "cached_tokens", "reasoning_tokens",
 ]  # fmt: skip
 
 

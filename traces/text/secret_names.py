@@ -36,13 +36,15 @@ error code."""
 
 _STRONG = re.compile(
     r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|passcode"
-    r"|secret|credential|cred|cookie|signature|session|sessid|sessionid)s?"
-    r"|pwd|pw|pass|sig|sid|otp"
+    r"|secret|credential|cookie|signature|session|sessid|sessionid)s?"
+    r"|(?:pwd|pw|pass|sig|sid|otp|totp|hotp|cred)s?"  # whole words only: not `sacred`
 )
 _WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
-# Lists of keys (`apiKeys`, `secret_keys`), where a plural `tokens` is a count.
+# Lists of keys (`apiKeys`, `secret_keys`) and of tokens (`refresh_tokens`), where
+# a plural `tokens` after any other word is a count (`max_tokens`, `input_tokens`).
 _KEY_OWNERS = frozenset({"api", "secret", "access", "private", "client", "signing", "ssh"})
 _KEY_LISTS = frozenset(f"{owner}keys" for owner in _KEY_OWNERS)
+_TOKEN_OWNERS = frozenset({"api", "access", "refresh", "bearer", "oauth", "csrf"})
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 _VERSION = re.compile(r"v?\d+")
@@ -83,6 +85,9 @@ def is_secret_name(name: str, extra: frozenset[str] = frozenset(), *, url: bool 
     if url and len(words) == 1 and words[0] in URL_ONLY:
         return True
     last = words[-1]
-    if last in _KEY_LISTS or (last == "keys" and len(words) > 1 and words[-2] in _KEY_OWNERS):
+    owner = words[-2] if len(words) > 1 else ""
+    if last in _KEY_LISTS or (last == "keys" and owner in _KEY_OWNERS):
+        return True
+    if last == "tokens" and owner in _TOKEN_OWNERS:
         return True
     return _WEAK.fullmatch(last) is not None or any(_STRONG.fullmatch(w) for w in words)
