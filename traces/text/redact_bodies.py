@@ -40,10 +40,9 @@ def redact_value(value: Any, key: bytes) -> Any:
 
 
 def _pairs_masked(value: str, key: bytes, pairs: frozenset[str]) -> str:
-    """``value`` with the values of credential-naming pairs in it masked: the same
-    secret quoted elsewhere gets the same mask."""
-    if value in pairs:
-        return _masked("SECRET", key, value)
+    """``value`` with the values of credential-naming pairs quoted in it masked: the
+    same secret elsewhere gets the same mask (a whole value that is one is masked by
+    the callers)."""
     for secret in pairs:
         if len(secret) >= 6 and secret in value:
             value = value.replace(secret, _masked("SECRET", key, secret))
