@@ -155,11 +155,7 @@ def wrk(url: str, seconds: int) -> tuple[float, float, float, int]:
         'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
         f"wrk.body = '{BODY}'\n"
     )
-    out = subprocess.run(
-        ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script),
-         url + "/v1/chat/completions"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    out = wrk_output(url, seconds, script)
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
 
     def pct(p: str) -> float:
@@ -171,6 +167,14 @@ def wrk(url: str, seconds: int) -> tuple[float, float, float, int]:
         raise RuntimeError(f"{url}: {errors.group(1)} failed responses")
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     return rps, pct("50"), pct("99"), requests
+
+
+def wrk_output(url: str, seconds: int, script: Path) -> str:
+    """wrk's report of ``seconds`` of POSTs to ``url``'s chat route by ``script``."""
+    command = ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script)]
+    return subprocess.run(
+        [*command, url + "/v1/chat/completions"], capture_output=True, text=True, check=True
+    ).stdout
 
 
 async def sse_handler(request: web.Request) -> web.StreamResponse:

@@ -16,7 +16,7 @@ from typing import Any
 
 from tailreplay.openai_api import (
     Usage,
-    chat_text,
+    chat_parts,
     parse_usage,
     read_answer,
     response_problem,
@@ -32,10 +32,11 @@ from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_path
 from tailreplay.traces.text.redact_bodies import redact_body
-from tailreplay.traces.text.tokens import get
+from tailreplay.traces.text.tokens import encode_parts, get
 
 __all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]
 
@@ -60,17 +61,23 @@ def prefix_hashes(tokens: list[int], block: int = PREFIX_BLOCK_TOKENS) -> list[i
     return out
 
 
-def _prompt_text(body: dict[str, Any]) -> str | None:
+def _prompt_parts(body: dict[str, Any]) -> list[str] | None:
+    """The prompt's text, message by message for a chat."""
     messages = body.get("messages")
     if isinstance(messages, list):
-        return chat_text(messages)
+        return chat_parts(messages)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
         prompt = "".join(prompt)
     if isinstance(prompt, str):
-        return prompt
+        return [prompt]
     text = body.get("input")
-    return text if isinstance(text, str) else None
+    return [text] if isinstance(text, str) else None
+
+
+PROMPT_TOKENS: SizedMemo[list[int]] = SizedMemo(capacity=1 << 18)
+"""The tokens of recently seen messages and prompts, up to 256 K tokens (about
+10 MB): a conversation's earlier messages are encoded once, not in every request."""
 
 
 def _session(ex: Exchange, user: str | None, key: bytes) -> str | None:
@@ -134,8 +141,8 @@ def build_record(
     elif ex.req_body is not None and config.bodies == "redacted":
         record.req_body = redact_body(ex.req_body, key)
 
-    prompt = _prompt_text(info.body) if info.body is not None else None
-    tokens = get().encode_ordinary(prompt) if prompt is not None else None
+    parts = _prompt_parts(info.body) if info.body is not None else None
+    tokens = encode_parts(parts, PROMPT_TOKENS) if parts is not None else None
     if tokens is not None:
         record.prefix_hashes = prefix_hashes(tokens) or None
         stats = prompt_stats(tokens)

@@ -28,6 +28,7 @@ __all__ = [
     "ROUTES",
     "ResponseTap",
     "Usage",
+    "chat_parts",
     "chat_text",
     "decode_fields",
     "error_message",
@@ -254,6 +255,12 @@ def chat_text(messages: list[Any]) -> str:
     way); the simulator counts prompts with it and the proxy estimates with it.
     Content given as parts keeps its text parts.
     """
+    return "".join(chat_parts(messages))
+
+
+def chat_parts(messages: list[Any]) -> list[str]:
+    """``chat_text`` message by message (a conversation's earlier messages come
+    again, unchanged, in each of its requests)."""
     parts = []
     for m in messages:
         if not isinstance(m, dict):
@@ -266,7 +273,7 @@ def chat_text(messages: list[Any]) -> str:
                 if isinstance(p, dict) and isinstance(p.get("text"), str)
             )
         parts.append(f"{m.get('role', '')}\n{content if isinstance(content, str) else ''}\n")
-    return "".join(parts)
+    return parts
 
 
 _TAIL_BYTES = 16 << 10

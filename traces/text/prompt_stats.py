@@ -34,11 +34,14 @@ def prompt_stats(tokens: Sequence[int]) -> tuple[int, int] | None:
     """
     if not tokens:
         return None
-    # Counted in C by Counter: for the short prompts of most requests numpy's unique
-    # costs more in calls than in work (~12 µs against ~2 µs for 20 tokens).
-    counts = Counter(tokens).values()
     n = len(tokens)
+    if n < 256:
+        # Counted by Counter: for the short prompts of most requests numpy's unique
+        # costs more in calls than in work (~12 µs against ~2 µs for 20 tokens).
+        counts = np.fromiter(Counter(tokens).values(), np.int64)
+    else:  # sorted in numpy: 12 µs for 1,000 tokens of prose, against 24 by Counter
+        counts = np.unique(np.fromiter(tokens, np.int64, n), return_counts=True)[1]
     # H = log2(n) - sum(c log2 c) / n: the same entropy as entropy_bits, in one pass.
-    entropy = math.log2(n) - math.fsum(c * math.log2(c) for c in counts) / n
+    entropy = math.log2(n) - float(np.dot(counts, np.log2(counts))) / n
     repetition = 1.0 - len(counts) / n
     return round(max(entropy, 0.0) * 1000), round(repetition * 1000)

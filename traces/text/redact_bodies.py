@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.redact import fingerprint, redact_form, redact_text
 from tailreplay.traces.text.secret_names import USER_FIELDS, is_secret_name
 
@@ -125,6 +126,15 @@ NESTED_JSON_DEPTH = 4
 """JSON inside a string (a tool call's ``arguments``) is redacted as JSON this deep."""
 
 
+STRINGS: SizedMemo[str] = SizedMemo(capacity=4 << 20)
+"""Recently redacted strings, by (string, nesting, key), up to 4 M characters: a
+conversation's earlier messages and its system prompt come again in each of its
+requests, and the names and roles of every request are the same few; each is
+redacted once."""
+_ENTRY_CHARS = 64
+"""An entry's own memory, counted in characters (a dict slot, a tuple, a str head)."""
+
+
 def _redact_literal(
     literal: str, key: bytes, nested: int = 0, pairs: frozenset[str] = frozenset()
 ) -> str:
@@ -133,20 +143,37 @@ def _redact_literal(
     value = _literal(literal)
     if value in pairs:
         return json.dumps(_masked("SECRET", key, value))
-    original = value
-    value = _pairs_masked(value, key, pairs)
-    redacted = None
-    if nested < NESTED_JSON_DEPTH and value.lstrip()[:1] in ("{", "["):
-        redacted = _redact_json(value, key, nested + 1)
-    if redacted is None:
-        redacted = redact_text(value, key)
-    if redacted == original:
+    redacted = _redact_string(value, key, nested, pairs)
+    if redacted == value:
         return literal
     return (
         '"' + redacted + '"'
         if "\\" not in literal and '"' not in redacted
         else json.dumps(redacted)
     )
+
+
+def _redact_string(value: str, key: bytes, nested: int, pairs: frozenset[str]) -> str:
+    """A JSON string's value redacted (as JSON, when it holds JSON), remembered in
+    ``STRINGS`` unless the document has secrets of its own (``pairs``)."""
+    if pairs:
+        return _redact_new_string(value, key, nested, pairs)
+    memo_key = (value, nested, key)
+    redacted = STRINGS.get(memo_key)
+    if redacted is None:
+        redacted = _redact_new_string(value, key, nested, pairs)
+        size = _ENTRY_CHARS + len(value) + (redacted is not value) * len(redacted)
+        STRINGS.put(memo_key, redacted, size)
+    return redacted
+
+
+def _redact_new_string(value: str, key: bytes, nested: int, pairs: frozenset[str]) -> str:
+    value = _pairs_masked(value, key, pairs)
+    if nested < NESTED_JSON_DEPTH and value.lstrip()[:1] in ("{", "["):
+        redacted = _redact_json(value, key, nested + 1)
+        if redacted is not None:
+            return redacted
+    return redact_text(value, key)
 
 
 class _JsonRedactor:
@@ -299,7 +326,52 @@ def _redact_json(text: str, key: bytes, nested: int = 0) -> str | None:
         doc = json.loads(text)
     except (ValueError, RecursionError):
         return None
+    strings = _untouched_strings(doc, key, nested)
+    if strings is not None and strings == _literal_count(text):
+        return text  # as it was (and no member lost to a duplicate name hides one)
     return _JsonRedactor(key, nested, _pair_secrets(doc)).run(text)
+
+
+_STRING_RE = re.compile(_STRING)
+
+
+def _literal_count(text: str) -> int:
+    """How many string literals a JSON text holds: half its quotes, less the escaped
+    ones (a quote after a backslash is one, unless a backslash is escaped too)."""
+    if "\\\\" in text:
+        return sum(1 for _ in _STRING_RE.finditer(text))
+    return (text.count('"') - text.count('\\"')) // 2
+
+
+_WATCHED = USER_FIELDS | {"properties"}
+"""Member names whose values the walk treats apart (``_JsonRedactor.member``)."""
+
+
+def _untouched_strings(doc: Any, key: bytes, nested: int) -> int | None:
+    """How many strings (names and values) a parsed document holds, if redaction
+    changes none of them and masks no member: the usual request, whose text can be
+    kept without walking it literal by literal. None if anything would change."""
+    count = 0
+    pending = [doc]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, str):
+            count += 1
+            if _redact_string(node, key, nested, frozenset()) != node:
+                return None
+        elif isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            for name, value in node.items():
+                count += 1
+                if name in _WATCHED or is_secret_name(name):
+                    return None
+                if _redact_string(name, key, nested, frozenset()) != name:
+                    return None
+                if name.lower() in _PAIR_NAMES and isinstance(value, str) and is_secret_name(value):
+                    return None  # a name/value pair naming a credential
+                pending.append(value)
+    return count
 
 
 _FORM = re.compile(r"[\w.%\[\]+-]+=[^&\s]*(?:&[\w.%\[\]+-]+=[^&\s]*)*\s*")

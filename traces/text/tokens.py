@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from typing import Protocol
+
+from tailreplay.traces.text.memo import SizedMemo
 
 __all__ = [
     "DEFAULT_ENCODING",
     "ENCODINGS",
     "Encoder",
     "count_tokens",
+    "encode_parts",
     "estimate_tokens",
     "get",
 ]
@@ -85,6 +89,40 @@ def get(name: str = DEFAULT_ENCODING) -> Encoder:
 def count_tokens(text: str, encoding: str = DEFAULT_ENCODING) -> int:
     """Exact token count of ``text`` (special-token strings count as ordinary text)."""
     return len(get(encoding).encode_ordinary(text))
+
+
+def _seamless(before: str, after: str) -> bool:
+    """Whether cl100k_base's pre-tokens cannot cross from ``before`` into ``after``.
+
+    A pre-token that reaches a line end ends there unless more whitespace or line
+    ends follow (``\\s*[\\r\\n]``, ``\\s++$``: the ``$`` is met at the part's end
+    alone and not in the joined text, but the whitespace before a line end is taken
+    whole either way); no pattern joins a line end to a letter or digit after it.
+    So after a line end and before a letter or digit, each part's tokens are the
+    joined text's. Chat parts (``role\\ncontent\\n``) meet like this.
+    """
+    return before.endswith("\n") and after[:1].isalnum()
+
+
+def encode_parts(parts: Sequence[str], memo: SizedMemo[list[int]]) -> list[int]:
+    """cl100k_base tokens of ``"".join(parts)``, exactly, with each part's taken from
+    ``memo`` when it was encoded before (parts that cannot be split where they meet
+    are encoded together, ``_seamless``)."""
+    encoder = get()
+    tokens: list[int] = []
+    pieces: list[str] = []
+    for part in parts:
+        if pieces and not _seamless(pieces[-1], part):
+            pieces[-1] += part
+        else:
+            pieces.append(part)
+    for piece in pieces:
+        found = memo.get(piece)
+        if found is None:
+            found = encoder.encode_ordinary(piece)
+            memo.put(piece, found, len(found) + 8)  # 8: an entry's own cost, in tokens
+        tokens += found
+    return tokens
 
 
 def estimate_tokens(text: str) -> int:
