@@ -162,6 +162,8 @@ def _redact_string(value: str, key: bytes, nested: int, pairs: frozenset[str]) -
     redacted = STRINGS.get(memo_key)
     if redacted is None:
         redacted = _redact_new_string(value, key, nested, pairs)
+        if redacted == value:
+            redacted = value  # one copy held, not two
         size = _ENTRY_CHARS + len(value) + (redacted is not value) * len(redacted)
         STRINGS.put(memo_key, redacted, size)
     return redacted
