@@ -169,9 +169,12 @@ def wrk(url: str, seconds: int) -> tuple[float, float, float, int]:
     return rps, pct("50"), pct("99"), requests
 
 
-def wrk_output(url: str, seconds: int, script: Path) -> str:
-    """wrk's report of ``seconds`` of POSTs to ``url``'s chat route by ``script``."""
+def wrk_output(url: str, seconds: int, script: Path, cpus: str | None = None) -> str:
+    """wrk's report of ``seconds`` of POSTs to ``url``'s chat route by ``script`` (on
+    ``cpus`` alone, if given)."""
     command = ["wrk", "-t2", "-c50", f"-d{seconds}s", "--latency", "-s", str(script)]
+    if cpus is not None:
+        command = ["taskset", "-c", cpus, *command]
     return subprocess.run(
         [*command, url + "/v1/chat/completions"], capture_output=True, text=True, check=True
     ).stdout

@@ -62,6 +62,13 @@ class _RecorderCollector(Collector):
             counts.sampled_out,
         )
         yield one(
+            CounterMetricFamily,
+            "tailreplay_proxy_records_shed",
+            "Records written without their prompt's body, hashes and statistics, while "
+            "the recorder was behind (a part of those written).",
+            counts.shed,
+        )
+        yield one(
             GaugeMetricFamily,
             "tailreplay_proxy_record_backlog",
             "Exchanges being recorded.",

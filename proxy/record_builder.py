@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from array import array
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +37,7 @@ from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_path
 from tailreplay.traces.text.redact_bodies import redact_body
-from tailreplay.traces.text.tokens import encode_parts, get
+from tailreplay.traces.text.tokens import encode_parts, estimate_tokens, get
 
 __all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]
 
@@ -105,12 +106,13 @@ def _completion_text(kept: bytes) -> str | None:
 
 
 def build_record(
-    ex: Exchange, config: ProxyConfig, calibration: Calibration | None = None
+    ex: Exchange, config: ProxyConfig, calibration: Calibration | None = None, shed: bool = False
 ) -> Record:
     """The archive record for a finished exchange (docs/archive-format.md).
 
     ``calibration`` learns each model's true prompt counts from its reported usage and
-    corrects the estimates of requests that reported none.
+    corrects the estimates of requests that reported none. ``shed``: leave out the
+    work the prompt costs (``Record.shed``), for a recorder that is behind.
     """
     key = config.fingerprint_key
     info = request_info(ex.path, ex.req_body)
@@ -135,19 +137,16 @@ def build_record(
         bytes_in=ex.bytes_in,
         bytes_out=ex.bytes_out,
         error=ex.error,
+        shed=shed or None,
     )
     if ex.req_body is not None and config.bodies == "full":
         record.req_body = ex.req_body
-    elif ex.req_body is not None and config.bodies == "redacted":
+    elif ex.req_body is not None and config.bodies == "redacted" and not shed:
         record.req_body = redact_body(ex.req_body, key)
-
     parts = _prompt_parts(info.body) if info.body is not None else None
-    tokens = encode_parts(parts, PROMPT_TOKENS) if parts is not None else None
-    if tokens is not None:
-        record.prefix_hashes = prefix_hashes(tokens) or None
-        stats = prompt_stats(tokens)
-        if stats is not None:
-            record.prompt_entropy_mbits, record.prompt_repetition_pm = stats
+    counted = _analyse_prompt(record, parts) if parts is not None and not shed else None
+    if parts is not None and shed:
+        counted = estimate_tokens("".join(parts))
 
     if ex.retry_after is not None and ex.status in (429, 503):
         wait = retry_after_s(ex.retry_after)
@@ -162,15 +161,25 @@ def build_record(
         record.error = record.error or problem
     if usage is None:
         usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
-    _count_tokens(record, ex, info, tokens, kept, usage, calibration or Calibration())
+    _count_tokens(record, ex, info, counted, kept, usage, calibration or Calibration())
     return record
+
+
+def _analyse_prompt(record: Record, parts: list[str]) -> int:
+    """The prompt's prefix hashes and statistics set on ``record``; its token count."""
+    tokens = encode_parts(parts, PROMPT_TOKENS)
+    record.prefix_hashes = prefix_hashes(tokens) or None
+    stats = prompt_stats(tokens)
+    if stats is not None:
+        record.prompt_entropy_mbits, record.prompt_repetition_pm = stats
+    return len(tokens)
 
 
 def _count_tokens(
     record: Record,
     ex: Exchange,
     info: RequestInfo,
-    tokens: list[int] | None,
+    counted: int | None,
     kept: bytes,
     usage: Usage,
     calibration: Calibration,
@@ -178,29 +187,32 @@ def _count_tokens(
     """Tokens from the server's usage; else counted here and marked as estimates."""
     record.finish_reason = usage.finish_reason
     messages = info.body.get("messages") if info.body is not None else None
-    estimate = None
-    if tokens is not None:
-        estimate = len(tokens)
-        if isinstance(messages, list):  # a chat: the model's template wraps every message
-            estimate = estimate_prompt_tokens(len(tokens), len(messages), info.model)
+    estimate = counted
+    if counted is not None and isinstance(messages, list):
+        # A chat: the model's template wraps every message.
+        estimate = estimate_prompt_tokens(counted, len(messages), info.model)
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         record.input_tokens = usage.prompt_tokens
         record.output_tokens = usage.completion_tokens
         record.cached_tokens = usage.cached_tokens
         record.reasoning_tokens = usage.reasoning_tokens
         record.tokens_source = "usage"
-        if estimate is not None:
+        if estimate is not None and not record.shed:  # shed: characters, not tokens
             calibration.observe(info.model, estimated=estimate, reported=usage.prompt_tokens)
     elif estimate is not None and ex.status == 200:
         # No usage from the server (llama.cpp ignores include_usage): count ourselves.
-        record.input_tokens = calibration.correct(info.model, estimate)
+        record.input_tokens = estimate if record.shed else calibration.correct(info.model, estimate)
         if ex.timeline is not None:
             record.output_tokens = ex.timeline.tokens
             record.reasoning_tokens = ex.timeline.reasoning or None
         else:
             text = _completion_text(kept) if ex.tap is not None and not ex.tap.truncated else None
-            record.output_tokens = len(get().encode_ordinary(text)) if text is not None else None
+            record.output_tokens = _count(text, record.shed) if text is not None else None
         record.tokens_source = "estimate"
+
+
+def _count(text: str, shed: bool | None) -> int:
+    return estimate_tokens(text) if shed else len(get().encode_ordinary(text))
 
 
 class RecordBuilder:
@@ -219,6 +231,9 @@ class RecordBuilder:
         self.spans = spans
         self.sampled_out = 0
         self.failed = 0
+        self.shed = 0
+        """Records built without the prompt's work (``SHED_AFTER_NS``)."""
+        self._shed_logged_at = -float("inf")
         self._p99 = RunningP99()
         self.calibration = Calibration()
         """Each model's prompt counts as its server reports them, for the estimates."""
@@ -228,8 +243,12 @@ class RecordBuilder:
         """Called with every record built (the metrics count tokens from it)."""
 
     def build(self, ex: Exchange) -> None:
+        lag_ns = time.monotonic_ns() - ex.t0_ns - (ex.duration_ns or 0)
+        shed = lag_ns > SHED_AFTER_NS
+        if shed:
+            self._count_shed(lag_ns)
         try:
-            record = build_record(ex, self.config, self.calibration)
+            record = build_record(ex, self.config, self.calibration, shed)
         except Exception:  # a bug here must not stop the recording of everything else
             self.failed += 1
             log.exception("could not build a record; it is dropped")
@@ -248,10 +267,31 @@ class RecordBuilder:
         if self.spans is not None:
             _span(self.spans, ex, record, tail)
 
+    def _count_shed(self, lag_ns: int) -> None:
+        self.shed += 1
+        now = time.monotonic()
+        if now - self._shed_logged_at > 10:  # one line per incident, not per record
+            log.warning(
+                "the recorder is %.1f s behind: writing records without their prompt's "
+                "body, hashes and statistics until it catches up (%d so far)",
+                lag_ns / 1e9,
+                self.shed,
+            )
+            self._shed_logged_at = now
+
+
+SHED_AFTER_NS = 500_000_000
+"""An exchange that ended this long before the recorder reaches it is recorded shed
+(``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
+statistics, the work that is most of a record's cost (``bench/recorder.py``). A
+recorder short of CPU so keeps every exchange's timing and counts, and the
+capture its arrival process, instead of dropping whole records once the pipe to
+it is full; it does the whole work again as soon as it has caught up."""
+
 
 def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:
     body, completion = None, None
-    if spans.capture_content:  # handed over as sent: the span maker redacts it (redact.py)
+    if spans.capture_content and not record.shed:  # the span maker redacts (redact.py)
         kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
         body, completion = ex.req_body, _completion_text(kept) if kept else None
     try:

@@ -37,8 +37,11 @@ class Stat:
     BACKLOG = 4
     HANDLED = 5
     """Exchanges built and handed on (the progress the proxy watches for a hang)."""
-    TOKENS = 6  # then (input, output) per route in ROUTES order
-    SIZE = 6 + 2 * len(ROUTES)
+    SHED = 6
+    """Records built shed (``record_builder.SHED_AFTER_NS``): a part of those written,
+    sampled out or dropped by the writer, not a fate of its own."""
+    TOKENS = 7  # then (input, output) per route in ROUTES order
+    SIZE = 7 + 2 * len(ROUTES)
     ACCOUNTED = (WRITTEN, WRITER_DROPPED, SAMPLED_OUT, FAILED)
     """The counters that together account for every exchange the recorder received."""
 
@@ -134,5 +137,6 @@ _PUBLISH_EVERY = 64
 def _publish(stats: Any, builder: RecordBuilder, backlog: int) -> None:
     stats[Stat.SAMPLED_OUT] = builder.sampled_out
     stats[Stat.FAILED] = builder.failed
+    stats[Stat.SHED] = builder.shed
     stats[Stat.HANDLED] += stats[Stat.BACKLOG] - backlog
     stats[Stat.BACKLOG] = backlog

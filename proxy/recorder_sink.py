@@ -59,13 +59,19 @@ class RecorderCounts:
     dropped: int = 0
     sampled_out: int = 0
     failed: int = 0
+    shed: int = 0
+    """Of the records built, those written without their prompt's work (the
+    recorder was behind: ``Record.shed``)."""
     backlog: int = 0
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
 
     def summary(self) -> str:
         """The exit line's account: served, then where every one of them went."""
-        parts = [f"{self.written:,} records written", f"{self.dropped:,} dropped"]
+        written = f"{self.written:,} records written"
+        if self.shed:
+            written += f" ({self.shed:,} shed: without their prompt's body and analysis)"
+        parts = [written, f"{self.dropped:,} dropped"]
         if self.sampled_out:
             parts.append(f"{self.sampled_out:,} sampled out")
         if self.failed:
@@ -75,7 +81,7 @@ class RecorderCounts:
     @classmethod
     def total(cls, counts: list[RecorderCounts]) -> RecorderCounts:
         """The sum over several proxies' recorders (``--workers``)."""
-        names = ("served", "written", "dropped", "sampled_out", "failed", "backlog")
+        names = ("served", "written", "dropped", "sampled_out", "failed", "shed", "backlog")
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 
 
@@ -160,6 +166,7 @@ class RecorderClient:
             dropped=r.dropped + self._pipe.dropped + s[Stat.WRITER_DROPPED],
             sampled_out=r.sampled_out + s[Stat.SAMPLED_OUT],
             failed=r.failed + s[Stat.FAILED],
+            shed=r.shed + s[Stat.SHED],
             backlog=s[Stat.BACKLOG],
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
@@ -242,6 +249,7 @@ class RecorderClient:
         r.dropped += s[Stat.WRITER_DROPPED] + self._pipe.dropped + lost
         r.sampled_out += s[Stat.SAMPLED_OUT]
         r.failed += s[Stat.FAILED]
+        r.shed += s[Stat.SHED]
         r.tokens = [a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)]
         return lost
 
@@ -313,6 +321,7 @@ class RecorderClient:
             dropped=self._retired.dropped,
             sampled_out=self._retired.sampled_out,
             failed=self._retired.failed,
+            shed=self._retired.shed,
             tokens=self._retired.tokens,
         )
 

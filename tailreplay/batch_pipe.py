@@ -11,6 +11,7 @@ is never made to wait for recording or telemetry.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import pickle
 import struct
@@ -52,6 +53,7 @@ class BatchPipe:
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(self._conn.fileno()), "wb", buffering=0)
         self._conn.close()
+        _widen(pipe.fileno())
         self._transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe)
         self._timer = loop.call_later(self.flush_s, self._tick)
 
@@ -104,3 +106,24 @@ class BatchPipe:
             self._transport.close()
         else:
             self._conn.close()
+
+
+PIPE_BYTES = 1 << 20
+"""The pipe's kernel buffer asked for (Linux's default limit for a user, fs.pipe-max-size)."""
+
+
+def _widen(fd: int) -> None:
+    """Give the pipe a 1 MiB buffer instead of 64 KiB, where the system allows it.
+
+    The loop writes to the pipe once per iteration, as much as the kernel takes: at
+    64 KiB an iteration, a loop busy serving moved about 13 MB/s to the recorder,
+    less than 11,000 requests a second of 4 KB bodies (46 MB/s), and the rest was
+    dropped while the recorder, on a core of its own, sat idle.
+    """
+    size = PIPE_BYTES
+    while size > 1 << 16:
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+            return
+        except (OSError, AttributeError):  # above the system's limit, or not Linux
+            size //= 2

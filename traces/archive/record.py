@@ -74,6 +74,10 @@ class Record:
     at most 200 characters, redacted)."""
     retry_after_ms: int | None = None
     """A 429's or 503's ``Retry-After``, in ms."""
+    shed: bool | None = None
+    """Captures: written while the recorder was behind, without the work a request's
+    prompt costs (a redacted body, prefix hashes, prompt statistics; tokens from
+    usage, else estimated from characters). True or absent."""
     # Replay result fields.
     orig_trace_id: bytes | None = None
     orig_span_id: bytes | None = None
@@ -139,7 +143,7 @@ INT_FIELDS = frozenset(
         "prompt_repetition_pm",
     }
 )
-BOOL_FIELDS = frozenset({"stream", "tail"})
+BOOL_FIELDS = frozenset({"stream", "tail", "shed"})
 
 
 def _compile_to_map() -> Any:

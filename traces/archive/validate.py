@@ -87,6 +87,7 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "error": (STR, 0, 0),
     "error_message": (STR, 0, 0),
     "retry_after_ms": (INT, 0, 1 << 40),
+    "shed": (BOOL, 0, 0),
     "orig_trace_id": (BIN, 0, 16),
     "orig_span_id": (BIN, 0, 8),
     "intended_ns": (INT, *_TIME),
