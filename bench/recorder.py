@@ -31,7 +31,7 @@ from tailreplay.openai_api import ResponseTap
 from tailreplay.proxy import record_builder
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.traces.text import redact_bodies
+from tailreplay.traces.text import redact_json
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.tokens import get
 
@@ -68,7 +68,7 @@ def per_record(kind: str, bodies: str, capacities: tuple[int, int], n: int) -> f
     config = ProxyConfig(
         upstream=URL("http://127.0.0.1:1"), out_dir=Path(tempfile.mkdtemp()), bodies=bodies
     )
-    redact_bodies.STRINGS = SizedMemo(capacities[0])
+    redact_json.STRINGS = SizedMemo(capacities[0])
     record_builder.PROMPT_TOKENS = SizedMemo(capacities[1])
     for body in chat_bodies.bodies(kind, 2000, start=10**6):
         record_builder.build_record(exchange(body), config)
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     get()  # the tokenizer, built once
-    capacities = (redact_bodies.STRINGS.capacity, record_builder.PROMPT_TOKENS.capacity)
+    capacities = (redact_json.STRINGS.capacity, record_builder.PROMPT_TOKENS.capacity)
     print(
         f"build_record on {args.records:,} exchanges a run, 4 KB bodies (bench/chat_bodies.py); "
         f"median of {args.runs} runs; CPU µs per record, one process\n"

@@ -94,6 +94,11 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
         f"arrival rate {_fmt(rate, 2)} req/s   "
         f"errors {_fmt(None if err is None else err * 100, 2)}%"
     )
+    if summary.get("shed"):
+        console.print(
+            f"shed {summary['shed']:,}: recorded while the proxy's recorder was behind, "
+            "without their prompt's body, prefix hashes and statistics"
+        )
     table = Table(title="percentiles (successful requests)", title_justify="left")
     table.add_column("metric")
     for name in ("p50", "p95", "p99", "p99.9"):

@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,3 +93,7 @@ async def test_a_recorder_stopped_under_load_catches_up_by_shedding_and_drops_no
     assert not any(SECRET.encode() in p.read_bytes() for p in out.iterdir())
     assert b"seconds behind" not in err and b"s behind: writing records without" in err
     assert f"({int(shed):,} shed:".encode() in stdout
+    archives = [str(p) for p in sorted(out.glob("*.msgpack"))]
+    command = [sys.executable, "-m", "tailreplay", "traces", "stats", *archives]
+    stats = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    assert f"shed {int(shed):,}: recorded while the proxy's recorder was behind" in stats.stdout

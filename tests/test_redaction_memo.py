@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.openai_api import chat_parts, chat_text
-from tailreplay.traces.text import redact_bodies
+from tailreplay.traces.text import redact_json
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.redact_bodies import redact_body
 from tailreplay.traces.text.tokens import encode_parts, get
@@ -37,7 +38,7 @@ def test_the_redaction_memo_stays_within_its_size() -> None:
     for i in range(120):  # 120 distinct 100 KB bodies: 12 M characters seen
         text = "".join(rng.choice("abcdef ghij\n") for _ in range(100_000))
         redact_body(json.dumps({"messages": [{"content": f"{i} {text}"}]}).encode(), KEY)
-    assert redact_bodies.STRINGS.size <= redact_bodies.STRINGS.capacity
+    assert redact_json.STRINGS.size <= redact_json.STRINGS.capacity
 
 
 _ROLES = st.sampled_from(["user", "assistant", "system", "tool", "", " user", "\nx", "1", "é"])
@@ -81,8 +82,8 @@ def test_a_body_kept_whole_is_one_the_walk_would_not_change() -> None:
     # the walk through every literal, on every placement of every corpus value.
     for text in _bodies():
         doc = json.loads(text)
-        walked = redact_bodies._JsonRedactor(KEY, 0, redact_bodies._pair_secrets(doc)).run(text)
-        assert redact_bodies._redact_json(text, KEY) == walked, text
+        walked = redact_json._JsonRedactor(KEY, 0, redact_json.pair_secrets(doc)).run(text)
+        assert redact_json.redact_json(text, KEY) == walked, text
 
 
 def test_a_duplicate_member_name_hides_no_credential() -> None:
@@ -99,3 +100,52 @@ def test_remembered_redactions_keep_each_keys_fingerprints() -> None:
     assert redact_body(body, KEY) == first
     other = redact_body(body, b"o" * 32)
     assert other != first and secret.encode() not in other
+
+
+PASSWORD = "Tr0ub4dor&3horse"
+
+
+def test_a_pair_hides_no_credential_behind_a_repeated_member_or_a_list() -> None:
+    for body in (
+        b'{"name":"OPENAI_API_KEY","value":"Tr0ub4dor&3horse","value":""}',
+        b'{"name":"OPENAI_API_KEY","name":"x","value":"Tr0ub4dor&3horse"}',
+        b'{"name":"DB_PASSWORD","value":["Tr0ub4dor&3horse"]}',
+        b'{"name":"DB_PASSWORD","value":{"v":"Tr0ub4dor&3horse"}}',
+        b'{"properties":{"password":"Tr0ub4dor&3horse"}}',  # a value, not a schema
+    ):
+        assert PASSWORD.encode() not in redact_body(body, KEY), body
+
+
+def test_a_pairs_secret_is_masked_in_json_nested_in_a_string() -> None:
+    # Escaped otherwise in the nested document (`\/`): found once that is parsed.
+    body = json.dumps(
+        {
+            "env": [{"name": "DB_PASSWORD", "value": "p@ss/w0rd-xyz"}],
+            "args": '{"cmd":"p@ss\\/w0rd-xyz"}',
+        }
+    ).encode()
+    args = json.loads(json.loads(redact_body(body, KEY))["args"])
+    assert "w0rd" not in args["cmd"]
+
+
+def test_a_large_string_nested_in_strings_is_redacted_once_per_level(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Strings too large for the memo skip the shortcut: a shortcut abandoned after
+    # redacting them would redact them again at every level of nesting.
+    big = "lorem ipsum dolor " * 66_000  # 1.2 M characters: over a quarter of the memo
+    inner = json.dumps({"b": "mail bob@example.com", "a": big})
+    for _ in range(4):
+        inner = json.dumps({"b": "mail bob@example.com", "a": inner})
+    calls = 0
+    redact_text = redact_json.redact_text
+
+    def counted(text: str, key: bytes) -> str:
+        nonlocal calls
+        calls += len(text) >= len(big)
+        return redact_text(text, key)
+
+    monkeypatch.setattr(redact_json, "redact_text", counted)
+    out = redact_body(inner.encode(), KEY)
+    assert b"bob@example.com" not in out
+    assert calls == 1  # the big text once, at the level where it is text

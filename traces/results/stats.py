@@ -42,7 +42,7 @@ STATS_FIELDS = (
     "output_tokens",
     "stream",
 )
-STATS_PRESENCE = ("error",)
+STATS_PRESENCE = ("error", "shed")
 """Fields ``summarize`` needs only to know are set: load with ``presence_only=``."""
 
 Array = npt.NDArray[Any]
@@ -99,6 +99,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
     due, content = values.get("latency_from_due"), values.get("ttft_content")
     return {
         "records": n,
+        "shed": int(has["shed"].sum()),
         "duration_s": duration_s,
         "rate_rps": rate_rps,
         "error_rate": float(reqs.error.mean()) if n else None,
