@@ -61,6 +61,9 @@ class ProxyConfig:
     """Keys the HMACs that replace secrets and session ids. Random per process unless
     given (--fingerprint-key-env): then fingerprints are stable across restarts."""
     workers: int = 1
+    shed_after_s: float | None = 0.5
+    """An exchange the recorder reaches this long after it ended is recorded shed
+    (``Record.shed``: without its prompt's work); None: never shed."""
     flush_interval_s: float = 1.0
     queue_size: int = 50_000
     spans: Callable[[], AbstractContextManager[ServerSpans]] | None = None
@@ -99,6 +102,7 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
             "sample": config.sample,
             "redact_headers": sorted(config.redact_headers),
             "timeout_s": config.timeout_s,
+            "shed_after_s": config.shed_after_s,
             "routes": {r.prefix: _shown(r.upstream) for r in config.routes},
             "listen": [config.listen_host, config.listen_port],
             # Spans went out live: `traces export otlp` then sends these as new spans.

@@ -232,7 +232,9 @@ class RecordBuilder:
         self.sampled_out = 0
         self.failed = 0
         self.shed = 0
-        """Records built without the prompt's work (``SHED_AFTER_NS``)."""
+        """Records built without the prompt's work (``SHED_WHY``)."""
+        after = config.shed_after_s
+        self._shed_after_ns = None if after is None else int(after * 1e9)
         self._shed_logged_at = -float("inf")
         self._p99 = RunningP99()
         self.calibration = Calibration()
@@ -244,7 +246,7 @@ class RecordBuilder:
 
     def build(self, ex: Exchange) -> None:
         lag_ns = time.monotonic_ns() - ex.t0_ns - (ex.duration_ns or 0)
-        shed = lag_ns > SHED_AFTER_NS
+        shed = self._shed_after_ns is not None and lag_ns > self._shed_after_ns
         if shed:
             self._count_shed(lag_ns)
         try:
@@ -280,9 +282,8 @@ class RecordBuilder:
             self._shed_logged_at = now
 
 
-SHED_AFTER_NS = 500_000_000
-"""An exchange that ended this long before the recorder reaches it is recorded shed
-(``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
+SHED_WHY = """An exchange that ended ``--shed-after`` (0.5 s) before the recorder reaches it
+is recorded shed (``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
 statistics, the work that is most of a record's cost (``bench/recorder.py``). A
 recorder short of CPU so keeps every exchange's timing and counts, and the
 capture its arrival process, instead of dropping whole records once the pipe to

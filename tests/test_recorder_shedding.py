@@ -17,14 +17,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tailreplay.proxy.record_builder import SHED_AFTER_NS
+from tailreplay.proxy.config import ProxyConfig
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import metric
 from tests.proxy_helpers import exit_line_counts, recorder_pid, start_proxy_process
 
 SECRET = "sk-proj-" + "Zq7Xw2Lk9" * 5
-STOPPED_S = 2.0  # four times SHED_AFTER_NS: whatever waits through it is late
+STOPPED_S = 2.0  # four times --shed-after's default: whatever waits through it is late
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ async def _traffic(url: str, until: float, served: list[int]) -> None:
 async def test_a_recorder_stopped_under_load_catches_up_by_shedding_and_drops_nothing(
     tmp_path: Path, sim_url: str
 ) -> None:
-    assert STOPPED_S * 1e9 >= 4 * SHED_AFTER_NS
+    assert 4 * (ProxyConfig.shed_after_s or 0) <= STOPPED_S
     out = tmp_path / "out"
     proc, url, admin = start_proxy_process(sim_url, out, "--bodies", "redacted")
     recorder = recorder_pid(proc.pid)
@@ -97,3 +97,31 @@ async def test_a_recorder_stopped_under_load_catches_up_by_shedding_and_drops_no
     command = [sys.executable, "-m", "tailreplay", "traces", "stats", *archives]
     stats = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
     assert f"shed {int(shed):,}: recorded while the proxy's recorder was behind" in stats.stdout
+
+
+async def test_with_shedding_off_a_late_recorder_does_the_whole_work(
+    tmp_path: Path, sim_url: str
+) -> None:
+    out = tmp_path / "out"
+    command = ("--bodies", "redacted", "--shed-after", "off")
+    proc, url, _ = start_proxy_process(sim_url, out, *command)
+    recorder = recorder_pid(proc.pid)
+    served: list[int] = []
+    try:
+        traffic = asyncio.ensure_future(_traffic(url, time.monotonic() + 4.0, served))
+        await asyncio.sleep(1.0)
+        os.kill(recorder, signal.SIGSTOP)
+        await asyncio.sleep(STOPPED_S)
+        os.kill(recorder, signal.SIGCONT)
+        await traffic
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(recorder, signal.SIGCONT)
+        proc.terminate()
+        stdout, _ = proc.communicate(timeout=60)
+    counted, written, dropped = exit_line_counts(stdout)
+    assert (written, dropped) == (counted, 0) and counted == len(served) > 50
+    records = list(ArchiveReader(sorted(out.glob("*.msgpack"))))
+    assert len(records) == written and not any(r.shed for r in records)
+    assert all(r.req_body is not None and r.prefix_hashes for r in records)
+    assert b" shed: " not in stdout

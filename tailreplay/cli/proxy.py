@@ -25,7 +25,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
-from tailreplay.units import parse_host_port, parse_http_url
+from tailreplay.units import parse_duration, parse_host_port, parse_http_url
 
 if TYPE_CHECKING:
     from tailreplay.proxy.config import ProxyConfig, Route
@@ -44,6 +44,10 @@ def _route(text: str, flag: str) -> Route:
 
 def _admin(text: str, flag: str) -> tuple[str, int] | None:
     return None if text == "off" else parse_host_port(text, flag)
+
+
+def _shed_after(text: str, flag: str) -> float | None:
+    return None if text.strip().lower() == "off" else parse_duration(text)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class _Args:
     drain_timeout: float
     fingerprint_key_env: str | None
     workers: int
+    shed_after: float | None
     otlp: OtlpOptions
 
 
@@ -215,6 +220,15 @@ class _Args:
     show_default=True,
     help="Processes sharing the listening port.",
 )
+@click.option(
+    "--shed-after",
+    type=Parsed("duration|off", _shed_after),
+    default="0.5s",
+    show_default=True,
+    help="Record an exchange the recorder reaches this long after it ended without its "
+    "prompt's body, hashes and statistics, so that a recorder short of CPU keeps every "
+    "record ('off': never; past the pipe's limit records are then dropped).",
+)
 @otlp_options()
 def proxy(**options: Any) -> None:
     """Reverse proxy that records every exchange with an upstream into archives."""
@@ -282,6 +296,7 @@ def _config(args: _Args) -> ProxyConfig:
         drain_timeout_s=args.drain_timeout,
         fingerprint_key=key,
         workers=args.workers,
+        shed_after_s=args.shed_after,
         spans=functools.partial(proxy_spans, args.otlp, (host, port), key)
         if args.otlp.enabled
         else None,
