@@ -49,6 +49,17 @@ async def _traffic(url: str, until: float, served: list[int]) -> None:
         await asyncio.gather(*(client() for _ in range(4)))
 
 
+async def _stopped_under_traffic(url: str, recorder: int, served: list[int], run_s: float) -> None:
+    """Traffic for ``run_s`` seconds, the recorder stopped for ``STOPPED_S`` of them
+    (from a quarter of the way in)."""
+    traffic = asyncio.ensure_future(_traffic(url, time.monotonic() + run_s, served))
+    await asyncio.sleep(run_s / 4)
+    os.kill(recorder, signal.SIGSTOP)
+    await asyncio.sleep(STOPPED_S)
+    os.kill(recorder, signal.SIGCONT)
+    await traffic
+
+
 async def test_a_recorder_stopped_under_load_catches_up_by_shedding_and_drops_nothing(
     tmp_path: Path, sim_url: str
 ) -> None:
@@ -58,12 +69,7 @@ async def test_a_recorder_stopped_under_load_catches_up_by_shedding_and_drops_no
     recorder = recorder_pid(proc.pid)
     served: list[int] = []
     try:
-        traffic = asyncio.ensure_future(_traffic(url, time.monotonic() + 6.0, served))
-        await asyncio.sleep(1.5)
-        os.kill(recorder, signal.SIGSTOP)
-        await asyncio.sleep(STOPPED_S)
-        os.kill(recorder, signal.SIGCONT)
-        await traffic
+        await _stopped_under_traffic(url, recorder, served, 6.0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the backlog drains (bounded in time)
             if await metric(admin, "tailreplay_proxy_records_written_total") >= len(served):
@@ -108,12 +114,7 @@ async def test_with_shedding_off_a_late_recorder_does_the_whole_work(
     recorder = recorder_pid(proc.pid)
     served: list[int] = []
     try:
-        traffic = asyncio.ensure_future(_traffic(url, time.monotonic() + 4.0, served))
-        await asyncio.sleep(1.0)
-        os.kill(recorder, signal.SIGSTOP)
-        await asyncio.sleep(STOPPED_S)
-        os.kill(recorder, signal.SIGCONT)
-        await traffic
+        await _stopped_under_traffic(url, recorder, served, 4.0)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(recorder, signal.SIGCONT)
