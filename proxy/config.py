@@ -63,7 +63,12 @@ class ProxyConfig:
     workers: int = 1
     shed_after_s: float | None = 0.5
     """An exchange the recorder reaches this long after it ended is recorded shed
-    (``Record.shed``: without its prompt's work); None: never shed."""
+    (``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
+    statistics, the work that is most of a record's cost (``bench/recorder.py``). A
+    recorder short of CPU so keeps every exchange's timing and counts, and the
+    capture its arrival process, instead of dropping whole records once the pipe to
+    it is full; it does the whole work again as soon as it has caught up. None:
+    never shed."""
     flush_interval_s: float = 1.0
     queue_size: int = 50_000
     spans: Callable[[], AbstractContextManager[ServerSpans]] | None = None

@@ -232,7 +232,7 @@ class RecordBuilder:
         self.sampled_out = 0
         self.failed = 0
         self.shed = 0
-        """Records built without the prompt's work (``SHED_WHY``)."""
+        """Records built without the prompt's work (``ProxyConfig.shed_after_s``)."""
         after = config.shed_after_s
         self._shed_after_ns = None if after is None else int(after * 1e9)
         self._shed_logged_at = -float("inf")
@@ -280,14 +280,6 @@ class RecordBuilder:
                 self.shed,
             )
             self._shed_logged_at = now
-
-
-SHED_WHY = """An exchange that ended ``--shed-after`` (0.5 s) before the recorder reaches it
-is recorded shed (``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
-statistics, the work that is most of a record's cost (``bench/recorder.py``). A
-recorder short of CPU so keeps every exchange's timing and counts, and the
-capture its arrival process, instead of dropping whole records once the pipe to
-it is full; it does the whole work again as soon as it has caught up."""
 
 
 def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:

@@ -38,7 +38,7 @@ class Stat:
     HANDLED = 5
     """Exchanges built and handed on (the progress the proxy watches for a hang)."""
     SHED = 6
-    """Records built shed (``record_builder.SHED_WHY``): a part of those written,
+    """Records built shed (``ProxyConfig.shed_after_s``): a part of those written,
     sampled out or dropped by the writer, not a fate of its own."""
     TOKENS = 7  # then (input, output) per route in ROUTES order
     SIZE = 7 + 2 * len(ROUTES)

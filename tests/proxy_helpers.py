@@ -160,3 +160,12 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def quick_sim() -> AbstractContextManager[str]:
+    """The built-in simulator answering in a few milliseconds (4 output tokens on
+    average): traffic enough for the recorder's tests, none of it waiting."""
+    from tailreplay.sim.launcher import sim_process
+
+    quick = ["--decode-base-ms", "2", "--prefill-base-ms", "1", "--prefill-per-token-ms", "0"]
+    return sim_process([*quick, "--output-mean", "4"])

@@ -18,10 +18,9 @@ import aiohttp
 import pytest
 
 from tailreplay.proxy.config import ProxyConfig
-from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import metric
-from tests.proxy_helpers import exit_line_counts, recorder_pid, start_proxy_process
+from tests.proxy_helpers import exit_line_counts, quick_sim, recorder_pid, start_proxy_process
 
 SECRET = "sk-proj-" + "Zq7Xw2Lk9" * 5
 STOPPED_S = 2.0  # four times --shed-after's default: whatever waits through it is late
@@ -29,8 +28,7 @@ STOPPED_S = 2.0  # four times --shed-after's default: whatever waits through it 
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    quick = ["--decode-base-ms", "2", "--prefill-base-ms", "1", "--prefill-per-token-ms", "0"]
-    with sim_process([*quick, "--output-mean", "4"]) as url:
+    with quick_sim() as url:
         yield url
 
 

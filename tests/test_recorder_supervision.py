@@ -17,10 +17,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import metric
-from tests.proxy_helpers import echo_upstream, exit_line_counts, recorder_pid, start_proxy_process
+from tests.proxy_helpers import (
+    echo_upstream,
+    exit_line_counts,
+    quick_sim,
+    recorder_pid,
+    start_proxy_process,
+)
 
 RESUME_S = 2.0  # capture resumes within this after the recorder dies
 SLACK_S = 3.0  # a busy shared machine's start-up delays, on top of it (the test's margin)
@@ -37,8 +42,7 @@ def _start_up_s() -> float:
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    quick = ["--decode-base-ms", "2", "--prefill-base-ms", "1", "--prefill-per-token-ms", "0"]
-    with sim_process([*quick, "--output-mean", "4"]) as url:
+    with quick_sim() as url:
         yield url
 
 

@@ -63,7 +63,7 @@ class _ValueRedactor:
         if isinstance(value, str):
             return self._string(value, name, secret)
         if isinstance(value, dict):
-            pair = is_secret_pair(list(value.items()))
+            pair = is_secret_pair(value.items())
             return {
                 redact_text(str(k), self.key): self.walk(
                     v,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tailreplay.traces.text.memo import SizedMemo
@@ -241,7 +242,7 @@ _PAIR_NAMES = frozenset({"name", "key", "header", "env", "variable", "var"})
 PAIR_VALUES = frozenset({"value", "val", "secret", "data"})
 
 
-def is_secret_pair(members: list[tuple[Any, Any]]) -> bool:
+def is_secret_pair(members: Iterable[tuple[Any, Any]]) -> bool:
     """Whether an object is a name/value pair whose name is a credential's."""
     return any(
         isinstance(k, str) and isinstance(v, str) and k.lower() in _PAIR_NAMES and is_secret_name(v)
@@ -255,37 +256,32 @@ def pair_secrets(doc: Any) -> frozenset[str]:
     lists, header lists, secret stores); a value that is a list or an object gives
     every string in it. Objects may be parsed as ``_Members`` (every member kept)."""
     found: set[str] = set()
-    pending = [doc]
-    while pending:
-        node = pending.pop()
-        members: list[tuple[Any, Any]] | None = node if isinstance(node, _Members) else None
-        if isinstance(node, dict):
-            members = list(node.items())
-        if members is not None:
-            pending.extend(v for _, v in members)
-            if is_secret_pair(members):
-                values = [v for k, v in members if isinstance(k, str) and k.lower() in PAIR_VALUES]
-                found.update(_strings_in(values))
-        elif isinstance(node, list):
-            pending.extend(node)
+    for _, members in _nodes(doc):
+        if members is not None and is_secret_pair(members):
+            values = [v for k, v in members if isinstance(k, str) and k.lower() in PAIR_VALUES]
+            found.update(node for node, _ in _nodes(values) if isinstance(node, str))
     return frozenset(found)
 
 
-def _strings_in(node: Any) -> list[str]:
-    """Every string in a parsed value (member names aside)."""
-    out: list[str] = []
-    pending = [node]
+_Pairs = Iterable[tuple[Any, Any]]
+
+
+def _nodes(doc: Any) -> Iterator[tuple[Any, _Pairs | None]]:
+    """Every value in a parsed document, depth first, each with its members if it is
+    an object (a dict, or ``_Members`` where a name may come twice)."""
+    pending = [doc]
     while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            out.append(item)
-        elif isinstance(item, _Members):
-            pending.extend(v for _, v in item)
-        elif isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return out
+        node = pending.pop()
+        members: _Pairs | None = None
+        if isinstance(node, _Members):
+            members = node
+        elif isinstance(node, dict):
+            members = node.items()
+        elif isinstance(node, list):
+            pending.extend(node)
+        if members is not None:
+            pending.extend(value for _, value in members)
+        yield node, members
 
 
 def redact_json(
@@ -314,18 +310,10 @@ class _Members(list[tuple[str, Any]]):
 
 def _string_count(doc: Any) -> int:
     """Strings in a parsed document, member names included."""
-    count = 0
-    pending = [doc]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, str):
-            count += 1
-        elif isinstance(node, list):
-            pending.extend(node)
-        elif isinstance(node, dict):
-            count += len(node)
-            pending.extend(node.values())
-    return count
+    return sum(
+        1 if isinstance(node, str) else sum(1 for _ in members) if members is not None else 0
+        for node, members in _nodes(doc)
+    )
 
 
 _STRING_RE = re.compile(_STRING)
@@ -348,23 +336,17 @@ def _untouched_strings(doc: Any, key: bytes, nested: int) -> int | None:
     changes none of them and masks no member: the usual request, whose text can be
     kept without walking it literal by literal. None if anything would change."""
     count = 0
-    pending = [doc]
-    while pending:
-        node = pending.pop()
+    for node, members in _nodes(doc):
         if isinstance(node, str):
             count += 1
             if _redact_string(node, key, nested, frozenset()) != node:
                 return None
-        elif isinstance(node, list):
-            pending.extend(node)
-        elif isinstance(node, dict):
-            for name, value in node.items():
-                count += 1
-                if name in _WATCHED or is_secret_name(name):
-                    return None
-                if _redact_string(name, key, nested, frozenset()) != name:
-                    return None
-                if name.lower() in _PAIR_NAMES and isinstance(value, str) and is_secret_name(value):
-                    return None  # a name/value pair naming a credential
-                pending.append(value)
+        for name, value in members or ():
+            count += 1
+            if name in _WATCHED or is_secret_name(name):
+                return None
+            if _redact_string(name, key, nested, frozenset()) != name:
+                return None
+            if name.lower() in _PAIR_NAMES and isinstance(value, str) and is_secret_name(value):
+                return None  # a name/value pair naming a credential
     return count
