@@ -68,6 +68,9 @@ _SCHEME = (
 # A mask already made is not masked again; a PEM block is masked whole, as a key.
 # A value in quotes runs to its closing quote (spaces and escapes included).
 _QUOTED = r"(?<=\")(?:[^\"\\\r\n]|\\.)+|(?<=')[^'\r\n]+"
+# A list or an object opens (`"keys": ["…"]`): its members are judged as they come,
+# not its bracket as the value.
+_NOT_OPEN = r"(?![\[{][\s\"'\[{])"
 _MASKED = r"(?!\[?[A-Z]*:?fp:[0-9a-f]{16}|-----BEGIN)"
 
 
@@ -79,7 +82,7 @@ def _assign(named: bool) -> str:
     n, s, v = ("?P<aname>", "?P<asep>", "?P<aval>") if named else ("?:", "?:", "?:")
     return (
         rf"({n}[A-Za-z_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
-        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_QUOTED}|{_SCHEME}{_VALUE})"
+        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_QUOTED}|{_NOT_OPEN}{_SCHEME}{_VALUE})"
     )
 
 

@@ -18,6 +18,7 @@ from tailreplay.traces.text.redact_json import (
     pair_secrets,
     pairs_masked,
     redact_json,
+    redact_near_json,
     user_fingerprint,
 )
 from tailreplay.traces.text.secret_names import USER_FIELDS, is_secret_name
@@ -29,6 +30,9 @@ MAX_VALUE_DEPTH = 64
 """Span content nested deeper than this is replaced by ``NESTED`` (a request's JSON
 can nest past what a recursive walk can follow)."""
 NESTED = "[NESTED]"
+WIDE_PRINTABLE = 0.95
+"""The share of printable characters (tabs and line ends included) that makes a
+body without a byte order mark, whose zero bytes say UTF-16 or UTF-32, text."""
 
 
 def redact_value(value: Any, key: bytes) -> Any:
@@ -151,16 +155,18 @@ def _encoding(body: bytes) -> tuple[str, bytes]:
 def _wide_text(body: bytes, codec: str, bom: bytes) -> str | None:
     """A UTF-16 or UTF-32 body's text: after its byte order mark (undecodable units,
     an odd byte count, become U+FFFD: read as UTF-8, the credential would stay in
-    bytes no rule reads), or without one when it is JSON. Zero bytes at the start of
-    anything else (a binary or gRPC-framed body, text after a NUL) are no encoding."""
+    bytes no rule reads), or without one when it decodes to text a person could read
+    (``WIDE_PRINTABLE``). Zero bytes at the start of anything else (a binary or
+    gRPC-framed body, text after a NUL) are no encoding: such bytes read as UTF-16
+    are mostly unassigned or control code points."""
     if bom:
         return body[len(bom) :].decode(codec, "replace")
     try:
         text = body.decode(codec)
-        json.loads(text)
-    except (ValueError, RecursionError):
+    except UnicodeDecodeError:
         return None
-    return text
+    printable = sum(c.isprintable() or c in "\t\r\n" for c in text)
+    return text if printable >= WIDE_PRINTABLE * len(text) else None
 
 
 def redact_body(body: bytes, key: bytes) -> bytes:
@@ -188,7 +194,7 @@ def redact_body(body: bytes, key: bytes) -> bytes:
         multipart = _redact_multipart(body.decode("utf-8", "surrogateescape"), key)
         if multipart is not None:
             return multipart.encode("utf-8", "surrogateescape")
-        return redact_text(body.decode("utf-8", "replace"), key).encode()
+        return _redact_decoded(body.decode("utf-8", "replace"), key).encode()
     return bom + _redact_decoded(text, key).encode("utf-8", "surrogatepass")
 
 
@@ -200,6 +206,8 @@ def _redact_decoded(text: str, key: bytes) -> str:
         redacted = redact_form(text, key)
     if redacted is None:
         redacted = _redact_multipart(text, key)
+    if redacted is None:
+        redacted = redact_near_json(text, key)
     if redacted is None:
         redacted = redact_text(text, key)
     return redacted

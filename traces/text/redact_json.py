@@ -25,6 +25,7 @@ __all__ = [
     "pair_secrets",
     "pairs_masked",
     "redact_json",
+    "redact_near_json",
     "user_fingerprint",
 ]
 
@@ -302,6 +303,17 @@ def redact_json(
     if literals != _string_count(doc):  # a member name given twice: json.loads kept one
         pairs |= pair_secrets(json.loads(text, object_pairs_hook=_Members))
     return _JsonRedactor(key, nested, pairs).run(text)
+
+
+def redact_near_json(text: str, key: bytes) -> str | None:
+    """Text that opens as JSON but does not parse (a trailing comma, one document a
+    line, a number longer than Python reads, bytes that were not UTF-8) redacted
+    as JSON where its literals say so, then as text; None when it does not open
+    with ``{`` or ``[``. Other readers accept what ``json.loads`` refuses, so the
+    names that mask a value in JSON must mask it here too."""
+    if text.lstrip(" \t\r\n\ufeff")[:1] not in ("{", "["):  # byte order marks, too
+        return None
+    return redact_text(_JsonRedactor(key).run(text), key)
 
 
 class _Members(list[tuple[str, Any]]):
