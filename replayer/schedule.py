@@ -352,11 +352,12 @@ class _DueTimes:
     """Due offsets: the recorded offset from the first start, dilated by --speed.
 
     When the schedule spreads ticks, a request's recorded time is the start of its
-    tick plus a seeded fraction of the tick, drawn per copy from the record's key, the
-    seed and its place among its tick's records (so records without a trace id, whose
-    keys are their shared start, still differ; every shard counts every record)."""
+    tick plus a fraction of the tick from the seed and the copy's place among its
+    tick's copies (``ticks.spread_fraction``; every shard counts every record)."""
 
-    def __init__(self, the_plan: Plan, speed: Shape, seed: bytes) -> None:
+    def __init__(self, the_plan: Plan, speed: Shape, seed: bytes, copies: int) -> None:
+        self.copies = copies
+        """The most copies of one record (``--amplify`` rounded up)."""
         self.first = the_plan.first_start_ns
         self.span_s = the_plan.span_s
         self.speed = speed
@@ -383,7 +384,7 @@ class _DueTimes:
                 return self._earliest
             jitter = _u64(key, self.seed, bytes([copy % 256])) / 2**64
             return self._earliest + AMPLIFY_JITTER_S * jitter
-        u = spread_fraction(key + self._index.to_bytes(8, "big"), self.seed, copy)
+        u = spread_fraction(self._start, self.seed, self._index * self.copies + copy)
         recorded_ns = self._start - self.first + u * self.ticks.tick_ns
         return self.speed.replay_offset(recorded_ns / 1e9, self.span_s)
 
@@ -398,7 +399,7 @@ def schedule(
     shard, shards = config.shard
     whole, frac = int(config.amplify), config.amplify - int(config.amplify)
     seed = config.seed.to_bytes(8, "big", signed=True)
-    due_at = _DueTimes(the_plan, config.speed, seed)
+    due_at = _DueTimes(the_plan, config.speed, seed, whole + (1 if frac else 0))
     heap: list[tuple[float, int, Planned]] = []
     order = 0
     selected = 0

@@ -4,8 +4,10 @@ Many public traces floor arrival times to a tick (1 s, 3 s): most gaps between
 consecutive requests are 0 and each tick's requests share one timestamp. Replayed
 as recorded, every tick is one instant burst the real service never saw. The plan
 pass finds the tick on the start_ns column; the schedule then spreads each tick's
-requests over the tick by a seeded draw per record, so shards agree and the count
-per tick is the recording's.
+requests evenly over the tick from a seeded phase (``spread_fraction``), so shards
+agree and the count per tick is the recording's. A jittered clock's stamps belong
+to their nearest grid point (``Ticks.grid``), so each tick spreads over the real
+tick, not over the jitter.
 
 The tick is found by ``traces/workload/clock.py`` (its rule is documented there), the
 same rule the workload models use.
@@ -41,8 +43,8 @@ def spread_tick(ticks: Ticks | None, wanted: bool | None) -> int | None:
 
 def _tick_text(tick_ns: int) -> str:
     if tick_ns >= 10**9:
-        return f"{tick_ns / 1e9:g} s"
-    return f"{tick_ns / 1e6:g} ms"
+        return f"{tick_ns / 1e9:.6g} s"
+    return f"{tick_ns / 1e6:.3g} ms"
 
 
 def _share_text(share: float) -> str:
@@ -62,11 +64,13 @@ def spread_line(ticks: Ticks | None, wanted: bool | None) -> str | None:
     if wanted is None and not ticks.quantised:
         return None
     tick = _tick_text(ticks.tick_ns)
-    ties = _share_text(ticks.ties)
+    ties = f"{_share_text(ticks.ties)} of gaps are 0"
+    if ticks.jitter_ns:
+        ties = f"jitter {_tick_text(ticks.jitter_ns)}, {ties}"
     head = (
-        f"timestamps are quantised to {tick} ticks ({ties} of gaps are 0)"
+        f"timestamps are quantised to {tick} ticks ({ties})"
         if ticks.quantised
-        else f"timestamps fall on {tick} ticks ({ties} of gaps are 0)"
+        else f"timestamps fall on {tick} ticks ({ties})"
     )
     if spread_tick(ticks, wanted) is None:
         return f"{head}: each tick's requests go out together (--no-spread-ticks)"
@@ -75,14 +79,27 @@ def spread_line(ticks: Ticks | None, wanted: bool | None) -> str | None:
 
 
 def tick_floor(start_ns: int, ticks: Ticks) -> int:
-    """The start of the tick ``start_ns`` falls in."""
-    return start_ns - (start_ns - ticks.origin_ns) % ticks.tick_ns
+    """The start of the tick ``start_ns`` was logged in (``Ticks.grid``: a jittered
+    clock's early stamp belongs to the next grid point)."""
+    return ticks.grid(start_ns)
 
 
-def spread_fraction(key: bytes, seed: bytes, copy: int) -> float:
-    """Where in its tick copy ``copy`` of a record goes, in [0, 1): a draw from the
-    record's key and the seed alone, so every shard and every run computes the same."""
+GOLDEN = (5**0.5 - 1) / 2
+"""Steps of the golden ratio's fraction put n points on a circle no closer than
+about 0.38/n of it and no further than about 1.8/n (the three-gap theorem), in
+any number n: a tick's requests spread evenly without knowing how many come."""
+
+
+def spread_fraction(tick_ns: int, seed: bytes, place: int) -> float:
+    """Where in its tick the request at ``place`` (its tick's requests counted in
+    archive order, every shard's and every copy) goes, in [0, 1): a seeded phase per
+    tick, then golden-ratio steps. The clock hid the order and spacing within a
+    tick; evenly spread, a tick of n requests sends none closer than 0.38/n of the
+    tick to another (no two of a 3 s tick's 1,000 in one millisecond), where
+    independent draws put two of a 3 s tick's 20 requests in one millisecond once
+    every 16 ticks. Every shard and every run computes the same."""
     digest = hashlib.blake2b(
-        b"\x00".join((key, seed, b"tick", copy.to_bytes(4, "big"))), digest_size=8
+        b"\x00".join((tick_ns.to_bytes(8, "big", signed=True), seed, b"tick")), digest_size=8
     ).digest()
-    return int.from_bytes(digest, "big") / 2**64
+    phase = int.from_bytes(digest, "big") / 2**64
+    return (phase + place * GOLDEN) % 1.0

@@ -94,6 +94,9 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
         f"arrival rate {_fmt(rate, 2)} req/s   "
         f"errors {_fmt(None if err is None else err * 100, 2)}%"
     )
+    clock = summary.get("clock")
+    if clock is not None:
+        console.print(f"clock: {clock['described']}")
     if summary.get("shed"):
         console.print(
             f"shed {summary['shed']:,}: recorded while the proxy's recorder was behind, "

@@ -45,6 +45,7 @@ from tailreplay.traces.results.client_health import client_verdict
 from tailreplay.traces.results.metrics import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
+from tailreplay.traces.workload.clock import on_ticks
 from tailreplay.traces.workload.fit import synthesize
 from tailreplay.traces.workload.model import Workload
 
@@ -239,7 +240,10 @@ def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: fl
     values = metric_values(r)
     lags = cols["lag_ns"][cols.present["lag_ns"]]
     verdict = client_verdict(lags, limit_ms)
-    sched = np.sort(load_columns([archive], [])["start_ns"]).astype(np.float64) / 1e9
+    # On a quantised clock, each request at its tick's grid point: a jittered
+    # stamp would put a tick's requests into the window before.
+    starts, _ = on_ticks(load_columns([archive], [])["start_ns"])
+    sched = starts.astype(np.float64) / 1e9
     return ArmResult(
         arm=kind,
         seed=seed,

@@ -5,12 +5,15 @@ definitions every view shares); token percentiles are over successful records;
 duration_s = last start - first start; rate_rps = (records - 1) / duration_s (arrivals
 per second), and a bucket's rate_rps its share of it (the buckets' add up to it).
 Throughput (successful requests per second of first start to last end: ``report``
-and a replay's summary) is another figure, under its own name.
+and a replay's summary) is another figure, under its own name. ``clock`` is the
+resolution the start times were logged at (``traces.workload.clock``: tick, jitter,
+share of gaps that are 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ import numpy.typing as npt
 
 from tailreplay.traces.archive.columns import Columns
 from tailreplay.traces.results.metrics import Requests, error_mask, metric_values, percentiles
+from tailreplay.traces.workload.clock import detect
 
 __all__ = [
     "DEFAULT_BUCKETS",
@@ -102,6 +106,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "shed": int(has["shed"].sum()),
         "duration_s": duration_s,
         "rate_rps": rate_rps,
+        "clock": _clock(start),
         "error_rate": float(reqs.error.mean()) if n else None,
         "latency_ms": percentiles(values["latency"]),
         "latency_from_due_ms": percentiles(due) if due is not None else None,
@@ -112,6 +117,12 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "output_tokens": percentiles(cols["output_tokens"][ok & has["output_tokens"]]),
         "buckets": _buckets(cols, reqs, buckets, rate_rps),
     }
+
+
+def _clock(start_ns: Any) -> dict[str, Any]:
+    """The clock the start times were logged on (``traces.workload.clock``)."""
+    clock = detect(start_ns)
+    return {**asdict(clock), "described": clock.describe()}
 
 
 def _buckets(

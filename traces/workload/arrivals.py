@@ -34,7 +34,7 @@ from scipy import optimize  # type: ignore[import-untyped]
 
 from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
-from tailreplay.traces.workload.clock import Clock, detect
+from tailreplay.traces.workload.clock import Clock, on_ticks
 from tailreplay.traces.workload.hmm import Mmpp, fit_mmpps
 from tailreplay.traces.workload.renewal import Dist, fit_gaps
 
@@ -48,6 +48,10 @@ _FLOOR = 1e-3
 """Least rate factor of a profile bin: an empty bin stays (almost) empty and time
 stays invertible."""
 _CHECK_ARRIVALS = 1_000_000
+NOISE_Z = 2.0
+"""A candidate's burstiness error counts only beyond this many standard errors of
+the recording's own index: within them, Poisson fits as well as any model
+fitted to the noise, and the simplest candidate is kept."""
 _SCORE_SLACK = 0.25
 """A candidate scoring within 25% (+0.01) of the best counts as as good."""
 _MAX_PROFILE_BINS = 100_000
@@ -68,8 +72,10 @@ class Arrivals:
     renewal_other: Dist | None
     mmpp: Mmpp
     scores: dict[str, float]
-    """Per candidate: the weighted mean |log(model IDC / recorded IDC)| over
-    SELECT_WINDOWS_S (see ``_score``); the lowest is sampled."""
+    """Per candidate: the weighted mean of |log(model IDC / recorded IDC)| beyond
+    ``NOISE_Z`` standard errors of the recorded IDC, over SELECT_WINDOWS_S (see
+    ``_score``); the simplest of the lowest is sampled (``_simplest``), so a
+    candidate no better than Poisson (``mmpp-1``) is never chosen over it."""
     burstiness: dict[str, list[float | None]] = field(default_factory=dict)
     """``windows_s``, ``recorded`` and ``model``: the IDC at WINDOWS_S."""
     profile_bin_s: float | None = None
@@ -80,7 +86,7 @@ def fit_arrivals(
     starts_ns: Array, rng: np.random.Generator, profile_bin_s: float | None = None
 ) -> Arrivals:
     """The arrival model of sorted start times (ns)."""
-    clock = detect(starts_ns)
+    starts_ns, clock = on_ticks(starts_ns)
     times = (starts_ns - starts_ns[0]).astype(np.float64) / 1e9
     duration = float(times[-1])
     if duration <= 0 or np.unique(starts_ns).size < 3:
@@ -115,7 +121,7 @@ def fit_arrivals(
     if model.renewal is not None:
         candidates["renewal"] = replace(model, kind="renewal")
     scores = {
-        k: _score(recorded, _idc(c, rng, duration, windows), duration)
+        k: _score(recorded, _idc(c, rng, duration, windows), duration, NOISE_Z)
         for k, c in candidates.items()
     }
     chosen = candidates[_simplest(scores)]
@@ -314,22 +320,35 @@ def _parameters(candidate: str) -> int:
 
 
 def _score(
-    recorded: dict[float, float | None], model: dict[float, float | None], duration: float
+    recorded: dict[float, float | None],
+    model: dict[float, float | None],
+    duration: float,
+    noise_z: float = 0.0,
 ) -> float:
     """The precision-weighted mean of |log(model / recorded)| over the windows: a
     window's weight is the number of windows the recording holds (less one), as the
     variance of its estimate falls with it, so a minute seen 30 times does not
     outvote a second seen 1,800 times. +0.01: evenly spaced arrivals have an index of
-    0, which a ratio cannot compare."""
+    0, which a ratio cannot compare. With ``noise_z``, each window's distance counts
+    only beyond ``noise_z`` standard errors of the recorded index (``_noise``)."""
     total = weight = 0.0
     for w, r in recorded.items():
         m = model.get(w)
         if r is None or m is None:
             continue
         n = duration / w - 1
-        total += n * abs(math.log((m + 0.01) / (r + 0.01)))
+        off = abs(math.log((m + 0.01) / (r + 0.01)))
+        total += n * max(0.0, off - noise_z * _noise(n))
         weight += n
     return total / weight if weight else math.inf
+
+
+def _noise(windows: float) -> float:
+    """The standard error of the log of an index of dispersion estimated on
+    ``windows`` + 1 windows: sqrt(2 / windows), that of a variance estimated on as
+    many independent counts (bursty traffic's is larger, so this forgives less
+    than the noise does)."""
+    return math.sqrt(2 / max(windows, 1.0))
 
 
 def _rate_profile(times: Array, duration_s: float, bin_s: float) -> tuple[Array, float]:

@@ -8,12 +8,24 @@ Both take the tick from here.
 
 The rule (``detect_ticks``), on the start times:
 
-- the tick is the larger of two candidates — the most common non-zero gap, and
-  the greatest common divisor of the non-zero gaps that are whole milliseconds —
-  that is at least 1 ms and has at least 99% of the timestamps on one grid of it
-  (so a few records from a finer clock do not hide the tick);
+- an *exact* tick is the larger of two candidates — the most common non-zero gap,
+  and the greatest common divisor of the non-zero gaps that are whole
+  milliseconds — that is at least 1 ms and has at least 99% of the timestamps on
+  one grid of it (so a few records from a finer clock do not hide the tick);
+- a *jittered* tick allows each timestamp to sit up to ``JITTER`` of a tick from
+  its grid point, as real loggers write them (a 3 s clock whose ticks come
+  2,997 to 3,003 ms apart): the non-zero steps are clustered, the largest cluster
+  centre of which 99% of the steps are near-multiples is the tick, refined by
+  least squares over those steps; 99% of the timestamps must then sit within
+  ``JITTER`` of one grid of it. On such a log every gap is a whole number of
+  milliseconds, so the exact rule finds a 1 ms tick; the jittered one wins when
+  it is longer;
 - the timestamps are *quantised* when such a tick exists and at least 10% of the
   gaps are 0: many requests share a tick, so its bursts are an artefact of the clock.
+
+Whatever counts per tick (the schedule's spreading, the fit's windows) takes each
+timestamp's tick from ``Ticks.grid``: its grid point when within the jitter, so a
+tick stamped 2,999 ms does not fall into the tick before.
 """
 
 from __future__ import annotations
@@ -24,7 +36,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["MIN_TICK_NS", "TIE_SHARE", "Clock", "Ticks", "detect", "detect_ticks"]
+__all__ = [
+    "JITTER",
+    "MIN_TICK_NS",
+    "TIE_SHARE",
+    "Clock",
+    "Ticks",
+    "clock_of",
+    "detect",
+    "detect_ticks",
+    "on_ticks",
+    "snap",
+]
 
 MIN_TICK_NS = 1_000_000
 """Finer steps than 1 ms are a clock's real resolution, not a logging tick."""
@@ -32,6 +55,11 @@ TIE_SHARE = 0.10
 """Quantised when at least this share of the gaps are 0."""
 ON_GRID = 0.99
 """At least this share of the timestamps are on the tick's grid."""
+JITTER = 0.01
+"""A timestamp within this share of a tick from a grid point is on it (the loggers
+seen jitter by 0.1%)."""
+_CLUSTER_SHARE = 0.05
+"""A cluster of steps that is a candidate tick holds at least this share of them."""
 MIN_GAPS = 20
 """Fewer gaps than this decide nothing."""
 _WINDOW = 65_536
@@ -45,15 +73,41 @@ class Ticks:
     """What the start times say about the clock that logged them."""
 
     tick_ns: int
-    """The step every timestamp is a multiple of (from ``origin_ns``)."""
+    """The step between the grid's points."""
     origin_ns: int
     """A point of the grid: timestamps sit at ``origin_ns + k * tick_ns``."""
     ties: float
     """The share of gaps between consecutive start times that are 0."""
+    jitter_ns: int = 0
+    """How far the timestamps on the grid sit from its points (the 99th percentile);
+    0 for an exact clock."""
 
     @property
     def quantised(self) -> bool:
         return self.ties >= TIE_SHARE
+
+    @property
+    def tolerance_ns(self) -> int:
+        """How far from a grid point a timestamp may sit and still be on it."""
+        return int(JITTER * self.tick_ns) if self.jitter_ns else 0
+
+    def grid(self, start_ns: int) -> int:
+        """The start of the tick ``start_ns`` was logged in: its grid point when within
+        the clock's jitter of one (a tick stamped early belongs to the next point),
+        else the grid point before it (a finer clock's record, floored)."""
+        off = (start_ns - self.origin_ns) % self.tick_ns
+        if self.tick_ns - off <= self.tolerance_ns:
+            return start_ns + (self.tick_ns - off)
+        return start_ns - off
+
+
+def snap(starts_ns: npt.NDArray[Any], ticks: Ticks) -> npt.NDArray[Any]:
+    """``Ticks.grid`` of every start time (int64 ns)."""
+    starts = starts_ns.astype(np.int64, copy=False)
+    off = (starts - ticks.origin_ns) % ticks.tick_ns
+    early = ticks.tick_ns - off <= ticks.tolerance_ns
+    out: npt.NDArray[Any] = np.where(early, starts + (ticks.tick_ns - off), starts - off)
+    return out
 
 
 def _sample_gaps(starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -92,6 +146,16 @@ def detect_ticks(starts: np.ndarray) -> Ticks | None:
     nonzero = gaps[gaps > 0]
     if nonzero.size == 0:  # one instant: no step to find
         return None
+    exact = _exact_tick(nonzero, sample)
+    jittered = _jittered_tick(nonzero, sample)
+    ties = float(np.mean(gaps == 0))
+    if jittered is not None and (exact is None or jittered[0] > exact[0] * (1 + JITTER)):
+        return Ticks(jittered[0], jittered[1], ties, max(jittered[2], 1))
+    return Ticks(exact[0], exact[1], ties) if exact is not None else None
+
+
+def _exact_tick(nonzero: np.ndarray, sample: np.ndarray) -> tuple[int, int] | None:
+    """(tick, origin) of the largest exact candidate with 99% of ``sample`` on its grid."""
     values, counts = np.unique(nonzero, return_counts=True)
     candidates = {int(values[np.argmax(counts)])}
     whole_ms = nonzero[nonzero % MIN_TICK_NS == 0]
@@ -100,8 +164,54 @@ def detect_ticks(starts: np.ndarray) -> Ticks | None:
     for tick in sorted(candidates, reverse=True):
         origin = _on_grid(tick, sample)
         if origin is not None:
-            return Ticks(tick, origin, float(np.mean(gaps == 0)))
+            return tick, origin
     return None
+
+
+def _jittered_tick(nonzero: np.ndarray, sample: np.ndarray) -> tuple[int, int, int] | None:
+    """(tick, origin, jitter) of a clock whose timestamps sit within ``JITTER`` of a
+    tick from its grid, or None."""
+    steps = np.sort(nonzero[nonzero >= MIN_TICK_NS]).astype(np.float64)
+    if steps.size < MIN_GAPS:
+        return None
+    # Clusters of steps: sorted, broken where one step is more than two jitters
+    # past the one before (a step's error is two timestamps' jitter).
+    breaks = np.flatnonzero(steps[1:] > steps[:-1] * (1 + 2 * JITTER)) + 1
+    centres = [
+        float(np.median(c))
+        for c in np.split(steps, breaks)
+        if c.size >= _CLUSTER_SHARE * steps.size
+    ]
+    for centre in sorted(centres, reverse=True):
+        k = np.round(steps / centre)
+        near = (k >= 1) & (np.abs(steps - k * centre) <= 2 * JITTER * centre)
+        if np.mean(near) < ON_GRID:
+            continue
+        tick = float(np.sum(steps[near] * k[near]) / np.sum(k[near] ** 2))  # least squares
+        grid = _jittered_grid(tick, sample)
+        if grid is not None:
+            return grid
+    return None
+
+
+def _jittered_grid(tick: float, sample: np.ndarray) -> tuple[int, int, int] | None:
+    """(tick, origin, jitter) when 99% of the sampled starts sit within ``JITTER`` of
+    a tick from one grid of ``tick``; else None. The grid is then fitted to those
+    starts by least squares (start against its tick's number): from the steps alone,
+    a tick is off by up to two jitters over the span, which puts the last ticks of a
+    long log that far from their points."""
+    rel = (sample - sample[0]).astype(np.float64)
+    number = np.round(rel / tick)
+    off = rel - number * tick  # each start's distance from a grid point
+    on = np.abs(off - float(np.median(off))) <= JITTER * tick
+    if np.mean(on) < ON_GRID:
+        return None
+    if np.unique(number[on]).size >= 2:
+        tick, start = (float(x) for x in np.polyfit(number[on], rel[on], 1))
+    else:
+        start = float(np.median(off))
+    dist = np.abs(rel - start - number * tick)[on]
+    return round(tick), int(sample[0]) + round(start), int(np.quantile(dist, 0.99))
 
 
 @dataclass(frozen=True)
@@ -112,18 +222,48 @@ class Clock:
     """The resolution the timestamps were logged at when quantised, else None."""
     tie_share: float
     """Share of consecutive requests stamped at the same instant."""
+    jitter_s: float = 0.0
+    """How far the timestamps sit from the tick's grid (``Ticks.jitter_ns``)."""
 
     def describe(self) -> str:
         ties = f"{self.tie_share:.0%} of gaps are 0"
         if self.tick_s is None:
             return f"timestamps are not quantised ({ties})"
-        return f"timestamps are quantised to {self.tick_s:g} s ticks ({ties})"
+        jitter = f"jitter {_duration(self.jitter_s)}, " if self.jitter_s else ""
+        return f"timestamps are quantised to {self.tick_s:g} s ticks ({jitter}{ties})"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
+def on_ticks(starts_ns: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Clock]:
+    """Sorted start times (int64 ns), each moved to its tick's grid point when the
+    clock is quantised (``snap``), and the clock: what counts requests per window
+    counts them per real tick, not per jittered stamp."""
+    starts = np.sort(starts_ns.astype(np.int64, copy=False))
+    ticks = detect_ticks(starts)
+    clock = clock_of(starts, ticks)
+    if ticks is not None and clock.tick_s is not None:
+        starts = snap(starts, ticks)  # order kept: the grid is monotone
+    return starts, clock
 
 
 def detect(starts_ns: npt.NDArray[Any]) -> Clock:
     """The clock of sorted start times (ns)."""
-    ties = float(np.mean(np.diff(starts_ns) == 0)) if starts_ns.size > 1 else 0.0
     ticks = detect_ticks(starts_ns)
+    return clock_of(starts_ns, ticks)
+
+
+def clock_of(starts_ns: npt.NDArray[Any], ticks: Ticks | None) -> Clock:
+    """The clock of sorted start times (ns) whose ticks are ``ticks``."""
+    ties = float(np.mean(np.diff(starts_ns) == 0)) if starts_ns.size > 1 else 0.0
     if ticks is None or not ticks.quantised:
         return Clock(None, ties)
-    return Clock(ticks.tick_ns / 1e9, ticks.ties)
+    return Clock(_tick_s(ticks.tick_ns), ticks.ties, ticks.jitter_ns / 1e9)
+
+
+def _tick_s(tick_ns: int) -> float:
+    """A tick in seconds, to the microsecond: a least-squares tick of 3,000,000,123 ns
+    is the 3 s clock that logged it."""
+    return round(tick_ns / 1e9, 6)

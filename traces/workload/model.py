@@ -124,6 +124,11 @@ def _describe_arrivals(a: Arrivals) -> str:
             if r.ks is not None
             else f"(fitted to counts on {a.clock.tick_s:g} s ticks)"
         )
+    elif a.mmpp.states == 1 and a.rate_profile is None:
+        head = (
+            f"Poisson at {a.rate_rps:.2f} req/s (no candidate reproduced the "
+            "recording's burstiness better, beyond the noise of its estimate)"
+        )
     else:
         m = a.mmpp
         rates = ", ".join(f"{r:.2f}" for r in m.rates)
