@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING
 import click
 
 from tailreplay.cli.echo import say, show
-from tailreplay.cli.options import DURATION, FACTOR, HTTP_URL, scrape_option, write_text
+from tailreplay.cli.options import (
+    DURATION,
+    FACTOR,
+    HTTP_URL,
+    archive_paths,
+    scrape_option,
+    write_text,
+)
 from tailreplay.errors import RunFailed
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
@@ -32,7 +39,13 @@ Example:
 Exit codes: 0 capacity found (at least --require), 1 below --require or the client
 was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
 )
-@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument(
+    "archives",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=True),
+    callback=archive_paths,
+)
 @click.option(
     "--target", type=HTTP_URL, help="Base URL (default: a fresh built-in simulator for each trial)."
 )

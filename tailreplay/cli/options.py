@@ -57,6 +57,7 @@ __all__ = [
     "TAIL_COST",
     "FiniteRange",
     "Parsed",
+    "archive_paths",
     "archives_argument",
     "buckets_option",
     "client_options",
@@ -195,8 +196,22 @@ def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) 
     return value
 
 
+def archive_paths(
+    _ctx: click.Context, _param: click.Parameter, value: tuple[Path, ...]
+) -> tuple[Path, ...]:
+    """Archives as given, each folder replaced by the archives in it (in the order the
+    proxy wrote them: ``traces/archive/folders.py``)."""
+    from tailreplay.traces.archive.folders import expand_folders
+
+    return tuple(expand_folders(value))
+
+
 archives_argument = click.argument(
-    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
+    "files",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=True),
+    callback=archive_paths,
 )
 
 output_option = click.option(

@@ -10,6 +10,7 @@ import click
 from tailreplay.cli.echo import say
 from tailreplay.cli.options import (
     KEY_VALUE,
+    archive_paths,
     buckets_option,
     output_file,
     skip_corrupt_option,
@@ -41,11 +42,18 @@ def _out(name: str, help_text: str) -> click.Option:
         _out("deltas", "Write one CSV row per replayed request with its recorded original."),
     ]
 )
-@click.argument("replayed", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True))
+@click.argument(
+    "replayed",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=True),
+    callback=archive_paths,
+)
 @click.option(
     "--recorded",
     multiple=True,
     type=click.Path(path_type=Path, dir_okay=True),
+    callback=archive_paths,
     help="The recorded archive(s); default: those the replay's header names.",
 )
 @click.option("--replay-only", is_flag=True, help="Report the replay alone, no recorded side.")
