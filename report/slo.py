@@ -1,6 +1,7 @@
 """Service-level objectives: parsed from the command line, checked against a report.
 
-An objective is ``METRIC:QUANTILE<=LIMIT[*WEIGHT]`` or ``error_rate<=PERCENT[*WEIGHT]``:
+An objective is ``METRIC:QUANTILE<=LIMIT[*WEIGHT]`` or ``error_rate<=PERCENT[*WEIGHT]``;
+a limit always has its unit (``ms``, ``s``, ``x``, ``%``): a bare number is refused.
 
 - ``latency:p99<=800ms*10`` — the replayed P99 latency at most 800 ms, weight 10;
 - ``ttft:p95<=1.2x`` — at most 1.2 times the recorded P95 TTFT (a regression gate);
@@ -41,6 +42,8 @@ _SPEC = re.compile(
     r"\s*(?:\*\s*(?P<weight>\d+(?:\.\d*)?))?\s*$"
 )
 _EXAMPLE = "e.g. latency:p99<=800ms*10, ttft:p95<=1.2x, error_rate<=1%"
+_BARE = re.compile(r"^[0-9.]+$")
+"""A limit without a unit: refused (seconds or milliseconds? a fraction or percent?)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +79,15 @@ def _parse(text: str) -> Objective:
     if metric == "error_rate":
         if q is not None:
             raise UsageError(f"invalid --slo {text!r}: error_rate takes no percentile")
+        if not limit_text.endswith("%"):
+            raise UsageError(
+                f"invalid --slo {text!r}: give the error rate in percent, e.g. "
+                f"error_rate<={limit_text}% (a bare number is ambiguous: 1 could be 1% or 100%)"
+            )
         share = _number(text, limit_text.removesuffix("%"))
-        limit = share / 100 if limit_text.endswith("%") else share
-        return Objective(text, "error_rate", None, limit, False, weight)
+        if share > 100:
+            raise UsageError(f"invalid --slo {text!r}: an error rate is at most 100%")
+        return Objective(text, "error_rate", None, share / 100, False, weight)
     if not _is_metric(metric):
         raise UsageError(
             f"invalid --slo {text!r}: unknown metric {metric!r} "
@@ -90,6 +99,11 @@ def _parse(text: str) -> Objective:
         )
     if limit_text.endswith("x"):
         return Objective(text, metric, q, _number(text, limit_text[:-1]), True, weight)
+    if _BARE.match(limit_text):
+        raise UsageError(
+            f"invalid --slo {text!r}: give the limit a unit ({limit_text}ms or {limit_text}s) "
+            f"or make it relative to the recording ({limit_text}x)"
+        )
     try:
         seconds = parse_duration(limit_text)
     except UsageError:
