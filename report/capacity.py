@@ -18,7 +18,17 @@ import numpy as np
 
 from tailreplay.report.svg import Line, line_chart
 
-__all__ = ["Check", "Search", "Trial", "Verdict", "broke_first", "plot", "render", "to_json"]
+__all__ = [
+    "Check",
+    "Search",
+    "Trial",
+    "Verdict",
+    "broke_first",
+    "decided_by",
+    "plot",
+    "render",
+    "to_json",
+]
 
 Verdict = Literal["pass", "fail", "uncertain", "client-bound"]
 
@@ -76,6 +86,16 @@ class Search:
     """Why the search ended early (the client was the bottleneck), else None."""
     note: str | None = None
     """Why the interval is wider than ``--precision`` (the window's resolution), else None."""
+
+
+def decided_by(t: Trial) -> Check | None:
+    """The objective that decided a trial: the one furthest over its limit, or, when
+    every one passed, the nearest to it (value over limit; a missing value counts as
+    over)."""
+    judged = [c for c in t.checks if c.limit]
+    if not judged:
+        return None
+    return max(judged, key=lambda c: (math.inf if c.value is None else c.value) / (c.limit or 1))
 
 
 def broke_first(t: Trial) -> str | None:

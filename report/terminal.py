@@ -20,7 +20,7 @@ from tailreplay.printable import printable
 from tailreplay.report.tables import ReportTable
 from tailreplay.units import format_ns
 
-__all__ = ["describe_header", "describe_record", "print_report", "print_stats"]
+__all__ = ["describe_header", "describe_record", "print_report", "print_stats", "stderr_console"]
 
 _TIMESTAMPS = frozenset({"start_ns", "intended_ns", "sent_ns", "created_ns"})
 _DURATIONS = frozenset({"duration_ns", "ttfb_ns", "lag_ns"})
@@ -78,6 +78,11 @@ def _console() -> Console:
 
 
 _UNBOUNDED = 1_000
+
+
+def stderr_console() -> Console:
+    """``_console`` on stderr: where the tables go when stdout holds a document."""
+    return _Console(stderr=True) if sys.stderr.isatty() else _Console(stderr=True, width=_UNBOUNDED)
 
 
 def _fmt(x: float | None, digits: int = 1) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailreplay.errors import RunFailed, UsageError
+from tailreplay.output_path import write_output
 from tailreplay.private import open_private
 from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
 from tailreplay.report.engine_findings import engine_report
@@ -105,9 +106,7 @@ def _write_files(
 ) -> None:
     """The report as JSON, Markdown and HTML, each where asked."""
     if options.json_out is not None:
-        with open_private(options.json_out) as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
+        write_output(options.json_out, json.dumps(report, indent=1) + "\n")
     if options.markdown_out is not None:
         from tailreplay.report.markdown import markdown
 

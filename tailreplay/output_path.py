@@ -1,14 +1,35 @@
-"""The check every output file gets before any work is done."""
+"""The check every output file gets before any work is done, and ``-`` for stdout."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from tailreplay.errors import UsageError
 
-__all__ = ["check_output_file"]
+__all__ = ["STDOUT", "check_output_file", "is_stdout", "write_output"]
+
+STDOUT = Path("-")
+"""``--json -``: the document goes to stdout, and what the command says for people
+moves to stderr."""
+
+
+def is_stdout(path: Path | None) -> bool:
+    return path is not None and path == STDOUT
+
+
+def write_output(path: Path, text: str) -> None:
+    """``text`` to stdout for ``-``, else to ``path`` whole (0600, ``write_whole``).
+    Raises OSError."""
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from tailreplay.private import write_whole
+
+    write_whole(path, text)
 
 
 def check_output_file(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> None:
@@ -16,6 +37,8 @@ def check_output_file(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> 
 
     >>> check_output_file("-o", Path("out.msgpack"), inputs=[Path("in.msgpack")])
     """
+    if is_stdout(path):
+        return
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if path.is_dir():

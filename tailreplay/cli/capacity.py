@@ -18,7 +18,7 @@ from tailreplay.cli.options import (
     write_text,
 )
 from tailreplay.errors import RunFailed
-from tailreplay.output_path import check_output_file
+from tailreplay.output_path import check_output_file, is_stdout
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
 if TYPE_CHECKING:
@@ -36,8 +36,10 @@ __all__ = ["capacity"]
 Example:
   tailreplay capacity capture.msgpack --slo 'latency:p99<=2000ms' --require 2x --json cap.json
 
-Exit codes: 0 capacity found (at least --require), 1 below --require or the client
-was the bottleneck, 2 usage, 3 unreadable input, 130 interrupted.""",
+Exit codes: 0 a capacity found (at least --require; a search the client cut short
+after a pass warns), 1 no capacity (the lowest factor, --min, failed, or the client
+was the bottleneck before any pass) or one below --require, 2 usage, 3 unreadable
+input, 130 interrupted.""",
 )
 @click.argument(
     "archives",
@@ -218,15 +220,21 @@ def _finish(
     stopped early or the capacity is under ``require``."""
     from tailreplay.report.capacity import plot, render, to_json
 
+    out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
     for line in render(result):
-        show(line)
+        out(line)
     if json_path is not None:
         write_text(json_path, json.dumps(to_json(result), indent=1) + "\n")
     if plot_path is not None:
         write_text(plot_path, plot(result) + "\n")
-    if result.stopped is not None:
-        raise RunFailed(f"the search stopped: {result.stopped}")
-    if require is not None and (result.capacity is None or result.capacity < require):
+    if result.capacity is None:
+        if result.stopped is not None:
+            raise RunFailed(f"the search stopped before any trial passed: {result.stopped}")
         lowest = min((t.factor for t in result.trials), default=0.0)
-        got = f"below {lowest:g}x" if result.capacity is None else f"{result.capacity:.3g}x"
-        raise RunFailed(f"the capacity ({got}) is under --require {require:g}x")
+        raise RunFailed(f"no capacity at the SLO: below {lowest:g}x, the lowest factor tried")
+    if result.stopped is not None:
+        # What passed before the client gave out was measured: a lower bound.
+        bound = f"{result.capacity:.3g}x is a lower bound"
+        say(f"warning: the search stopped: {result.stopped}; {bound}")
+    if require is not None and result.capacity < require:
+        raise RunFailed(f"the capacity ({result.capacity:.3g}x) is under --require {require:g}x")

@@ -217,6 +217,7 @@ archives_argument = click.argument(
 output_option = click.option(
     "-o",
     "--output",
+    "--out",
     "out",
     required=True,
     type=click.Path(path_type=Path),
@@ -448,11 +449,12 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
 
 
 def write_text(path: Path, text: str) -> None:
-    """``text`` to ``path``, whole (0600); a failure is one ``InputError`` line."""
+    """``text`` to ``path``, whole (0600), or to stdout for ``-``; a failure is one
+    ``InputError`` line."""
     from tailreplay.errors import InputError
-    from tailreplay.private import write_whole
+    from tailreplay.output_path import write_output
 
     try:
-        write_whole(path, text)
+        write_output(path, text)
     except OSError as exc:
         raise InputError(f"{path}: write failed ({exc.strerror or exc})") from None

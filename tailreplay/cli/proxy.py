@@ -115,7 +115,9 @@ class _Args:
     help="HOST:PORT for /metrics and /healthz ('off' to disable).",
 )
 @click.option(
+    "-o",
     "--out",
+    "--output",
     "out_dir",
     default="captures",
     show_default=True,

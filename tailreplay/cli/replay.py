@@ -37,6 +37,7 @@ from tailreplay.cli.replay_target import target_options
 from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.sim import builtin_sim
 from tailreplay.cli.slo_stop import slo_stop_option
+from tailreplay.output_path import is_stdout
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
@@ -179,7 +180,10 @@ input, 130 interrupted.""",
 @click.option("--from", "from_", help="Start of the window (ISO-8601, unix s, or +DURATION).")
 @click.option("--to", help="End of the window (exclusive).")
 @click.option(
+    "-o",
     "--out",
+    "--output",
+    "out",
     type=click.Path(path_type=Path),
     help="Result archive (default replays/replay-<UTC>.msgpack).",
 )
@@ -278,9 +282,10 @@ def replay(**options: Any) -> None:
     from tailreplay.replayer.summary import summary_lines
     from tailreplay.report.write import fail_on_slo
 
+    out = say if is_stdout(args.json_out) else show  # with --json -, stdout is the JSON's
     for line in summary_lines(outcome.summary):
-        show(line)  # the target's error messages among them
-    show(f"results: {config.out}")
+        out(line)  # the target's error messages among them
+    out(f"results: {config.out}")
     if outcome.aborted:
         say(f"Error: {outcome.aborted}")
     assert config.out is not None
@@ -329,7 +334,7 @@ def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportRe
     result = None
     try:
         if args.report_out is not None or (args.slos and args.slo_report):
-            result = report_after(report_options(args, results), args.report_out)
+            result = report_after(report_options(args, results), args.report_out, args.json_out)
     finally:
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None

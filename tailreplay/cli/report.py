@@ -17,7 +17,7 @@ from tailreplay.cli.options import (
     slo_options,
 )
 from tailreplay.errors import UsageError
-from tailreplay.output_path import check_output_file
+from tailreplay.output_path import check_output_file, is_stdout
 
 if TYPE_CHECKING:
     from tailreplay.report.slo import Objective
@@ -92,7 +92,7 @@ def report(
     3 an unreadable archive.
     """
     from tailreplay.report.engine_findings import parse_thresholds
-    from tailreplay.report.terminal import print_report
+    from tailreplay.report.terminal import print_report, stderr_console
     from tailreplay.report.write import ReportOptions, fail_on_slo, write_report
 
     if replay_only and recorded:
@@ -118,5 +118,8 @@ def report(
         thresholds=parse_thresholds(thresholds),
     )
     result = write_report(options, say=say)
-    print_report(result.headline, result.tables)
+    # With --json -, stdout holds the document alone.
+    print_report(
+        result.headline, result.tables, console=stderr_console() if is_stdout(json) else None
+    )
     fail_on_slo(result)

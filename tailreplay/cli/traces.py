@@ -309,7 +309,13 @@ def _progress_bar(total: int, unit: str) -> Iterator[Callable[[int], None]]:
 @traces.command()
 @click.argument("name", type=click.Choice(sorted(SAMPLES)), default="peak")
 @click.option(
-    "-o", "--out", type=click.Path(path_type=Path), default=None, help="Default: NAME.msgpack."
+    "-o",
+    "--out",
+    "--output",
+    "out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Default: NAME.msgpack.",
 )
 def sample(name: str, out: Path | None) -> None:
     """Write an archive shipped with tailreplay, e.g. to try `replay` on.

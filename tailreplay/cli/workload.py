@@ -19,7 +19,7 @@ from tailreplay.cli.options import (
     write_text,
 )
 from tailreplay.errors import UsageError
-from tailreplay.output_path import check_output_file
+from tailreplay.output_path import check_output_file, is_stdout
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.units import parse_http_url, parse_time
 
@@ -245,8 +245,9 @@ def validate_model(
         windows=windows,
     )
     results = run_check(config, say)
+    out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
     for line in render(results):
-        show(line)
+        out(line)
     if json_path is not None:
         write_text(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.unmeasured]

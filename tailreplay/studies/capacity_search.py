@@ -35,7 +35,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from tailreplay.report.capacity import Check, Search, Trial, broke_first
+from tailreplay.report.capacity import Check, Search, Trial, broke_first, decided_by
 
 __all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]
 
@@ -434,10 +434,23 @@ def _order(t: Trial, other: Trial | None, default: float = ORDER) -> float:
 
 
 def _line(t: Trial) -> str:
-    p99 = t.percentiles.get("latency", {}).get("p99")
-    shown = "-" if p99 is None else f"{p99:,.0f} ms"
+    """A trial as its progress line gives it: the objective that decided it."""
     cut = f", stopped: {t.cut:,} cut (a lower bound)" if t.cut else ""
-    return f"{t.requests:,} requests, P99 latency {shown}, errors {t.errors:,}{cut}"
+    deciding = decided_by(t)
+    if deciding is None:
+        return f"{t.requests:,} requests, errors {t.errors:,}{cut}"
+    return (
+        f"{t.requests:,} requests, {deciding.objective}: {_value(deciding)}, "
+        f"errors {t.errors:,}{cut}"
+    )
+
+
+def _value(c: Check) -> str:
+    if c.value is None:
+        return "no value"
+    if c.objective.startswith("error_rate"):
+        return f"{100 * c.value:.2f}%"
+    return f"{c.value:,.0f} ms"
 
 
 def sweep(
