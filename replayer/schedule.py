@@ -14,6 +14,7 @@ import hashlib
 import heapq
 import math
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -348,6 +349,11 @@ def _tail_value(record: Record, tail_by: str, cost: TailCost) -> float | None:
     return cost.demand(record.input_tokens, base)  # the float arithmetic of ``plan``
 
 
+_TICKS_KEPT = 4_096
+"""Ticks whose places ``_DueTimes`` remembers (a record later than that many ticks
+out of order may share a place, and so a send time, with another)."""
+
+
 class _DueTimes:
     """Due offsets: the recorded offset from the first start, dilated by --speed.
 
@@ -365,13 +371,20 @@ class _DueTimes:
         self.ticks = the_plan.ticks if the_plan.spread_ns is not None else None
         self._start = self._index = 0
         self._earliest = 0.0
+        self._places: OrderedDict[int, int] = OrderedDict()
+        """Per recent tick, the places taken in it: a record read after later ticks
+        (out of start order) takes the next place in its own tick, not the first."""
 
     def earliest(self, start_ns: int) -> float:
         """The earliest due offset of a record starting at ``start_ns`` (and of every
         record after it, read in start order); call once per record, in read order."""
         if self.ticks is not None:
             floor = tick_floor(start_ns, self.ticks)
-            self._index = self._index + 1 if floor == self._start else 0
+            self._index = self._places.get(floor, 0)
+            self._places[floor] = self._index + 1
+            self._places.move_to_end(floor)
+            if len(self._places) > _TICKS_KEPT:
+                self._places.popitem(last=False)
             start_ns = floor
         self._start = start_ns
         self._earliest = self.speed.replay_offset((start_ns - self.first) / 1e9, self.span_s)

@@ -12,14 +12,12 @@ The rule (``detect_ticks``), on the start times:
   and the greatest common divisor of the non-zero gaps that are whole
   milliseconds — that is at least 1 ms and has at least 99% of the timestamps on
   one grid of it (so a few records from a finer clock do not hide the tick);
-- a *jittered* tick allows each timestamp to sit up to ``JITTER`` of a tick from
-  its grid point, as real loggers write them (a 3 s clock whose ticks come
-  2,997 to 3,003 ms apart): the non-zero steps are clustered, the largest cluster
-  centre of which 99% of the steps are near-multiples is the tick, refined by
-  least squares over those steps; 99% of the timestamps must then sit within
-  ``JITTER`` of one grid of it. On such a log every gap is a whole number of
-  milliseconds, so the exact rule finds a 1 ms tick; the jittered one wins when
-  it is longer;
+- a *jittered* tick allows each timestamp to sit up to ``JITTER`` (1%) of a tick
+  from its grid point, as real loggers write them (a 3 s clock whose ticks come
+  2,997 to 3,003 ms apart): ``clock_jitter.py`` finds it. On such a log every gap
+  is a whole number of milliseconds, so the exact rule finds a 1 ms tick; the
+  jittered one wins when it is longer. An exact clock with a few stamps within
+  1% of a tick off its grid is jittered too (``_near_misses``);
 - the timestamps are *quantised* when such a tick exists and at least 10% of the
   gaps are 0: many requests share a tick, so its bursts are an artefact of the clock.
 
@@ -35,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from tailreplay.traces.workload.clock_jitter import JITTER, jittered_tick
 
 __all__ = [
     "JITTER",
@@ -55,11 +55,6 @@ TIE_SHARE = 0.10
 """Quantised when at least this share of the gaps are 0."""
 ON_GRID = 0.99
 """At least this share of the timestamps are on the tick's grid."""
-JITTER = 0.01
-"""A timestamp within this share of a tick from a grid point is on it (the loggers
-seen jitter by 0.1%)."""
-_CLUSTER_SHARE = 0.05
-"""A cluster of steps that is a candidate tick holds at least this share of them."""
 MIN_GAPS = 20
 """Fewer gaps than this decide nothing."""
 _WINDOW = 65_536
@@ -110,17 +105,14 @@ def snap(starts_ns: npt.NDArray[Any], ticks: Ticks) -> npt.NDArray[Any]:
     return out
 
 
-def _sample_gaps(starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Gaps between sorted start times, and the starts they came from: all of them,
-    or for a large set windows spread over it (one sorted copy per window)."""
+def _sample(starts: np.ndarray) -> list[np.ndarray]:
+    """Sorted start times: all of them, or for a large set windows spread over it
+    (one sorted copy per window)."""
     n = starts.size
     if n <= _WINDOW * _WINDOWS:
-        windows = [np.sort(starts)]
-    else:
-        firsts = np.linspace(0, n - _WINDOW, _WINDOWS).astype(np.int64)
-        windows = [np.sort(starts[a : a + _WINDOW]) for a in firsts]
-    gaps = np.concatenate([np.diff(w) for w in windows])
-    return gaps, np.concatenate(windows)
+        return [np.sort(starts)]
+    firsts = np.linspace(0, n - _WINDOW, _WINDOWS).astype(np.int64)
+    return [np.sort(starts[a : a + _WINDOW]) for a in firsts]
 
 
 def _on_grid(tick: int, sample: np.ndarray) -> int | None:
@@ -142,16 +134,30 @@ def detect_ticks(starts: np.ndarray) -> Ticks | None:
     """
     if starts.size <= MIN_GAPS:
         return None
-    gaps, sample = _sample_gaps(starts.astype(np.int64, copy=False))
+    windows = _sample(starts.astype(np.int64, copy=False))
+    gaps = np.concatenate([np.diff(w) for w in windows])
+    sample = np.concatenate(windows)
     nonzero = gaps[gaps > 0]
     if nonzero.size == 0:  # one instant: no step to find
         return None
     exact = _exact_tick(nonzero, sample)
-    jittered = _jittered_tick(nonzero, sample)
+    jittered = jittered_tick(windows)
     ties = float(np.mean(gaps == 0))
     if jittered is not None and (exact is None or jittered[0] > exact[0] * (1 + JITTER)):
         return Ticks(jittered[0], jittered[1], ties, max(jittered[2], 1))
-    return Ticks(exact[0], exact[1], ties) if exact is not None else None
+    if exact is None:
+        return None
+    return Ticks(*exact, ties, _near_misses(*exact, sample))
+
+
+def _near_misses(tick: int, origin: int, sample: np.ndarray) -> int:
+    """How far the stamps off an exact grid but within ``JITTER`` of a tick of it sit
+    (the largest such distance), or 0: a clock exact but for a few early stamps is
+    jittered, and an early stamp belongs to the next grid point, not the one before."""
+    off = (sample - origin) % tick
+    dist = np.minimum(off, tick - off)
+    near = dist[(dist > 0) & (dist <= JITTER * tick)]
+    return int(near.max()) if near.size else 0
 
 
 def _exact_tick(nonzero: np.ndarray, sample: np.ndarray) -> tuple[int, int] | None:
@@ -166,52 +172,6 @@ def _exact_tick(nonzero: np.ndarray, sample: np.ndarray) -> tuple[int, int] | No
         if origin is not None:
             return tick, origin
     return None
-
-
-def _jittered_tick(nonzero: np.ndarray, sample: np.ndarray) -> tuple[int, int, int] | None:
-    """(tick, origin, jitter) of a clock whose timestamps sit within ``JITTER`` of a
-    tick from its grid, or None."""
-    steps = np.sort(nonzero[nonzero >= MIN_TICK_NS]).astype(np.float64)
-    if steps.size < MIN_GAPS:
-        return None
-    # Clusters of steps: sorted, broken where one step is more than two jitters
-    # past the one before (a step's error is two timestamps' jitter).
-    breaks = np.flatnonzero(steps[1:] > steps[:-1] * (1 + 2 * JITTER)) + 1
-    centres = [
-        float(np.median(c))
-        for c in np.split(steps, breaks)
-        if c.size >= _CLUSTER_SHARE * steps.size
-    ]
-    for centre in sorted(centres, reverse=True):
-        k = np.round(steps / centre)
-        near = (k >= 1) & (np.abs(steps - k * centre) <= 2 * JITTER * centre)
-        if np.mean(near) < ON_GRID:
-            continue
-        tick = float(np.sum(steps[near] * k[near]) / np.sum(k[near] ** 2))  # least squares
-        grid = _jittered_grid(tick, sample)
-        if grid is not None:
-            return grid
-    return None
-
-
-def _jittered_grid(tick: float, sample: np.ndarray) -> tuple[int, int, int] | None:
-    """(tick, origin, jitter) when 99% of the sampled starts sit within ``JITTER`` of
-    a tick from one grid of ``tick``; else None. The grid is then fitted to those
-    starts by least squares (start against its tick's number): from the steps alone,
-    a tick is off by up to two jitters over the span, which puts the last ticks of a
-    long log that far from their points."""
-    rel = (sample - sample[0]).astype(np.float64)
-    number = np.round(rel / tick)
-    off = rel - number * tick  # each start's distance from a grid point
-    on = np.abs(off - float(np.median(off))) <= JITTER * tick
-    if np.mean(on) < ON_GRID:
-        return None
-    if np.unique(number[on]).size >= 2:
-        tick, start = (float(x) for x in np.polyfit(number[on], rel[on], 1))
-    else:
-        start = float(np.median(off))
-    dist = np.abs(rel - start - number * tick)[on]
-    return round(tick), int(sample[0]) + round(start), int(np.quantile(dist, 0.99))
 
 
 @dataclass(frozen=True)
@@ -238,14 +198,17 @@ def _duration(seconds: float) -> str:
 
 
 def on_ticks(starts_ns: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], Clock]:
-    """Sorted start times (int64 ns), each moved to its tick's grid point when the
-    clock is quantised (``snap``), and the clock: what counts requests per window
-    counts them per real tick, not per jittered stamp."""
+    """Sorted start times (int64 ns) and their clock. When the clock is quantised,
+    each start is its tick's number times the clock's ``tick_s`` from the first
+    tick: what counts requests per window then counts them per real tick, not per
+    jittered stamp, and a window of 3 s holds one tick of a 2.999994 s estimate."""
     starts = np.sort(starts_ns.astype(np.int64, copy=False))
     ticks = detect_ticks(starts)
     clock = clock_of(starts, ticks)
     if ticks is not None and clock.tick_s is not None:
-        starts = snap(starts, ticks)  # order kept: the grid is monotone
+        snapped = snap(starts, ticks)  # order kept: the grid is monotone
+        number = np.round((snapped - snapped[0]) / ticks.tick_ns).astype(np.int64)
+        starts = starts[0] + number * round(clock.tick_s * 1e9)
     return starts, clock
 
 
@@ -264,6 +227,13 @@ def clock_of(starts_ns: npt.NDArray[Any], ticks: Ticks | None) -> Clock:
 
 
 def _tick_s(tick_ns: int) -> float:
-    """A tick in seconds, to the microsecond: a least-squares tick of 3,000,000,123 ns
-    is the 3 s clock that logged it."""
-    return round(tick_ns / 1e9, 6)
+    """The tick in seconds as the log's clock has it: a fitted tick within a tenth
+    of ``JITTER`` of a round value (three significant digits: 3 s, 0.25 s, 10 s) is
+    that value, so that windows of whole ticks stay whole (a least-squares
+    2,999,994,000 ns, or a clock running 0.01% fast, is a 3 s clock); else the
+    fitted tick, to the microsecond."""
+    seconds = tick_ns / 1e9
+    nominal = float(f"{seconds:.3g}")
+    if abs(seconds - nominal) <= JITTER / 10 * nominal:
+        return nominal
+    return round(seconds, 6)
