@@ -1,0 +1,102 @@
+"""Commands that write speak alike: ``-o``, ``--out`` and ``--output`` on each; ``--json -``
+puts the document alone on stdout; ``capacity``'s exit code says whether a
+capacity was found, and its trial lines name the objective that decided."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.cli.capacity import _finish
+from tailreplay.errors import RunFailed
+from tailreplay.report.capacity import Check, Search, Trial
+from tailreplay.studies.capacity_search import _line
+from tailreplay.traces.archive.reader import ArchiveReader
+
+
+@pytest.fixture(scope="module")
+def peak(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("peak") / "peak.msgpack"
+    result = CliRunner().invoke(cli, ["traces", "sample", "peak", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("flag", ["-o", "--out", "--output"])
+def test_every_writing_command_takes_each_spelling(tmp_path: Path, peak: Path, flag: str) -> None:
+    runner = CliRunner()
+    for argv in (
+        ["traces", "slice", str(peak), "--to", "+10s", flag, str(tmp_path / "slice.msgpack")],
+        ["replay", "--dry-run", "--limit", "5", flag, str(tmp_path / "dry.msgpack"), str(peak)],
+        ["traces", "sample", "peak", flag, str(tmp_path / "sample.msgpack")],
+    ):
+        result = runner.invoke(cli, argv)
+        assert result.exit_code == 0, (argv, result.output)
+    assert len(list(ArchiveReader([tmp_path / "dry.msgpack"]))) == 5
+    help_text = runner.invoke(cli, ["proxy", "--help"]).output
+    assert "-o, --out, --output" in help_text
+
+
+def test_json_dash_is_the_document_alone_on_stdout(tmp_path: Path, peak: Path) -> None:
+    runner = CliRunner()
+    dry = tmp_path / "dry.msgpack"
+    replay = runner.invoke(
+        cli, ["replay", "--dry-run", "--limit", "50", "-o", str(dry), "--json", "-", str(peak)]
+    )
+    assert replay.exit_code == 0, replay.output
+    assert json.loads(replay.stdout)["requests"] == 50
+    assert f"results: {dry}" in replay.stderr
+    report = runner.invoke(cli, ["report", str(dry), "--json", "-"])
+    assert report.exit_code == 0, report.output
+    assert "overall" in json.loads(report.stdout)
+    assert "replayed" in report.stderr  # the tables, on stderr
+    assert not Path("-").exists()
+
+
+def _trial(factor: float, verdict: str, latency_ms: float, ttft_ms: float) -> Trial:
+    checks = [
+        Check("latency:p99<=2000ms", latency_ms, None, None, 2000.0, "pass"),
+        Check("ttft:p99<=500ms", ttft_ms, None, None, 500.0, verdict),  # type: ignore[arg-type]
+    ]
+    return Trial(factor, 1, 100, 0, 0.0, 10.0, 1.0, {}, checks, verdict)  # type: ignore[arg-type]
+
+
+def test_a_trial_line_names_the_objective_that_decided() -> None:
+    # P99 latency was shown while TTFT decided.
+    assert _line(_trial(3.0, "fail", 900.0, 640.0)) == (
+        "100 requests, ttft:p99<=500ms: 640 ms, errors 0"
+    )
+    assert _line(_trial(2.0, "pass", 1900.0, 100.0)) == (
+        "100 requests, latency:p99<=2000ms: 1,900 ms, errors 0"
+    )
+
+
+def test_capacity_exits_0_when_found_even_if_the_client_gave_out_later(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found = Search(
+        trials=[_trial(3.58, "pass", 900.0, 400.0), _trial(4.0, "fail", 900.0, 700.0)],
+        capacity=3.58,
+        interval=(3.58, 4.0),
+        broke_first="ttft:p99<=500ms",
+        stopped="the client was the bottleneck at 3.762x (dispatch lag)",
+    )
+    _finish(found, None, None, None)  # no exception: exit 0
+    err = capsys.readouterr().err
+    assert "warning: the search stopped: the client was the bottleneck at 3.762x" in err
+    assert "3.58x is a lower bound" in err
+    with pytest.raises(RunFailed, match=r"under --require 4x"):
+        _finish(found, None, None, 4.0)
+
+
+def test_no_capacity_below_the_lowest_factor_exits_1() -> None:
+    below = Search(trials=[_trial(0.25, "fail", 900.0, 900.0)], interval=(None, 0.25))
+    with pytest.raises(RunFailed, match=r"no capacity at the SLO: below 0\.25x"):
+        _finish(below, None, None, None)
+    stopped = Search(trials=[], stopped="the client was the bottleneck at 1x (dispatch lag)")
+    with pytest.raises(RunFailed, match="the search stopped before any trial passed"):
+        _finish(stopped, None, None, None)
