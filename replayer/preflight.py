@@ -25,6 +25,8 @@ from tailreplay.traces.archive.record import Record
 __all__ = ["PROBE_HEADER", "FailFast", "probe"]
 
 _API_TYPES = ("application/json", "text/event-stream")
+_PLAIN_HTTP = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure")
+"""What OpenSSL says when a TLS client hello is answered in plain HTTP."""
 
 
 async def probe(
@@ -50,6 +52,13 @@ async def probe(
 
 def _judge(out: Outcome, request: str) -> str | None:
     """Why the probe's answer means the replay cannot measure the target, or None."""
+    if out.error == "connect" and request.split(" ", 1)[-1].startswith("https:"):
+        if any(sign in out.error_text for sign in _PLAIN_HTTP):
+            return (
+                f"cannot connect for {request}: the TLS handshake got something else "
+                f"({out.error_text.removeprefix('cannot connect to the upstream: ')}); "
+                "does the target speak plain HTTP? try --target http://"
+            )
     if out.error == "connect":
         return f"cannot connect for {request}: nothing listens there, or it refused"
     if out.error == "timeout":
@@ -71,8 +80,13 @@ def _judge(out: Outcome, request: str) -> str | None:
     return None  # 2xx, or an API's own 4xx about the probe's request: the API is there
 
 
+MEASURED = frozenset({"http_429", "http_503"})
+"""Answers of a target at its limit: measured, never a reason to stop."""
+
+
 class FailFast:
-    """Stops a replay whose first ``first`` results all failed the same way."""
+    """Stops a replay whose first ``first`` results all failed the same way (but for
+    ``MEASURED`` answers)."""
 
     def __init__(self, first: int) -> None:
         self.first = first
@@ -86,7 +100,8 @@ class FailFast:
         if self.first <= 0 or self.seen >= self.first or self.reason is not None:
             return False
         self.seen += 1
-        self.errors.add(record.error or "ok")
+        # An overloaded target's 429 or 503 is what a replay measures, not a wrong target.
+        self.errors.add("ok" if record.error in MEASURED else (record.error or "ok"))
         if self.seen == self.first and len(self.errors) == 1 and "ok" not in self.errors:
             self.reason = (
                 f"the first {self.first} requests all failed with {record.error}"

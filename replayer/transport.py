@@ -191,7 +191,9 @@ class HttpTransport:
             resp = await self._pool.send_head(self._origin, spec.method, head, spec.body)
         except UpstreamError as exc:
             return Outcome(
-                error=_ERRORS.get(exc.kind, exc.kind), duration_ns=time.monotonic_ns() - began
+                error=_ERRORS.get(exc.kind, exc.kind),
+                error_text=exc.message,
+                duration_ns=time.monotonic_ns() - began,
             )
         reader = _Reader(resp, spec.abort_after_tokens, self._encodings)
         try:

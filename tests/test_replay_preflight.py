@@ -64,6 +64,16 @@ def test_a_port_with_nothing_listening_stops_before_the_schedule(
     assert stdout == ""  # no summary of a replay that never started
 
 
+def test_https_to_a_plain_http_port_is_named_as_such(archive: Path, sim_url: str) -> None:
+    # "nothing listens there" sent users looking for a dead server.
+    tls = sim_url.replace("http://", "https://")
+    code, _, err, _ = _replay("--target", tls, str(archive))
+    assert code == 1
+    (line,) = _error_lines(err)
+    assert "the TLS handshake got something else" in line
+    assert "does the target speak plain HTTP? try --target http://" in line
+
+
 def test_a_server_answering_html_404_stops_before_the_schedule(archive: Path) -> None:
     async def html(request: web.Request) -> web.Response:
         return web.Response(text="<html>Not Found</html>", status=404, content_type="text/html")
@@ -124,7 +134,7 @@ def test_the_first_requests_all_failing_alike_stop_the_replay(
         seen.append(1)
         if len(seen) == 1:  # the probe gets an answer; then every request fails
             return web.json_response({"choices": [{"message": {"content": "x"}}]})
-        return web.json_response({"error": {"message": "overloaded"}}, status=503)
+        return web.json_response({"error": {"message": "misconfigured"}}, status=500)
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", overloaded)
@@ -136,10 +146,29 @@ def test_the_first_requests_all_failing_alike_stop_the_replay(
     assert code == 1
     assert took < 2 + 20 * GAP_MS / 1e3 / 10 + 5  # the 20th is due at 1 s
     (line,) = _error_lines(err)
-    assert "the first 20 requests all failed with http_503 (overloaded); stopped" in line
+    assert "the first 20 requests all failed with http_500 (misconfigured); stopped" in line
     data = json.loads(summary.read_text())
     assert data["aborted"] == line.removeprefix("Error: ")
     assert 20 <= data["sent"] < N
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_an_overloaded_target_is_measured_not_stopped(
+    tmp_path: Path, archive: Path, status: int
+) -> None:
+    # 429 and 503 are the target at its limit: what a replay is run to find.
+    async def overloaded(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": "overloaded"}}, status=status)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", overloaded)
+    summary = tmp_path / "s.json"
+    with serve_in_thread(app) as url:
+        args = ["--target", url, "--speed", "10x", "--limit", "30", "--no-preflight"]
+        _, _, err, _ = _replay(*args, "--json", str(summary), str(archive))
+    data = json.loads(summary.read_text())
+    assert data.get("aborted") is None and data["sent"] == 30, err
+    assert data["errors"][f"http_{status}"] == 30
 
 
 def test_a_relative_slo_the_recording_cannot_judge_is_refused_before_the_run() -> None:
