@@ -52,13 +52,12 @@ async def probe(
 
 def _judge(out: Outcome, request: str) -> str | None:
     """Why the probe's answer means the replay cannot measure the target, or None."""
-    if out.error == "connect" and request.split(" ", 1)[-1].startswith("https:"):
-        if any(sign in out.error_text for sign in _PLAIN_HTTP):
-            return (
-                f"cannot connect for {request}: the TLS handshake got something else "
-                f"({out.error_text.removeprefix('cannot connect to the upstream: ')}); "
-                "does the target speak plain HTTP? try --target http://"
-            )
+    if out.error == "connect" and any(sign in out.error_text for sign in _PLAIN_HTTP):
+        return (
+            f"cannot connect for {request}: the TLS handshake got something else "
+            f"({out.error_text.removeprefix('cannot connect to the upstream: ')}); "
+            "does the target speak plain HTTP? try --target http://"
+        )
     if out.error == "connect":
         return f"cannot connect for {request}: nothing listens there, or it refused"
     if out.error == "timeout":
