@@ -100,3 +100,28 @@ def test_no_capacity_below_the_lowest_factor_exits_1() -> None:
     stopped = Search(trials=[], stopped="the client was the bottleneck at 1x (dispatch lag)")
     with pytest.raises(RunFailed, match="the search stopped before any trial passed"):
         _finish(stopped, None, None, None)
+
+
+def test_merged_shards_keep_their_run_and_its_common_start(tmp_path: Path, peak: Path) -> None:
+    runner = CliRunner()
+    start = str(2_000_000_000)  # unix seconds: a start in 2033, not waited for by a dry run
+    parts = []
+    for i in range(2):
+        part = tmp_path / f"shard{i}.msgpack"
+        args = ["--dry-run", "--limit", "40", "--shard", f"{i}/2", "--start-at", start]
+        result = runner.invoke(cli, ["replay", *args, "-o", str(part), str(peak)])
+        assert result.exit_code == 0, result.output
+        parts.append(str(part))
+    merged = tmp_path / "merged.msgpack"
+    result = runner.invoke(cli, ["traces", "merge", *parts, "-o", str(merged)])
+    assert result.exit_code == 0, result.output
+    header = ArchiveReader([merged]).headers[0]
+    assert header["start_at_ns"] == 2_000_000_000 * 10**9
+    assert header["shard"] == [0, 1] and header["speed"] == "1x"
+    other = tmp_path / "other.msgpack"
+    args = ["--dry-run", "--limit", "40", "--speed", "2x"]
+    assert runner.invoke(cli, ["replay", *args, "-o", str(other), str(peak)]).exit_code == 0
+    result = runner.invoke(cli, ["traces", "merge", parts[0], str(other), "-o", str(merged)])
+    assert result.exit_code == 0
+    assert "the inputs are results of different runs (speed: '1x' and '2x')" in result.stderr
+    assert "speed" not in ArchiveReader([merged]).headers[0]

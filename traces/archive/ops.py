@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
+from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.units import parse_time
 
 __all__ = [
@@ -68,6 +69,26 @@ class Peak:
     """Where copying the window may stop reading."""
 
 
+def one_run(headers: list[dict[str, Any]], warnings: list[str]) -> dict[str, Any] | None:
+    """The replay settings a merge of result files keeps: those of the run when every
+    input is a shard of one run (its schedule, shard count and common start
+    ``start_at_ns`` agree), as one unsharded result; else none (with a warning when
+    they are replay results of different runs)."""
+    runs = [ReplayHeader.read(h) for h in headers if h]
+    if not runs or any(r.speed is None for r in runs):
+        return None  # captures, or not every file a replay's result
+    for other in runs[1:]:
+        differs = runs[0].differs_from(other)
+        if differs is not None:
+            name, mine, theirs = differs
+            warnings.append(
+                f"the inputs are results of different runs ({name}: {mine!r} and {theirs!r}); "
+                "the merged header keeps no replay settings"
+            )
+            return None
+    return replace(runs[0], shard=(0, 1)).to_map()
+
+
 def copy_records(
     inputs: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -88,6 +109,9 @@ def copy_records(
     check_output_file("-o", out_path, inputs=in_paths)
     reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt)
     first = next((h for h in reader.headers if h), {})  # an empty file has none
+    notes: list[str] = []
+    if extra_header is None and source == "merge":
+        extra_header = one_run(reader.headers, notes)
     header = make_header(
         source,
         upstream=first.get("upstream"),
@@ -109,7 +133,7 @@ def copy_records(
                 yield m
 
     written = write_archive(out_path, header, kept(), checked=True)  # the reader checked them
-    return OpResult(written=written, read=read, warnings=reader.warnings())
+    return OpResult(written=written, read=read, warnings=notes + reader.warnings())
 
 
 def record_filter(
