@@ -34,6 +34,8 @@ class ReplayConfig:
     schedule: ScheduleConfig
     target: str | None = None
     """Base URL; None: the built-in simulator (``builtin_target``), or nothing for a dry run."""
+    command: tuple[str, ...] | None = None
+    """The command line as the result's header keeps it (header values masked)."""
     force_lengths: bool = True
     headers: dict[str, str] = field(default_factory=dict)
     model_map: dict[str, str] = field(default_factory=dict)

@@ -37,6 +37,8 @@ def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
         start_at_ns=config.start_at_ns,
         lag_limit_ms=config.lag_limit_ms,
         otlp_live=config.spans is not None,
+        seed=sc.seed,
+        command=config.command,
     )
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",

@@ -20,7 +20,7 @@ Definitions (docs/report.md repeats them for users):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,10 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import UsageError
+from tailreplay.report.deltas import deltas, join
 from tailreplay.report.model import (
     Cdf,
     ClosedLoopRow,
-    Deltas,
     ErrorKind,
     Metric,
     Metrics,
@@ -43,10 +43,9 @@ from tailreplay.report.model import (
     Series,
     SideName,
     SideSummary,
-    SlowDown,
     per_side,
 )
-from tailreplay.report.quantiles import QUANTILES, Estimate, estimates
+from tailreplay.report.quantiles import Estimate, estimates
 from tailreplay.report.shards import ShardLags, shard_lags
 from tailreplay.report.side import Side
 from tailreplay.traces.archive.replay_header import ReplayHeader
@@ -56,14 +55,13 @@ from tailreplay.traces.results.client_health import (
     client_verdict,
     verdict_line,
 )
-from tailreplay.traces.results.metrics import metric_values, percentiles
+from tailreplay.traces.results.metrics import metric_values
 from tailreplay.traces.results.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
 from tailreplay.units import parse_factor
 
-__all__ = ["DELTA_COLUMNS", "compare", "delta_rows"]
+__all__ = ["compare"]
 
 SERIES_BINS = 60
-WORST = 10
 CDF_POINTS = (
     [float(p) for p in range(1, 90)] + [90 + i * 0.5 for i in range(19)] + [99.5, 99.9, 99.99]
 )
@@ -81,8 +79,8 @@ def compare(
 ) -> Report:
     """``replayed`` against ``recorded`` (None: the replay alone); ``seed`` fixes the bootstrap."""
     rng = np.random.default_rng(seed)
-    join = _join(recorded, replayed) if recorded is not None else None
-    bucket_tokens = _bucket_tokens(recorded, replayed, join)
+    joined = join(recorded, replayed) if recorded is not None else None
+    bucket_tokens = _bucket_tokens(recorded, replayed, joined)
     sides: dict[SideName, Side] = {"replayed": replayed}
     if recorded is not None:
         sides = {"recorded": recorded, "replayed": replayed}
@@ -101,8 +99,8 @@ def compare(
         ),
         "buckets": [],
         "phases": [],
-        "deltas": _deltas(recorded, replayed, join)
-        if recorded is not None and join is not None
+        "deltas": deltas(recorded, replayed, joined)
+        if recorded is not None and joined is not None
         else None,
         "errors": per_side({name: _errors(side) for name, side in sides.items()}),
         "rate_scale": _rate_scale(replayed) if recorded is not None else None,
@@ -265,7 +263,8 @@ def _errors(side: Side) -> list[ErrorKind]:
 
 def _replay_settings(side: Side) -> ReplaySettings:
     header = side.headers[0] if side.headers else {}
-    settings: ReplaySettings = {k: header[k] for k in ("source", "upstream") if k in header}
+    kept = ("source", "upstream", "created_ns", "tool_version")
+    settings: ReplaySettings = {k: header[k] for k in kept if k in header}
     replay = ReplayHeader.read(header)
     # Merged shards' results have a header each: name the shard only when they agree
     # (``shards`` has every one).
@@ -333,25 +332,15 @@ def _as_json(est: dict[str, Estimate] | None, scale: float = 1.0) -> Percentiles
     }
 
 
-def _join(recorded: Side, replayed: Side) -> Array:
-    """For each replayed request, the index of its recorded original, or -1."""
-    where = {key: i for i, key in enumerate(recorded.key) if key is not None}
-    return np.fromiter(
-        (where.get(key, -1) if key is not None else -1 for key in replayed.key),
-        dtype=np.int64,
-        count=replayed.n,
-    )
-
-
 def _bucket_tokens(
-    recorded: Side | None, replayed: Side, join: Array | None
+    recorded: Side | None, replayed: Side, joined: Array | None
 ) -> dict[SideName, Array]:
     """Per side, the input tokens each request is bucketed by (-1: unknown)."""
     tokens = replayed.input_tokens.copy()
-    if recorded is None or join is None:
+    if recorded is None or joined is None:
         return {"replayed": tokens}
-    matched = join >= 0
-    tokens[matched] = recorded.input_tokens[join[matched]]
+    matched = joined >= 0
+    tokens[matched] = recorded.input_tokens[joined[matched]]
     return {"recorded": recorded.input_tokens, "replayed": tokens}
 
 
@@ -371,43 +360,6 @@ def _bucket_masks(
     if any(bool((t < 0).any()) for t in tokens.values()):
         rows.append(("unknown", {name: t < 0 for name, t in tokens.items()}))
     return rows
-
-
-def _deltas(recorded: Side, replayed: Side, join: Array) -> Deltas:
-    """Replayed minus recorded, request by request, for the pairs that both succeeded."""
-    matched = join >= 0
-    both = matched.copy()
-    both[matched] &= recorded.ok[join[matched]] & (recorded.duration_ns[join[matched]] >= 0)
-    both &= replayed.ok & (replayed.duration_ns >= 0)
-    idx = np.flatnonzero(both)
-    rec = recorded.duration_ns[join[idx]] * 1e-6
-    rep = replayed.duration_ns[idx] * 1e-6
-    delta = rep - rec
-    worst = idx[np.argsort(-delta)[:WORST]] if idx.size else idx
-    rows: list[SlowDown] = []
-    for i in worst:
-        j = int(join[i])
-        key = replayed.key[i] or b""
-        rows.append(
-            {
-                "trace_id": key[:16].hex(),
-                "span_id": key[16:].hex(),
-                "input_tokens": int(recorded.input_tokens[j]),
-                "recorded_ms": float(recorded.duration_ns[j]) * 1e-6,
-                "replayed_ms": float(replayed.duration_ns[i]) * 1e-6,
-                "tail": bool(replayed.tail[i]),
-            }
-        )
-    ratio = rep / np.where(rec > 0, rec, np.nan)
-    return {
-        "joined": int(matched.sum()),
-        "unmatched": int((~matched).sum()),
-        "compared": int(idx.size),
-        "latency_delta_ms": percentiles(delta, QUANTILES),
-        "latency_ratio": percentiles(ratio[np.isfinite(ratio)], QUANTILES),
-        "slower_share": float((delta > 0).mean()) if idx.size else None,
-        "worst": rows,
-    }
 
 
 def _series(side: Side) -> Series:
@@ -448,43 +400,3 @@ def _cdf(values: Array) -> Cdf:
     if values.size == 0:
         return {"pct": [], "ms": []}
     return {"pct": CDF_POINTS, "ms": [float(v) for v in np.percentile(values, CDF_POINTS)]}
-
-
-DELTA_COLUMNS = (
-    "trace_id",
-    "span_id",
-    "input_tokens",
-    "recorded_ms",
-    "replayed_ms",
-    "delta_ms",
-    "recorded_ttft_ms",
-    "replayed_ttft_ms",
-    "tail",
-    "replayed_error",
-)
-
-
-def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]]:
-    """One row per replayed request with a recorded original (DELTA_COLUMNS)."""
-    join = _join(recorded, replayed)
-
-    def ms(ns: int) -> str:
-        return "" if ns < 0 else f"{ns / 1e6:.3f}"
-
-    for i in np.flatnonzero(join >= 0):
-        j = int(join[i])
-        key = replayed.key[i] or b""
-        rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
-        both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
-        yield (
-            key[:16].hex(),
-            key[16:].hex(),
-            int(recorded.input_tokens[j]),
-            ms(rec),
-            ms(rep),
-            f"{(rep - rec) / 1e6:.3f}" if both else "",
-            ms(int(recorded.ttfb_ns[j])),
-            ms(int(replayed.ttfb_ns[i])),
-            int(replayed.tail[i]),
-            int(replayed.error[i]),
-        )

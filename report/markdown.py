@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from tailreplay.printable import printable
-from tailreplay.report.tables import ReportTable
+from tailreplay.report.table import ReportTable
 
 __all__ = ["markdown"]
 

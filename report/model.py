@@ -19,6 +19,7 @@ __all__ = [
     "BucketRow",
     "Cdf",
     "ClosedLoopRow",
+    "DeltaFigures",
     "Deltas",
     "EngineReport",
     "ErrorKind",
@@ -208,6 +209,19 @@ class Deltas(TypedDict):
     """The share of compared pairs whose replay took longer."""
     worst: list[SlowDown]
     """The largest slow-downs, largest first."""
+    without_tail: NotRequired[DeltaFigures]
+    """The same over the pairs whose request was not tail-stretched (only when some
+    were): the stretched ones are slower by design."""
+
+
+class DeltaFigures(TypedDict):
+    """``Deltas``' figures over the pairs that were not tail-stretched."""
+
+    compared: int
+    latency_delta_ms: dict[str, float] | None
+    latency_ratio: dict[str, float] | None
+    slower_share: float | None
+    worst: list[SlowDown]
 
 
 class ErrorKind(TypedDict):

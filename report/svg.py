@@ -25,27 +25,22 @@ class Line:
 def line_chart(
     title: str, lines: Sequence[Line], *, x_label: str, y_label: str, log_y: bool = False
 ) -> str:
-    points = [
-        (x, y)
-        for line in lines
-        for x, y in zip(line.xs, line.ys, strict=True)
-        if y is not None and (y > 0 or not log_y)
-    ]
+    """A chart of ``lines`` with both axes labelled and ticked at round values (1, 2,
+    2.5 or 5 times a power of ten; powers of ten on a log axis). A line with no point
+    to draw gets no legend."""
+    lines = [line for line in lines if _runs(line, log_y)]
+    points = [(x, y) for line in lines for run in _runs(line, log_y) for x, y in run]
     if not points:
         return f"<p><em>{escape(title)}: no data</em></p>"
-    x_lo, x_hi = min(p[0] for p in points), max(p[0] for p in points)
+    x_ticks = _round_ticks(min(p[0] for p in points), max(p[0] for p in points))
     y_lo, y_hi = min(p[1] for p in points), max(p[1] for p in points)
-    if not log_y:
-        y_lo = min(y_lo, 0.0)
+    y_ticks = _log_ticks(y_lo, y_hi) if log_y else _round_ticks(min(y_lo, 0.0), y_hi)
     fy = math.log10 if log_y else (lambda v: v)
-    y0, y1 = fy(y_lo), fy(y_hi)
-    if y1 == y0:
-        y1 = y0 + 1
-    if x_hi == x_lo:
-        x_hi = x_lo + 1
+    x0, x1 = x_ticks[0], x_ticks[-1]
+    y0, y1 = fy(y_ticks[0]), fy(y_ticks[-1])
 
     def sx(x: float) -> float:
-        return _LEFT + (x - x_lo) / (x_hi - x_lo) * (_W - _LEFT - _RIGHT)
+        return _LEFT + (x - x0) / (x1 - x0) * (_W - _LEFT - _RIGHT)
 
     def sy(y: float) -> float:
         return _H - _BOTTOM - (fy(y) - y0) / (y1 - y0) * (_H - _TOP - _BOTTOM)
@@ -57,23 +52,27 @@ def line_chart(
         f'<rect x="{_LEFT}" y="{_TOP}" width="{_W - _LEFT - _RIGHT}" '
         f'height="{_H - _TOP - _BOTTOM}" fill="none" stroke="#ccc"/>',
     ]
-    for i in range(5):
-        fx = x_lo + (x_hi - x_lo) * i / 4
+    for fx in x_ticks:
         parts.append(
             f'<text x="{sx(fx):.1f}" y="{_H - _BOTTOM + 14}" '
             f'text-anchor="middle">{_tick(fx)}</text>'
         )
-        vy = 10 ** (y0 + (y1 - y0) * i / 4) if log_y else y0 + (y1 - y0) * i / 4
+    for vy in y_ticks:
         parts.append(
             f'<text x="{_LEFT - 4}" y="{sy(vy) + 4:.1f}" text-anchor="end">{_tick(vy)}</text>'
+        )
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{sy(vy):.1f}" y2="{sy(vy):.1f}" '
+            'stroke="#eee"/>'
         )
     parts.append(
         f'<text x="{(_W + _LEFT) / 2}" y="{_H - 8}" text-anchor="middle">{escape(x_label)}</text>'
     )
     mid = (_H - _BOTTOM + _TOP) / 2
+    scale = " (log scale)" if log_y else ""
     parts.append(
         f'<text x="14" y="{mid}" text-anchor="middle" '
-        f'transform="rotate(-90 14 {mid})">{escape(y_label)}</text>'
+        f'transform="rotate(-90 14 {mid})">{escape(y_label + scale)}</text>'
     )
     for n, line in enumerate(lines):
         for run in _runs(line, log_y):
@@ -89,6 +88,34 @@ def line_chart(
     return "\n".join(parts)
 
 
+def _round_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """About ``count`` ticks at a round step, from a multiple of it at or below ``lo``
+    to one at or above ``hi``."""
+    if hi <= lo:
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / (count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw * (1 - 1e-9))
+    first = math.floor(lo / step + 1e-9) * step
+    n = math.ceil((hi - first) / step - 1e-9)
+    return [first + i * step for i in range(n + 1)]
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """Powers of ten around [lo, hi] (with 2 and 5 times them over two decades or less)."""
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    if b == a:
+        b += 1
+    if b - a > 2:
+        return [10.0**k for k in range(a, b + 1)]
+    ticks = [m * 10.0**k for k in range(a, b) for m in (1, 2, 5)] + [10.0**b]
+    inside = [t for t in ticks if lo <= t <= hi]
+    below = [t for t in ticks if t <= lo][-1:]
+    above = [t for t in ticks if t >= hi][:1]
+    out = sorted({*below, *inside, *above})
+    return out if len(out) >= 2 else [*out, next(t for t in ticks if t > out[-1])]
+
+
 def _runs(line: Line, log_y: bool) -> list[list[tuple[float, float]]]:
     """The line's points split where a value is missing."""
     runs: list[list[tuple[float, float]]] = [[]]
@@ -102,11 +129,9 @@ def _runs(line: Line, log_y: bool) -> list[list[tuple[float, float]]]:
 
 
 def _tick(v: float) -> str:
-    a = abs(v)
-    if a >= 1000:
+    """A round tick as written: 0, 0.25, 2.5, 40, 1,500."""
+    if abs(v) < 1e-12:
+        return "0"
+    if abs(v) >= 1000:
         return f"{v:,.0f}"
-    if a >= 10 or a == 0:
-        return f"{v:.0f}"
-    if a >= 1:
-        return f"{v:.1f}"
-    return f"{v:.2g}"
+    return f"{v:.4g}"

@@ -7,10 +7,9 @@ renderers only lay the tables out.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from tailreplay.report.delta_tables import delta_tables
 from tailreplay.report.model import (
-    Deltas,
     EngineReport,
     Metric,
     Percentile,
@@ -26,6 +25,7 @@ from tailreplay.report.model import (
     side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
+from tailreplay.report.table import ReportTable, ms, num, pct
 from tailreplay.traces.archive.replay_header import ReplayHeader
 
 __all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
@@ -39,33 +39,6 @@ _LABELS: dict[Metric, str] = {
     "itl": "ITL ms",
 }
 _Q_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9"}
-
-
-@dataclass
-class ReportTable:
-    title: str
-    columns: list[str]
-    rows: list[list[str]] = field(default_factory=list)
-    note: str = ""
-    wide: bool = False
-    """Too wide for a terminal or a PR comment: only the HTML page shows it."""
-
-
-def num(x: float | None, digits: int = 1) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-def ms(x: float | None) -> str:
-    """Milliseconds to three significant figures or so: 0.42, 38.5, 983, 7,480."""
-    if x is None:
-        return "-"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.1f}" if abs(x) >= 1 else f"{x:.2f}"
-
-
-def pct(x: float | None) -> str:
-    return "-" if x is None else f"{x * 100:.2f}%"
 
 
 def _value(per_q: Percentiles | None, q: str) -> float | None:
@@ -129,7 +102,7 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
         tables += [slo_table(slo, side), _slo_matrix(slo, side)]
         tables += [_scope_table(scope) for scope in slo.get("scopes", [])]
     if report["deltas"] is not None:
-        tables += _deltas(report["deltas"])
+        tables += delta_tables(report["deltas"])
     return tables
 
 
@@ -437,46 +410,3 @@ def _slo_matrix(slo: SloMatrix, side: str) -> ReportTable:
             cells.append(f"{mark} {pct(c['value']) if rate else ms(c['value'])}")
         t.rows.append(cells)
     return t
-
-
-def _deltas(d: Deltas) -> list[ReportTable]:
-    if not d["compared"]:
-        return [
-            ReportTable(
-                "per request: replayed minus recorded latency",
-                [""],
-                note=(
-                    f"{d['joined']:,} of the replayed requests joined their recorded original "
-                    "by trace id, but no pair has two latencies to compare (an imported "
-                    "trace records arrivals and lengths only)"
-                ),
-            )
-        ]
-    t = ReportTable(
-        "per request: replayed minus recorded latency",
-        ["", *(_Q_LABELS[q] for q in QUANTILES)],
-        note=(
-            f"{d['compared']:,} pairs compared ({d['joined']:,} joined by trace id, "
-            f"{d['unmatched']:,} without a recorded original); slower than recorded: "
-            f"{pct(d['slower_share'])}"
-        ),
-    )
-    delta, ratio = d["latency_delta_ms"], d["latency_ratio"]
-    t.rows.append(["delta ms", *(ms(None if delta is None else delta[k]) for k in QUANTILES)])
-    t.rows.append(["ratio", *(num(None if ratio is None else ratio[k], 2) for k in QUANTILES)])
-    worst = ReportTable(
-        "largest slow-downs",
-        ["trace id", "input tokens", "recorded ms", "replayed ms", "tail"],
-        note="span ids are in the JSON and in --deltas",
-    )
-    for w in d["worst"]:
-        worst.rows.append(
-            [
-                w["trace_id"],
-                f"{w['input_tokens']:,}",
-                ms(w["recorded_ms"]),
-                ms(w["replayed_ms"]),
-                "yes" if w["tail"] else "",
-            ]
-        )
-    return [t, worst]

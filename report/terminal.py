@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tailreplay.printable import printable
-from tailreplay.report.tables import ReportTable
+from tailreplay.report.table import ReportTable
 from tailreplay.units import format_ns
 
 __all__ = ["describe_header", "describe_record", "print_report", "print_stats", "stderr_console"]

@@ -15,9 +15,11 @@ from pathlib import Path
 from tailreplay.errors import RunFailed, UsageError
 from tailreplay.output_path import write_output
 from tailreplay.private import open_private
-from tailreplay.report.compare import DELTA_COLUMNS, compare, delta_rows
+from tailreplay.report.compare import compare
+from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, SloMatrix, SloVerdict
+from tailreplay.report.run_table import run_table
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
@@ -92,7 +94,7 @@ def write_report(
         _scoped(slo, options, recorded, replayed)
         report["slo"] = slo
     line = headline(report, slo)
-    tables = report_tables(report, slo)
+    tables = [run_table(report), *report_tables(report, slo)]
     _write_files(options, report, line, tables)
     if options.deltas_out is not None:
         if recorded is None:

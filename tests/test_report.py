@@ -372,5 +372,5 @@ def test_tables_piped_to_a_file_are_not_wrapped_inside_cells(tmp_path: Path) -> 
     for objective in objectives.split(","):
         assert any(f"│ {objective} " in line for line in lines), objective
     trace_ids = re.findall(r"│ ([0-9a-f]{32}) │", text)
-    assert len(trace_ids) == 10
+    assert len(trace_ids) == 20  # the largest slow-downs, with and without the tail
     assert "the score is the weight met overall over the weight of all; buckets are shown" in text

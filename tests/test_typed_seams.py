@@ -65,6 +65,8 @@ OTHER_MEANINGS = {
         "traces/archive/validate.py": "the capture map's field",
         "exporters/otlp_export.py": "the capture map's field",
     },
+    "command": {"tailreplay/studies/job_manifest.py": "a Kubernetes container's field"},
+    "seed": {"traces/workload/fit.py": "a synthesis's field"},
     "lag_limit_ms": {
         "traces/results/client_health.py": "the client verdict's field",
         "report/write.py": "the client verdict's field",

@@ -19,7 +19,7 @@ import click
 from tailreplay.errors import EXIT_INPUT, TailreplayError
 from tailreplay.printable import printable
 
-__all__ = ["HandledGroup", "run_standalone", "setup_logging"]
+__all__ = ["ARGV", "HandledGroup", "run_standalone", "setup_logging"]
 
 log = logging.getLogger("tailreplay")
 
@@ -80,8 +80,25 @@ def _file_error(exc: OSError) -> str:
     return f"{where}{exc.strerror or exc}"
 
 
+ARGV = "tailreplay.argv"
+"""``ctx.meta`` key of the command line as given (program name first): what a result's
+header records (``command_line.py``); absent when a command runs on its own."""
+
+
 class HandledGroup(click.Group):
     """A group whose commands end as ``_handled`` says."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        given = [info_name or self.name or "", *args]  # parsing consumes ``args``
+        ctx = super().make_context(info_name, args, parent, **extra)
+        ctx.meta[ARGV] = given
+        return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
         return _handled(ctx, super().invoke)

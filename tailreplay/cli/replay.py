@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailreplay.cli.command_line import shown_command
 from tailreplay.cli.echo import say, show
+from tailreplay.cli.handling import ARGV
 from tailreplay.cli.options import (
     BODY_DROP,
     BODY_SET,
@@ -309,6 +311,8 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
             builtin = builtin_sim(args.sim_profile, args.seed, args.sim_args)
         out = args.out or default_result(args.dry_run)
         config = replay_config(args, builtin, out, live=sys.stderr.isatty())
+        given = click.get_current_context().meta.get(ARGV, sys.argv)  # standalone: argv
+        config = replace(config, command=shown_command(given))
         if args.out is None:
             reserved = reserve(out)
             config = replace(config, out=reserved)

@@ -52,6 +52,10 @@ class ReplayHeader:
     """``--lag-limit``: the dispatch lag P99 above which the client was the bottleneck."""
     otlp_live: bool | None = None
     """Spans were sent while the run ran (``traces export otlp`` would send them twice)."""
+    seed: int | None = None
+    """``--seed``: every draw of the schedule (tick spreading, copies, synthetic text)."""
+    command: tuple[str, ...] | None = None
+    """The command line, header values masked (``cli/command_line.py``)."""
 
     @property
     def shards(self) -> int:
@@ -61,7 +65,17 @@ class ReplayHeader:
     def settings(self) -> dict[str, Any]:
         """What the report names of the run (``report["replay"]``): speed, tail, copies,
         shard; read back with ``read``."""
-        shown = ("speed", "tail_stretch", "tail_quantile", "amplify", "shard")
+        shown = (
+            "speed",
+            "speed_mean",
+            "tail_stretch",
+            "tail_quantile",
+            "amplify",
+            "shard",
+            "users",
+            "seed",
+            "command",
+        )
         return {k: v for k, v in self.to_map().items() if k in shown}
 
     def differs_from(self, other: ReplayHeader) -> tuple[str, Any, Any] | None:
@@ -100,7 +114,7 @@ class ReplayHeader:
             check = REPLAY_CHECKS[f.name][0]
             if value is None or not check(value):
                 continue
-            if f.name in ("archives", "shard"):
+            if f.name in ("archives", "shard", "command"):
                 value = tuple(value)
             elif f.name == "phase_seconds":
                 value = {k: float(v) for k, v in value.items()}
@@ -141,5 +155,7 @@ REPLAY_CHECKS: dict[str, tuple[Check, str]] = {
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
     "users": (is_str, "a str"),
     "workers": (lambda v: type(v) is int and 1 <= v <= 1 << 16, "an int in 1..65536"),
+    "seed": (lambda v: type(v) is int and -(1 << 63) <= v < 1 << 63, "a 64-bit int"),
+    "command": (_strs, "an array of str"),
 }
 """What each field must be; ``validate.header_problems`` names a damaged one."""

@@ -1,0 +1,125 @@
+"""Replayed against recorded, request by request: each replayed request joined to its
+recorded original by trace id, the percentiles of the differences, the largest
+slow-downs (with and without the tail-stretched requests), and the ``--deltas``
+CSV rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tailreplay.report.model import DeltaFigures, Deltas, SlowDown
+from tailreplay.report.quantiles import QUANTILES
+from tailreplay.report.side import Side
+from tailreplay.traces.results.metrics import percentiles
+
+__all__ = ["DELTA_COLUMNS", "WORST", "delta_rows", "deltas", "join"]
+
+Array = npt.NDArray[Any]
+WORST = 10
+
+
+def join(recorded: Side, replayed: Side) -> Array:
+    """For each replayed request, the index of its recorded original, or -1."""
+    where = {key: i for i, key in enumerate(recorded.key) if key is not None}
+    return np.fromiter(
+        (where.get(key, -1) if key is not None else -1 for key in replayed.key),
+        dtype=np.int64,
+        count=replayed.n,
+    )
+
+
+def deltas(recorded: Side, replayed: Side, join: Array) -> Deltas:
+    """Replayed minus recorded, request by request, for the pairs that both succeeded;
+    again without the tail-stretched requests when there were some."""
+    matched = join >= 0
+    both = matched.copy()
+    both[matched] &= recorded.ok[join[matched]] & (recorded.duration_ns[join[matched]] >= 0)
+    both &= replayed.ok & (replayed.duration_ns >= 0)
+    figures = _delta_figures(recorded, replayed, join, np.flatnonzero(both))
+    out: Deltas = {
+        "joined": int(matched.sum()),
+        "unmatched": int((~matched).sum()),
+        "compared": figures["compared"],
+        "latency_delta_ms": figures["latency_delta_ms"],
+        "latency_ratio": figures["latency_ratio"],
+        "slower_share": figures["slower_share"],
+        "worst": figures["worst"],
+    }
+    if bool((both & replayed.tail).any()):
+        untailed = np.flatnonzero(both & ~replayed.tail)
+        out["without_tail"] = _delta_figures(recorded, replayed, join, untailed)
+    return out
+
+
+def _delta_figures(recorded: Side, replayed: Side, join: Array, idx: Array) -> DeltaFigures:
+    """The delta and ratio percentiles and the largest slow-downs over pairs ``idx``."""
+    rec = recorded.duration_ns[join[idx]] * 1e-6
+    rep = replayed.duration_ns[idx] * 1e-6
+    delta = rep - rec
+    worst = idx[np.argsort(-delta)[:WORST]] if idx.size else idx
+    rows: list[SlowDown] = []
+    for i in worst:
+        j = int(join[i])
+        key = replayed.key[i] or b""
+        rows.append(
+            {
+                "trace_id": key[:16].hex(),
+                "span_id": key[16:].hex(),
+                "input_tokens": int(recorded.input_tokens[j]),
+                "recorded_ms": float(recorded.duration_ns[j]) * 1e-6,
+                "replayed_ms": float(replayed.duration_ns[i]) * 1e-6,
+                "tail": bool(replayed.tail[i]),
+            }
+        )
+    ratio = rep / np.where(rec > 0, rec, np.nan)
+    return {
+        "compared": int(idx.size),
+        "latency_delta_ms": percentiles(delta, QUANTILES),
+        "latency_ratio": percentiles(ratio[np.isfinite(ratio)], QUANTILES),
+        "slower_share": float((delta > 0).mean()) if idx.size else None,
+        "worst": rows,
+    }
+
+
+DELTA_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "input_tokens",
+    "recorded_ms",
+    "replayed_ms",
+    "delta_ms",
+    "recorded_ttft_ms",
+    "replayed_ttft_ms",
+    "tail",
+    "replayed_error",
+)
+
+
+def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]]:
+    """One row per replayed request with a recorded original (DELTA_COLUMNS)."""
+    joined = join(recorded, replayed)
+
+    def ms(ns: int) -> str:
+        return "" if ns < 0 else f"{ns / 1e6:.3f}"
+
+    for i in np.flatnonzero(joined >= 0):
+        j = int(joined[i])
+        key = replayed.key[i] or b""
+        rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
+        both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
+        yield (
+            key[:16].hex(),
+            key[16:].hex(),
+            int(recorded.input_tokens[j]),
+            ms(rec),
+            ms(rep),
+            f"{(rep - rec) / 1e6:.3f}" if both else "",
+            ms(int(recorded.ttfb_ns[j])),
+            ms(int(replayed.ttfb_ns[i])),
+            int(replayed.tail[i]),
+            int(replayed.error[i]),
+        )

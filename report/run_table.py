@@ -1,0 +1,77 @@
+"""The report's first table: the record of the run — what was replayed at what,
+when, by which version, with which command and settings — so a page or a PR
+comment read weeks later says what it measured (the JSON has the same under
+``replay`` and ``inputs``)."""
+
+from __future__ import annotations
+
+import shlex
+from datetime import UTC, datetime
+
+from tailreplay.report.model import Report, is_replay, side_label
+from tailreplay.report.table import ReportTable
+from tailreplay.traces.archive.replay_header import ReplayHeader
+
+__all__ = ["run_table", "tail_line"]
+
+
+def run_table(report: Report) -> ReportTable:
+    """Target, archives, version, date, command line and settings of the run."""
+    settings = report["replay"]
+    header = ReplayHeader.read(settings)
+    t = ReportTable("run", ["", ""])
+    rows: list[tuple[str, str | None]] = [
+        ("target", settings.get("upstream") if is_replay(report) else None),
+        # A capture reported alone is the recorded side, whatever its key in the JSON.
+        (side_label(report, "replayed"), _paths(report["inputs"].get("replayed"))),
+        ("recorded", _paths(report["inputs"].get("recorded"))),
+        ("date", _date(settings.get("created_ns"))),
+        ("tailreplay", settings.get("tool_version")),
+        ("command line", shlex.join(header.command) if header.command else None),
+        ("--speed", header.speed),
+        ("--amplify", f"{header.amplify:g}x" if header.amplify is not None else None),
+        ("--tail-stretch", _tail_setting(header)),
+        ("--seed", str(header.seed) if header.seed is not None else None),
+    ]
+    t.rows = [[label, value] for label, value in rows if value]
+    tail = tail_line(report)
+    if tail:
+        t.note = tail
+    return t
+
+
+def tail_line(report: Report) -> str:
+    """One line on the tail stretch where its requests are counted; "" when none was."""
+    header = ReplayHeader.read(report["replay"])
+    stretched = report["overall"]["replayed"]["tail"]
+    if not stretched or header.tail_stretch in (None, 1):
+        return ""
+    quantile = f"P{100 * (header.tail_quantile or 0.99):g}"
+    return (
+        f"tail-stretched: {stretched:,} requests at or above the recorded {quantile} were "
+        f"sent with {header.tail_stretch:g}x their output budget (--tail-stretch), so they "
+        "are slower by design; the per-request tables show them marked, and the figures "
+        "without them"
+    )
+
+
+def _tail_setting(header: ReplayHeader) -> str | None:
+    if header.tail_stretch is None:
+        return None
+    if header.tail_stretch == 1:
+        return "off"
+    quantile = f"P{100 * (header.tail_quantile or 0.99):g}"
+    return f"x{header.tail_stretch:g} at or above the recorded {quantile}"
+
+
+def _paths(paths: list[str] | None) -> str | None:
+    if not paths:
+        return None
+    shown = ", ".join(paths[:3])
+    return shown + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
+
+
+def _date(created_ns: object) -> str | None:
+    if type(created_ns) is not int:
+        return None
+    return datetime.fromtimestamp(created_ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
