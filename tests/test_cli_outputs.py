@@ -125,3 +125,30 @@ def test_merged_shards_keep_their_run_and_its_common_start(tmp_path: Path, peak:
     assert result.exit_code == 0
     assert "the inputs are results of different runs (speed: '1x' and '2x')" in result.stderr
     assert "speed" not in ArchiveReader([merged]).headers[0]
+
+
+def test_the_command_line_a_header_keeps_has_no_credential() -> None:
+    from tailreplay.cli.command_line import shown_command
+
+    argv = [
+        "/usr/local/bin/replay",
+        "--target",
+        "https://u:pw@h/v1?api_key=zz",
+        "--header",
+        "Authorization: Bearer sk-abcdefghijklmnopqrstuvwx",
+        "--header=X-Api-Key: abc",
+        "--otlp-header",
+        "x-honeycomb-team=k3y",
+        "--speed",
+        "2x",
+        "peak.msgpack",
+        "--password=hunter22",
+    ]
+    shown = shown_command(argv)
+    assert shown[:4] == ("replay", "--target", "https://***@h/v1?api_key=***", "--header")
+    assert shown[4:7] == ("Authorization: ***", "--header=X-Api-Key: ***", "--otlp-header")
+    assert shown[7:11] == ("x-honeycomb-team=***", "--speed", "2x", "peak.msgpack")
+    joined = " ".join(shown)
+    for secret in ("pw", "zz", "sk-abc", "abc", "k3y", "hunter22"):
+        assert f" {secret}" not in f" {joined}" and f"{secret} " not in joined
+    assert "hunter22" not in joined and "k3y" not in joined

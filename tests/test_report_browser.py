@@ -70,27 +70,44 @@ def _polyline_xs(svg: str, color: str) -> list[float]:
 
 def test_a_2x_report_says_how_it_was_run_and_aligns_its_time_axes(tmp_path: Path) -> None:
     rng = random.Random(4)
-    maps = [{"start_ns": T0 + int(i / 40 * 1e9), "trace_id": rng.randbytes(16),
-             "span_id": rng.randbytes(8), "method": "POST", "path": "/v1/chat/completions",
-             "model": "m", "stream": True, "input_tokens": rng.randint(100, 800),
-             "output_tokens": rng.randint(5, 30), "duration_ns": rng.randint(10**8, 10**9)}
-            for i in range(400)]  # fmt: skip
+    maps = [
+        {
+            "start_ns": T0 + int(i / 40 * 1e9),
+            "trace_id": rng.randbytes(16),
+            "span_id": rng.randbytes(8),
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "model": "m",
+            "stream": True,
+            "input_tokens": rng.randint(100, 800),
+            "output_tokens": rng.randint(5, 30),
+            "duration_ns": rng.randint(10**8, 10**9),
+        }
+        for i in range(400)
+    ]
     archive = write_plain(tmp_path / "a.msgpack", maps)
     out, html, md = tmp_path / "r.msgpack", tmp_path / "report.html", tmp_path / "report.md"
     with sim_process(["--profile", "fast"]) as url:
         args = ["--target", url, "--speed", "2x", "--seed", "7", "--lag-limit", "100ms"]
         args += ["--header", "Authorization: Bearer sk-secret-abcdefghijklmnop"]
-        result = CliRunner().invoke(cli, ["replay", *args, "--out", str(out),
-                                          "--report", str(html), str(archive)])  # fmt: skip
+        result = CliRunner().invoke(
+            cli, ["replay", *args, "--out", str(out), "--report", str(html), str(archive)]
+        )
         assert result.exit_code == 0, result.output
         md_result = CliRunner().invoke(cli, ["report", str(out), "--markdown", str(md)])
         assert md_result.exit_code == 0, md_result.output
     page = html.read_text()
     # The run's record, first: what, at what, when, by which version, how.
-    for text in ("<h2>run</h2>", f"<td>target</td><td>{url}</td>", "<td>--speed</td><td>2x</td>",
-                 "<td>--seed</td><td>7</td>", "<td>tailreplay</td><td>0.", " UTC</td>",
-                 "<td>--tail-stretch</td><td>x1.8 at or above the recorded P99</td>",
-                 "Authorization: ***"):  # fmt: skip
+    for text in (
+        "<h2>run</h2>",
+        f"<td>target</td><td>{url}</td>",
+        "<td>--speed</td><td>2x</td>",
+        "<td>--seed</td><td>7</td>",
+        "<td>tailreplay</td><td>0.",
+        " UTC</td>",
+        "<td>--tail-stretch</td><td>x1.8 at or above the recorded P99</td>",
+        "Authorization: ***",
+    ):
         assert text in page, text
     assert "sk-secret" not in page and "sk-secret" not in md.read_text()
     assert "| --speed | 2x |" in md.read_text()
@@ -102,10 +119,22 @@ def test_a_2x_report_says_how_it_was_run_and_aligns_its_time_axes(tmp_path: Path
     assert abs(max(recorded) - max(replayed)) < 0.1 * (640 - 64 - 16)
     shot = tmp_path / "shot.png"
     done = subprocess.run(
-        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
-         "--window-size=1280,4000", html.as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            str(CHROMIUM),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1280,4000",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
     assert [line for line in done.stderr.splitlines() if "CONSOLE" in line] == []
