@@ -130,6 +130,8 @@ class Dispatcher:
         self._slot_freed = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
+        self.stop_now = asyncio.Event()
+        """A second Ctrl-C: the requests in flight get no more of their grace."""
         self.sent_all = asyncio.Event()
         """Set once nothing more will be sent: only answers are awaited."""
 
@@ -283,9 +285,16 @@ class Dispatcher:
         stop.cancel()
 
     async def cancel_in_flight(self, grace_s: float) -> None:
-        """After a stop: give requests in flight ``grace_s``, then cancel them."""
+        """After a stop: give requests in flight ``grace_s`` (less if ``stop_now`` is
+        set meanwhile: a second Ctrl-C), then cancel them."""
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
+            now: asyncio.Future[Any] = asyncio.ensure_future(self.stop_now.wait())
+            everything: asyncio.Future[Any] = asyncio.gather(*self._tasks, return_exceptions=True)
+            await asyncio.wait(
+                {everything, now}, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            now.cancel()
+            pending = {task for task in self._tasks if not task.done()}
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

@@ -101,7 +101,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
     # Ctrl-C (or SIGTERM) from here on ends the run cleanly at whatever stage it is:
     # starting the simulator, the preflight, or sending.
     loop = asyncio.get_running_loop()
-    stop = _Stop()
+    stop = _Stop(say)
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
@@ -129,14 +129,37 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
 
 
 class _Stop:
-    """Ctrl-C or SIGTERM was received; ``callbacks`` run when it is (the dispatcher's)."""
+    """Ctrl-C or SIGTERM was received; ``callbacks`` run when it is (the dispatcher's).
 
-    def __init__(self) -> None:
+    The first says at once what it waits for (``in_flight``, up to ``STOP_GRACE_S``);
+    a second cuts the wait short (``now_callbacks``). Either way the results, the
+    summary and the report are written."""
+
+    def __init__(self, say: Say) -> None:
         self.is_set = False
+        self.now = False
+        self.say = say
         self.callbacks: list[Callable[[], None]] = []
+        self.now_callbacks: list[Callable[[], None]] = []
+        self.in_flight: Callable[[], int] = lambda: 0
 
     def set(self) -> None:
+        if self.is_set:
+            if not self.now:
+                self.now = True
+                self.say("stopping now: the requests in flight are cancelled")
+                for callback in self.now_callbacks:
+                    callback()
+            return
         self.is_set = True
+        waiting = self.in_flight()
+        if waiting:
+            self.say(
+                f"stopping: waiting up to {STOP_GRACE_S:g} s for {waiting:,} in flight "
+                "(Ctrl-C again to stop now)"
+            )
+        else:
+            self.say("stopping")
         for callback in self.callbacks:
             callback()
 
@@ -283,6 +306,8 @@ async def _live(
             pages, path = resolve(config.scrape, target), scrape_path(config.out)
             await stack.enter_async_context(scraping(pages, path, say))
         stop.callbacks.append(dispatcher.stopping.set)
+        stop.now_callbacks.append(dispatcher.stop_now.set)
+        stop.in_flight = lambda: dispatcher.stats.in_flight
         outcome = await _dispatch(
             config, the_plan, target, dispatcher, transport, collector, say, miss
         )

@@ -174,12 +174,16 @@ def summary_lines(s: ReplaySummary) -> list[str]:
     tail = _tail_line(s.tail)
     if s.dry_run:
         return [f"dry run: {s.requests:,} requests planned, none sent", tail]
-    errors = ", ".join(f"{k} {v:,}" for k, v in sorted(s.errors.items())) or "none"
+    # Cut by the client (Ctrl-C, --slo-stop), not failed by the target: shown apart.
+    kinds = sorted((k, v) for k, v in s.errors.items() if k != "cancelled")
+    errors = ", ".join(f"{k} {v:,}" for k, v in kinds) or "none"
+    cancelled = s.errors.get("cancelled", 0)
+    cut = f"  cancelled by the client {cancelled:,}" if cancelled else ""
     rate = s.throughput_rps
     lines = [
         *_how_it_ended(s),
         f"requests {s.requests:,}  sent {s.sent:,}  completed {s.completed:,}  "
-        f"dropped {s.dropped:,}  errors: {errors}",
+        f"dropped {s.dropped:,}  errors: {errors}{cut}",
         *(f"  {kind}: {text}" for kind, text in sorted(s.error_messages.items())),
         f"duration {s.duration_s:.1f} s  throughput {rate:,.1f} req/s"
         if rate

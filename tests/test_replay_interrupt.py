@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -64,3 +65,69 @@ def test_duration_stops_sending_and_says_how_many_were_never_sent(tmp_path: Path
     assert done.stdout.startswith(
         f"--duration 3s: sending stopped there; {data['unsent']:,} of 2,382 never sent"
     )
+
+
+def test_a_second_ctrl_c_stops_at_once_and_the_results_are_still_written(
+    tmp_path: Path,
+) -> None:
+    """A target that never answers: the first Ctrl-C says at once what it waits for,
+    the second stops the wait; the requests cut are cancelled, not target errors."""
+    from aiohttp import web
+
+    from tests.helpers import chat_archive
+    from tests.proxy_helpers import serve_in_thread
+
+    async def hang(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.sleep(60)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", hang)
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 20, gap_ms=50.0, seed=2)
+    summary, results = tmp_path / "s.json", tmp_path / "r.msgpack"
+    with serve_in_thread(app) as url:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from tailreplay.cli import replay_main; replay_main()",
+                "--target",
+                url,
+                "--no-preflight",
+                "--json",
+                str(summary),
+                "--out",
+                str(results),
+                str(archive),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert proc.stderr is not None
+        # Let all 20 go out (due within 1 s of the start); they hang at the target.
+        deadline = time.monotonic() + 60
+        while not results.with_name(f".{results.name}.part").exists() and not results.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(3)
+        os.killpg(proc.pid, signal.SIGINT)
+        line = proc.stderr.readline()
+        while not line.startswith("stopping"):
+            line = proc.stderr.readline()
+        assert line.startswith("stopping: waiting up to 5 s for ")
+        assert line.rstrip().endswith(" in flight (Ctrl-C again to stop now)")
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    assert proc.returncode == 130, err
+    assert took < 4.5  # the first Ctrl-C's grace is 5 s; the second cut it short
+    assert "stopping now: the requests in flight are cancelled" in err
+    data = json.loads(summary.read_text())
+    assert data["errors"] == {"cancelled": data["sent"]} and data["sent"] >= 1
+    assert "errors: none  cancelled by the client" in out
+    assert results.exists()
