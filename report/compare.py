@@ -112,6 +112,8 @@ def compare(
         "client": _client(replayed, shards),
     }
     _client_findings(report, shards)
+    if any(side.idle.paths for side in sides.values()):
+        report["idle"] = per_side({name: side.idle.rows() for name, side in sides.items()})
     bucket_masks = _bucket_masks(bucket_tokens, buckets)
     for label, masks in bucket_masks:
         summaries = {

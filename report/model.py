@@ -24,6 +24,7 @@ __all__ = [
     "EngineReport",
     "ErrorKind",
     "Finding",
+    "IdleRow",
     "LagCause",
     "Metric",
     "Metrics",
@@ -222,6 +223,16 @@ class DeltaFigures(TypedDict):
     latency_ratio: dict[str, float] | None
     slower_share: float | None
     worst: list[SlowDown]
+
+
+class IdleRow(TypedDict):
+    """One path's calls that generate nothing (``GET /v1/models``)."""
+
+    call: str
+    requests: int
+    errors: int
+    latency_p50_ms: float | None
+    latency_p99_ms: float | None
 
 
 class ErrorKind(TypedDict):
@@ -426,3 +437,6 @@ class Report(TypedDict):
     """Only when a side has retries; None for a side without."""
     shards: NotRequired[Shards]
     """Only when the replayed side holds more than one shard's results."""
+    idle: NotRequired[PerSide[list[IdleRow]]]
+    """Only when a side has calls that generate nothing (``idle_calls.py``): per path,
+    not judged and in no other figure."""

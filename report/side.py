@@ -10,13 +10,14 @@ from __future__ import annotations
 import gc
 import os
 from array import array
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.report.idle_calls import IdleCalls, is_idle
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 from tailreplay.traces.results.log_histogram import LogHistogram
@@ -86,6 +87,9 @@ class Side:
     """The first ``error_message`` (the target's own words) of each kind that has one."""
     labels: dict[str, list[str]] = field(default_factory=dict)
     """Per ``LABELS`` field, its values in the order the records first name them."""
+    idle: IdleCalls = field(default_factory=IdleCalls)
+    """Calls that generate nothing, kept out of every array (``idle_calls.py``);
+    empty when classed by path (``--slo-by path`` judges them with the rest)."""
 
     @property
     def n(self) -> int:
@@ -137,7 +141,8 @@ def load_side(
         if name not in LABELS:
             raise ValueError(f"{name!r} is not one of {LABELS}")
         columns.raw.setdefault(name, [])
-    _read(reader, keep, columns)
+    idle = None if "path" in classes else IdleCalls()
+    _read(reader, keep, columns, idle)
     coded, labels = columns.labelled()
     return Side(
         paths=[str(p) for p in reader.paths],
@@ -148,6 +153,7 @@ def load_side(
         error_kinds=columns.error_kinds,
         error_messages=columns.error_messages,
         labels=labels,
+        idle=idle or IdleCalls(),
         **columns.arrays(),
         **coded,
     )
@@ -217,8 +223,28 @@ def _code(values: list[Any], *, strip_query: bool) -> tuple[Array, list[str]]:
     return remap[codes], list(bare)  # code -1 picks the appended -1
 
 
-def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> None:
-    """Append the records of ``reader`` (those whose key is in ``keep``) to ``columns``."""
+def _key(get: Callable[[str], Any]) -> bytes | None:
+    """A record's identity: its original's (trace id, span id) in a replay, else its own."""
+    trace, span = get("orig_trace_id"), get("orig_span_id")
+    if trace is None:
+        trace, span = get("trace_id"), get("span_id")
+    return trace + span if type(trace) is bytes and type(span) is bytes else None
+
+
+def _idle(get: Callable[[str], Any], idle: IdleCalls) -> bool:
+    """Whether the record generates nothing; if so, counted in ``idle``."""
+    method, path = get("method"), get("path")
+    if not is_idle(method, path):
+        return False
+    idle.add(method, path, is_error(get("status"), get("error")), get("duration_ns"))
+    return True
+
+
+def _read(
+    reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns, idle: IdleCalls | None
+) -> None:
+    """Append the records of ``reader`` (those whose key is in ``keep``) to ``columns``;
+    with ``idle``, the calls that generate nothing to it instead."""
     ints, flags, keys, itl = columns.ints, columns.flags, columns.keys, columns.itl
     gaps = array("q")
     # Unrolled, with the collector paused (none of these maps can form a cycle): this
@@ -239,11 +265,8 @@ def _read(reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns) -> 
             if None in m.values():  # nil means absent (docs/archive-format.md)
                 m = {k: v for k, v in m.items() if v is not None}
             get = m.get
-            trace, span = get("orig_trace_id"), get("orig_span_id")
-            if trace is None:
-                trace, span = get("trace_id"), get("span_id")
-            key = trace + span if type(trace) is bytes and type(span) is bytes else None
-            if keep is not None and key not in keep:
+            key = _key(get)
+            if (keep is not None and key not in keep) or (idle is not None and _idle(get, idle)):
                 continue
             keys.append(key)
             starts(get("start_ns", -1))

@@ -97,6 +97,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
         tables += _engine(report["engine"])
     if any(kinds for _, kinds in side_items(report["errors"])):
         tables.append(_errors(report))
+    if "idle" in report:
+        tables.append(_idle(report))
     if slo is not None and slo["rows"]:
         side = side_label(report, "replayed")
         tables += [slo_table(slo, side), _slo_matrix(slo, side)]
@@ -104,6 +106,29 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
     if report["deltas"] is not None:
         tables += delta_tables(report["deltas"])
     return tables
+
+
+def _idle(report: Report) -> ReportTable:
+    """Calls that generate nothing, per side and path: listed, not judged."""
+    t = ReportTable(
+        "not judged: calls that generate nothing",
+        ["call", "side", "requests", "errors", "latency P50 ms", "latency P99 ms"],
+        note="a lookup's latency, not a generation's: in no other table and under no SLO "
+        "(--slo-by path judges every path, these included)",
+    )
+    for name, rows in side_items(report["idle"]):
+        for r in rows:
+            t.rows.append(
+                [
+                    r["call"],
+                    side_label(report, name),
+                    f"{r['requests']:,}",
+                    f"{r['errors']:,}",
+                    ms(r["latency_p50_ms"]),
+                    ms(r["latency_p99_ms"]),
+                ]
+            )
+    return t
 
 
 def _sides(report: Report) -> list[SideName]:

@@ -1,0 +1,78 @@
+"""Calls that generate nothing — an SDK's ``GET /v1/models``, health checks, a
+tokenizer endpoint — kept apart from the requests a report judges.
+
+Their latency is a lookup's, not a generation's, and they have no input length:
+judged with the rest, they fell into an "unknown" bucket and missed SLOs set for
+generations. A report lists them per path (requests, errors, latency P50 and P99)
+and judges them only when asked (``--slo-by path`` classes every request by its
+path, these included).
+
+A call generates nothing when its method is not POST (a generation sends a body),
+or when it POSTs to a tokenizer route. A record without a method (an imported
+trace) is a generation.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tailreplay.report.model import IdleRow
+
+__all__ = ["IdleCalls", "is_idle"]
+
+_TOKENIZER_ROUTES = ("/tokenize", "/detokenize")
+
+
+def is_idle(method: Any, path: Any) -> bool:
+    """Whether a record with this method and path generates nothing."""
+    if type(method) is not str:
+        return False
+    if method.upper() != "POST":
+        return True
+    return type(path) is str and path.split("?", 1)[0].rstrip("/").endswith(_TOKENIZER_ROUTES)
+
+
+@dataclass
+class _Path:
+    requests: int = 0
+    errors: int = 0
+    durations_ns: array[int] = field(default_factory=lambda: array("q"))
+
+
+@dataclass
+class IdleCalls:
+    """Per path (without its query string): how many, how many failed, how long."""
+
+    paths: dict[str, _Path] = field(default_factory=dict)
+
+    def add(self, method: str, path: Any, failed: bool, duration_ns: Any) -> None:
+        name = f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
+        row = self.paths.setdefault(name, _Path())
+        row.requests += 1
+        row.errors += failed
+        if not failed and type(duration_ns) is int and duration_ns >= 0:
+            row.durations_ns.append(duration_ns)
+
+    @property
+    def requests(self) -> int:
+        return sum(p.requests for p in self.paths.values())
+
+    def rows(self) -> list[IdleRow]:
+        """Per path, most called first: requests, errors, latency P50 and P99 (ms)."""
+        out: list[IdleRow] = []
+        for name, p in sorted(self.paths.items(), key=lambda kv: (-kv[1].requests, kv[0])):
+            ms = np.frombuffer(p.durations_ns, dtype=np.int64) / 1e6 if p.durations_ns else None
+            out.append(
+                {
+                    "call": name,
+                    "requests": p.requests,
+                    "errors": p.errors,
+                    "latency_p50_ms": float(np.percentile(ms, 50)) if ms is not None else None,
+                    "latency_p99_ms": float(np.percentile(ms, 99)) if ms is not None else None,
+                }
+            )
+        return out

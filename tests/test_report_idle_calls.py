@@ -1,0 +1,78 @@
+"""Calls that generate nothing (an SDK's ``GET /v1/models``) are listed apart and not
+judged: a slow model list must not fail an SLO set for generations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+
+
+def _capture(path: Path) -> Path:
+    maps: list[dict[str, Any]] = []
+    for i in range(100):
+        maps.append(
+            {
+                "start_ns": T0 + i * 10**8,
+                "trace_id": i.to_bytes(16, "big"),
+                "span_id": i.to_bytes(8, "big"),
+                "method": "POST",
+                "path": "/v1/chat/completions",
+                "status": 200,
+                "duration_ns": 5 * 10**8,
+                "ttfb_ns": 10**8,
+                "input_tokens": 300,
+                "output_tokens": 20,
+            }
+        )
+    for i in range(10):
+        maps.append(
+            {
+                "start_ns": T0 + i * 10**9 + 1,
+                "trace_id": (1000 + i).to_bytes(16, "big"),
+                "span_id": i.to_bytes(8, "big"),
+                "method": "GET",
+                "path": "/v1/models?x=1",
+                "status": 200,
+                "duration_ns": 5 * 10**9,
+            }
+        )
+    maps.sort(key=lambda m: m["start_ns"])
+    return write_plain(path, maps, {"format": "tailreplay", "version": 1, "source": "proxy"})
+
+
+def test_a_slow_model_list_is_listed_not_judged(tmp_path: Path) -> None:
+    capture = _capture(tmp_path / "c.msgpack")
+    out = tmp_path / "r.json"
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["report", str(capture), "--slo", "latency:p99<=1s", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["overall"]["replayed"]["requests"] == 100
+    assert [b["range"] for b in report["buckets"]] == [
+        "<50",
+        "50-256",
+        "256-512",
+        "512-1024",
+        "1024-2048",
+        ">=2048",
+    ]
+    (row,) = report["idle"]["replayed"]
+    assert (row["call"], row["requests"], row["errors"]) == ("GET /v1/models", 10, 0)
+    assert row["latency_p99_ms"] == 5000.0
+    assert "not judged: calls that generate nothing" in result.output
+    # Asked for by path, every path is judged, the model list among them.
+    judged = runner.invoke(
+        cli, ["report", str(capture), "--slo", "latency:p99<=1s", "--slo-by", "path"]
+    )
+    assert judged.exit_code == 1, judged.output
+    assert "/v1/models" in judged.output
