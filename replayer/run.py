@@ -382,8 +382,9 @@ async def _dispatch(
     # On the dispatcher's clock (time.monotonic: uvloop's loop.time() counts whole ms).
     t0, t0_wall = start_times(time.monotonic(), config.start_at_ns, sc.shard, say)
     say(_announcement(config, the_plan, target))
+    total, length_s = _extent(config, the_plan)
     ticker = loop.create_task(
-        show_progress(status_line(dispatcher, time.monotonic()), say, config.live)
+        show_progress(status_line(dispatcher, time.monotonic(), total, length_s), say, config.live)
     )
     watch = LoopWatch(t0, dispatcher.sent_all)  # the dispatch's span: where lags come from
     tasks = [ticker, loop.create_task(watch.run())]
@@ -439,9 +440,36 @@ def _announcement(config: ReplayConfig, the_plan: Plan, target: str) -> str:
         else f"closed loop: {config.users} users, think {think}"
     )
     return (
-        f"replaying {which}{the_plan.count:,} requests ({pace}, tail "
+        f"replaying {which}{_what(config, the_plan)} ({pace}, tail "
         f"{the_plan.tail_count:,} x{sc.tail_stretch:g}) at {redact_url(target)}"
     )
+
+
+def _extent(config: ReplayConfig, the_plan: Plan) -> tuple[int | None, float | None]:
+    """The requests an open-loop schedule makes due (this shard's share of them, about)
+    and its length in replay seconds; (None, None) for a closed loop."""
+    sc = config.schedule
+    if config.users is not None:
+        return None, None
+    records = the_plan.count if the_plan.due_within is None else the_plan.due_within
+    total = round(records * sc.amplify / sc.shard[1])
+    length = sc.speed.replay_offset(the_plan.span_s, the_plan.span_s)
+    if config.duration_s is not None:
+        length = min(length, config.duration_s)
+    return total, length
+
+
+def _what(config: ReplayConfig, the_plan: Plan) -> str:
+    """What will be sent: the records due within ``--duration``, times ``--amplify``."""
+    sc = config.schedule
+    sent = the_plan.count if the_plan.due_within is None else the_plan.due_within
+    about = "about " if sc.amplify % 1 or (sent < the_plan.count and the_plan.spread_ns) else ""
+    out = f"{about}{round(sent * sc.amplify):,} requests"
+    if sc.amplify != 1:
+        out += f" ({sent:,} records x{sc.amplify:g})"
+    if sent < the_plan.count:
+        out += f" of {the_plan.count:,} (--duration {config.duration_s:g}s)"
+    return out
 
 
 def _never_sent(

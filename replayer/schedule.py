@@ -96,6 +96,9 @@ class ScheduleConfig:
     per_file: tuple[int, ...] | None = None
     """Read no more than the first that many records of each file (``Plan.per_file`` of
     a plan made before, so processes that plan apart replay the same records)."""
+    within_s: float | None = None
+    """``--duration`` of an open-loop replay: the plan counts the records due before it
+    (``Plan.due_within``), so the run says what it will send."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,9 @@ class Plan:
     per_file: tuple[int, ...] = ()
     """The records each file held when the plan first read it. Every later read stops
     there, so a file still being written (a live capture) replays as it was then."""
+    due_within: int | None = None
+    """With ``ScheduleConfig.within_s``: the records due before it (at their recorded
+    times dilated; spreading ticks moves a few across it)."""
 
 
 @dataclass(slots=True)
@@ -203,6 +209,10 @@ def plan(config: ScheduleConfig) -> Plan:
     if starts.size == 0:
         raise InputError(_nothing_to_replay(config))
     count, first, span_s = int(starts.size), int(starts[0]), float(starts[-1] - starts[0]) / 1e9
+    within = None
+    if config.within_s is not None:
+        reached = config.speed.recorded_offset(config.within_s, span_s)
+        within = int(np.searchsorted(starts - first, reached * 1e9, side="left"))
     durations, has = _replayed(cols, "duration_ns", keep)
     tail_by, threshold, tail = None, None, None
     if has.any():
@@ -235,6 +245,7 @@ def plan(config: ScheduleConfig) -> Plan:
         longest=longest,
         warnings=warnings,
         per_file=per_file,
+        due_within=within,
     )
     return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
 

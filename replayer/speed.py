@@ -40,6 +40,21 @@ class Shape:
         """The phase a request due at ``replay_s`` belongs to (None: one phase)."""
         return None
 
+    def recorded_offset(self, replay_s: float, span_s: float) -> float:
+        """The recorded offset at which the replay reaches ``replay_s`` (the whole span,
+        when it never does): a bisection, as every shape's replay offset grows with
+        the recorded one. Records before it are due before ``replay_s``."""
+        if self.replay_offset(span_s, span_s) < replay_s:
+            return math.inf
+        lo, hi = 0.0, span_s
+        for _ in range(64):
+            mid = (lo + hi) / 2
+            if self.replay_offset(mid, span_s) < replay_s:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
     def phase_seconds(self, length_s: float) -> dict[str, float]:
         """Replay seconds each phase lasts within a replay ``length_s`` long."""
         return {}

@@ -125,6 +125,7 @@ def _schedule(
         max_context=max_context,
         spread_ticks=args.spread_ticks,
         drop_retries=args.retries != "recorded",
+        within_s=args.duration if args.users is None else None,
     )
 
 

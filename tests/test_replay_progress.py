@@ -1,0 +1,53 @@
+"""A replay says what it will send before it starts, and how far along it is while
+it runs: the header counts the requests ``--duration`` leaves in (not the archive's),
+and each progress line has the total, the share done and the time left."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tailreplay.sim.launcher import sim_process
+
+PEAK = Path(__file__).parents[1] / "traces/peak.msgpack"  # 2,382 requests over 300 s
+
+
+def test_the_header_counts_what_duration_leaves_and_progress_has_a_total(
+    tmp_path: Path,
+) -> None:
+    summary = tmp_path / "s.json"
+    with sim_process(["--profile", "fast"]) as url:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tailreplay",
+                "replay",
+                "--target",
+                url,
+                "--duration",
+                "5s",
+                "--json",
+                str(summary),
+                "-o",
+                str(tmp_path / "r.msgpack"),
+                str(PEAK),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(summary.read_text())
+    header = next(line for line in done.stderr.splitlines() if line.startswith("replaying "))
+    # As many as were sent: what --duration left in, not the archive's 2,382.
+    assert header.startswith(f"replaying {data['sent']:,} requests of 2,382 (--duration 5s)")
+    progress = [line for line in done.stderr.splitlines() if " due " in line]
+    assert progress, done.stderr
+    pattern = re.compile(r"due [\d,]+ of " + f"{data['sent']:,}" + r" \(\d+%\) .* (\d+)s left$")
+    assert all(pattern.search(line) for line in progress), progress
+    lefts = [int(pattern.search(line).group(1)) for line in progress]  # type: ignore[union-attr]
+    assert lefts == sorted(lefts, reverse=True) and lefts[0] <= 5
