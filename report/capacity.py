@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tailreplay.report.svg import Line, line_chart
+from tailreplay.report.svg import Line, Mark, line_chart
 
 __all__ = [
     "Check",
@@ -28,6 +28,7 @@ __all__ = [
     "plot",
     "render",
     "to_json",
+    "trial_line",
 ]
 
 Verdict = Literal["pass", "fail", "uncertain", "client-bound"]
@@ -96,6 +97,26 @@ def decided_by(t: Trial) -> Check | None:
     if not judged:
         return None
     return max(judged, key=lambda c: (math.inf if c.value is None else c.value) / (c.limit or 1))
+
+
+def trial_line(t: Trial) -> str:
+    """A trial as its progress line gives it: the objective that decided it."""
+    cut = f", stopped: {t.cut:,} cut (a lower bound)" if t.cut else ""
+    deciding = decided_by(t)
+    if deciding is None:
+        return f"{t.requests:,} requests, errors {t.errors:,}{cut}"
+    return (
+        f"{t.requests:,} requests, {deciding.objective}: {_value(deciding)}, "
+        f"errors {t.errors:,}{cut}"
+    )
+
+
+def _value(c: Check) -> str:
+    if c.value is None:
+        return "no value"
+    if c.objective.startswith("error_rate"):
+        return f"{100 * c.value:.2f}%"
+    return f"{c.value:,.0f} ms"
 
 
 def broke_first(t: Trial) -> str | None:
@@ -196,13 +217,37 @@ def _pct(x: float | None) -> str:
 
 
 def plot(result: Search) -> str:
-    """P99 latency and TTFT against the factor, as an SVG chart."""
+    """P99 latency and TTFT against the factor, as an SVG chart, with each P99
+    objective's limit and the capacity found marked."""
     trials = sorted((t for t in result.trials if not t.coarse), key=lambda t: t.factor)
     xs = [t.factor for t in trials]
+    colors = {"latency": "#1f77b4", "ttft": "#ff7f0e"}
     lines = [
         Line(f"{metric} P99", xs, [t.percentiles.get(metric, {}).get("p99") for t in trials], color)
-        for metric, color in (("latency", "#1f77b4"), ("ttft", "#ff7f0e"))
+        for metric, color in colors.items()
     ]
+    limits = {
+        c.objective: c.limit
+        for t in trials
+        for c in t.checks
+        if c.limit and c.objective.split(":", 1)[0] in colors and ":p99<=" in c.objective
+    }
+    y_marks = [
+        Mark(f"limit {objective}", limit, colors[objective.split(":", 1)[0]])
+        for objective, limit in limits.items()
+        if limit is not None
+    ]
+    x_marks = (
+        [Mark(f"capacity {result.capacity:.3g}x", result.capacity, "#2ca02c")]
+        if result.capacity is not None
+        else []
+    )
     return line_chart(
-        "P99 against the load factor", lines, x_label="factor (x)", y_label="ms", log_y=True
+        "P99 against the load factor",
+        lines,
+        x_label="load factor (x the recorded window's rate)",
+        y_label="P99 ms",
+        log_y=True,
+        x_marks=x_marks,
+        y_marks=y_marks,
     )

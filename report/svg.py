@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-__all__ = ["Line", "line_chart"]
+__all__ = ["Line", "Mark", "line_chart"]
 
 _W, _H = 640, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 28, 44
@@ -22,18 +22,37 @@ class Line:
     color: str
 
 
+@dataclass(frozen=True)
+class Mark:
+    """A straight line across the chart at ``at`` (a limit, a found value), named."""
+
+    name: str
+    at: float
+    color: str
+
+
 def line_chart(
-    title: str, lines: Sequence[Line], *, x_label: str, y_label: str, log_y: bool = False
+    title: str,
+    lines: Sequence[Line],
+    *,
+    x_label: str,
+    y_label: str,
+    log_y: bool = False,
+    x_marks: Sequence[Mark] = (),
+    y_marks: Sequence[Mark] = (),
 ) -> str:
     """A chart of ``lines`` with both axes labelled and ticked at round values (1, 2,
-    2.5 or 5 times a power of ten; powers of ten on a log axis). A line with no point
+    2.5 or 5 times a power of ten; powers of ten on a log axis), and dashed ``marks``
+    across it (vertical at an x, horizontal at a y), each named. A line with no point
     to draw gets no legend."""
     lines = [line for line in lines if _runs(line, log_y)]
     points = [(x, y) for line in lines for run in _runs(line, log_y) for x, y in run]
     if not points:
         return f"<p><em>{escape(title)}: no data</em></p>"
-    x_ticks = _round_ticks(min(p[0] for p in points), max(p[0] for p in points))
-    y_lo, y_hi = min(p[1] for p in points), max(p[1] for p in points)
+    xs = [p[0] for p in points] + [m.at for m in x_marks]
+    x_ticks = _round_ticks(min(xs), max(xs))
+    ys = [p[1] for p in points] + [m.at for m in y_marks if m.at > 0 or not log_y]
+    y_lo, y_hi = min(ys), max(ys)
     y_ticks = _log_ticks(y_lo, y_hi) if log_y else _round_ticks(min(y_lo, 0.0), y_hi)
     fy = math.log10 if log_y else (lambda v: v)
     x0, x1 = x_ticks[0], x_ticks[-1]
@@ -74,6 +93,26 @@ def line_chart(
         f'<text x="14" y="{mid}" text-anchor="middle" '
         f'transform="rotate(-90 14 {mid})">{escape(y_label + scale)}</text>'
     )
+    for m in x_marks:
+        parts.append(
+            f'<line x1="{sx(m.at):.1f}" x2="{sx(m.at):.1f}" y1="{_TOP}" y2="{_H - _BOTTOM}" '
+            f'stroke="{m.color}" stroke-dasharray="5,3"/>'
+        )
+        parts.append(
+            f'<text x="{sx(m.at) + 3:.1f}" y="{_H - _BOTTOM - 6}" fill="{m.color}">'
+            f"{escape(m.name)}</text>"
+        )
+    for m in y_marks:
+        if m.at <= 0 and log_y:
+            continue
+        parts.append(
+            f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{sy(m.at):.1f}" y2="{sy(m.at):.1f}" '
+            f'stroke="{m.color}" stroke-dasharray="5,3"/>'
+        )
+        parts.append(
+            f'<text x="{_W - _RIGHT - 4}" y="{sy(m.at) - 4:.1f}" text-anchor="end" '
+            f'fill="{m.color}">{escape(m.name)}</text>'
+        )
     for n, line in enumerate(lines):
         for run in _runs(line, log_y):
             coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in run)

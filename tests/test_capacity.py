@@ -8,6 +8,7 @@ import math
 import random
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -499,3 +500,28 @@ def test_a_trial_replays_with_the_studys_options(kind: str) -> None:
         assert (args.slo_stop, args.slo_report) == ("after-sending", False)
     amplified = trial_args(replace(study, by="amplify"), window, 3.0)
     assert amplified.amplify == 3.0 and amplified.speed == Speed(1.0, 1.0)
+
+
+def test_a_budget_stops_the_search_and_the_last_pass_is_a_lower_bound() -> None:
+    run, judge, calls = _limit_at(5)
+
+    def slow_run(factor: float, attempt: int, coarse: bool) -> Path:
+        time.sleep(0.2)
+        return run(factor, attempt, coarse)
+
+    result = search(slow_run, judge, max_factor=16, precision=0.01, budget_s=0.5)
+    assert result.stopped == "the --budget of 500ms was spent"
+    assert 2 <= len(calls) <= 4  # no trial starts past the budget; one may end after it
+    unbounded = search(run, judge, max_factor=16, precision=0.01)
+    assert len(unbounded.trials) > len(result.trials)
+
+
+def test_the_plot_marks_each_limit_and_the_capacity() -> None:
+    run, judge, _ = _limit_at(4)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    for t in result.trials:  # the fake judge measures no percentiles: the check's value
+        t.percentiles = {"latency": {"p99": t.checks[0].value}}
+    svg = plot(result)
+    assert "limit latency:p99&lt;=1000ms" in svg
+    assert f"capacity {result.capacity:.3g}x" in svg
+    assert "load factor (x the recorded window&#x27;s rate)" in svg and "P99 ms (log scale)" in svg

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.cli.capacity import _finish
 from tailreplay.errors import RunFailed
-from tailreplay.report.capacity import Check, Search, Trial
-from tailreplay.studies.capacity_search import _line
+from tailreplay.report.capacity import Check, Search, Trial, trial_line
 from tailreplay.traces.archive.reader import ArchiveReader
 
 
@@ -67,10 +66,10 @@ def _trial(factor: float, verdict: str, latency_ms: float, ttft_ms: float) -> Tr
 
 def test_a_trial_line_names_the_objective_that_decided() -> None:
     # P99 latency was shown while TTFT decided.
-    assert _line(_trial(3.0, "fail", 900.0, 640.0)) == (
+    assert trial_line(_trial(3.0, "fail", 900.0, 640.0)) == (
         "100 requests, ttft:p99<=500ms: 640 ms, errors 0"
     )
-    assert _line(_trial(2.0, "pass", 1900.0, 100.0)) == (
+    assert trial_line(_trial(2.0, "pass", 1900.0, 100.0)) == (
         "100 requests, latency:p99<=2000ms: 1,900 ms, errors 0"
     )
 

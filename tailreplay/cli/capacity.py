@@ -95,6 +95,13 @@ input, 130 interrupted.""",
 )
 @click.option("--require", type=FACTOR, help="Exit 1 unless the capacity is at least this.")
 @click.option(
+    "--budget",
+    type=DURATION,
+    default=None,
+    help="Wall time after which no trial starts (e.g. 30m): the last pass is then a "
+    "lower bound, said in a warning.",
+)
+@click.option(
     "--repeats",
     type=click.IntRange(0, 5),
     default=1,
@@ -170,6 +177,7 @@ def capacity(
     min_factor: float,
     precision: float,
     require: float | None,
+    budget: float | None,
     repeats: int,
     drain: float,
     tail_stretch: float,
@@ -204,6 +212,7 @@ def capacity(
         scrapes=scrapes,
         sweep_step=sweep,
         out_dir=out_dir,
+        budget_s=budget,
     )
     check_study(study)  # makes --out-dir, where the outputs may go: checked after it
     for flag, path in (("--json", json_path), ("--plot", plot_path)):

@@ -77,6 +77,8 @@ class CapacityStudy:
     """A sweep (1x, 1x + step, ... until one fails) instead of the search."""
     out_dir: Path = Path("capacity")
     """Where the window and every trial's results go."""
+    budget_s: float | None = None
+    """Wall time after which no trial starts (``--budget``); None: no limit."""
 
 
 def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
@@ -95,6 +97,7 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
             max_factor=study.max_factor,
             repeats=study.repeats,
             say=say,
+            budget_s=study.budget_s,
         )
     return search(
         trials.run,
@@ -104,6 +107,7 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
         precision=study.precision,
         repeats=study.repeats,
         say=say,
+        budget_s=study.budget_s,
     )
 
 

@@ -32,10 +32,12 @@ pass]. Coarse trials never set either.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tailreplay.report.capacity import Check, Search, Trial, broke_first, decided_by
+from tailreplay.report.capacity import Check, Search, Trial, broke_first, trial_line
+from tailreplay.units import format_duration
 
 __all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]
 
@@ -50,14 +52,31 @@ Judge = Callable[[float, list[Path]], Trial]
 
 
 class _State:
-    def __init__(self, run: Run, judge: Judge, repeats: int, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        run: Run,
+        judge: Judge,
+        repeats: int,
+        say: Callable[[str], None],
+        budget_s: float | None = None,
+    ) -> None:
         self.run, self.judge, self.repeats, self.say = run, judge, repeats, say
         self.out = Search()
+        self.budget_s = budget_s
+        self.deadline = time.monotonic() + budget_s if budget_s is not None else None
         self.order = ORDER
         """The order first aims assume: the coarse bracket's where it has one. Coarse
         values run low (short replays build shorter queues), but alike at both ends."""
 
     def spent(self, extra: int = 0) -> bool:
+        """No replay more: ``MAX_TRIALS`` made, or the wall-clock ``--budget`` spent (the
+        search then stops, as when the client gave out: what passed is a lower bound)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            if self.out.stopped is None:
+                self.out.stopped = (
+                    f"the --budget of {format_duration(self.budget_s or 0)} was spent"
+                )
+            return True
         return sum(t.runs for t in self.out.trials) + extra >= MAX_TRIALS
 
     def trial(
@@ -85,7 +104,7 @@ class _State:
                 break
             self.say(f"{factor:.4g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
         self.out.trials.append(t)
-        self.say(f"{factor:.4g}x{' (coarse)' if coarse else ''}: {t.verdict} ({_line(t)})")
+        self.say(f"{factor:.4g}x{' (coarse)' if coarse else ''}: {t.verdict} ({trial_line(t)})")
         if t.verdict == "client-bound":
             self.out.stopped = f"the client was the bottleneck at {factor:.4g}x (dispatch lag)"
         return t
@@ -100,10 +119,12 @@ def search(
     min_factor: float | None = None,
     repeats: int = 2,
     say: Callable[[str], None] = lambda _: None,
+    budget_s: float | None = None,
 ) -> Search:
     """The capacity of the target for the judged objectives (module docstring), tried
-    from ``min_factor`` (default 1 / ``max_factor``) to ``max_factor``."""
-    state = _State(run, judge, repeats, say)
+    from ``min_factor`` (default 1 / ``max_factor``) to ``max_factor``; no replay starts
+    after ``budget_s`` of wall time."""
+    state = _State(run, judge, repeats, say, budget_s)
     floor = min_factor if min_factor is not None else 1.0 / max_factor
     guess = _coarse(state, floor, max_factor)
     passed, failed = _full(state, guess, floor, max_factor, precision)
@@ -433,26 +454,6 @@ def _order(t: Trial, other: Trial | None, default: float = ORDER) -> float:
     return min(max(slope, 0.5), 8.0)
 
 
-def _line(t: Trial) -> str:
-    """A trial as its progress line gives it: the objective that decided it."""
-    cut = f", stopped: {t.cut:,} cut (a lower bound)" if t.cut else ""
-    deciding = decided_by(t)
-    if deciding is None:
-        return f"{t.requests:,} requests, errors {t.errors:,}{cut}"
-    return (
-        f"{t.requests:,} requests, {deciding.objective}: {_value(deciding)}, "
-        f"errors {t.errors:,}{cut}"
-    )
-
-
-def _value(c: Check) -> str:
-    if c.value is None:
-        return "no value"
-    if c.objective.startswith("error_rate"):
-        return f"{100 * c.value:.2f}%"
-    return f"{c.value:,.0f} ms"
-
-
 def sweep(
     run: Run,
     judge: Judge,
@@ -461,10 +462,11 @@ def sweep(
     max_factor: float,
     repeats: int = 2,
     say: Callable[[str], None] = lambda _: None,
+    budget_s: float | None = None,
 ) -> Search:
     """The brute-force baseline: full replays at 1x, 1x + step, 1x + 2 steps, ... until
     one fails (or ``max``); no coarse trials, no aiming."""
-    state = _State(run, judge, repeats, say)
+    state = _State(run, judge, repeats, say, budget_s)
     passed: float | None = None
     failed: float | None = None
     n = 0
