@@ -13,11 +13,13 @@ A 100k-token prompt (~650 KB) takes about 2 ms to build: the draws are SHAKE-128
 output (one byte a word), made into text by one numpy gather; whole shared blocks
 are kept and reused.
 
-Given the recorded prompt's token entropy (``prompt_entropy_mbits``), the blocks not
-shared are drawn from fewer words, as many as make a prompt of that length come out
-at that entropy (``vocabulary``); shared blocks keep every word, so records that
-shared a prefix still share its text. Every word equally likely, the most a prompt
-reaches is log2(211 words) = 7.7 bits a token; real prose and code run 8-10.
+Given the recorded prompt's token entropy (``prompt_entropy_mbits``), the blocks are
+drawn from fewer words, as many as make a prompt of that length come out at that
+entropy (``vocabulary``); a block drawn from a prefix hash takes the vocabulary of
+the record's entropy and length a little rounded (``shared_vocabulary``), so the
+records that shared a prefix, asking for about the same, still share its text.
+Every word equally likely, the most a prompt reaches is log2(211 words) = 7.7 bits
+a token; real prose and code run 8-10.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ import numpy as np
 from tailreplay.replayer.replay_summary import PromptEntropy
 from tailreplay.traces.text.prompt_stats import entropy_bits as entropy_bits_of
 
-__all__ = ["EntropyTally", "PromptMaker", "single_token_words", "vocabulary"]
+__all__ = [
+    "EntropyTally",
+    "PromptMaker",
+    "shared_vocabulary",
+    "single_token_words",
+    "vocabulary",
+]
 
 BLOCK_TOKENS = 512
 BLOCK_CACHE_BYTES = 32 * 2**20
@@ -91,42 +99,82 @@ def _rows(table: np.ndarray) -> list[bytes]:
     return [row.rstrip(b"\0") for row in table.tolist()]
 
 
+_SLOTS = 256
+"""A draw is one byte: 256 slots, each picking one word."""
+_EXTRA_STEP = 4
+"""Slots moved to one more word at a time between V words and V + 1 (see ``_index``)."""
+
+
+def whole_vocabulary() -> int:
+    """The vocabulary code of every word, drawn as the bytes fall (no entropy asked)."""
+    return len(single_token_words()) * _SLOTS
+
+
 @functools.cache
-def _index(size_v: int) -> np.ndarray:
-    """Per byte value, the word it picks from a vocabulary of ``size_v`` words."""
-    return np.arange(256) % size_v
+def _index(code: int) -> np.ndarray:
+    """Per byte value, the word it picks in vocabulary ``code`` = V * 256 + extra: byte
+    b picks word b % V, but for the first ``extra`` bytes, which pick word V. Between
+    V words (extra 0) and about V + 1 words evenly (extra 256 / (V + 1)), the entropy
+    grows by small steps: at 2.5 bits, 5 words give 2.32 and 6 give 2.58."""
+    size, extra = divmod(code, _SLOTS)
+    index = np.arange(_SLOTS) % size
+    index[:extra] = size
+    return index
+
+
+@functools.cache
+def _codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every vocabulary code, its entropy and its number of words."""
+    words = len(single_token_words())
+    codes = [
+        size * _SLOTS + extra
+        for size in range(1, words + 1)
+        for extra in range(0, (_SLOTS // (size + 1) if size < words else 0) + 1, _EXTRA_STEP)
+    ]
+    entropies = [entropy_bits_of(np.bincount(_index(c), minlength=words + 1)) for c in codes]
+    support = [c // _SLOTS + (c % _SLOTS > 0) for c in codes]
+    return np.array(codes), np.array(entropies), np.array(support)
 
 
 @functools.lru_cache(maxsize=4096)
 def vocabulary(entropy_bits: float, tokens: int) -> int:
-    """How many words, drawn uniformly by bytes, give a prompt of ``tokens`` words the
+    """The vocabulary code (``_index``) that gives a prompt of ``tokens`` words the
     token entropy ``entropy_bits``: the empirical entropy of n draws falls short of the
     distribution's by about (V - 1) / (2 n ln 2) bits (Miller-Madow), so a short
     prompt needs more words than 2^H. That estimate grows with V only up to V = 2n, so
     no more words than that are considered (and a prompt of n tokens cannot reach more
     than log2 n bits anyway).
 
-    >>> vocabulary(3.0, 10_000), vocabulary(0.5, 10), vocabulary(2.0, 10) > vocabulary(1.0, 10)
-    (8, 2, True)
+    >>> [vocabulary(b, 10_000) // 256 for b in (3.0, 2.5)], vocabulary(0.5, 10) // 256
+    ([8, 5], 1)
     """
-    base = _vocabulary_entropies()
-    sizes = np.arange(1, base.size + 1)
+    codes, base, support = _codes()
     n = max(tokens, 1)
-    expected = base - (sizes - 1) / (2 * n * math.log(2))
-    usable = sizes <= 2 * n
+    expected = base - (support - 1) / (2 * n * math.log(2))
+    usable = support <= 2 * n
     gaps = np.where(usable, np.abs(expected - entropy_bits), np.inf)
-    return int(sizes[int(np.argmin(gaps))])
+    return int(codes[int(np.argmin(gaps))])
 
 
-@functools.cache
-def _vocabulary_entropies() -> np.ndarray:
-    """Per vocabulary size V (1..all words), the entropy of a byte's pick among V."""
-    return np.array(
-        [
-            entropy_bits_of(np.bincount(_index(v), minlength=v))
-            for v in range(1, len(single_token_words()) + 1)
-        ]
-    )
+SHARED_BITS_STEP = 0.05
+"""A shared block's entropy is the record's to this step (see ``shared_vocabulary``)."""
+
+
+def shared_vocabulary(entropy_bits: float, tokens: int) -> int:
+    """The vocabulary of a block drawn from a prefix hash: ``vocabulary`` of the
+    record's entropy to ``SHARED_BITS_STEP`` and of its length to a power of the
+    square root of two. Records that share a prefix (a system prompt's, a
+    conversation's) and ask for about the same entropy at about the same length
+    draw the same words for it, so a target's prefix cache still sees the sharing,
+    and each prompt comes out within a few hundredths of a bit of what it asked
+    for; records that differ more get text of their own for that block.
+
+    >>> shared_vocabulary(4.5, 1000) == shared_vocabulary(4.51, 1050)
+    True
+    """
+    bits = round(entropy_bits / SHARED_BITS_STEP) * SHARED_BITS_STEP
+    length = round(2 ** (round(2 * math.log2(max(tokens, 1))) / 2))
+    return vocabulary(bits, length)
 
 
 @functools.cache
@@ -167,7 +215,7 @@ class PromptMaker:
         """The table's rows as bytes, for prompts too short to be worth numpy."""
         self._row_lists: dict[int, list[bytes]] = {}
         self._seed = seed.to_bytes(8, "big", signed=True)
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        self._blocks: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self.cached_bytes = 0
         self._tables: dict[int, np.ndarray] = {}
         self.entropy = EntropyTally()
@@ -189,7 +237,9 @@ class PromptMaker:
         >>> PromptMaker().prompt(3, [7], b"r1") == PromptMaker().prompt(3, [7], b"r2")
         True
         """
-        size_v = len(self.words) if entropy_bits is None else vocabulary(entropy_bits, tokens)
+        whole = whole_vocabulary()
+        size_v = whole if entropy_bits is None else vocabulary(entropy_bits, tokens)
+        size_h = whole if entropy_bits is None else shared_vocabulary(entropy_bits, tokens)
         parts: list[bytes] = []
         pending: list[bytes] = []  # draws of consecutive blocks, made into words at once
         own: list[bytes] = []  # the draws not shared, and (for the entropy achieved)
@@ -199,7 +249,8 @@ class PromptMaker:
             if prefix_hashes and i < len(prefix_hashes):
                 key = b"h" + str(prefix_hashes[i]).encode()
                 if size == BLOCK_TOKENS:
-                    parts += (self._words(pending, size_v), self._shared_block(prefix_hashes[i]))
+                    block = self._shared_block(prefix_hashes[i], size_h)
+                    parts += (self._words(pending, size_v), block)
                     pending = []
                     if entropy_bits is not None:
                         shared.append(self._draw(key, size))
@@ -210,17 +261,17 @@ class PromptMaker:
             own.append(pending[-1])
         parts.append(self._words(pending, size_v))
         if entropy_bits is not None and tally:
-            self.entropy.add(entropy_bits, self._entropy_of(own, size_v, shared))
+            self.entropy.add(entropy_bits, self._entropy_of(own, size_v, shared, size_h))
         return b"".join(parts)
 
-    def _entropy_of(self, own: list[bytes], size_v: int, shared: list[bytes]) -> float:
+    def _entropy_of(self, own: list[bytes], size_v: int, shared: list[bytes], size_h: int) -> float:
         """The token entropy of a prompt built from these draws (each word one token)."""
         n = len(self.words)
-        counts = np.zeros(n, dtype=np.int64)
-        for draws, index in ((own, _index(size_v)), (shared, _index(n))):
+        counts = np.zeros(n + 1, dtype=np.int64)
+        for draws, index in ((own, _index(size_v)), (shared, _index(size_h))):
             if draws:
                 picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
-                counts += np.bincount(index[picks], minlength=n)
+                counts += np.bincount(index[picks], minlength=n + 1)
         return entropy_bits_of(counts)
 
     def text(self, tokens: int, prefix_hashes: list[int] | None, salt: bytes) -> str:
@@ -232,11 +283,11 @@ class PromptMaker:
         return hashlib.shake_128(self._seed + key).digest(size)
 
     def _words(self, draws: list[bytes], size_v: int | None = None) -> bytes:
-        """The draws made into words: byte b picks word (b % ``size_v``)."""
+        """The draws made into words: byte b picks word ``_index(size_v)[b]``."""
         if not draws:
             return b""
         joined = b"".join(draws)
-        whole = size_v in (None, len(self.words))
+        whole = size_v in (None, whole_vocabulary())
         if len(joined) <= _SMALL_DRAW:  # a join beats numpy's fixed cost on short prompts
             words = self._row_list if whole else self._rows_of(size_v or 0)
             return b"".join(map(words.__getitem__, joined))
@@ -257,15 +308,17 @@ class PromptMaker:
             table = self._tables[size_v] = self._table[_index(size_v)]
         return table
 
-    def _shared_block(self, block: int) -> bytes:
-        """A whole block drawn from prefix hash ``block``, kept for the records that share
-        it (the least recently used go first beyond BLOCK_CACHE_BYTES)."""
-        text = self._blocks.get(block)
+    def _shared_block(self, block: int, size_v: int) -> bytes:
+        """A whole block drawn from prefix hash ``block`` among ``size_v`` words, kept
+        for the records that share it (the least recently used go first beyond
+        BLOCK_CACHE_BYTES)."""
+        cached = (block, size_v)
+        text = self._blocks.get(cached)
         if text is not None:
-            self._blocks.move_to_end(block)
+            self._blocks.move_to_end(cached)
             return text
-        text = self._words([self._draw(b"h" + str(block).encode(), BLOCK_TOKENS)])
-        self._blocks[block] = text
+        text = self._words([self._draw(b"h" + str(block).encode(), BLOCK_TOKENS)], size_v)
+        self._blocks[cached] = text
         self.cached_bytes += len(text)
         while self.cached_bytes > BLOCK_CACHE_BYTES:
             _, old = self._blocks.popitem(last=False)
