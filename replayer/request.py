@@ -48,6 +48,9 @@ class RequestSpec:
     """A recorded client abort: close the stream after this many token events..."""
     abort_after_s: float | None = None
     """...or, the tokens unknown, this long after sending (``--client-aborts replay``)."""
+    budget: int | None = None
+    """The output budget the body asks for, as sent (a recorded abort's headroom and
+    ``--body-set`` included); None when it asks for none."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,15 @@ class BodyEdits:
             node[last] = value
 
 
+def _budget_of(body: dict[str, Any]) -> int | None:
+    """The output budget a request body asks for, in whichever field its route reads."""
+    for name in ("max_completion_tokens", "max_output_tokens", "max_tokens"):
+        value = body.get(name)
+        if type(value) is int:
+            return value
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Frame:
     """A synthetic-prompt body as bytes before (``head``) and after (``tail``) the prompt."""
@@ -90,6 +102,7 @@ class _Frame:
     """None: the edits dropped the prompt's field, so the head is the whole body."""
     stream: bool
     forced: bool
+    budget: int | None
 
 
 _FRAMES = 4096
@@ -209,7 +222,7 @@ class RequestBuilder:
         # they are, and escaping 650 KB of it would cost json.dumps a millisecond.
         tail = frame.tail
         raw = frame.head if tail is None else b"".join((frame.head, b'"', text, b'"', tail))
-        return RequestSpec(method, path, raw, frame.stream, ours, frame.forced)
+        return RequestSpec(method, path, raw, frame.stream, ours, frame.forced, budget=frame.budget)
 
     def _frame(self, bare: str, model: str | None, stream: bool, budget: int | None) -> _Frame:
         """The JSON body around a synthetic prompt; the same for every request of one
@@ -232,7 +245,7 @@ class RequestBuilder:
             stream = body.get("stream") is True
         head, found, tail = json.dumps(body).encode().partition(_PROMPT_JSON)
         # A --body-drop of the prompt's field: no prompt goes in (no tail, the head whole).
-        frame = _Frame(head, tail if found else None, stream, forced)
+        frame = _Frame(head, tail if found else None, stream, forced, _budget_of(body))
         if len(self._frames) >= _FRAMES:
             self._frames.clear()
         self._frames[key] = frame
@@ -251,4 +264,5 @@ class RequestBuilder:
         if self.edits is not None:
             self.edits.apply(body)
         stream = body.get("stream") is True
-        return RequestSpec(method, path, json.dumps(body).encode(), stream, None, forced)
+        raw = json.dumps(body).encode()
+        return RequestSpec(method, path, raw, stream, None, forced, budget=_budget_of(body))

@@ -64,7 +64,8 @@ def result_record(
         session=r.session,
         stream=spec.stream if spec is not None else r.stream,
         input_tokens=r.input_tokens if outcome is None else outcome.prompt_tokens,
-        max_tokens=item.budget,
+        # The budget as sent (a recorded abort's headroom, --body-set), else as planned.
+        max_tokens=spec.budget if spec is not None else item.budget,
         prefix_hashes=r.prefix_hashes,
         orig_trace_id=r.trace_id,
         orig_span_id=r.span_id,

@@ -94,3 +94,36 @@ def test_a_client_that_left_before_the_first_token_leaves_after_as_long() -> Non
     # The preflight's probe reads its one token whole, whatever the record's client did.
     probe = builder.build(Planned(0.0, record, 0, False, 1), probe=True)
     assert probe.abort_after_s is None and probe.abort_after_tokens is None
+
+
+def test_the_result_records_the_budget_the_request_was_sent_with() -> None:
+    # The plan's budget was 0 (the client left before its first token); the request
+    # asked for 16, and the target was asked for 16: the result says 16.
+    from tailreplay.replayer.prompts import PromptMaker
+    from tailreplay.replayer.request import BodyEdits, RequestBuilder
+    from tailreplay.replayer.results import result_record
+    from tailreplay.replayer.schedule import Planned
+    from tailreplay.replayer.transport import Outcome
+
+    builder = RequestBuilder(model_map={}, force_lengths=True, prompts=PromptMaker())
+    record = Record(
+        start_ns=1,
+        stream=True,
+        input_tokens=50,
+        output_tokens=0,
+        duration_ns=100_000_000,
+        error="client_abort",
+        status=200,
+    )
+    item = Planned(0.0, record, 0, False, 0)
+    spec = builder.build(item)
+    result = result_record(item, 1, shard=None, spec=spec, outcome=Outcome(status=200))
+    assert spec.budget == result.max_tokens == 16
+    # A --body-set of the budget is what went out, too.
+    edits = BodyEdits(assign={"max_tokens": 99})
+    edited = RequestBuilder(model_map={}, force_lengths=False, prompts=PromptMaker(), edits=edits)
+    plain = Record(start_ns=1, stream=False, input_tokens=50, output_tokens=10)
+    spec = edited.build(Planned(0.0, plain, 0, False, 10))
+    assert spec.budget == 99
+    dry = result_record(Planned(0.0, plain, 0, False, 10), 1, shard=None)
+    assert dry.max_tokens == 10  # a dry run's: the plan's
