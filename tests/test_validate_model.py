@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailreplay.studies.model_check import ArmResult, errors, pooled, render
+from tailreplay.studies.model_check import ArmResult, errors, pooled, ranking_line, render
 from tailreplay.traces.workload.hmm import Mmpp
 from tests.helpers import write_plain
 
@@ -259,3 +259,24 @@ def test_seeds_are_pooled_into_the_models_prediction(tmp_path: Path) -> None:
     both = np.concatenate(list(latencies.values()))
     assert pool.latency["p99"][0] == pytest.approx(np.percentile(both, 99), rel=1e-3)
     assert pool.lag_p99_ms == 3.0 and not pool.client_bound
+
+
+def _arm(arm: str, p99: float, half: float, seed: int | None = None) -> ArmResult:
+    latency = {"p50": (p99 / 3, 0.0, 0.0), "p95": (p99 / 2, 0.0, 0.0)}
+    latency["p99"] = (p99, p99 - half, p99 + half)
+    return ArmResult(arm, seed, 1_000, 0, latency=latency, idc=[1.0, 1.0, 1.0])
+
+
+def test_one_window_that_cannot_rank_the_models_says_so() -> None:
+    # The held-out P99 is known to ±50%: a model 20% off and Poisson 30% off are a tie.
+    tie = [_arm("exact", 1000.0, 500.0), _arm("model", 1200.0, 50.0, 1)]
+    tie.append(_arm("poisson", 1300.0, 50.0, 1))
+    line = ranking_line(tie)
+    assert line is not None and line.startswith("one window cannot rank the models: ")
+    assert "(±50%); replay more of them (--windows 4)" in line
+    assert line in render(tie)
+    clear = [_arm("exact", 1000.0, 20.0), _arm("model", 1050.0, 50.0, 1)]
+    clear.append(_arm("poisson", 1500.0, 50.0, 1))
+    assert ranking_line(clear) == (
+        "ranked on one window: the model is closer on latency P99 (|5%| against |50%|)"
+    )

@@ -49,7 +49,7 @@ from tailreplay.traces.workload.clock import on_ticks
 from tailreplay.traces.workload.fit import synthesize
 from tailreplay.traces.workload.model import Workload
 
-__all__ = ["ArmResult", "CheckConfig", "pooled", "run_check"]
+__all__ = ["ArmResult", "CheckConfig", "pooled", "ranking_line", "run_check"]
 
 Array = npt.NDArray[Any]
 QUANTILES = (50.0, 95.0, 99.0)
@@ -336,7 +336,43 @@ def render(results: list[ArmResult]) -> list[str]:
                 each = ", ".join(f"{e:+.1%}" for e in errs)
                 parts.append(f"{figure.replace('_', ' ')} error mean |{mean:.1%}| ({each})")
         lines.append(f"{kind}: " + ("; ".join(parts) if parts else "nothing to compare"))
+    ranking = ranking_line(results)
+    if ranking is not None:
+        lines.append(ranking)
     return lines
+
+
+def ranking_line(results: list[ArmResult]) -> str | None:
+    """Whether the held-out windows can tell the model from Poisson on latency P99: the
+    two arms' mean |error| must differ by more than the windows' own uncertainty (the
+    exact P99's bootstrap half-width, relative, and with several windows the spread of
+    their P99s). None when an arm has nothing to compare."""
+    errs = errors(results)
+    model = next((v["latency_p99"] for k, v in errs.items() if k.startswith("model")), [])
+    poisson = next((v["latency_p99"] for k, v in errs.items() if k.startswith("poisson")), [])
+    windows = [r for r in results if r.arm == "exact" and "p99" in r.latency]
+    if not model or not poisson or not windows:
+        return None
+    noise = max(_half_width(r) for r in windows)
+    p99s = [r.latency["p99"][0] for r in windows]
+    if len(p99s) > 1:
+        noise = max(noise, float(np.std(p99s) / np.mean(p99s)))
+    m, p = float(np.mean(np.abs(model))), float(np.mean(np.abs(poisson)))
+    which = "one window" if len(windows) == 1 else f"these {len(windows)} windows"
+    if abs(m - p) <= noise:
+        more = "" if len(windows) > 1 else "; replay more of them (--windows 4)"
+        return (
+            f"{which} cannot rank the models: their latency P99 errors (|{m:.0%}| and "
+            f"|{p:.0%}| for the model and Poisson) differ by less than the held-out "
+            f"P99's own uncertainty (±{noise:.0%}){more}"
+        )
+    closer = "the model" if m < p else "Poisson"
+    return f"ranked on {which}: {closer} is closer on latency P99 (|{m:.0%}| against |{p:.0%}|)"
+
+
+def _half_width(r: ArmResult) -> float:
+    value, low, high = r.latency["p99"]
+    return (high - low) / 2 / value if value > 0 else 0.0
 
 
 def _name(kind: str, seed: int | None) -> str:
