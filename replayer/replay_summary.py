@@ -57,7 +57,9 @@ class ReplaySummary:
     """What one replay did: counts, timings (ms) of what was answered, and how it ended."""
 
     requests: int
-    """Results: every request due, each retry attempt included."""
+    """Requests due: each counted once, however many attempts it took."""
+    attempts: int
+    """Results: every attempt (``requests`` plus ``retries``)."""
     sent: int
     completed: int
     """Answered without error."""

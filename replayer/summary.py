@@ -143,7 +143,8 @@ class ResultCollector:
             return _summary(values[metric]) if metric in values else None
 
         return ReplaySummary(
-            requests=self.requests,
+            requests=self.requests - self.retries,
+            attempts=self.requests,
             sent=sent,
             completed=self.ok,
             errors=dict(self.errors),
@@ -182,7 +183,8 @@ def summary_lines(s: ReplaySummary) -> list[str]:
     rate = s.throughput_rps
     lines = [
         *_how_it_ended(s),
-        f"requests {s.requests:,}  sent {s.sent:,}  completed {s.completed:,}  "
+        f"requests {s.requests:,}{f' ({s.attempts:,} attempts)' if s.retries else ''}  "
+        f"sent {s.sent:,}  completed {s.completed:,}  "
         f"dropped {s.dropped:,}  errors: {errors}{cut}",
         *(f"  {kind}: {text}" for kind, text in sorted(s.error_messages.items())),
         f"duration {s.duration_s:.1f} s  throughput {rate:,.1f} req/s"
@@ -195,9 +197,9 @@ def summary_lines(s: ReplaySummary) -> list[str]:
             f"drawn {e.achieved_bits:.2f} (mean of {e.prompts:,})"
         )
     if retries := s.retries:
-        first = s.requests - retries
+        first = s.requests
         lines.append(
-            f"retries {retries:,}: {s.requests / max(first, 1):.2f} attempts per "
+            f"retries {retries:,}: {s.attempts / max(first, 1):.2f} attempts per "
             f"request ({first:,} first attempts)"
         )
     shown = [(label, getattr(s, f"{metric}_ms")) for label, metric in _SHOWN]

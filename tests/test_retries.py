@@ -58,6 +58,8 @@ def test_policy_retries_429s_after_retry_after_up_to_max_attempts(tmp_path: Path
     per_request = len(results) / len(firsts)
     assert 1 < per_request <= 3
     assert f"{per_request:.2f} attempts per request" in stdout
+    # Requests and attempts named apart: 40 requests, each counted once.
+    assert f"requests 40 ({len(results)} attempts)  sent {len(results)}" in stdout
     by_span = {r.span_id: r for r in results}
     for r in results:
         if r.attempt == 1:
