@@ -51,3 +51,34 @@ def test_the_header_counts_what_duration_leaves_and_progress_has_a_total(
     assert all(pattern.search(line) for line in progress), progress
     lefts = [int(pattern.search(line).group(1)) for line in progress]  # type: ignore[union-attr]
     assert lefts == sorted(lefts, reverse=True) and lefts[0] <= 5
+
+
+def test_an_error_that_rounds_to_zero_is_not_negative() -> None:
+    from tailreplay.replayer.replay_summary import ReplaySummary, TailSummary
+    from tailreplay.replayer.summary import summary_lines
+
+    tail = TailSummary(count=0, factor=1.8, quantile=0.99, by=None, capped=0, context=None)
+    summary = ReplaySummary(
+        requests=10,
+        attempts=10,
+        sent=10,
+        completed=10,
+        errors={},
+        error_messages={},
+        dropped=0,
+        duration_s=1.0,
+        throughput_rps=10.0,
+        latency_ms=None,
+        latency_from_due_ms=None,
+        ttft_ms=None,
+        ttft_content_ms=None,
+        tpot_ms=None,
+        lag_ms=None,
+        retries=0,
+        tail=tail,
+        input_tokens_error=-1e-7,
+    )
+    lines = summary_lines(summary)
+    assert "input tokens vs recorded: 0.00% (as the target counts them)" in lines
+    summary.input_tokens_error = -0.0123
+    assert "input tokens vs recorded: -1.23% (as the target counts them)" in summary_lines(summary)
