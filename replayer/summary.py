@@ -212,8 +212,8 @@ def summary_lines(s: ReplaySummary) -> list[str]:
         lines.append(verdict_line(s.client))
     if s.input_tokens_error is not None:
         error = s.input_tokens_error * 100
-        shown = f"{error:+.2f}" if round(error, 2) != 0 else "0.00"  # never "-0.00"
-        lines.append(f"input tokens vs recorded: {shown}% (as the target counts them)")
+        percent = f"{error:+.2f}" if round(error, 2) != 0 else "0.00"  # never "-0.00"
+        lines.append(f"input tokens vs recorded: {percent}% (as the target counts them)")
     return lines
 
 
