@@ -40,7 +40,7 @@ from tailreplay.replayer.scrape import resolve, scraping
 from tailreplay.replayer.slo_stop import MissWatch
 from tailreplay.replayer.slo_stop import most_scheduled as _scheduled
 from tailreplay.replayer.start import freeze_heap, start_times
-from tailreplay.replayer.summary import ResultCollector, mark_unsent
+from tailreplay.replayer.summary import ResultCollector, lag_percentiles, mark_unsent
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
@@ -421,6 +421,8 @@ async def _dispatch(
         summary.input_tokens_error = s.input_reported / s.input_intended - 1
     summary.prompt_entropy = dispatcher.builder.prompts.entropy.summary()
     lags = np.frombuffer(dispatcher.lags_ns, dtype=np.int64)
+    # One dispatch lag in the summary: the percentiles shown are the verdict's own.
+    summary.lag_ms = lag_percentiles(lags)
     summary.client = watched_verdict(lags, config.lag_limit_ms, watch, dispatcher.yielded_s)
     # A closed loop cut by --duration has no first unsent item, only fewer sent.
     closed = config.users is not None and config.duration_s is not None

@@ -41,6 +41,11 @@ _SHOWN: tuple[tuple[str, Metric], ...] = (
 """The summary's rows: a label and the shared metric it shows."""
 
 
+def lag_percentiles(lags_ns: Array) -> Percentiles | None:
+    """The dispatch lag's P50/P95/P99 and maximum (ms) of every send (sent - due)."""
+    return _summary(lags_ns * 1e-6)
+
+
 def _summary(values: Array) -> Percentiles | None:
     """P50/P95/P99 and the maximum of ``values`` (ms), or None when there are none."""
     out = percentiles(values, _PCTS)
@@ -203,7 +208,7 @@ def summary_lines(s: ReplaySummary) -> list[str]:
             f"request ({first:,} first attempts)"
         )
     shown = [(label, getattr(s, f"{metric}_ms")) for label, metric in _SHOWN]
-    for name, p in [*shown, ("lag", s.lag_ms)]:
+    for name, p in [*shown, ("lag", s.lag_ms)]:  # lag: sent - due, each send
         if p is not None:
             cells = "  ".join(f"{q} {getattr(p, q):9.1f}" for q in ("p50", "p95", "p99", "max"))
             lines.append(f"  {name:<10} {cells} ms")

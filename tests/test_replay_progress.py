@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tailreplay.sim.launcher import sim_process
 
 PEAK = Path(__file__).parents[1] / "traces/peak.msgpack"  # 2,382 requests over 300 s
@@ -42,6 +44,8 @@ def test_the_header_counts_what_duration_leaves_and_progress_has_a_total(
         )
     assert done.returncode == 0, done.stderr
     data = json.loads(summary.read_text())
+    # One dispatch lag: the summary's P99 is the client verdict's.
+    assert data["lag_ms"]["p99"] == pytest.approx(data["client"]["lag_p99_ms"], rel=1e-9)
     header = next(line for line in done.stderr.splitlines() if line.startswith("replaying "))
     # As many as were sent: what --duration left in, not the archive's 2,382.
     assert header.startswith(f"replaying {data['sent']:,} requests of 2,382 (--duration 5s)")
