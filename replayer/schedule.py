@@ -10,19 +10,18 @@ live replay sends.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 import os
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from tailreplay.errors import InputError
+from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
 from tailreplay.replayer.speed import Shape, Speed
-from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_fraction, spread_tick, tick_floor
+from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
 from tailreplay.traces.archive.columns import Columns, load_columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
@@ -45,8 +44,6 @@ Array = np.ndarray
 
 MAX_BUDGET = 2**32 - 1
 """A stretched budget is a token count too (``max_tokens`` < 2^32 in the archive)."""
-AMPLIFY_JITTER_S = 0.010
-"""Extra copies of a request (--amplify) go out within this much after the original."""
 
 
 @dataclass(frozen=True)
@@ -153,10 +150,6 @@ class Planned:
         return self.due_s < other.due_s
 
 
-def _u64(*parts: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(b"\x00".join(parts), digest_size=8).digest(), "big")
-
-
 def _key(record: Record, index: int) -> bytes:
     """What a record's draws are keyed on: its trace id, or without one its start and
     its place in the replayed stream (every shard reads the same stream), so records
@@ -169,7 +162,7 @@ def _key(record: Record, index: int) -> bytes:
 def shard_of(record: Record, shards: int, index: int = 0) -> int:
     """The shard a record (the ``index``-th replayed) belongs to: by its trace id, so
     shards never overlap."""
-    return _u64(_key(record, index), b"shard") % shards
+    return u64(_key(record, index), b"shard") % shards
 
 
 def _load(config: ScheduleConfig, name: str, per_file: Sequence[int] | None) -> Columns:
@@ -360,59 +353,6 @@ def _tail_value(record: Record, tail_by: str, cost: TailCost) -> float | None:
     return cost.demand(record.input_tokens, base)  # the float arithmetic of ``plan``
 
 
-_TICKS_KEPT = 4_096
-"""Ticks whose places ``_DueTimes`` remembers (a record later than that many ticks
-out of order may share a place, and so a send time, with another)."""
-
-
-class _DueTimes:
-    """Due offsets: the recorded offset from the first start, dilated by --speed.
-
-    When the schedule spreads ticks, a request's recorded time is the start of its
-    tick plus a fraction of the tick from the seed and the copy's place among its
-    tick's copies (``ticks.spread_fraction``; every shard counts every record)."""
-
-    def __init__(self, the_plan: Plan, speed: Shape, seed: bytes, copies: int) -> None:
-        self.copies = copies
-        """The most copies of one record (``--amplify`` rounded up)."""
-        self.first = the_plan.first_start_ns
-        self.span_s = the_plan.span_s
-        self.speed = speed
-        self.seed = seed
-        self.ticks = the_plan.ticks if the_plan.spread_ns is not None else None
-        self._start = self._index = 0
-        self._earliest = 0.0
-        self._places: OrderedDict[int, int] = OrderedDict()
-        """Per recent tick, the places taken in it: a record read after later ticks
-        (out of start order) takes the next place in its own tick, not the first."""
-
-    def earliest(self, start_ns: int) -> float:
-        """The earliest due offset of a record starting at ``start_ns`` (and of every
-        record after it, read in start order); call once per record, in read order."""
-        if self.ticks is not None:
-            floor = tick_floor(start_ns, self.ticks)
-            self._index = self._places.get(floor, 0)
-            self._places[floor] = self._index + 1
-            self._places.move_to_end(floor)
-            if len(self._places) > _TICKS_KEPT:
-                self._places.popitem(last=False)
-            start_ns = floor
-        self._start = start_ns
-        self._earliest = self.speed.replay_offset((start_ns - self.first) / 1e9, self.span_s)
-        return self._earliest
-
-    def due(self, key: bytes, copy: int) -> float:
-        """The due offset of copy ``copy`` of the record last passed to ``earliest``."""
-        if self.ticks is None:
-            if copy == 0:
-                return self._earliest
-            jitter = _u64(key, self.seed, bytes([copy % 256])) / 2**64
-            return self._earliest + AMPLIFY_JITTER_S * jitter
-        u = spread_fraction(self._start, self.seed, self._index * self.copies + copy)
-        recorded_ns = self._start - self.first + u * self.ticks.tick_ns
-        return self.speed.replay_offset(recorded_ns / 1e9, self.span_s)
-
-
 def schedule(
     config: ScheduleConfig, the_plan: Plan, warn: Callable[[str], None] | None = None
 ) -> Iterator[Planned]:
@@ -423,7 +363,10 @@ def schedule(
     shard, shards = config.shard
     whole, frac = int(config.amplify), config.amplify - int(config.amplify)
     seed = config.seed.to_bytes(8, "big", signed=True)
-    due_at = _DueTimes(the_plan, config.speed, seed, whole + (1 if frac else 0))
+    spread = the_plan.ticks if the_plan.spread_ns is not None else None
+    due_at = DueTimes(
+        the_plan.first_start_ns, the_plan.span_s, spread, config.speed, seed, whole + bool(frac)
+    )
     heap: list[tuple[float, int, Planned]] = []
     order = 0
     selected = 0
@@ -444,7 +387,7 @@ def schedule(
         tail = _in_tail(record, the_plan, config)
         budget = _budget(record, tail, config)
         key = _key(record, selected)
-        copies = whole + (1 if frac and _u64(key, seed, b"amplify") < frac * 2**64 else 0)
+        copies = whole + (1 if frac and u64(key, seed, b"amplify") < frac * 2**64 else 0)
         for c in range(copies):
             due_s = due_at.due(key, c)
             item = Planned(due_s, record, c, tail, budget, config.speed.phase(due_s), key)

@@ -28,6 +28,7 @@ __all__ = [
     "spread_line",
     "spread_tick",
     "tick_floor",
+    "tick_phase",
 ]
 
 
@@ -90,16 +91,20 @@ about 0.38/n of it and no further than about 1.8/n (the three-gap theorem), in
 any number n: a tick's requests spread evenly without knowing how many come."""
 
 
-def spread_fraction(tick_ns: int, seed: bytes, place: int) -> float:
-    """Where in its tick the request at ``place`` (its tick's requests counted in
-    archive order, every shard's and every copy) goes, in [0, 1): a seeded phase per
-    tick, then golden-ratio steps. The clock hid the order and spacing within a
-    tick; evenly spread, a tick of n requests sends none closer than 0.38/n of the
-    tick to another (no two of a 3 s tick's 1,000 in one millisecond), where
-    independent draws put two of a 3 s tick's 20 requests in one millisecond once
-    every 16 ticks. Every shard and every run computes the same."""
+def tick_phase(tick_ns: int, seed: bytes) -> float:
+    """A tick's seeded phase in [0, 1): where its first request goes (``spread_fraction``)."""
     digest = hashlib.blake2b(
         b"\x00".join((tick_ns.to_bytes(8, "big", signed=True), seed, b"tick")), digest_size=8
     ).digest()
-    phase = int.from_bytes(digest, "big") / 2**64
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def spread_fraction(phase: float, place: int) -> float:
+    """Where in its tick the request at ``place`` (its tick's requests counted in
+    archive order, every shard's and every copy) goes, in [0, 1): the tick's seeded
+    phase (``tick_phase``), then golden-ratio steps. The clock hid the order and
+    spacing within a tick; evenly spread, a tick of n requests sends none closer
+    than 0.38/n of the tick to another (no two of a 3 s tick's 1,000 in one
+    millisecond), where independent draws put two of a 3 s tick's 20 requests in one
+    millisecond once every 16 ticks. Every shard and every run computes the same."""
     return (phase + place * GOLDEN) % 1.0
