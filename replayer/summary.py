@@ -179,7 +179,7 @@ def summary_lines(s: ReplaySummary) -> list[str]:
     """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
     tail = _tail_line(s.tail)
     if s.dry_run:
-        return [f"dry run: {s.requests:,} requests planned, none sent", tail]
+        return [f"dry run: {s.attempts:,} requests planned, none sent", tail]
     # Cut by the client (Ctrl-C, --slo-stop), not failed by the target: shown apart.
     kinds = sorted((k, v) for k, v in s.errors.items() if k != "cancelled")
     errors = ", ".join(f"{k} {v:,}" for k, v in kinds) or "none"

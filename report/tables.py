@@ -59,6 +59,9 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     if report["replay"].get("source") == "replay:dry-run":
         return f"dry run: {rep['requests']:,} requests scheduled, none sent"
     parts = [f"{side_label(report, 'replayed')} {rep['requests']:,} requests"]
+    idle = sum(r["requests"] for r in report.get("idle", {}).get("replayed", []))
+    if idle:
+        parts[0] += f" (and {idle:,} calls that generate nothing, not judged)"
     speed = ReplayHeader.read(report["replay"]).speed
     if speed is not None:
         parts.append(f"at {speed}")

@@ -63,6 +63,12 @@ def _number(pattern: str, text: str) -> int:
     return int(found[1].replace(",", ""))
 
 
+def _idle_calls(text: str) -> int:
+    """The calls that generate nothing a report counts apart ("(and 2 calls that ...")."""
+    found = re.search(r"\(and ([\d,]+) calls that generate nothing", text)
+    return int(found[1].replace(",", "")) if found else 0
+
+
 # Commands whose output tells how many records they read, and how.
 _COUNT: dict[str, _Count] = {
     "stats": lambda r: int(json.loads(r.stdout)["records"]),
@@ -72,7 +78,9 @@ _COUNT: dict[str, _Count] = {
     "export-jsonl": lambda r: _number(r"exported ([\d,]+) records", r.output),
     "export-mooncake": lambda r: _number(r"exported ([\d,]+) records", r.output),
     "replay": lambda r: _number(r"dry run: ([\d,]+) requests", r.stdout),
-    "report": lambda r: _number(r"(?:recorded|replayed) ([\d,]+) requests", r.stdout),
+    "report": lambda r: (
+        _number(r"(?:recorded|replayed) ([\d,]+) requests", r.stdout) + _idle_calls(r.stdout)
+    ),
 }
 
 
