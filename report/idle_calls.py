@@ -48,8 +48,14 @@ class IdleCalls:
     """Per path (without its query string): how many, how many failed, how long."""
 
     paths: dict[str, _Path] = field(default_factory=dict)
+    keys: set[bytes] = field(default_factory=set)
+    """The calls' identities: a recorded side is read for the replayed ones too."""
 
-    def add(self, method: str, path: Any, failed: bool, duration_ns: Any) -> None:
+    def add(
+        self, method: str, path: Any, failed: bool, duration_ns: Any, key: bytes | None
+    ) -> None:
+        if key is not None:
+            self.keys.add(key)
         name = f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
         row = self.paths.setdefault(name, _Path())
         row.requests += 1

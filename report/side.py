@@ -231,12 +231,12 @@ def _key(get: Callable[[str], Any]) -> bytes | None:
     return trace + span if type(trace) is bytes and type(span) is bytes else None
 
 
-def _idle(get: Callable[[str], Any], idle: IdleCalls) -> bool:
+def _idle(get: Callable[[str], Any], idle: IdleCalls, key: bytes | None) -> bool:
     """Whether the record generates nothing; if so, counted in ``idle``."""
     method, path = get("method"), get("path")
     if not is_idle(method, path):
         return False
-    idle.add(method, path, is_error(get("status"), get("error")), get("duration_ns"))
+    idle.add(method, path, is_error(get("status"), get("error")), get("duration_ns"), key)
     return True
 
 
@@ -266,7 +266,9 @@ def _read(
                 m = {k: v for k, v in m.items() if v is not None}
             get = m.get
             key = _key(get)
-            if (keep is not None and key not in keep) or (idle is not None and _idle(get, idle)):
+            if (keep is not None and key not in keep) or (
+                idle is not None and _idle(get, idle, key)
+            ):
                 continue
             keys.append(key)
             starts(get("start_ns", -1))

@@ -216,7 +216,8 @@ def _load_recorded(
     Compared whole, a replay of the first 400 requests would face the percentiles of
     all 2,400. A replay of something else (nothing joins) is compared with all of it.
     """
-    keys = {k for k in replayed.key if k is not None}
+    # The calls that generate nothing were replayed too: their originals are read apart.
+    keys = {k for k in replayed.key if k is not None} | replayed.idle.keys
     if keys:
         recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
         if recorded.n:

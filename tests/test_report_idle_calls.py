@@ -10,6 +10,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
+from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -76,3 +77,34 @@ def test_a_slow_model_list_is_listed_not_judged(tmp_path: Path) -> None:
     )
     assert judged.exit_code == 1, judged.output
     assert "/v1/models" in judged.output
+
+
+def test_both_sides_list_their_calls_that_generate_nothing(tmp_path: Path) -> None:
+    capture = _capture(tmp_path / "c.msgpack")
+    replayed = []
+    for m in ArchiveReader([capture]):
+        ids = {"trace_id": b"r" * 16, "span_id": m.span_id, "orig_trace_id": m.trace_id}
+        replayed.append(
+            {
+                **ids,
+                "start_ns": m.start_ns,
+                "orig_span_id": m.span_id,
+                "lag_ns": 0,
+                "method": m.method,
+                "path": m.path,
+                "status": 200,
+                "duration_ns": m.duration_ns,
+                "input_tokens": m.input_tokens,
+                "output_tokens": m.output_tokens,
+            }
+        )
+    results = write_plain(
+        tmp_path / "r.msgpack", replayed, {"format": "tailreplay", "version": 1, "source": "replay"}
+    )
+    out = tmp_path / "r.json"
+    args = ["report", str(results), "--recorded", str(capture), "--json", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    idle = json.loads(out.read_text())["idle"]
+    assert [r["requests"] for r in idle["recorded"]] == [10]
+    assert [r["requests"] for r in idle["replayed"]] == [10]
