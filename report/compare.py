@@ -296,7 +296,8 @@ def summarize(
     side: Side, sel: Mask, window: float | None, rng: np.random.Generator, *, itl: bool
 ) -> SideSummary:
     count = int(sel.sum())
-    errors = int((sel & side.error).sum())
+    cancelled = int((sel & side.cancelled).sum())
+    errors = int((sel & side.error & ~side.cancelled).sum())
     metrics: Metrics = {}
     # Every metric resampled with the same draws: equal values (latency and latency from
     # due with no lag) get equal intervals, not two seeds' worth of difference.
@@ -307,12 +308,14 @@ def summarize(
         gaps = side.itl_us.percentiles()
         binned = {k: Estimate(v, None, None) for k, v in gaps.items()} if gaps else None
         metrics["itl"] = _as_json(binned, scale=1e-3)
-    ok = count - errors
+    ok = count - errors - cancelled
+    judged = count - cancelled
     out_tokens = side.output_tokens[sel & side.ok]
     return {
         "requests": count,
         "errors": errors,
-        "error_rate": errors / count if count else None,
+        "error_rate": errors / judged if judged else None,
+        "cancelled": cancelled,
         "throughput_rps": ok / window if window else None,
         "output_tokens_per_s": float(out_tokens[out_tokens > 0].sum()) / window if window else None,
         "tail": int((sel & side.tail).sum()),

@@ -131,7 +131,12 @@ class SideSummary(TypedDict):
 
     requests: int
     errors: int
+    """Failed requests, but for those the client cut (``cancelled``): the target's."""
     error_rate: float | None
+    """``errors`` over the requests the client did not cut."""
+    cancelled: int
+    """Requests the replayer cut in flight (Ctrl-C, ``--slo-stop``): neither a
+    success nor the target's error."""
     throughput_rps: float | None
     """Successes per second of the side's whole window (first start to last end)."""
     output_tokens_per_s: float | None

@@ -153,6 +153,8 @@ def _overview(report: Report) -> ReportTable:
         ("tail-stretched", lambda s: f"{s['tail']:,}"),
         ("tokens estimated", lambda s: pct(s["estimated_share"])),
     ]
+    if any(report["overall"][name].get("cancelled") for name in sides):
+        rows.insert(2, ("cancelled by the client", lambda s: f"{s.get('cancelled', 0):,}"))
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
     scale = report["rate_scale"]

@@ -108,3 +108,36 @@ def test_both_sides_list_their_calls_that_generate_nothing(tmp_path: Path) -> No
     idle = json.loads(out.read_text())["idle"]
     assert [r["requests"] for r in idle["recorded"]] == [10]
     assert [r["requests"] for r in idle["replayed"]] == [10]
+
+
+def test_requests_the_client_cut_are_not_the_targets_errors(tmp_path: Path) -> None:
+    # Ctrl-C cut 5 requests in flight; the target failed 1 of the 11 it answered.
+    maps = [
+        {
+            "start_ns": T0 + i * 10**8,
+            "trace_id": i.to_bytes(16, "big"),
+            "span_id": i.to_bytes(8, "big"),
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "lag_ns": 0,
+            "duration_ns": 2 * 10**8,
+            "input_tokens": 100,
+            "output_tokens": 10,
+            **({"status": 200} if i < 10 else {}),
+            **({"error": "cancelled"} if 10 <= i < 15 else {}),
+            **({"status": 500, "error": "http_500"} if i == 15 else {}),
+        }
+        for i in range(16)
+    ]
+    header = {"format": "tailreplay", "version": 1, "source": "replay"}
+    results = write_plain(tmp_path / "r.msgpack", maps, header)
+    out = tmp_path / "r.json"
+    runner = CliRunner()
+    args = ["report", str(results), "--replay-only", "--json", str(out)]
+    result = runner.invoke(cli, [*args, "--slo", "error_rate<=10%"])
+    assert result.exit_code == 0, result.output
+    overall = json.loads(out.read_text())["overall"]["replayed"]
+    assert (overall["errors"], overall["cancelled"]) == (1, 5)
+    assert overall["error_rate"] == 1 / 11
+    assert "cancelled by the client" in result.output
+    assert runner.invoke(cli, [*args, "--slo", "error_rate<=5%"]).exit_code == 1

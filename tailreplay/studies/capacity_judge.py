@@ -110,8 +110,9 @@ def served_share(side: Side) -> float | None:
 def _count_cut(side: Side) -> int:
     """Requests cancelled once an objective was missed, made answered at their time in
     flight (the module docstring); how many."""
-    cut = side.cancelled
+    cut = side.cancelled.copy()
     side.error[cut] = False
+    side.cancelled[cut] = False  # answered now, at their time in flight
     # Whether a cut request had its first token is not kept: it has no TTFT.
     side.ttfb_ns[cut] = -1
     side.error_kinds.pop("cancelled", None)
