@@ -13,7 +13,7 @@ from tailreplay.cli.options import (
     DURATION,
     FACTOR,
     HTTP_URL,
-    archive_paths,
+    archives,
     scrape_option,
     write_text,
 )
@@ -41,13 +41,7 @@ after a pass warns), 1 no capacity (the lowest factor, --min, failed, or the cli
 was the bottleneck before any pass) or one below --require, 2 usage, 3 unreadable
 input, 130 interrupted.""",
 )
-@click.argument(
-    "archives",
-    nargs=-1,
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=True),
-    callback=archive_paths,
-)
+@archives("archives")
 @click.option(
     "--target", type=HTTP_URL, help="Base URL (default: a fresh built-in simulator for each trial)."
 )

@@ -58,6 +58,7 @@ __all__ = [
     "FiniteRange",
     "Parsed",
     "archive_paths",
+    "archives",
     "archives_argument",
     "buckets_option",
     "client_options",
@@ -206,13 +207,18 @@ def archive_paths(
     return tuple(expand_folders(value))
 
 
-archives_argument = click.argument(
-    "files",
-    nargs=-1,
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=True),
-    callback=archive_paths,
-)
+def archives(name: str = "files") -> Callable[[F], F]:
+    """The archives argument (one or more; folders read as their archives) as ``name``."""
+    return click.argument(
+        name,
+        nargs=-1,
+        required=True,
+        type=click.Path(path_type=Path, dir_okay=True),
+        callback=archive_paths,
+    )
+
+
+archives_argument = archives()
 
 output_option = click.option(
     "-o",

@@ -25,7 +25,7 @@ from tailreplay.cli.options import (
     SPEED,
     FiniteRange,
     Parsed,
-    archive_paths,
+    archives,
     client_options,
     event_loop_option,
     otlp_from_params,
@@ -66,13 +66,7 @@ Exit codes: 0 done (and SLOs met), 1 failed or SLO missed, 2 usage, 3 unreadable
 input, 130 interrupted.""",
 )
 @click.version_option(__version__, prog_name="replay")
-@click.argument(
-    "archives",
-    nargs=-1,
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=True),
-    callback=archive_paths,
-)
+@archives("archives")
 @click.option(
     "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
 )

@@ -11,6 +11,7 @@ from tailreplay.cli.echo import say
 from tailreplay.cli.options import (
     KEY_VALUE,
     archive_paths,
+    archives,
     buckets_option,
     output_file,
     skip_corrupt_option,
@@ -42,13 +43,7 @@ def _out(name: str, help_text: str) -> click.Option:
         _out("deltas", "Write one CSV row per replayed request with its recorded original."),
     ]
 )
-@click.argument(
-    "replayed",
-    nargs=-1,
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=True),
-    callback=archive_paths,
-)
+@archives("replayed")
 @click.option(
     "--recorded",
     multiple=True,
