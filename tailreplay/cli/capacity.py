@@ -13,7 +13,7 @@ from tailreplay.cli.options import (
     DURATION,
     FACTOR,
     HTTP_URL,
-    archives,
+    archive_args,
     scrape_option,
     write_text,
 )
@@ -41,7 +41,7 @@ after a pass warns), 1 no capacity (the lowest factor, --min, failed, or the cli
 was the bottleneck before any pass) or one below --require, 2 usage, 3 unreadable
 input, 130 interrupted.""",
 )
-@archives("archives")
+@archive_args("archives")
 @click.option(
     "--target", type=HTTP_URL, help="Base URL (default: a fresh built-in simulator for each trial)."
 )

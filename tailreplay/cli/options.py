@@ -57,8 +57,8 @@ __all__ = [
     "TAIL_COST",
     "FiniteRange",
     "Parsed",
+    "archive_args",
     "archive_paths",
-    "archives",
     "archives_argument",
     "buckets_option",
     "client_options",
@@ -207,7 +207,7 @@ def archive_paths(
     return tuple(expand_folders(value))
 
 
-def archives(name: str = "files") -> Callable[[F], F]:
+def archive_args(name: str = "files") -> Callable[[F], F]:
     """The archives argument (one or more; folders read as their archives) as ``name``."""
     return click.argument(
         name,
@@ -218,7 +218,7 @@ def archives(name: str = "files") -> Callable[[F], F]:
     )
 
 
-archives_argument = archives()
+archives_argument = archive_args()
 
 output_option = click.option(
     "-o",

@@ -25,7 +25,7 @@ from tailreplay.cli.options import (
     SPEED,
     FiniteRange,
     Parsed,
-    archives,
+    archive_args,
     client_options,
     event_loop_option,
     otlp_from_params,
@@ -66,7 +66,7 @@ Exit codes: 0 done (and SLOs met), 1 failed or SLO missed, 2 usage, 3 unreadable
 input, 130 interrupted.""",
 )
 @click.version_option(__version__, prog_name="replay")
-@archives("archives")
+@archive_args("archives")
 @click.option(
     "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
 )

@@ -10,8 +10,8 @@ import click
 from tailreplay.cli.echo import say
 from tailreplay.cli.options import (
     KEY_VALUE,
+    archive_args,
     archive_paths,
-    archives,
     buckets_option,
     output_file,
     skip_corrupt_option,
@@ -43,7 +43,7 @@ def _out(name: str, help_text: str) -> click.Option:
         _out("deltas", "Write one CSV row per replayed request with its recorded original."),
     ]
 )
-@archives("replayed")
+@archive_args("replayed")
 @click.option(
     "--recorded",
     multiple=True,
