@@ -48,10 +48,10 @@ def tail_line(report: Report) -> str:
         return ""
     quantile = f"P{100 * (header.tail_quantile or 0.99):g}"
     return (
-        f"tail-stretched: {stretched:,} requests at or above the recorded {quantile} were "
-        f"sent with {header.tail_stretch:g}x their output budget (--tail-stretch), so they "
-        "are slower by design; the per-request tables show them marked, and the figures "
-        "without them"
+        f"tail-stretched: {stretched:,} {'request' if stretched == 1 else 'requests'} at or "
+        f"above the recorded {quantile} sent with {header.tail_stretch:g}x the output "
+        "budget (--tail-stretch), slower by design; the per-request tables show them "
+        "marked, and the figures without them"
     )
 
 
