@@ -79,3 +79,13 @@ def test_a_folder_without_archives_is_one_line_and_exit_3(tmp_path: Path) -> Non
     assert result.stderr.strip() == (
         f"Error: {empty}: a folder with no archive in it (*.msgpack, *.msgpack.zst)"
     )
+
+
+def test_inspect_which_shows_one_file_names_the_folder_as_such(tmp_path: Path) -> None:
+    folder = _capture_folder(tmp_path)
+    result = CliRunner().invoke(cli, ["traces", "inspect", str(folder)])
+    assert result.exit_code == 3
+    assert result.stderr.strip() == (
+        f"Error: {folder}: is a directory; inspect shows one archive: give one of the files "
+        "in it (traces stats, replay and report take the folder)"
+    )

@@ -21,7 +21,7 @@ from tailreplay.cli.options import (
     output_option,
     skip_corrupt_option,
 )
-from tailreplay.errors import UsageError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.traces.archive.samples import SAMPLES
@@ -51,6 +51,11 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
     from tailreplay.report.terminal import describe_header, describe_record
     from tailreplay.traces.archive.reader import ArchiveReader
 
+    if file.is_dir():
+        raise InputError(
+            f"{file}: is a directory; inspect shows one archive: give one of the files in "
+            "it (traces stats, replay and report take the folder)"
+        )
     reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
     click.echo(describe_header(str(file), reader.headers[0]))
     for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
