@@ -38,6 +38,8 @@ def check_output_file(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> 
     >>> check_output_file("-o", Path("out.msgpack"), inputs=[Path("in.msgpack")])
     """
     if is_stdout(path):
+        if flag != "--json":  # a file named "-" is what a user meaning stdout would get
+            raise UsageError(f"{flag} -: only --json writes to stdout; give a file name")
         return
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: no such directory {path.parent}")

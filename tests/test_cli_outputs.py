@@ -151,3 +151,16 @@ def test_the_command_line_a_header_keeps_has_no_credential() -> None:
     for secret in ("pw", "zz", "sk-abc", "abc", "k3y", "hunter22"):
         assert f" {secret}" not in f" {joined}" and f"{secret} " not in joined
     assert "hunter22" not in joined and "k3y" not in joined
+
+
+def test_only_json_takes_dash_for_stdout(tmp_path: Path, peak: Path) -> None:
+    # Elsewhere "-" made a file named "-": refused, with the fix in the message.
+    runner = CliRunner()
+    for argv in (
+        ["report", str(peak), "--markdown", "-"],
+        ["traces", "export", "jsonl", str(peak), "-o", "-"],
+    ):
+        result = runner.invoke(cli, argv)
+        assert result.exit_code == 2, result.output
+        assert "-: only --json writes to stdout; give a file name" in result.stderr
+    assert not Path("-").exists()
