@@ -453,8 +453,7 @@ def _extent(config: ReplayConfig, the_plan: Plan) -> tuple[int | None, float | N
     sc = config.schedule
     if config.users is not None:
         return None, None
-    records = the_plan.count if the_plan.due_within is None else the_plan.due_within
-    total = round(records * sc.amplify / sc.shard[1])
+    total = round(the_plan.to_send * sc.amplify / sc.shard[1])
     length = sc.speed.replay_offset(the_plan.span_s, the_plan.span_s)
     if config.duration_s is not None:
         length = min(length, config.duration_s)
@@ -464,7 +463,7 @@ def _extent(config: ReplayConfig, the_plan: Plan) -> tuple[int | None, float | N
 def _what(config: ReplayConfig, the_plan: Plan) -> str:
     """What will be sent: the records due within ``--duration``, times ``--amplify``."""
     sc = config.schedule
-    sent = the_plan.count if the_plan.due_within is None else the_plan.due_within
+    sent = the_plan.to_send
     about = "about " if sc.amplify % 1 or (sent < the_plan.count and the_plan.spread_ns) else ""
     out = f"{about}{round(sent * sc.amplify):,} requests"
     if sc.amplify != 1:

@@ -130,6 +130,11 @@ class Plan:
     """With ``ScheduleConfig.within_s``: the records due before it (at their recorded
     times dilated; spreading ticks moves a few across it)."""
 
+    @property
+    def to_send(self) -> int:
+        """The records the schedule sends: those due within ``--duration``, or all."""
+        return self.count if self.due_within is None else self.due_within
+
 
 @dataclass(slots=True)
 class Planned:

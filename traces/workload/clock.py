@@ -141,7 +141,7 @@ def detect_ticks(starts: np.ndarray) -> Ticks | None:
     if nonzero.size == 0:  # one instant: no step to find
         return None
     exact = _exact_tick(nonzero, sample)
-    jittered = jittered_tick(windows)
+    jittered = jittered_tick(windows, nonzero)
     ties = float(np.mean(gaps == 0))
     if jittered is not None and (exact is None or jittered[0] > exact[0] * (1 + JITTER)):
         return Ticks(jittered[0], jittered[1], ties, max(jittered[2], 1))

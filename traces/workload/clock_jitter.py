@@ -47,10 +47,10 @@ MIN_STEPS = 20
 MIN_TICK_NS = 1_000_000
 
 
-def jittered_tick(windows: Sequence[Array]) -> tuple[int, int, int] | None:
-    """(tick, origin, jitter) in ns of sorted start-time ``windows``, or None."""
-    steps = np.concatenate([np.diff(w) for w in windows]).astype(np.float64)
-    steps = np.sort(steps[steps >= MIN_TICK_NS])
+def jittered_tick(windows: Sequence[Array], nonzero: Array) -> tuple[int, int, int] | None:
+    """(tick, origin, jitter) in ns of sorted start-time ``windows``, whose non-zero
+    steps are ``nonzero``; or None."""
+    steps = np.sort(nonzero[nonzero >= MIN_TICK_NS].astype(np.float64))
     if steps.size < MIN_STEPS:
         return None
     breaks = np.flatnonzero(steps[1:] > steps[:-1] * (1 + 2 * JITTER)) + 1
