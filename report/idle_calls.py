@@ -63,10 +63,6 @@ class IdleCalls:
         if not failed and type(duration_ns) is int and duration_ns >= 0:
             row.durations_ns.append(duration_ns)
 
-    @property
-    def requests(self) -> int:
-        return sum(p.requests for p in self.paths.values())
-
     def rows(self) -> list[IdleRow]:
         """Per path, most called first: requests, errors, latency P50 and P99 (ms)."""
         out: list[IdleRow] = []
