@@ -101,6 +101,10 @@ class ReplaySummary:
     """Prompt tokens as the target counted them against the recording's, minus 1."""
     prompt_entropy: PromptEntropy | None = None
     workers: int | None = None
+    idle_calls: dict[str, int] = field(default_factory=dict)
+    """Calls that generate nothing (``GET /v1/models``, tokenizer routes), per method and
+    path: sent as recorded, but kept out of every count and figure above, as ``report``
+    keeps them apart (``tailreplay.openai_api.generates_nothing``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Added by the command after the run (``slo``: the gate's verdict)."""
 

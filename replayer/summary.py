@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.openai_api import generates_nothing
 from tailreplay.replayer.replay_summary import (
     Percentiles,
     ReplaySummary,
@@ -91,8 +92,16 @@ class ResultCollector:
 
     retries: int = 0
     """Results of attempts after the first (``--retries policy``)."""
+    idle: Counter[str] = field(default_factory=Counter)
+    """Calls that generate nothing, per method and path: counted apart, in no figure."""
+    idle_sent: int = 0
 
     def add(self, r: Record) -> None:
+        if generates_nothing(r.method, r.path):
+            method, path = (r.method or "").upper(), (r.path or "-").split("?", 1)[0]
+            self.idle[f"{method} {path}"] += 1
+            self.idle_sent += r.sent_ns is not None
+            return
         self.requests += 1
         self.retries += (r.attempt or 1) > 1
         self.tail += bool(r.tail)
@@ -150,7 +159,7 @@ class ResultCollector:
         return ReplaySummary(
             requests=self.requests - self.retries,
             attempts=self.requests,
-            sent=sent,
+            sent=sent - self.idle_sent,
             completed=self.ok,
             errors=dict(self.errors),
             error_messages=dict(self.messages),
@@ -164,6 +173,7 @@ class ResultCollector:
             tpot_ms=of("tpot"),
             lag_ms=_summary(lag),
             retries=self.retries,
+            idle_calls=dict(self.idle),
             tail=TailSummary(
                 count=self.tail,
                 factor=self.tail_stretch,
@@ -178,8 +188,9 @@ class ResultCollector:
 def summary_lines(s: ReplaySummary) -> list[str]:
     """The summary as ``replay`` prints it: counts, throughput, percentiles, tail."""
     tail = _tail_line(s.tail)
+    idle = _idle_line(s.idle_calls)
     if s.dry_run:
-        return [f"dry run: {s.attempts:,} requests planned, none sent", tail]
+        return [f"dry run: {s.attempts:,} requests planned, none sent", *idle, tail]
     # Cut by the client (Ctrl-C, --slo-stop), not failed by the target: shown apart.
     kinds = sorted((k, v) for k, v in s.errors.items() if k != "cancelled")
     errors = ", ".join(f"{k} {v:,}" for k, v in kinds) or "none"
@@ -192,6 +203,7 @@ def summary_lines(s: ReplaySummary) -> list[str]:
         f"sent {s.sent:,}  completed {s.completed:,}  "
         f"dropped {s.dropped:,}  errors: {errors}{cut}",
         *(f"  {kind}: {text}" for kind, text in sorted(s.error_messages.items())),
+        *idle,
         f"duration {s.duration_s:.1f} s  throughput {rate:,.1f} req/s"
         if rate
         else f"duration {s.duration_s:.1f} s",
@@ -220,6 +232,16 @@ def summary_lines(s: ReplaySummary) -> list[str]:
         percent = f"{error:+.2f}" if round(error, 2) != 0 else "0.00"  # never "-0.00"
         lines.append(f"input tokens vs recorded: {percent}% (as the target counts them)")
     return lines
+
+
+def _idle_line(idle: dict[str, int]) -> list[str]:
+    """The calls that generate nothing, when there were any: apart, as in the report."""
+    if not idle:
+        return []
+    calls = ", ".join(f"{name} {n:,}" for name, n in sorted(idle.items(), key=lambda kv: -kv[1]))
+    total = sum(idle.values())
+    noun = "call" if total == 1 else "calls"
+    return [f"and {total:,} {noun} that generate nothing ({calls}): in no count or figure here"]
 
 
 def _how_it_ended(s: ReplaySummary) -> list[str]:

@@ -7,9 +7,7 @@ generations. A report lists them per path (requests, errors, latency P50 and P99
 and judges them only when asked (``--slo-by path`` classes every request by its
 path, these included).
 
-A call generates nothing when its method is not POST (a generation sends a body),
-or when it POSTs to a tokenizer route. A record without a method (an imported
-trace) is a generation.
+Which calls generate nothing is ``tailreplay.openai_api.generates_nothing``'s to say.
 """
 
 from __future__ import annotations
@@ -22,18 +20,7 @@ import numpy as np
 
 from tailreplay.report.model import IdleRow
 
-__all__ = ["IdleCalls", "is_idle"]
-
-_TOKENIZER_ROUTES = ("/tokenize", "/detokenize")
-
-
-def is_idle(method: Any, path: Any) -> bool:
-    """Whether a record with this method and path generates nothing."""
-    if type(method) is not str:
-        return False
-    if method.upper() != "POST":
-        return True
-    return type(path) is str and path.split("?", 1)[0].rstrip("/").endswith(_TOKENIZER_ROUTES)
+__all__ = ["IdleCalls"]
 
 
 @dataclass

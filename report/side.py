@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.report.idle_calls import IdleCalls, is_idle
+from tailreplay.openai_api import generates_nothing
+from tailreplay.report.idle_calls import IdleCalls
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 from tailreplay.traces.results.log_histogram import LogHistogram
@@ -234,7 +235,7 @@ def _key(get: Callable[[str], Any]) -> bytes | None:
 def _idle(get: Callable[[str], Any], idle: IdleCalls, key: bytes | None) -> bool:
     """Whether the record generates nothing; if so, counted in ``idle``."""
     method, path = get("method"), get("path")
-    if not is_idle(method, path):
+    if not generates_nothing(method, path):
         return False
     idle.add(method, path, is_error(get("status"), get("error")), get("duration_ns"), key)
     return True

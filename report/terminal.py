@@ -102,6 +102,14 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
     clock = summary.get("clock")
     if clock is not None:
         console.print(f"clock: {clock['described']}")
+    if cut := summary.get("cancelled"):
+        console.print(f"cancelled by the client {cut:,}: not errors, in no figure")
+    if idle := summary.get("idle_calls"):
+        calls = ", ".join(f"{name} {n:,}" for name, n in idle.items())
+        console.print(
+            f"calls that generate nothing {sum(idle.values()):,} ({calls}): "
+            "in no figure but records and arrivals"
+        )
     if summary.get("shed"):
         console.print(
             f"shed {summary['shed']:,}: recorded while the proxy's recorder was behind, "

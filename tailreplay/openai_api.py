@@ -32,6 +32,7 @@ __all__ = [
     "chat_text",
     "decode_fields",
     "error_message",
+    "generates_nothing",
     "operation_name",
     "parse_usage",
     "read_answer",
@@ -59,6 +60,24 @@ def route_label(path: str | None) -> str:
     """A bounded label for metrics: a known API path, or "other"."""
     bare = (path or "").split("?", 1)[0]
     return bare if bare in OPENAI_PATHS or bare == "/v1/models" else "other"
+
+
+_TOKENIZER_ROUTES = ("/tokenize", "/detokenize")
+
+
+def generates_nothing(method: Any, path: Any) -> bool:
+    """Whether a call with this method and path generates nothing: an SDK's
+    ``GET /v1/models``, a health check, a tokenizer route. Its latency is a lookup's,
+    not a generation's, so every view keeps it out of the latency figures.
+
+    Any method but POST (a generation sends a body), or a POST to a tokenizer route.
+    A record without a method (an imported trace) is a generation.
+    """
+    if type(method) is not str:
+        return False
+    if method.upper() != "POST":
+        return True
+    return type(path) is str and path.split("?", 1)[0].rstrip("/").endswith(_TOKENIZER_ROUTES)
 
 
 def operation_name(path: str | None) -> str:

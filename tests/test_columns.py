@@ -82,7 +82,9 @@ def _verdict(
                 "lag_ns": st.integers(-(2**40), 2**40),
                 "tail": st.booleans(),
                 "error": st.text(max_size=5) | value,
-                "path": st.text(max_size=30),
+                "path": st.sampled_from(["/v1/models", "/v1/chat/completions?a=é"])
+                | st.text(max_size=30),
+                "method": st.sampled_from(["GET", "POST", "post"]) | st.text(max_size=4) | value,
                 "chunk_gaps_us": st.lists(st.integers(0, 2**32) | value, max_size=5),
                 "req_headers": st.lists(
                     st.lists(st.text(max_size=3) | value, max_size=3), max_size=3
@@ -168,3 +170,18 @@ def test_limits_read_a_growing_file_as_it_was_counted(
     np.testing.assert_array_equal(fast["start_ns"], first["start_ns"])
     np.testing.assert_array_equal(fast["duration_ns"], first["duration_ns"])
     assert load_columns([path, other], []).per_file == [420, 50]  # unlimited: the file now
+
+
+def test_string_columns_take_the_c_scanner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy's capture: methods, paths and errors are strings; stats reads them all.
+    # The Python reader is made to fail, so only the scanner can produce these columns.
+    maps = random_maps(3_000)
+    for i, m in enumerate(maps):
+        m["path"] = f"/v1/models/m{i % 7}" if i % 10 == 0 else m["path"]
+        m["method"] = "GET" if i % 10 == 0 else "POST"
+    path = write_plain(tmp_path / "c.msgpack", maps)
+    monkeypatch.setattr(columns, "_load_python", None)
+    cols = load_columns([path], FIELDS, presence_only=STATS_PRESENCE)
+    assert cols["method"].tolist() == [m["method"] for m in maps]
+    assert cols["path"].tolist() == [m["path"] for m in maps]
+    assert cols["error"].tolist() == [m.get("error") for m in maps]

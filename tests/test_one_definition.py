@@ -22,7 +22,8 @@ HEADER = {"format": "tailreplay", "version": 1, "source": "replay", "created_ns"
 
 def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
     """Replay results of every kind: streamed or not, reasoning first or not, failed in
-    every way, with fields absent and fields written as nil."""
+    every way, cut by the client, with fields absent and fields written as nil, and slow
+    model lists among them (calls that generate nothing: in no view's figures)."""
     rng = random.Random(seed)
     maps = []
     for i in range(n):
@@ -41,6 +42,8 @@ def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
             "lag_ns": rng.randint(0, 3 * 10**6),
             "sent_ns": T0 + i * 10**7,
             "tokens_source": "estimate" if i % 4 == 0 else "usage",
+            "method": "POST",
+            "path": "/v1/chat/completions",
         }
         if stream and rng.random() < 0.3:  # a reasoning model: the answer came later
             m["ttft_content_ns"] = m["ttfb_ns"] + (duration - m["ttfb_ns"]) // 3
@@ -55,6 +58,10 @@ def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
             m["error"] = None  # nil: absent, so a success
         if rng.random() < 0.05:
             m["ttft_content_ns"] = None
+        if i % 50 == 3:
+            m["status"], m["error"] = 0, "cancelled"
+        if i % 20 == 7:
+            m.update(method="GET", path="/v1/models", duration_ns=9 * 10**9, stream=False)
         maps.append(m)
     return maps
 
@@ -91,15 +98,24 @@ def test_stats_report_and_replay_summary_agree(views: dict[str, Any], metric: st
         assert summary[q] == pytest.approx(stats[q])
 
 
+def _failed(m: dict[str, Any]) -> bool:
+    return m.get("error") is not None or m["status"] == 0 or m["status"] >= 400
+
+
 def test_the_error_rate_and_the_counts_agree(views: dict[str, Any]) -> None:
-    maps = _mixed(2000)
-    failed = sum(m.get("error") is not None or m["status"] == 0 or m["status"] >= 400 for m in maps)
-    assert 150 < failed < 250  # the fixture has errors of every kind
-    assert views["stats"]["error_rate"] == pytest.approx(failed / 2000)
-    assert views["report"]["error_rate"] == pytest.approx(failed / 2000)
-    assert sum(views["summary"]["errors"].values()) == failed
-    assert views["summary"]["completed"] == 2000 - failed
-    assert views["report"]["estimated_share"] == 0.25  # a quarter counted, not reported
+    maps = [m for m in _mixed(2000) if m["method"] == "POST"]
+    cut = sum(m.get("error") == "cancelled" for m in maps)
+    failed = sum(_failed(m) for m in maps) - cut
+    assert len(maps) == 1900 and cut == 40 and 150 < failed < 250  # every kind of outcome
+    assert views["stats"]["error_rate"] == pytest.approx(failed / (1900 - cut))
+    assert views["report"]["error_rate"] == pytest.approx(failed / (1900 - cut))
+    assert views["stats"]["cancelled"] == views["report"]["cancelled"] == cut
+    errors = views["summary"]["errors"]
+    assert errors.pop("cancelled") == cut and sum(errors.values()) == failed
+    assert views["summary"]["completed"] == 1900 - failed - cut
+    assert views["report"]["requests"] == views["summary"]["requests"] == 1900
+    assert views["summary"]["idle_calls"] == views["stats"]["idle_calls"] == {"GET /v1/models": 100}
+    assert views["report"]["estimated_share"] == 500 / 1900  # counted, not reported
 
 
 def test_ttft_counts_streamed_answers_only(views: dict[str, Any]) -> None:

@@ -141,3 +141,44 @@ def test_requests_the_client_cut_are_not_the_targets_errors(tmp_path: Path) -> N
     assert overall["error_rate"] == 1 / 11
     assert "cancelled by the client" in result.output
     assert runner.invoke(cli, [*args, "--slo", "error_rate<=5%"]).exit_code == 1
+
+
+def test_stats_and_report_give_the_same_figures_without_the_model_lists(tmp_path: Path) -> None:
+    # The model lists take 5 s each: in stats' percentiles, they would move the P99.
+    capture = _capture(tmp_path / "c.msgpack")
+    runner = CliRunner()
+    out = tmp_path / "r.json"
+    assert runner.invoke(cli, ["report", str(capture), "--json", str(out)]).exit_code == 0
+    report = json.loads(out.read_text())["overall"]["replayed"]
+    result = runner.invoke(cli, ["traces", "stats", str(capture), "--json"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["records"] == 110
+    assert stats["idle_calls"] == {"GET /v1/models": 10}
+    assert stats["latency_ms"]["p99"] == report["metrics"]["latency"]["p99"]["value"] == 500.0
+    assert sum(b["count"] for b in stats["buckets"]) == 100
+    shown = runner.invoke(cli, ["traces", "stats", str(capture)])
+    assert "calls that generate nothing 10 (GET /v1/models 10)" in shown.output
+
+
+def test_stats_counts_what_the_client_cut_apart_from_errors(tmp_path: Path) -> None:
+    # The same 16 results as above: stats and report give one error rate, 1 in 11.
+    maps = [
+        {
+            "start_ns": T0 + i * 10**8,
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "duration_ns": 2 * 10**8,
+            "input_tokens": 100,
+            **({"status": 200} if i < 10 else {}),
+            **({"error": "cancelled"} if 10 <= i < 15 else {}),
+            **({"status": 500, "error": "http_500"} if i == 15 else {}),
+        }
+        for i in range(16)
+    ]
+    path = write_plain(tmp_path / "r.msgpack", maps, {"format": "tailreplay", "version": 1})
+    result = CliRunner().invoke(cli, ["traces", "stats", str(path), "--json"])
+    stats = json.loads(result.output)
+    assert (stats["cancelled"], stats["error_rate"]) == (5, 1 / 11)
+    (bucket,) = [b for b in stats["buckets"] if b["count"]]
+    assert bucket["error_rate"] == 1 / 11

@@ -15,12 +15,13 @@
  * then re-reads that file with the pure-Python reader, which owns every verdict,
  * error and warning. So this scanner never accepts a record Python rejects.
  *
- * scan(data, offset, names, nvalued, specs, limits[, max_records])
+ * scan(data, offset, names, nvalued, specs, limits[, max_records[, strings]])
  *     -> (end, count, values, present, status)
  *   data     a bytes-like object holding record maps from ``offset`` on
  *   names    a tuple of field names (bytes), each one of the specs; names[0] must
  *            be b"start_ns"
- *   nvalued  names[:nvalued] are integer or bool fields whose values are copied;
+ *   nvalued  names[:nvalued] are fields whose values are copied: ints and bools as
+ *            they are, str fields (kinds 2, 6, 7) as their index in ``strings``;
  *            the rest are presence-only (value left 0)
  *   specs    a tuple of (name, kind, lo, hi) per record field: kind 0 int in
  *            lo..hi, 1 bool, 2 str, 3 bin (of exactly hi bytes when hi > 0),
@@ -29,6 +30,9 @@
  *            6 an HTTP token (a method), 7 an origin-form request target ('/' and
  *            no space or control byte after it, never "//")
  *   limits   (max_str, max_bin, max_array, max_map, max_record_bytes, max_objects)
+ *   strings  a dict (bytes -> int) that str values are looked up in and added to,
+ *            numbered in order of first sight; None (the default) copies no str
+ *            value. A scan with strings holds the GIL throughout.
  *   end      offset just past the last record scanned
  *   count    records scanned
  *   values   bytes: count * len(names) native int64, row-major (0 where absent)
@@ -96,6 +100,10 @@ typedef struct {
     int64_t lo;
     uint64_t hi;
     Py_ssize_t column; /* index into the requested names, or -1 */
+    int interned;      /* a str field whose values are copied as indices into ``strings`` */
+    const uint8_t *last; /* this field's last string in this call, and its index */
+    uint64_t last_len;
+    int64_t last_code;
 } spec_t;
 
 static int need(cursor *c, uint64_t n) { return (uint64_t)(c->end - c->p) >= n; }
@@ -269,9 +277,48 @@ static int skip(cursor *c, const limits_t *lim, int depth) {
     return -1; /* ext types and 0xc1 */
 }
 
-/* Check one value of a known field against its spec; *out gets an int or bool value.
- * 0 = valid (consumed), -1 = anything else. */
-static int check_value(cursor *c, const limits_t *lim, const spec_t *s, int64_t *out) {
+/* A str value as its index in ``strings``, added there when new; a field's values mostly
+ * repeat, so the last one is compared first (no object made). Needs the GIL.
+ * 0 = done, -1 = out of memory (the file is then left to the Python reader). */
+static int intern(PyObject *strings, spec_t *s, const uint8_t *str, uint64_t n, int64_t *out) {
+    if (s->last && s->last_len == n && memcmp(s->last, str, n) == 0) {
+        *out = s->last_code;
+        return 0;
+    }
+    PyObject *key = PyBytes_FromStringAndSize((const char *)str, (Py_ssize_t)n);
+    if (!key) goto fail;
+    PyObject *code = PyDict_GetItemWithError(strings, key); /* borrowed */
+    if (code) {
+        *out = PyLong_AsLongLong(code);
+    } else {
+        PyObject *v = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(PyDict_GET_SIZE(strings));
+        if (!v || PyDict_SetItem(strings, key, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(key);
+            goto fail;
+        }
+        *out = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+    }
+    Py_DECREF(key);
+    s->last = str;
+    s->last_len = n;
+    s->last_code = *out;
+    return 0;
+fail:
+    PyErr_Clear();
+    return -1;
+}
+
+/* A checked str value: its index in ``strings`` when the field is copied, else nothing. */
+static int str_value(PyObject *strings, spec_t *s, const uint8_t *str, uint64_t n, int64_t *out) {
+    return s->interned ? intern(strings, s, str, n, out) : 0;
+}
+
+/* Check one value of a known field against its spec; *out gets an int or bool value,
+ * or a str's index. 0 = valid (consumed), -1 = anything else. */
+static int check_value(cursor *c, const limits_t *lim, spec_t *s, PyObject *strings,
+                       int64_t *out) {
     int neg;
     uint64_t mag, n, i;
     const uint8_t *str;
@@ -285,11 +332,13 @@ static int check_value(cursor *c, const limits_t *lim, const spec_t *s, int64_t 
         *out = *c->p++ == 0xc3;
         return 0;
     case K_STR:
-        return read_str(c, lim, &str, &n);
+        return read_str(c, lim, &str, &n) < 0 ? -1 : str_value(strings, s, str, n, out);
     case K_TOKEN:
-        return read_str(c, lim, &str, &n) < 0 || !token_ok(str, n) ? -1 : 0;
+        if (read_str(c, lim, &str, &n) < 0 || !token_ok(str, n)) return -1;
+        return str_value(strings, s, str, n, out);
     case K_TARGET:
-        return read_str(c, lim, &str, &n) < 0 || !target_ok(str, n) ? -1 : 0;
+        if (read_str(c, lim, &str, &n) < 0 || !target_ok(str, n)) return -1;
+        return str_value(strings, s, str, n, out);
     case K_BIN:
         if (read_bin(c, lim, &n) < 0) return -1;
         return s->hi && n != s->hi ? -1 : 0;
@@ -323,9 +372,10 @@ static Py_ssize_t find_spec(const spec_t *specs, Py_ssize_t ns, const uint8_t *k
 }
 
 typedef struct {
-    const spec_t *specs;
+    spec_t *specs;
     Py_ssize_t ns, nf, start_col;
     const limits_t *lim;
+    PyObject *strings; /* NULL: no str value is copied (and the GIL may be released) */
     Py_ssize_t hints[256];
 } scan_ctx;
 
@@ -351,7 +401,7 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
         }
         if (need(c, 1) && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */
         int64_t v = 0;
-        if (check_value(c, x->lim, &x->specs[j], &v) < 0) return -1;
+        if (check_value(c, x->lim, &x->specs[j], x->strings, &v) < 0) return -1;
         Py_ssize_t col = x->specs[j].column;
         if (col == x->start_col) has_start = 1;
         if (col >= 0) { row[col] = v; mark[col] = 1; }
@@ -362,7 +412,7 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
 
 /* Scan records into rows [*count, cap). Returns 0 at the end of data, 1 when stopped
  * by an incomplete, invalid or unsupported object, 2 when the buffers are full. Runs
- * without the GIL. */
+ * without the GIL unless str values are copied. */
 static int scan_rows(cursor *c, const uint8_t **done, scan_ctx *x, int64_t *values,
                      uint8_t *present, Py_ssize_t cap, Py_ssize_t *count) {
     while (c->p < c->end) {
@@ -375,7 +425,8 @@ static int scan_rows(cursor *c, const uint8_t **done, scan_ctx *x, int64_t *valu
 }
 
 /* Fill specs from the Python table and tie each requested name to its spec. */
-static int parse_specs(PyObject *names, PyObject *table, spec_t *specs, Py_ssize_t *ns) {
+static int parse_specs(PyObject *names, Py_ssize_t nvalued, int strings, PyObject *table,
+                       spec_t *specs, Py_ssize_t *ns) {
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
     *ns = PyTuple_GET_SIZE(table);
     if (*ns < 1 || *ns > MAX_FIELDS || nf < 1 || nf > *ns) goto bad;
@@ -388,7 +439,7 @@ static int parse_specs(PyObject *names, PyObject *table, spec_t *specs, Py_ssize
         PyObject *row = PyTuple_GET_ITEM(table, j);
         if (!PyTuple_Check(row) || !PyArg_ParseTuple(row, "y#iLK", &name, &len, &kind, &lo, &hi))
             goto bad;
-        specs[j] = (spec_t){name, len, kind, (int64_t)lo, (uint64_t)hi, -1};
+        specs[j] = (spec_t){name, len, kind, (int64_t)lo, (uint64_t)hi, -1, 0, NULL, 0, 0};
     }
     for (Py_ssize_t i = 0; i < nf; i++) {
         PyObject *o = PyTuple_GET_ITEM(names, i);
@@ -400,6 +451,8 @@ static int parse_specs(PyObject *names, PyObject *table, spec_t *specs, Py_ssize
                 break;
         if (j == *ns || specs[j].column >= 0) goto bad;
         specs[j].column = i;
+        int text = specs[j].kind == K_STR || specs[j].kind == K_TOKEN || specs[j].kind == K_TARGET;
+        specs[j].interned = strings && text && i < nvalued;
     }
     return 0;
 bad:
@@ -410,22 +463,24 @@ bad:
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
     Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX, ns;
-    PyObject *names, *table;
+    PyObject *names, *table, *strings = Py_None;
     limits_t lim;
     spec_t specs[MAX_FIELDS];
-    if (!PyArg_ParseTuple(args, "y*nO!nO!(KKKKKK)|n", &buf, &offset, &PyTuple_Type, &names,
+    if (!PyArg_ParseTuple(args, "y*nO!nO!(KKKKKK)|nO", &buf, &offset, &PyTuple_Type, &names,
                           &nvalued, &PyTuple_Type, &table, &lim.max_str, &lim.max_bin,
                           &lim.max_array, &lim.max_map, &lim.max_record, &lim.max_objects,
-                          &max_records))
+                          &max_records, &strings))
         return NULL;
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
-    if (parse_specs(names, table, specs, &ns) < 0 || nvalued < 1 || nvalued > nf ||
-        offset < 0 || offset > buf.len || max_records < 1) {
+    if (strings == Py_None) strings = NULL;
+    if ((strings && !PyDict_CheckExact(strings)) ||
+        parse_specs(names, nvalued, strings != NULL, table, specs, &ns) < 0 || nvalued < 1 ||
+        nvalued > nf || offset < 0 || offset > buf.len || max_records < 1) {
         PyBuffer_Release(&buf);
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad arguments to scan()");
         return NULL;
     }
-    scan_ctx x = {specs, ns, nf, 0, &lim, {0}};
+    scan_ctx x = {specs, ns, nf, 0, &lim, strings, {0}};
     for (int k = 0; k < 256; k++) x.hints[k] = -1;
 
     Py_ssize_t cap = max_records < 4096 ? max_records : 4096, count = 0;
@@ -436,9 +491,13 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     int status;
     for (;;) {
         if (!values || !present) goto nomem;
-        Py_BEGIN_ALLOW_THREADS
-        status = scan_rows(&c, &done, &x, values, present, cap, &count);
-        Py_END_ALLOW_THREADS
+        if (strings) {
+            status = scan_rows(&c, &done, &x, values, present, cap, &count);
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            status = scan_rows(&c, &done, &x, values, present, cap, &count);
+            Py_END_ALLOW_THREADS
+        }
         if (status != 2 || count >= max_records) break;
         cap = cap * 2 > max_records ? max_records : cap * 2; /* grow (needs the GIL), go on */
         int64_t *nv = PyMem_Realloc(values, sizeof(int64_t) * nf * cap);
@@ -466,7 +525,7 @@ nomem:
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, offset, names, nvalued, specs, limits[, max_records])"
+     "scan(data, offset, names, nvalued, specs, limits[, max_records[, strings]])"
      " -> (end, count, values, present, status)"},
     {NULL, NULL, 0, NULL},
 };

@@ -2,8 +2,9 @@
 
 ``load_columns`` reads archives in file order (no re-ordering window needed) and
 sorts the result by ``start_ns`` once, with numpy, at the end. Clean files whose
-requested fields are all integers go through the small C scanner in
-``_colscan.c`` (several times faster), which checks every record against the same
+requested fields are integers, booleans or strings go through the small C scanner in
+``_colscan.c`` (several times faster; a string comes back as its index in a table of
+the file's distinct values), which checks every record against the same
 table as the Python reader (``traces/archive/validate.py``); any file it cannot take whole —
 damage, a torn tail, an invalid or unusual record — is read by the careful
 pure-Python reader instead, which owns every verdict, warning and error.
@@ -27,7 +28,7 @@ from tailreplay.traces.archive import format as fmt
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import BOOL_FIELDS, FIELDS, INT_FIELDS
 from tailreplay.traces.archive.scan import FileScan, changed_while_read, open_chunks
-from tailreplay.traces.archive.validate import COLSCAN_SPECS
+from tailreplay.traces.archive.validate import COLSCAN_SPECS, FIELD_SPECS, STR, TARGET, TOKEN
 
 try:
     from tailreplay.traces.archive import _colscan  # type: ignore[attr-defined]
@@ -37,6 +38,8 @@ except ImportError:  # built without a C compiler: the pure-Python path does the
 __all__ = ["Columns", "load_columns"]
 
 _CHUNK_RECORDS = 1 << 20
+_TEXT = frozenset(name for name, spec in FIELD_SPECS.items() if spec[0] in (STR, TOKEN, TARGET))
+"""String fields: the C scanner copies them as indices into the file's distinct values."""
 
 Array = npt.NDArray[Any]
 Mask = npt.NDArray[np.bool_]
@@ -94,11 +97,11 @@ def load_columns(
     names = valued + [f for f in wanted if f not in valued]  # valued first, for _colscan
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file", limits=limits)
 
-    numeric = all(f in INT_FIELDS or f in BOOL_FIELDS for f in valued)
+    scannable = all(f in INT_FIELDS or f in BOOL_FIELDS or f in _TEXT for f in valued)
     parts: list[tuple[dict[str, Array], dict[str, Mask]]] = []
     for path, report, limit in zip(reader.paths, reader.reports, reader.limits, strict=True):
         fast = None
-        if _colscan is not None and numeric and report.header.get("version") == fmt.VERSION:
+        if _colscan is not None and scannable and report.header.get("version") == fmt.VERSION:
             fast = _scan_file(path, names, len(valued))
         if fast is None:  # the careful reader: every verdict, error and warning is its own
             scan = FileScan(path, report, skip_corrupt, limit)
@@ -187,6 +190,7 @@ def _scan_file(
 ) -> tuple[dict[str, Array], dict[str, Mask]] | None:
     """Columns of one clean file via the C scanner, or None to use the Python path."""
     keys = tuple(f.encode() for f in names)
+    strings: dict[bytes, int] | None = {} if _TEXT.intersection(names[:nvalued]) else None
     chunks: dict[str, list[Array]] = {f: [] for f in names[:nvalued]}
     masks: dict[str, list[Mask]] = {f: [] for f in names}
 
@@ -204,16 +208,28 @@ def _scan_file(
     # a 5M-record archive is hundreds of MB.
     stream = open_chunks(path, chunk_size=8 << 20)
     try:
-        ok = _scan_chunks(stream, keys, nvalued, take)
+        ok = _scan_chunks(stream, keys, nvalued, take, strings)
     finally:
         stream.close()
     if not ok or stream.damage is not None:  # damaged compressed data: Python reports it
         return None
-    values = _join(chunks)
+    values, present = _join(chunks), _join(masks, np.bool_)
     for name in names[:nvalued]:
         if name in BOOL_FIELDS and values[name].dtype != np.bool_:
             values[name] = values[name].astype(bool)
-    return values, _join(masks, np.bool_)
+        elif name in _TEXT and strings is not None:
+            values[name] = _decoded(values[name], present[name], strings)
+    return values, present
+
+
+def _decoded(codes: Array, mask: Mask, strings: dict[bytes, int]) -> Array:
+    """The object array (None where absent) of str values scanned as indices."""
+    table: Array = np.empty(len(strings), dtype=object)
+    for raw, code in strings.items():
+        table[code] = raw.decode()  # checked as UTF-8 by the scanner
+    out: Array = np.full(len(codes), None, dtype=object)
+    out[mask] = table[codes[mask]]
+    return out
 
 
 def _join(parts: dict[str, list[Array]], empty: type = np.int64) -> dict[str, Array]:
@@ -255,6 +271,7 @@ def _scan_chunks(
     keys: tuple[bytes, ...],
     nvalued: int,
     take: Callable[[bytes, bytes, int], None],
+    strings: dict[bytes, int] | None,
 ) -> bool:
     # A chunk is scanned where it lies; only a record split across chunks is copied
     # (into ``pending``, which grows in place while a big record comes in).
@@ -277,7 +294,7 @@ def _scan_chunks(
         status = 2
         while status == 2:
             offset, count, vals, pres, status = _colscan.scan(
-                buf, offset, keys, nvalued, COLSCAN_SPECS, _LIMITS, _CHUNK_RECORDS
+                buf, offset, keys, nvalued, COLSCAN_SPECS, _LIMITS, _CHUNK_RECORDS, strings
             )
             take(vals, pres, count)
         if buf is pending:

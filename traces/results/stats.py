@@ -1,9 +1,13 @@
 """Summary statistics of an archive: the figures ``tailreplay traces stats`` prints.
 
 Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.results.metrics``'s (the
-definitions every view shares); token percentiles are over successful records;
-duration_s = last start - first start; rate_rps = (records - 1) / duration_s (arrivals
-per second), and a bucket's rate_rps its share of it (the buckets' add up to it).
+definitions every view shares); token percentiles are over successful records. Calls
+that generate nothing (``GET /v1/models``, tokenizer routes:
+``tailreplay.openai_api.generates_nothing``) are in no figure but ``records``,
+``rate_rps`` and their own count, ``idle_calls`` (per method and path), as ``report``
+keeps them apart. duration_s = last start - first start; rate_rps = (records - 1) /
+duration_s (arrivals per second), and a bucket's rate_rps its share of it (the
+buckets' add up to it, less the calls that generate nothing).
 Throughput (successful requests per second of first start to last end: ``report``
 and a replay's summary) is another figure, under its own name. ``clock`` is the
 resolution the start times were logged at (``traces.workload.clock``: tick, jitter,
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.openai_api import generates_nothing
 from tailreplay.traces.archive.columns import Columns
 from tailreplay.traces.results.metrics import Requests, error_mask, metric_values, percentiles
 from tailreplay.traces.workload.clock import detect
@@ -45,8 +50,11 @@ STATS_FIELDS = (
     "input_tokens",
     "output_tokens",
     "stream",
+    "method",
+    "path",
+    "error",
 )
-STATS_PRESENCE = ("error", "shed")
+STATS_PRESENCE = ("shed",)
 """Fields ``summarize`` needs only to know are set: load with ``presence_only=``."""
 
 Array = npt.NDArray[Any]
@@ -59,16 +67,45 @@ def _or_absent(cols: Columns, name: str) -> Array:
 
 
 def requests(cols: Columns) -> Requests:
-    """The metrics' view of columns loaded with STATS_FIELDS and STATS_PRESENCE."""
+    """The metrics' view of columns loaded with STATS_FIELDS and STATS_PRESENCE: the
+    generations (``generations(cols)``), not the calls that generate nothing."""
+    keep = generations(cols)
     return Requests(
-        duration_ns=_or_absent(cols, "duration_ns"),
-        ttfb_ns=_or_absent(cols, "ttfb_ns"),
-        ttft_content_ns=_or_absent(cols, "ttft_content_ns"),
-        lag_ns=_or_absent(cols, "lag_ns"),
-        output_tokens=_or_absent(cols, "output_tokens"),
-        stream=cols.present["stream"] & cols["stream"],
-        error=error_mask(_or_absent(cols, "status"), cols.present["error"]),
+        duration_ns=_or_absent(cols, "duration_ns")[keep],
+        ttfb_ns=_or_absent(cols, "ttfb_ns")[keep],
+        ttft_content_ns=_or_absent(cols, "ttft_content_ns")[keep],
+        lag_ns=_or_absent(cols, "lag_ns")[keep],
+        output_tokens=_or_absent(cols, "output_tokens")[keep],
+        stream=(cols.present["stream"] & cols["stream"])[keep],
+        error=error_mask(_or_absent(cols, "status"), cols.present["error"])[keep],
     )
+
+
+def generations(cols: Columns) -> npt.NDArray[np.bool_]:
+    """Which records are generations: not calls that generate nothing (a method and
+    path loaded)."""
+    if not cols.present["method"].any():  # an imported trace: no methods, all generations
+        return np.ones(cols.n, dtype=bool)
+    memo: dict[tuple[Any, Any], bool] = {}
+
+    def generates(key: tuple[Any, Any]) -> bool:
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = not generates_nothing(*key)
+        return found
+
+    pairs = zip(cols["method"].tolist(), cols["path"].tolist(), strict=True)
+    return np.fromiter(map(generates, pairs), dtype=bool, count=cols.n)
+
+
+def idle_calls(cols: Columns, keep: npt.NDArray[np.bool_]) -> dict[str, int]:
+    """The calls that generate nothing, counted per method and path (no query string)."""
+    out: dict[str, int] = {}
+    methods, paths = cols["method"][~keep].tolist(), cols["path"][~keep].tolist()
+    for method, path in zip(methods, paths, strict=True):
+        name = f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
+        out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def bucket_bounds(edges: Sequence[int]) -> list[tuple[int | None, int | None]]:
@@ -96,8 +133,11 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
     start = cols["start_ns"]
     duration_s = float(start[-1] - start[0]) / 1e9 if n >= 2 else 0.0
     rate_rps = (n - 1) / duration_s if duration_s > 0 else None
+    keep = generations(cols)
     reqs = requests(cols)
-    ok = ~reqs.error
+    cut = (cols["error"] == "cancelled")[keep]
+    ok = np.zeros(n, dtype=bool)
+    ok[keep] = ~reqs.error
     has = cols.present
     values = metric_values(reqs)
     due, content = values.get("latency_from_due"), values.get("ttft_content")
@@ -107,7 +147,9 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "duration_s": duration_s,
         "rate_rps": rate_rps,
         "clock": _clock(start),
-        "error_rate": float(reqs.error.mean()) if n else None,
+        "idle_calls": idle_calls(cols, keep),
+        "error_rate": _error_rate(reqs.error, cut),
+        "cancelled": int(cut.sum()),
         "latency_ms": percentiles(values["latency"]),
         "latency_from_due_ms": percentiles(due) if due is not None else None,
         "ttft_ms": percentiles(values["ttft"]),
@@ -115,8 +157,15 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "tpot_ms": percentiles(values["tpot"]),
         "input_tokens": percentiles(cols["input_tokens"][ok & has["input_tokens"]]),
         "output_tokens": percentiles(cols["output_tokens"][ok & has["output_tokens"]]),
-        "buckets": _buckets(cols, reqs, buckets, rate_rps),
+        "buckets": _buckets(cols, keep, (reqs, cut), buckets, rate_rps),
     }
+
+
+def _error_rate(failed: npt.NDArray[np.bool_], cut: npt.NDArray[np.bool_]) -> float | None:
+    """Failures but those the client cut (Ctrl-C, ``--slo-stop``), over the requests not
+    cut: the target's error rate, as ``report`` counts it."""
+    judged = int((~cut).sum())
+    return float((failed & ~cut).sum()) / judged if judged else None
 
 
 def _clock(start_ns: Any) -> dict[str, Any]:
@@ -126,10 +175,17 @@ def _clock(start_ns: Any) -> dict[str, Any]:
 
 
 def _buckets(
-    cols: Columns, reqs: Requests, edges: Sequence[int], rate_rps: float | None
+    cols: Columns,
+    keep: npt.NDArray[np.bool_],
+    reqs: tuple[Requests, npt.NDArray[np.bool_]],
+    edges: Sequence[int],
+    rate_rps: float | None,
 ) -> list[dict[str, Any]]:
-    tokens = cols["input_tokens"]
-    has_tokens = cols.present["input_tokens"]
+    """Per input-length bucket, over the generations (``keep``: their requests and which
+    the client cut); each bucket's rate is its share of every record's."""
+    tokens = cols["input_tokens"][keep]
+    has_tokens = cols.present["input_tokens"][keep]
+    rate = rate_rps / cols.n if rate_rps is not None else None
     rows = []
     for lo, hi in bucket_bounds(edges):
         sel = has_tokens.copy()
@@ -137,21 +193,24 @@ def _buckets(
             sel &= tokens >= lo
         if hi is not None:
             sel &= tokens < hi
-        rows.append(_bucket_row(bucket_label(lo, hi), sel, reqs, rate_rps))
+        rows.append(_bucket_row(bucket_label(lo, hi), sel, reqs, rate))
     if not has_tokens.all():
-        rows.append(_bucket_row("unknown", ~has_tokens, reqs, rate_rps))
+        rows.append(_bucket_row("unknown", ~has_tokens, reqs, rate))
     return rows
 
 
 def _bucket_row(
-    label: str, sel: npt.NDArray[np.bool_], reqs: Requests, rate_rps: float | None
+    label: str,
+    sel: npt.NDArray[np.bool_],
+    reqs: tuple[Requests, npt.NDArray[np.bool_]],
+    rate_each: float | None,
 ) -> dict[str, Any]:
     count = int(sel.sum())
-    share = count / sel.size if sel.size else 0.0
+    requests, cut = reqs
     return {
         "range": label,
         "count": count,
-        "latency_ms": percentiles(metric_values(reqs, sel)["latency"], BUCKET_PERCENTILES),
-        "rate_rps": rate_rps * share if rate_rps is not None else None,
-        "error_rate": float(reqs.error[sel].mean()) if count else None,
+        "latency_ms": percentiles(metric_values(requests, sel)["latency"], BUCKET_PERCENTILES),
+        "rate_rps": rate_each * count if rate_each is not None else None,
+        "error_rate": _error_rate(requests.error[sel], cut[sel]),
     }
