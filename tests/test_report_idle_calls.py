@@ -182,3 +182,14 @@ def test_stats_counts_what_the_client_cut_apart_from_errors(tmp_path: Path) -> N
     assert (stats["cancelled"], stats["error_rate"]) == (5, 1 / 11)
     (bucket,) = [b for b in stats["buckets"] if b["count"]]
     assert bucket["error_rate"] == 1 / 11
+
+
+def test_a_mooncake_export_holds_the_generations_only(tmp_path: Path) -> None:
+    capture = _capture(tmp_path / "c.msgpack")
+    out = tmp_path / "m.jsonl"
+    result = CliRunner().invoke(cli, ["traces", "export", "mooncake", str(capture), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 100 and all(line["input_length"] == 300 for line in lines)
+    assert "exported 100 records" in result.output
+    assert "(10 calls that generate nothing left out)" in result.output

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.errors import ArchiveError
+from tailreplay.openai_api import generates_nothing
 from tailreplay.private import open_private, replaced_whole
 from tailreplay.traces.archive.reader import ArchiveReader
 
@@ -26,17 +27,24 @@ class Exported:
     written: int
     warnings: list[str] = field(default_factory=list)
     """The reader's (damage skipped, records out of order) and the export's own."""
+    left_out: int = 0
+    """Calls that generate nothing (``GET /v1/models``): not requests a benchmark sends."""
 
 
 def export_mooncake(
     paths: Iterable[str | os.PathLike[str]], out: Path, *, skip_corrupt: bool = False
 ) -> Exported:
-    """Mooncake JSONL (vLLM bench, AIPerf, GuideLLM): timestamps in ms from the first record."""
-    n = 0
+    """Mooncake JSONL (vLLM bench, AIPerf, GuideLLM): timestamps in ms from the first
+    record. Only generations: a Mooncake line is a completion request to send, so calls
+    that generate nothing (an SDK's model list) are left out and counted."""
+    n = idle = 0
     first: int | None = None
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt)
     with replaced_whole(out) as part, open_private(part, encoding="utf-8") as f:
         for r in reader:
+            if generates_nothing(r.method, r.path):
+                idle += 1
+                continue
             first = r.start_ns if first is None else first
             obj: dict[str, Any] = {
                 "timestamp": _ms(r.start_ns - first),
@@ -48,7 +56,7 @@ def export_mooncake(
                 obj["session_id"] = _session(r.session)
             f.write(json.dumps(obj) + "\n")
             n += 1
-    return Exported(n, reader.warnings())
+    return Exported(n, reader.warnings(), idle)
 
 
 def _session(text: str) -> int | str:
