@@ -5,15 +5,34 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PosixPath
 
 from tailreplay.errors import UsageError
 
-__all__ = ["STDOUT", "check_output_file", "is_stdout", "write_output"]
+__all__ = [
+    "STDOUT",
+    "FolderPath",
+    "check_output_file",
+    "into_folder",
+    "is_stdout",
+    "write_output",
+]
 
 STDOUT = Path("-")
 """``--json -``: the document goes to stdout, and what the command says for people
 moves to stderr."""
+
+
+class FolderPath(PosixPath):
+    """An output given with a trailing '/' (which ``Path`` drops): a folder, whether or
+    not it exists yet. ``replay --out`` writes its results in it; elsewhere a folder is
+    refused as a file name."""
+
+
+def into_folder(out: Path) -> bool:
+    """Whether ``replay --out`` names a folder to make the results' name in (given with a
+    '/', or one that exists)."""
+    return isinstance(out, FolderPath) or out.is_dir()
 
 
 def is_stdout(path: Path | None) -> bool:
@@ -41,6 +60,8 @@ def check_output_file(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> 
         if flag != "--json":  # a file named "-" is what a user meaning stdout would get
             raise UsageError(f"{flag} -: only --json writes to stdout; give a file name")
         return
+    if isinstance(path, FolderPath):
+        raise UsageError(f"{flag} {path}/: names a folder; give a file name")
     if not path.parent.is_dir():
         raise UsageError(f"{flag} {path}: no such directory {path.parent}")
     if path.is_dir():

@@ -164,3 +164,29 @@ def test_only_json_takes_dash_for_stdout(tmp_path: Path, peak: Path) -> None:
         assert result.exit_code == 2, result.output
         assert "-: only --json writes to stdout; give a file name" in result.stderr
     assert not Path("-").exists()
+
+
+def test_an_output_ending_in_a_slash_is_a_folder(
+    tmp_path: Path, peak: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "-o results/" once wrote a file named "results". A replay writes its results in
+    # the folder (made if missing, as replays/ is); a command that writes one named
+    # file refuses a folder, with the fix in the message.
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for folder in ("results/", "made"):
+        (tmp_path / "made").mkdir(exist_ok=True)
+        result = runner.invoke(cli, ["replay", "--dry-run", "--limit", "3", "-o", folder, str(peak)])
+        assert result.exit_code == 0, result.output
+        (written,) = (tmp_path / folder).iterdir()
+        assert written.name.startswith("replay-") and written.name.endswith("-dry.msgpack")
+        assert len(list(ArchiveReader([written]))) == 3
+    for argv in (
+        ["traces", "sample", "peak", "-o", "nodir/"],
+        ["report", str(peak), "--replay-only", "--html", "made/"],
+        ["replay", "--dry-run", "--json", "summary/", str(peak)],
+    ):
+        result = runner.invoke(cli, argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert "names a folder; give a file name" in result.stderr
+    assert not (tmp_path / "nodir").exists() and not (tmp_path / "summary").exists()

@@ -12,6 +12,7 @@ from tailreplay.cli.echo import say, show
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
+    FILE_OUT,
     HTTP_URL,
     archive_args,
     scrape_option,
@@ -145,13 +146,13 @@ input, 130 interrupted.""",
 @click.option(
     "--json",
     "json_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE_OUT,
     help="Write the capacity, its interval and every trial as JSON here.",
 )
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE_OUT,
     help="Write P99 against the factor as an SVG chart here.",
 )
 @click.option(

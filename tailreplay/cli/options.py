@@ -26,7 +26,7 @@ import click
 from tailreplay.errors import UsageError
 from tailreplay.eventloop import EVENT_LOOPS
 from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
-from tailreplay.output_path import check_output_file
+from tailreplay.output_path import FolderPath, check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.replayer.users import parse_users
@@ -173,6 +173,15 @@ def _body_drop(key: str, flag: str) -> str:
     return key
 
 
+def _file_out(text: str, flag: str) -> Path:
+    """A file to write; a name ending in '/' is a folder (``FolderPath``), which
+    ``check_output_file`` refuses with its reason, where a plain ``Path`` would have
+    named a file without the '/'. Not checked against the disk here: ``deploy`` parses
+    a job's arguments on another machine."""
+    return FolderPath(text) if text.endswith("/") and text != "/" else Path(text)
+
+
+FILE_OUT = Parsed("file", _file_out)
 FACTOR = Parsed("factor", parse_factor)
 SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
 DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
@@ -226,7 +235,7 @@ output_option = click.option(
     "--out",
     "out",
     required=True,
-    type=click.Path(path_type=Path),
+    type=FILE_OUT,
     callback=output_file,
     help="File to write.",
 )

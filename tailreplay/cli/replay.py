@@ -17,6 +17,7 @@ from tailreplay.cli.options import (
     BODY_SET,
     DURATION,
     FACTOR,
+    FILE_OUT,
     HEADER,
     HOST_PORT,
     HTTP_URL,
@@ -39,7 +40,7 @@ from tailreplay.cli.replay_target import target_options
 from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.sim import builtin_sim
 from tailreplay.cli.slo_stop import slo_stop_option
-from tailreplay.output_path import is_stdout
+from tailreplay.output_path import into_folder, is_stdout
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
@@ -180,12 +181,11 @@ input, 130 interrupted.""",
     "--out",
     "--output",
     "out",
-    type=click.Path(path_type=Path),
-    help="Result archive (default replays/replay-<UTC>.msgpack).",
+    type=FILE_OUT,
+    help="Result archive, or an existing folder to write it in (default "
+    "replays/replay-<UTC>.msgpack).",
 )
-@click.option(
-    "--json", "json_out", type=click.Path(path_type=Path), help="Write the summary as JSON here."
-)
+@click.option("--json", "json_out", type=FILE_OUT, help="Write the summary as JSON here.")
 @click.option(
     "--shard",
     type=SHARD,
@@ -254,7 +254,7 @@ input, 130 interrupted.""",
 @click.option(
     "--report",
     "report_out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE_OUT,
     help="After the run, write the report (recorded against replayed) here: .html, .md "
     "or .json by the suffix. Also written after Ctrl-C.",
 )
@@ -303,11 +303,12 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
         builtin = None
         if args.target is None:
             builtin = builtin_sim(args.sim_profile, args.seed, args.sim_args)
-        out = args.out or default_result(args.dry_run)
+        named = args.out is not None and not into_folder(args.out)  # else: a name made here
+        out = args.out if named else default_result(args.dry_run, args.out)
         config = replay_config(args, builtin, out, live=sys.stderr.isatty())
         given = click.get_current_context().meta.get(ARGV, sys.argv)  # standalone: argv
         config = replace(config, command=shown_command(given))
-        if args.out is None:
+        if not named:
             reserved = reserve(out)
             config = replace(config, out=reserved)
         return config, run_replay(config, args.workers, say)

@@ -9,6 +9,7 @@ import click
 
 from tailreplay.cli.echo import say
 from tailreplay.cli.options import (
+    FILE_OUT,
     KEY_VALUE,
     archive_args,
     archive_paths,
@@ -29,7 +30,7 @@ __all__ = ["report"]
 def _out(name: str, help_text: str) -> click.Option:
     return click.Option(
         [f"--{name}"],
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=FILE_OUT,
         callback=output_file,
         help=help_text,
     )

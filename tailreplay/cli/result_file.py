@@ -1,6 +1,6 @@
-"""The replay's result archive when ``--out`` is not given:
-``replays/replay-<UTC second>[-dry][-N].msgpack``, created exclusively, so runs
-started in the same second never write one file."""
+"""The replay's result archive when ``--out`` is not given, or names a folder:
+``replays/replay-<UTC second>[-dry][-N].msgpack`` (or in that folder), created
+exclusively, so runs started in the same second never write one file."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from tailreplay.errors import InputError
 __all__ = ["default_result", "drop_if_empty", "reserve"]
 
 
-def default_result(dry_run: bool) -> Path:
-    """The name for now, in ./replays/ (created by ``reserve``)."""
+def default_result(dry_run: bool, folder: Path | None = None) -> Path:
+    """The name for now, in ``folder`` (default ./replays/, created by ``reserve``)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return Path("replays") / f"replay-{stamp}{'-dry' if dry_run else ''}.msgpack"
+    return (folder or Path("replays")) / f"replay-{stamp}{'-dry' if dry_run else ''}.msgpack"
 
 
 def reserve(path: Path) -> Path:

@@ -15,6 +15,7 @@ import click
 from tailreplay.cli.echo import say, warn
 from tailreplay.cli.options import (
     DURATION,
+    FILE_OUT,
     archives_argument,
     buckets_option,
     otlp_options,
@@ -319,7 +320,7 @@ def _progress_bar(total: int, unit: str) -> Iterator[Callable[[int], None]]:
     "--out",
     "--output",
     "out",
-    type=click.Path(path_type=Path),
+    type=FILE_OUT,
     default=None,
     help="Default: NAME.msgpack.",
 )

@@ -12,6 +12,7 @@ from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
+    FILE_OUT,
     FiniteRange,
     archives_argument,
     output_option,
@@ -174,7 +175,7 @@ def synth(
 @click.option(
     "--json",
     "json_path",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE_OUT,
     help="Write every arm's figures as JSON here.",
 )
 @click.option(

@@ -13,7 +13,7 @@ from pathlib import Path
 from tailreplay import eventloop
 from tailreplay.errors import UsageError
 from tailreplay.exporters.span_process import replay_spans
-from tailreplay.output_path import check_output_file
+from tailreplay.output_path import check_output_file, into_folder
 from tailreplay.prometheus import check_listen
 from tailreplay.replayer.config import ReplayConfig, SpanFactory
 from tailreplay.replayer.local_shards import run_workers
@@ -151,8 +151,9 @@ def _check_outputs(args: ReplayArgs) -> None:
         )
     # When the run starts, not at parse time: the paths may name folders of the
     # machine that runs it (deploy/ parses its manifests' arguments elsewhere).
+    folder = args.out is not None and into_folder(args.out)  # a name is made in it
     for flag, path in (
-        ("--out", args.out),
+        ("--out", None if folder else args.out),
         ("--json", args.json_out),
         ("--report", args.report_out),
     ):
