@@ -176,7 +176,8 @@ def test_an_output_ending_in_a_slash_is_a_folder(
     runner = CliRunner()
     for folder in ("results/", "made"):
         (tmp_path / "made").mkdir(exist_ok=True)
-        result = runner.invoke(cli, ["replay", "--dry-run", "--limit", "3", "-o", folder, str(peak)])
+        argv = ["replay", "--dry-run", "--limit", "3", "-o", folder, str(peak)]
+        result = runner.invoke(cli, argv)
         assert result.exit_code == 0, result.output
         (written,) = (tmp_path / folder).iterdir()
         assert written.name.startswith("replay-") and written.name.endswith("-dry.msgpack")
