@@ -303,8 +303,10 @@ def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
         builtin = None
         if args.target is None:
             builtin = builtin_sim(args.sim_profile, args.seed, args.sim_args)
-        named = args.out is not None and not into_folder(args.out)  # else: a name made here
-        out = args.out if named else default_result(args.dry_run, args.out)
+        if args.out is not None and not into_folder(args.out):
+            out, named = args.out, True
+        else:  # a name made here, in the folder given or ./replays/
+            out, named = default_result(args.dry_run, args.out), False
         config = replay_config(args, builtin, out, live=sys.stderr.isatty())
         given = click.get_current_context().meta.get(ARGV, sys.argv)  # standalone: argv
         config = replace(config, command=shown_command(given))
