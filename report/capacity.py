@@ -164,7 +164,7 @@ def render(result: Search) -> list[str]:
     ]
     for t in sorted(result.trials, key=lambda t: (t.coarse, t.factor)):
         lines.append(
-            f"{t.factor:>7.3g}x{'c' if t.coarse else ' '}{t.requests:>9,} "
+            f"{t.factor:>7g}x{'c' if t.coarse else ' '}{t.requests:>9,} "
             f"{_three(t.percentiles.get('latency')):>24} "
             f"{_three(t.percentiles.get('ttft')):>21} {_pct(t.error_rate):>7} "
             f"{_pct(t.goodput):>8}  {t.verdict}"
@@ -175,6 +175,12 @@ def render(result: Search) -> list[str]:
         lines.append(
             "c: a coarse trial (a quarter of the window's span in replay time), which only "
             "aims the full ones"
+        )
+    if any(t.verdict == "uncertain" for t in result.trials):
+        lines.append(
+            "uncertain: the objective's 95% interval holds its limit (too few requests in "
+            "the window to tell the tail from the limit); a longer --window or more "
+            "--repeats decides more trials"
         )
     if any(t.cut for t in result.trials):
         lines.append(
@@ -190,13 +196,13 @@ def render(result: Search) -> list[str]:
     elif result.capacity is None:
         lines.append(f"capacity: below {hi:g}x (the lowest factor tried did not pass)")
     elif hi is None and result.stopped is not None:
-        lines.append(f"capacity: at least {lo:.3g}x (not measured past it)")
+        lines.append(f"capacity: at least {lo:g}x (not measured past it)")
     elif hi is None:
         lines.append(f"capacity: at least {lo:g}x (the highest factor tried passed)")
     else:
         top = [t.verdict for t in result.trials if t.factor == hi and not t.coarse]
         how = "uncertain" if top[-1:] == ["uncertain"] else "fails"
-        lines.append(f"capacity: {lo:.3g}x (passes at {lo:.3g}x, {how} at {hi:.3g}x)")
+        lines.append(f"capacity: {lo:g}x (passes at {lo:g}x, {how} at {hi:g}x)")
     if result.note is not None:
         lines.append(f"interval: {result.note}")
     if result.broke_first is not None:
@@ -238,7 +244,7 @@ def plot(result: Search) -> str:
         if limit is not None
     ]
     x_marks = (
-        [Mark(f"capacity {result.capacity:.3g}x", result.capacity, "#2ca02c")]
+        [Mark(f"capacity {result.capacity:g}x", result.capacity, "#2ca02c")]
         if result.capacity is not None
         else []
     )

@@ -525,3 +525,19 @@ def test_the_plot_marks_each_limit_and_the_capacity() -> None:
     assert "limit latency:p99&lt;=1000ms" in svg
     assert f"capacity {result.capacity:.3g}x" in svg
     assert "load factor (x the recorded window&#x27;s rate)" in svg and "P99 ms (log scale)" in svg
+
+
+@pytest.mark.parametrize("limit", [0.3, 0.8886, 2.7, 11.0])
+def test_a_factor_reads_the_same_in_every_line(limit: float) -> None:
+    # A bisected 0.888603x was printed 0.889x, 0.8886x and 0.888603x by three views:
+    # trials are made at round factors (3 significant digits at 5%), shown as they are.
+    run, judge, calls = _limit_at(limit, uncertain_band=0.03)
+    result = search(run, judge, max_factor=16, precision=0.05)
+    assert all(f"{f:g}" == f"{f:.3g}" for f, _, _ in calls), calls
+    lo, hi = result.interval
+    assert lo is not None and hi is not None and lo <= limit < hi
+    lines = render(result)
+    assert f"capacity: {lo:g}x (passes at {lo:g}x," in "\n".join(lines)
+    uncertain = any(t.verdict == "uncertain" for t in result.trials)
+    legend = [line for line in lines if line.startswith("uncertain: the objective's 95% interval")]
+    assert len(legend) == uncertain

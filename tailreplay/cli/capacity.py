@@ -238,7 +238,7 @@ def _finish(
         raise RunFailed(f"no capacity at the SLO: below {lowest:g}x, the lowest factor tried")
     if result.stopped is not None:
         # What passed before the client gave out was measured: a lower bound.
-        bound = f"{result.capacity:.3g}x is a lower bound"
+        bound = f"{result.capacity:g}x is a lower bound"
         say(f"warning: the search stopped: {result.stopped}; {bound}")
     if require is not None and result.capacity < require:
-        raise RunFailed(f"the capacity ({result.capacity:.3g}x) is under --require {require:g}x")
+        raise RunFailed(f"the capacity ({result.capacity:g}x) is under --require {require:g}x")

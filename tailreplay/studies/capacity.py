@@ -143,7 +143,7 @@ class _Trials:
 
     def run(self, factor: float, attempt: int, coarse: bool) -> Path:
         kind = "coarse" if coarse else "trial"
-        out = self.study.out_dir / f"{kind}-{factor:.4g}x-{attempt + 1}.msgpack"
+        out = self.study.out_dir / f"{kind}-{factor:g}x-{attempt + 1}.msgpack"
         # A coarse trial replays a quarter of the window's span in replay time (--duration),
         # at any factor: sped up, that is more of the window (all of it from 4x), so
         # the load lasts as long as at 1x and a queue has as long to build.
@@ -168,8 +168,8 @@ def trial_args(
     scrapes, for ``duration_s`` of replay time (a coarse trial); running to the end
     whatever fails (``fail_fast=0``, ``judge`` reads the results); and in a search, the
     watch that stops waiting for answers once an objective is missed."""
-    # Six significant digits, as the trials' flags have always carried the factor: the
-    # child's header shows it so.
+    # Six significant digits, as the child's flags carry the factor (the search's own
+    # are rounder: ``round_factor``).
     load = float(f"{factor:.6g}")
     args = ReplayArgs(
         archives=(window,),

@@ -59,8 +59,10 @@ class _State:
         repeats: int,
         say: Callable[[str], None],
         budget_s: float | None = None,
+        precision: float = 0.05,
     ) -> None:
         self.run, self.judge, self.repeats, self.say = run, judge, repeats, say
+        self.precision = precision
         self.out = Search()
         self.budget_s = budget_s
         self.deadline = time.monotonic() + budget_s if budget_s is not None else None
@@ -87,6 +89,7 @@ class _State:
         full pass) is within a step under it, and the window resolves the factor to
         that step. A coarse trial that holds the whole window (from
         ``1 / COARSE_SHARE``) is a full one."""
+        factor = round_factor(factor, self.precision)
         coarse = coarse and factor * COARSE_SHARE < 1
         runs: list[Path] = []
         while True:
@@ -102,11 +105,11 @@ class _State:
                 or not _decidable(t)
             ):
                 break
-            self.say(f"{factor:.4g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
+            self.say(f"{factor:g}x: uncertain, replaying it again ({len(runs) + 1} runs pooled)")
         self.out.trials.append(t)
-        self.say(f"{factor:.4g}x{' (coarse)' if coarse else ''}: {t.verdict} ({trial_line(t)})")
+        self.say(f"{factor:g}x{' (coarse)' if coarse else ''}: {t.verdict} ({trial_line(t)})")
         if t.verdict == "client-bound":
-            self.out.stopped = f"the client was the bottleneck at {factor:.4g}x (dispatch lag)"
+            self.out.stopped = f"the client was the bottleneck at {factor:g}x (dispatch lag)"
         return t
 
 
@@ -124,7 +127,7 @@ def search(
     """The capacity of the target for the judged objectives (module docstring), tried
     from ``min_factor`` (default 1 / ``max_factor``) to ``max_factor``; no replay starts
     after ``budget_s`` of wall time."""
-    state = _State(run, judge, repeats, say, budget_s)
+    state = _State(run, judge, repeats, say, budget_s, precision)
     floor = min_factor if min_factor is not None else 1.0 / max_factor
     guess = _coarse(state, floor, max_factor)
     passed, failed = _full(state, guess, floor, max_factor, precision)
@@ -133,6 +136,19 @@ def search(
     full_fail = [t for t in out.trials if not t.coarse and t.factor == failed]
     out.broke_first = broke_first(full_fail[-1]) if full_fail else None
     return out
+
+
+def round_factor(factor: float, precision: float, *, down: bool = False) -> float:
+    """``factor`` to as few significant digits as keep it within a quarter of
+    ``precision`` (3 at the default 5%): a trial's factor reads the same in its line,
+    its replay's header, its file name and the answer (0.889x, never 0.888603x).
+    ``down``: never above ``factor`` (a step that must stay within the precision)."""
+    digits = max(2, math.ceil(1 - math.log10(max(precision, 1e-9) / 4)))
+    nearest = float(f"{factor:.{digits}g}")
+    if not down or nearest <= factor:
+        return nearest
+    unit = 10 ** (math.floor(math.log10(factor)) - digits + 1)
+    return float(f"{nearest - unit:.{digits}g}")
 
 
 START = 2.0
@@ -208,7 +224,7 @@ def _full(
                 if reach > precision:
                     state.out.note = (
                         f"the window resolves the factor to about {reach:.0%} here: trials "
-                        f"this near the limit come out uncertain, so above {below.factor:.3g}x "
+                        f"this near the limit come out uncertain, so above {below.factor:g}x "
                         "it is known only to that (a longer --window or more --repeats "
                         "narrows it)"
                     )
@@ -357,7 +373,8 @@ def _between(below: Trial, above: Trial, precision: float) -> float:
     lo, hi = below.factor * (1 + precision / 2), above.factor / (1 + precision / 2)
     if lo >= hi:
         return math.sqrt(below.factor * above.factor)
-    step = below.factor * (1 + precision)
+    # Rounded down, as the trial will be: a step up by the precision closes the bracket.
+    step = round_factor(below.factor * (1 + precision), precision, down=True)
     # The failure's knee, where it was past one, bounds the crossing from above: its
     # value, cut short, only bounds it from below.
     knee = _knee(above, below, _upper_width(below))
@@ -466,7 +483,7 @@ def sweep(
 ) -> Search:
     """The brute-force baseline: full replays at 1x, 1x + step, 1x + 2 steps, ... until
     one fails (or ``max``); no coarse trials, no aiming."""
-    state = _State(run, judge, repeats, say, budget_s)
+    state = _State(run, judge, repeats, say, budget_s, step)
     passed: float | None = None
     failed: float | None = None
     n = 0
@@ -476,9 +493,9 @@ def sweep(
         if t.verdict == "client-bound":
             break
         if t.verdict != "pass":
-            failed = factor
+            failed = t.factor
             break
-        passed, n = factor, n + 1
+        passed, n = t.factor, n + 1
         if factor >= max_factor:
             break
     out = state.out
