@@ -68,6 +68,22 @@ def parse_objectives(specs: Sequence[str]) -> list[Objective]:
     return out
 
 
+def _rate_hint(limit: str) -> str:
+    """The fix for an error rate given without '%': a number under 1 most likely meant
+    a share (0.01 is 1%), so both readings are offered."""
+    hint = "give the error rate in percent, e.g. "
+    try:
+        value = float(limit)
+    except ValueError:
+        return f"{hint}error_rate<=1%"
+    if 0 < value < 1:
+        return (
+            f"{hint}error_rate<={value * 100:g}% for a share of {limit}, or "
+            f"error_rate<={limit}% (a bare number is ambiguous)"
+        )
+    return f"{hint}error_rate<={limit}% (a bare number is ambiguous: 1 could be 1% or 100%)"
+
+
 def _parse(text: str) -> Objective:
     m = _SPEC.match(text)
     if m is None:
@@ -80,10 +96,7 @@ def _parse(text: str) -> Objective:
         if q is not None:
             raise UsageError(f"invalid --slo {text!r}: error_rate takes no percentile")
         if not limit_text.endswith("%"):
-            raise UsageError(
-                f"invalid --slo {text!r}: give the error rate in percent, e.g. "
-                f"error_rate<={limit_text}% (a bare number is ambiguous: 1 could be 1% or 100%)"
-            )
+            raise UsageError(f"invalid --slo {text!r}: {_rate_hint(limit_text)}")
         share = _number(text, limit_text.removesuffix("%"))
         if share > 100:
             raise UsageError(f"invalid --slo {text!r}: an error rate is at most 100%")

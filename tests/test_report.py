@@ -150,7 +150,7 @@ def test_slo_gate_exit_codes_and_score(tmp_path: Path) -> None:
         # milliseconds; a fraction (1 = 100%: a gate that cannot fail) or percent.
         (["--slo", "latency:p99<=2"], "give the limit a unit (2ms or 2s) or make it relative"),
         (["--slo", "error_rate<=1"], "give the error rate in percent, e.g. error_rate<=1%"),
-        (["--slo", "error_rate<=0.01"], "a bare number is ambiguous: 1 could be 1% or 100%"),
+        (["--slo", "error_rate<=0.01"], "error_rate<=1% for a share of 0.01, or error_rate<=0.01%"),
         (["--slo", "error_rate<=150%"], "an error rate is at most 100%"),
         (["--slo", "latency:p99<=1.2x", "--replay-only"], "needs the recorded archive"),
         (["--buckets", "a,b"], "invalid --buckets"),
