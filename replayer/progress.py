@@ -42,7 +42,9 @@ def status_line(
             due += f" of {total:,}" if s.due <= total else ""
             due += f" ({min(s.due / total, 1.0):.0%})"
         left = ""
-        if length_s is not None:
+        if d.stopping.is_set():  # nothing more will be sent: no time is left to count
+            left = "  stopping"
+        elif length_s is not None:
             left = f"  {_clock(max(length_s - (now - started), 0.0))} left"
         return (
             f"  {now - started:6.1f}s  {due}  sent {s.sent:,}  done {s.completed:,}  "

@@ -39,6 +39,11 @@ def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
         otlp_live=config.spans is not None,
         seed=sc.seed,
         command=config.command,
+        builtin=(
+            config.builtin_target.describe(the_plan.longest)
+            if config.target is None and config.builtin_target is not None
+            else None
+        ),
     )
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",

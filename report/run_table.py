@@ -21,7 +21,7 @@ def run_table(report: Report) -> ReportTable:
     header = ReplayHeader.read(settings)
     t = ReportTable("run", ["", ""])
     rows: list[tuple[str, str | None]] = [
-        ("target", settings.get("upstream") if is_replay(report) else None),
+        ("target", _target(report, header)),
         # A capture reported alone is the recorded side, whatever its key in the JSON.
         (side_label(report, "replayed"), _paths(report["inputs"].get("replayed"))),
         ("recorded", _paths(report["inputs"].get("recorded"))),
@@ -53,6 +53,16 @@ def tail_line(report: Report) -> str:
         "budget (--tail-stretch), slower by design; the per-request tables show them "
         "marked, and the figures without them"
     )
+
+
+def _target(report: Report, header: ReplayHeader) -> str | None:
+    """The URL replayed at, or the built-in simulator that was started."""
+    if not is_replay(report):
+        return None
+    upstream = report["replay"].get("upstream")
+    if upstream is None and header.builtin is not None:
+        return f"the built-in simulator ({header.builtin})"
+    return str(upstream) if upstream is not None else None
 
 
 def _tail_setting(header: ReplayHeader) -> str | None:

@@ -86,3 +86,20 @@ def test_an_error_that_rounds_to_zero_is_not_negative() -> None:
     assert "input tokens vs recorded: 0.00% (as the target counts them)" in lines
     summary.input_tokens_error = -0.0123
     assert "input tokens vs recorded: -1.23% (as the target counts them)" in summary_lines(summary)
+
+
+def test_once_stopping_the_line_counts_no_time_left() -> None:
+    # Ctrl-C: nothing more will be sent, so "4m58s left" would be a count of nothing.
+    import asyncio
+    import time
+    from array import array
+    from types import SimpleNamespace
+
+    from tailreplay.replayer.progress import status_line
+
+    stats = SimpleNamespace(due=10, sent=10, completed=4, in_flight=6, errors=0, dropped=0)
+    d = SimpleNamespace(stats=stats, lags_ns=array("q", [10**6]), stopping=asyncio.Event())
+    line = status_line(d, time.monotonic(), total=100, length_s=300.0)  # type: ignore[arg-type]
+    assert line().endswith(" left") and "stopping" not in line()
+    d.stopping.set()
+    assert line().endswith("  stopping") and "left" not in line()

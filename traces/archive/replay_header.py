@@ -56,6 +56,9 @@ class ReplayHeader:
     """``--seed``: every draw of the schedule (tick spreading, copies, synthetic text)."""
     command: tuple[str, ...] | None = None
     """The command line, header values masked (``cli/command_line.py``)."""
+    builtin: str | None = None
+    """The built-in simulator the run started (no ``--target``: no upstream URL), as
+    its start line describes it: profile and sizes."""
 
     @property
     def shards(self) -> int:
@@ -75,6 +78,7 @@ class ReplayHeader:
             "users",
             "seed",
             "command",
+            "builtin",
         )
         return {k: v for k, v in self.to_map().items() if k in shown}
 
@@ -157,5 +161,6 @@ REPLAY_CHECKS: dict[str, tuple[Check, str]] = {
     "workers": (lambda v: type(v) is int and 1 <= v <= 1 << 16, "an int in 1..65536"),
     "seed": (lambda v: type(v) is int and -(1 << 63) <= v < 1 << 63, "a 64-bit int"),
     "command": (_strs, "an array of str"),
+    "builtin": (is_str, "a str"),
 }
 """What each field must be; ``validate.header_problems`` names a damaged one."""
