@@ -206,3 +206,14 @@ def test_an_ipv6_listen_address_is_printed_as_a_url_that_pastes_back(tmp_path: P
     urls = re.findall(r"https?://\S+", line)
     assert urls and all(u.startswith("http://[::1]:") for u in urls[:1]), line
     assert parse_http_url(urls[0], "--target").host == "::1"
+
+
+def test_only_a_listener_open_beyond_loopback_is_warned_of() -> None:
+    # The warning itself needs a non-loopback bind, which tests here never make: the
+    # judgement it rests on is checked instead.
+    from tailreplay.cli.proxy import _loopback
+
+    for host in ("127.0.0.1", "127.9.9.9", "::1", "[::1]", "localhost"):
+        assert _loopback(host), host
+    for host in ("0.0.0.0", "::", "10.0.0.7", "192.168.1.2", "proxy.internal", ""):
+        assert not _loopback(host), host

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import os
 import sys
 from dataclasses import dataclass
@@ -240,6 +241,14 @@ def proxy(**options: Any) -> None:
 
     def ready(p: RunningProxy) -> None:
         click.echo(f"tailreplay proxy listening on {p.url} -> {redact_url(str(config.upstream))}")
+        if not _loopback(config.listen_host):
+            click.echo(
+                f"warning: --listen {config.listen_host}: any host that reaches this one can "
+                "send through the proxy to the upstream, with its own credentials "
+                "(127.0.0.1 keeps it to this machine; a sidecar's pod network is the usual "
+                "reason to open it)",
+                err=True,
+            )
         if p.admin_url:
             click.echo(f"tailreplay proxy admin on {p.admin_url}")
         click.echo(f"recording into {config.out_dir}/")
@@ -255,6 +264,17 @@ def proxy(**options: Any) -> None:
     except OSError as exc:
         raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
     click.echo(f"archives closed in {config.out_dir}/: {counts.summary()}")
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` listens on loopback only (a name other than localhost is not
+    resolved here: it is taken as open)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _config(args: _Args) -> ProxyConfig:
