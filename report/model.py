@@ -37,6 +37,7 @@ __all__ = [
     "Retries",
     "ScopeRow",
     "Series",
+    "Shadow",
     "ShardRow",
     "Shards",
     "SideName",
@@ -85,7 +86,9 @@ def side_label(report: Report, side: SideName) -> str:
     """What the text and HTML call a side. An archive reported alone that is not a
     replay's results (a capture, an import) is what was recorded: its figures are named
     "recorded", though the JSON keeps them under ``replayed`` (``replay.source`` says
-    what the archive was made by)."""
+    what the archive was made by). A shadow report's sides are production and shadow."""
+    if "shadow" in report:
+        return "production" if side == "recorded" else "shadow"
     if side == "replayed" and "recorded" not in report["overall"] and not is_replay(report):
         return "recorded"
     return side
@@ -445,3 +448,15 @@ class Report(TypedDict):
     idle: NotRequired[PerSide[list[IdleRow]]]
     """Only when a side has calls that generate nothing (``idle_calls.py``): per path,
     not judged and in no other figure."""
+    shadow: NotRequired[Shadow]
+    """Only for ``report --shadow``: the ``recorded`` side is production (the requests
+    that were copied), the ``replayed`` side the shadow's answers to the copies."""
+
+
+class Shadow(TypedDict):
+    """What a shadowed capture's header says of its shadow (``proxy --shadow``)."""
+
+    target: str | None
+    """The shadow's URL, credentials removed."""
+    share: float | None
+    """``--shadow-share``: the share of production's generating requests copied."""

@@ -25,6 +25,14 @@ def run_table(report: Report) -> ReportTable:
         # A capture reported alone is the recorded side, whatever its key in the JSON.
         (side_label(report, "replayed"), _paths(report["inputs"].get("replayed"))),
         ("recorded", _paths(report["inputs"].get("recorded"))),
+    ]
+    if (shadow := report.get("shadow")) is not None:  # one capture holds both sides
+        rows = [
+            ("production", settings.get("upstream")),
+            ("shadow", shadow["target"]),
+            ("capture", _paths(report["inputs"].get("replayed"))),
+        ]
+    rows += [
         ("date", _date(settings.get("created_ns"))),
         ("tailreplay", settings.get("tool_version")),
         ("command line", shlex.join(header.command) if header.command else None),

@@ -131,12 +131,15 @@ def load_side(
     skip_corrupt: bool = False,
     keep: Set[bytes] | None = None,
     classes: Sequence[str] = (),
+    shadows: str = "skip",
 ) -> Side:
-    """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``.
+    """Read the records of ``paths`` into a ``Side``: all, or those whose key is in ``keep``;
+    ``shadows``: production's records of a shadowed capture, or ``"only"`` the copies
+    (``ArchiveReader``).
 
     ``classes`` names the ``LABELS`` fields to read besides the phase (``--slo-by``);
     the others are left absent (-1): reading them costs a report ~15%."""
-    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file")
+    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file", shadows=shadows)
     columns = _Columns()
     for name in classes:
         if name not in LABELS:
@@ -225,10 +228,11 @@ def _code(values: list[Any], *, strip_query: bool) -> tuple[Array, list[str]]:
 
 
 def _key(get: Callable[[str], Any]) -> bytes | None:
-    """A record's identity: its original's (trace id, span id) in a replay, else its own."""
+    """A record's identity: its original's (trace id, span id) in a replay or a shadow
+    copy (``shadow_of``: the production span it copied), else its own."""
     trace, span = get("orig_trace_id"), get("orig_span_id")
     if trace is None:
-        trace, span = get("trace_id"), get("span_id")
+        trace, span = get("trace_id"), get("shadow_of") or get("span_id")
     return trace + span if type(trace) is bytes and type(span) is bytes else None
 
 

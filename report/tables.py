@@ -25,6 +25,7 @@ from tailreplay.report.model import (
     side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
+from tailreplay.report.shadow import shadow_words
 from tailreplay.report.table import ReportTable, ms, num, pct
 from tailreplay.traces.archive.replay_header import ReplayHeader
 
@@ -59,6 +60,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     if report["replay"].get("source") == "replay:dry-run":
         return f"dry run: {rep['requests']:,} requests scheduled, none sent"
     parts = [f"{side_label(report, 'replayed')} {rep['requests']:,} requests"]
+    if "shadow" in report:
+        parts = [shadow_words(report)]
     idle = sum(r["requests"] for r in report.get("idle", {}).get("replayed", []))
     if idle:
         parts[0] += f" (and {idle:,} calls that generate nothing, not judged)"
@@ -67,7 +70,7 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         parts.append(f"at {speed}")
     recorded = report["overall"].get("recorded")
     if recorded is not None:
-        parts.append(f"against {recorded['requests']:,} recorded")
+        parts.append(f"against {recorded['requests']:,} {side_label(report, 'recorded')}")
     parts.append(f"errors {pct(rep['error_rate'])}")
     line = ", ".join(parts)
     client = report["client"]

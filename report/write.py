@@ -20,6 +20,7 @@ from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, SloMatrix, SloVerdict
 from tailreplay.report.run_table import run_table
+from tailreplay.report.shadow import shadow_of_capture
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
@@ -49,6 +50,9 @@ class ReportOptions:
     """...and per window of this many seconds of the replay."""
     thresholds: dict[str, float] | None = None
     """The findings' thresholds on the target's metrics (None: ``engine.THRESHOLDS``)."""
+    shadow: bool = False
+    """``replayed`` is a capture made with ``proxy --shadow``: compare its shadow copies
+    (as replayed) with the production requests they copied (as recorded)."""
 
 
 @dataclass
@@ -64,24 +68,12 @@ def write_report(
     options: ReportOptions, say: Callable[[str], None] = lambda line: None
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
-    classes = [options.slo_by] if options.slo_by else []
-    replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
-    check_one_run(replayed.paths, replayed.headers)
-    recorded_paths = options.recorded
-    if recorded_paths is None:
-        recorded_paths = _recorded_from_header(replayed, say)
-    recorded = None
-    if recorded_paths:
-        # A relative objective the recording cannot judge is refused, as replay refuses
-        # it before sending: one exit code (2) for it in every command.
-        check_judgeable(options.objectives, recorded_paths, skip_corrupt=options.skip_corrupt)
-        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say, classes)
-    if recorded is None and any(o.relative for o in options.objectives):
-        raise UsageError(
-            "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
-            "pass --recorded"
-        )
+    recorded, replayed = _sides(options, say)
     report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
+    if options.shadow:
+        report["shadow"] = shadow_of_capture(replayed.headers)
+    elif any(shadow_of_capture([h])["target"] for h in replayed.headers):
+        say("note: this capture holds shadow copies: report --shadow compares them with production")
     if (missing := missing_shards(replayed.headers)) is not None:
         report["warnings"].insert(0, missing)
     for line in report["warnings"]:
@@ -187,6 +179,46 @@ def fail_on_slo(result: ReportResult) -> None:
         why = f"score {score:.2f} < {slo['min_score']:.2f} (missed: {', '.join(missed)})"
         raise RunFailed("SLO failed: " + "; ".join([why, *scoped]))
     raise RunFailed("SLO failed " + "; ".join(scoped))
+
+
+def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | None, Side]:
+    """The recorded side (when there is one to compare with) and the replayed one."""
+    classes = [options.slo_by] if options.slo_by else []
+    shadows = "only" if options.shadow else "skip"
+    replayed = load_side(
+        options.replayed, skip_corrupt=options.skip_corrupt, classes=classes, shadows=shadows
+    )
+    check_one_run(replayed.paths, replayed.headers)
+    recorded_paths = options.recorded
+    if options.shadow:
+        recorded_paths = _shadowed_capture(options, replayed)
+    elif recorded_paths is None:
+        recorded_paths = _recorded_from_header(replayed, say)
+    recorded = None
+    if recorded_paths:
+        # A relative objective the recording cannot judge is refused, as replay refuses
+        # it before sending: one exit code (2) for it in every command.
+        check_judgeable(options.objectives, recorded_paths, skip_corrupt=options.skip_corrupt)
+        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say, classes)
+    if recorded is None and any(o.relative for o in options.objectives):
+        raise UsageError(
+            "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
+            "pass --recorded"
+        )
+    return recorded, replayed
+
+
+def _shadowed_capture(options: ReportOptions, replayed: Side) -> Sequence[Path]:
+    """The production side of ``--shadow``: the capture itself (the shadow's copies
+    hold their production span's id)."""
+    if options.recorded is not None:
+        raise UsageError("--shadow compares a capture with itself: give no --recorded")
+    if not replayed.n:
+        raise UsageError(
+            "--shadow: the capture holds no shadow copies (it was made without "
+            "proxy --shadow, or the shadow answered nothing)"
+        )
+    return options.replayed
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:

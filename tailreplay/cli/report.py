@@ -53,6 +53,12 @@ def _out(name: str, help_text: str) -> click.Option:
     help="The recorded archive(s); default: those the replay's header names.",
 )
 @click.option("--replay-only", is_flag=True, help="Report the replay alone, no recorded side.")
+@click.option(
+    "--shadow",
+    is_flag=True,
+    help="The archive is a capture made with proxy --shadow: compare the shadow's answers "
+    "with production's on the same requests.",
+)
 @slo_options
 @buckets_option
 @skip_corrupt_option
@@ -69,6 +75,7 @@ def report(
     replayed: tuple[Path, ...],
     recorded: tuple[Path, ...],
     replay_only: bool,
+    shadow: bool,
     slos: list[Objective],
     slo_min_score: float,
     slo_by: str | None,
@@ -82,7 +89,8 @@ def report(
     html: Path | None,
     deltas: Path | None,
 ) -> None:
-    """Compare a replay with what was recorded: percentiles, buckets, SLOs, deltas.
+    """Compare a replay with what was recorded: percentiles, buckets, SLOs, deltas
+    (with --shadow, a shadowed capture's shadow with its production).
 
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
     3 an unreadable archive.
@@ -93,6 +101,8 @@ def report(
 
     if replay_only and recorded:
         raise UsageError("--replay-only and --recorded contradict each other")
+    if shadow and (replay_only or recorded):
+        raise UsageError("--shadow compares a capture with itself: no --recorded or --replay-only")
     outputs = {"--json": json, "--markdown": markdown, "--html": html, "--deltas": deltas}
     for flag, path in outputs.items():
         if path is not None:
@@ -100,6 +110,7 @@ def report(
     options = ReportOptions(
         replayed=list(replayed),
         recorded=[] if replay_only else (list(recorded) or None),
+        shadow=shadow,
         objectives=slos,
         min_score=slo_min_score,
         slo_by=slo_by,

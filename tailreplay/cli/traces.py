@@ -57,7 +57,7 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
             f"{file}: is a directory; inspect shows one archive: give one of the files in "
             "it (traces stats, replay and report take the folder)"
         )
-    reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file")
+    reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file", shadows="keep")
     click.echo(describe_header(str(file), reader.headers[0]))
     for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
         click.echo(describe_record(i, m))

@@ -38,6 +38,7 @@ except ImportError:  # built without a C compiler: the pure-Python path does the
 __all__ = ["Columns", "load_columns"]
 
 _CHUNK_RECORDS = 1 << 20
+_SHADOW = "shadow_of"
 _TEXT = frozenset(name for name, spec in FIELD_SPECS.items() if spec[0] in (STR, TOKEN, TARGET))
 """String fields: the C scanner copies them as indices into the file's distinct values."""
 
@@ -88,10 +89,14 @@ def load_columns(
 
     ``limits`` (one per file, e.g. an earlier load's ``per_file``) keeps only the first
     that many records of each file, in file order.
+
+    Shadow copies (``proxy --shadow``: records with ``shadow_of``) are left out, as
+    ``ArchiveReader`` leaves them out by default: columns are production's.
     """
     unknown = [f for f in (*fields, *presence_only) if f not in FIELDS]
     if unknown:
         raise ValueError(f"unknown record fields: {', '.join(unknown)}")
+    presence_only = [*presence_only, _SHADOW]
     wanted = dict.fromkeys(["start_ns", *fields, *presence_only])
     valued = [f for f in wanted if f not in presence_only or f == "start_ns"]
     names = valued + [f for f in wanted if f not in valued]  # valued first, for _colscan
@@ -117,6 +122,7 @@ def load_columns(
         present = _join({f: [p[1][f] for p in parts] for f in names}, np.bool_)
     per_file = [len(p[1]["start_ns"]) for p in parts]
     parts.clear()
+    values, present = _without_shadows(values, present, keep_field=_SHADOW in fields)
     starts = values["start_ns"]
     n = len(starts)
     if n > 1 and not bool(np.all(starts[1:] >= starts[:-1])):  # skip the sort when sorted
@@ -124,6 +130,21 @@ def load_columns(
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
     return Columns(n, values, present, reader.warnings(), per_file)
+
+
+def _without_shadows(
+    values: dict[str, Array], present: dict[str, Mask], *, keep_field: bool
+) -> tuple[dict[str, Array], dict[str, Mask]]:
+    """The columns without the rows of shadow copies (and without their presence mask,
+    unless it was asked for)."""
+    shadow = present[_SHADOW]
+    if shadow.any():
+        keep = ~shadow
+        values = {f: a[keep] for f, a in values.items()}
+        present = {f: a[keep] for f, a in present.items()}
+    if not keep_field:
+        present = {f: a for f, a in present.items() if f != _SHADOW}
+    return values, present
 
 
 def _first(

@@ -99,7 +99,7 @@ def export_jsonl(
     that is not a string is damage: an ``ArchiveError``, or with ``skip_corrupt``
     left out and counted."""
     n = skipped = 0
-    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt)
+    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows="keep")
     with replaced_whole(out) as part, open_private(part, encoding="utf-8") as f:
         for i, m in enumerate(reader.iter_maps(), start=1):
             try:

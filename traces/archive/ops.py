@@ -107,7 +107,8 @@ def copy_records(
     in_paths = [Path(p) for p in inputs]
     out_path = Path(out)
     check_output_file("-o", out_path, inputs=in_paths)
-    reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt)
+    # Shadow copies too: an archive copied (a window, shards joined) stays whole.
+    reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt, shadows="keep")
     first = next((h for h in reader.headers if h), {})  # an empty file has none
     notes: list[str] = []
     if extra_header is None and source == "merge":

@@ -22,6 +22,7 @@ from tailreplay.traces.archive.scan import FileReport, FileScan, check_readable,
 
 __all__ = [
     "DEFAULT_REORDER_WINDOW_NS",
+    "SHADOWS",
     "ArchiveReader",
     "FileReport",
     "check_readable",
@@ -45,6 +46,10 @@ def read_header(path: str | os.PathLike[str], *, skip_corrupt: bool = False) -> 
     return report.header
 
 
+SHADOWS = ("skip", "only", "keep")
+"""What a reader does with ``proxy --shadow``'s copies (``ArchiveReader``)."""
+
+
 class ArchiveReader:
     """Records from one or many archive files.
 
@@ -61,6 +66,11 @@ class ArchiveReader:
 
     ``limits`` (one per file) reads no more than the first that many records of each
     file, in file order: a file still being written is read as it was when counted.
+
+    ``shadows``: what to make of the copies ``proxy --shadow`` sent to its shadow
+    target (records with ``shadow_of``): ``"skip"`` them (the default: every figure
+    of a capture is production's), read ``"only"`` them, or ``"keep"`` everything
+    (``merge``, ``slice``: an archive copied whole).
     """
 
     def __init__(
@@ -70,8 +80,12 @@ class ArchiveReader:
         skip_corrupt: bool = False,
         order: str = "time",
         limits: Sequence[int] | None = None,
+        shadows: str = "skip",
     ) -> None:
         self.paths = [Path(p) for p in paths]
+        if shadows not in SHADOWS:
+            raise ValueError(f"shadows must be one of {SHADOWS}, not {shadows!r}")
+        self.shadows = shadows
         if not self.paths:
             raise InputError("no archive files given")
         if limits is not None and len(limits) != len(self.paths):
@@ -102,6 +116,12 @@ class ArchiveReader:
             yield from_map(m)
 
     def iter_maps(self) -> Iterator[dict[str, Any]]:
+        maps = self._maps()
+        if self.shadows == "keep":
+            return maps
+        return _shadows(maps, only=self.shadows == "only")
+
+    def _maps(self) -> Iterator[dict[str, Any]]:
         scans = [
             FileScan(p, r, self.skip_corrupt, n)
             for p, r, n in zip(self.paths, self.reports, self.limits, strict=True)
@@ -129,16 +149,24 @@ class ArchiveReader:
         return sum(r.skipped_bytes for r in self.reports)
 
 
+def _shadows(maps: Iterator[dict[str, Any]], *, only: bool) -> Iterator[dict[str, Any]]:
+    """The shadow copies (``only``) or every other record."""
+    for m in maps:
+        if (m.get("shadow_of") is not None) is only:
+            yield m
+
+
 def _start(m: dict[str, Any]) -> int:
     start: int = m["start_ns"]
     return start
 
 
 def count_readable(path: Path) -> int:
-    """How many records a reader gets from ``path`` as it is (up to its first damage)."""
+    """How many records a reader gets from ``path`` as it is (up to its first damage),
+    shadow copies included."""
     count = 0
     try:
-        for _ in ArchiveReader([path], order="file").iter_maps():
+        for _ in ArchiveReader([path], order="file", shadows="keep").iter_maps():
             count += 1
     except TailreplayError:
         pass  # what came before the damage is what a reader gets

@@ -95,6 +95,10 @@ class Record:
     policy``, every attempt's, the first's 1. Absent: a first attempt..."""
     retry_of: bytes | None = None
     """...and for a retry, the span id of the attempt it retried."""
+    shadow_of: bytes | None = None
+    """Captures made with ``proxy --shadow``: this record is the copy the proxy sent to
+    the shadow target of the exchange with this span id (in the same ``trace_id``).
+    Readers leave such records out unless asked (``ArchiveReader(shadows=...)``)."""
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""

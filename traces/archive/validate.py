@@ -98,6 +98,7 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "phase": (STR, 0, 0),
     "attempt": (INT, 1, 1 << 16),
     "retry_of": (BIN, 0, 8),
+    "shadow_of": (BIN, 0, 8),
 }
 assert FIELD_SPECS.keys() == set(FIELDS), "every Record field has a spec"
 
@@ -383,12 +384,21 @@ _CAPTURE_CHECKS: dict[str, tuple[Check, str]] = {
     "routes": (_routes, "a map of str to str"),
     "listen": (_listen, "[host, port]"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
+    "shadow": (lambda v: _shadow(v), "a map with target (a str) and share (0..1)"),
 }
 _PEAK_CHECKS: dict[str, tuple[Check, str]] = {
     "window_s": (number(0, 1e12), "a finite number in 0..1e12"),
     "by": (is_str, "a str"),
     "start_ns": (lambda v: type(v) is int and _TIME[0] <= v < _TIME[1], "an int in 0..2^62-1"),
 }
+
+
+def _shadow(v: Any) -> bool:
+    """``capture.shadow``: where ``proxy --shadow`` sent its copies, and what share."""
+    if type(v) is not dict:
+        return False
+    target, share = v.get("target"), v.get("share")
+    return (target is None or is_str(target)) and (share is None or number(0, 1)(share))
 
 
 def _problems(m: dict[str, Any], checks: dict[str, tuple[Check, str]], where: str) -> list[str]:

@@ -1,0 +1,117 @@
+"""A capture made with ``proxy --shadow`` holds production's records and the shadow's
+copies side by side. Every figure of the capture is production's (the copies are
+left out of stats, replays, fits and exports), and ``report --shadow`` compares the
+two request for request."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.traces.archive.reader import ArchiveReader
+from tests.helpers import write_plain
+
+T0 = 1_700_000_000 * 10**9
+HEADER = {
+    "format": "tailreplay",
+    "version": 1,
+    "source": "proxy",
+    "upstream": "http://127.0.0.1:8000",
+    "capture": {"shadow": {"target": "http://127.0.0.1:9000", "share": 0.25}},
+}
+
+
+def _capture(path: Path, n: int = 400) -> Path:
+    """``n`` production exchanges of 200-400 ms; every fourth copied to a shadow that
+    takes twice as long (and fails one copy in fifty)."""
+    rng = random.Random(3)
+    maps: list[dict[str, Any]] = []
+    for i in range(n):
+        trace, span = rng.randbytes(16), rng.randbytes(8)
+        duration = rng.randint(200, 400) * 10**6
+        prod = {
+            "start_ns": T0 + i * 10**8,
+            "trace_id": trace,
+            "span_id": span,
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "status": 200,
+            "stream": True,
+            "duration_ns": duration,
+            "ttfb_ns": duration // 4,
+            "input_tokens": rng.choice([100, 600, 3000]),
+            "output_tokens": 40,
+        }
+        maps.append(prod)
+        if i % 4 == 0:
+            copy = {**prod, "span_id": rng.randbytes(8), "shadow_of": span}
+            copy.update(start_ns=prod["start_ns"] + 10**5, duration_ns=2 * duration)
+            copy["ttfb_ns"] = duration // 2
+            if i % 200 == 0:
+                copy.update(status=500, error="http_500")
+            maps.append(copy)
+    return write_plain(path, maps, HEADER)
+
+
+def _json(*args: str) -> tuple[int, dict[str, Any], str]:
+    result = CliRunner().invoke(cli, list(args))
+    document = json.loads(result.stdout) if result.stdout.strip() else {}
+    return result.exit_code, document, result.stderr
+
+
+def test_every_figure_of_a_shadowed_capture_is_productions(tmp_path: Path) -> None:
+    capture = _capture(tmp_path / "c.msgpack")
+    code, stats, _ = _json("traces", "stats", str(capture), "--json")
+    assert code == 0 and stats["records"] == 400
+    assert stats["latency_ms"]["p999"] <= 400 and stats["error_rate"] == 0
+    assert len(list(ArchiveReader([capture]))) == 400
+    assert len(list(ArchiveReader([capture], shadows="only"))) == 100
+    assert len(list(ArchiveReader([capture], shadows="keep"))) == 500
+    dry = tmp_path / "dry.msgpack"
+    result = CliRunner().invoke(cli, ["replay", "--dry-run", "-o", str(dry), str(capture)])
+    assert result.exit_code == 0, result.output
+    assert len(list(ArchiveReader([dry]))) == 400  # the copies are not replayed again
+    sliced = tmp_path / "s.msgpack"
+    result = CliRunner().invoke(cli, ["traces", "slice", str(capture), "-o", str(sliced)])
+    assert result.exit_code == 0, result.output
+    assert len(list(ArchiveReader([sliced], shadows="only"))) == 100  # kept whole
+    report = CliRunner().invoke(cli, ["report", str(capture)])
+    assert "report --shadow compares them with production" in report.stderr
+
+
+def test_report_shadow_compares_the_copies_with_their_originals(tmp_path: Path) -> None:
+    capture = _capture(tmp_path / "c.msgpack")
+    out = tmp_path / "r.json"
+    args = ["report", str(capture), "--shadow", "--json", str(out)]
+    result = CliRunner().invoke(cli, [*args, "--slo", "latency:p99<=1.5x"])
+    assert result.exit_code == 1, result.output  # the shadow is twice as slow: missed
+    report = json.loads(out.read_text())
+    assert report["shadow"] == {"target": "http://127.0.0.1:9000", "share": 0.25}
+    production, shadow = report["overall"]["recorded"], report["overall"]["replayed"]
+    assert production["requests"] == shadow["requests"] == 100  # the copied ones only
+    assert (production["errors"], shadow["errors"]) == (0, 2)
+    assert report["deltas"]["joined"] == 100
+    assert report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2.0, rel=0.01)
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("shadow at http://127.0.0.1:9000: 100 copied requests (25% of")
+    assert "against 100 production" in first
+    run = result.output[: result.output.index("overview")]
+    assert "http://127.0.0.1:9000" in run and "http://127.0.0.1:8000" in run
+    assert "recorded" not in run and "replayed" not in run
+    passed = CliRunner().invoke(cli, [*args, "--slo", "latency:p99<=2.5x"])
+    assert passed.exit_code == 0, passed.output
+
+
+def test_report_shadow_of_a_capture_without_copies_says_so(tmp_path: Path) -> None:
+    plain = write_plain(
+        tmp_path / "p.msgpack", [{"start_ns": T0, "method": "POST", "status": 200}], HEADER
+    )
+    result = CliRunner().invoke(cli, ["report", str(plain), "--shadow"])
+    assert result.exit_code == 2
+    assert "the capture holds no shadow copies" in result.stderr
