@@ -94,6 +94,8 @@ def span_attributes(
         a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
     if record.retry_of is not None:
         a["tailreplay.replay.retry_of"] = record.retry_of.hex()
+    if record.shadow_of is not None:
+        a["tailreplay.shadow_of"] = record.shadow_of.hex()
     return a
 
 
@@ -205,6 +207,11 @@ class RecordSpans:
         links = []
         if record.orig_trace_id is not None and record.orig_span_id is not None:
             links.append(Link(_remote(record.orig_trace_id, record.orig_span_id)))
+        if record.shadow_of is not None and record.trace_id is not None:
+            # A proxy's copy to its shadow: a CLIENT span under the production span,
+            # linked to it as a replay's span is linked to its original.
+            kind = SpanKind.CLIENT
+            links.append(Link(_remote(record.trace_id, record.shadow_of)))
         if also_link is not None:
             links.append(Link(_remote(*also_link)))
         parent = _EMPTY

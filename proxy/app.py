@@ -43,6 +43,7 @@ from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.proxy.response_head import Framing, relay_head
+from tailreplay.proxy.shadow import Shadow
 from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
@@ -60,7 +61,11 @@ def _json_error(status: int, message: str, kind: str) -> web.Response:
 
 
 def build_server(
-    config: ProxyConfig, sinks: Sequence[Sink], pool: UpstreamPool, guard: ConnectionGuard
+    config: ProxyConfig,
+    sinks: Sequence[Sink],
+    pool: UpstreamPool,
+    guard: ConnectionGuard,
+    shadow: Shadow | None = None,
 ) -> web.Server:
     """The proxy's HTTP server: aiohttp's low-level server, every request to one handler.
 
@@ -69,7 +74,7 @@ def build_server(
     (bench/proxy.py). Connections are admitted and timed out by ``guard``
     (``proxy/connections.py``).
     """
-    forwarder = _Forwarder(config, list(sinks), pool, guard)
+    forwarder = _Forwarder(config, list(sinks), pool, guard, shadow)
 
     def make_request(
         message: RawRequestMessage,
@@ -112,9 +117,15 @@ def upstream_pool(config: ProxyConfig) -> UpstreamPool:
 
 class _Forwarder:
     def __init__(
-        self, config: ProxyConfig, sinks: list[Sink], pool: UpstreamPool, guard: ConnectionGuard
+        self,
+        config: ProxyConfig,
+        sinks: list[Sink],
+        pool: UpstreamPool,
+        guard: ConnectionGuard,
+        shadow: Shadow | None,
     ) -> None:
         self.config = config
+        self.shadow = shadow
         self.guard = guard
         self._logged: dict[str, float] = {}  # error kind -> when last logged
         self.sinks = sinks
@@ -219,6 +230,8 @@ class _Forwarder:
             upstream = await self.pool.send(
                 origin, request.method, path, headers, data, content_length=request.content_length
             )
+            if self.shadow is not None:  # production's request has gone upstream
+                self._copy(self.shadow, ex, headers)
         except BodyTooLarge:
             return self._too_large(ex)
         except BodyTimeout:
@@ -235,6 +248,14 @@ class _Forwarder:
             return await self._relay(request, upstream, ex)
         finally:
             upstream.close()
+
+    @staticmethod
+    def _copy(shadow: Shadow, ex: Exchange, headers: list[tuple[str, str]]) -> None:
+        """A copy to ``--shadow`` of a sampled generating request (its body as the
+        client sent it), started apart from this one (``proxy/shadow.py``)."""
+        body = ex.req_body
+        if body is not None and ex.method == "POST" and not ex.probe and shadow.wants(ex.trace_id):
+            shadow.copy(ex, body, headers)
 
     def _log_upstream(self, exc: UpstreamError) -> None:
         # One line per kind of failure per LOG_EVERY_S: a dead upstream fails every

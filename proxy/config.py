@@ -12,6 +12,7 @@ from typing import Any
 from yarl import URL
 
 from tailreplay.proxy.exchange import ServerSpans
+from tailreplay.proxy.shadow import ShadowConfig
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.text.redact import redact_url
 
@@ -71,6 +72,9 @@ class ProxyConfig:
     never shed."""
     flush_interval_s: float = 1.0
     queue_size: int = 50_000
+    shadow: ShadowConfig | None = None
+    """``--shadow``: a share of generating requests copied to a second target
+    (``proxy/shadow.py``)."""
     spans: Callable[[], AbstractContextManager[ServerSpans]] | None = None
     """One SERVER span per request, made and exported by the recorder process, which
     enters this for its lifetime (``exporters.spans.proxy_spans`` with the OTLP
@@ -99,10 +103,16 @@ def _shown(url: URL) -> str:
 
 def archive_header(config: ProxyConfig) -> dict[str, Any]:
     """The header of every archive file the proxy writes: what was captured, and how."""
+    shadow = config.shadow
     return make_header(
         "proxy",
         upstream=_shown(config.upstream),
         capture={
+            **(
+                {"shadow": {"target": _shown(shadow.url), "share": shadow.share}}
+                if shadow is not None
+                else {}
+            ),
             "bodies": config.bodies,
             "sample": config.sample,
             "redact_headers": sorted(config.redact_headers),

@@ -56,6 +56,9 @@ class Exchange:
     """The upstream's ``Retry-After`` header, as sent."""
     probe: bool = False
     """The replayer's preflight (``tailreplay.probe``): forwarded, never recorded."""
+    shadow_of: bytes | None = None
+    """A copy sent to ``--shadow`` (``proxy/shadow.py``): the span id of the production
+    exchange it copied."""
 
     def finish(self, now_ns: int) -> None:
         """The response is over (or abandoned): settle the times sinks and records read."""

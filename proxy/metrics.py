@@ -25,7 +25,7 @@ from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_sink import RecorderClient
 
-__all__ = ["ProxyMetrics"]
+__all__ = ["ProxyMetrics", "Series", "cumulative"]
 
 _LATENCY = LATENCY_BUCKETS
 
@@ -132,7 +132,7 @@ class _ConnectionCollector(Collector):
             yield CounterMetricFamily(f"tailreplay_proxy_connections_{name}", doc, value=value)
 
 
-class _Series:
+class Series:
     """One route's and status class's counts: plain ints, folded into families at scrape.
 
     prometheus_client's Counter and Histogram take a lock and walk Python objects
@@ -151,7 +151,7 @@ class _Series:
         self.ttft_sum = 0.0
 
 
-def _cumulative(counts: list[int]) -> list[tuple[str, float]]:
+def cumulative(counts: list[int]) -> list[tuple[str, float]]:
     out, total = [], 0
     for bound, n in zip((*map(str, _LATENCY), "+Inf"), counts, strict=True):
         total += n
@@ -178,7 +178,7 @@ class _RequestCollector(Collector):
             "Arrival to the first token of a streamed (SSE) response.",
             labels=["route"],
         )
-        by_route: dict[str, list[_Series]] = {}
+        by_route: dict[str, list[Series]] = {}
         for route in ROUTES:  # every known series from the start, at 0 until counted
             for status in STATUS_CLASSES:
                 series = m.series.get((route, status))
@@ -188,8 +188,8 @@ class _RequestCollector(Collector):
         for route, group in by_route.items():
             lat = [sum(c) for c in zip(*(g.latency for g in group), strict=True)]
             first = [sum(c) for c in zip(*(g.ttft for g in group), strict=True)]
-            latency.add_metric([route], _cumulative(lat), sum(g.latency_sum for g in group))
-            ttft.add_metric([route], _cumulative(first), sum(g.ttft_sum for g in group))
+            latency.add_metric([route], cumulative(lat), sum(g.latency_sum for g in group))
+            ttft.add_metric([route], cumulative(first), sum(g.ttft_sum for g in group))
         yield requests
         yield latency
         yield ttft
@@ -209,7 +209,7 @@ class ProxyMetrics:
             self.registry.register(_RecorderCollector(recorder))
         if guard is not None:
             self.registry.register(_ConnectionCollector(guard))
-        self.series: dict[tuple[str, str], _Series] = {}
+        self.series: dict[tuple[str, str], Series] = {}
         self.in_flight = 0
         self.registry.register(_RequestCollector(self))
 
@@ -224,7 +224,7 @@ class ProxyMetrics:
         key = (ex.route, status_class(ex.status))
         series = self.series.get(key)
         if series is None:  # bounded: route and status class take a few values each
-            series = self.series[key] = _Series()
+            series = self.series[key] = Series()
         series.requests += 1
         if ex.duration_ns is not None:
             seconds = ex.duration_ns / 1e9

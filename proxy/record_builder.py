@@ -138,7 +138,10 @@ def build_record(
         bytes_out=ex.bytes_out,
         error=ex.error,
         shed=shed or None,
+        shadow_of=ex.shadow_of,
     )
+    # A shadow copy's prompt is its production record's: not analysed a second time.
+    shed = shed or ex.shadow_of is not None
     if ex.req_body is not None and config.bodies == "full":
         record.req_body = ex.req_body
     elif ex.req_body is not None and config.bodies == "redacted" and not shed:
@@ -255,9 +258,10 @@ class RecordBuilder:
             self.failed += 1
             log.exception("could not build a record; it is dropped")
             return
-        self._retries.link(record, ex.req_body)
-        if self.on_record is not None:
-            self.on_record(record)
+        if ex.shadow_of is None:  # a copy is neither a retry nor production's traffic
+            self._retries.link(record, ex.req_body)
+            if self.on_record is not None:
+                self.on_record(record)
         # Sampling keeps errors and requests at or above the running P99: the tail is
         # what a replay stretches, so it must never be sampled away.
         tail = self._p99.is_tail(record.duration_ns)

@@ -31,8 +31,11 @@ from tailreplay.proxy.connections import (
     listening_sockets,
     relisten,
 )
+from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
+from tailreplay.proxy.shadow import Shadow
+from tailreplay.proxy.shadow_metrics import ShadowMetrics
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
 
@@ -78,8 +81,9 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         raise
     metrics = ProxyMetrics(recorder, guard)
     pool = upstream_pool(config)
+    shadow = _shadow(config, recorder, metrics)
     runner = web.ServerRunner(
-        build_server(config, [recorder, metrics], pool, guard),
+        build_server(config, [recorder, metrics], pool, guard, shadow),
         shutdown_timeout=config.drain_timeout_s,
     )
     admin_runner: web.AppRunner | None = None
@@ -99,11 +103,30 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         # Stop listening, let requests in flight finish (up to drain_timeout_s), then
         # write out every record they produced.
         await runner.cleanup()
+        if shadow is not None:  # its copies are recorded too, before the recorder closes
+            await shadow.close(config.drain_timeout_s)
         await pool.close()
         if admin_runner is not None:
             await admin_runner.cleanup()
         await recorder.close()
         loop.set_exception_handler(previous_handler)
+
+
+def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics) -> Shadow | None:
+    """``--shadow``'s sender: each finished copy recorded and counted in its own metrics."""
+    if config.shadow is None:
+        return None
+    shadow_metrics: ShadowMetrics | None = None
+
+    def record(ex: Exchange) -> None:
+        recorder.on_complete(ex)
+        assert shadow_metrics is not None
+        shadow_metrics.observe(ex)
+
+    shadow = Shadow(config.shadow, record, config.timeout_s)
+    shadow_metrics = ShadowMetrics(shadow.counts)
+    metrics.registry.register(shadow_metrics)
+    return shadow
 
 
 def _prepare(

@@ -23,6 +23,7 @@ from tailreplay.cli.options import (
     Parsed,
     otlp_options,
 )
+from tailreplay.cli.proxy_shadow import shadow_config, shadow_options
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
@@ -80,6 +81,12 @@ class _Args:
     workers: int
     shed_after: float | None
     otlp: OtlpOptions
+    shadow_url: URL | None = None
+    shadow_share: float = 0.1
+    shadow_header: tuple[tuple[str, str], ...] = ()
+    shadow_model_map: tuple[tuple[str, str], ...] = ()
+    shadow_forward_auth: bool = False
+    shadow_max_inflight: int = 64
 
 
 @click.command()
@@ -232,6 +239,7 @@ class _Args:
     "prompt's body, hashes and statistics, so that a recorder short of CPU keeps every "
     "record ('off': never; past the pipe's limit records are then dropped).",
 )
+@shadow_options
 @otlp_options()
 def proxy(**options: Any) -> None:
     """Reverse proxy that records every exchange with an upstream into archives."""
@@ -252,6 +260,11 @@ def proxy(**options: Any) -> None:
         if p.admin_url:
             click.echo(f"tailreplay proxy admin on {p.admin_url}")
         click.echo(f"recording into {config.out_dir}/")
+        if (shadow := config.shadow) is not None:
+            click.echo(
+                f"shadowing {shadow.share:.0%} of generating requests to "
+                f"{redact_url(str(shadow.url))} (recorded beside production's)"
+            )
         sys.stdout.flush()
 
     if config.workers > 1:
@@ -319,6 +332,16 @@ def _config(args: _Args) -> ProxyConfig:
         fingerprint_key=key,
         workers=args.workers,
         shed_after_s=args.shed_after,
+        shadow=shadow_config(
+            args.shadow_url,
+            share=args.shadow_share,
+            headers=args.shadow_header,
+            model_map=args.shadow_model_map,
+            forward_auth=args.shadow_forward_auth,
+            max_inflight=args.shadow_max_inflight,
+            production=[args.upstream, *(r.upstream for r in args.routes)],
+            listen=args.listen,
+        ),
         spans=functools.partial(proxy_spans, args.otlp, (host, port), key)
         if args.otlp.enabled
         else None,

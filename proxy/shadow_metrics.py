@@ -1,0 +1,82 @@
+"""The shadow's Prometheus metrics, beside production's: copies sent, dropped and
+failed, in flight, and the shadow's latency and TTFT histograms, so a dashboard can
+put the two deployments' curves on one panel (same buckets, same route label)."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from tailreplay.prometheus import LATENCY_BUCKETS
+from tailreplay.proxy.exchange import Exchange
+from tailreplay.proxy.metrics import Series, cumulative
+from tailreplay.proxy.shadow import ShadowCounts
+
+__all__ = ["ShadowMetrics"]
+
+
+class ShadowMetrics(Collector):
+    """Registered in the proxy's registry; ``observe`` each finished copy."""
+
+    def __init__(self, counts: ShadowCounts) -> None:
+        self.counts = counts
+        self.series: dict[str, Series] = {}
+
+    def observe(self, ex: Exchange) -> None:
+        series = self.series.get(ex.route)
+        if series is None:  # bounded: a route is a known API path or "other"
+            series = self.series[ex.route] = Series()
+        series.requests += 1
+        if ex.duration_ns is not None:
+            seconds = ex.duration_ns / 1e9
+            series.latency[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            series.latency_sum += seconds
+        if ex.ttfb_ns is not None and ex.timeline is not None:  # TTFT: streamed only
+            seconds = ex.ttfb_ns / 1e9
+            series.ttft[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            series.ttft_sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.counts
+        for name, doc, value in (
+            ("sent", "Copies sent to the shadow target (--shadow).", c.sent),
+            (
+                "dropped",
+                "Copies not sent: past --shadow-max-inflight or the memory bound.",
+                c.dropped,
+            ),
+            (
+                "errors",
+                "Copies the shadow failed (no answer, or a status of 400 or more).",
+                c.errors,
+            ),
+        ):
+            yield CounterMetricFamily(f"tailreplay_proxy_shadow_{name}", doc, value=value)
+        yield GaugeMetricFamily(
+            "tailreplay_proxy_shadow_in_flight",
+            "Copies in flight to the shadow.",
+            value=c.in_flight,
+        )
+        latency = HistogramMetricFamily(
+            "tailreplay_proxy_shadow_request_duration_seconds",
+            "The shadow's answer to a copy: sent to last byte read.",
+            labels=["route"],
+        )
+        ttft = HistogramMetricFamily(
+            "tailreplay_proxy_shadow_ttft_seconds",
+            "The shadow's first token of a streamed answer to a copy.",
+            labels=["route"],
+        )
+        for route, s in self.series.items():
+            latency.add_metric([route], cumulative(s.latency), s.latency_sum)
+            ttft.add_metric([route], cumulative(s.ttft), s.ttft_sum)
+        yield latency
+        yield ttft

@@ -1,0 +1,124 @@
+"""``proxy --shadow``: the options that copy a share of production to a second target
+(``proxy/shadow.py``), and the guard that keeps the copies off production itself."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
+
+import click
+from yarl import URL
+
+from tailreplay.cli.options import HEADER, HTTP_URL, MODEL_MAP, Parsed
+from tailreplay.errors import UsageError
+from tailreplay.same_host import same_deployment
+from tailreplay.traces.text.redact import redact_url
+from tailreplay.units import host_port
+
+if TYPE_CHECKING:  # imported when a shadow is configured: every command loads this module
+    from tailreplay.proxy.shadow import ShadowConfig
+
+__all__ = ["shadow_config", "shadow_options"]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def _share(text: str, flag: str) -> float:
+    """``10%``, or a share as a fraction (``0.1``), in (0, 1]."""
+    stripped = text.strip()
+    try:
+        value = float(stripped.removesuffix("%")) / (100 if stripped.endswith("%") else 1)
+    except ValueError:
+        raise ValueError(f"{flag} {text}: give a share, e.g. 10%") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{flag} {text}: a share is over 0% and at most 100% (e.g. 10%)")
+    return value
+
+
+SHARE = Parsed("share", _share)
+
+
+def shadow_options(f: F) -> F:
+    """``--shadow`` and the options that shape its copies."""
+    options = [
+        click.option(
+            "--shadow",
+            "shadow_url",
+            type=HTTP_URL,
+            help="Copy a share of generating requests to this target too, off the request "
+            "path; its answers are recorded beside production's (docs/shadow.md).",
+        ),
+        click.option(
+            "--shadow-share",
+            type=SHARE,
+            default="10%",
+            show_default=True,
+            help="Share of generating requests copied, by trace id (a session's go together).",
+        ),
+        click.option(
+            "--shadow-header",
+            type=HEADER,
+            multiple=True,
+            help="'Name: value' sent with every copy (repeatable), e.g. the shadow's own "
+            "Authorization.",
+        ),
+        click.option(
+            "--shadow-model-map",
+            type=MODEL_MAP,
+            multiple=True,
+            help="A=B: a copy of a request for model A asks the shadow for B (repeatable).",
+        ),
+        click.option(
+            "--shadow-forward-auth",
+            is_flag=True,
+            help="Send the client's own credentials (Authorization, api-key, x-api-key, "
+            "Cookie) to the shadow; by default they stay behind.",
+        ),
+        click.option(
+            "--shadow-max-inflight",
+            type=click.IntRange(min=1),
+            default=64,
+            show_default=True,
+            help="Copies in flight at once; more are dropped and counted.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def shadow_config(
+    url: URL | None,
+    *,
+    share: float,
+    headers: Iterable[tuple[str, str]],
+    model_map: Iterable[tuple[str, str]],
+    forward_auth: bool,
+    max_inflight: int,
+    production: Iterable[URL],
+    listen: tuple[str, int],
+) -> ShadowConfig | None:
+    """The shadow's configuration; a shadow that reaches one of ``production``'s
+    upstreams or the proxy's own listener is refused (copies would double production's
+    load, or loop through the proxy)."""
+    if url is None:
+        return None
+    from tailreplay.proxy.shadow import ShadowConfig
+
+    own = [str(u) for u in production]
+    host, port = listen
+    if port:
+        own.append(f"http://{host_port(host, port)}")
+    if (same := same_deployment(str(url), own)) is not None:
+        raise UsageError(
+            f"--shadow {redact_url(str(url))}: reaches {redact_url(same)}, which is "
+            "production (an upstream or this proxy): a shadow is another deployment"
+        )
+    return ShadowConfig(
+        url=url,
+        share=share,
+        headers=tuple(headers),
+        model_map=tuple(model_map),
+        forward_auth=forward_auth,
+        max_inflight=max_inflight,
+    )
