@@ -286,3 +286,27 @@ async def test_proxy_trace_sample_and_content_capture(tmp_path: Path) -> None:
         assert json.loads(span.attributes["gen_ai.output.messages"]) == [
             {"role": "assistant", "content": "Hello there, friend."}
         ]
+
+
+def test_a_shadow_copy_is_a_client_span_under_and_linked_to_production() -> None:
+    memory = InMemorySpanExporter()
+    telemetry = Telemetry.for_processor(SimpleSpanProcessor(memory), OtlpOptions())
+    spans = RecordSpans(telemetry, kind=SpanKind.SERVER)
+    trace, production, copy = b"t" * 16, b"p" * 8, b"c" * 8
+    spans.emit(Record(start_ns=T0, trace_id=trace, span_id=production, status=200))
+    shadow = Record(
+        start_ns=T0 + 5,
+        trace_id=trace,
+        span_id=copy,
+        parent_span_id=production,
+        shadow_of=production,
+        status=200,
+        duration_ns=10,
+    )
+    spans.emit(shadow)
+    first, second = memory.get_finished_spans()
+    assert first.kind is SpanKind.SERVER and second.kind is SpanKind.CLIENT
+    assert second.parent is not None and second.parent.span_id == int.from_bytes(production, "big")
+    (link,) = second.links
+    assert link.context.span_id == int.from_bytes(production, "big")
+    assert second.attributes["tailreplay.shadow_of"] == production.hex()
