@@ -150,6 +150,18 @@ class Series:
         self.ttft = [0] * (len(_LATENCY) + 1)
         self.ttft_sum = 0.0
 
+    def observe(self, ex: Exchange) -> None:
+        """Count a finished exchange: its latency, and its TTFT when it was streamed."""
+        self.requests += 1
+        if ex.duration_ns is not None:
+            seconds = ex.duration_ns / 1e9
+            self.latency[bisect_left(_LATENCY, seconds)] += 1
+            self.latency_sum += seconds
+        if ex.ttfb_ns is not None and ex.timeline is not None:  # TTFT: streamed only
+            seconds = ex.ttfb_ns / 1e9
+            self.ttft[bisect_left(_LATENCY, seconds)] += 1
+            self.ttft_sum += seconds
+
 
 def cumulative(counts: list[int]) -> list[tuple[str, float]]:
     out, total = [], 0
@@ -225,12 +237,4 @@ class ProxyMetrics:
         series = self.series.get(key)
         if series is None:  # bounded: route and status class take a few values each
             series = self.series[key] = Series()
-        series.requests += 1
-        if ex.duration_ns is not None:
-            seconds = ex.duration_ns / 1e9
-            series.latency[bisect_left(_LATENCY, seconds)] += 1
-            series.latency_sum += seconds
-        if ex.ttfb_ns is not None and ex.timeline is not None:  # TTFT: streamed only
-            seconds = ex.ttfb_ns / 1e9
-            series.ttft[bisect_left(_LATENCY, seconds)] += 1
-            series.ttft_sum += seconds
+        series.observe(ex)

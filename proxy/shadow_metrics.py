@@ -4,7 +4,6 @@ put the two deployments' curves on one panel (same buckets, same route label).""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Iterator
 
 from prometheus_client.core import (
@@ -15,7 +14,6 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tailreplay.prometheus import LATENCY_BUCKETS
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import Series, cumulative
 from tailreplay.proxy.shadow import ShadowCounts
@@ -34,15 +32,7 @@ class ShadowMetrics(Collector):
         series = self.series.get(ex.route)
         if series is None:  # bounded: a route is a known API path or "other"
             series = self.series[ex.route] = Series()
-        series.requests += 1
-        if ex.duration_ns is not None:
-            seconds = ex.duration_ns / 1e9
-            series.latency[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-            series.latency_sum += seconds
-        if ex.ttfb_ns is not None and ex.timeline is not None:  # TTFT: streamed only
-            seconds = ex.ttfb_ns / 1e9
-            series.ttft[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-            series.ttft_sum += seconds
+        series.observe(ex)
 
     def collect(self) -> Iterator[Metric]:
         c = self.counts
