@@ -240,8 +240,8 @@ def _idle_line(idle: dict[str, int]) -> list[str]:
         return []
     calls = ", ".join(f"{name} {n:,}" for name, n in sorted(idle.items(), key=lambda kv: -kv[1]))
     total = sum(idle.values())
-    noun = "call" if total == 1 else "calls"
-    return [f"and {total:,} {noun} that generate nothing ({calls}): in no count or figure here"]
+    what = "call that generates" if total == 1 else "calls that generate"
+    return [f"and {total:,} {what} nothing ({calls}): in no count or figure here"]
 
 
 def _how_it_ended(s: ReplaySummary) -> list[str]:

@@ -64,7 +64,8 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         parts = [shadow_words(report)]
     idle = sum(r["requests"] for r in report.get("idle", {}).get("replayed", []))
     if idle:
-        parts[0] += f" (and {idle:,} calls that generate nothing, not judged)"
+        what = "call that generates" if idle == 1 else "calls that generate"
+        parts[0] += f" (and {idle:,} {what} nothing, not judged)"
     speed = ReplayHeader.read(report["replay"]).speed
     if speed is not None:
         parts.append(f"at {speed}")

@@ -25,6 +25,7 @@ __all__ = [
     "parse_http_url",
     "parse_size",
     "parse_time",
+    "round_factor",
 ]
 
 _DURATION_UNITS = {
@@ -197,3 +198,16 @@ def parse_buckets(text: str) -> list[int]:
     if any(e <= 0 for e in edges):
         raise UsageError("--buckets edges must be positive")
     return edges
+
+
+def round_factor(factor: float, precision: float, *, down: bool = False) -> float:
+    """``factor`` to as few significant digits as keep it within a quarter of
+    ``precision`` (3 at the default 5%): a trial's factor reads the same in its line,
+    its replay's header, its file name and the answer (0.889x, never 0.888603x).
+    ``down``: never above ``factor`` (a step that must stay within the precision)."""
+    digits = max(2, math.ceil(1 - math.log10(max(precision, 1e-9) / 4)))
+    nearest = float(f"{factor:.{digits}g}")
+    if not down or nearest <= factor:
+        return nearest
+    unit = 10 ** (math.floor(math.log10(factor)) - digits + 1)
+    return float(f"{nearest - unit:.{digits}g}")

@@ -227,7 +227,8 @@ def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> N
     check_output_file("-o", out, inputs=files)
     done = export_mooncake(files, out, skip_corrupt=skip_corrupt)
     warn(done.warnings)
-    idle = f" ({done.left_out:,} calls that generate nothing left out)" if done.left_out else ""
+    what = "call that generates" if done.left_out == 1 else "calls that generate"
+    idle = f" ({done.left_out:,} {what} nothing left out)" if done.left_out else ""
     click.echo(f"exported {done.written:,} records to {out}{idle}", err=True)
 
 

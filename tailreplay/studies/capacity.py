@@ -169,7 +169,7 @@ def trial_args(
     whatever fails (``fail_fast=0``, ``judge`` reads the results); and in a search, the
     watch that stops waiting for answers once an objective is missed."""
     # Six significant digits, as the child's flags carry the factor (the search's own
-    # are rounder: ``round_factor``).
+    # are rounder: ``units.round_factor``).
     load = float(f"{factor:.6g}")
     args = ReplayArgs(
         archives=(window,),

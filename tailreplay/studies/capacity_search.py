@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tailreplay.report.capacity import Check, Search, Trial, broke_first, trial_line
-from tailreplay.units import format_duration
+from tailreplay.units import format_duration, round_factor
 
 __all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]
 
@@ -136,19 +136,6 @@ def search(
     full_fail = [t for t in out.trials if not t.coarse and t.factor == failed]
     out.broke_first = broke_first(full_fail[-1]) if full_fail else None
     return out
-
-
-def round_factor(factor: float, precision: float, *, down: bool = False) -> float:
-    """``factor`` to as few significant digits as keep it within a quarter of
-    ``precision`` (3 at the default 5%): a trial's factor reads the same in its line,
-    its replay's header, its file name and the answer (0.889x, never 0.888603x).
-    ``down``: never above ``factor`` (a step that must stay within the precision)."""
-    digits = max(2, math.ceil(1 - math.log10(max(precision, 1e-9) / 4)))
-    nearest = float(f"{factor:.{digits}g}")
-    if not down or nearest <= factor:
-        return nearest
-    unit = 10 ** (math.floor(math.log10(factor)) - digits + 1)
-    return float(f"{nearest - unit:.{digits}g}")
 
 
 START = 2.0
