@@ -263,9 +263,12 @@ class RecordBuilder:
             if self.on_record is not None:
                 self.on_record(record)
         # Sampling keeps errors and requests at or above the running P99: the tail is
-        # what a replay stretches, so it must never be sampled away.
-        tail = self._p99.is_tail(record.duration_ns)
-        error = is_error(record.status, record.error)
+        # what a replay stretches, so it must never be sampled away. A shadow's copy is
+        # kept by its trace alone, as its original would be: never without it, and
+        # never in production's P99.
+        copy = ex.shadow_of is not None
+        tail = not copy and self._p99.is_tail(record.duration_ns)
+        error = not copy and is_error(record.status, record.error)
         if self._sampler.keep(record.trace_id, error=error, tail=tail):
             self.writer.append(record)
         else:

@@ -63,6 +63,8 @@ class RecorderCounts:
     """Of the records built, those written without their prompt's work (the
     recorder was behind: ``Record.shed``)."""
     backlog: int = 0
+    copies: int = 0
+    """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)."""
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
 
@@ -76,12 +78,22 @@ class RecorderCounts:
             parts.append(f"{self.sampled_out:,} sampled out")
         if self.failed:
             parts.append(f"{self.failed:,} could not be recorded")
-        return f"{self.served:,} exchanges served: " + ", ".join(parts)
+        copies = f" ({self.copies:,} of them copies to the shadow)" if self.copies else ""
+        return f"{self.served:,} exchanges served{copies}: " + ", ".join(parts)
 
     @classmethod
     def total(cls, counts: list[RecorderCounts]) -> RecorderCounts:
         """The sum over several proxies' recorders (``--workers``)."""
-        names = ("served", "written", "dropped", "sampled_out", "failed", "shed", "backlog")
+        names = (
+            "served",
+            "written",
+            "dropped",
+            "sampled_out",
+            "failed",
+            "shed",
+            "backlog",
+            "copies",
+        )
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 
 
@@ -93,6 +105,8 @@ class RecorderClient:
         self.config = config
         self.restarts = 0
         self.served = 0
+        self.copies = 0
+        """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)."""
         self.down: str | None = None
         """Why the recorder is not running, while it is not; None when it is."""
         self._retired = RecorderCounts()  # recorders that died
@@ -168,6 +182,7 @@ class RecorderClient:
             failed=r.failed + s[Stat.FAILED],
             shed=r.shed + s[Stat.SHED],
             backlog=s[Stat.BACKLOG],
+            copies=self.copies,
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
 
@@ -322,6 +337,7 @@ class RecorderClient:
             sampled_out=self._retired.sampled_out,
             failed=self._retired.failed,
             shed=self._retired.shed,
+            copies=self.copies,
             tokens=self._retired.tokens,
         )
 

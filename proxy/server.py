@@ -119,6 +119,7 @@ def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics
     shadow_metrics: ShadowMetrics | None = None
 
     def record(ex: Exchange) -> None:
+        recorder.copies += 1
         recorder.on_complete(ex)
         assert shadow_metrics is not None
         shadow_metrics.observe(ex)

@@ -10,11 +10,22 @@ would take the bytes held past ``max_bytes``, are dropped and counted instead.
 
 A copy carries the request as the client sent it, with ``--shadow-model-map`` and
 ``--shadow-header`` applied. The client's credentials stay behind unless
-``forward_auth`` (a shadow is another deployment, with its own): ``--shadow-header
-'Authorization: Bearer …'`` gives the shadow its own. A streaming chat or completion
-request asks for usage (``stream_options.include_usage``) so that the shadow's
-tokens are counted. Sampling is by trace id, so a session's requests (one trace)
-are copied together or not at all.
+``forward_auth`` (a shadow is another deployment, with its own): every header and
+query parameter whose name the recorder's rule calls a credential
+(``traces/text/secret_names.py``: ``Authorization``, ``X-Goog-Api-Key``,
+``?api-key=``, ...), ``Cookie``, and the OpenAI account headers; ``--shadow-header
+'Authorization: Bearer …'`` gives the shadow its own.
+
+The shadow's answers cost the proxy CPU as production's do, on the same thread: an
+answer is read at most ``MAX_ANSWER_BYTES`` (cut past it), and all copies' answers
+together at most ``read_rate`` bytes a second. A shadow that streams faster is
+paused (its connection stops being read) and the copies so slowed are recorded as
+``shadow_throttled``: their timing is the proxy's pace, not the shadow's.
+
+A streaming chat or completion request asks for usage
+(``stream_options.include_usage``) so that the shadow's tokens are counted.
+Sampling is by trace id, so a session's requests (one trace) are copied together
+or not at all.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,15 +46,17 @@ from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
 from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id
+from tailreplay.traces.text.secret_names import is_secret_name
 
-__all__ = ["CREDENTIAL_HEADERS", "Shadow", "ShadowConfig", "ShadowCounts"]
+__all__ = ["ACCOUNT_HEADERS", "MAX_ANSWER_BYTES", "Shadow", "ShadowConfig", "ShadowCounts"]
 
 log = logging.getLogger("tailreplay.proxy.shadow")
 
-CREDENTIAL_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"}
-)
-"""The client's credentials: not sent to the shadow unless ``forward_auth``."""
+ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
+"""Not secrets, but the client's account at its provider: not the shadow's business."""
+MAX_ANSWER_BYTES = 16 << 20
+"""A copy's answer is cut past this (error ``shadow_too_large``): an LLM's longest
+answers are a few MB; an endless stream would cost the proxy without end."""
 _REPLACED = frozenset({"host", "traceparent", "tracestate", "content-length"})
 """Set per copy: the shadow's host (by the pool), the copy's own span, the body's length."""
 
@@ -62,6 +76,13 @@ class ShadowConfig:
     """Copies in flight at once; more are dropped."""
     max_bytes: int = 64 << 20
     """Request bytes held by copies in flight; a copy past it is dropped."""
+    read_rate: int = 1 << 20
+    """Bytes a second of the copies' answers read, all together; past it the shadow's
+    connections are paused. Reading a streamed answer costs the proxy about 6% of a
+    core per MiB a second (an endless shadow stream, docs/shadow.md); 1 MiB/s is 7,000
+    tokens a second of SSE, 10% of a deployment streaming 70,000."""
+    secret_names: frozenset[str] = frozenset()
+    """More header names holding credentials (the proxy's ``--redact-header``)."""
 
 
 @dataclass
@@ -72,6 +93,8 @@ class ShadowCounts:
     dropped: int = 0
     errors: int = 0
     in_flight: int = 0
+    throttled: int = 0
+    """Copies whose answer was read slower than it came (``ShadowConfig.read_rate``)."""
 
 
 class Shadow:
@@ -96,8 +119,8 @@ class Shadow:
         self._threshold = int(config.share * 2**64)
         self._models = dict(config.model_map)
         self._extra = [(name, value) for name, value in config.headers]
-        self._drop = CREDENTIAL_HEADERS - {n.lower() for n, _ in config.headers}
         self._held = 0
+        self.budget = ReadBudget(config.read_rate)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def wants(self, trace_id: bytes) -> bool:
@@ -161,6 +184,19 @@ class Shadow:
                 self.counts.errors += 1
             self.record(ex)
 
+    def _credential(self, name: str) -> bool:
+        lower = name.lower()
+        return lower in ACCOUNT_HEADERS or is_secret_name(name, self.config.secret_names)
+
+    def _path(self, path: str) -> str:
+        """The request's path, without query parameters that hold credentials (unless
+        they are forwarded)."""
+        bare, sep, query = path.partition("?")
+        if not sep or self.config.forward_auth:
+            return path
+        kept = [p for p in query.split("&") if not is_secret_name(p.split("=", 1)[0], url=True)]
+        return f"{bare}?{'&'.join(kept)}" if kept else bare
+
     def _body(self, path: str, body: bytes) -> bytes:
         """The copy's body: the model mapped, usage asked for on a stream."""
         if self._models and b'"model"' in body:
@@ -171,9 +207,12 @@ class Shadow:
         """The upstream's headers without credentials (unless forwarded), the copy's
         span, and ``--shadow-header`` last (the pool writes the shadow's Host)."""
         drop = _REPLACED | ({n.lower() for n, _ in self._extra})
-        if not self.config.forward_auth:
-            drop |= self._drop
-        out = [(n, v) for n, v in upstream if n.lower() not in drop]
+        forward = self.config.forward_auth
+        out = [
+            (n, v)
+            for n, v in upstream
+            if n.lower() not in drop and (forward or not self._credential(n))
+        ]
         out.append(("traceparent", f"00-{ex.trace_id.hex()}-{ex.span_id.hex()}-01"))
         out += self._extra
         return out
@@ -181,10 +220,11 @@ class Shadow:
     async def _exchange(self, ex: Exchange, headers: list[tuple[str, str]]) -> None:
         """Send the copy and read its answer whole: timeline, tap and byte count, as the
         proxy reads production's."""
-        target = self._base + ex.path
+        target = self._base + self._path(ex.path)
         raw_target = URL(target, encoded=True).raw_path_qs
         assert ex.req_body is not None
         response = await self.pool.send(self.origin, ex.method, raw_target, headers, ex.req_body)
+        reader = _Reader(ex, self.budget)
         try:
             ex.status = response.status
             sse = False
@@ -196,24 +236,92 @@ class Shadow:
                     ex.content_encoding = value
             ex.tap = ResponseTap(stream=sse)
             ex.timeline = StreamTimeline() if sse else None
-            response.start(_Reader(ex))
-            while not await response.wait():
-                response.resume()  # never paused by the reader; resumed should it be
-            ex.duration_ns = time.monotonic_ns() - ex.t0_ns
+            response.start(reader)
+            while not await response.wait():  # paused: the budget, or the answer's cap
+                if reader.cut:
+                    ex.error = "shadow_too_large"
+                    break
+                await self.budget.turn()
+                response.resume()
+            else:
+                ex.duration_ns = time.monotonic_ns() - ex.t0_ns
+            if reader.throttled:
+                self.counts.throttled += 1
+                ex.error = ex.error or "shadow_throttled"
         finally:
-            response.close()
+            response.close()  # unfinished (cut): the connection is dropped
+
+
+class ReadBudget:
+    """A token bucket of bytes a second shared by every copy's reader (a quarter of a
+    second's worth of burst). A reader that found it empty pauses and waits its turn:
+    paused readers are woken one at a time, in order, as the bucket refills, so a
+    crowd of them costs one timer, not a wake-up each every few milliseconds."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self.burst = rate / 4
+        self.tokens = self.burst
+        self.at = time.monotonic()
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+
+    def take(self, n: int) -> bool:
+        """Spend ``n`` bytes; False when the bucket is empty (the reader should pause)."""
+        self._refill()
+        self.tokens -= n
+        return self.tokens > 0
+
+    async def turn(self) -> None:
+        """Wait until the bucket holds something and this reader's turn has come."""
+        self._refill()
+        if self.tokens > 0 and not self._waiting:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        self._arm()
+        await waiter
+
+    def _arm(self) -> None:
+        if self._timer is None and self._waiting:
+            delay = max(-self.tokens / self.rate, 0.001)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._wake)
+
+    def _wake(self) -> None:
+        self._timer = None
+        self._refill()
+        while self.tokens > 0 and self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break  # one at a time: what it reads decides whether the next may
+        self._arm()
 
 
 class _Reader:
-    """Takes the shadow's answer as it is read: times it, taps it, keeps nothing more."""
+    """Takes the shadow's answer as it is read: times it, taps it, keeps nothing more;
+    asks for a pause when the read budget is spent or the answer is too large."""
 
-    __slots__ = ("ex",)
+    __slots__ = ("budget", "cut", "ex", "throttled")
 
-    def __init__(self, ex: Exchange) -> None:
+    def __init__(self, ex: Exchange, budget: ReadBudget) -> None:
         self.ex = ex
+        self.budget = budget
+        self.cut = False
+        self.throttled = False
 
     def __call__(self, chunk: bytes) -> bool:
         ex = self.ex
+        if self.cut:
+            return False
+        if ex.bytes_out + len(chunk) > MAX_ANSWER_BYTES:
+            self.cut = True
+            return False
         if chunk:
             now = time.monotonic_ns()
             if ex.timeline is not None:
@@ -223,6 +331,9 @@ class _Reader:
             assert ex.tap is not None
             ex.tap.feed(chunk)
             ex.bytes_out += len(chunk)
+        if not self.budget.take(len(chunk)):
+            self.throttled = True
+            return False
         return True
 
 

@@ -1,5 +1,5 @@
-"""The per-request tables: replayed minus recorded latency, and the largest
-slow-downs, each with and without the tail-stretched requests."""
+"""The per-request tables: replayed minus recorded latency (shadow minus production),
+and the largest slow-downs, each with and without the tail-stretched requests."""
 
 from __future__ import annotations
 
@@ -12,32 +12,36 @@ __all__ = ["delta_tables"]
 _Q_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9"}
 
 
-def delta_tables(d: Deltas) -> list[ReportTable]:
+def delta_tables(d: Deltas, sides: tuple[str, str] = ("recorded", "replayed")) -> list[ReportTable]:
+    """The tables of ``d``; ``sides`` names the original's side and the other's as the
+    report does (``side_label``: production and shadow in a shadow report)."""
+    old, new = sides
+    title = f"per request: {new} minus {old} latency"
     if not d["compared"]:
         return [
             ReportTable(
-                "per request: replayed minus recorded latency",
+                title,
                 [""],
                 note=(
-                    f"{d['joined']:,} of the replayed requests joined their recorded original "
+                    f"{d['joined']:,} of the {new} requests joined their {old} original "
                     "by trace id, but no pair has two latencies to compare (an imported "
-                    "trace records arrivals and lengths only)"
+                    "trace records arrivals and lengths only; a failed request has none)"
                 ),
             )
         ]
     t = ReportTable(
-        "per request: replayed minus recorded latency",
+        title,
         ["", *(_Q_LABELS[q] for q in QUANTILES)],
         note=(
             f"{d['compared']:,} pairs compared ({d['joined']:,} joined by trace id, "
-            f"{d['unmatched']:,} without a recorded original); slower than recorded: "
+            f"{d['unmatched']:,} without a {old} original); slower than {old}: "
             f"{pct(d['slower_share'])}"
         ),
     )
     delta, ratio = d["latency_delta_ms"], d["latency_ratio"]
     t.rows.append(["delta ms", *(ms(None if delta is None else delta[k]) for k in QUANTILES)])
     t.rows.append(["ratio", *(num(None if ratio is None else ratio[k], 2) for k in QUANTILES)])
-    tables = [t, _worst("largest slow-downs", d["worst"])]
+    tables = [t, _worst("largest slow-downs", d["worst"], sides)]
     plain = d.get("without_tail")
     if plain is not None:
         # The stretched requests are slower by design: the rows a regression reads.
@@ -55,17 +59,17 @@ def delta_tables(d: Deltas) -> list[ReportTable]:
             ]
         )
         t.note += (
-            f"; not tail-stretched: {plain['compared']:,} pairs, slower than recorded "
+            f"; not tail-stretched: {plain['compared']:,} pairs, slower than {old} "
             f"{pct(plain['slower_share'])}"
         )
-        tables.append(_worst("largest slow-downs, not tail-stretched", plain["worst"]))
+        tables.append(_worst("largest slow-downs, not tail-stretched", plain["worst"], sides))
     return tables
 
 
-def _worst(title: str, rows: list[SlowDown]) -> ReportTable:
+def _worst(title: str, rows: list[SlowDown], sides: tuple[str, str]) -> ReportTable:
     worst = ReportTable(
         title,
-        ["trace id", "input tokens", "recorded ms", "replayed ms", "tail"],
+        ["trace id", "input tokens", f"{sides[0]} ms", f"{sides[1]} ms", "tail"],
         note="span ids are in the JSON and in --deltas; tail: sent with a stretched budget",
     )
     for w in rows:

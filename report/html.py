@@ -14,6 +14,7 @@ __all__ = ["html_report"]
 
 _COLORS: dict[SideName, str] = {"recorded": "#1f77b4", "replayed": "#d62728"}
 _CLOCK = "s from start, on the replay's clock (recorded times divided by the speed)"
+_SAME_CLOCK = "s from start"
 _STYLE = """
 body { font-family: sans-serif; margin: 2em; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 13px; }
@@ -93,11 +94,13 @@ def _plots(report: Report) -> list[str]:
         for name, s in series
         if s["lag_p99_ms"] is not None
     ]
-    return [*_latency_plots(cdf, over_time, rate, lag), *_engine_plots(report)]
+    # A shadow answered each copy as production answered it: one clock, no speed.
+    clock = _SAME_CLOCK if "shadow" in report else _CLOCK
+    return [*_latency_plots(cdf, over_time, rate, lag, clock), *_engine_plots(report)]
 
 
 def _latency_plots(
-    cdf: list[Line], over_time: list[Line], rate: list[Line], lag: list[Line]
+    cdf: list[Line], over_time: list[Line], rate: list[Line], lag: list[Line], clock: str
 ) -> list[str]:
     return [
         line_chart(
@@ -107,9 +110,9 @@ def _latency_plots(
             y_label="ms",
             x_label="nines: 0.3 = P50, 1 = P90, 2 = P99, 3 = P99.9",
         ),
-        line_chart("latency over time", over_time, x_label=_CLOCK, y_label="ms"),
-        line_chart("request rate", rate, x_label=_CLOCK, y_label="req/s"),
-        line_chart("dispatch lag", lag, x_label=_CLOCK, y_label="ms"),
+        line_chart("latency over time", over_time, x_label=clock, y_label="ms"),
+        line_chart("request rate", rate, x_label=clock, y_label="req/s"),
+        line_chart("dispatch lag", lag, x_label=clock, y_label="ms"),
     ]
 
 

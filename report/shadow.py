@@ -38,7 +38,7 @@ def shadow_words(report: Report) -> str:
     copies = report["overall"]["replayed"]["requests"]
     share = shadow["share"]
     load = (
-        f"{share:.0%} of production's generating requests, so about {share:.0%} of its load"
+        f"{share * 100:.4g}% of production's generating requests, so about that share of its load"
         if share is not None
         else "a share of production's generating requests"
     )

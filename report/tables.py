@@ -111,7 +111,8 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
         tables += [slo_table(slo, side), _slo_matrix(slo, side)]
         tables += [_scope_table(scope) for scope in slo.get("scopes", [])]
     if report["deltas"] is not None:
-        tables += delta_tables(report["deltas"])
+        sides = (side_label(report, "recorded"), side_label(report, "replayed"))
+        tables += delta_tables(report["deltas"], sides)
     return tables
 
 

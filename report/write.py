@@ -184,15 +184,12 @@ def fail_on_slo(result: ReportResult) -> None:
 def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | None, Side]:
     """The recorded side (when there is one to compare with) and the replayed one."""
     classes = [options.slo_by] if options.slo_by else []
-    shadows = "only" if options.shadow else "skip"
-    replayed = load_side(
-        options.replayed, skip_corrupt=options.skip_corrupt, classes=classes, shadows=shadows
-    )
+    if options.shadow:
+        return _shadow_sides(options, classes, say)
+    replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded
-    if options.shadow:
-        recorded_paths = _shadowed_capture(options, replayed)
-    elif recorded_paths is None:
+    if recorded_paths is None:
         recorded_paths = _recorded_from_header(replayed, say)
     recorded = None
     if recorded_paths:
@@ -208,17 +205,37 @@ def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | N
     return recorded, replayed
 
 
-def _shadowed_capture(options: ReportOptions, replayed: Side) -> Sequence[Path]:
-    """The production side of ``--shadow``: the capture itself (the shadow's copies
-    hold their production span's id)."""
-    if options.recorded is not None:
+def _shadow_sides(
+    options: ReportOptions, classes: list[str], say: Callable[[str], None]
+) -> tuple[Side, Side]:
+    """``--shadow``: production's requests that were copied, and the copies, in pairs
+    only (a copy whose original a slice or ``--sample`` left out is left out too)."""
+    if options.recorded:
         raise UsageError("--shadow compares a capture with itself: give no --recorded")
-    if not replayed.n:
+    paths, skip = options.replayed, options.skip_corrupt
+    copies = load_side(paths, skip_corrupt=skip, classes=classes, shadows="only")
+    if not copies.n:
         raise UsageError(
             "--shadow: the capture holds no shadow copies (it was made without "
             "proxy --shadow, or the shadow answered nothing)"
         )
-    return options.replayed
+    check_judgeable(options.objectives, paths, skip_corrupt=skip)
+    keys = {k for k in copies.key if k is not None}
+    production = load_side(paths, skip_corrupt=skip, keep=keys, classes=classes)
+    if not production.n:
+        raise UsageError(
+            f"--shadow: none of the {copies.n:,} copies has its production record in "
+            "these files (a slice or --sample left them out)"
+        )
+    if production.n < copies.n:
+        say(
+            f"warning: {copies.n - production.n:,} of {copies.n:,} copies have no "
+            "production record in these files (a slice or --sample left them out): "
+            "compared without them"
+        )
+        joined = {k for k in production.key if k is not None}
+        copies = load_side(paths, skip_corrupt=skip, classes=classes, shadows="only", keep=joined)
+    return production, copies
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:

@@ -23,7 +23,7 @@ from tailreplay.cli.options import (
     Parsed,
     otlp_options,
 )
-from tailreplay.cli.proxy_shadow import shadow_config, shadow_options
+from tailreplay.cli.proxy_shadow import base_url, shadow_config, shadow_options
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
@@ -262,7 +262,7 @@ def proxy(**options: Any) -> None:
         click.echo(f"recording into {config.out_dir}/")
         if (shadow := config.shadow) is not None:
             click.echo(
-                f"shadowing {shadow.share:.0%} of generating requests to "
+                f"shadowing {shadow.share * 100:.4g}% of generating requests to "
                 f"{redact_url(str(shadow.url))} (recorded beside production's)"
             )
         sys.stdout.flush()
@@ -294,6 +294,9 @@ def _config(args: _Args) -> ProxyConfig:
     from tailreplay.exporters.spans import proxy_spans
     from tailreplay.proxy.config import ProxyConfig
 
+    base_url("--upstream", args.upstream)
+    for route in args.routes:
+        base_url(f"--route {route.prefix}=", route.upstream)
     host, port = args.listen
     if args.workers > 1 and port == 0:
         raise UsageError("--workers needs a fixed --listen port (workers share it)")
@@ -339,6 +342,7 @@ def _config(args: _Args) -> ProxyConfig:
             model_map=args.shadow_model_map,
             forward_auth=args.shadow_forward_auth,
             max_inflight=args.shadow_max_inflight,
+            secret_names=frozenset(h.lower() for h in args.redact_header),
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
         ),

@@ -18,7 +18,7 @@ from tailreplay.units import host_port
 if TYPE_CHECKING:  # imported when a shadow is configured: every command loads this module
     from tailreplay.proxy.shadow import ShadowConfig
 
-__all__ = ["shadow_config", "shadow_options"]
+__all__ = ["base_url", "shadow_config", "shadow_options"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -87,6 +87,17 @@ def shadow_options(f: F) -> F:
     return f
 
 
+def base_url(flag: str, url: URL) -> URL:
+    """``url`` as a base a request's path is appended to: one with a query or a fragment
+    would put the path after them (``/?key=…/v1/chat/completions``), so it is refused."""
+    if url.raw_query_string or url.raw_fragment:
+        raise UsageError(
+            f"{flag} {redact_url(str(url))}: a base URL takes no query or fragment (each "
+            "request's own path and query are appended to it)"
+        )
+    return url
+
+
 def shadow_config(
     url: URL | None,
     *,
@@ -95,6 +106,7 @@ def shadow_config(
     model_map: Iterable[tuple[str, str]],
     forward_auth: bool,
     max_inflight: int,
+    secret_names: frozenset[str],
     production: Iterable[URL],
     listen: tuple[str, int],
 ) -> ShadowConfig | None:
@@ -105,6 +117,7 @@ def shadow_config(
         return None
     from tailreplay.proxy.shadow import ShadowConfig
 
+    base_url("--shadow", url)
     own = [str(u) for u in production]
     host, port = listen
     if port:
@@ -121,4 +134,5 @@ def shadow_config(
         model_map=tuple(model_map),
         forward_auth=forward_auth,
         max_inflight=max_inflight,
+        secret_names=secret_names,
     )

@@ -384,21 +384,17 @@ _CAPTURE_CHECKS: dict[str, tuple[Check, str]] = {
     "routes": (_routes, "a map of str to str"),
     "listen": (_listen, "[host, port]"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
-    "shadow": (lambda v: _shadow(v), "a map with target (a str) and share (0..1)"),
+    "shadow": (lambda v: type(v) is dict, "a map"),
+}
+_SHADOW_CHECKS: dict[str, tuple[Check, str]] = {
+    "target": (is_str, "a str"),
+    "share": (lambda v: number(0, 1)(v) and v > 0, "a finite number over 0, at most 1"),
 }
 _PEAK_CHECKS: dict[str, tuple[Check, str]] = {
     "window_s": (number(0, 1e12), "a finite number in 0..1e12"),
     "by": (is_str, "a str"),
     "start_ns": (lambda v: type(v) is int and _TIME[0] <= v < _TIME[1], "an int in 0..2^62-1"),
 }
-
-
-def _shadow(v: Any) -> bool:
-    """``capture.shadow``: where ``proxy --shadow`` sent its copies, and what share."""
-    if type(v) is not dict:
-        return False
-    target, share = v.get("target"), v.get("share")
-    return (target is None or is_str(target)) and (share is None or number(0, 1)(share))
 
 
 def _problems(m: dict[str, Any], checks: dict[str, tuple[Check, str]], where: str) -> list[str]:
@@ -420,6 +416,9 @@ def header_problems(header: dict[str, Any]) -> list[str]:
         sub = header.get(key)
         if type(sub) is dict:
             out += _problems(sub, checks, f"{key}.")
+    shadow = _shadow(header)
+    if shadow is not None:
+        out += _problems(shadow, _SHADOW_CHECKS, "capture.shadow.")
     deep = [k for k, v in header.items() if type(v) in _NESTS and not _shallow(v)]
     return out + [f"{k} nests arrays and maps deeper than {MAX_NESTING} levels" for k in deep]
 
@@ -436,7 +435,21 @@ def clean_header(header: dict[str, Any]) -> dict[str, Any]:
         sub = out.get(key)
         if type(sub) is dict:
             out[key] = {k: v for k, v in sub.items() if k not in checks or _valid(v, k, checks)}
+    shadow = _shadow(out)
+    if shadow is not None:
+        out["capture"]["shadow"] = {
+            k: v
+            for k, v in shadow.items()
+            if k not in _SHADOW_CHECKS or _valid(v, k, _SHADOW_CHECKS)
+        }
     return out
+
+
+def _shadow(header: dict[str, Any]) -> dict[str, Any] | None:
+    """``capture.shadow`` (``proxy --shadow``: its target and share), when a map."""
+    capture = header.get("capture")
+    shadow = capture.get("shadow") if type(capture) is dict else None
+    return shadow if type(shadow) is dict else None
 
 
 def _valid(value: Any, key: str, checks: dict[str, tuple[Check, str]]) -> bool:
