@@ -215,7 +215,8 @@ class _Forwarder:
             return _json_error(
                 400, "no configured upstream serves this path", "invalid_request_error"
             )
-        if request.content_length is not None and request.content_length > self.config.max_body:
+        length = request.content_length  # parsed from the header at every read
+        if length is not None and length > self.config.max_body:
             return self._too_large(ex)
         headers = request_headers_upstream(
             request.headers, client_ip=request.remote, scheme=request.scheme, host=request.host
@@ -228,7 +229,7 @@ class _Forwarder:
         try:
             data = await self._body(request, ex)
             upstream = await self.pool.send(
-                origin, request.method, path, headers, data, content_length=request.content_length
+                origin, request.method, path, headers, data, content_length=length
             )
             if self.shadow is not None:  # production's request has gone upstream
                 self._copy(self.shadow, ex, headers)

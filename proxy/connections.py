@@ -335,6 +335,9 @@ async def read_body(content: StreamReader, bounds: BodyLimits) -> bytes:
     parts: list[bytes] = []
     while chunk := await _chunk(content, bounds):
         parts.append(chunk)
+        if content.at_eof():  # the end came with it: no read needed to learn so
+            bounds.pace.done = True
+            break
     return b"".join(parts)
 
 

@@ -33,6 +33,7 @@ from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_path
@@ -106,13 +107,18 @@ def _completion_text(kept: bytes) -> str | None:
 
 
 def build_record(
-    ex: Exchange, config: ProxyConfig, calibration: Calibration | None = None, shed: bool = False
+    ex: Exchange,
+    config: ProxyConfig,
+    calibration: Calibration | None = None,
+    shed: bool = False,
+    clean: CleanValues | None = None,
 ) -> Record:
     """The archive record for a finished exchange (docs/archive-format.md).
 
     ``calibration`` learns each model's true prompt counts from its reported usage and
     corrects the estimates of requests that reported none. ``shed``: leave out the
-    work the prompt costs (``Record.shed``), for a recorder that is behind.
+    work the prompt costs (``Record.shed``), for a recorder that is behind. ``clean``:
+    the headers and paths found clean so far (for ``config.redact_headers``).
     """
     key = config.fingerprint_key
     info = request_info(ex.path, ex.req_body)
@@ -127,9 +133,9 @@ def build_record(
         chunk_gaps_us=(ex.timeline.gaps_us or None) if ex.timeline is not None else None,
         chunk_gaps_more=flat_bins(ex.timeline.more) if ex.timeline is not None else None,
         method=ex.method,
-        path=redact_path(ex.path, key),
+        path=redact_path(ex.path, key, clean),
         status=ex.status,
-        req_headers=redact_headers(ex.headers, config.redact_headers, key),
+        req_headers=redact_headers(ex.headers, config.redact_headers, key, clean),
         model=info.model,
         stream=info.stream,
         max_tokens=info.max_tokens,
@@ -244,6 +250,7 @@ class RecordBuilder:
         """Each model's prompt counts as its server reports them, for the estimates."""
         self._sampler = TraceSampler(config.sample)
         self._retries = RetryLinker(config.fingerprint_key)
+        self._clean = CleanValues()
         self.on_record: Callable[[Record], None] | None = None
         """Called with every record built (the metrics count tokens from it)."""
 
@@ -253,7 +260,7 @@ class RecordBuilder:
         if shed:
             self._count_shed(lag_ns)
         try:
-            record = build_record(ex, self.config, self.calibration, shed)
+            record = build_record(ex, self.config, self.calibration, shed, self._clean)
         except Exception:  # a bug here must not stop the recording of everything else
             self.failed += 1
             log.exception("could not build a record; it is dropped")

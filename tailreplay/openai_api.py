@@ -300,8 +300,9 @@ _WHOLE_BYTES = 1 << 20
 
 
 def _restore_tap(stream: bool, kept: bytes, truncated: bool) -> ResponseTap:
-    tap = ResponseTap(stream)
-    tap.kept += kept
+    tap = ResponseTap.__new__(ResponseTap)  # every field set here: no __init__ call
+    tap.stream = stream
+    tap.kept = bytearray(kept)
     tap.truncated = truncated
     return tap
 

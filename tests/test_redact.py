@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
+from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.redact import (
     fingerprint,
     is_secret_name,
@@ -86,6 +87,27 @@ def test_headers_keep_readable_values_and_fingerprint_the_rest() -> None:
     for name in ("x-goog-api-key", "x-note", "x-tenant", "referer"):
         assert _FP.fullmatch(out[name]), name
     assert out["x-tenant"] == fingerprint(KEY, "acme")  # equal values, equal fingerprints
+
+
+def test_remembered_clean_values_change_nothing_and_hold_no_secret() -> None:
+    """The recorder remembers what it found clean (CleanValues): the records are the
+    same as without, a secret is never remembered, and the sets stay bounded."""
+    extra = frozenset({"x-tenant"})
+    requests = [
+        [("Host", "api"), ("Content-Type", "application/json"), ("X-Tenant", "acme")],
+        [("Host", "api"), ("Authorization", "Bearer sk-abcdefghijklmnopqrstuv")],
+        [("Host", "api"), ("X-Note", "using sk-abcdefghijklmnopqrstuv"), ("X-Empty", "")],
+        [("Host", "api"), ("Content-Type", "application/json"), ("X-Tenant", "acme")],
+    ]
+    paths = ["/v1/chat/completions", "/v1/keys/sk-abcdefghijklmnopqrstu/x", "/m?key=a"] * 2
+    clean = CleanValues(capacity=4)
+    for headers in requests:
+        assert redact_headers(headers, extra, KEY, clean) == redact_headers(headers, extra, KEY)
+    for path in paths:
+        assert redact_path(path, KEY, clean) == redact_path(path, KEY)
+    remembered = " ".join(f"{n} {v}" for n, v in clean.headers) + " ".join(clean.paths)
+    assert "sk-" not in remembered and "acme" not in remembered
+    assert clean.paths == {"/v1/chat/completions"} and len(clean.headers) <= 4
 
 
 @pytest.mark.parametrize(

@@ -75,8 +75,11 @@ class ArchiveWriter:
     caller whose pauses cost more than its CPU (the replayer's event loop): the thread
     packing a batch holds the GIL throughout (~2.6 µs a record, 0.65 ms for the 250
     records of 50 ms at 5,000/s) and sends due meanwhile wait; packed one at a time,
-    the same work never delays a send by more than one record's. ``pack`` is one C
-    call that holds the GIL, so appends from several threads cannot interleave in it.
+    the same work never delays a send by more than one record's. It also suits a
+    caller that builds records on a thread of its own (the proxy's recorder): the
+    writer thread then only writes bytes, and the two threads do not trade the GIL
+    for every batch. ``pack`` is one C call that holds the GIL, so appends from
+    several threads cannot interleave in it.
 
     >>> with ArchiveWriter("out.msgpack", header=make_header("merge")) as w:
     ...     w.append(record)

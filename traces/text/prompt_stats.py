@@ -35,13 +35,18 @@ def prompt_stats(tokens: Sequence[int]) -> tuple[int, int] | None:
     if not tokens:
         return None
     n = len(tokens)
+    # H = log2(n) - sum(c log2 c) / n: the same entropy as entropy_bits, in one pass.
     if n < 256:
-        # Counted by Counter: for the short prompts of most requests numpy's unique
-        # costs more in calls than in work (~12 µs against ~2 µs for 20 tokens).
-        counts = np.fromiter(Counter(tokens).values(), np.int64)
+        # Counted by Counter and summed in Python: for the short prompts of most
+        # requests numpy's calls cost more than the work (~3 µs against ~1 µs for 20
+        # tokens; np.unique ~12 µs). A count of 1 adds nothing to the sum.
+        values = Counter(tokens).values()
+        weighted = math.fsum([c * math.log2(c) for c in values if c > 1])
+        distinct = len(values)
     else:  # sorted in numpy: 12 µs for 1,000 tokens of prose, against 24 by Counter
         counts = np.unique(np.fromiter(tokens, np.int64, n), return_counts=True)[1]
-    # H = log2(n) - sum(c log2 c) / n: the same entropy as entropy_bits, in one pass.
-    entropy = math.log2(n) - float(np.dot(counts, np.log2(counts))) / n
-    repetition = 1.0 - len(counts) / n
+        weighted = float(np.dot(counts, np.log2(counts)))
+        distinct = len(counts)
+    entropy = math.log2(n) - weighted / n
+    repetition = 1.0 - distinct / n
     return round(max(entropy, 0.0) * 1000), round(repetition * 1000)

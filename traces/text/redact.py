@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Iterable
 from urllib.parse import unquote, unquote_plus
 
+from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.secret_names import is_secret_name
 
@@ -369,12 +370,19 @@ def _has_credential(text: str) -> bool:
 
 
 def redact_headers(
-    headers: Iterable[tuple[str, str]], extra: frozenset[str], key: bytes
+    headers: Iterable[tuple[str, str]],
+    extra: frozenset[str],
+    key: bytes,
+    clean: CleanValues | None = None,
 ) -> list[tuple[str, str]]:
     """Headers as recorded (names lower-cased): a credential's name, an ``extra`` name,
     or a value holding a credential shape or an email, and the value becomes a
-    fingerprint."""
+    fingerprint. With ``clean`` (kept for one ``extra``), each pair not known clean is
+    judged on its own and remembered when it is."""
     out = [(name.lower(), value) for name, value in headers]
+    if clean is not None:
+        known = clean.headers
+        return [pair if pair in known else _header(pair, extra, key, clean) for pair in out]
     secret = [is_secret_name(name, extra) for name, _ in out]
     # One search over every other value (the usual case: nothing), then each if needed.
     rest = "\n".join(v for (_, v), s in zip(out, secret, strict=True) if not s)
@@ -384,6 +392,17 @@ def redact_headers(
         (name, fingerprint(key, value) if s else value)
         for (name, value), s in zip(out, secret, strict=True)
     ]
+
+
+def _header(
+    pair: tuple[str, str], extra: frozenset[str], key: bytes, clean: CleanValues
+) -> tuple[str, str]:
+    name, value = pair
+    if is_secret_name(name, extra) or (value and _has_credential(value)):
+        return name, fingerprint(key, value)
+    if len(value) <= REMEMBERED_LEN:
+        clean.remember(clean.headers, pair)
+    return pair
 
 
 def _redact_piece(piece: str, mask: Callable[[str], str], plus: bool) -> str:
@@ -418,14 +437,19 @@ def _redact_target(target: str, mask: Callable[[str], str]) -> str:
     return path + sep + query
 
 
-def redact_path(path: str, key: bytes) -> str:
+def redact_path(path: str, key: bytes, clean: CleanValues | None = None) -> str:
     """A request target as recorded: credentials in path segments and query parameters
-    fingerprinted.
+    fingerprinted (a target ``clean`` knows is kept as it is).
 
     >>> redact_path("/v1/x;api_key=abc?a=1;token=def", b"k")
     '/v1/x;api_key=fp:…?a=1;token=fp:…'
     """
-    return _redact_target(path, lambda value: fingerprint(key, value))
+    if clean is not None and path in clean.paths:
+        return path
+    out = _redact_target(path, lambda value: fingerprint(key, value))
+    if clean is not None and out == path and len(path) <= REMEMBERED_LEN:
+        clean.remember(clean.paths, path)
+    return out
 
 
 def redact_form(form: str, key: bytes) -> str:
