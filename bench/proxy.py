@@ -54,6 +54,7 @@ REPLY = (
     '"finish_reason":"stop"}],"usage":{"prompt_tokens":14,"completion_tokens":7,"total_tokens":21}}'
 )
 Row = tuple[str, float, float, float, float]
+SHADOWING = "tailreplay, shadowing 10%"
 """(target, requests/s, P50 ms, P99 ms, CPU µs per request), medians over the runs."""
 SSE_EVENTS = 40
 SSE_GAP_S = 0.02
@@ -356,6 +357,14 @@ def _post_targets(
     bare_command = [py, str(ROOT / "bench/bare_forwarder.py"), str(bare), f"http://127.0.0.1:{up}"]
     targets["bare forwarder"] = (bare, stack.enter_context(process(bare_command, bare)))
     start("tailreplay (recording)", tailreplay_proxy(free_port(), up, tmp / "cap1"))
+    # The same, copying 10% of the requests to a second fixed server (docs/shadow.md).
+    shadow = free_port()
+    if have_nginx:
+        stack.enter_context(process(nginx(tmp, 1, free_port(), shadow, fixed=shadow), shadow))
+    else:
+        stack.enter_context(process([py, __file__, "--fixed", str(shadow)], shadow))
+    copying = ["--shadow", f"http://127.0.0.1:{shadow}", "--shadow-share", "10%"]
+    start(SHADOWING, [*tailreplay_proxy(free_port(), up, tmp / "cap-shadow"), *copying])
     for n, python in enumerate(args.baseline_python):
         # Run from elsewhere: from here, `-m tailreplay` would import this checkout.
         command = tailreplay_proxy(free_port(), up, tmp / f"base{n}", python=python)
@@ -448,6 +457,13 @@ def print_post(args: argparse.Namespace, rows: list[Row]) -> None:
     for name, _, _, _, cpu in rows:
         if name.endswith("(recording)") and name != "tailreplay (recording)":  # a baseline
             print(f"tailreplay (recording) CPU per request / {name}: {ours / cpu:.2f}")
+    if SHADOWING in by_name:
+        shadowing = by_name[SHADOWING]
+        ours_rps = by_name["tailreplay (recording)"][1]
+        print(
+            f"{SHADOWING} against tailreplay (recording): CPU per request "
+            f"{shadowing[4] / ours:.2f}x, throughput {shadowing[1] / ours_rps:.2f}x"
+        )
     print()
 
 

@@ -224,7 +224,7 @@ class Shadow:
         raw_target = URL(target, encoded=True).raw_path_qs
         assert ex.req_body is not None
         response = await self.pool.send(self.origin, ex.method, raw_target, headers, ex.req_body)
-        reader = _Reader(ex, self.budget)
+        reader = _Reader(ex, self.budget, self.counts)
         try:
             ex.status = response.status
             sse = False
@@ -246,7 +246,6 @@ class Shadow:
             else:
                 ex.duration_ns = time.monotonic_ns() - ex.t0_ns
             if reader.throttled:
-                self.counts.throttled += 1
                 ex.error = ex.error or "shadow_throttled"
         finally:
             response.close()  # unfinished (cut): the connection is dropped
@@ -307,11 +306,12 @@ class _Reader:
     """Takes the shadow's answer as it is read: times it, taps it, keeps nothing more;
     asks for a pause when the read budget is spent or the answer is too large."""
 
-    __slots__ = ("budget", "cut", "ex", "throttled")
+    __slots__ = ("budget", "counts", "cut", "ex", "throttled")
 
-    def __init__(self, ex: Exchange, budget: ReadBudget) -> None:
+    def __init__(self, ex: Exchange, budget: ReadBudget, counts: ShadowCounts) -> None:
         self.ex = ex
         self.budget = budget
+        self.counts = counts
         self.cut = False
         self.throttled = False
 
@@ -332,7 +332,9 @@ class _Reader:
             ex.tap.feed(chunk)
             ex.bytes_out += len(chunk)
         if not self.budget.take(len(chunk)):
-            self.throttled = True
+            if not self.throttled:  # counted once, as it happens: a copy may never end
+                self.throttled = True
+                self.counts.throttled += 1
             return False
         return True
 

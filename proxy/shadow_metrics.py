@@ -48,6 +48,11 @@ class ShadowMetrics(Collector):
                 "Copies the shadow failed (no answer, or a status of 400 or more).",
                 c.errors,
             ),
+            (
+                "throttled",
+                "Copies whose answer came faster than the shadow's read budget (1 MiB/s).",
+                c.throttled,
+            ),
         ):
             yield CounterMetricFamily(f"tailreplay_proxy_shadow_{name}", doc, value=value)
         yield GaugeMetricFamily(

@@ -115,3 +115,38 @@ def test_report_shadow_of_a_capture_without_copies_says_so(tmp_path: Path) -> No
     result = CliRunner().invoke(cli, ["report", str(plain), "--shadow"])
     assert result.exit_code == 2
     assert "the capture holds no shadow copies" in result.stderr
+
+
+def test_report_shadow_compares_pairs_only(tmp_path: Path) -> None:
+    # A slice or --sample left some originals out: their copies are left out too.
+    capture = _capture(tmp_path / "c.msgpack")
+    maps = list(ArchiveReader([capture], shadows="keep").iter_maps())
+    copied = {m["shadow_of"] for m in maps if "shadow_of" in m}
+    dropped = set(list(copied)[:40])
+    kept = [m for m in maps if m.get("span_id") not in dropped]
+    sliced = write_plain(tmp_path / "s.msgpack", kept, HEADER)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["report", str(sliced), "--shadow", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["overall"]["recorded"]["requests"] == report["overall"]["replayed"]["requests"]
+    assert report["overall"]["replayed"]["requests"] == 60
+    assert "40 of 100 copies have no production record in these files" in result.stderr
+    orphans = write_plain(tmp_path / "o.msgpack", [m for m in maps if "shadow_of" in m], HEADER)
+    refused = CliRunner().invoke(cli, ["report", str(orphans), "--shadow"])
+    assert refused.exit_code == 2
+    assert "none of the 100 copies has its production record" in refused.stderr
+
+
+def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    header = {**HEADER, "capture": {"shadow": {"target": "http://s:1", "share": 0.005}}}
+    maps = list(ArchiveReader([_capture(tmp_path / "c.msgpack")], shadows="keep").iter_maps())
+    small = write_plain(tmp_path / "small.msgpack", maps, header)
+    result = CliRunner().invoke(cli, ["report", str(small), "--shadow"])
+    assert "(0.5% of production's generating requests" in result.stdout
+    for share in (float("nan"), 0, "10%", True):
+        bad = {**HEADER, "capture": {"shadow": {"target": "http://s:1", "share": share}}}
+        path = write_plain(tmp_path / "bad.msgpack", maps, bad)
+        result = CliRunner().invoke(cli, ["traces", "stats", str(path)])
+        assert result.exit_code == 3, result.output
+        assert "capture.shadow.share must be a finite number over 0, at most 1" in result.stderr
