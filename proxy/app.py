@@ -228,11 +228,13 @@ class _Forwarder:
         origin, path = target
         try:
             data = await self._body(request, ex)
+            if self.shadow is not None:
+                # Scheduled, not run: the copy starts once this request has been written
+                # upstream and waits for its answer (a whole answer, when not streamed).
+                self._copy(self.shadow, ex, headers)
             upstream = await self.pool.send(
                 origin, request.method, path, headers, data, content_length=length
             )
-            if self.shadow is not None:  # production's request has gone upstream
-                self._copy(self.shadow, ex, headers)
         except BodyTooLarge:
             return self._too_large(ex)
         except BodyTimeout:

@@ -64,7 +64,9 @@ class RecorderCounts:
     recorder was behind: ``Record.shed``)."""
     backlog: int = 0
     copies: int = 0
-    """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)."""
+    """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)..."""
+    copies_failed: int = 0
+    """...and of those, the ones the shadow failed (no answer, or a status >= 400)."""
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
 
@@ -78,7 +80,8 @@ class RecorderCounts:
             parts.append(f"{self.sampled_out:,} sampled out")
         if self.failed:
             parts.append(f"{self.failed:,} could not be recorded")
-        copies = f" ({self.copies:,} of them copies to the shadow)" if self.copies else ""
+        failed = f", {self.copies_failed:,} failed there" if self.copies_failed else ""
+        copies = f" ({self.copies:,} of them copies to the shadow{failed})" if self.copies else ""
         return f"{self.served:,} exchanges served{copies}: " + ", ".join(parts)
 
     @classmethod
@@ -93,6 +96,7 @@ class RecorderCounts:
             "shed",
             "backlog",
             "copies",
+            "copies_failed",
         )
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 
@@ -106,7 +110,9 @@ class RecorderClient:
         self.restarts = 0
         self.served = 0
         self.copies = 0
-        """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)."""
+        """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)..."""
+        self.copies_failed = 0
+        """...and of those, the ones the shadow failed."""
         self.down: str | None = None
         """Why the recorder is not running, while it is not; None when it is."""
         self._retired = RecorderCounts()  # recorders that died
@@ -183,6 +189,7 @@ class RecorderClient:
             shed=r.shed + s[Stat.SHED],
             backlog=s[Stat.BACKLOG],
             copies=self.copies,
+            copies_failed=self.copies_failed,
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
 
@@ -338,6 +345,7 @@ class RecorderClient:
             failed=self._retired.failed,
             shed=self._retired.shed,
             copies=self.copies,
+            copies_failed=self.copies_failed,
             tokens=self._retired.tokens,
         )
 

@@ -120,6 +120,7 @@ def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics
 
     def record(ex: Exchange) -> None:
         recorder.copies += 1
+        recorder.copies_failed += ex.error is not None or not 200 <= ex.status < 400
         recorder.on_complete(ex)
         assert shadow_metrics is not None
         shadow_metrics.observe(ex)

@@ -46,6 +46,7 @@ from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
 from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id
+from tailreplay.traces.text.redact import redact_url
 from tailreplay.traces.text.secret_names import is_secret_name
 
 __all__ = ["ACCOUNT_HEADERS", "MAX_ANSWER_BYTES", "Shadow", "ShadowConfig", "ShadowCounts"]
@@ -54,6 +55,10 @@ log = logging.getLogger("tailreplay.proxy.shadow")
 
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
 """Not secrets, but the client's account at its provider: not the shadow's business."""
+DOWN_AFTER = 5
+"""Connections refused in a row after which the shadow is taken for down: copies are
+dropped (counted) without a try for ``DOWN_S`` seconds, doubled while it stays down."""
+DOWN_S = (1.0, 30.0)
 MAX_ANSWER_BYTES = 16 << 20
 """A copy's answer is cut past this (error ``shadow_too_large``): an LLM's longest
 answers are a few MB; an endless stream would cost the proxy without end."""
@@ -90,6 +95,7 @@ class ShadowCounts:
     """What the shadow did: each copy is sent or dropped; a sent one may fail."""
 
     sent: int = 0
+    """Copies sent (in flight or ended)."""
     dropped: int = 0
     errors: int = 0
     in_flight: int = 0
@@ -121,6 +127,9 @@ class Shadow:
         self._extra = [(name, value) for name, value in config.headers]
         self._held = 0
         self.budget = ReadBudget(config.read_rate)
+        self._refused = 0
+        self._down_s = DOWN_S[0]
+        self._down_until = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
 
     def wants(self, trace_id: bytes) -> bool:
@@ -132,10 +141,15 @@ class Shadow:
         """Send a copy of ``ex`` (its body as the client sent it, and the headers the
         upstream got) unless the bounds are reached; returns at once."""
         c, config = self.counts, self.config
-        if c.in_flight >= config.max_inflight or self._held + len(body) > config.max_bytes:
+        if (
+            c.in_flight >= config.max_inflight
+            or self._held + len(body) > config.max_bytes
+            or (self._down_until and time.monotonic() < self._down_until)
+        ):
             c.dropped += 1
             return
         c.in_flight += 1
+        c.sent += 1
         self._held += len(body)
         task = asyncio.ensure_future(self._send(ex, body, headers))
         self._tasks.add(task)
@@ -167,9 +181,15 @@ class Shadow:
         try:
             ex.req_body = self._body(original.path, body)
             ex.bytes_in = len(ex.req_body)
-            await self._exchange(ex, self._headers(headers, ex))
+            ex.path = self._path(original.path)
+            sent = self._headers(headers, ex)
+            # Recorded as sent (the recorder redacts them as any request's headers).
+            ex.headers = [*sent, ("Content-Length", str(ex.bytes_in))]
+            await self._exchange(ex, sent)
         except UpstreamError as exc:
             ex.error, ex.status = exc.kind, exc.status
+            if exc.kind == "upstream_connect":
+                self._refused_once()
         except asyncio.CancelledError:
             ex.error = ex.error or "cancelled"  # the proxy stopped before the copy ended
         except Exception:  # a bug here must never reach production's side
@@ -178,7 +198,6 @@ class Shadow:
         finally:
             self._held -= len(body)
             self.counts.in_flight -= 1
-            self.counts.sent += 1
             ex.finish(time.monotonic_ns())
             if ex.error is not None or ex.status >= 400 or ex.status == 0:
                 self.counts.errors += 1
@@ -196,6 +215,23 @@ class Shadow:
             return path
         kept = [p for p in query.split("&") if not is_secret_name(p.split("=", 1)[0], url=True)]
         return f"{bare}?{'&'.join(kept)}" if kept else bare
+
+    def _refused_once(self) -> None:
+        """One more connection refused: past ``DOWN_AFTER`` in a row, the shadow is down
+        (a dead shadow then costs a copy nothing but its count)."""
+        self._refused += 1
+        if self._refused >= DOWN_AFTER:
+            self._down_until = time.monotonic() + self._down_s
+            log.warning(
+                "shadow %s refuses connections: copies dropped for %.0f s",
+                redact_url(self._base),
+                self._down_s,
+            )
+            self._down_s = min(self._down_s * 2, DOWN_S[1])
+            self._refused = 0
+
+    def _answered(self) -> None:
+        self._refused, self._down_s, self._down_until = 0, DOWN_S[0], 0.0
 
     def _body(self, path: str, body: bytes) -> bytes:
         """The copy's body: the model mapped, usage asked for on a stream."""
@@ -220,11 +256,12 @@ class Shadow:
     async def _exchange(self, ex: Exchange, headers: list[tuple[str, str]]) -> None:
         """Send the copy and read its answer whole: timeline, tap and byte count, as the
         proxy reads production's."""
-        target = self._base + self._path(ex.path)
+        target = self._base + ex.path
         raw_target = URL(target, encoded=True).raw_path_qs
         assert ex.req_body is not None
         response = await self.pool.send(self.origin, ex.method, raw_target, headers, ex.req_body)
         reader = _Reader(ex, self.budget, self.counts)
+        self._answered()
         try:
             ex.status = response.status
             sse = False

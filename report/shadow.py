@@ -43,4 +43,4 @@ def shadow_words(report: Report) -> str:
         else "a share of production's generating requests"
     )
     target = f" at {shadow['target']}" if shadow["target"] else ""
-    return f"shadow{target}: {copies:,} copied requests ({load})"
+    return f"shadow{target}: {copies:,} copied requests ({load}; every figure below is of these)"

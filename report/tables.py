@@ -72,7 +72,12 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     recorded = report["overall"].get("recorded")
     if recorded is not None:
         parts.append(f"against {recorded['requests']:,} {side_label(report, 'recorded')}")
-    parts.append(f"errors {pct(rep['error_rate'])}")
+    if "shadow" in report and recorded is not None:
+        parts[-1] = f"against the same {recorded['requests']:,} as production answered them"
+        errors = f"shadow {pct(rep['error_rate'])}, production {pct(recorded['error_rate'])}"
+        parts.append(f"errors: {errors}")
+    else:
+        parts.append(f"errors {pct(rep['error_rate'])}")
     line = ", ".join(parts)
     client = report["client"]
     if client is not None and client["client_bound"]:

@@ -249,12 +249,17 @@ def test_a_dead_hung_failing_or_endless_shadow_leaves_production_as_it_was(
     assert p50[4] <= max(p50[0] * 1.25, p50[0] + 0.003), p50
     assert p99[4] <= 2 * p99[0], p99
     dead_counts, hang_counts, fail_counts, endless_counts = metrics
-    assert dead_counts["sent"] == dead_counts["errors"] >= 190  # each refused at once
-    assert hang_counts["in_flight"] == 8 and hang_counts["dropped"] == 200 - 8
+    # Refused five times in a row, the shadow is taken for down: copies are dropped
+    # without a try for a second (doubling while it stays down).
+    assert dead_counts["sent"] == dead_counts["errors"] >= 5
+    assert dead_counts["sent"] + dead_counts["dropped"] == 200 and dead_counts["dropped"] > 0
+    assert hang_counts["in_flight"] == hang_counts["sent"] == 8  # sent, never answered
+    assert hang_counts["dropped"] == 200 - 8
     assert fail_counts["sent"] == fail_counts["errors"] == 200 and len(failing) == 200
     for out in outputs:
         served, written, dropped = exit_line_counts(out)
         assert served == written and dropped == 0
+    assert b"(200 of them copies to the shadow, 200 failed there)" in outputs[3]
     copies = list(ArchiveReader(sorted((tmp_path / "hang").iterdir()), shadows="only"))
     assert len(copies) == 8 and {c.error for c in copies} == {"cancelled"}
     # Endless answers are read within the shadow's budget (1 MiB/s in all), so their
@@ -321,6 +326,11 @@ def test_a_copy_carries_the_shadows_credentials_and_model_not_the_clients(tmp_pa
     assert {k.lower(): v for k, v in copy["headers"].items()}.get("x-trace-me") == "yes", copy
     assert copy["path"] == "/v1/chat/completions?api-version=2024-06-01"
     assert copy["body"]["model"] == "m-staging"
+    # The copy's record holds what the shadow was sent (its headers redacted by rule).
+    (record,) = ArchiveReader(sorted((tmp_path / "c").iterdir()), shadows="only")
+    assert record.path == "/v1/chat/completions?api-version=2024-06-01"
+    names = {name.lower() for name, _ in record.req_headers or []}
+    assert "authorization" in names and not names & {"x-goog-api-key", "openai-organization"}
     assert copy["body"]["stream_options"] == {"include_usage": True}  # tokens are counted
 
 
@@ -417,3 +427,39 @@ def test_a_base_url_with_a_query_is_refused(tmp_path: Path, flag: str) -> None:
     assert done.returncode == 2, done.stderr
     assert "a base URL takes no query or fragment" in done.stderr
     assert "secret-in-url" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--shadow", "http://127.0.0.1:10", "--shadow-share", "1"], "give the share in percent"),
+        (["--shadow", "http://127.0.0.1:10", "--shadow-share", "150%"], "at most 100%"),
+        (["--shadow-share", "50%"], "--shadow-* options shape the copies sent to --shadow"),
+        (["--shadow-header", "Authorization: Bearer k"], "give --shadow URL"),
+    ],
+)
+def test_shadow_options_that_would_mislead_are_refused(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    # A bare 1 meant as 1% would copy all of production to staging.
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tailreplay",
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--admin-listen",
+            "off",
+            "--out",
+            str(tmp_path / "c"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr

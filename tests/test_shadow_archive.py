@@ -100,7 +100,10 @@ def test_report_shadow_compares_the_copies_with_their_originals(tmp_path: Path) 
     assert report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2.0, rel=0.01)
     first = result.stdout.splitlines()[0]
     assert first.startswith("shadow at http://127.0.0.1:9000: 100 copied requests (25% of")
-    assert "against 100 production" in first
+    assert (
+        "against the same 100 as production answered them, errors: shadow 2.00%, production 0.00%"
+        in first
+    )
     run = result.output[: result.output.index("overview")]
     assert "http://127.0.0.1:9000" in run and "http://127.0.0.1:8000" in run
     assert "recorded" not in run and "replayed" not in run

@@ -24,12 +24,18 @@ F = TypeVar("F", bound=Callable[..., object])
 
 
 def _share(text: str, flag: str) -> float:
-    """``10%``, or a share as a fraction (``0.1``), in (0, 1]."""
+    """A share in percent (``10%``), over 0% and at most 100%. A bare number is refused:
+    ``1`` could mean 1% or all of production's traffic."""
     stripped = text.strip()
+    if not stripped.endswith("%"):
+        raise ValueError(
+            f"{flag} {text}: give the share in percent, e.g. 10% (a bare number is "
+            "ambiguous: 1 could be 1% or 100%)"
+        )
     try:
-        value = float(stripped.removesuffix("%")) / (100 if stripped.endswith("%") else 1)
+        value = float(stripped.removesuffix("%")) / 100
     except ValueError:
-        raise ValueError(f"{flag} {text}: give a share, e.g. 10%") from None
+        raise ValueError(f"{flag} {text}: give the share in percent, e.g. 10%") from None
     if not 0 < value <= 1:
         raise ValueError(f"{flag} {text}: a share is over 0% and at most 100% (e.g. 10%)")
     return value
@@ -114,6 +120,10 @@ def shadow_config(
     upstreams or the proxy's own listener is refused (copies would double production's
     load, or loop through the proxy)."""
     if url is None:
+        if headers or model_map or forward_auth or share != 0.1 or max_inflight != 64:
+            raise UsageError(
+                "--shadow-* options shape the copies sent to --shadow: give --shadow URL"
+            )
         return None
     from tailreplay.proxy.shadow import ShadowConfig
 

@@ -1,0 +1,208 @@
+"""What a faulty shadow does to production's latency: the same proxy with no shadow,
+and with a share of the requests copied (``--share``, default 10%; 100%: every one)
+to a shadow that is dead (nothing listens), hangs (reads the copy, never answers),
+or answers 500.
+
+The upstream is nginx returning a fixed JSON body (or, without nginx, a small
+aiohttp server). An open-loop client sends the chat body at ``--rate`` a second
+(below what the proxy can serve: the load a shadow is meant for) for ``--seconds``
+to each proxy in turn; rounds are interleaved (one run of each proxy, then the next round,
+each proxy first in turn), so the machine's drift hits every row alike. The table
+gives the medians over the rounds of the P50 and P99, and each P99's ratio to the
+proxy without a shadow.
+
+    .venv/bin/python bench/shadow_faults.py [--share 10%] [--rate 500] [--seconds 10] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+BODY = '{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}'
+REPLY = '{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_port(port: int, timeout_s: float = 20) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port} after {timeout_s} s")
+
+
+@contextmanager
+def process(cmd: list[str], port: int) -> Iterator[None]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def nginx(tmp: Path, port: int) -> list[str]:
+    conf = tmp / "nginx.conf"
+    conf.write_text(
+        f"""
+user root; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/error.log;
+events {{ worker_connections 1024; }}
+http {{ access_log off; client_body_temp_path {tmp}/body;
+  server {{ listen 127.0.0.1:{port}; location / {{ default_type application/json;
+    return 200 '{REPLY}'; }} }} }}
+"""
+    )
+    return ["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"]
+
+
+def shadow_server(kind: str, port: int) -> None:
+    """A shadow that hangs or answers 500 (run as ``--shadow-server KIND PORT``)."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        if kind == "hang":
+            await asyncio.sleep(3600)
+        return web.json_response({"error": {"message": "down"}}, status=500)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def fixed_server(port: int) -> None:
+    async def reply(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(text=REPLY, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", reply)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+async def open_loop(url: str, rate: float, seconds: float) -> tuple[float, float]:
+    """Requests sent at ``rate`` a second for ``seconds``, each at its time whatever the
+    others do (an open loop: a slow answer does not slow the arrivals), over a pool of
+    keep-alive connections; the P50 and P99 of their latency (ms)."""
+    latencies: list[float] = []
+    headers = {"Content-Type": "application/json"}
+    connector = aiohttp.TCPConnector(limit=64)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> None:
+            t0 = time.perf_counter()
+            async with session.post(url + "/v1/chat/completions", data=BODY, headers=headers) as r:
+                await r.read()
+                assert r.status == 200, r.status
+            latencies.append((time.perf_counter() - t0) * 1e3)
+
+        start = time.perf_counter()
+        tasks = []
+        for n in range(int(rate * seconds)):
+            delay = start + n / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(one()))
+        await asyncio.gather(*tasks)
+    latencies.sort()
+    return latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--share", default="10%", help="--shadow-share of the shadowed proxies")
+    args = parser.parse_args()
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        up = free_port()
+        if shutil.which("nginx"):
+            stack.enter_context(process(nginx(tmp, up), up))
+        else:
+            stack.enter_context(process([py, __file__, "--fixed", str(up)], up))
+        shadows = {"dead": f"http://127.0.0.1:{free_port()}"}
+        for kind in ("hang", "500"):
+            port = free_port()
+            stack.enter_context(process([py, __file__, "--shadow-server", kind, str(port)], port))
+            shadows[kind] = f"http://127.0.0.1:{port}"
+        proxies: dict[str, int] = {}
+        for name, shadow in [("no shadow", None), *shadows.items()]:
+            port = free_port()
+            command = [
+                py,
+                "-m",
+                "tailreplay",
+                "proxy",
+                "--upstream",
+                f"http://127.0.0.1:{up}",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--admin-listen",
+                "off",
+                "--out",
+                str(tmp / f"cap-{port}"),
+                "--drain-timeout",
+                "1s",
+            ]
+            if shadow is not None:
+                command += ["--shadow", shadow, "--shadow-share", args.share]
+            stack.enter_context(process(command, port))
+            proxies[name if shadow is None else f"shadow {name}"] = port
+        for port in proxies.values():  # warm-up
+            asyncio.run(open_loop(f"http://127.0.0.1:{port}", args.rate, 1))
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in proxies}
+        order = list(proxies)
+        for _ in range(args.runs):
+            for name in order:
+                url = f"http://127.0.0.1:{proxies[name]}"
+                results[name].append(asyncio.run(open_loop(url, args.rate, args.seconds)))
+            order = order[1:] + order[:1]  # each proxy goes first in turn
+    print(
+        f"{args.rate:g} POSTs a second for {args.seconds} s (open loop); --shadow-share "
+        f"{args.share}; median of {args.runs} interleaved runs"
+    )
+    print()
+    print("| proxy | P50 ms | P99 ms | P99 / no shadow |")
+    print("|---|---:|---:|---:|")
+    base = statistics.median(p99 for _, p99 in results["no shadow"])
+    for name, runs in results.items():
+        p50 = statistics.median(r[0] for r in runs)
+        p99 = statistics.median(r[1] for r in runs)
+        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / base:.2f} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--shadow-server":
+        shadow_server(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--fixed":
+        fixed_server(int(sys.argv[2]))
+    else:
+        main()
