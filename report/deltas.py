@@ -94,6 +94,8 @@ DELTA_COLUMNS = (
     "delta_ms",
     "recorded_ttft_ms",
     "replayed_ttft_ms",
+    "recorded_output_tokens",
+    "replayed_output_tokens",
     "tail",
     "replayed_error",
 )
@@ -120,6 +122,13 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
             f"{(rep - rec) / 1e6:.3f}" if both else "",
             ms(int(recorded.ttfb_ns[j])),
             ms(int(replayed.ttfb_ns[i])),
+            _tokens(int(recorded.output_tokens[j])),
+            _tokens(int(replayed.output_tokens[i])),
             int(replayed.tail[i]),
             int(replayed.error[i]),
         )
+
+
+def _tokens(n: int) -> str:
+    """A count as the CSV writes it: empty where the record has none (-1)."""
+    return "" if n < 0 else str(n)

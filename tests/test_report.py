@@ -275,6 +275,7 @@ def test_files_are_private_and_hold_the_report(tmp_path: Path) -> None:
             assert row["delta_ms"] == "" and row["replayed_error"] == "1"
         else:
             assert float(row["delta_ms"]) == pytest.approx(m["duration_ns"] / 2e6, abs=1e-3)
+        assert row["replayed_output_tokens"] == str(m.get("output_tokens", ""))
 
 
 def test_a_partial_replay_is_compared_with_the_requests_it_sent(tmp_path: Path) -> None:
