@@ -199,7 +199,8 @@ class _Forwarder:
         try:
             return await self._forward(request, ex, flags)
         except asyncio.CancelledError:
-            ex.error = ex.error or "client_abort"
+            if not _stream_ended(ex):
+                ex.error = ex.error or "client_abort"
             raise
         finally:
             ex.finish(time.monotonic_ns())
@@ -333,7 +334,8 @@ class _Forwarder:
             _abort(request)  # the client must see a broken response, not a short one
             return _Relayed(upstream.status, keep_alive=False)
         if to_client.gone:
-            ex.error = "client_abort"
+            if not _stream_ended(ex):
+                ex.error = "client_abort"
             return _Relayed(upstream.status, keep_alive=False)
         ex.duration_ns = time.monotonic_ns() - ex.t0_ns
         return _Relayed(upstream.status, keep_alive=framing.keep_alive)
@@ -463,6 +465,14 @@ class _ToClient:
             self.write(self.relay.flush())
         if self.framing.chunked and not self.gone:
             self.client.write(b"0\r\n\r\n")
+
+
+def _stream_ended(ex: Exchange) -> bool:
+    """Whether the upstream's stream had ended (``data: [DONE]``) when the client left:
+    an SDK closes its connection as soon as it reads ``[DONE]``, before the proxy reads
+    the end of the upstream's chunked body; that client got the whole answer."""
+    tap = ex.tap
+    return tap is not None and tap.stream and bytes(tap.kept).rstrip().endswith(b"[DONE]")
 
 
 def _continue(request: web.BaseRequest) -> None:
