@@ -334,6 +334,31 @@ def test_a_copy_carries_the_shadows_credentials_and_model_not_the_clients(tmp_pa
     assert copy["body"]["stream_options"] == {"include_usage": True}  # tokens are counted
 
 
+def _refused(tmp_path: Path, *args: str) -> str:
+    """``tailreplay proxy`` with ``args`` (admin port off, captures in tmp_path): exits
+    2 before it listens; its one line of error."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tailreplay",
+            "proxy",
+            "--admin-listen",
+            "off",
+            "--out",
+            str(tmp_path / "c"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert not (tmp_path / "c").exists()
+    return done.stderr
+
+
 @pytest.mark.parametrize("where", ["upstream", "listener"])
 def test_a_shadow_that_is_production_is_refused(tmp_path: Path, where: str) -> None:
     port = free_port()
@@ -343,31 +368,10 @@ def test_a_shadow_that_is_production_is_refused(tmp_path: Path, where: str) -> N
         if where == "upstream"
         else (f"http://127.0.0.1:{port}")
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tailreplay",
-            "proxy",
-            "--upstream",
-            upstream,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--admin-listen",
-            "off",
-            "--out",
-            str(tmp_path / "c"),
-            "--shadow",
-            shadow,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    error = _refused(
+        tmp_path, "--upstream", upstream, "--listen", f"127.0.0.1:{port}", "--shadow", shadow
     )
-    assert done.returncode == 2, done.stderr
-    assert "which is production (an upstream or this proxy)" in done.stderr
-    assert not (tmp_path / "c").exists()
+    assert "which is production (an upstream or this proxy)" in error
 
 
 def test_copies_are_recorded_with_their_originals_whatever_is_sampled(tmp_path: Path) -> None:
@@ -404,29 +408,8 @@ def test_a_base_url_with_a_query_is_refused(tmp_path: Path, flag: str) -> None:
     # The request's path would follow the query: "/?key=…/v1/chat/completions".
     urls = {"--upstream": "http://127.0.0.1:9", "--shadow": "http://127.0.0.1:10"}
     urls[flag] += "/?api_key=secret-in-url"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tailreplay",
-            "proxy",
-            "--upstream",
-            urls["--upstream"],
-            "--shadow",
-            urls["--shadow"],
-            "--admin-listen",
-            "off",
-            "--out",
-            str(tmp_path / "c"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "a base URL takes no query or fragment" in done.stderr
-    assert "secret-in-url" not in done.stderr
+    error = _refused(tmp_path, "--upstream", urls["--upstream"], "--shadow", urls["--shadow"])
+    assert "a base URL takes no query or fragment" in error and "secret-in-url" not in error
 
 
 @pytest.mark.parametrize(
@@ -442,24 +425,4 @@ def test_shadow_options_that_would_mislead_are_refused(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     # A bare 1 meant as 1% would copy all of production to staging.
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tailreplay",
-            "proxy",
-            "--upstream",
-            "http://127.0.0.1:9",
-            "--admin-listen",
-            "off",
-            "--out",
-            str(tmp_path / "c"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr
+    assert message in _refused(tmp_path, "--upstream", "http://127.0.0.1:9", *args)
