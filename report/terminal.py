@@ -102,6 +102,11 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
     clock = summary.get("clock")
     if clock is not None:
         console.print(f"clock: {clock['described']}")
+    if copies := summary.get("shadow_copies"):
+        console.print(
+            f"shadow copies {copies:,}: in no figure here (report --shadow compares them "
+            "with production)"
+        )
     if cut := summary.get("cancelled"):
         console.print(f"cancelled by the client {cut:,}: not errors, in no figure")
     if idle := summary.get("idle_calls"):

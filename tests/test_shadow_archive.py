@@ -68,7 +68,7 @@ def _json(*args: str) -> tuple[int, dict[str, Any], str]:
 def test_every_figure_of_a_shadowed_capture_is_productions(tmp_path: Path) -> None:
     capture = _capture(tmp_path / "c.msgpack")
     code, stats, _ = _json("traces", "stats", str(capture), "--json")
-    assert code == 0 and stats["records"] == 400
+    assert code == 0 and stats["records"] == 400 and stats["shadow_copies"] == 100
     assert stats["latency_ms"]["p999"] <= 400 and stats["error_rate"] == 0
     assert len(list(ArchiveReader([capture]))) == 400
     assert len(list(ArchiveReader([capture], shadows="only"))) == 100
@@ -81,6 +81,8 @@ def test_every_figure_of_a_shadowed_capture_is_productions(tmp_path: Path) -> No
     result = CliRunner().invoke(cli, ["traces", "slice", str(capture), "-o", str(sliced)])
     assert result.exit_code == 0, result.output
     assert len(list(ArchiveReader([sliced], shadows="only"))) == 100  # kept whole
+    shown = CliRunner().invoke(cli, ["traces", "stats", str(capture)])
+    assert "shadow copies 100: in no figure here" in shown.output
     report = CliRunner().invoke(cli, ["report", str(capture)])
     assert "report --shadow compares them with production" in report.stderr
 

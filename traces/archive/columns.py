@@ -62,6 +62,8 @@ class Columns:
     per_file: list[int] = field(default_factory=list)
     """Records loaded from each file, in the order given: as ``limits`` to a later load,
     the same records again even if a file has grown since."""
+    shadow_copies: int = 0
+    """Copies sent to ``proxy --shadow``, left out of every column."""
 
     def __getitem__(self, name: str) -> Array:
         return self.values[name]
@@ -122,6 +124,7 @@ def load_columns(
         present = _join({f: [p[1][f] for p in parts] for f in names}, np.bool_)
     per_file = [len(p[1]["start_ns"]) for p in parts]
     parts.clear()
+    copies = int(present[_SHADOW].sum())
     values, present = _without_shadows(values, present, keep_field=_SHADOW in fields)
     starts = values["start_ns"]
     n = len(starts)
@@ -129,7 +132,7 @@ def load_columns(
         order = np.argsort(starts, kind="stable")
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
-    return Columns(n, values, present, reader.warnings(), per_file)
+    return Columns(n, values, present, reader.warnings(), per_file, copies)
 
 
 def _without_shadows(

@@ -5,7 +5,8 @@ definitions every view shares); token percentiles are over successful records. C
 that generate nothing (``GET /v1/models``, tokenizer routes:
 ``tailreplay.openai_api.generates_nothing``) are in no figure but ``records``,
 ``rate_rps`` and their own count, ``idle_calls`` (per method and path), as ``report``
-keeps them apart. duration_s = last start - first start; rate_rps = (records - 1) /
+keeps them apart. A shadowed capture's copies (``proxy --shadow``) are in no figure:
+``shadow_copies`` counts them. duration_s = last start - first start; rate_rps = (records - 1) /
 duration_s (arrivals per second), and a bucket's rate_rps its share of it (the
 buckets' add up to it, less the calls that generate nothing).
 Throughput (successful requests per second of first start to last end: ``report``
@@ -148,6 +149,7 @@ def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[s
         "rate_rps": rate_rps,
         "clock": _clock(start),
         "idle_calls": idle_calls(cols, keep),
+        "shadow_copies": cols.shadow_copies,
         "error_rate": _error_rate(reqs.error, cut),
         "cancelled": int(cut.sum()),
         "latency_ms": percentiles(values["latency"]),
