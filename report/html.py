@@ -112,7 +112,8 @@ def _latency_plots(
         ),
         line_chart("latency over time", over_time, x_label=clock, y_label="ms"),
         line_chart("request rate", rate, x_label=clock, y_label="req/s"),
-        line_chart("dispatch lag", lag, x_label=clock, y_label="ms"),
+        # Only a replay sends on a schedule: no lag to plot for a capture or a shadow.
+        *([line_chart("dispatch lag", lag, x_label=clock, y_label="ms")] if lag else []),
     ]
 
 
