@@ -19,66 +19,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
-BODY = '{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":16}'
-REPLY = '{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"}}]}'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_port(port: int, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port} after {timeout_s} s")
-
-
-@contextmanager
-def process(cmd: list[str], port: int) -> Iterator[None]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_port(port)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def nginx(tmp: Path, port: int) -> list[str]:
-    conf = tmp / "nginx.conf"
-    conf.write_text(
-        f"""
-user root; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/error.log;
-events {{ worker_connections 1024; }}
-http {{ access_log off; client_body_temp_path {tmp}/body;
-  server {{ listen 127.0.0.1:{port}; location / {{ default_type application/json;
-    return 200 '{REPLY}'; }} }} }}
-"""
-    )
-    return ["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"]
+from proxy import BODY, ROOT, free_port, nginx, process  # bench/proxy.py
 
 
 def shadow_server(kind: str, port: int) -> None:
@@ -92,16 +43,6 @@ def shadow_server(kind: str, port: int) -> None:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
-
-
-def fixed_server(port: int) -> None:
-    async def reply(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(text=REPLY, content_type="application/json")
-
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", reply)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -145,9 +86,10 @@ def main() -> None:
         tmp = Path(tmpdir)
         up = free_port()
         if shutil.which("nginx"):
-            stack.enter_context(process(nginx(tmp, up), up))
+            stack.enter_context(process(nginx(tmp, 1, free_port(), up, fixed=up), up))
         else:
-            stack.enter_context(process([py, __file__, "--fixed", str(up)], up))
+            fixed = [py, str(ROOT / "bench/proxy.py"), "--fixed", str(up)]
+            stack.enter_context(process(fixed, up))
         shadows = {"dead": f"http://127.0.0.1:{free_port()}"}
         for kind in ("hang", "500"):
             port = free_port()
@@ -202,7 +144,5 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--shadow-server":
         shadow_server(sys.argv[2], int(sys.argv[3]))
-    elif len(sys.argv) == 3 and sys.argv[1] == "--fixed":
-        fixed_server(int(sys.argv[2]))
     else:
         main()
