@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.openai_api import generates_nothing
+from tailreplay.openai_api import call_name, calls_that_generate_nothing, generates_nothing
 from tailreplay.replayer.replay_summary import (
     Percentiles,
     ReplaySummary,
@@ -98,8 +98,7 @@ class ResultCollector:
 
     def add(self, r: Record) -> None:
         if generates_nothing(r.method, r.path):
-            method, path = (r.method or "").upper(), (r.path or "-").split("?", 1)[0]
-            self.idle[f"{method} {path}"] += 1
+            self.idle[call_name(r.method or "", r.path)] += 1
             self.idle_sent += r.sent_ns is not None
             return
         self.requests += 1
@@ -239,9 +238,8 @@ def _idle_line(idle: dict[str, int]) -> list[str]:
     if not idle:
         return []
     calls = ", ".join(f"{name} {n:,}" for name, n in sorted(idle.items(), key=lambda kv: -kv[1]))
-    total = sum(idle.values())
-    what = "call that generates" if total == 1 else "calls that generate"
-    return [f"and {total:,} {what} nothing ({calls}): in no count or figure here"]
+    what = calls_that_generate_nothing(sum(idle.values()))
+    return [f"and {what} ({calls}): in no count or figure here"]
 
 
 def _how_it_ended(s: ReplaySummary) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tailreplay.openai_api import call_name
 from tailreplay.report.model import IdleRow
 
 __all__ = ["IdleCalls"]
@@ -43,7 +44,7 @@ class IdleCalls:
     ) -> None:
         if key is not None:
             self.keys.add(key)
-        name = f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
+        name = call_name(method, path)
         row = self.paths.setdefault(name, _Path())
         row.requests += 1
         row.errors += failed

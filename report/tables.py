@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tailreplay.openai_api import calls_that_generate_nothing
 from tailreplay.report.delta_tables import delta_tables
 from tailreplay.report.model import (
     EngineReport,
@@ -64,8 +65,7 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         parts = [shadow_words(report)]
     idle = sum(r["requests"] for r in report.get("idle", {}).get("replayed", []))
     if idle:
-        what = "call that generates" if idle == 1 else "calls that generate"
-        parts[0] += f" (and {idle:,} {what} nothing, not judged)"
+        parts[0] += f" (and {calls_that_generate_nothing(idle)}, not judged)"
     speed = ReplayHeader.read(report["replay"]).speed
     if speed is not None:
         parts.append(f"at {speed}")

@@ -28,6 +28,8 @@ __all__ = [
     "ROUTES",
     "ResponseTap",
     "Usage",
+    "call_name",
+    "calls_that_generate_nothing",
     "chat_parts",
     "chat_text",
     "decode_fields",
@@ -78,6 +80,17 @@ def generates_nothing(method: Any, path: Any) -> bool:
     if method.upper() != "POST":
         return True
     return type(path) is str and path.split("?", 1)[0].rstrip("/").endswith(_TOKENIZER_ROUTES)
+
+
+def call_name(method: str, path: Any) -> str:
+    """How a call that generates nothing is named wherever it is counted apart:
+    ``GET /v1/models`` (the method in capitals, the path without its query)."""
+    return f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
+
+
+def calls_that_generate_nothing(n: int) -> str:
+    """``1 call that generates nothing``, ``5 calls that generate nothing``."""
+    return f"{n:,} call that generates nothing" if n == 1 else f"{n:,} calls that generate nothing"
 
 
 def operation_name(path: str | None) -> str:

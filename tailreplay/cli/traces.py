@@ -222,13 +222,13 @@ def export_() -> None:
 @skip_corrupt_option
 def export_mooncake(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
     """Mooncake JSONL: timestamp, input/output lengths, hash_ids, session."""
+    from tailreplay.openai_api import calls_that_generate_nothing
     from tailreplay.traces.archive.export import export_mooncake
 
     check_output_file("-o", out, inputs=files)
     done = export_mooncake(files, out, skip_corrupt=skip_corrupt)
     warn(done.warnings)
-    what = "call that generates" if done.left_out == 1 else "calls that generate"
-    idle = f" ({done.left_out:,} {what} nothing left out)" if done.left_out else ""
+    idle = f" ({calls_that_generate_nothing(done.left_out)} left out)" if done.left_out else ""
     click.echo(f"exported {done.written:,} records to {out}{idle}", err=True)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.openai_api import generates_nothing
+from tailreplay.openai_api import call_name, generates_nothing
 from tailreplay.traces.archive.columns import Columns
 from tailreplay.traces.results.metrics import Requests, error_mask, metric_values, percentiles
 from tailreplay.traces.workload.clock import detect
@@ -104,7 +104,7 @@ def idle_calls(cols: Columns, keep: npt.NDArray[np.bool_]) -> dict[str, int]:
     out: dict[str, int] = {}
     methods, paths = cols["method"][~keep].tolist(), cols["path"][~keep].tolist()
     for method, path in zip(methods, paths, strict=True):
-        name = f"{method.upper()} {path.split('?', 1)[0] if type(path) is str else '-'}"
+        name = call_name(method, path)
         out[name] = out.get(name, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
