@@ -25,7 +25,7 @@ from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
-from tailreplay.openai_api import OPENAI_PATHS, ResponseTap, route_label
+from tailreplay.openai_api import OPENAI_PATHS, route_label
 from tailreplay.probe import PROBE_HEADER
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
@@ -44,7 +44,6 @@ from tailreplay.proxy.headers import request_headers_upstream, response_headers_
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.proxy.response_head import Framing, relay_head
 from tailreplay.proxy.shadow import Shadow
-from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
 __all__ = ["build_server", "upstream_pool"]
@@ -344,20 +343,7 @@ class _Forwarder:
 def _read_head(upstream: UpstreamResponse, ex: Exchange) -> SseRelay | None:
     """What the record takes from the upstream's head; the relay that strips the usage
     the proxy asked for from a stream, when it asked."""
-    ex.status = upstream.status
-    content_type = ""
-    for name, value in upstream.headers:
-        lower = name.lower()
-        if lower == "content-type":
-            content_type = value
-        elif lower == "content-encoding":
-            ex.content_encoding = value
-        elif lower == "retry-after":
-            ex.retry_after = value
-    is_sse = content_type.startswith("text/event-stream")
-    ex.tap = ResponseTap(stream=is_sse)
-    if is_sse:
-        ex.timeline = StreamTimeline()
+    is_sse = ex.read_head(upstream.status, upstream.headers)
     return SseRelay() if is_sse and ex.injected_usage else None
 
 

@@ -60,6 +60,26 @@ class Exchange:
     """A copy sent to ``--shadow`` (``proxy/shadow.py``): the span id of the production
     exchange it copied."""
 
+    def read_head(self, status: int, headers: list[tuple[str, str]]) -> bool:
+        """Take what the record needs from the response's head (status, encoding,
+        ``Retry-After``) and set up the body's tap and, for SSE, its timeline; whether
+        the body is SSE."""
+        self.status = status
+        content_type = ""
+        for name, value in headers:
+            lower = name.lower()
+            if lower == "content-type":
+                content_type = value
+            elif lower == "content-encoding":
+                self.content_encoding = value
+            elif lower == "retry-after":
+                self.retry_after = value
+        is_sse = content_type.startswith("text/event-stream")
+        self.tap = ResponseTap(stream=is_sse)
+        if is_sse:
+            self.timeline = StreamTimeline()
+        return is_sse
+
     def finish(self, now_ns: int) -> None:
         """The response is over (or abandoned): settle the times sinks and records read."""
         if self.duration_ns is None:

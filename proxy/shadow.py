@@ -41,10 +41,8 @@ from dataclasses import dataclass
 from yarl import URL
 
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
-from tailreplay.openai_api import ResponseTap
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
-from tailreplay.sse import StreamTimeline
 from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.traces.text.secret_names import is_secret_name
@@ -263,16 +261,7 @@ class Shadow:
         reader = _Reader(ex, self.budget, self.counts)
         self._answered()
         try:
-            ex.status = response.status
-            sse = False
-            for name, value in response.headers:
-                lower = name.lower()
-                if lower == "content-type":
-                    sse = value.startswith("text/event-stream")
-                elif lower == "content-encoding":
-                    ex.content_encoding = value
-            ex.tap = ResponseTap(stream=sse)
-            ex.timeline = StreamTimeline() if sse else None
+            ex.read_head(response.status, response.headers)
             response.start(reader)
             while not await response.wait():  # paused: the budget, or the answer's cap
                 if reader.cut:
