@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tailreplay.report.model import Report, Shadow
+from tailreplay.traces.archive.validate import capture_shadow
 
 __all__ = ["shadow_of_capture", "shadow_words"]
 
@@ -20,9 +21,8 @@ def shadow_of_capture(headers: Sequence[Mapping[str, Any]]) -> Shadow:
     """The shadow target and share the capture's header names (the first file's that
     names one); None where none does."""
     for header in headers:
-        capture = header.get("capture")
-        shadow = capture.get("shadow") if isinstance(capture, dict) else None
-        if isinstance(shadow, dict):
+        shadow = capture_shadow(header)
+        if shadow is not None:
             target, share = shadow.get("target"), shadow.get("share")
             return {
                 "target": target if isinstance(target, str) else None,

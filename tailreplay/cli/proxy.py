@@ -308,6 +308,7 @@ def _config(args: _Args) -> ProxyConfig:
 
         server_context(args.tls_cert, args.tls_key)  # unusable files: one line, at start
     key = _fingerprint_key(args.fingerprint_key_env)
+    secret_names = frozenset(h.lower() for h in args.redact_header)
     return ProxyConfig(
         upstream=args.upstream,
         listen_host=host,
@@ -321,7 +322,7 @@ def _config(args: _Args) -> ProxyConfig:
         compress=args.compress,
         bodies=args.bodies,
         sample=args.sample,
-        redact_headers=frozenset(h.lower() for h in args.redact_header),
+        redact_headers=secret_names,
         routes=args.routes,
         inject_usage=args.inject_usage,
         max_body=args.max_body,
@@ -342,7 +343,7 @@ def _config(args: _Args) -> ProxyConfig:
             model_map=args.shadow_model_map,
             forward_auth=args.shadow_forward_auth,
             max_inflight=args.shadow_max_inflight,
-            secret_names=frozenset(h.lower() for h in args.redact_header),
+            secret_names=secret_names,
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
         ),

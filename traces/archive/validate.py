@@ -13,7 +13,7 @@ does not know are ignored, whatever they hold.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
@@ -25,6 +25,7 @@ __all__ = [
     "COLSCAN_SPECS",
     "FIELD_SPECS",
     "MAX_NESTING",
+    "capture_shadow",
     "clean_header",
     "header_problems",
     "record_problem",
@@ -420,7 +421,7 @@ def header_problems(header: dict[str, Any]) -> list[str]:
         sub = header.get(key)
         if type(sub) is dict:
             out += _problems(sub, checks, f"{key}.")
-    shadow = _shadow(header)
+    shadow = capture_shadow(header)
     if shadow is not None:
         out += _problems(shadow, _SHADOW_CHECKS, "capture.shadow.")
     deep = [k for k, v in header.items() if type(v) in _NESTS and not _shallow(v)]
@@ -439,7 +440,7 @@ def clean_header(header: dict[str, Any]) -> dict[str, Any]:
         sub = out.get(key)
         if type(sub) is dict:
             out[key] = {k: v for k, v in sub.items() if k not in checks or _valid(v, k, checks)}
-    shadow = _shadow(out)
+    shadow = capture_shadow(out)
     if shadow is not None:
         out["capture"]["shadow"] = {
             k: v
@@ -449,7 +450,7 @@ def clean_header(header: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _shadow(header: dict[str, Any]) -> dict[str, Any] | None:
+def capture_shadow(header: Mapping[str, Any]) -> dict[str, Any] | None:
     """``capture.shadow`` (``proxy --shadow``: its target and share), when a map."""
     capture = header.get("capture")
     shadow = capture.get("shadow") if type(capture) is dict else None
