@@ -115,7 +115,8 @@ def _parse(text: str) -> Objective:
     if _BARE.match(limit_text):
         raise UsageError(
             f"invalid --slo {text!r}: give the limit a unit ({limit_text}ms or {limit_text}s) "
-            f"or make it relative to the recording ({limit_text}x)"
+            f"or make it relative ({limit_text}x: to the recording, or to production "
+            "in report --shadow)"
         )
     try:
         seconds = parse_duration(limit_text)
@@ -137,7 +138,11 @@ _RECORDED_BY: dict[str, str] = {
 
 
 def check_judgeable(
-    objectives: Sequence[Objective], archives: Sequence[Path], *, skip_corrupt: bool = False
+    objectives: Sequence[Objective],
+    archives: Sequence[Path],
+    *,
+    skip_corrupt: bool = False,
+    baseline: str = "the recording",
 ) -> None:
     """Refuse, before a replay, relative objectives its recording cannot judge.
 
@@ -162,7 +167,7 @@ def check_judgeable(
         field = _RECORDED_BY[obj.metric]
         if not cols.present[field].any():
             raise UsageError(
-                f"--slo {obj.text!r}: relative to the recording, but the archive records no "
+                f"--slo {obj.text!r}: relative to {baseline}, but the archive records no "
                 f"{obj.metric} ({field} is absent from all {len(cols.present[field]):,} records); "
                 "give an absolute limit instead (e.g. 800ms)"
             )

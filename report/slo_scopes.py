@@ -69,7 +69,14 @@ def by_class(
                 recorded, _same_class(recorded, field, label), None, rng, itl=False
             )
         rows.append(_row(f"{field}={label}", sides, objectives, replayed, codes == i, judged=True))
-    return _scope(f"by {field}", rows, objectives)
+    scope = _scope(f"by {field}", rows, objectives)
+    if not rows:
+        # Not a pass (an empty scope must not pass CI), and not "none of 0 had 20".
+        scope["failed"] = [f"no request has a {field}" + _WHERE.get(field, "")]
+    return scope
+
+
+_WHERE = {"phase": " (phases are the steps or pulses of a replay's --speed)"}
 
 
 def by_window(

@@ -165,6 +165,8 @@ def _overview(report: Report) -> ReportTable:
     ]
     if any(report["overall"][name].get("cancelled") for name in sides):
         rows.insert(2, ("cancelled by the client", lambda s: f"{s.get('cancelled', 0):,}"))
+    if "shadow" in report:  # a copy is sent as it came: nothing is tail-stretched
+        rows = [row for row in rows if row[0] != "tail-stretched"]
     for label, cell in rows:
         t.rows.append([label, *(cell(report["overall"][name]) for name in sides)])
     scale = report["rate_scale"]
@@ -326,6 +328,8 @@ def _scope_table(scope: SloScope) -> ReportTable:
         note="goodput: the share that succeeded within every absolute limit"
         + (f"; spread across judged rows: {spread}" if spread else ""),
     )
+    if not scope["rows"]:
+        t.note = "; ".join(scope["failed"])
     for row in scope["rows"]:
         cells = [
             ("-" if c["value"] is None else f"{c['value']:,.4g}")

@@ -219,7 +219,7 @@ def _shadow_sides(
             "--shadow: the capture holds no shadow copies (it was made without "
             "proxy --shadow, or the shadow answered nothing)"
         )
-    check_judgeable(options.objectives, paths, skip_corrupt=skip)
+    check_judgeable(options.objectives, paths, skip_corrupt=skip, baseline="production")
     keys = {k for k in copies.key if k is not None}
     production = load_side(paths, skip_corrupt=skip, keep=keys, classes=classes)
     if not production.n:

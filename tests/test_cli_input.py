@@ -105,6 +105,29 @@ def test_a_port_out_of_range_is_a_usage_error(args: list[str]) -> None:
     assert code == 2 and err.startswith("Error: invalid --") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("Authorization:", "the value is empty (an unset variable?)"),
+        ("Authorization:   ", "the value is empty (an unset variable?)"),
+        ("Authorization Bearer sk-live-0123456789abcdef", "no ':' found"),
+        ("Bad Name: x", "name 'Bad Name'"),
+        ("X-Key: a\rInjected: 1", "the value holds a control character"),
+    ],
+)
+@pytest.mark.parametrize("command", [["replay", str(PEAK)], ["proxy"]])
+def test_a_header_without_a_usable_value_is_refused_without_echoing_it(
+    command: list[str], value: str, said: str
+) -> None:
+    upstream = ["--upstream", "http://127.0.0.1:9", "--shadow", "http://127.0.0.1:10"]
+    flag = "--header" if command[0] == "replay" else "--shadow-header"
+    args = [*command, flag, value] if command[0] == "replay" else [*command, *upstream, flag, value]
+    code, _, err = _run(*args)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"invalid {flag}" in err and said in err, err
+    assert "sk-live" not in err and "Injected" not in err
+
+
 def test_an_empty_time_means_no_bound(archive: Path, tmp_path: Path) -> None:
     out = tmp_path / "all.msgpack"
     code, _, err = _run("traces", "slice", str(archive), "-o", str(out), "--from", "", "--to", "")

@@ -155,3 +155,23 @@ def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None
         result = CliRunner().invoke(cli, ["traces", "stats", str(path)])
         assert result.exit_code == 3, result.output
         assert "capture.shadow.share must be a finite number over 0, at most 1" in result.stderr
+
+
+def test_a_shadow_report_says_nothing_of_a_replay(tmp_path: Path) -> None:
+    # Copies are sent as they came, on production's clock: no tail stretch, no phases,
+    # and a relative limit is relative to production.
+    capture = _capture(tmp_path / "c.msgpack")
+    args = ["report", str(capture), "--shadow", "--slo", "latency:p99<=2.5x"]
+    result = CliRunner().invoke(cli, [*args, "--slo-by", "phase"])
+    assert result.exit_code == 1
+    assert "tail-stretched" not in result.output
+    assert "SLO by phase: no request has a phase (phases are the steps or pulses" in result.stdout
+    assert result.stderr.endswith(
+        "by phase: no request has a phase (phases are the steps or pulses of a replay's --speed)\n"
+    )
+    maps = list(ArchiveReader([capture], shadows="keep").iter_maps())
+    without_ttft = [{k: v for k, v in m.items() if k != "ttfb_ns"} for m in maps]
+    bare = write_plain(tmp_path / "bare.msgpack", without_ttft, HEADER)
+    refused = CliRunner().invoke(cli, ["report", str(bare), "--shadow", "--slo", "ttft:p99<=2x"])
+    assert refused.exit_code == 2
+    assert "relative to production, but the archive records no ttft" in refused.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -129,11 +130,25 @@ def _shard(text: str, flag: str) -> tuple[int, int]:
     return int(i), int(n)
 
 
+# RFC 9110 §5.6.2: a field name is a token.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
 def _header(text: str, flag: str) -> tuple[str, str]:
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise UsageError(f"invalid {flag} {text!r}: use 'Name: value'")
-    return name.strip(), value.strip()
+    """``Name: value``. An empty value is refused: it is most often a variable that was
+    not set (``--header "Authorization: $TOKEN"``), and the target would answer 401 to
+    every request of the run."""
+    name, sep, value = (part.strip() for part in text.partition(":"))
+    # The text is not echoed: without its colon, a credential's value may be all of it.
+    if not sep:
+        raise UsageError(f"invalid {flag}: use 'Name: value' (no ':' found)")
+    if not _TOKEN.fullmatch(name):
+        raise UsageError(f"invalid {flag} name {name[:40]!r}: use 'Name: value'")
+    if not value:
+        raise UsageError(f"invalid {flag} {name!r}: the value is empty (an unset variable?)")
+    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
+        raise UsageError(f"invalid {flag} {name!r}: the value holds a control character")
+    return name, value
 
 
 def _tail_cost(text: str, flag: str) -> tuple[float, float]:
