@@ -4,14 +4,18 @@ to a shadow that is dead (nothing listens), hangs (reads the copy, never answers
 or answers 500.
 
 The upstream is nginx returning a fixed JSON body (or, without nginx, a small
-aiohttp server). An open-loop client sends the chat body at ``--rate`` a second
-(below what the proxy can serve: the load a shadow is meant for) for ``--seconds``
-to each proxy in turn; rounds are interleaved (one run of each proxy, then the next round,
-each proxy first in turn), so the machine's drift hits every row alike. The table
+aiohttp server); with ``--upstream-ms 150``, an aiohttp server that answers each
+request after that long (an LLM's pace: the proxy's added milliseconds are then
+a small part of the latency, as they are in production). An open-loop client
+sends the chat body at ``--rate`` a second (below what the proxy can serve: the
+load a shadow is meant for) for ``--seconds`` to each proxy in turn; rounds are
+interleaved (one run of each proxy, then the next round, each proxy first in
+turn), so the machine's drift hits every row alike. The table
 gives the medians over the rounds of the P50 and P99, and each P99's ratio to the
 proxy without a shadow.
 
     .venv/bin/python bench/shadow_faults.py [--share 10%] [--rate 500] [--seconds 10] [--runs 5]
+        [--upstream-ms 0]
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 import aiohttp
 from aiohttp import web
 
-from proxy import BODY, ROOT, free_port, nginx, process  # bench/proxy.py
+from proxy import BODY, REPLY, ROOT, free_port, nginx, process  # bench/proxy.py
 
 
 def shadow_server(kind: str, port: int) -> None:
@@ -43,6 +47,19 @@ def shadow_server(kind: str, port: int) -> None:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", answer)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def paced_upstream(ms: float, port: int) -> None:
+    """The fixed chat answer after ``ms`` (run as ``--paced-upstream MS PORT``)."""
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        await asyncio.sleep(ms / 1000)
+        return web.Response(text=REPLY, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", answer)
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
@@ -80,12 +97,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--share", default="10%", help="--shadow-share of the shadowed proxies")
+    parser.add_argument(
+        "--upstream-ms", type=float, default=0, help="answer after this long (0: nginx at once)"
+    )
     args = parser.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
         up = free_port()
-        if shutil.which("nginx"):
+        if args.upstream_ms > 0:
+            paced = [py, __file__, "--paced-upstream", str(args.upstream_ms), str(up)]
+            stack.enter_context(process(paced, up))
+        elif shutil.which("nginx"):
             stack.enter_context(process(nginx(tmp, 1, free_port(), up, fixed=up), up))
         else:
             fixed = [py, str(ROOT / "bench/proxy.py"), "--fixed", str(up)]
@@ -127,9 +150,10 @@ def main() -> None:
                 url = f"http://127.0.0.1:{proxies[name]}"
                 results[name].append(asyncio.run(open_loop(url, args.rate, args.seconds)))
             order = order[1:] + order[:1]  # each proxy goes first in turn
+    pace = f"answered after {args.upstream_ms:g} ms" if args.upstream_ms else "answered at once"
     print(
-        f"{args.rate:g} POSTs a second for {args.seconds} s (open loop); --shadow-share "
-        f"{args.share}; median of {args.runs} interleaved runs"
+        f"{args.rate:g} POSTs a second for {args.seconds} s (open loop), {pace}; "
+        f"--shadow-share {args.share}; median of {args.runs} interleaved runs"
     )
     print()
     print("| proxy | P50 ms | P99 ms | P99 / no shadow |")
@@ -144,5 +168,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--shadow-server":
         shadow_server(sys.argv[2], int(sys.argv[3]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "--paced-upstream":
+        paced_upstream(float(sys.argv[2]), int(sys.argv[3]))
     else:
         main()

@@ -1,0 +1,132 @@
+"""``proxy --shadow`` with a shadow that is dead, hangs, answers 500 or streams without
+end: production's answers stay byte for byte what its upstream sent, its latency P99
+within 5% of a proxy without a shadow loaded alike, and the copies lost are counted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tailreplay.traces.archive.reader import ArchiveReader
+from tests.helpers import free_port
+from tests.proxy_helpers import exit_line_counts, serve_in_thread, start_proxy_process
+from tests.shadow_helpers import (
+    EVENTS,
+    JSON_ANSWER,
+    fixed_upstream,
+    open_loop,
+    shadow_app,
+    shadow_counts,
+    stop_proxy,
+)
+
+ROUNDS = 500
+OPTIONS = ["--drain-timeout", "2s", "--shadow-share", "100%", "--shadow-max-inflight", "8"]
+
+
+def _side_by_side(
+    tmp_path: Path, production: str, shadows: dict[str, str]
+) -> tuple[list[float], list[float], list[dict[str, float]], list[bytes]]:
+    """A proxy without a shadow and one per shadow, loaded alike by ``open_loop``:
+    production's answers checked byte for byte; per proxy (the first without a shadow)
+    its latency P50 and P99, its shadow counts, and its output."""
+    runs = [start_proxy_process(production, tmp_path / "none")]
+    runs += [
+        start_proxy_process(production, tmp_path / name, "--shadow", url, *OPTIONS)
+        for name, url in shadows.items()
+    ]
+    try:
+        results = asyncio.run(open_loop([url for _, url, _ in runs], rounds=ROUNDS))
+        counts = [shadow_counts(admin) for _, _, admin in runs[1:]]
+    finally:
+        outputs = [stop_proxy(proc) for proc, _, _ in runs]
+    expected = {False: JSON_ANSWER, True: b"".join(EVENTS)}
+    for per_proxy in results:
+        assert [body for _, body in per_proxy] == [expected[r % 2 == 0] for r in range(ROUNDS)]
+    for out in outputs:
+        served, written, dropped = exit_line_counts(out)
+        assert served == written and dropped == 0
+    p50, p99 = (
+        [float(np.percentile([s for s, _ in per_proxy], q)) for per_proxy in results]
+        for q in (50, 99)
+    )
+    return p50, p99, counts, outputs
+
+
+def test_a_dead_hung_or_failing_shadow_leaves_production_as_it_was(tmp_path: Path) -> None:
+    hung: list[dict[str, Any]] = []
+    failing: list[dict[str, Any]] = []
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with (
+        serve_in_thread(fixed_upstream()) as production,
+        serve_in_thread(shadow_app("hang", hung)) as hang,
+        serve_in_thread(shadow_app("500", failing)) as fail,
+    ):
+        shadows = {"dead": dead, "hang": hang, "fail": fail}
+        _, p99, counts, outputs = _side_by_side(tmp_path, production, shadows)
+    for shadowed in p99[1:]:
+        assert shadowed <= p99[0] * 1.05, p99
+    dead_counts, hang_counts, fail_counts = counts
+    # Refused five times in a row, the shadow is taken for down: copies are dropped
+    # without a try for a second (doubling while it stays down).
+    assert dead_counts["sent"] == dead_counts["errors"] >= 5
+    assert dead_counts["sent"] + dead_counts["dropped"] == ROUNDS and dead_counts["dropped"] > 0
+    assert hang_counts["in_flight"] == hang_counts["sent"] == 8  # sent, never answered
+    assert hang_counts["dropped"] == ROUNDS - 8
+    copies = list(ArchiveReader(sorted((tmp_path / "hang").iterdir()), shadows="only"))
+    assert len(copies) == 8 and {c.error for c in copies} == {"cancelled"}
+    # The failing shadow answers at once; a copy finds 8 in flight only on a stall.
+    assert fail_counts["sent"] == fail_counts["errors"] == len(failing) >= ROUNDS * 0.9
+    assert fail_counts["sent"] + fail_counts["dropped"] == ROUNDS
+    sent = int(fail_counts["sent"])
+    assert f"({sent:,} of them copies to the shadow, {sent:,} failed there)".encode() in outputs[3]
+
+
+def test_an_endless_shadow_is_read_within_its_budget(tmp_path: Path) -> None:
+    streaming: list[dict[str, Any]] = []
+    with (
+        serve_in_thread(fixed_upstream()) as production,
+        serve_in_thread(shadow_app("endless", streaming)) as endless,
+    ):
+        p50, p99, counts, _ = _side_by_side(tmp_path, production, {"endless": endless})
+    # Endless answers are read within the shadow's budget (1 MiB/s, the bytes of some 64
+    # streams at an LLM's pace): the proxy does that much more work, on 2 cores shared
+    # with the shadow itself. The median holds; the tail within half again.
+    assert p50[1] <= p50[0] * 1.05, p50
+    assert p99[1] <= p99[0] * 1.5, p99
+    # Their copies are marked: their timing is the proxy's pace, not the shadow's.
+    assert counts[0]["throttled"] >= 1
+    copies = list(ArchiveReader(sorted((tmp_path / "endless").iterdir()), shadows="only"))
+    assert copies and {c.error for c in copies} <= {"shadow_throttled", "cancelled"}
+
+
+def test_copies_are_recorded_with_their_originals_whatever_is_sampled(tmp_path: Path) -> None:
+    # --sample keeps errors and slow requests besides its share: a copy that failed or
+    # was slow is kept only with its trace, so never without its original.
+    with (
+        serve_in_thread(fixed_upstream()) as production,
+        serve_in_thread(shadow_app("500", [])) as failing,
+    ):
+        proc, url, _ = start_proxy_process(
+            production,
+            tmp_path / "c",
+            "--sample",
+            "0.3",
+            "--shadow",
+            failing,
+            "--shadow-share",
+            "100%",
+        )
+        try:
+            asyncio.run(open_loop([url], rounds=300))
+        finally:
+            out = stop_proxy(proc)
+    assert b"of them copies to the shadow" in out
+    files = sorted((tmp_path / "c").iterdir())
+    originals = {r.span_id for r in ArchiveReader(files)}
+    copies = list(ArchiveReader(files, shadows="only"))
+    assert 50 < len(copies) < 150  # the sampled share of 300, not every failed copy
+    assert all(c.shadow_of in originals for c in copies)
