@@ -16,6 +16,8 @@ from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient
+from tailreplay.proxy.shadow import ShadowCounts
+from tailreplay.proxy.shadow_metrics import ShadowMetrics
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.traces.archive.record import Record
@@ -24,18 +26,46 @@ DASHBOARD = Path(__file__).parent.parent / "deploy" / "grafana-dashboard.json"
 
 
 def _exported(tmp_path: Path) -> set[str]:
-    """Every series name the two registries expose (histograms: _bucket, _count, _sum)."""
+    """Every series name the two registries expose (histograms: _bucket, _count, _sum),
+    the proxy's with the shadow's collector registered, as with ``--shadow``."""
     recorder = RecorderClient(ProxyConfig(upstream=URL("http://127.0.0.1:1"), out_dir=tmp_path))
     try:
         proxy = ProxyMetrics(recorder)
-        ex = Exchange(b"t" * 16, b"s" * 8, None, 0, 0, "POST", "/v1/chat/completions",
-                      "/v1/chat/completions", [], status=200, ttfb_ns=1, duration_ns=2)  # fmt: skip
+        ex = Exchange(
+            b"t" * 16,
+            b"s" * 8,
+            None,
+            0,
+            0,
+            "POST",
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            [],
+            status=200,
+            ttfb_ns=1,
+            duration_ns=2,
+        )
         proxy.on_request(ex)
         proxy.on_complete(ex)
+        # As the proxy does with --shadow: the shadow's collector in the proxy's registry.
+        shadow = ShadowMetrics(ShadowCounts(sent=1))
+        proxy.registry.register(shadow)
+        shadow.observe(ex)
         replay = ReplayMetrics(DispatchStats())
-        replay.observe(Record(start_ns=0, path="/v1/chat/completions", model="m", status=500,
-                              stream=True, ttfb_ns=1, duration_ns=2, lag_ns=1,
-                              input_tokens=3, output_tokens=4))  # fmt: skip
+        replay.observe(
+            Record(
+                start_ns=0,
+                path="/v1/chat/completions",
+                model="m",
+                status=500,
+                stream=True,
+                ttfb_ns=1,
+                duration_ns=2,
+                lag_ns=1,
+                input_tokens=3,
+                output_tokens=4,
+            )
+        )
         text = (generate_latest(proxy.registry) + generate_latest(replay.registry)).decode()
     finally:
         asyncio.run(recorder.close())
@@ -52,8 +82,9 @@ def test_every_dashboard_query_names_an_exported_metric(tmp_path: Path) -> None:
         for name in re.findall(r"\b(tailreplay_[a-z_]+)\b", expr):
             named.add(name)
             assert name in exported, f"{name} (in {expr!r}) is not exported"
-    # Both halves are on the dashboard.
+    # Both halves, and the proxy's shadow, are on the dashboard.
     assert any(n.startswith("tailreplay_proxy_") for n in named)
+    assert any(n.startswith("tailreplay_proxy_shadow_") for n in named)
     assert any(n.startswith("tailreplay_replay_") for n in named)
 
 
