@@ -1,4 +1,5 @@
-"""tailreplay from Python: read and write archives, replay them, report and gate on SLOs.
+"""tailreplay from Python: read and write archives, replay them, report and gate on SLOs
+(a replay against its recording, or a shadow against production).
 
 The same runs as the command line, with the same options (``ReplayArgs`` is
 ``tailreplay replay``'s options, typed) and the same figures, returned as types
@@ -29,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailSummary
 from tailreplay.replayer.speed import Shape, parse_speed
@@ -66,6 +67,7 @@ __all__ = [
     "replay",
     "report",
     "sample",
+    "shadow_report",
     "speed",
     "write",
 ]
@@ -92,10 +94,14 @@ def sample(name: str, out: Path) -> Path:
     return out
 
 
-def read(*paths: Path, skip_corrupt: bool = False) -> Iterator[Record]:
+def read(
+    *paths: Path, skip_corrupt: bool = False, shadows: Literal["skip", "only", "keep"] = "skip"
+) -> Iterator[Record]:
     """Every record of ``paths`` in order (a damaged file raises ``InputError``, or is
-    read past its damage with ``skip_corrupt``)."""
-    yield from ArchiveReader(paths, skip_corrupt=skip_corrupt)
+    read past its damage with ``skip_corrupt``). The copies ``proxy --shadow`` sent to
+    its shadow are left out (``shadows="skip"``), read alone (``"only"``) or with
+    production's records (``"keep"``)."""
+    yield from ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows=shadows)
 
 
 def write(path: Path, records: Iterable[Record], *, source: str = "api") -> int:
@@ -190,6 +196,34 @@ def report(
         bound = client is not None and client["client_bound"]
         return Judged(result, None if bound else True, [], client)
     return Judged(result, verdict["passed"], list(verdict["missed"]), client)
+
+
+def shadow_report(
+    capture: Path | Sequence[Path],
+    *,
+    slos: Sequence[str] = (),
+    min_score: float = 1.0,
+    html: Path | None = None,
+    markdown: Path | None = None,
+    json: Path | None = None,
+    say: Say | None = None,
+    **more: Any,
+) -> Judged:
+    """Production against the shadow on the same requests, as ``tailreplay report
+    --shadow``: ``capture`` (one file or a proxy's files) was made with ``proxy
+    --shadow``; a relative objective (``ttft:p99<=1.1x``) is relative to production.
+    ``Judged.result.report["shadow"]`` names the shadow and the share copied."""
+    return report(
+        capture,
+        slos=slos,
+        min_score=min_score,
+        html=html,
+        markdown=markdown,
+        json=json,
+        say=say,
+        shadow=True,
+        **more,
+    )
 
 
 def capacity(study: CapacityStudy, *, say: Say | None = None) -> Search:

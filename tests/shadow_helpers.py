@@ -1,5 +1,6 @@
-"""A production upstream at an LLM's pace, shadows that misbehave, and an open-loop
-client that loads several proxies alike: what the ``proxy --shadow`` tests share."""
+"""What the ``proxy --shadow`` tests share: a production upstream at an LLM's pace,
+shadows that misbehave, an open-loop client that loads several proxies alike, and a
+shadowed capture written directly."""
 
 from __future__ import annotations
 
@@ -11,19 +12,68 @@ import signal
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from aiohttp import ClientSession, TCPConnector, web
 
+from tests.helpers import write_plain
+
 __all__ = [
     "EVENTS",
+    "HEADER",
     "JSON_ANSWER",
+    "T0",
     "fixed_upstream",
     "open_loop",
     "shadow_app",
     "shadow_counts",
+    "shadowed_capture",
     "stop_proxy",
 ]
+
+
+T0 = 1_700_000_000 * 10**9
+HEADER = {
+    "format": "tailreplay",
+    "version": 1,
+    "source": "proxy",
+    "upstream": "http://127.0.0.1:8000",
+    "capture": {"shadow": {"target": "http://127.0.0.1:9000", "share": 0.25}},
+}
+
+
+def shadowed_capture(path: Path, n: int = 400) -> Path:
+    """A capture as ``proxy --shadow`` writes it: ``n`` production exchanges of
+    200-400 ms, every fourth copied to a shadow that takes twice as long (and fails
+    one copy in fifty)."""
+    rng = random.Random(3)
+    maps: list[dict[str, Any]] = []
+    for i in range(n):
+        trace, span = rng.randbytes(16), rng.randbytes(8)
+        duration = rng.randint(200, 400) * 10**6
+        prod = {
+            "start_ns": T0 + i * 10**8,
+            "trace_id": trace,
+            "span_id": span,
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "status": 200,
+            "stream": True,
+            "duration_ns": duration,
+            "ttfb_ns": duration // 4,
+            "input_tokens": rng.choice([100, 600, 3000]),
+            "output_tokens": 40,
+        }
+        maps.append(prod)
+        if i % 4 == 0:
+            copy = {**prod, "span_id": rng.randbytes(8), "shadow_of": span}
+            copy.update(start_ns=prod["start_ns"] + 10**5, duration_ns=2 * duration)
+            copy["ttfb_ns"] = duration // 2
+            if i % 200 == 0:
+                copy.update(status=500, error="http_500")
+            maps.append(copy)
+    return write_plain(path, maps, HEADER)
 
 
 def stop_proxy(proc: subprocess.Popen[bytes]) -> bytes:

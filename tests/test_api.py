@@ -12,6 +12,7 @@ import pytest
 
 from tailreplay import api
 from tailreplay.errors import InputError, UsageError
+from tests.shadow_helpers import shadowed_capture
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,21 @@ def test_archives_written_from_python_read_back(run: api.ReplayRun, tmp_path: Pa
     assert api.write(out, records) == 10
     assert [r.trace_id for r in api.read(out)] == [r.trace_id for r in records]
     assert out.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_shadowed_capture_is_judged_from_python(tmp_path: Path) -> None:
+    capture = shadowed_capture(tmp_path / "capture.msgpack")
+    copies = list(api.read(capture, shadows="only"))
+    assert len(copies) == 100 and len(list(api.read(capture))) == 400
+    originals = {r.span_id for r in api.read(capture)}
+    assert all(c.shadow_of in originals for c in copies)
+    # The shadow takes twice production's time on every copied request.
+    judged = api.shadow_report(capture, slos=["latency:p99<=2.5x", "ttft:p99<=1.5x"])
+    assert judged.passed is False and judged.missed == ["ttft:p99<=1.5x"]
+    assert judged.result.report["shadow"] == {"target": "http://127.0.0.1:9000", "share": 0.25}
+    assert judged.result.report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2, rel=0.01)
+    with pytest.raises(UsageError, match="the capture holds no shadow copies"):
+        api.shadow_report(api.sample("peak", tmp_path / "peak.msgpack"))
 
 
 def test_bad_input_raises_the_commands_errors(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ two request for request."""
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 from typing import Any
 
@@ -16,47 +15,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
-
-T0 = 1_700_000_000 * 10**9
-HEADER = {
-    "format": "tailreplay",
-    "version": 1,
-    "source": "proxy",
-    "upstream": "http://127.0.0.1:8000",
-    "capture": {"shadow": {"target": "http://127.0.0.1:9000", "share": 0.25}},
-}
-
-
-def _capture(path: Path, n: int = 400) -> Path:
-    """``n`` production exchanges of 200-400 ms; every fourth copied to a shadow that
-    takes twice as long (and fails one copy in fifty)."""
-    rng = random.Random(3)
-    maps: list[dict[str, Any]] = []
-    for i in range(n):
-        trace, span = rng.randbytes(16), rng.randbytes(8)
-        duration = rng.randint(200, 400) * 10**6
-        prod = {
-            "start_ns": T0 + i * 10**8,
-            "trace_id": trace,
-            "span_id": span,
-            "method": "POST",
-            "path": "/v1/chat/completions",
-            "status": 200,
-            "stream": True,
-            "duration_ns": duration,
-            "ttfb_ns": duration // 4,
-            "input_tokens": rng.choice([100, 600, 3000]),
-            "output_tokens": 40,
-        }
-        maps.append(prod)
-        if i % 4 == 0:
-            copy = {**prod, "span_id": rng.randbytes(8), "shadow_of": span}
-            copy.update(start_ns=prod["start_ns"] + 10**5, duration_ns=2 * duration)
-            copy["ttfb_ns"] = duration // 2
-            if i % 200 == 0:
-                copy.update(status=500, error="http_500")
-            maps.append(copy)
-    return write_plain(path, maps, HEADER)
+from tests.shadow_helpers import HEADER, T0, shadowed_capture
 
 
 def _json(*args: str) -> tuple[int, dict[str, Any], str]:
@@ -66,7 +25,7 @@ def _json(*args: str) -> tuple[int, dict[str, Any], str]:
 
 
 def test_every_figure_of_a_shadowed_capture_is_productions(tmp_path: Path) -> None:
-    capture = _capture(tmp_path / "c.msgpack")
+    capture = shadowed_capture(tmp_path / "c.msgpack")
     code, stats, _ = _json("traces", "stats", str(capture), "--json")
     assert code == 0 and stats["records"] == 400 and stats["shadow_copies"] == 100
     assert stats["latency_ms"]["p999"] <= 400 and stats["error_rate"] == 0
@@ -88,7 +47,7 @@ def test_every_figure_of_a_shadowed_capture_is_productions(tmp_path: Path) -> No
 
 
 def test_report_shadow_compares_the_copies_with_their_originals(tmp_path: Path) -> None:
-    capture = _capture(tmp_path / "c.msgpack")
+    capture = shadowed_capture(tmp_path / "c.msgpack")
     out = tmp_path / "r.json"
     args = ["report", str(capture), "--shadow", "--json", str(out)]
     result = CliRunner().invoke(cli, [*args, "--slo", "latency:p99<=1.5x"])
@@ -124,7 +83,7 @@ def test_report_shadow_of_a_capture_without_copies_says_so(tmp_path: Path) -> No
 
 def test_report_shadow_compares_pairs_only(tmp_path: Path) -> None:
     # A slice or --sample left some originals out: their copies are left out too.
-    capture = _capture(tmp_path / "c.msgpack")
+    capture = shadowed_capture(tmp_path / "c.msgpack")
     maps = list(ArchiveReader([capture], shadows="keep").iter_maps())
     copied = {m["shadow_of"] for m in maps if "shadow_of" in m}
     dropped = set(list(copied)[:40])
@@ -145,7 +104,9 @@ def test_report_shadow_compares_pairs_only(tmp_path: Path) -> None:
 
 def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None:
     header = {**HEADER, "capture": {"shadow": {"target": "http://s:1", "share": 0.005}}}
-    maps = list(ArchiveReader([_capture(tmp_path / "c.msgpack")], shadows="keep").iter_maps())
+    maps = list(
+        ArchiveReader([shadowed_capture(tmp_path / "c.msgpack")], shadows="keep").iter_maps()
+    )
     small = write_plain(tmp_path / "small.msgpack", maps, header)
     result = CliRunner().invoke(cli, ["report", str(small), "--shadow"])
     assert "(0.5% of production's generating requests" in result.stdout
@@ -160,7 +121,7 @@ def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None
 def test_a_shadow_report_says_nothing_of_a_replay(tmp_path: Path) -> None:
     # Copies are sent as they came, on production's clock: no tail stretch, no phases,
     # and a relative limit is relative to production.
-    capture = _capture(tmp_path / "c.msgpack")
+    capture = shadowed_capture(tmp_path / "c.msgpack")
     args = ["report", str(capture), "--shadow", "--slo", "latency:p99<=2.5x"]
     result = CliRunner().invoke(cli, [*args, "--slo-by", "phase"])
     assert result.exit_code == 1
