@@ -1,5 +1,6 @@
 """The per-request tables: replayed minus recorded latency (shadow minus production),
-and the largest slow-downs, each with and without the tail-stretched requests."""
+and the largest slow-downs, each with and without the tail-stretched requests; and
+the latency rows again over the pairs whose answers are as long."""
 
 from __future__ import annotations
 
@@ -63,6 +64,23 @@ def delta_tables(d: Deltas, sides: tuple[str, str] = ("recorded", "replayed")) -
             f"{pct(plain['slower_share'])}"
         )
         tables.append(_worst("largest slow-downs, not tail-stretched", plain["worst"], sides))
+    same = d.get("same_length")
+    if same is not None:
+        # A longer answer is slower whatever the speed: these rows compare speed alone.
+        delta, ratio = same["latency_delta_ms"], same["latency_ratio"]
+        t.rows.append(
+            ["delta ms, same length", *(ms(None if delta is None else delta[k]) for k in QUANTILES)]
+        )
+        t.rows.append(
+            [
+                "ratio, same length",
+                *(num(None if ratio is None else ratio[k], 2) for k in QUANTILES),
+            ]
+        )
+        t.note += (
+            f"; same length (as many output tokens on both sides): {same['compared']:,} "
+            f"pairs, slower than {old} {pct(same['slower_share'])}"
+        )
     return tables
 
 

@@ -1,7 +1,7 @@
 """Replayed against recorded, request by request: each replayed request joined to its
 recorded original by trace id, the percentiles of the differences, the largest
-slow-downs (with and without the tail-stretched requests), and the ``--deltas``
-CSV rows."""
+slow-downs (with and without the tail-stretched requests, and over the pairs whose
+answers are as long), and the ``--deltas`` CSV rows."""
 
 from __future__ import annotations
 
@@ -52,6 +52,13 @@ def deltas(recorded: Side, replayed: Side, join: Array) -> Deltas:
     if bool((both & replayed.tail).any()):
         untailed = np.flatnonzero(both & ~replayed.tail)
         out["without_tail"] = _delta_figures(recorded, replayed, join, untailed)
+    plain = both & ~replayed.tail
+    lengths = np.full(replayed.n, -1, dtype=np.int64)
+    lengths[matched] = recorded.output_tokens[join[matched]]
+    known = plain & (lengths >= 0) & (replayed.output_tokens >= 0)
+    if bool((known & (lengths != replayed.output_tokens)).any()):
+        same = np.flatnonzero(known & (lengths == replayed.output_tokens))
+        out["same_length"] = _delta_figures(recorded, replayed, join, same)
     return out
 
 

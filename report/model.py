@@ -221,10 +221,14 @@ class Deltas(TypedDict):
     without_tail: NotRequired[DeltaFigures]
     """The same over the pairs whose request was not tail-stretched (only when some
     were): the stretched ones are slower by design."""
+    same_length: NotRequired[DeltaFigures]
+    """The same over the pairs, not tail-stretched, whose two answers have as many
+    output tokens (only when some such pair's differ: a longer answer is slower
+    whatever the speed, as a shadow's of another model or default length)."""
 
 
 class DeltaFigures(TypedDict):
-    """``Deltas``' figures over the pairs that were not tail-stretched."""
+    """``Deltas``' figures over a subset of the pairs (``without_tail``, ``same_length``)."""
 
     compared: int
     latency_delta_ms: dict[str, float] | None

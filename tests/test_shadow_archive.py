@@ -59,6 +59,7 @@ def test_report_shadow_compares_the_copies_with_their_originals(tmp_path: Path) 
     assert (production["errors"], shadow["errors"]) == (0, 2)
     assert report["deltas"]["joined"] == 100
     assert report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2.0, rel=0.01)
+    assert "same_length" not in report["deltas"]  # every pair's answers are as long
     first = result.stdout.splitlines()[0]
     assert first.startswith("shadow at http://127.0.0.1:9000: 100 copied requests (25% of")
     assert (
@@ -136,3 +137,28 @@ def test_a_shadow_report_says_nothing_of_a_replay(tmp_path: Path) -> None:
     refused = CliRunner().invoke(cli, ["report", str(bare), "--shadow", "--slo", "ttft:p99<=2x"])
     assert refused.exit_code == 2
     assert "relative to production, but the archive records no ttft" in refused.stderr
+
+
+def test_answers_of_another_length_are_compared_apart(tmp_path: Path) -> None:
+    # A shadow that writes longer answers is slower for it, whatever its speed: the
+    # per-request rows are given again over the pairs whose answers are as long.
+    original = shadowed_capture(tmp_path / "c.msgpack")
+    maps = list(ArchiveReader([original], shadows="keep").iter_maps())
+    longer = 0
+    for m in maps:
+        if "shadow_of" in m and m["status"] == 200 and longer < 30:
+            m.update(output_tokens=80, duration_ns=2 * m["duration_ns"])  # 4x production
+            longer += 1
+    capture = write_plain(tmp_path / "longer.msgpack", maps, HEADER)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["report", str(capture), "--shadow", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    deltas = json.loads(out.read_text())["deltas"]
+    assert deltas["compared"] == 98 and deltas["latency_ratio"]["p99"] == pytest.approx(4, rel=0.01)
+    same = deltas["same_length"]
+    assert same["compared"] == 68 and same["slower_share"] == 1
+    assert same["latency_ratio"]["p50"] == pytest.approx(2, rel=0.01)
+    assert same["latency_ratio"]["p99"] == pytest.approx(2, rel=0.01)
+    assert "ratio, same length" in result.stdout
+    words = " ".join(result.stdout.split())  # the terminal wraps a table's note
+    assert "same length (as many output tokens on both sides): 68 pairs" in words
