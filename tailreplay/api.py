@@ -42,6 +42,7 @@ from tailreplay.studies.capacity import CapacityStudy, run_capacity
 from tailreplay.studies.replay import replay_config, run_replay
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.batch_writer import write_archive
+from tailreplay.traces.archive.folders import expand_folders
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
@@ -73,6 +74,15 @@ __all__ = [
 ]
 
 Say = Callable[[str], None]
+Files = str | Path | Sequence[str | Path]
+"""Archives as the command line takes them: one file or folder, or several; a folder
+is read as the archives in it (a proxy's capture directory)."""
+
+
+def _paths(files: Files) -> list[Path]:
+    # A str is one path, not a sequence of one-letter paths.
+    given = [files] if isinstance(files, str | Path) else list(files)
+    return expand_folders(Path(f) for f in given)
 
 
 def speed(text: str) -> Shape:
@@ -95,13 +105,15 @@ def sample(name: str, out: Path) -> Path:
 
 
 def read(
-    *paths: Path, skip_corrupt: bool = False, shadows: Literal["skip", "only", "keep"] = "skip"
+    *paths: str | Path,
+    skip_corrupt: bool = False,
+    shadows: Literal["skip", "only", "keep"] = "skip",
 ) -> Iterator[Record]:
-    """Every record of ``paths`` in order (a damaged file raises ``InputError``, or is
-    read past its damage with ``skip_corrupt``). The copies ``proxy --shadow`` sent to
-    its shadow are left out (``shadows="skip"``), read alone (``"only"``) or with
-    production's records (``"keep"``)."""
-    yield from ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows=shadows)
+    """Every record of ``paths`` (files or folders) in order (a damaged file raises
+    ``InputError``, or is read past its damage with ``skip_corrupt``). The copies
+    ``proxy --shadow`` sent to its shadow are left out (``shadows="skip"``), read alone
+    (``"only"``) or with production's records (``"keep"``)."""
+    yield from ArchiveReader(_paths(paths), skip_corrupt=skip_corrupt, shadows=shadows)
 
 
 def write(path: Path, records: Iterable[Record], *, source: str = "api") -> int:
@@ -162,31 +174,33 @@ class Judged:
 
 
 def report(
-    results: Path | Sequence[Path],
+    results: Files,
     *,
-    recorded: Sequence[Path] | None = None,
+    recorded: Files | None = None,
     slos: Sequence[str] = (),
     min_score: float = 1.0,
     html: Path | None = None,
     markdown: Path | None = None,
     json: Path | None = None,
+    deltas: Path | None = None,
     say: Say | None = None,
     **more: Any,
 ) -> Judged:
-    """Recorded against replayed, as ``tailreplay report``: ``results`` (one file or a
-    run's shards), against ``recorded`` (default: the archives the results' header
-    names), judged by ``slos``; written to ``html``, ``markdown`` and ``json`` where
-    given. ``more``: the other fields of ``report.write.ReportOptions`` (``slo_by``,
-    ``slo_window_s``, ``buckets``, ``skip_corrupt``...)."""
-    replayed = [results] if isinstance(results, Path) else list(results)
+    """Recorded against replayed, as ``tailreplay report``: ``results`` (one file, a
+    run's shards or their folder), against ``recorded`` (default: the archives the
+    results' header names), judged by ``slos``; written to ``html``, ``markdown``,
+    ``json`` and the per-request CSV ``deltas`` where given. ``more``: the other
+    fields of ``report.write.ReportOptions`` (``slo_by``, ``slo_window_s``,
+    ``buckets``, ``skip_corrupt``...)."""
     options = ReportOptions(
-        replayed=replayed,
-        recorded=recorded,
+        replayed=_paths(results),
+        recorded=None if recorded is None else _paths(recorded),
         objectives=parse_objectives(slos),
         min_score=min_score,
         html_out=html,
         markdown_out=markdown,
         json_out=json,
+        deltas_out=deltas,
         **more,
     )
     result = write_report(options, say or (lambda line: None))
@@ -199,19 +213,20 @@ def report(
 
 
 def shadow_report(
-    capture: Path | Sequence[Path],
+    capture: Files,
     *,
     slos: Sequence[str] = (),
     min_score: float = 1.0,
     html: Path | None = None,
     markdown: Path | None = None,
     json: Path | None = None,
+    deltas: Path | None = None,
     say: Say | None = None,
     **more: Any,
 ) -> Judged:
     """Production against the shadow on the same requests, as ``tailreplay report
-    --shadow``: ``capture`` (one file or a proxy's files) was made with ``proxy
-    --shadow``; a relative objective (``ttft:p99<=1.1x``) is relative to production.
+    --shadow``: ``capture`` (one file, or a proxy's files or their folder) was made
+    with ``proxy --shadow``; a relative objective (``ttft:p99<=1.1x``) is relative to production.
     ``Judged.result.report["shadow"]`` names the shadow and the share copied."""
     return report(
         capture,
@@ -220,6 +235,7 @@ def shadow_report(
         html=html,
         markdown=markdown,
         json=json,
+        deltas=deltas,
         say=say,
         shadow=True,
         **more,

@@ -71,6 +71,16 @@ def test_a_shadowed_capture_is_judged_from_python(tmp_path: Path) -> None:
     assert judged.passed is False and judged.missed == ["ttft:p99<=1.5x"]
     assert judged.result.report["shadow"] == {"target": "http://127.0.0.1:9000", "share": 0.25}
     assert judged.result.report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2, rel=0.01)
+    # A proxy's capture folder, as a str or a Path, as the command line takes it.
+    folder = tmp_path / "capture"
+    folder.mkdir()
+    capture.rename(folder / "capture-1.msgpack")
+    for given in (str(folder), folder, [str(folder / "capture-1.msgpack")]):
+        files = given if isinstance(given, list) else [given]
+        assert len(list(api.read(*files, shadows="only"))) == 100
+        deltas = tmp_path / "deltas.csv"
+        again = api.shadow_report(given, slos=["ttft:p99<=1.5x"], deltas=deltas)
+        assert again.missed == ["ttft:p99<=1.5x"] and len(deltas.read_text().splitlines()) == 101
     with pytest.raises(UsageError, match="the capture holds no shadow copies"):
         api.shadow_report(api.sample("peak", tmp_path / "peak.msgpack"))
 
