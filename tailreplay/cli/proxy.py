@@ -23,7 +23,12 @@ from tailreplay.cli.options import (
     Parsed,
     otlp_options,
 )
-from tailreplay.cli.proxy_shadow import base_url, shadow_config, shadow_options
+from tailreplay.cli.proxy_shadow import (
+    base_url,
+    refuse_without_shadow,
+    shadow_config,
+    shadow_options,
+)
 from tailreplay.errors import TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
@@ -245,6 +250,7 @@ def proxy(**options: Any) -> None:
     """Reverse proxy that records every exchange with an upstream into archives."""
     from tailreplay.proxy.server import RunningProxy, run
 
+    refuse_without_shadow(click.get_current_context())
     config = _config(_Args(**options))
 
     def ready(p: RunningProxy) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, TypeVar
 
 import click
+from click.core import ParameterSource
 from yarl import URL
 
 from tailreplay.cli.options import HEADER, HTTP_URL, MODEL_MAP, Parsed
@@ -18,7 +19,7 @@ from tailreplay.units import host_port
 if TYPE_CHECKING:  # imported when a shadow is configured: every command loads this module
     from tailreplay.proxy.shadow import ShadowConfig
 
-__all__ = ["base_url", "shadow_config", "shadow_options"]
+__all__ = ["base_url", "refuse_without_shadow", "shadow_config", "shadow_options"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -93,6 +94,21 @@ def shadow_options(f: F) -> F:
     return f
 
 
+def refuse_without_shadow(ctx: click.Context) -> None:
+    """A ``--shadow-*`` option given without ``--shadow`` is refused, at its default
+    value too: the user meant a shadow that is not there."""
+    if ctx.params.get("shadow_url") is not None:
+        return
+    for param in ctx.command.params:
+        name = param.name or ""
+        source = ctx.get_parameter_source(name)
+        if name.startswith("shadow_") and source not in (None, ParameterSource.DEFAULT):
+            flag = param.opts[0] if param.opts else name
+            raise UsageError(
+                f"{flag} shapes the copies sent to --shadow, which is not given: give --shadow URL"
+            )
+
+
 def base_url(flag: str, url: URL) -> URL:
     """``url`` as a base a request's path is appended to: one with a query or a fragment
     would put the path after them (``/?key=…/v1/chat/completions``), so it is refused."""
@@ -120,10 +136,6 @@ def shadow_config(
     upstreams or the proxy's own listener is refused (copies would double production's
     load, or loop through the proxy)."""
     if url is None:
-        if headers or model_map or forward_auth or share != 0.1 or max_inflight != 64:
-            raise UsageError(
-                "--shadow-* options shape the copies sent to --shadow: give --shadow URL"
-            )
         return None
     from tailreplay.proxy.shadow import ShadowConfig
 
