@@ -67,6 +67,9 @@ class RecorderCounts:
     """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)..."""
     copies_failed: int = 0
     """...and of those, the ones the shadow failed (no answer, or a status >= 400)."""
+    copies_not_sent: int = 0
+    """Copies the shadow's sender dropped (not served, so not in ``served``): the
+    shadow was taken for down, or had ``--shadow-max-inflight`` copies in flight."""
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
 
@@ -81,7 +84,14 @@ class RecorderCounts:
         if self.failed:
             parts.append(f"{self.failed:,} could not be recorded")
         failed = f", {self.copies_failed:,} failed there" if self.copies_failed else ""
-        copies = f" ({self.copies:,} of them copies to the shadow{failed})" if self.copies else ""
+        if self.copies_not_sent:
+            failed += (
+                f"; {self.copies_not_sent:,} more not sent: the shadow was down or had "
+                "--shadow-max-inflight in flight"
+            )
+        copies = ""
+        if self.copies or self.copies_not_sent:
+            copies = f" ({self.copies:,} of them copies to the shadow{failed})"
         return f"{self.served:,} exchanges served{copies}: " + ", ".join(parts)
 
     @classmethod
@@ -97,6 +107,7 @@ class RecorderCounts:
             "backlog",
             "copies",
             "copies_failed",
+            "copies_not_sent",
         )
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 
@@ -113,6 +124,8 @@ class RecorderClient:
         """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)..."""
         self.copies_failed = 0
         """...and of those, the ones the shadow failed."""
+        self.copies_not_sent = 0
+        """Copies the shadow's sender dropped (set once it has closed)."""
         self.down: str | None = None
         """Why the recorder is not running, while it is not; None when it is."""
         self._retired = RecorderCounts()  # recorders that died
@@ -190,6 +203,7 @@ class RecorderClient:
             backlog=s[Stat.BACKLOG],
             copies=self.copies,
             copies_failed=self.copies_failed,
+            copies_not_sent=self.copies_not_sent,
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
 
@@ -346,6 +360,7 @@ class RecorderClient:
             shed=self._retired.shed,
             copies=self.copies,
             copies_failed=self.copies_failed,
+            copies_not_sent=self.copies_not_sent,
             tokens=self._retired.tokens,
         )
 

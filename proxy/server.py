@@ -105,6 +105,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         await runner.cleanup()
         if shadow is not None:  # its copies are recorded too, before the recorder closes
             await shadow.close(config.drain_timeout_s)
+            recorder.copies_not_sent = shadow.counts.dropped
         await pool.close()
         if admin_runner is not None:
             await admin_runner.cleanup()
