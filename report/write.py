@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tailreplay.errors import RunFailed, UsageError
-from tailreplay.output_path import write_output
+from tailreplay.output_path import check_output_file, write_output
 from tailreplay.private import open_private
 from tailreplay.report.compare import compare
 from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
@@ -69,6 +69,9 @@ def write_report(
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
     recorded, replayed = _sides(options, say)
+    _check_outputs(
+        options, [Path(p) for p in [*replayed.paths, *(recorded.paths if recorded else [])]]
+    )
     report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
     if options.shadow:
         report["shadow"] = shadow_of_capture(replayed.headers)
@@ -93,6 +96,20 @@ def write_report(
             raise UsageError("--deltas needs the recorded archive: pass --recorded")
         _write_deltas(options.deltas_out, recorded, replayed)
     return ReportResult(report, slo, line, tables)
+
+
+def _check_outputs(options: ReportOptions, inputs: list[Path]) -> None:
+    """Refuse, before anything is written, an output that is one of the archives read
+    (from Python as from the command line: a report must not overwrite a capture)."""
+    outputs = {
+        "--json": options.json_out,
+        "--markdown": options.markdown_out,
+        "--html": options.html_out,
+        "--deltas": options.deltas_out,
+    }
+    for flag, path in outputs.items():
+        if path is not None:
+            check_output_file(flag, path, inputs=inputs)
 
 
 def _write_files(

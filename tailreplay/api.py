@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from tailreplay.errors import UsageError
 from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailSummary
 from tailreplay.replayer.speed import Shape, parse_speed
 from tailreplay.report.capacity import Search, Trial
@@ -192,6 +193,10 @@ def report(
     ``json`` and the per-request CSV ``deltas`` where given. ``more``: the other
     fields of ``report.write.ReportOptions`` (``slo_by``, ``slo_window_s``,
     ``buckets``, ``skip_corrupt``...)."""
+    if isinstance(slos, str):  # a str is a sequence too: of one-letter objectives
+        raise TypeError(f"slos is a list of objectives: [{slos!r}], not {slos!r}")
+    if not 0 <= min_score <= 1:
+        raise UsageError(f"min_score {min_score:g}: a share of the objectives' weight, 0..1")
     options = ReportOptions(
         replayed=_paths(results),
         recorded=None if recorded is None else _paths(recorded),

@@ -71,6 +71,16 @@ def test_a_shadowed_capture_is_judged_from_python(tmp_path: Path) -> None:
     assert judged.passed is False and judged.missed == ["ttft:p99<=1.5x"]
     assert judged.result.report["shadow"] == {"target": "http://127.0.0.1:9000", "share": 0.25}
     assert judged.result.report["deltas"]["latency_ratio"]["p50"] == pytest.approx(2, rel=0.01)
+    with pytest.raises(TypeError, match=r"slos is a list of objectives: \['ttft:p99<=1.1x'\]"):
+        api.shadow_report(capture, slos="ttft:p99<=1.1x")
+    with pytest.raises(UsageError, match="min_score 2: a share"):
+        api.shadow_report(capture, min_score=2)
+    # A report never writes over the archive it reads, from Python as from the shell.
+    before = capture.read_bytes()
+    for view in ("json", "markdown", "html", "deltas"):
+        with pytest.raises(UsageError, match="the output is also an input"):
+            api.shadow_report(capture, **{view: capture})
+    assert capture.read_bytes() == before
     # A proxy's capture folder, as a str or a Path, as the command line takes it.
     folder = tmp_path / "capture"
     folder.mkdir()

@@ -19,7 +19,7 @@ from tailreplay.cli.options import (
     slo_options,
 )
 from tailreplay.errors import UsageError
-from tailreplay.output_path import check_output_file, is_stdout
+from tailreplay.output_path import is_stdout
 
 if TYPE_CHECKING:
     from tailreplay.report.slo import Objective
@@ -103,10 +103,6 @@ def report(
         raise UsageError("--replay-only and --recorded contradict each other")
     if shadow and (replay_only or recorded):
         raise UsageError("--shadow compares a capture with itself: no --recorded or --replay-only")
-    outputs = {"--json": json, "--markdown": markdown, "--html": html, "--deltas": deltas}
-    for flag, path in outputs.items():
-        if path is not None:
-            check_output_file(flag, path, inputs=[*replayed, *recorded])
     options = ReportOptions(
         replayed=list(replayed),
         recorded=[] if replay_only else (list(recorded) or None),
