@@ -111,8 +111,15 @@ def test_a_port_out_of_range_is_a_usage_error(args: list[str]) -> None:
         ("Authorization:", "the value is empty (an unset variable?)"),
         ("Authorization:   ", "the value is empty (an unset variable?)"),
         ("Authorization Bearer sk-live-0123456789abcdef", "no ':' found"),
-        ("Bad Name: x", "name 'Bad Name'"),
+        ("Authorization=Bearer sk-live-0123456789: x", "the name is not a header name"),
+        ("Bearer sk-live-0123456789abcdef: x", "the name is not a header name"),
+        ("X" * 257 + ": x", "at most 256"),
         ("X-Key: a\rInjected: 1", "the value holds a control character"),
+        ("Host: other.example", "Host is written by the HTTP client for the target's address"),
+        ("content-length: 5", "content-length is written by the HTTP client for each request"),
+        ("Transfer-Encoding: chunked", "written by the HTTP client for each request's body"),
+        ("Connection: close", "Connection is written by the HTTP client for the connection"),
+        ("traceparent: 00-x", "traceparent is set for each request"),
     ],
 )
 @pytest.mark.parametrize("command", [["replay", str(PEAK)], ["proxy"]])
@@ -231,3 +238,23 @@ def test_an_empty_window_says_which_flags_left_nothing(tmp_path: Path, archive: 
     code, _, err = _run("replay", "--dry-run", "--out", str(tmp_path / "b.msgpack"),
                         "--from", "+1h", str(archive))  # fmt: skip
     assert (code, err.strip()) == (3, "Error: no records to replay (none left after --from)")
+
+
+def test_a_header_from_the_environment_follows_the_same_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tailreplay.errors import UsageError
+    from tailreplay.studies.replay import send_headers
+
+    monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "Bearer from-env")
+    # --header wins whatever the case of its name: one Authorization is sent.
+    assert send_headers((("authorization", "Bearer from-flag"),)) == {
+        "authorization": "Bearer from-flag"
+    }
+    monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "")
+    with pytest.raises(UsageError, match="AUTHORIZATION: Authorization: the value is empty"):
+        send_headers(())
+    monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "Bearer k")
+    monkeypatch.setenv("TAILREPLAY_HEADER_HOST", "other.example")
+    with pytest.raises(UsageError, match="TAILREPLAY_HEADER_HOST: Host is written by the HTTP"):
+        send_headers(())

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +26,7 @@ import click
 from tailreplay.errors import UsageError
 from tailreplay.eventloop import EVENT_LOOPS
 from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
+from tailreplay.header_rules import header_problem
 from tailreplay.output_path import FolderPath, check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
@@ -130,24 +130,14 @@ def _shard(text: str, flag: str) -> tuple[int, int]:
     return int(i), int(n)
 
 
-# RFC 9110 §5.6.2: a field name is a token.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-
-
 def _header(text: str, flag: str) -> tuple[str, str]:
-    """``Name: value``. An empty value is refused: it is most often a variable that was
-    not set (``--header "Authorization: $TOKEN"``), and the target would answer 401 to
-    every request of the run."""
+    """``Name: value``, by the rule of ``tailreplay/header_rules.py``."""
     name, sep, value = (part.strip() for part in text.partition(":"))
     # The text is not echoed: without its colon, a credential's value may be all of it.
     if not sep:
         raise UsageError(f"invalid {flag}: use 'Name: value' (no ':' found)")
-    if not _TOKEN.fullmatch(name):
-        raise UsageError(f"invalid {flag} name {name[:40]!r}: use 'Name: value'")
-    if not value:
-        raise UsageError(f"invalid {flag} {name!r}: the value is empty (an unset variable?)")
-    if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
-        raise UsageError(f"invalid {flag} {name!r}: the value holds a control character")
+    if (problem := header_problem(name, value)) is not None:
+        raise UsageError(f"invalid {flag}: {problem}")
     return name, value
 
 

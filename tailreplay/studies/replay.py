@@ -13,6 +13,7 @@ from pathlib import Path
 from tailreplay import eventloop
 from tailreplay.errors import UsageError
 from tailreplay.exporters.span_process import replay_spans
+from tailreplay.header_rules import header_problem
 from tailreplay.output_path import check_output_file, into_folder
 from tailreplay.prometheus import check_listen
 from tailreplay.replayer.config import ReplayConfig, SpanFactory
@@ -163,19 +164,18 @@ def _check_outputs(args: ReplayArgs) -> None:
 
 def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """Headers a replay sends: staging credentials from the environment
-    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins."""
-    out: dict[str, str] = {}
+    (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins whatever the
+    case of its name (one header each, by ``tailreplay/header_rules.py``)."""
+    by_name: dict[str, tuple[str, str]] = {}
     for key, value in os.environ.items():
         if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
-            out[key[len(_HEADER_ENV) :].replace("_", "-").title()] = value
-    out.update(pairs)
-    for name, value in out.items():
-        # Written to the socket as given: a line break would start a header of its own.
-        if any(c in name + value for c in "\r\n\0") or any(c in name for c in " \t:"):
-            raise UsageError(
-                f"header {name!r}: a name without spaces or colons, and no line breaks in its value"
-            )
-    return out
+            name = key[len(_HEADER_ENV) :].replace("_", "-").title()
+            if (problem := header_problem(name, value)) is not None:
+                raise UsageError(f"{key}: {problem}")
+            by_name[name.lower()] = (name, value)
+    for name, value in pairs:  # checked as --header was parsed
+        by_name[name.lower()] = (name, value)
+    return dict(by_name.values())
 
 
 def run_replay(config: ReplayConfig, workers: int, say: Callable[[str], None]) -> ReplayOutcome:
