@@ -66,7 +66,9 @@ class RecorderCounts:
     copies: int = 0
     """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)..."""
     copies_failed: int = 0
-    """...and of those, the ones the shadow failed (no answer, or a status >= 400)."""
+    """...and of those, the ones the shadow failed (``shadow.copy_failed``)..."""
+    copies_unfinished: int = 0
+    """...and the ones the proxy cut when it stopped, the shadow still answering."""
     copies_not_sent: int = 0
     """Copies the shadow's sender dropped (not served, so not in ``served``): the
     shadow was taken for down, or had ``--shadow-max-inflight`` copies in flight."""
@@ -84,6 +86,8 @@ class RecorderCounts:
         if self.failed:
             parts.append(f"{self.failed:,} could not be recorded")
         failed = f", {self.copies_failed:,} failed there" if self.copies_failed else ""
+        if self.copies_unfinished:
+            failed += f", {self.copies_unfinished:,} unfinished when the proxy stopped"
         if self.copies_not_sent:
             failed += (
                 f"; {self.copies_not_sent:,} more not sent: the shadow was down or had "
@@ -107,6 +111,7 @@ class RecorderCounts:
             "backlog",
             "copies",
             "copies_failed",
+            "copies_unfinished",
             "copies_not_sent",
         )
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
@@ -123,7 +128,8 @@ class RecorderClient:
         self.copies = 0
         """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)..."""
         self.copies_failed = 0
-        """...and of those, the ones the shadow failed."""
+        """...and of those, the ones the shadow failed, and those cut unfinished."""
+        self.copies_unfinished = 0
         self.copies_not_sent = 0
         """Copies the shadow's sender dropped (set once it has closed)."""
         self.down: str | None = None
@@ -203,6 +209,7 @@ class RecorderClient:
             backlog=s[Stat.BACKLOG],
             copies=self.copies,
             copies_failed=self.copies_failed,
+            copies_unfinished=self.copies_unfinished,
             copies_not_sent=self.copies_not_sent,
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
@@ -360,6 +367,7 @@ class RecorderClient:
             shed=self._retired.shed,
             copies=self.copies,
             copies_failed=self.copies_failed,
+            copies_unfinished=self.copies_unfinished,
             copies_not_sent=self.copies_not_sent,
             tokens=self._retired.tokens,
         )

@@ -34,7 +34,7 @@ from tailreplay.proxy.connections import (
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
-from tailreplay.proxy.shadow import Shadow
+from tailreplay.proxy.shadow import UNFINISHED, Shadow, copy_failed
 from tailreplay.proxy.shadow_metrics import ShadowMetrics
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
@@ -121,7 +121,8 @@ def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics
 
     def record(ex: Exchange) -> None:
         recorder.copies += 1
-        recorder.copies_failed += ex.error is not None or not 200 <= ex.status < 400
+        recorder.copies_failed += copy_failed(ex)
+        recorder.copies_unfinished += ex.error == UNFINISHED
         recorder.on_complete(ex)
         assert shadow_metrics is not None
         shadow_metrics.observe(ex)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from yarl import URL
 
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
+from tailreplay.openai_api import response_problem
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
 from tailreplay.tracecontext import new_span_id
@@ -99,6 +100,23 @@ class ShadowCounts:
     in_flight: int = 0
     throttled: int = 0
     """Copies whose answer was read slower than it came (``ShadowConfig.read_rate``)."""
+
+
+UNFINISHED = "cancelled"
+"""A copy the proxy cut when it stopped, the shadow still answering or silent."""
+THROTTLED = "shadow_throttled"
+
+
+def copy_failed(ex: Exchange) -> bool:
+    """Whether the shadow failed the copy: no answer, a status of 400 or more, or an
+    answer the API does not promise. A copy the proxy cut when it stopped
+    (``UNFINISHED``) or read slower than it came (``THROTTLED``) is neither a failure
+    nor a success of the shadow; both are counted apart, in every view."""
+    if ex.status >= 400:
+        return True
+    if ex.error in (UNFINISHED, THROTTLED):
+        return False
+    return ex.error is not None or ex.status == 0
 
 
 class Shadow:
@@ -189,7 +207,7 @@ class Shadow:
             if exc.kind == "upstream_connect":
                 self._refused_once()
         except asyncio.CancelledError:
-            ex.error = ex.error or "cancelled"  # the proxy stopped before the copy ended
+            ex.error = ex.error or UNFINISHED  # the proxy stopped before the copy ended
         except Exception:  # a bug here must never reach production's side
             log.exception("shadow copy failed")
             ex.error = ex.error or "shadow_internal"
@@ -197,8 +215,11 @@ class Shadow:
             self._held -= len(body)
             self.counts.in_flight -= 1
             ex.finish(time.monotonic_ns())
-            if ex.error is not None or ex.status >= 400 or ex.status == 0:
-                self.counts.errors += 1
+            if ex.error is None and ex.tap is not None and not ex.content_encoding:
+                # The recorder's verdict, here too, so the metrics and the exit line
+                # count what the report counts (a 302's HTML is not an answer).
+                ex.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
+            self.counts.errors += copy_failed(ex)
             self.record(ex)
 
     def _credential(self, name: str) -> bool:
@@ -272,7 +293,7 @@ class Shadow:
             else:
                 ex.duration_ns = time.monotonic_ns() - ex.t0_ns
             if reader.throttled:
-                ex.error = ex.error or "shadow_throttled"
+                ex.error = ex.error or THROTTLED
         finally:
             response.close()  # unfinished (cut): the connection is dropped
 

@@ -4,31 +4,143 @@ request by the production span each copy names (``shadow_of``).
 
 The shadow saw only the share of production's requests that was copied, so its
 load was that share of production's: the headline says so before any figure.
+
+Only pairs are compared: a copy whose original is not in the files (a slice or
+``--sample`` left it out) is left out, and so is a copy read slower than the shadow
+sent it (``shadow_throttled``: its timing is the proxy's read budget, not the
+shadow's), with its original. Classed by model (``--slo-by model``), a copy is of
+its original's model: a ``--shadow-model-map`` renames what the shadow was asked,
+not which of production's requests it answered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tailreplay.errors import UsageError
+from tailreplay.report.deltas import join
 from tailreplay.report.model import Report, Shadow
+from tailreplay.report.side import Side, load_side
+from tailreplay.report.slo import Objective, check_judgeable
+from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.validate import capture_shadow
 
-__all__ = ["shadow_of_capture", "shadow_words"]
+__all__ = ["shadow_of_capture", "shadow_sides", "shadow_words"]
+
+THROTTLED = "shadow_throttled"  # the proxy's word for it (proxy/shadow.py)
 
 
 def shadow_of_capture(headers: Sequence[Mapping[str, Any]]) -> Shadow:
     """The shadow target and share the capture's header names (the first file's that
     names one); None where none does."""
     for header in headers:
-        shadow = capture_shadow(header)
+        shadow = _named(header)
         if shadow is not None:
-            target, share = shadow.get("target"), shadow.get("share")
-            return {
-                "target": target if isinstance(target, str) else None,
-                "share": float(share) if isinstance(share, int | float) else None,
-            }
+            return shadow
     return {"target": None, "share": None}
+
+
+def _named(header: Mapping[str, Any]) -> Shadow | None:
+    shadow = capture_shadow(header)
+    if shadow is None:
+        return None
+    target, share = shadow.get("target"), shadow.get("share")
+    return {
+        "target": target if isinstance(target, str) else None,
+        "share": float(share) if isinstance(share, int | float) else None,
+    }
+
+
+def shadow_sides(
+    paths: Sequence[Path],
+    skip_corrupt: bool,
+    classes: list[str],
+    objectives: Sequence[Objective],
+    say: Callable[[str], None],
+) -> tuple[Side, Side]:
+    """Production's requests that were copied, and the copies, in pairs only; a
+    relative objective production's records cannot judge is refused."""
+    copies = load_side(paths, skip_corrupt=skip_corrupt, classes=classes, shadows="only")
+    if not copies.n:
+        raise UsageError(
+            "--shadow: the capture holds no shadow copies (it was made without "
+            "proxy --shadow, or the shadow answered nothing)"
+        )
+    _one_shadow(copies.headers)
+    per_original = Counter(k for k in copies.key if k is not None)
+    throttled = _throttled(paths, skip_corrupt)
+    keys = set(per_original) - throttled
+    production = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
+    if not production.n:
+        raise UsageError(
+            f"--shadow: none of the {copies.n:,} copies has its production record in "
+            "these files (a slice or --sample left them out)"
+        )
+    check_judgeable(objectives, paths, skip_corrupt=skip_corrupt, baseline="production")
+    if throttled:
+        say(
+            f"warning: {len(throttled):,} copies were read slower than the shadow sent them "
+            "(the proxy's read budget for copies): left out with their originals, their "
+            "timing is the proxy's"
+        )
+    if (orphans := len(keys) - production.n) > 0:
+        say(
+            f"warning: {orphans:,} of {len(keys):,} copied requests have no production "
+            "record in these files (a slice or --sample left them out): compared without them"
+        )
+    if (again := sum(n - 1 for n in per_original.values())) > 0:
+        say(
+            f"warning: {again:,} copies repeat a request already copied (the same file "
+            "given twice?): each is compared with its original"
+        )
+    if orphans > 0 or throttled:
+        joined = {k for k in production.key if k is not None}
+        copies = load_side(
+            paths, skip_corrupt=skip_corrupt, classes=classes, shadows="only", keep=joined
+        )
+    if "model" in classes:
+        copies = _of_originals_model(production, copies)
+    return production, copies
+
+
+def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
+    """Refuse captures that copied to different shadows, or at different shares: one
+    report of them would be of no one deployment at no one load."""
+    named = {(s["target"], s["share"]) for h in headers if (s := _named(h)) is not None}
+    if len(named) > 1:
+        seen = ", ".join(
+            f"{target} at {share * 100:.4g}%" if share is not None else f"{target}"
+            for target, share in sorted(named, key=str)
+        )
+        raise UsageError(
+            f"--shadow: these captures copied to different shadows or shares ({seen}): "
+            "report each apart"
+        )
+
+
+def _throttled(paths: Sequence[Path], skip_corrupt: bool) -> set[bytes]:
+    """The originals' keys of the copies marked ``shadow_throttled``."""
+    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows="only")
+    out = set()
+    for m in reader.iter_maps():
+        trace, of = m.get("trace_id"), m.get("shadow_of")
+        if m.get("error") == THROTTLED and type(trace) is bytes and type(of) is bytes:
+            out.add(trace + of)
+    return out
+
+
+def _of_originals_model(production: Side, copies: Side) -> Side:
+    """``copies`` with each one's model its original's (the pairs are known)."""
+    index = join(production, copies)
+    model = np.where(index >= 0, production.model[np.maximum(index, 0)], -1)
+    labels = {**copies.labels, "model": production.labels.get("model", [])}
+    return dataclasses.replace(copies, model=model, labels=labels)
 
 
 def shadow_words(report: Report) -> str:

@@ -151,12 +151,19 @@ def _sides(report: Report) -> list[SideName]:
 _THROUGHPUT = "throughput req/s (ok, first start to last end)"
 
 
+def _errors_cell(s: SideSummary) -> str:
+    """The count and the rate, which is over the requests not cut (``cancelled``)."""
+    cut = s.get("cancelled", 0)
+    of = f" of {s['requests'] - cut:,} not cut" if cut else ""
+    return f"{s['errors']:,} ({pct(s['error_rate'])}{of})"
+
+
 def _overview(report: Report) -> ReportTable:
     sides = _sides(report)
     t = ReportTable("overview", ["", *(side_label(report, name) for name in sides)])
     rows: list[tuple[str, Callable[[SideSummary], str]]] = [
         ("requests", lambda s: f"{s['requests']:,}"),
-        ("errors", lambda s: f"{s['errors']:,} ({pct(s['error_rate'])})"),
+        ("errors", _errors_cell),
         # Not the arrival rate (traces stats): answers, over first start to last end.
         (_THROUGHPUT, lambda s: num(s["throughput_rps"], 2)),
         ("output tokens/s", lambda s: num(s["output_tokens_per_s"], 0)),
@@ -164,7 +171,10 @@ def _overview(report: Report) -> ReportTable:
         ("tokens estimated", lambda s: pct(s["estimated_share"])),
     ]
     if any(report["overall"][name].get("cancelled") for name in sides):
-        rows.insert(2, ("cancelled by the client", lambda s: f"{s.get('cancelled', 0):,}"))
+        # A copy is cut by the proxy's stop, an original or a replayed request by its client.
+        cut = "cut unfinished (client gone, proxy stopped)" if "shadow" in report else None
+        label = cut or "cancelled by the client"
+        rows.insert(2, (label, lambda s: f"{s.get('cancelled', 0):,}"))
     if "shadow" in report:  # a copy is sent as it came: nothing is tail-stretched
         rows = [row for row in rows if row[0] != "tail-stretched"]
     for label, cell in rows:
@@ -345,13 +355,13 @@ def _errors(report: Report) -> ReportTable:
     t = ReportTable(
         "errors by kind",
         ["kind", "side", "requests", "first message"],
-        note="the message is the server's own, first line (a replay keeps it, redacted)",
+        note="the message is the server's own, first line (kept redacted)",
     )
     for side, kinds in side_items(report["errors"]):
         for e in kinds:
-            t.rows.append(
-                [e["kind"], side_label(report, side), f"{e['count']:,}", e["message"] or "-"]
-            )
+            # Cut, not failed: in the overview's own row, in no error count or rate.
+            kind = f"{e['kind']} (not an error)" if e["kind"] == "cancelled" else e["kind"]
+            t.rows.append([kind, side_label(report, side), f"{e['count']:,}", e["message"] or "-"])
     return t
 
 

@@ -20,7 +20,7 @@ from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, SloMatrix, SloVerdict
 from tailreplay.report.run_table import run_table
-from tailreplay.report.shadow import shadow_of_capture
+from tailreplay.report.shadow import shadow_of_capture, shadow_sides
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
@@ -202,7 +202,11 @@ def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | N
     """The recorded side (when there is one to compare with) and the replayed one."""
     classes = [options.slo_by] if options.slo_by else []
     if options.shadow:
-        return _shadow_sides(options, classes, say)
+        if options.recorded:
+            raise UsageError("--shadow compares a capture with itself: give no --recorded")
+        return shadow_sides(
+            options.replayed, options.skip_corrupt, classes, options.objectives, say
+        )
     replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded
@@ -220,39 +224,6 @@ def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | N
             "pass --recorded"
         )
     return recorded, replayed
-
-
-def _shadow_sides(
-    options: ReportOptions, classes: list[str], say: Callable[[str], None]
-) -> tuple[Side, Side]:
-    """``--shadow``: production's requests that were copied, and the copies, in pairs
-    only (a copy whose original a slice or ``--sample`` left out is left out too)."""
-    if options.recorded:
-        raise UsageError("--shadow compares a capture with itself: give no --recorded")
-    paths, skip = options.replayed, options.skip_corrupt
-    copies = load_side(paths, skip_corrupt=skip, classes=classes, shadows="only")
-    if not copies.n:
-        raise UsageError(
-            "--shadow: the capture holds no shadow copies (it was made without "
-            "proxy --shadow, or the shadow answered nothing)"
-        )
-    check_judgeable(options.objectives, paths, skip_corrupt=skip, baseline="production")
-    keys = {k for k in copies.key if k is not None}
-    production = load_side(paths, skip_corrupt=skip, keep=keys, classes=classes)
-    if not production.n:
-        raise UsageError(
-            f"--shadow: none of the {copies.n:,} copies has its production record in "
-            "these files (a slice or --sample left them out)"
-        )
-    if production.n < copies.n:
-        say(
-            f"warning: {copies.n - production.n:,} of {copies.n:,} copies have no "
-            "production record in these files (a slice or --sample left them out): "
-            "compared without them"
-        )
-        joined = {k for k in production.key if k is not None}
-        copies = load_side(paths, skip_corrupt=skip, classes=classes, shadows="only", keep=joined)
-    return production, copies
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:

@@ -127,7 +127,8 @@ def recorder_pid(proxy_pid: int) -> int:
 
 _EXIT_LINE = re.compile(
     r"archives closed in .*: ([\d,]+) exchanges served(?: \([\d,]+ of them copies to the "
-    r"shadow(?:, [\d,]+ failed there)?(?:; [\d,]+ more not sent: [^)]*)?\))?: "
+    r"shadow(?:, [\d,]+ failed there)?(?:, [\d,]+ unfinished when the proxy stopped)?"
+    r"(?:; [\d,]+ more not sent: [^)]*)?\))?: "
     r"([\d,]+) records written"
     r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped$"
 )

@@ -96,7 +96,7 @@ def test_report_shadow_compares_pairs_only(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["overall"]["recorded"]["requests"] == report["overall"]["replayed"]["requests"]
     assert report["overall"]["replayed"]["requests"] == 60
-    assert "40 of 100 copies have no production record in these files" in result.stderr
+    assert "40 of 100 copied requests have no production record in these files" in result.stderr
     orphans = write_plain(tmp_path / "o.msgpack", [m for m in maps if "shadow_of" in m], HEADER)
     refused = CliRunner().invoke(cli, ["report", str(orphans), "--shadow"])
     assert refused.exit_code == 2
@@ -162,3 +162,64 @@ def test_answers_of_another_length_are_compared_apart(tmp_path: Path) -> None:
     assert "ratio, same length" in result.stdout
     words = " ".join(result.stdout.split())  # the terminal wraps a table's note
     assert "same length (as many output tokens on both sides): 68 pairs" in words
+
+
+def _maps(tmp_path: Path) -> list[dict[str, Any]]:
+    capture = shadowed_capture(tmp_path / "c.msgpack")
+    return list(ArchiveReader([capture], shadows="keep").iter_maps())
+
+
+def test_throttled_copies_are_left_out_with_their_originals(tmp_path: Path) -> None:
+    # Read at the proxy's pace, not the shadow's: neither an error nor a timing.
+    maps = _maps(tmp_path)
+    copies = [m for m in maps if "shadow_of" in m and m["status"] == 200]
+    for m in copies[:10]:
+        m.update(error="shadow_throttled", duration_ns=100 * m["duration_ns"])
+    capture = write_plain(tmp_path / "t.msgpack", maps, HEADER)
+    out = tmp_path / "r.json"
+    args = ["report", str(capture), "--shadow", "--json", str(out), "--slo", "error_rate<=5%"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "warning: 10 copies were read slower than the shadow sent them" in result.stderr
+    report = json.loads(out.read_text())
+    overall = report["overall"]
+    assert overall["recorded"]["requests"] == overall["replayed"]["requests"] == 90
+    assert overall["replayed"]["errors"] == 2  # the two 500s, not the throttled copies
+    assert report["deltas"]["latency_ratio"]["p99"] == pytest.approx(2, rel=0.01)
+
+
+def test_copies_to_different_shadows_are_not_one_report(tmp_path: Path) -> None:
+    maps = _maps(tmp_path)
+    first = write_plain(tmp_path / "a.msgpack", maps, HEADER)
+    other = {**HEADER, "capture": {"shadow": {"target": "http://127.0.0.1:9001", "share": 1.0}}}
+    second = write_plain(tmp_path / "b.msgpack", maps, other)
+    result = CliRunner().invoke(cli, ["report", str(first), str(second), "--shadow"])
+    assert result.exit_code == 2
+    assert (
+        "these captures copied to different shadows or shares (http://127.0.0.1:9000 at 25%, "
+        "http://127.0.0.1:9001 at 100%): report each apart"
+    ) in result.stderr
+    twice = CliRunner().invoke(cli, ["report", str(first), str(first), "--shadow"])
+    assert "warning: 100 copies repeat a request already copied" in twice.stderr
+
+
+def test_a_renamed_model_is_judged_against_its_original(tmp_path: Path) -> None:
+    # --shadow-model-map a=a-fp8: the copies name a-fp8, but answer production's a.
+    maps = _maps(tmp_path)
+    originals = {m["span_id"]: m for m in maps if "shadow_of" not in m}
+    for m in originals.values():
+        m["model"] = "a" if m["input_tokens"] == 100 else "b"
+        if m["model"] == "b":  # ten times as slow as a, in production
+            m.update(ttfb_ns=10 * m["ttfb_ns"], duration_ns=10 * m["duration_ns"])
+    for m in maps:
+        if "shadow_of" in m:
+            original = originals[m["shadow_of"]]
+            m["model"] = original["model"] + "-fp8"
+            m.update(ttfb_ns=2 * original["ttfb_ns"], duration_ns=2 * original["duration_ns"])
+    capture = write_plain(tmp_path / "m.msgpack", maps, HEADER)
+    args = ["report", str(capture), "--shadow", "--slo", "ttft:p99<=1.5x", "--slo-by", "model"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    # Each model missed against its own original's TTFT, not against all of production.
+    missed = result.stderr.rstrip().rsplit("by model: ", 1)[1]
+    assert sorted(missed.split(", ")) == ["model=a", "model=b"], result.stderr
