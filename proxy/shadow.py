@@ -44,6 +44,7 @@ from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
 from tailreplay.openai_api import response_problem
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
+from tailreplay.sampling import in_share, share_threshold
 from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.traces.text.secret_names import is_secret_name
@@ -138,7 +139,7 @@ class Shadow:
         assert url.host is not None and url.port is not None
         self.origin = Origin(url.scheme, url.host, url.port)
         self._base = str(url).rstrip("/")
-        self._threshold = int(config.share * 2**64)
+        self._threshold = share_threshold(config.share)
         self._models = dict(config.model_map)
         self._extra = [(name, value) for name, value in config.headers]
         self._held = 0
@@ -151,7 +152,7 @@ class Shadow:
     def wants(self, trace_id: bytes) -> bool:
         """Whether requests of this trace are copied (the same test as the proxy's
         ``--sample``, on the trace id's first 8 bytes, which are random)."""
-        return self._threshold >= 2**64 or int.from_bytes(trace_id[:8], "big") < self._threshold
+        return in_share(trace_id, self._threshold)
 
     def copy(self, ex: Exchange, body: bytes, headers: list[tuple[str, str]]) -> None:
         """Send a copy of ``ex`` (its body as the client sent it, and the headers the

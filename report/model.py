@@ -463,4 +463,7 @@ class Shadow(TypedDict):
     target: str | None
     """The shadow's URL, credentials removed."""
     share: float | None
-    """``--shadow-share``: the share of production's generating requests copied."""
+    """``--shadow-share``: the share of production's generating requests to copy."""
+    sent: NotRequired[float]
+    """The share of production's generating requests in these files that was copied:
+    less than ``share`` when the proxy did not send some (the shadow down or full)."""

@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tailreplay.errors import UsageError
+from tailreplay.openai_api import generates_nothing
 from tailreplay.report.deltas import join
 from tailreplay.report.model import Report, Shadow
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check_judgeable
+from tailreplay.sampling import in_share, share_threshold
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.validate import capture_shadow
 
@@ -62,10 +64,11 @@ def shadow_sides(
     skip_corrupt: bool,
     classes: list[str],
     objectives: Sequence[Objective],
-    say: Callable[[str], None],
-) -> tuple[Side, Side]:
+) -> tuple[Side, Side, Shadow]:
     """Production's requests that were copied, and the copies, in pairs only; a
-    relative objective production's records cannot judge is refused."""
+    relative objective production's records cannot judge is refused. What was left
+    out, and copies the share asked for but the proxy did not send, are the copies'
+    side's warnings (the report's, in every view)."""
     copies = load_side(paths, skip_corrupt=skip_corrupt, classes=classes, shadows="only")
     if not copies.n:
         raise UsageError(
@@ -74,7 +77,9 @@ def shadow_sides(
         )
     _one_shadow(copies.headers)
     per_original = Counter(k for k in copies.key if k is not None)
-    throttled = _throttled(paths, skip_corrupt)
+    shadow = shadow_of_capture(copies.headers)
+    survey = _survey(paths, skip_corrupt, shadow["share"])
+    throttled = survey.throttled
     keys = set(per_original) - throttled
     production = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
     if not production.n:
@@ -83,20 +88,30 @@ def shadow_sides(
             "these files (a slice or --sample left them out)"
         )
     check_judgeable(objectives, paths, skip_corrupt=skip_corrupt, baseline="production")
+    notes: list[str] = []
     if throttled:
-        say(
-            f"warning: {len(throttled):,} copies were read slower than the shadow sent them "
+        notes.append(
+            f"{len(throttled):,} copies were read slower than the shadow sent them "
             "(the proxy's read budget for copies): left out with their originals, their "
             "timing is the proxy's"
         )
     if (orphans := len(keys) - production.n) > 0:
-        say(
-            f"warning: {orphans:,} of {len(keys):,} copied requests have no production "
+        notes.append(
+            f"{orphans:,} of {len(keys):,} copied requests have no production "
             "record in these files (a slice or --sample left them out): compared without them"
         )
+    if (missed := len(survey.selected - set(per_original))) > 0:
+        copied = len(survey.selected) - missed
+        shadow["sent"] = copied / max(survey.generating, 1)
+        notes.append(
+            f"{missed:,} of the {len(survey.selected):,} requests the share selected "
+            "were not copied (the shadow was down, or had --shadow-max-inflight copies in "
+            f"flight): the shadow saw {shadow['sent'] * 100:.3g}% of production's "
+            "generating requests"
+        )
     if (again := sum(n - 1 for n in per_original.values())) > 0:
-        say(
-            f"warning: {again:,} copies repeat a request already copied (the same file "
+        notes.append(
+            f"{again:,} copies repeat a request already copied (the same file "
             "given twice?): each is compared with its original"
         )
     if orphans > 0 or throttled:
@@ -106,7 +121,8 @@ def shadow_sides(
         )
     if "model" in classes:
         copies = _of_originals_model(production, copies)
-    return production, copies
+    copies.warnings.extend(notes)
+    return production, copies, shadow
 
 
 def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
@@ -124,14 +140,35 @@ def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
         )
 
 
-def _throttled(paths: Sequence[Path], skip_corrupt: bool) -> set[bytes]:
+@dataclasses.dataclass
+class _Survey:
+    throttled: set[bytes] = dataclasses.field(default_factory=set)
     """The originals' keys of the copies marked ``shadow_throttled``."""
-    reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows="only")
-    out = set()
-    for m in reader.iter_maps():
-        trace, of = m.get("trace_id"), m.get("shadow_of")
-        if m.get("error") == THROTTLED and type(trace) is bytes and type(of) is bytes:
-            out.add(trace + of)
+    selected: set[bytes] = dataclasses.field(default_factory=set)
+    """Production's generating requests in the copied share (by trace id)."""
+    generating: int = 0
+    """Production's generating requests in these files."""
+
+
+def _survey(paths: Sequence[Path], skip_corrupt: bool, share: float | None) -> _Survey:
+    """One pass over every record: the copies read at the proxy's pace, and which of
+    production's requests the share selected (``tailreplay/sampling.py``, as the proxy
+    chose them)."""
+    out = _Survey()
+    threshold = share_threshold(share) if share is not None else None
+    for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows="keep").iter_maps():
+        trace = m.get("trace_id")
+        if type(trace) is not bytes:
+            continue
+        of = m.get("shadow_of")
+        if type(of) is bytes:
+            if m.get("error") == THROTTLED:
+                out.throttled.add(trace + of)
+        elif not generates_nothing(m.get("method"), m.get("path")):
+            out.generating += 1
+            span = m.get("span_id")
+            if threshold is not None and type(span) is bytes and in_share(trace, threshold):
+                out.selected.add(trace + span)
     return out
 
 
@@ -148,11 +185,14 @@ def shadow_words(report: Report) -> str:
     shadow = report.get("shadow")
     assert shadow is not None
     copies = report["overall"]["replayed"]["requests"]
-    share = shadow["share"]
-    load = (
-        f"{share * 100:.4g}% of production's generating requests, so about that share of its load"
-        if share is not None
-        else "a share of production's generating requests"
-    )
+    share, sent = shadow["share"], shadow.get("sent")
+    if sent is not None:
+        asked = f"; {share * 100:.4g}% asked" if share is not None else ""
+        load = f"{sent * 100:.3g}% of production's generating requests{asked}"
+    elif share is not None:
+        load = f"{share * 100:.4g}% of production's generating requests"
+    else:
+        load = "a share of production's generating requests"
+    load += ", so about that share of its load" if share is not None else ""
     target = f" at {shadow['target']}" if shadow["target"] else ""
     return f"shadow{target}: {copies:,} copied requests ({load}; every figure below is of these)"

@@ -18,7 +18,7 @@ from tailreplay.private import open_private
 from tailreplay.report.compare import compare
 from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
-from tailreplay.report.model import Report, SloMatrix, SloVerdict
+from tailreplay.report.model import Report, Shadow, SloMatrix, SloVerdict
 from tailreplay.report.run_table import run_table
 from tailreplay.report.shadow import shadow_of_capture, shadow_sides
 from tailreplay.report.shards import check_one_run, missing_shards
@@ -68,13 +68,23 @@ def write_report(
     options: ReportOptions, say: Callable[[str], None] = lambda line: None
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
-    recorded, replayed = _sides(options, say)
+    shadow: Shadow | None = None
+    recorded: Side | None
+    if options.shadow:
+        if options.recorded:
+            raise UsageError("--shadow compares a capture with itself: give no --recorded")
+        classes = [options.slo_by] if options.slo_by else []
+        recorded, replayed, shadow = shadow_sides(
+            options.replayed, options.skip_corrupt, classes, options.objectives
+        )
+    else:
+        recorded, replayed = _sides(options, say)
     _check_outputs(
         options, [Path(p) for p in [*replayed.paths, *(recorded.paths if recorded else [])]]
     )
     report = compare(recorded, replayed, buckets=options.buckets, seed=options.seed)
-    if options.shadow:
-        report["shadow"] = shadow_of_capture(replayed.headers)
+    if shadow is not None:
+        report["shadow"] = shadow
     elif any(shadow_of_capture([h])["target"] for h in replayed.headers):
         say("note: this capture holds shadow copies: report --shadow compares them with production")
     if (missing := missing_shards(replayed.headers)) is not None:
@@ -201,12 +211,6 @@ def fail_on_slo(result: ReportResult) -> None:
 def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | None, Side]:
     """The recorded side (when there is one to compare with) and the replayed one."""
     classes = [options.slo_by] if options.slo_by else []
-    if options.shadow:
-        if options.recorded:
-            raise UsageError("--shadow compares a capture with itself: give no --recorded")
-        return shadow_sides(
-            options.replayed, options.skip_corrupt, classes, options.objectives, say
-        )
     replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded

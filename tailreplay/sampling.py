@@ -12,7 +12,20 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["RunningP99", "TraceSampler"]
+__all__ = ["RunningP99", "TraceSampler", "in_share", "share_threshold"]
+
+
+def share_threshold(share: float) -> int:
+    """The bound ``in_share`` compares a trace id with, for a share in (0, 1]."""
+    return int(share * 2**64)
+
+
+def in_share(trace_id: bytes, threshold: int) -> bool:
+    """Whether a trace falls in the share ``threshold`` stands for. The first 8 bytes of
+    a W3C trace id are random (version 00 ids are all random), so a share of the
+    traces is that share of them whatever their order, and the same ones every time
+    (the proxy's ``--sample`` and ``--shadow-share``, and the report that checks it)."""
+    return threshold >= 2**64 or int.from_bytes(trace_id[:8], "big") < threshold
 
 
 class TraceSampler:
@@ -22,13 +35,12 @@ class TraceSampler:
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"sampling rate {rate} is not in (0, 1]")
         self.rate = rate
-        self._threshold = int(rate * 2**64)
+        self._threshold = share_threshold(rate)
 
     def keep(self, trace_id: bytes | None, *, error: bool = False, tail: bool = False) -> bool:
-        if self._threshold >= 2**64 or trace_id is None or error or tail:
+        if trace_id is None or error or tail:
             return True
-        # The first 8 bytes of a W3C trace id are random (version 00 ids are all random).
-        return int.from_bytes(trace_id[:8], "big") < self._threshold
+        return in_share(trace_id, self._threshold)
 
 
 class RunningP99:

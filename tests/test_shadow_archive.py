@@ -223,3 +223,28 @@ def test_a_renamed_model_is_judged_against_its_original(tmp_path: Path) -> None:
     # Each model missed against its own original's TTFT, not against all of production.
     missed = result.stderr.rstrip().rsplit("by model: ", 1)[1]
     assert sorted(missed.split(", ")) == ["model=a", "model=b"], result.stderr
+
+
+def test_copies_the_proxy_did_not_send_are_counted_against_the_share(tmp_path: Path) -> None:
+    # The shadow was down for a while: 30 of the requests the share picked (by trace
+    # id, as the proxy picks) have no copy. The shadow saw 70 of 400, not 25%.
+    maps = _maps(tmp_path)
+    unsent = {m["shadow_of"] for m in maps if "shadow_of" in m and m["status"] == 200}
+    unsent = set(sorted(unsent)[:30])
+    kept = [m for m in maps if m.get("shadow_of") not in unsent]
+    capture = write_plain(tmp_path / "d.msgpack", kept, HEADER)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["report", str(capture), "--shadow", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: 30 of the 100 requests the share selected were not copied (the shadow was "
+        "down, or had --shadow-max-inflight copies in flight): the shadow saw 17.5% of "
+        "production's generating requests"
+    ) in result.stderr
+    assert result.stdout.startswith(
+        "shadow at http://127.0.0.1:9000: 70 copied requests (17.5% of production's "
+        "generating requests; 25% asked, so about that share of its load"
+    )
+    report = json.loads(out.read_text())
+    assert report["shadow"]["sent"] == 70 / 400 and report["shadow"]["share"] == 0.25
+    assert any("were not copied" in w for w in report["warnings"])
