@@ -204,7 +204,9 @@ class Shadow:
             ex.headers = [*sent, ("Content-Length", str(ex.bytes_in))]
             await self._exchange(ex, sent)
         except UpstreamError as exc:
-            ex.error, ex.status = exc.kind, exc.status
+            # No status: the 502 or 504 of an UpstreamError is what the proxy would
+            # answer a client, and a copy has none; the shadow said nothing.
+            ex.error, ex.status = exc.kind, 0
             if exc.kind == "upstream_connect":
                 self._refused_once()
         except asyncio.CancelledError:

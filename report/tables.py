@@ -418,9 +418,9 @@ def slo_table(slo: SloMatrix, side: str = "replayed") -> ReportTable:
     ``replay --slo`` prints."""
     t = ReportTable(
         f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
-        ["objective", "weight", side, "limit", "overall", "input-length buckets"],
+        ["objective", "weight", f"{side} ms", "limit ms", "overall", "input-length buckets"],
         note="the score is the weight met overall over the weight of all; buckets are shown, "
-        "not scored",
+        "not scored; an error rate is in %",
     )
     buckets = slo["columns"][1:]
     for row in slo["rows"]:
@@ -451,8 +451,8 @@ def _slo_matrix(slo: SloMatrix, side: str) -> ReportTable:
         ["objective", "weight", *slo["columns"]],
         wide=True,
         note=(
-            f"{side} value, + met, x missed, ? nothing to judge (counts as missed); "
-            "only the overall column is scored"
+            f"{side} value in ms (an error rate in %), + met, x missed, ? nothing to judge; "
+            "only the overall column is scored (there, nothing to judge is missed)"
         ),
     )
     for row in slo["rows"]:

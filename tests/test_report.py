@@ -227,7 +227,7 @@ def test_a_capture_reported_alone_names_its_figures_recorded(tmp_path: Path) -> 
     assert out.startswith(f"recorded {N:,} requests, errors 0.00%")
     assert "--recorded" not in err and "replayed" not in out
     md = paths["md"].read_text()
-    assert "| latency ms | recorded |" in md and "| objective | weight | recorded |" in md
+    assert "| latency ms | recorded |" in md and "| objective | weight | recorded ms |" in md
     html = paths["html"].read_text()
     assert "recorded P99" in html and "replayed" not in html
     report = json.loads(paths["json"].read_text())

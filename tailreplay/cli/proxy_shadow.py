@@ -78,8 +78,10 @@ def shadow_options(f: F) -> F:
         click.option(
             "--shadow-forward-auth",
             is_flag=True,
-            help="Send the client's own credentials (Authorization, api-key, x-api-key, "
-            "Cookie) to the shadow; by default they stay behind.",
+            help="Send the client's own credentials to the shadow: by default every header "
+            "and query parameter the recorder redacts as a credential (Authorization, "
+            "api-key, X-Goog-Api-Key, ?key=, --redact-header ...), Cookie and the OpenAI "
+            "account headers stay behind.",
         ),
         click.option(
             "--shadow-max-inflight",
