@@ -127,8 +127,9 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
             ms(rec),
             ms(rep),
             f"{(rep - rec) / 1e6:.3f}" if both else "",
-            ms(int(recorded.ttfb_ns[j])),
-            ms(int(replayed.ttfb_ns[i])),
+            # TTFT is a streamed answer's, as in the report's tables.
+            ms(int(recorded.ttfb_ns[j])) if recorded.stream[j] else "",
+            ms(int(replayed.ttfb_ns[i])) if replayed.stream[i] else "",
             _tokens(int(recorded.output_tokens[j])),
             _tokens(int(replayed.output_tokens[i])),
             int(replayed.tail[i]),

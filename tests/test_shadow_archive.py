@@ -5,6 +5,7 @@ two request for request."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,18 @@ def test_copies_the_proxy_did_not_send_are_counted_against_the_share(tmp_path: P
     report = json.loads(out.read_text())
     assert report["shadow"]["sent"] == 70 / 400 and report["shadow"]["share"] == 0.25
     assert any("were not copied" in w for w in report["warnings"])
+
+
+def test_the_deltas_csv_gives_a_ttft_to_streamed_answers_only(tmp_path: Path) -> None:
+    maps = _maps(tmp_path)
+    for m in maps[::3]:
+        m["stream"] = False
+    capture = write_plain(tmp_path / "s.msgpack", maps, HEADER)
+    out = tmp_path / "d.csv"
+    result = CliRunner().invoke(cli, ["report", str(capture), "--shadow", "--deltas", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out.open()))
+    streamed = {m["span_id"].hex(): m["stream"] for m in maps if "shadow_of" not in m}
+    assert len(rows) == 100 and {streamed[r["span_id"]] for r in rows} == {True, False}
+    for row in rows:
+        assert (row["recorded_ttft_ms"] != "") == streamed[row["span_id"]]
