@@ -19,14 +19,16 @@ def delta_tables(d: Deltas, sides: tuple[str, str] = ("recorded", "replayed")) -
     old, new = sides
     title = f"per request: {new} minus {old} latency"
     if not d["compared"]:
+        why = "a failed request has none"
+        if sides == ("recorded", "replayed"):
+            why = "an imported trace records arrivals and lengths only; " + why
         return [
             ReportTable(
                 title,
                 [""],
                 note=(
                     f"{d['joined']:,} of the {new} requests joined their {old} original "
-                    "by trace id, but no pair has two latencies to compare (an imported "
-                    "trace records arrivals and lengths only; a failed request has none)"
+                    f"by trace id, but no pair has two latencies to compare ({why})"
                 ),
             )
         ]
