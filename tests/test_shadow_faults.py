@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from click.testing import CliRunner
 
+from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import free_port
 from tests.proxy_helpers import exit_line_counts, serve_in_thread, start_proxy_process
@@ -70,25 +72,34 @@ def test_a_dead_hung_or_failing_shadow_leaves_production_as_it_was(tmp_path: Pat
     for shadowed in p99[1:]:
         assert shadowed <= p99[0] * 1.05, p99
     dead_counts, hang_counts, fail_counts = counts
+    sent, dropped = int(dead_counts["sent"]), int(dead_counts["dropped"])
     # Refused five times in a row, the shadow is taken for down: copies are dropped
     # without a try for a second (doubling while it stays down).
     assert dead_counts["sent"] == dead_counts["errors"] >= 5
     assert dead_counts["sent"] + dead_counts["dropped"] == ROUNDS and dead_counts["dropped"] > 0
-    assert hang_counts["in_flight"] == hang_counts["sent"] == 8  # sent, never answered
-    assert hang_counts["dropped"] == ROUNDS - 8
-    copies = list(ArchiveReader(sorted((tmp_path / "hang").iterdir()), shadows="only"))
-    assert len(copies) == 8 and {c.error for c in copies} == {"cancelled"}
-    # The failing shadow answers at once; a copy finds 8 in flight only on a stall.
-    assert fail_counts["sent"] == fail_counts["errors"] == len(failing) >= ROUNDS * 0.9
-    assert fail_counts["sent"] + fail_counts["dropped"] == ROUNDS
-    sent = int(fail_counts["sent"])
-    assert f"({sent:,} of them copies to the shadow, {sent:,} failed there".encode() in outputs[3]
     # The exit line counts the copies not sent, as the metrics do.
-    sent, dropped = int(dead_counts["sent"]), int(dead_counts["dropped"])
     assert (
         f"({sent:,} of them copies to the shadow, {sent:,} failed there; {dropped:,} more not "
         "sent: the shadow was down or had --shadow-max-inflight in flight)"
     ).encode() in outputs[1]
+    assert hang_counts["in_flight"] == hang_counts["sent"] == 8  # sent, never answered
+    assert hang_counts["dropped"] == ROUNDS - 8
+    copies = list(ArchiveReader(sorted((tmp_path / "hang").iterdir()), shadows="only"))
+    assert len(copies) == 8 and {c.error for c in copies} == {"cancelled"}
+    # The report checks the share against the trace ids: the shadow saw what was sent.
+    report = CliRunner().invoke(cli, ["report", str(tmp_path / "dead"), "--shadow"])
+    assert (
+        f"warning: {dropped:,} of the {ROUNDS:,} requests the share selected were not copied"
+        in report.stderr
+    ), report.stderr
+    assert f"{sent:,} copied requests ({sent / ROUNDS * 100:.3g}% of production's" in report.stdout
+    # The failing shadow answers at once; a copy finds 8 in flight only on a stall.
+    assert fail_counts["sent"] == fail_counts["errors"] == len(failing) >= ROUNDS * 0.9
+    assert fail_counts["sent"] + fail_counts["dropped"] == ROUNDS
+    failed = int(fail_counts["sent"])
+    assert (
+        f"({failed:,} of them copies to the shadow, {failed:,} failed there".encode() in outputs[3]
+    )
 
 
 def test_an_endless_shadow_is_read_within_its_budget(tmp_path: Path) -> None:
