@@ -264,3 +264,16 @@ def test_the_deltas_csv_gives_a_ttft_to_streamed_answers_only(tmp_path: Path) ->
     assert len(rows) == 100 and {streamed[r["span_id"]] for r in rows} == {True, False}
     for row in rows:
         assert (row["recorded_ttft_ms"] != "") == streamed[row["span_id"]]
+
+
+def test_captures_of_different_shadows_are_not_merged_into_one(tmp_path: Path) -> None:
+    maps = _maps(tmp_path)
+    first = write_plain(tmp_path / "a.msgpack", maps, HEADER)
+    other = {**HEADER, "capture": {"shadow": {"target": "http://127.0.0.1:9001", "share": 1.0}}}
+    second = write_plain(tmp_path / "b.msgpack", maps, other)
+    out = tmp_path / "m.msgpack"
+    result = CliRunner().invoke(cli, ["traces", "merge", str(first), str(second), "-o", str(out)])
+    assert result.exit_code == 2 and not out.exists()
+    assert "the inputs copied to different shadows or shares" in result.stderr
+    same = CliRunner().invoke(cli, ["traces", "merge", str(first), str(first), "-o", str(out)])
+    assert same.exit_code == 0, same.output

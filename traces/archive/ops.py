@@ -8,6 +8,7 @@ find the window).
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,6 +24,7 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader
+from tailreplay.traces.archive.validate import capture_shadow
 from tailreplay.units import parse_time
 
 __all__ = [
@@ -89,6 +91,22 @@ def one_run(headers: list[dict[str, Any]], warnings: list[str]) -> dict[str, Any
     return replace(runs[0], shard=(0, 1)).to_map()
 
 
+def _one_shadow(headers: list[dict[str, Any]]) -> None:
+    """Refuse inputs that copied to different shadows (``capture.shadow``): the one
+    header written would name one of them for the copies of all."""
+    named = {
+        json.dumps(shadow, sort_keys=True, default=str)
+        for h in headers
+        if h and (shadow := capture_shadow(h)) is not None
+    }
+    if len(named) > 1:
+        raise UsageError(
+            "the inputs copied to different shadows or shares (their headers' "
+            "capture.shadow differ): one archive would name one shadow for all their "
+            "copies; keep each apart"
+        )
+
+
 def copy_records(
     inputs: Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -110,6 +128,7 @@ def copy_records(
     # Shadow copies too: an archive copied (a window, shards joined) stays whole.
     reader = ArchiveReader(in_paths, skip_corrupt=skip_corrupt, shadows="keep")
     first = next((h for h in reader.headers if h), {})  # an empty file has none
+    _one_shadow(reader.headers)
     notes: list[str] = []
     if extra_header is None and source == "merge":
         extra_header = one_run(reader.headers, notes)
