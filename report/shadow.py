@@ -24,18 +24,14 @@ from typing import Any
 import numpy as np
 
 from tailreplay.errors import UsageError
-from tailreplay.openai_api import generates_nothing
 from tailreplay.report.deltas import join
 from tailreplay.report.model import Report, Shadow
+from tailreplay.report.shadow_share import survey
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check_judgeable
-from tailreplay.sampling import in_share, share_threshold
-from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.validate import capture_shadow
 
 __all__ = ["shadow_of_capture", "shadow_sides", "shadow_words"]
-
-THROTTLED = "shadow_throttled"  # the proxy's word for it (proxy/shadow.py)
 
 
 def shadow_of_capture(headers: Sequence[Mapping[str, Any]]) -> Shadow:
@@ -78,43 +74,34 @@ def shadow_sides(
     _one_shadow(copies.headers)
     per_original = Counter(k for k in copies.key if k is not None)
     shadow = shadow_of_capture(copies.headers)
-    survey = _survey(paths, skip_corrupt, shadow["share"])
-    throttled = survey.throttled
-    keys = set(per_original) - throttled
+    check = survey(paths, skip_corrupt, shadow["share"])
+    keys = set(per_original) - check.throttled
     production = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
     if not production.n:
-        raise UsageError(
-            f"--shadow: none of the {copies.n:,} copies has its production record in "
-            "these files (a slice or --sample left them out)"
-        )
+        raise UsageError(_no_pairs(copies.n, len(check.throttled), len(per_original)))
     check_judgeable(objectives, paths, skip_corrupt=skip_corrupt, baseline="production")
     notes: list[str] = []
-    if throttled:
+    if check.throttled:
         notes.append(
-            f"{len(throttled):,} copies were read slower than the shadow sent them "
+            f"{len(check.throttled):,} copies were read slower than the shadow sent them "
             "(the proxy's read budget for copies): left out with their originals, their "
             "timing is the proxy's"
         )
-    if (orphans := len(keys) - production.n) > 0:
+    if orphans := len(keys - set(production.key)):
         notes.append(
             f"{orphans:,} of {len(keys):,} copied requests have no production "
             "record in these files (a slice or --sample left them out): compared without them"
         )
-    if (missed := len(survey.selected - set(per_original))) > 0:
-        copied = len(survey.selected) - missed
-        shadow["sent"] = copied / max(survey.generating, 1)
+    found, sent = check.findings(set(per_original))
+    notes += found
+    if sent is not None:
+        shadow["sent"] = sent
+    if again := sum(n - 1 for n in per_original.values()):
         notes.append(
-            f"{missed:,} of the {len(survey.selected):,} requests the share selected "
-            "were not copied (the shadow was down, or had --shadow-max-inflight copies in "
-            f"flight): the shadow saw {shadow['sent'] * 100:.3g}% of production's "
-            "generating requests"
+            f"{again:,} copies repeat a request already copied (the same file given "
+            "twice?): each is compared with its original"
         )
-    if (again := sum(n - 1 for n in per_original.values())) > 0:
-        notes.append(
-            f"{again:,} copies repeat a request already copied (the same file "
-            "given twice?): each is compared with its original"
-        )
-    if orphans > 0 or throttled:
+    if orphans or check.throttled:
         joined = {k for k in production.key if k is not None}
         copies = load_side(
             paths, skip_corrupt=skip_corrupt, classes=classes, shadows="only", keep=joined
@@ -123,6 +110,19 @@ def shadow_sides(
         copies = _of_originals_model(production, copies)
     copies.warnings.extend(notes)
     return production, copies, shadow
+
+
+def _no_pairs(copies: int, throttled: int, originals: int) -> str:
+    """Why no copy has a production record to be compared with."""
+    if throttled == originals:
+        return (
+            f"--shadow: every one of the {copies:,} copies was read slower than the shadow "
+            "sent it (shadow_throttled: its timing is the proxy's), so none can be compared"
+        )
+    return (
+        f"--shadow: none of the {copies:,} copies has its production record in these "
+        "files (a slice or --sample left them out)"
+    )
 
 
 def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
@@ -138,38 +138,6 @@ def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
             f"--shadow: these captures copied to different shadows or shares ({seen}): "
             "report each apart"
         )
-
-
-@dataclasses.dataclass
-class _Survey:
-    throttled: set[bytes] = dataclasses.field(default_factory=set)
-    """The originals' keys of the copies marked ``shadow_throttled``."""
-    selected: set[bytes] = dataclasses.field(default_factory=set)
-    """Production's generating requests in the copied share (by trace id)."""
-    generating: int = 0
-    """Production's generating requests in these files."""
-
-
-def _survey(paths: Sequence[Path], skip_corrupt: bool, share: float | None) -> _Survey:
-    """One pass over every record: the copies read at the proxy's pace, and which of
-    production's requests the share selected (``tailreplay/sampling.py``, as the proxy
-    chose them)."""
-    out = _Survey()
-    threshold = share_threshold(share) if share is not None else None
-    for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, shadows="keep").iter_maps():
-        trace = m.get("trace_id")
-        if type(trace) is not bytes:
-            continue
-        of = m.get("shadow_of")
-        if type(of) is bytes:
-            if m.get("error") == THROTTLED:
-                out.throttled.add(trace + of)
-        elif not generates_nothing(m.get("method"), m.get("path")):
-            out.generating += 1
-            span = m.get("span_id")
-            if threshold is not None and type(span) is bytes and in_share(trace, threshold):
-                out.selected.add(trace + span)
-    return out
 
 
 def _of_originals_model(production: Side, copies: Side) -> Side:

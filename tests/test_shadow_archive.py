@@ -111,7 +111,10 @@ def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None
     )
     small = write_plain(tmp_path / "small.msgpack", maps, header)
     result = CliRunner().invoke(cli, ["report", str(small), "--shadow"])
-    assert "(0.5% of production's generating requests" in result.stdout
+    # Copies made at 25% under a header that says 0.5%: the header's share reads as
+    # given, and the share the copies are of is what the first line puts first.
+    assert "(25% of production's generating requests; 0.5% asked" in result.stdout
+    assert "copies are of requests outside the header's share (0.5%)" in result.stderr
     for share in (float("nan"), 0, "10%", True):
         bad = {**HEADER, "capture": {"shadow": {"target": "http://s:1", "share": share}}}
         path = write_plain(tmp_path / "bad.msgpack", maps, bad)
@@ -238,9 +241,10 @@ def test_copies_the_proxy_did_not_send_are_counted_against_the_share(tmp_path: P
     result = CliRunner().invoke(cli, ["report", str(capture), "--shadow", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert (
-        "warning: 30 of the 100 requests the share selected were not copied (the shadow was "
-        "down, or had --shadow-max-inflight copies in flight): the shadow saw 17.5% of "
-        "production's generating requests"
+        "warning: 30 of the 100 requests the share picked were not copied (the shadow was "
+        "down, or had --shadow-max-inflight copies in flight)\n"
+        "warning: the shadow saw 17.5% of production's generating requests (of 400 it "
+        "could have been sent)\n"
     ) in result.stderr
     assert result.stdout.startswith(
         "shadow at http://127.0.0.1:9000: 70 copied requests (17.5% of production's "
@@ -277,3 +281,39 @@ def test_captures_of_different_shadows_are_not_merged_into_one(tmp_path: Path) -
     assert "the inputs copied to different shadows or shares" in result.stderr
     same = CliRunner().invoke(cli, ["traces", "merge", str(first), str(first), "-o", str(out)])
     assert same.exit_code == 0, same.output
+
+
+def test_requests_the_proxy_would_not_copy_are_not_counted_missing(tmp_path: Path) -> None:
+    # --sample 20% under a 25% share: a trace between the two was copied, but the copy
+    # sampled out; its original is in the capture only when kept for being an error.
+    # And a POST to a route whose body the proxy does not hold is never copied.
+    maps = [m for m in _maps(tmp_path) if m["trace_id"][0] < 0x33]  # the sample's 20%
+    production = [m for m in maps if "shadow_of" not in m]
+    errors = [
+        {**m, "trace_id": bytes([0x38]) + m["trace_id"][1:], "status": 500, "error": "http_500"}
+        for m in production[:10]
+    ]
+    rerank = [{**m, "span_id": bytes(8), "path": "/v1/rerank"} for m in production[:10]]
+    header = {**HEADER, "capture": {**HEADER["capture"], "sample": 0.2}}
+    capture = write_plain(tmp_path / "s.msgpack", maps + errors + rerank, header)
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["report", str(capture), "--shadow", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "not copied" not in result.stderr and "outside" not in result.stderr, result.stderr
+    assert "sent" not in json.loads(out.read_text())["shadow"]
+
+
+def test_a_capture_whose_copies_were_all_throttled_says_so(tmp_path: Path) -> None:
+    maps = _maps(tmp_path)
+    for m in maps:
+        if "shadow_of" in m:
+            m["error"] = "shadow_throttled"
+    capture = write_plain(tmp_path / "t.msgpack", maps, HEADER)
+    result = CliRunner().invoke(cli, ["report", str(capture), "--shadow"])
+    assert result.exit_code == 2
+    assert "every one of the 100 copies was read slower than the shadow sent it" in result.stderr
+    # Given twice, a capture with orphans still says how many copies lost their original.
+    orphans = [m for m in _maps(tmp_path) if m.get("span_id") != maps[0]["span_id"]]
+    path = write_plain(tmp_path / "o.msgpack", orphans, HEADER)
+    twice = CliRunner().invoke(cli, ["report", str(path), str(path), "--shadow"])
+    assert "1 of 100 copied requests have no production record" in twice.stderr

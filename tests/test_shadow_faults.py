@@ -89,7 +89,7 @@ def test_a_dead_hung_or_failing_shadow_leaves_production_as_it_was(tmp_path: Pat
     # The report checks the share against the trace ids: the shadow saw what was sent.
     report = CliRunner().invoke(cli, ["report", str(tmp_path / "dead"), "--shadow"])
     assert (
-        f"warning: {dropped:,} of the {ROUNDS:,} requests the share selected were not copied"
+        f"warning: {dropped:,} of the {ROUNDS:,} requests the share picked were not copied"
         in report.stderr
     ), report.stderr
     assert f"{sent:,} copied requests ({sent / ROUNDS * 100:.3g}% of production's" in report.stdout
