@@ -34,6 +34,9 @@ def html_report(line: str, tables: list[ReportTable], report: Report) -> str:
         "<h1>tailreplay report</h1>",
         f"<p>{escape(line)}</p>",
     ]
+    if warnings := report["warnings"]:  # what the terminal says on stderr
+        out += ['<ul class="warnings">', *(f"<li>warning: {escape(w)}</li>" for w in warnings)]
+        out.append("</ul>")
     # The run's record first, then the plots, then the figures.
     runs = [t for t in tables if t.title == "run"]
     for t in runs:

@@ -10,6 +10,7 @@ a newline included, which would end a table row.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tailreplay.printable import printable
 from tailreplay.report.table import ReportTable
@@ -17,8 +18,10 @@ from tailreplay.report.table import ReportTable
 __all__ = ["markdown"]
 
 
-def markdown(line: str, tables: list[ReportTable]) -> str:
+def markdown(line: str, tables: list[ReportTable], warnings: Sequence[str] = ()) -> str:
     out = ["# tailreplay report", "", _text(line), ""]
+    # What the terminal says on stderr, here under the headline it qualifies.
+    out += [*(f"- warning: {_text(w)}" for w in warnings), *([""] if warnings else [])]
     for t in tables:
         if t.wide:
             continue

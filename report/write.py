@@ -132,7 +132,7 @@ def _write_files(
         from tailreplay.report.markdown import markdown
 
         with open_private(options.markdown_out) as f:
-            f.write(markdown(line, tables))
+            f.write(markdown(line, tables, report["warnings"]))
     if options.html_out is not None:
         from tailreplay.report.html import html_report
 

@@ -317,3 +317,21 @@ def test_a_capture_whose_copies_were_all_throttled_says_so(tmp_path: Path) -> No
     path = write_plain(tmp_path / "o.msgpack", orphans, HEADER)
     twice = CliRunner().invoke(cli, ["report", str(path), str(path), "--shadow"])
     assert "1 of 100 copied requests have no production record" in twice.stderr
+
+
+def test_the_warnings_are_in_every_view(tmp_path: Path) -> None:
+    maps = _maps(tmp_path)
+    unsent = sorted({m["shadow_of"] for m in maps if "shadow_of" in m})[:5]
+    capture = write_plain(
+        tmp_path / "w.msgpack", [m for m in maps if m.get("shadow_of") not in unsent], HEADER
+    )
+    views = {suffix: tmp_path / f"r.{suffix}" for suffix in ("json", "md", "html")}
+    args = ["report", str(capture), "--shadow", "--json", str(views["json"])]
+    args += ["--markdown", str(views["md"]), "--html", str(views["html"])]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    said = "5 of the 100 requests the share picked were not copied"
+    assert f"warning: {said}" in result.stderr
+    assert any(w.startswith(said) for w in json.loads(views["json"].read_text())["warnings"])
+    assert f"- warning: {said}" in views["md"].read_text()
+    assert f"<li>warning: {said}" in views["html"].read_text()
