@@ -29,7 +29,7 @@ from tailreplay.report.model import Report, Shadow
 from tailreplay.report.shadow_share import survey
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check_judgeable
-from tailreplay.traces.archive.validate import capture_shadow
+from tailreplay.traces.archive.validate import capture_shadow, shadows_named
 
 __all__ = ["shadow_of_capture", "shadow_sides", "shadow_words"]
 
@@ -126,17 +126,13 @@ def _no_pairs(copies: int, throttled: int, originals: int) -> str:
 
 
 def _one_shadow(headers: Sequence[Mapping[str, Any]]) -> None:
-    """Refuse captures that copied to different shadows, or at different shares: one
-    report of them would be of no one deployment at no one load."""
-    named = {(s["target"], s["share"]) for h in headers if (s := _named(h)) is not None}
-    if len(named) > 1:
-        seen = ", ".join(
-            f"{target} at {share * 100:.4g}%" if share is not None else f"{target}"
-            for target, share in sorted(named, key=str)
-        )
+    """Refuse captures that copied to different shadows or at different shares, or
+    beside captures without a shadow: one report of them would be of no one
+    deployment at no one load."""
+    if len(named := shadows_named(headers)) > 1:
         raise UsageError(
-            f"--shadow: these captures copied to different shadows or shares ({seen}): "
-            "report each apart"
+            f"--shadow: these captures copied to different shadows or shares "
+            f"({', '.join(named)}): report each apart"
         )
 
 

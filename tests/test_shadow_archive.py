@@ -281,6 +281,23 @@ def test_captures_of_different_shadows_are_not_merged_into_one(tmp_path: Path) -
     assert "the inputs copied to different shadows or shares" in result.stderr
     same = CliRunner().invoke(cli, ["traces", "merge", str(first), str(first), "-o", str(out)])
     assert same.exit_code == 0, same.output
+    # A replica without a shadow beside one with, in either order; shares told apart.
+    plain = write_plain(tmp_path / "p.msgpack", maps, {**HEADER, "capture": {"sample": 1.0}})
+    near = {
+        **HEADER,
+        "capture": {"shadow": {"target": "http://127.0.0.1:9000", "share": 0.2500001}},
+    }
+    close = write_plain(tmp_path / "n.msgpack", maps, near)
+    for pair, named in (
+        ((plain, first), "http://127.0.0.1:9000 at 25%, no shadow"),
+        ((first, plain), "http://127.0.0.1:9000 at 25%, no shadow"),
+        ((first, close), "http://127.0.0.1:9000 at 25%, http://127.0.0.1:9000 at 25.00001%"),
+    ):
+        out.unlink(missing_ok=True)
+        merged = CliRunner().invoke(cli, ["traces", "merge", *map(str, pair), "-o", str(out)])
+        assert merged.exit_code == 2 and f"({named})" in merged.stderr, merged.stderr
+        report = CliRunner().invoke(cli, ["report", *map(str, pair), "--shadow"])
+        assert report.exit_code == 2 and f"({named}): report each apart" in report.stderr
 
 
 def test_requests_the_proxy_would_not_copy_are_not_counted_missing(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ find the window).
 from __future__ import annotations
 
 import fnmatch
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader
-from tailreplay.traces.archive.validate import capture_shadow
+from tailreplay.traces.archive.validate import shadows_named
 from tailreplay.units import parse_time
 
 __all__ = [
@@ -92,18 +91,13 @@ def one_run(headers: list[dict[str, Any]], warnings: list[str]) -> dict[str, Any
 
 
 def _one_shadow(headers: list[dict[str, Any]]) -> None:
-    """Refuse inputs that copied to different shadows (``capture.shadow``): the one
-    header written would name one of them for the copies of all."""
-    named = {
-        json.dumps(shadow, sort_keys=True, default=str)
-        for h in headers
-        if h and (shadow := capture_shadow(h)) is not None
-    }
-    if len(named) > 1:
+    """Refuse captures that copied to different shadows, or at different shares, or
+    not at all beside ones that did: the one header written would name one shadow
+    for all their copies."""
+    if len(named := shadows_named(headers)) > 1:
         raise UsageError(
-            "the inputs copied to different shadows or shares (their headers' "
-            "capture.shadow differ): one archive would name one shadow for all their "
-            "copies; keep each apart"
+            f"the inputs copied to different shadows or shares ({', '.join(named)}): one "
+            "archive would name one shadow for all their copies; keep each apart"
         )
 
 

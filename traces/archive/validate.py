@@ -13,7 +13,7 @@ does not know are ignored, whatever they hold.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
@@ -455,6 +455,25 @@ def capture_shadow(header: Mapping[str, Any]) -> dict[str, Any] | None:
     capture = header.get("capture")
     shadow = capture.get("shadow") if type(capture) is dict else None
     return shadow if type(shadow) is dict else None
+
+
+def shadows_named(headers: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The distinct shadows the captures among ``headers`` copied to, each as
+    "TARGET at SHARE%" or "no shadow" (a capture made without ``--shadow``); a header
+    that is not a capture's names none. More than one: the files cannot share one
+    header's account of their copies."""
+    named = set()
+    for header in headers:
+        if type(header.get("capture")) is not dict:
+            continue
+        shadow = capture_shadow(header)
+        if shadow is None:
+            named.add("no shadow")
+            continue
+        share = shadow.get("share")
+        share_text = f"{share * 100:.12g}%" if isinstance(share, int | float) else "?"
+        named.add(f"{shadow.get('target')} at {share_text}")
+    return sorted(named)
 
 
 def _valid(value: Any, key: str, checks: dict[str, tuple[Check, str]]) -> bool:
