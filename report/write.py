@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,8 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
             by_class(options.objectives, recorded, replayed, options.slo_by, options.seed)
         )
     if options.slo_window_s is not None:
+        if not (math.isfinite(options.slo_window_s) and options.slo_window_s > 0):
+            raise UsageError(f"--slo-window {options.slo_window_s!r}: a duration over 0")
         scopes.append(
             by_window(options.objectives, recorded, replayed, options.slo_window_s, options.seed)
         )

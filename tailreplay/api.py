@@ -80,6 +80,10 @@ Files = str | Path | Sequence[str | Path]
 is read as the archives in it (a proxy's capture directory)."""
 
 
+def _out(path: str | Path | None) -> Path | None:
+    return None if path is None else Path(path)
+
+
 def _paths(files: Files) -> list[Path]:
     # A str is one path, not a sequence of one-letter paths.
     given = [files] if isinstance(files, str | Path) else list(files)
@@ -180,10 +184,10 @@ def report(
     recorded: Files | None = None,
     slos: Sequence[str] = (),
     min_score: float = 1.0,
-    html: Path | None = None,
-    markdown: Path | None = None,
-    json: Path | None = None,
-    deltas: Path | None = None,
+    html: str | Path | None = None,
+    markdown: str | Path | None = None,
+    json: str | Path | None = None,
+    deltas: str | Path | None = None,
     say: Say | None = None,
     **more: Any,
 ) -> Judged:
@@ -193,8 +197,10 @@ def report(
     ``json`` and the per-request CSV ``deltas`` where given. ``more``: the other
     fields of ``report.write.ReportOptions`` (``slo_by``, ``slo_window_s``,
     ``buckets``, ``skip_corrupt``...)."""
-    if isinstance(slos, str):  # a str is a sequence too: of one-letter objectives
+    if isinstance(slos, str | bytes):  # a str is a sequence too: of one-letter objectives
         raise TypeError(f"slos is a list of objectives: [{slos!r}], not {slos!r}")
+    if isinstance(min_score, bool) or not isinstance(min_score, int | float):
+        raise TypeError(f"min_score is a number from 0 to 1, not {min_score!r}")
     if not 0 <= min_score <= 1:
         raise UsageError(f"min_score {min_score:g}: a share of the objectives' weight, 0..1")
     options = ReportOptions(
@@ -202,10 +208,10 @@ def report(
         recorded=None if recorded is None else _paths(recorded),
         objectives=parse_objectives(slos),
         min_score=min_score,
-        html_out=html,
-        markdown_out=markdown,
-        json_out=json,
-        deltas_out=deltas,
+        html_out=_out(html),
+        markdown_out=_out(markdown),
+        json_out=_out(json),
+        deltas_out=_out(deltas),
         **more,
     )
     result = write_report(options, say or (lambda line: None))
@@ -222,10 +228,10 @@ def shadow_report(
     *,
     slos: Sequence[str] = (),
     min_score: float = 1.0,
-    html: Path | None = None,
-    markdown: Path | None = None,
-    json: Path | None = None,
-    deltas: Path | None = None,
+    html: str | Path | None = None,
+    markdown: str | Path | None = None,
+    json: str | Path | None = None,
+    deltas: str | Path | None = None,
     say: Say | None = None,
     **more: Any,
 ) -> Judged:

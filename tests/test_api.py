@@ -75,6 +75,13 @@ def test_a_shadowed_capture_is_judged_from_python(tmp_path: Path) -> None:
         api.shadow_report(capture, slos="ttft:p99<=1.1x")
     with pytest.raises(UsageError, match="min_score 2: a share"):
         api.shadow_report(capture, min_score=2)
+    with pytest.raises(TypeError, match="slos is a list of objectives"):
+        api.shadow_report(capture, slos=b"ttft:p99<=1.1x")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="--slo-window nan: a duration over 0"):
+        api.shadow_report(capture, slos=["ttft:p99<=2.5x"], slo_window_s=float("nan"))
+    html = tmp_path / "report.html"
+    api.shadow_report(capture, html=str(html))  # an output as a str, as an input may be
+    assert html.read_text().startswith("<!doctype html>")
     # A report never writes over the archive it reads, from Python as from the shell.
     before = capture.read_bytes()
     for view in ("json", "markdown", "html", "deltas"):
