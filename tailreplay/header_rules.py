@@ -9,7 +9,8 @@ headers that frame a message (``Host``, ``Content-Length``, ``Transfer-Encoding`
 ``traceparent`` links each request to its original: a second one of any of them
 would make the request malformed or unlinked, so they are refused.
 
-Nothing here echoes a value: a credential given without its colon may be all of it.
+Nothing here echoes a value, nor a name the rule does not know: a credential given
+without its colon, or before it, may be all of it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ _FRAMING = {
     "transfer-encoding": "each request's body",
     "expect": "each request's body",
     **dict.fromkeys(
-        ("connection", "keep-alive", "proxy-connection", "upgrade", "te", "trailer"),
+        (
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "upgrade",
+            "te",
+            "trailer",
+            "http2-settings",
+        ),
         "the connection",
     ),
 }
@@ -52,8 +61,9 @@ def header_problem(name: str, value: str) -> str | None:
         return f"{name} is written by the HTTP client for {_FRAMING[lower]}"
     if lower in _PER_REQUEST:
         return f"{name} is set for each request (it links the request to its original)"
+    # The name is not echoed either: a credential typed before a colon would be it.
     if not value:
-        return f"{name}: the value is empty (an unset variable?)"
+        return "the value is empty (an unset variable?)"
     if any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value):
-        return f"{name}: the value holds a control character"
+        return "the value holds a control character"
     return None

@@ -109,6 +109,8 @@ def test_a_port_out_of_range_is_a_usage_error(args: list[str]) -> None:
     ("value", "said"),
     [
         ("Authorization:", "the value is empty (an unset variable?)"),
+        ("sk-live-0123456789abcdef:", "the value is empty (an unset variable?)"),
+        ("HTTP2-Settings: AAMAAABkAAQAAP__", "written by the HTTP client for the connection"),
         ("Authorization:   ", "the value is empty (an unset variable?)"),
         ("Authorization Bearer sk-live-0123456789abcdef", "no ':' found"),
         ("Authorization=Bearer sk-live-0123456789: x", "the name is not a header name"),
@@ -252,8 +254,14 @@ def test_a_header_from_the_environment_follows_the_same_rule(
         "authorization": "Bearer from-flag"
     }
     monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "")
-    with pytest.raises(UsageError, match="AUTHORIZATION: Authorization: the value is empty"):
+    with pytest.raises(UsageError, match="AUTHORIZATION: the value is empty"):
         send_headers(())
+    monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "  Bearer k\t")
+    assert send_headers(()) == {"Authorization": "Bearer k"}  # trimmed, as --header is
+    monkeypatch.setenv("TAILREPLAY_HEADER_authorization", "Bearer other")
+    with pytest.raises(UsageError, match="AUTHORIZATION and TAILREPLAY_HEADER_authorization"):
+        send_headers(())
+    monkeypatch.delenv("TAILREPLAY_HEADER_authorization")
     monkeypatch.setenv("TAILREPLAY_HEADER_AUTHORIZATION", "Bearer k")
     monkeypatch.setenv("TAILREPLAY_HEADER_HOST", "other.example")
     with pytest.raises(UsageError, match="TAILREPLAY_HEADER_HOST: Host is written by the HTTP"):

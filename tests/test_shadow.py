@@ -216,6 +216,7 @@ def test_a_base_url_with_a_query_is_refused(tmp_path: Path, flag: str) -> None:
     [
         (["--shadow", "http://127.0.0.1:10", "--shadow-share", "1"], "give the share in percent"),
         (["--shadow", "http://127.0.0.1:10", "--shadow-share", "150%"], "at most 100%"),
+        (["--shadow", "http://127.0.0.1:10", "--shadow-share", "1e-30%"], "too small a share"),
         (["--shadow-share", "50%"], "--shadow-share shapes the copies sent to --shadow"),
         (["--shadow-share", "10%"], "which is not given: give --shadow URL"),  # the default
         (["--shadow-max-inflight", "64"], "--shadow-max-inflight shapes the copies"),

@@ -13,6 +13,7 @@ from yarl import URL
 from tailreplay.cli.options import HEADER, HTTP_URL, MODEL_MAP, Parsed
 from tailreplay.errors import UsageError
 from tailreplay.same_host import same_deployment
+from tailreplay.sampling import share_threshold
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.units import host_port
 
@@ -39,6 +40,8 @@ def _share(text: str, flag: str) -> float:
         raise ValueError(f"{flag} {text}: give the share in percent, e.g. 10%") from None
     if not 0 < value <= 1:
         raise ValueError(f"{flag} {text}: a share is over 0% and at most 100% (e.g. 10%)")
+    if share_threshold(value) == 0:
+        raise ValueError(f"{flag} {text}: too small a share to pick any trace id")
     return value
 
 

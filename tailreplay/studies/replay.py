@@ -167,11 +167,15 @@ def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins whatever the
     case of its name (one header each, by ``tailreplay/header_rules.py``)."""
     by_name: dict[str, tuple[str, str]] = {}
-    for key, value in os.environ.items():
+    variables: dict[str, str] = {}
+    for key, raw in sorted(os.environ.items()):
         if key.startswith(_HEADER_ENV) and len(key) > len(_HEADER_ENV):
-            name = key[len(_HEADER_ENV) :].replace("_", "-").title()
+            name, value = key[len(_HEADER_ENV) :].replace("_", "-").title(), raw.strip()
             if (problem := header_problem(name, value)) is not None:
                 raise UsageError(f"{key}: {problem}")
+            if (other := variables.get(name.lower())) is not None:
+                raise UsageError(f"{other} and {key} name one header, {name}: set one")
+            variables[name.lower()] = key
             by_name[name.lower()] = (name, value)
     for name, value in pairs:  # checked as --header was parsed
         by_name[name.lower()] = (name, value)
