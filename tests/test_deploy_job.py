@@ -122,6 +122,7 @@ def test_without_a_target_it_says_each_pod_brings_its_own_simulator() -> None:
         (["--shards", "2", "--image", "a b"], "invalid --image 'a b'"),
         (["--shards", "2", "--name", ""], "invalid --name ''"),
         (["--shards", "2", "--header-secret", "Authorization=llm/.."], "use HEADER=SECRET/KEY"),
+        (["--shards", "2", "--header-secret", "Host=llm/host"], "Host is written by the HTTP"),
         (
             ["--shards", "2", "--header-secret", f"Authorization=llm/{'k' * 254}"],
             "use HEADER=SECRET/KEY",

@@ -21,6 +21,7 @@ from click.core import ParameterSource
 
 from tailreplay.cli.options import HTTP_URL, Parsed
 from tailreplay.errors import UsageError
+from tailreplay.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
     ARCHIVES_MOUNT,
     MAX_SHARDS,
@@ -76,6 +77,10 @@ def _header_secret(text: str, flag: str) -> tuple[str, str, str]:
         raise UsageError(
             f"invalid {flag} {text!r}: use HEADER=SECRET/KEY, e.g. Authorization=llm-staging/auth"
         )
+    # The replay reads it as TAILREPLAY_HEADER_*, by the rule of every added header:
+    # refused here, not when the Job's pods start.
+    if (problem := header_problem(header, "a value")) is not None:
+        raise UsageError(f"invalid {flag}: {problem}")
     return header, secret, key
 
 
