@@ -150,13 +150,13 @@ def shadow_words(report: Report) -> str:
     assert shadow is not None
     copies = report["overall"]["replayed"]["requests"]
     share, sent = shadow["share"], shadow.get("sent")
-    if sent is not None:
-        asked = f"; {share * 100:.4g}% asked" if share is not None else ""
-        load = f"{sent * 100:.3g}% of production's generating requests{asked}"
-    elif share is not None:
-        load = f"{share * 100:.4g}% of production's generating requests"
-    else:
+    seen = sent if sent is not None else share
+    if seen is None:
         load = "a share of production's generating requests"
-    load += ", so about that share of its load" if share is not None else ""
+    else:
+        load = f"{seen * 100:.3g}% of production's generating requests, so about that share"
+        load += " of its load"
+    if sent is not None and share is not None:
+        load += f"; {share * 100:.4g}% asked"
     target = f" at {shadow['target']}" if shadow["target"] else ""
     return f"shadow{target}: {copies:,} copied requests ({load}; every figure below is of these)"

@@ -113,7 +113,10 @@ def test_the_share_reads_as_given_and_a_bad_one_is_named(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, ["report", str(small), "--shadow"])
     # Copies made at 25% under a header that says 0.5%: the header's share reads as
     # given, and the share the copies are of is what the first line puts first.
-    assert "(25% of production's generating requests; 0.5% asked" in result.stdout
+    assert (
+        "(25% of production's generating requests, so about that share of its load; 0.5% asked"
+        in result.stdout
+    )
     assert "copies are of requests outside the header's share (0.5%)" in result.stderr
     for share in (float("nan"), 0, "10%", True):
         bad = {**HEADER, "capture": {"shadow": {"target": "http://s:1", "share": share}}}
@@ -248,7 +251,7 @@ def test_copies_the_proxy_did_not_send_are_counted_against_the_share(tmp_path: P
     ) in result.stderr
     assert result.stdout.startswith(
         "shadow at http://127.0.0.1:9000: 70 copied requests (17.5% of production's "
-        "generating requests; 25% asked, so about that share of its load"
+        "generating requests, so about that share of its load; 25% asked; every figure"
     )
     report = json.loads(out.read_text())
     assert report["shadow"]["sent"] == 70 / 400 and report["shadow"]["share"] == 0.25
