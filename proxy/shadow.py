@@ -120,6 +120,19 @@ def copy_failed(ex: Exchange) -> bool:
     return ex.error is not None or ex.status == 0
 
 
+JUDGED_BYTES = 64 * 1024
+"""The largest non-streamed answer the proxy parses for the verdict on its own
+thread (about 0.3 ms of JSON); a larger one is judged by the recorder alone."""
+
+
+def _judged_here(ex: Exchange) -> bool:
+    """Whether the proxy reads the copy's answer for ``response_problem``: a stream is
+    judged by its timeline's flags, a body only up to ``JUDGED_BYTES``."""
+    if ex.error is not None or ex.tap is None or ex.content_encoding:
+        return False
+    return ex.timeline is not None or len(ex.tap.kept) <= JUDGED_BYTES
+
+
 class Shadow:
     """Copies requests to the shadow target; each finished copy goes to ``record`` as
     an ``Exchange`` whose ``shadow_of`` is the production span it copied."""
@@ -218,9 +231,10 @@ class Shadow:
             self._held -= len(body)
             self.counts.in_flight -= 1
             ex.finish(time.monotonic_ns())
-            if ex.error is None and ex.tap is not None and not ex.content_encoding:
+            if _judged_here(ex):
                 # The recorder's verdict, here too, so the metrics and the exit line
                 # count what the report counts (a 302's HTML is not an answer).
+                assert ex.tap is not None
                 ex.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
             self.counts.errors += copy_failed(ex)
             self.record(ex)
