@@ -126,12 +126,12 @@ class RecorderClient:
         self.restarts = 0
         self.served = 0
         self.copies = 0
-        """Of ``served``, copies to ``--shadow`` (counted by the shadow's sender)..."""
+        """Of ``served``, copies to ``--shadow``; the ones the shadow failed, the ones
+        cut unfinished, and those not sent: the shadow sender's counts, set once it has
+        closed (``proxy/server.py``)."""
         self.copies_failed = 0
-        """...and of those, the ones the shadow failed, and those cut unfinished."""
         self.copies_unfinished = 0
         self.copies_not_sent = 0
-        """Copies the shadow's sender dropped (set once it has closed)."""
         self.down: str | None = None
         """Why the recorder is not running, while it is not; None when it is."""
         self._retired = RecorderCounts()  # recorders that died

@@ -34,7 +34,7 @@ from tailreplay.proxy.connections import (
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
-from tailreplay.proxy.shadow import UNFINISHED, Shadow, copy_failed
+from tailreplay.proxy.shadow import Shadow
 from tailreplay.proxy.shadow_metrics import ShadowMetrics
 from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
@@ -105,7 +105,9 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         await runner.cleanup()
         if shadow is not None:  # its copies are recorded too, before the recorder closes
             await shadow.close(config.drain_timeout_s)
-            recorder.copies_not_sent = shadow.counts.dropped
+            c = shadow.counts  # every copy sent has ended, and been recorded
+            recorder.copies, recorder.copies_failed = c.sent, c.errors
+            recorder.copies_unfinished, recorder.copies_not_sent = c.unfinished, c.dropped
         await pool.close()
         if admin_runner is not None:
             await admin_runner.cleanup()
@@ -120,9 +122,6 @@ def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics
     shadow_metrics: ShadowMetrics | None = None
 
     def record(ex: Exchange) -> None:
-        recorder.copies += 1
-        recorder.copies_failed += copy_failed(ex)
-        recorder.copies_unfinished += ex.error == UNFINISHED
         recorder.on_complete(ex)
         assert shadow_metrics is not None
         shadow_metrics.observe(ex)

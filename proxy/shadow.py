@@ -98,6 +98,9 @@ class ShadowCounts:
     """Copies sent (in flight or ended)."""
     dropped: int = 0
     errors: int = 0
+    """Of those ended, the ones the shadow failed (``copy_failed``)."""
+    unfinished: int = 0
+    """Of those ended, the ones the proxy cut when it stopped (``UNFINISHED``)."""
     in_flight: int = 0
     throttled: int = 0
     """Copies whose answer was read slower than it came (``ShadowConfig.read_rate``)."""
@@ -237,6 +240,7 @@ class Shadow:
                 assert ex.tap is not None
                 ex.error = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
             self.counts.errors += copy_failed(ex)
+            self.counts.unfinished += ex.error == UNFINISHED
             self.record(ex)
 
     def _credential(self, name: str) -> bool:

@@ -40,12 +40,14 @@ class ShadowMetrics(Collector):
             ("sent", "Copies sent to the shadow target (--shadow).", c.sent),
             (
                 "dropped",
-                "Copies not sent: past --shadow-max-inflight or the memory bound.",
+                "Copies not sent: past --shadow-max-inflight or the memory bound, or the "
+                "shadow taken for down.",
                 c.dropped,
             ),
             (
                 "errors",
-                "Copies the shadow failed (no answer, or a status of 400 or more).",
+                "Copies the shadow failed (no answer, a status of 400 or more, or an "
+                "answer the API does not promise).",
                 c.errors,
             ),
             (
