@@ -69,17 +69,7 @@ def write_report(
     options: ReportOptions, say: Callable[[str], None] = lambda line: None
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
-    shadow: Shadow | None = None
-    recorded: Side | None
-    if options.shadow:
-        if options.recorded:
-            raise UsageError("--shadow compares a capture with itself: give no --recorded")
-        classes = [options.slo_by] if options.slo_by else []
-        recorded, replayed, shadow = shadow_sides(
-            options.replayed, options.skip_corrupt, classes, options.objectives
-        )
-    else:
-        recorded, replayed = _sides(options, say)
+    recorded, replayed, shadow = _sides(options, say)
     _check_outputs(
         options, [Path(p) for p in [*replayed.paths, *(recorded.paths if recorded else [])]]
     )
@@ -211,9 +201,16 @@ def fail_on_slo(result: ReportResult) -> None:
     raise RunFailed("SLO failed " + "; ".join(scoped))
 
 
-def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | None, Side]:
-    """The recorded side (when there is one to compare with) and the replayed one."""
+def _sides(
+    options: ReportOptions, say: Callable[[str], None]
+) -> tuple[Side | None, Side, Shadow | None]:
+    """The recorded side (when there is one to compare with) and the replayed one; with
+    ``--shadow``, production and the shadow's copies, and what the capture says of it."""
     classes = [options.slo_by] if options.slo_by else []
+    if options.shadow:
+        if options.recorded:
+            raise UsageError("--shadow compares a capture with itself: give no --recorded")
+        return shadow_sides(options.replayed, options.skip_corrupt, classes, options.objectives)
     replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded
@@ -230,7 +227,7 @@ def _sides(options: ReportOptions, say: Callable[[str], None]) -> tuple[Side | N
             "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
             "pass --recorded"
         )
-    return recorded, replayed
+    return recorded, replayed, None
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:
