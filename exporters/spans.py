@@ -23,8 +23,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from tailreplay.dialects import operation_name
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
-from tailreplay.openai_api import operation_name
 from tailreplay.sampling import TraceSampler
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.log_histogram import LogHistogram

@@ -24,8 +24,8 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 from yarl import URL
 
+from tailreplay.dialects import dialect_for, route_label
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
-from tailreplay.openai_api import OPENAI_PATHS, route_label
 from tailreplay.probe import PROBE_HEADER
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
@@ -254,10 +254,12 @@ class _Forwarder:
 
     @staticmethod
     def _copy(shadow: Shadow, ex: Exchange, headers: list[tuple[str, str]]) -> None:
-        """A copy to ``--shadow`` of a sampled generating request (its body as the
-        client sent it), started apart from this one (``proxy/shadow.py``)."""
+        """A copy to ``--shadow`` of a sampled generating request on a known route (its
+        body as the client sent it), started apart from this one (``proxy/shadow.py``)."""
         body = ex.req_body
-        if body is not None and ex.method == "POST" and not ex.probe and shadow.wants(ex.trace_id):
+        if body is None or ex.method != "POST" or ex.probe or dialect_for(ex.path) is None:
+            return
+        if shadow.wants(ex.trace_id):
             shadow.copy(ex, body, headers)
 
     def _log_upstream(self, exc: UpstreamError) -> None:
@@ -278,8 +280,9 @@ class _Forwarder:
     async def _body(
         self, request: web.BaseRequest, ex: Exchange
     ) -> bytes | AsyncIterator[bytes] | None:
-        """What to send upstream: an OpenAI route's body read whole (the recorder needs it,
-        and the proxy may ask for usage in it), any other body streamed as it comes.
+        """What to send upstream: a known route's body read whole (the recorder needs it,
+        and the proxy may ask for usage in it), as is any body the record keeps
+        (``--bodies redacted|full``); any other body streamed as it comes.
         Both are bounded by --max-body, --body-timeout between reads, --timeout in all
         and a minimum pace (``proxy/connections.py``)."""
         if not request.can_read_body:
@@ -292,11 +295,12 @@ class _Forwarder:
         config = self.config
         pace = self.guard.body(request.protocol)
         bounds = BodyLimits(config.max_body, config.body_timeout_s, config.timeout_s, pace)
-        if ex.route in OPENAI_PATHS:
+        known = dialect_for(request.raw_path) is not None
+        if known or config.bodies != "none":
             raw = await read_body(request.content, bounds)
             ex.bytes_in = len(raw)
             ex.req_body = raw
-            inject = self.config.inject_usage
+            inject = known and self.config.inject_usage
             changed = with_usage_requested(request.raw_path, raw) if inject else None
             ex.injected_usage = changed is not None
             return changed if changed is not None else raw

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any, Protocol
 
+from tailreplay.dialects import dialect_for
 from tailreplay.openai_api import ResponseTap
 from tailreplay.sse import StreamTimeline
 from tailreplay.traces.archive.record import Record
@@ -76,8 +77,11 @@ class Exchange:
                 self.retry_after = value
         is_sse = content_type.startswith("text/event-stream")
         self.tap = ResponseTap(stream=is_sse)
-        if is_sse:
-            self.timeline = StreamTimeline()
+        # A route no dialect serves has no token events to time: its first byte is
+        # its first byte, never a guessed token.
+        dialect = dialect_for(self.path) if is_sse else None
+        if dialect is not None:
+            self.timeline = StreamTimeline(dialect)
         return is_sse
 
     def finish(self, now_ns: int) -> None:

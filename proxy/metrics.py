@@ -19,7 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from tailreplay.openai_api import ROUTES
+from tailreplay.dialects import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from tailreplay.openai_api import COUNT_LIMIT, OPENAI_PATHS, decode_fields
+from tailreplay.dialects import dialect_for
+from tailreplay.dialects.base import RequestFields
+from tailreplay.openai_api import decode_fields
 
 __all__ = [
     "RequestInfo",
@@ -31,19 +33,18 @@ _USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 @dataclass
 class RequestInfo:
-    """The fields of an OpenAI request body that a record keeps."""
+    """A request body as its dialect reads it: the decoded map and the fields a record keeps."""
 
     body: dict[str, Any] | None = None
-    model: str | None = None
-    stream: bool | None = None
-    max_tokens: int | None = None
-    user: str | None = None
+    fields: RequestFields = field(default_factory=RequestFields)
 
 
 def request_info(path: str, raw: bytes | None) -> RequestInfo:
-    """Parse the request body of an OpenAI route (the recorder does this, off the request path)."""
+    """Read the request body of a route a dialect serves (the recorder does this, off
+    the request path); nothing for an unknown route, never guessed."""
     info = RequestInfo()
-    if raw is None or path.split("?", 1)[0] not in OPENAI_PATHS or len(raw) > MAX_INSPECT_BYTES:
+    dialect = dialect_for(path)
+    if raw is None or dialect is None or len(raw) > MAX_INSPECT_BYTES:
         return info
     try:
         body = decode_fields(raw)
@@ -52,19 +53,7 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
     if not isinstance(body, dict):
         return info
     info.body = body
-    model, stream = body.get("model"), body.get("stream")
-    info.model = model if isinstance(model, str) else None
-    # An absent "stream" means False in the OpenAI API.
-    info.stream = stream if isinstance(stream, bool) else (False if stream is None else None)
-    for name in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
-        value = body.get(name)
-        if type(value) is int:  # not a bool
-            # The first given is the budget; one an archive cannot hold (a client's -1
-            # or 2^40: 0 <= v < 2^32) is none.
-            info.max_tokens = value if 0 <= value < COUNT_LIMIT else None
-            break
-    user = body.get("user")
-    info.user = user if isinstance(user, str) else None
+    info.fields = dialect.read_request(body)
     return info
 
 

@@ -8,23 +8,18 @@ record, which in the proxy's own process would be taken from forwarding.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from array import array
 from collections.abc import Callable
-from typing import Any
 
-from tailreplay.openai_api import (
-    Usage,
-    chat_parts,
-    parse_usage,
-    read_answer,
-    response_problem,
-)
+from tailreplay.dialects import Dialect, dialect_for
+from tailreplay.dialects.base import RequestFields
+from tailreplay.dialects.usage import Usage
+from tailreplay.openai_api import decode_fields, parse_usage, read_answer, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange, ServerSpans
-from tailreplay.proxy.openai import RequestInfo, request_info
+from tailreplay.proxy.openai import request_info
 from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.proxy.retries import RetryLinker
 from tailreplay.retry_after import retry_after_s
@@ -63,20 +58,6 @@ def prefix_hashes(tokens: list[int], block: int = PREFIX_BLOCK_TOKENS) -> list[i
     return out
 
 
-def _prompt_parts(body: dict[str, Any]) -> list[str] | None:
-    """The prompt's text, message by message for a chat."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        return chat_parts(messages)
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        prompt = "".join(prompt)
-    if isinstance(prompt, str):
-        return [prompt]
-    text = body.get("input")
-    return [text] if isinstance(text, str) else None
-
-
 PROMPT_TOKENS: SizedMemo[list[int]] = SizedMemo(capacity=1 << 18)
 """The tokens of recently seen messages and prompts, up to 256 K tokens (about
 10 MB): a conversation's earlier messages are encoded once, not in every request."""
@@ -94,16 +75,14 @@ def _session(ex: Exchange, user: str | None, key: bytes) -> str | None:
     return None
 
 
-def _completion_text(kept: bytes) -> str | None:
-    try:
-        body = json.loads(kept)
-        choice = body["choices"][0]
-        text = (
-            choice.get("message", {}).get("content") if "message" in choice else choice.get("text")
-        )
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
+def _completion_text(dialect: Dialect | None, kept: bytes) -> str | None:
+    """The generated text of a whole answer, as its dialect reads it."""
+    if dialect is None:
         return None
-    return text if isinstance(text, str) else None
+    try:
+        return dialect.answer_text(decode_fields(kept))
+    except (ValueError, RecursionError):  # not JSON, or nested past the stack
+        return None
 
 
 def build_record(
@@ -121,7 +100,9 @@ def build_record(
     the headers and paths found clean so far (for ``config.redact_headers``).
     """
     key = config.fingerprint_key
+    dialect = dialect_for(ex.path)
     info = request_info(ex.path, ex.req_body)
+    asked = info.fields
     record = Record(
         start_ns=ex.start_ns,
         trace_id=ex.trace_id,
@@ -136,10 +117,10 @@ def build_record(
         path=redact_path(ex.path, key, clean),
         status=ex.status,
         req_headers=redact_headers(ex.headers, config.redact_headers, key, clean),
-        model=info.model,
-        stream=info.stream,
-        max_tokens=info.max_tokens,
-        session=_session(ex, info.user, key),
+        model=asked.model,
+        stream=asked.stream,
+        max_tokens=asked.max_tokens,
+        session=_session(ex, asked.user, key),
         bytes_in=ex.bytes_in,
         bytes_out=ex.bytes_out,
         error=ex.error,
@@ -152,7 +133,7 @@ def build_record(
         record.req_body = ex.req_body
     elif ex.req_body is not None and config.bodies == "redacted" and not shed:
         record.req_body = redact_body(ex.req_body, key)
-    parts = _prompt_parts(info.body) if info.body is not None else None
+    parts = asked.prompt_parts
     counted = _analyse_prompt(record, parts) if parts is not None and not shed else None
     if parts is not None and shed:
         counted = estimate_tokens("".join(parts))
@@ -169,8 +150,8 @@ def build_record(
             problem = response_problem(ex.path, ex.status, ex.tap, ex.timeline)
         record.error = record.error or problem
     if usage is None:
-        usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding)
-    _count_tokens(record, ex, info, counted, kept, usage, calibration or Calibration())
+        usage = parse_usage(kept + (ex.usage_event or b""), ex.content_encoding, dialect)
+    _count_tokens(record, ex, asked, counted, kept, usage, calibration or Calibration())
     return record
 
 
@@ -187,7 +168,7 @@ def _analyse_prompt(record: Record, parts: list[str]) -> int:
 def _count_tokens(
     record: Record,
     ex: Exchange,
-    info: RequestInfo,
+    asked: RequestFields,
     counted: int | None,
     kept: bytes,
     usage: Usage,
@@ -195,11 +176,10 @@ def _count_tokens(
 ) -> None:
     """Tokens from the server's usage; else counted here and marked as estimates."""
     record.finish_reason = usage.finish_reason
-    messages = info.body.get("messages") if info.body is not None else None
     estimate = counted
-    if counted is not None and isinstance(messages, list):
+    if counted is not None and asked.messages:
         # A chat: the model's template wraps every message.
-        estimate = estimate_prompt_tokens(counted, len(messages), info.model)
+        estimate = estimate_prompt_tokens(counted, asked.messages, asked.model)
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         record.input_tokens = usage.prompt_tokens
         record.output_tokens = usage.completion_tokens
@@ -207,15 +187,21 @@ def _count_tokens(
         record.reasoning_tokens = usage.reasoning_tokens
         record.tokens_source = "usage"
         if estimate is not None and not record.shed:  # shed: characters, not tokens
-            calibration.observe(info.model, estimated=estimate, reported=usage.prompt_tokens)
+            calibration.observe(asked.model, estimated=estimate, reported=usage.prompt_tokens)
     elif estimate is not None and ex.status == 200:
         # No usage from the server (llama.cpp ignores include_usage): count ourselves.
-        record.input_tokens = estimate if record.shed else calibration.correct(info.model, estimate)
+        record.input_tokens = (
+            estimate if record.shed else calibration.correct(asked.model, estimate)
+        )
+        dialect = dialect_for(ex.path)
         if ex.timeline is not None:
             record.output_tokens = ex.timeline.tokens
             record.reasoning_tokens = ex.timeline.reasoning or None
+        elif dialect is not None and not dialect.generates:
+            record.output_tokens = 0
         else:
-            text = _completion_text(kept) if ex.tap is not None and not ex.tap.truncated else None
+            whole = ex.tap is not None and not ex.tap.truncated
+            text = _completion_text(dialect, kept) if whole else None
             record.output_tokens = _count(text, record.shed) if text is not None else None
         record.tokens_source = "estimate"
 
@@ -300,7 +286,8 @@ def _span(spans: ServerSpans, ex: Exchange, record: Record, tail: bool) -> None:
     body, completion = None, None
     if spans.capture_content and not record.shed:  # the span maker redacts (redact.py)
         kept = bytes(ex.tap.kept) if ex.tap is not None and not ex.tap.stream else b""
-        body, completion = ex.req_body, _completion_text(kept) if kept else None
+        dialect = dialect_for(ex.path)
+        body, completion = ex.req_body, _completion_text(dialect, kept) if kept else None
     try:
         spans.emit(record, tail=tail, request_body=body, completion=completion)
     except Exception:  # telemetry must never cost a record

@@ -14,7 +14,7 @@ import pickle
 import signal
 from typing import TYPE_CHECKING, Any
 
-from tailreplay.openai_api import ROUTES, route_label
+from tailreplay.dialects import ROUTES, route_label
 from tailreplay.proxy.config import ProxyConfig, archive_header
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.traces.archive.record import Record

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.batch_pipe import BatchPipe
-from tailreplay.openai_api import ROUTES
+from tailreplay.dialects import ROUTES
 from tailreplay.proxy.capture_health import HUNG_S, RESTART_HUNG_S, CaptureHealth
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tailreplay.openai_api import ROUTES, route_label
+from tailreplay.dialects import ROUTES, route_label
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, BoundedLabel, status_class
 from tailreplay.replayer.dispatch import DispatchStats
 from tailreplay.traces.archive.record import Record

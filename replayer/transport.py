@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from tailreplay.dialects import dialect_for
 from tailreplay.http_client import (
     UpstreamError,
     UpstreamPool,
@@ -195,7 +196,7 @@ class HttpTransport:
                 error_text=exc.message,
                 duration_ns=time.monotonic_ns() - began,
             )
-        reader = _Reader(resp, spec.abort_after_tokens, self._encodings)
+        reader = _Reader(resp, spec, self._encodings)
         try:
             resp.start(reader.feed)
             await resp.wait()  # False, not waited further: the reader stopped at an abort
@@ -240,9 +241,7 @@ class _Reader:
 
     __slots__ = ("inflate", "out", "read", "resp", "stop_at", "t0", "tap", "timeline")
 
-    def __init__(
-        self, resp: UpstreamResponse, abort_after_tokens: int | None, accepted: frozenset[str]
-    ) -> None:
+    def __init__(self, resp: UpstreamResponse, spec: RequestSpec, accepted: frozenset[str]) -> None:
         self.resp = resp
         self.t0 = resp.sent_ns
         out = self.out = Outcome(status=resp.status)
@@ -251,9 +250,11 @@ class _Reader:
         if resp.status in (429, 503):
             out.retry_after_s = retry_after_s(names.get("retry-after"))
         sse = out.content_type == "text/event-stream"
-        self.timeline = StreamTimeline() if sse else None
+        # Token events are its dialect's (a route none serves: its first byte is all).
+        dialect = dialect_for(spec.path) if sse else None
+        self.timeline = StreamTimeline(dialect) if dialect is not None else None
         self.tap = ResponseTap(stream=sse)
-        self.stop_at = abort_after_tokens or float("inf")
+        self.stop_at = spec.abort_after_tokens or float("inf")
         self.read = 0
         """Body bytes as they came (compressed, where they were)."""
         encoding = names.get("content-encoding", "identity").strip().lower()

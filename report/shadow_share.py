@@ -2,8 +2,8 @@
 production's requests as the proxy picked them (``tailreplay/sampling.py``) and says
 when the copies in the files are not those.
 
-The proxy copies a POST to an OpenAI route (``OPENAI_PATHS``: the routes whose body
-it holds) whose trace id falls in ``--shadow-share``; with ``--sample``, a copy is
+The proxy copies a POST to a route a dialect serves (``tailreplay.dialects``: the
+routes whose body it holds) whose trace id falls in ``--shadow-share``; with ``--sample``, a copy is
 kept only when its trace is sampled, so the requests that could have a copy are
 those whose trace id falls in the sample's share too (an error or a slow request the
 sample kept for itself has none). Of those: the ones picked without a copy were not
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tailreplay.openai_api import OPENAI_PATHS
+from tailreplay.dialects import dialect_for
 from tailreplay.sampling import in_share, share_threshold
 from tailreplay.traces.archive.reader import ArchiveReader
 
@@ -92,8 +92,8 @@ def survey(paths: Sequence[Path], skip_corrupt: bool, share: float | None) -> Sh
 
 
 def _copyable(method: Any, path: Any) -> bool:
-    """A request the proxy copies when picked: a POST to an OpenAI route."""
-    return method == "POST" and type(path) is str and path.split("?", 1)[0] in OPENAI_PATHS
+    """A request the proxy copies when picked: a POST to a route a dialect serves."""
+    return method == "POST" and type(path) is str and dialect_for(path) is not None
 
 
 def _sample_threshold(headers: Sequence[Mapping[str, Any]]) -> int | None:

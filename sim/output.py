@@ -160,6 +160,11 @@ _VOCABULARY = [
 ]
 
 
+_REASONERS = frozenset(("chat", "responses"))
+"""The dialects a reasoning profile answers by thinking first, unasked (as o-series
+models and DeepSeek-R1 do)."""
+
+
 def _rng(req: SimRequest, seed: int, salt: bytes) -> random.Random:
     return random.Random(int.from_bytes(req.digest + salt, "big") ^ seed)
 
@@ -186,12 +191,18 @@ def plan_output(
 
 
 def plan_reasoning(req: SimRequest, target: int, profile: EngineProfile, seed: int) -> int:
-    """How many of a chat request's ``target`` output tokens are thinking, before the answer.
+    """How many of a request's ``target`` output tokens are thinking, before the answer.
 
-    A share (``reasoning_share``) of requests, chosen by their digest, think for
-    ``reasoning_tokens`` (leaving at least one answer token); the rest answer at once.
+    A request that asks to think (Anthropic's ``thinking``) thinks for its budget, up
+    to ``reasoning_tokens``. Of chat and Responses requests, a share
+    (``reasoning_share``), chosen by their digest, think for ``reasoning_tokens``;
+    the rest answer at once. At least one answer token is always left.
     """
-    if req.kind != "chat" or profile.reasoning_share <= 0 or target < 2:
+    if target < 2:
+        return 0
+    if req.ask.thinking is not None:
+        return min(req.ask.thinking, profile.reasoning_tokens, target - 1)
+    if req.kind not in _REASONERS or profile.reasoning_share <= 0:
         return 0
     if _rng(req, seed, b"think").random() >= profile.reasoning_share:
         return 0

@@ -1,4 +1,8 @@
-"""The simulator's HTTP face: OpenAI-compatible routes over the batching engine.
+"""The simulator's HTTP face: every dialect's routes over the batching engine.
+
+Each route of ``tailreplay.dialects`` is served: the dialect reads the request and
+writes the answer (whole, or the exact event sequence of its stream); the engine
+decides when each token comes. Embeddings are a prefill and one step, no tokens.
 
 ``build_app`` makes the aiohttp application; ``serve`` runs it in-process (for
 fast tests); ``run`` is what ``tailreplay sim`` calls. ``tailreplay.sim.launcher``
@@ -8,8 +12,8 @@ starts it in a child process instead, so it never shares a replayer's loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-import json
 import os
 import signal
 import time
@@ -22,13 +26,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from tailreplay.dialects import DIALECTS, Dialect
+from tailreplay.dialects.base import ReplyWriter, SimAnswer
 from tailreplay.sim.batching import Engine, NeverFits, QueueFull, Sequence
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.metrics import SimMetrics
 from tailreplay.sim.output import plan_output, plan_reasoning, words
 from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
-from tailreplay.sim.schema import BadRequest, SimRequest, error_body, parse_request
+from tailreplay.sim.schema import BadRequest, SimRequest, parse_request
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.tokens import get as get_encoder
 from tailreplay.units import host_port
@@ -63,8 +69,9 @@ STATE = web.AppKey("state", _State)
 
 def build_app(config: SimConfig) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST_BYTES)
-    app.router.add_post("/v1/chat/completions", _chat)
-    app.router.add_post("/v1/completions", _completions)
+    for dialect in DIALECTS:
+        for route in dialect.routes:
+            app.router.add_post(route, functools.partial(_complete, dialect=dialect))
     app.router.add_get("/v1/models", _models)
     app.router.add_get("/health", _health)
     app.router.add_get("/metrics", _metrics)
@@ -95,31 +102,27 @@ def _tokenize(prompt: str, block_size: int, entropy: bool = False) -> tuple[int,
     return len(tokens), block_hashes(tokens, block_size) if block_size else [], bits
 
 
-def _error(status: int, message: str, param: str | None = None, **headers: str) -> web.Response:
+def _error(
+    dialect: Dialect, status: int, message: str, param: str | None = None, **headers: str
+) -> web.Response:
     kind = {400: "invalid_request_error", 429: "rate_limit_error"}.get(status, "server_error")
-    return web.json_response(error_body(message, param, kind), status=status, headers=headers)
+    body = dialect.error_body(message, kind, param)
+    return web.json_response(body, status=status, headers=headers)
 
 
-async def _chat(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, "chat")
-
-
-async def _completions(request: web.Request) -> web.StreamResponse:
-    return await _complete(request, "completion")
-
-
-async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
+async def _complete(request: web.Request, dialect: Dialect) -> web.StreamResponse:
     state = request.app[STATE]
     arrival = time.monotonic()
     metrics = state.metrics
+    headers = {k.lower(): v for k, v in request.headers.items()}
     try:
-        req = parse_request(await request.read(), kind)
+        req = parse_request(await request.read(), dialect, headers)
     except BadRequest as exc:
         metrics.rejected.labels("bad_request").inc()
-        return _error(400, str(exc), exc.param)
+        return _error(dialect, 400, str(exc), exc.param)
     except web.HTTPRequestEntityTooLarge:
         metrics.rejected.labels("bad_request").inc()
-        return _error(413, f"request body over {MAX_REQUEST_BYTES} bytes")
+        return _error(dialect, 413, f"request body over {MAX_REQUEST_BYTES} bytes")
 
     config = state.config
     limit = config.profile.max_model_len
@@ -127,7 +130,9 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         # Far too long whatever the tokenizer says: refuse without tokenising megabytes.
         metrics.rejected.labels("never_fits").inc()
         return _error(
-            400, f"This model's maximum context length is {limit} tokens; the prompt is far longer."
+            dialect,
+            400,
+            f"This model's maximum context length is {limit} tokens; the prompt is far longer.",
         )
     block_size = config.profile.block_size if config.profile.prefix_caching else 0
     spec = config.profile.spec_tokens > 0
@@ -141,7 +146,7 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
     fault = config.faults.draw(target)
     if fault.error:
         metrics.rejected.labels("fault_error").inc()
-        return _error(500, "injected fault (--fault-error-rate)")
+        return _error(dialect, 500, "injected fault (--fault-error-rate)")
     try:
         state.engine.check_fits(prompt_tokens, req.max_tokens)
         if fault.stall_s:
@@ -150,121 +155,51 @@ async def _complete(request: web.Request, kind: str) -> web.StreamResponse:
         seq = state.engine.submit(prompt_tokens, target, blocks, acceptance)
     except NeverFits as exc:
         metrics.rejected.labels("never_fits").inc()
-        return _error(400, str(exc), "messages" if kind == "chat" else "prompt")
+        return _error(dialect, 400, str(exc), "messages" if dialect.chat_prompt else "prompt")
     except QueueFull as exc:
         metrics.rejected.labels("queue_full").inc()
-        return _error(429, str(exc), **{"Retry-After": "1"})
+        return _error(dialect, 429, str(exc), **{"Retry-After": "1"})
 
     reasoning = plan_reasoning(req, target, config.profile, config.seed)
-    reply = _Reply(req, prompt_tokens, finish_reason, reasoning, seq)
+    if req.ask.tool is not None and finish_reason == "stop":
+        finish_reason = "tool_calls"
+    answer = SimAnswer(
+        ask=req.ask,
+        id=uuid.uuid4().hex,
+        created=int(time.time()),
+        prompt_tokens=prompt_tokens,
+        cached_tokens=None,
+        finish=finish_reason,
+        reasoning=reasoning,
+    )
     try:
         if req.stream:
-            return await _stream(request, state, req, seq, reply, fault.reset_after, arrival)
-        return await _whole(state, req, seq, reply, arrival)
+            writer = dialect.writer(answer)
+            return await _stream(request, state, req, seq, writer, fault.reset_after, arrival)
+        return await _whole(state, req, seq, dialect, answer, arrival)
     finally:
         if not seq.finished:
             metrics.aborted.inc()
         state.engine.cancel(seq)  # no-op when it finished; frees slot and KV otherwise
 
 
-class _Reply:
-    """Builds the OpenAI-shaped bodies for one request."""
-
-    def __init__(
-        self, req: SimRequest, prompt_tokens: int, finish: str, reasoning: int, seq: Sequence
-    ) -> None:
-        self.req = req
-        self.seq = seq
-        self.prompt_tokens = prompt_tokens
-        self.finish = finish
-        self.reasoning = reasoning
-        """The first this many output tokens are thinking (``reasoning_content``)."""
-        self.chat = req.kind == "chat"
-        self.id = ("chatcmpl-" if self.chat else "cmpl-") + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.model = req.model or ""
-        self.object = "chat.completion" if self.chat else "text_completion"
-
-    def usage(self, completion_tokens: int) -> dict[str, Any]:
-        usage: dict[str, Any] = {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": self.prompt_tokens + completion_tokens,
-        }
-        if self.seq.cached_tokens is not None:  # as vLLM and OpenAI report prefix-cache hits
-            usage["prompt_tokens_details"] = {"cached_tokens": self.seq.cached_tokens}
-        if self.reasoning:  # as OpenAI and vLLM report a reasoning model's thinking
-            thought = min(self.reasoning, completion_tokens)
-            usage["completion_tokens_details"] = {"reasoning_tokens": thought}
-        return usage
-
-    def whole(self, tokens: list[str], completion_tokens: int) -> dict[str, Any]:
-        if self.chat:
-            thought, answer = tokens[: self.reasoning], tokens[self.reasoning :]
-            message = {"role": "assistant", "content": "".join(answer)}
-            if thought:
-                message["reasoning_content"] = "".join(thought)
-            choice: dict[str, Any] = {
-                "index": 0,
-                "message": message,
-                "finish_reason": self.finish,
-                "logprobs": None,
-            }
-        else:
-            text = "".join(tokens)
-            choice = {"index": 0, "text": text, "finish_reason": self.finish, "logprobs": None}
-        return {
-            "id": self.id,
-            "object": self.object,
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": self.usage(completion_tokens),
-        }
-
-    def chunk(self, text: str | None, index: int, finish: str | None = None) -> bytes:
-        """The SSE event of output token ``index`` (-1: the closing event)."""
-        if self.chat:
-            delta: dict[str, Any] = {}
-            if index == 0:
-                delta["role"] = "assistant"
-            if text is not None:
-                delta["reasoning_content" if index < self.reasoning else "content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": self.object + ("" if not self.chat else ".chunk"),
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-        }
-        if self.req.include_usage:
-            body["usage"] = None
-        return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
-
-    def usage_chunk(self, completion_tokens: int) -> bytes:
-        body = {
-            "id": self.id,
-            "object": self.object + (".chunk" if self.chat else ""),
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": self.usage(completion_tokens),
-        }
-        return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
-
-
 async def _whole(
-    state: _State, req: SimRequest, seq: Sequence, reply: _Reply, arrival: float
+    state: _State,
+    req: SimRequest,
+    seq: Sequence,
+    dialect: Dialect,
+    answer: SimAnswer,
+    arrival: float,
 ) -> web.Response:
     first_at = None
     while await seq.next_tokens():
         first_at = first_at or time.monotonic()
-    tokens = list(itertools.islice(words(req, state.config.seed), seq.generated))
-    _observe(state, seq, reply, arrival, first_at)
-    return web.json_response(reply.whole(tokens, seq.generated))
+    # An embedding generates nothing: its one engine step is the prefill's end.
+    made = seq.generated if dialect.generates else 0
+    tokens = list(itertools.islice(words(req, state.config.seed), made))
+    answer.cached_tokens = seq.cached_tokens
+    _observe(state, seq, answer.finish, arrival, first_at)
+    return web.json_response(dialect.writer(answer).whole(tokens))
 
 
 async def _stream(
@@ -272,7 +207,7 @@ async def _stream(
     state: _State,
     req: SimRequest,
     seq: Sequence,
-    reply: _Reply,
+    writer: ReplyWriter,
     reset_after: int | None,
     arrival: float,
 ) -> web.StreamResponse:
@@ -280,6 +215,9 @@ async def _stream(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await resp.prepare(request)
+    head = writer.head()  # the events before any token (Anthropic's message_start)
+    if head:
+        await resp.write(head)
     text = words(req, state.config.seed)
     sent = 0
     first_at = None
@@ -293,21 +231,19 @@ async def _stream(
                     request.transport.abort()  # an RST, as a crashed server gives
                 state.engine.cancel(seq)
                 return resp
-            out.append(reply.chunk(next(text), sent))
+            if sent == 0:  # known once the prefill ran
+                writer.answer.cached_tokens = seq.cached_tokens
+            out.append(writer.token(next(text), sent))
             sent += 1
         await resp.write(b"".join(out))
-    tail = [reply.chunk(None, -1, finish=reply.finish)]
-    if req.include_usage:
-        tail.append(reply.usage_chunk(sent))
-    tail.append(b"data: [DONE]\n\n")
-    await resp.write(b"".join(tail))
-    _observe(state, seq, reply, arrival, first_at)
+    await resp.write(writer.tail(sent))
+    _observe(state, seq, writer.answer.finish, arrival, first_at)
     await resp.write_eof()
     return resp
 
 
 def _observe(
-    state: _State, seq: Sequence, reply: _Reply, arrival: float, first_at: float | None
+    state: _State, seq: Sequence, finish: str, arrival: float, first_at: float | None
 ) -> None:
     m = state.metrics
     now = time.monotonic()
@@ -316,7 +252,7 @@ def _observe(
         m.ttft.observe(first_at - arrival)
         if seq.generated > 1:
             m.tpot.observe((now - first_at) / (seq.generated - 1))
-    m.success.labels(m.model, reply.finish).inc()
+    m.success.labels(m.model, finish).inc()
 
 
 async def _models(request: web.Request) -> web.Response:

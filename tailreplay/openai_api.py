@@ -1,7 +1,8 @@
-"""What every part of tailreplay knows of the OpenAI API: paths, route labels, usage, chat text.
+"""What every part of tailreplay reads of an answer: usage, problems, error messages.
 
 The proxy, the replayer, the importers, the exporters and the simulator all read
-OpenAI-compatible traffic; the facts they share live here, once.
+LLM API traffic; what differs by dialect (usage names, finish reasons, a stream's
+closing event) the dialect says (``tailreplay.dialects``), the rest lives here, once.
 
 Usage is found by a byte search, not a JSON parse of the whole response: the
 usage map is small and comes last, and the bytes kept may be only the stream's
@@ -14,55 +15,27 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from tailreplay.dialects import Dialect, dialect_for
+from tailreplay.dialects.usage import Usage
 
 if TYPE_CHECKING:
     from tailreplay.sse import StreamTimeline
 
 __all__ = [
-    "COUNT_LIMIT",
-    "OPENAI_PATHS",
-    "ROUTES",
     "ResponseTap",
-    "Usage",
     "call_name",
     "calls_that_generate_nothing",
-    "chat_parts",
-    "chat_text",
     "decode_fields",
     "error_message",
     "generates_nothing",
-    "operation_name",
     "parse_usage",
     "read_answer",
     "response_problem",
-    "route_label",
 ]
-
-OPENAI_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"}
-)
-"""Paths whose JSON bodies tailreplay reads (model, stream, max_tokens, usage)."""
-
-ROUTES = (*sorted(OPENAI_PATHS), "/v1/models", "other")
-"""Every value ``route_label`` can return: the bounded ``route`` label of metrics."""
-
-_OPERATIONS = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "text_completion",
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "chat",
-}
-
-
-def route_label(path: str | None) -> str:
-    """A bounded label for metrics: a known API path, or "other"."""
-    bare = (path or "").split("?", 1)[0]
-    return bare if bare in OPENAI_PATHS or bare == "/v1/models" else "other"
-
 
 _TOKENIZER_ROUTES = ("/tokenize", "/detokenize")
 
@@ -93,44 +66,8 @@ def calls_that_generate_nothing(n: int) -> str:
     return f"{n:,} call that generates nothing" if n == 1 else f"{n:,} calls that generate nothing"
 
 
-def operation_name(path: str | None) -> str:
-    """GenAI's ``gen_ai.operation.name`` for a request path (``chat`` when unknown)."""
-    if path is None:
-        return "chat"
-    return _OPERATIONS.get(path.split("?", 1)[0].rstrip("/"), "chat")
-
-
-@dataclass
-class Usage:
-    """What the server reported of a response's tokens (None: not reported)."""
-
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    """All generated tokens, reasoning included."""
-    cached_tokens: int | None = None
-    """Prompt tokens served from the prefix cache."""
-    reasoning_tokens: int | None = None
-    """Generated tokens spent thinking before the answer (inside completion_tokens)."""
-    finish_reason: str | None = None
-
-
 _USAGE_KEY = re.compile(r'"usage"\s*:\s*\{')
-_FINISH = re.compile(r'"finish_reason"\s*:\s*"([a-z_]+)"')
 _DECODER = json.JSONDecoder()
-# Each count under the names servers give it: OpenAI's chat and completions, its
-# Responses API and Anthropic's (input/output), vLLM, SGLang, TGI and llama.cpp
-# (OpenAI's names), nested as OpenAI nests the details.
-_PROMPT = (("prompt_tokens",), ("input_tokens",))
-_COMPLETION = (("completion_tokens",), ("output_tokens",))
-_CACHED = (
-    ("prompt_tokens_details", "cached_tokens"),
-    ("input_tokens_details", "cached_tokens"),
-    ("cache_read_input_tokens",),
-)
-_REASONING = (
-    ("completion_tokens_details", "reasoning_tokens"),
-    ("output_tokens_details", "reasoning_tokens"),
-)
 
 
 def decode_fields(data: bytes) -> Any:
@@ -147,11 +84,14 @@ def decode_fields(data: bytes) -> Any:
         return json.loads(data)
 
 
-def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
+def parse_usage(
+    kept: bytes, content_encoding: str | None = None, dialect: Dialect | None = None
+) -> Usage:
     """Usage and finish reason from the kept response bytes (the last of each wins).
 
     ``kept`` may be a whole JSON body, an SSE stream or only its tail: every
-    ``"usage": {...}`` object in it is decoded as JSON, whatever it nests.
+    ``"usage": {...}`` object in it is decoded as JSON, whatever it nests, and read
+    under ``dialect``'s names (OpenAI's when None).
 
     >>> parse_usage(b'{"usage": {"prompt_tokens": 9, "completion_tokens": 2}}').prompt_tokens
     9
@@ -163,50 +103,40 @@ def parse_usage(kept: bytes, content_encoding: str | None = None) -> Usage:
             kept = zlib.decompressobj(47).decompress(bytes(kept), _WHOLE_BYTES)
         except zlib.error:
             return Usage()
-    text = bytes(kept).decode("utf-8", "replace")
+    raw = bytes(kept)
+    text = raw.decode("utf-8", "replace")
     usage = Usage()
+    fold = dialect.fold_usage if dialect is not None else _fold_openai
     for m in _USAGE_KEY.finditer(text):
         try:
             fields, _ = _DECODER.raw_decode(text, m.end() - 1)
         except (ValueError, RecursionError):
             continue  # cut off by the kept window, not JSON, or nested past the stack
-        _update(usage, fields)
-    finishes = _FINISH.findall(text)
-    if finishes:
-        usage.finish_reason = finishes[-1]
+        if isinstance(fields, dict):
+            fold(usage, fields)
+    usage.finish_reason = _finish(raw, dialect)
     return usage
 
 
-COUNT_LIMIT = 1 << 32
-"""Token counts an archive holds are below this (``traces/archive/validate.py``'s _TOKENS)."""
-_COUNTS = (
-    ("prompt_tokens", _PROMPT),
-    ("completion_tokens", _COMPLETION),
-    ("cached_tokens", _CACHED),
-    ("reasoning_tokens", _REASONING),
-)
-"""Each count's paths in a usage object: a key, or a key and one under it."""
+def _fold_openai(usage: Usage, fields: dict[str, Any]) -> None:
+    usage.update(fields)
 
 
-def _update(usage: Usage, fields: dict[str, Any]) -> None:
-    """Set what one usage object reports; counts it does not report stay as they were."""
-    for name, paths in _COUNTS:
-        for path in paths:
-            value = fields.get(path[0])
-            if len(path) == 2:
-                value = value.get(path[1]) if isinstance(value, dict) else None
-            # Not a bool (JSON's numbers decode to int exactly), and a count an archive
-            # holds (0 <= v < 2^32, docs/archive-format.md): anything else is no count.
-            if type(value) is int and 0 <= value < COUNT_LIMIT:
-                setattr(usage, name, value)
-                break
+_FINISH = re.compile(rb'"finish_reason"\s*:\s*"([a-z_]+)"')
+
+
+def _finish(raw: bytes, dialect: Dialect | None) -> str | None:
+    if dialect is not None:
+        return dialect.finish_reason(raw)
+    found = _FINISH.findall(raw)
+    return found[-1].decode() if found else None
 
 
 def read_answer(
     path: str | None, status: int, tap: ResponseTap, timeline: StreamTimeline | None
 ) -> tuple[str | None, Usage]:
     """``response_problem`` and ``parse_usage`` of an answer's kept bytes, a whole JSON
-    body on an OpenAI route decoded once for both: the replayer reads every answer,
+    body on a known route decoded once for both: the replayer reads every answer,
     thousands a second.
 
     The decoded body's own ``usage`` stands for the byte search's only when the search
@@ -215,21 +145,19 @@ def read_answer(
     search, so both ways give the same counts.
     """
     kept = bytes(tap.kept)
-    bare = (path or "").split("?", 1)[0]
-    if timeline is not None or tap.truncated or status >= 400 or bare not in OPENAI_PATHS:
-        return response_problem(path, status, tap, timeline), parse_usage(kept)
+    dialect = dialect_for(path)
+    if timeline is not None or tap.truncated or status >= 400 or dialect is None:
+        return response_problem(path, status, tap, timeline), parse_usage(kept, None, dialect)
     try:
         doc = decode_fields(kept)
     except (ValueError, RecursionError):  # not JSON, or nested past the stack
-        return "bad_response", parse_usage(kept)
+        return "bad_response", parse_usage(kept, None, dialect)
     fields = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(fields, dict) or kept.count(b'"usage"') != 1 or b"\\u" in kept:
-        return None, parse_usage(kept)
+        return None, parse_usage(kept, None, dialect)
     usage = Usage()
-    _update(usage, fields)
-    finishes = _FINISH.findall(kept.decode("utf-8", "replace"))
-    if finishes:
-        usage.finish_reason = finishes[-1]
+    dialect.fold_usage(usage, fields)
+    usage.finish_reason = dialect.finish_reason(kept)
     return None, usage
 
 
@@ -280,34 +208,6 @@ def _message_in(doc: Any, depth: int) -> str | None:
     return None
 
 
-def chat_text(messages: list[Any]) -> str:
-    """The text of chat ``messages`` for counting: each as ``<role>\\n<content>\\n``.
-
-    A stand-in for a chat template (which adds a few tokens per message the same
-    way); the simulator counts prompts with it and the proxy estimates with it.
-    Content given as parts keeps its text parts.
-    """
-    return "".join(chat_parts(messages))
-
-
-def chat_parts(messages: list[Any]) -> list[str]:
-    """``chat_text`` message by message (a conversation's earlier messages come
-    again, unchanged, in each of its requests)."""
-    parts = []
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            content = "".join(
-                p.get("text", "")
-                for p in content
-                if isinstance(p, dict) and isinstance(p.get("text"), str)
-            )
-        parts.append(f"{m.get('role', '')}\n{content if isinstance(content, str) else ''}\n")
-    return parts
-
-
 _TAIL_BYTES = 16 << 10
 _WHOLE_BYTES = 1 << 20
 
@@ -350,26 +250,23 @@ class ResponseTap:
             self.truncated = self.truncated or len(chunk) > room
 
 
-_DONE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
-"""Streams that end with ``data: [DONE]`` (the Responses API ends with an event instead)."""
-
-
 def response_problem(
     path: str | None, status: int, tap: ResponseTap, timeline: StreamTimeline | None
 ) -> str | None:
-    """Why a successful answer on an OpenAI route is not what the API promises, or None.
+    """Why a successful answer on a known route is not what its API promises, or None.
 
     A body that is not JSON (an HTML page, a proxy's error text), a stream with
-    events that are not JSON, or a chat/completions stream that ends without
-    ``[DONE]`` (cut short) is a ``bad_response``, whatever its status said.
+    events that are not JSON, or a stream that ends without its dialect's closing
+    event (``[DONE]``, ``response.completed``, ``message_stop``: cut short) is a
+    ``bad_response``, whatever its status said.
     """
-    bare = (path or "").split("?", 1)[0]
-    if status >= 400 or bare not in OPENAI_PATHS:
+    dialect = dialect_for(path)
+    if status >= 400 or dialect is None:
         return None
     if timeline is not None:
         if timeline.malformed:
             return "bad_response"
-        return "bad_response" if bare in _DONE_PATHS and not timeline.done else None
+        return "bad_response" if dialect.stream_ends and not timeline.done else None
     if tap.truncated:
         return None  # over 1 MiB: not judged
     try:

@@ -6,11 +6,12 @@ and inter-token gaps mean one thing on both sides:
 
 - an event is complete at its blank line (``\\n\\n`` or ``\\r\\n\\r\\n``); its time is
   the arrival of the chunk that completes it;
-- an event is a *token event* when it carries generated text: a non-empty
-  ``content``, ``text``, ``arguments`` (tool calls) or ``delta`` string (the
-  answer), or ``reasoning_content``, ``reasoning`` or ``thinking`` (a reasoning
-  model's thoughts). Keep-alive comments (``: ping``), role-only and usage-only
-  events and ``[DONE]`` are not;
+- an event is a *token event* when its dialect says it carries generated text
+  (``Dialect.token_kind``: a chat chunk's non-empty ``content``, a Responses
+  ``*.delta`` event, an Anthropic ``content_block_delta``), answer or thinking.
+  Keep-alive comments (``: ping``), role-only, usage-only and lifecycle events
+  (``response.output_text.done``, ``message_stop``) and ``[DONE]`` are not;
+- ``done`` is set by the dialect's closing event (``Dialect.stream_ends``);
 - ``first_ns`` is the first token event of any kind (TTFT); ``first_answer_ns``
   the first answer token (later than ``first_ns`` when the model reasoned first);
 - ``gaps_us`` holds one gap per token event after the first: the time since the
@@ -29,6 +30,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tailreplay.dialects import Dialect, dialect_named
+from tailreplay.dialects.base import NOT_TOKEN, REASONING
 from tailreplay.log_bins import bin_of
 
 __all__ = ["EXACT_GAPS", "StreamTimeline", "flat_bins"]
@@ -36,10 +39,6 @@ __all__ = ["EXACT_GAPS", "StreamTimeline", "flat_bins"]
 EXACT_GAPS = 4096
 """Gaps kept one by one: every answer of up to 4,097 tokens, whole (the usual)."""
 
-_TEXT = re.compile(
-    rb'"(content|text|arguments|delta|reasoning_content|reasoning|thinking)"\s*:\s*"(?!")'
-)
-_REASONING = frozenset((b"reasoning_content", b"reasoning", b"thinking"))
 _BOUNDARY = re.compile(rb"\r\n\r\n|\n\n")
 _MAX_PARTIAL = 1 << 20
 """An unfinished event longer than this is not SSE as servers send it: dropped."""
@@ -49,8 +48,11 @@ class StreamTimeline:
     """Feed it every chunk with its arrival time (ns, monotonic); read the timeline after."""
 
     __slots__ = (
+        "_ends",
+        "_kind",
         "_last_ns",
         "_partial",
+        "dialect",
         "done",
         "first_answer_ns",
         "first_ns",
@@ -61,7 +63,10 @@ class StreamTimeline:
         "tokens",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, dialect: Dialect) -> None:
+        self._kind = dialect.token_kind
+        self._ends = dialect.stream_ends
+        self.dialect = dialect.name
         self.first_ns: int | None = None
         self.first_answer_ns: int | None = None
         self.gaps_us: list[int] = []
@@ -81,6 +86,7 @@ class StreamTimeline:
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the proxy's exchange to the recorder process: a flat tuple.
         state = (
+            self.dialect,
             self.first_ns,
             self.first_answer_ns,
             self.gaps_us,
@@ -119,16 +125,19 @@ class StreamTimeline:
         if at < 0:
             return False  # a comment (": ping"), or an event with no data
         payload = event[at + 5 :].lstrip()
+        # The closing event names itself first (``[DONE]``, ``{"type":"message_stop"``):
+        # looking no further keeps an answer's own text from ending its stream.
+        head = payload[:64]
+        if any(end in head for end in self._ends):
+            self.done = True
         if not payload.startswith(b"{"):
-            if payload.startswith(b"[DONE]"):
-                self.done = True
-            elif payload:
+            if payload and not payload.startswith(b"[DONE]"):
                 self.malformed += 1
             return False
-        keys = _TEXT.findall(event)
-        if not keys:
+        kind = self._kind(event)
+        if kind == NOT_TOKEN:
             return False
-        answer = any(key not in _REASONING for key in keys)
+        answer = kind != REASONING
         self.tokens += 1
         if not answer:
             self.reasoning += 1
@@ -148,6 +157,7 @@ class StreamTimeline:
 
 
 def _restore(
+    dialect: str,
     first_ns: int | None,
     first_answer_ns: int | None,
     gaps_us: list[int],
@@ -157,7 +167,7 @@ def _restore(
     done: bool,
     malformed: int,
 ) -> StreamTimeline:
-    timeline = StreamTimeline()
+    timeline = StreamTimeline(dialect_named(dialect))
     timeline.first_ns, timeline.first_answer_ns = first_ns, first_answer_ns
     timeline.gaps_us, timeline.more = gaps_us, more
     timeline.tokens, timeline.reasoning = tokens, reasoning

@@ -50,9 +50,9 @@ def _body(**fields: object) -> bytes:
 def test_a_count_past_64_bits_is_no_count_as_before() -> None:
     # orjson gives such an integer as a float; json gave an int past the archive's
     # range: neither is a count.
-    assert request_info(CHAT, _body(max_tokens=1 << 70)).max_tokens is None
-    assert request_info(CHAT, _body(max_tokens=-(1 << 70))).max_tokens is None
-    assert request_info(CHAT, _body(max_tokens=16)).max_tokens == 16
+    assert request_info(CHAT, _body(max_tokens=1 << 70)).fields.max_tokens is None
+    assert request_info(CHAT, _body(max_tokens=-(1 << 70))).fields.max_tokens is None
+    assert request_info(CHAT, _body(max_tokens=16)).fields.max_tokens == 16
     answer = b'{"choices": [], "usage": {"prompt_tokens": %d, "completion_tokens": 7}}'
     tap = ResponseTap(stream=False)
     tap.feed(answer % (1 << 70))
@@ -63,7 +63,7 @@ def test_a_count_past_64_bits_is_no_count_as_before() -> None:
 def test_bodies_neither_decoder_takes_are_not_kept() -> None:
     for raw in (b"\xff\xfe{", b"[" * 5000 + b"]" * 5000, b'{"model": "m",', b"\x00"):
         info = request_info(CHAT, raw)
-        assert (info.body, info.model) == (None, None), raw[:20]
+        assert (info.body, info.fields.model) == (None, None), raw[:20]
     tap = ResponseTap(stream=False)
     tap.feed(b"[" * 5000 + b"]" * 5000)
     assert read_answer(CHAT, 200, tap, None)[0] == "bad_response"

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
+from tailreplay.dialects import dialect_named
 from tailreplay.exporters.spans import span_attributes
 from tailreplay.sse import EXACT_GAPS, StreamTimeline, flat_bins
 from tailreplay.traces.archive.format import make_header
@@ -23,9 +24,11 @@ from tailreplay.traces.archive.writer import ArchiveWriter
 EVENT = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
 T0 = 1_700_000_000 * 10**9
 
+CHAT = dialect_named("chat")
+
 
 def _stream(gaps_us: np.ndarray) -> StreamTimeline:
-    timeline = StreamTimeline()
+    timeline = StreamTimeline(CHAT)
     now = 10**12
     timeline.feed(EVENT, now)
     for gap in gaps_us:

@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from tailreplay.openai_api import chat_text
+from tailreplay.dialects.prompt_text import chat_text
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.sim.server import SimConfig, serve
 from tailreplay.traces.text.prompt_stats import prompt_stats

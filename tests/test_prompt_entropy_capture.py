@@ -14,7 +14,7 @@ import aiohttp
 import numpy as np
 import pytest
 
-from tailreplay.openai_api import chat_text
+from tailreplay.dialects.prompt_text import chat_text
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.schedule import Planned

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tailreplay.openai_api import chat_text
+from tailreplay.dialects.prompt_text import chat_text
 from tailreplay.proxy.prompt_tokens import (
     OPENAI,
     RENDERED_PER_MESSAGE,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tailreplay.openai_api import chat_text
+from tailreplay.dialects.prompt_text import chat_text
 from tailreplay.proxy.openai import SseRelay
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.text.tokens import count_tokens

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from yarl import URL
 
-from tailreplay.openai_api import ROUTES, ResponseTap
+from tailreplay.dialects import ROUTES
+from tailreplay.openai_api import ResponseTap
 from tailreplay.proxy import recorder_process
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tailreplay.openai_api import chat_parts, chat_text
+from tailreplay.dialects.prompt_text import chat_parts, chat_text
 from tailreplay.traces.text import redact_json
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.redact_bodies import redact_body

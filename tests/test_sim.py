@@ -149,7 +149,10 @@ async def test_deterministic_for_a_seed() -> None:
         (json.dumps({"model": "m", "messages": [{"content": "x"}]}).encode(), "'role'"),
         (json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": "10"}).encode(), "integer"),
         (json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 0}).encode(), "at least 1"),
-        (json.dumps({"model": "m", "messages": MESSAGES, "stream": "yes"}).encode(), "booleans"),
+        (
+            json.dumps({"model": "m", "messages": MESSAGES, "stream": "yes"}).encode(),
+            "must be a boolean",
+        ),
         (json.dumps({"model": "m", "messages": MESSAGES, "n": 2}).encode(), "n=1"),
         (
             json.dumps(

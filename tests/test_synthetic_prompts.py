@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tailreplay.openai_api import chat_text
+from tailreplay.dialects.prompt_text import chat_text
 from tailreplay.replayer import prompts
 from tailreplay.replayer.prompts import BLOCK_TOKENS, PromptMaker
 from tailreplay.replayer.request import BodyEdits, RequestBuilder

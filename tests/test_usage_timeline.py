@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 
+from tailreplay.dialects import dialect_for, dialect_named
 from tailreplay.openai_api import ResponseTap, parse_usage, read_answer, response_problem
 from tailreplay.sse import StreamTimeline
 
@@ -20,6 +21,8 @@ OPENAI = {
                                   "accepted_prediction_tokens": 0,
                                   "rejected_prediction_tokens": 0},
 }  # fmt: skip
+
+CHAT = dialect_named("chat")
 
 
 def _sse(*events: dict[str, object] | str) -> bytes:
@@ -81,7 +84,7 @@ def _event(delta: dict[str, str]) -> bytes:
 
 
 def test_the_timeline_counts_token_events_not_comments_or_empty_ones() -> None:
-    t = StreamTimeline()
+    t = StreamTimeline(CHAT)
     t.feed(b": ping\n\n", 1_000_000)  # a keep-alive while queued: not a token
     t.feed(_event({"role": "assistant", "content": ""}), 2_000_000)  # role only
     t.feed(_event({"content": "Hi"}), 7_000_000)
@@ -93,13 +96,13 @@ def test_the_timeline_counts_token_events_not_comments_or_empty_ones() -> None:
 
 
 def test_reasoning_comes_first_and_the_answer_is_timed_apart() -> None:
-    t = StreamTimeline()
+    t = StreamTimeline(CHAT)
     t.feed(_event({"role": "assistant", "reasoning_content": "Let"}), 5_000_000)
     t.feed(_event({"reasoning_content": " me"}), 6_000_000)
     t.feed(_event({"content": "Yes"}), 8_000_000)
     assert (t.first_ns, t.first_answer_ns) == (5_000_000, 8_000_000)
     assert (t.tokens, t.reasoning, t.gaps_us) == (3, 2, [1000, 2000])
-    other = StreamTimeline()  # the same, as servers other than DeepSeek's spell it
+    other = StreamTimeline(CHAT)  # the same, as servers other than DeepSeek's spell it
     other.feed(_event({"reasoning": "Hmm"}) + _event({"content": "No"}), 1_000_000)
     assert (other.tokens, other.reasoning, other.first_answer_ns) == (2, 1, 1_000_000)
 
@@ -108,7 +111,7 @@ def test_reasoning_comes_first_and_the_answer_is_timed_apart() -> None:
 def test_events_split_or_coalesced_by_the_network(crlf: bool) -> None:
     end = b"\r\n\r\n" if crlf else b"\n\n"
     words = [_event({"content": w}).replace(b"\n\n", end) for w in ("a", "b", "c", "d")]
-    t = StreamTimeline()
+    t = StreamTimeline(CHAT)
     # An event in two reads counts when its blank line arrives...
     t.feed(words[0][:10], 1_000_000)
     t.feed(words[0][10:], 3_000_000)
@@ -122,7 +125,7 @@ def test_events_split_or_coalesced_by_the_network(crlf: bool) -> None:
 
 
 def test_a_stream_that_is_not_json_is_malformed_and_pickles_whole() -> None:
-    t = StreamTimeline()
+    t = StreamTimeline(CHAT)
     t.feed(b"data: <html>oops</html>\n\n", 1)
     t.feed(_event({"content": "x"}), 2)
     again = pickle.loads(pickle.dumps(t))
@@ -138,13 +141,18 @@ def test_a_stream_that_is_not_json_is_malformed_and_pickles_whole() -> None:
         ("/v1/chat/completions", True, _event({"content": "a"}), "bad_response"),  # cut short
         ("/v1/completions", True, b"data: not json\n\ndata: [DONE]\n\n", "bad_response"),
         ("/v1/responses", True, _sse({"type": "response.completed"}), None),  # no [DONE] there
+        ("/v1/responses", True, _sse({"type": "response.output_text.delta"}), "bad_response"),
+        ("/v1/messages", True, _sse({"type": "message_stop"}), None),
+        ("/v1/messages", True, _sse({"type": "message_start"}), "bad_response"),  # cut short
         ("/healthz", False, b"ok", None),  # not an OpenAI route: not judged
     ],
 )
 def test_an_answer_that_breaks_the_api_is_a_bad_response(
     path: str, sse: bool, body: bytes, problem: str | None
 ) -> None:
-    tap, timeline = ResponseTap(stream=sse), StreamTimeline() if sse else None
+    dialect = dialect_for(path)
+    timeline = StreamTimeline(dialect) if sse and dialect is not None else None
+    tap = ResponseTap(stream=sse)
     tap.feed(body)
     if timeline is not None:
         timeline.feed(body, 1)
@@ -198,7 +206,7 @@ def test_hostile_answers_and_requests_are_read_as_nothing_not_a_lost_record() ->
     from tailreplay.proxy.openai import request_info
 
     deep = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
-    assert request_info("/v1/chat/completions", deep).max_tokens is None
+    assert request_info("/v1/chat/completions", deep).fields.max_tokens is None
     usage = b'{"usage": ' + deep + b"}"
     assert parse_usage(usage).prompt_tokens is None
     tap = ResponseTap(stream=False)
