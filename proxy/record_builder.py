@@ -185,6 +185,9 @@ def _count_tokens(
         record.output_tokens = usage.completion_tokens
         record.cached_tokens = usage.cached_tokens
         record.reasoning_tokens = usage.reasoning_tokens
+        if record.reasoning_tokens is None and ex.timeline is not None:
+            # Anthropic reports no thinking tokens apart: its thinking events count them.
+            record.reasoning_tokens = ex.timeline.reasoning or None
         record.tokens_source = "usage"
         if estimate is not None and not record.shed:  # shed: characters, not tokens
             calibration.observe(asked.model, estimated=estimate, reported=usage.prompt_tokens)

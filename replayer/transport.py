@@ -377,6 +377,9 @@ def _read_body(
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens
         out.cached_tokens, out.reasoning_tokens = usage.cached_tokens, usage.reasoning_tokens
+        if out.reasoning_tokens is None and timeline is not None:
+            # Anthropic reports no thinking tokens apart: its thinking events count them.
+            out.reasoning_tokens = timeline.reasoning or None
         out.tokens_source = "usage"
     elif out.error is None and timeline is not None and timeline.tokens:
         # No usage (llama.cpp ignores include_usage): one token an event, as the proxy counts.
