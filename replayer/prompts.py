@@ -325,9 +325,12 @@ class PromptMaker:
             self.cached_bytes -= len(old)
         return text
 
-    def content_tokens(self, input_tokens: int) -> int:
-        """Content tokens to send for a prompt that should count ``input_tokens``."""
-        return max(1, round(input_tokens / self.correction) - self.overhead)
+    def content_tokens(self, input_tokens: int, overhead: int | None = None) -> int:
+        """Content tokens to send for a prompt that should count ``input_tokens``, of
+        which ``overhead`` are the wrapping's (a chat message's role; by default
+        ``self.overhead``, 0 for a bare prompt)."""
+        wrap = self.overhead if overhead is None else overhead
+        return max(1, round(input_tokens / self.correction) - wrap)
 
     def rendered_tokens(self, content_tokens: int) -> int:
         """Our count of the rendered prompt for ``content_tokens`` of content."""

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailreplay.dialects import Dialect, dialect_for
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.schedule import MAX_BUDGET, Planned
 from tailreplay.traces.archive.record import Record
@@ -28,7 +29,6 @@ DEFAULT_INPUT_TOKENS = 32
 """Prompt size for a record that kept neither a body nor an input token count."""
 FORCED_FIELDS = ("min_tokens", "ignore_eos")
 _CHAT = "/v1/chat/completions"
-_COMPLETIONS = "/v1/completions"
 _PROMPT = "\x00tailreplay:prompt\x00"
 """Stands for the synthetic prompt in the body until the prompt's bytes replace it."""
 _PROMPT_JSON = json.dumps(_PROMPT).encode()
@@ -84,13 +84,9 @@ class BodyEdits:
             node[last] = value
 
 
-def _budget_of(body: dict[str, Any]) -> int | None:
-    """The output budget a request body asks for, in whichever field its route reads."""
-    for name in ("max_completion_tokens", "max_output_tokens", "max_tokens"):
-        value = body.get(name)
-        if type(value) is int:
-            return value
-    return None
+def _budget_of(dialect: Dialect | None, body: dict[str, Any]) -> int | None:
+    """The output budget a request body asks for, in whichever field its dialect reads."""
+    return dialect.budget_of(body) if dialect is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,16 +149,12 @@ class RequestBuilder:
         name = model or self.default_model
         return self.model_map.get(name, name)
 
-    def _force(self, body: dict[str, Any], budget: int | None, path: str) -> bool:
-        """Set the output budget; True when min_tokens/ignore_eos went in with it."""
-        if budget is None:
+    def _force(self, body: dict[str, Any], budget: int | None, dialect: Dialect | None) -> bool:
+        """Set the output budget in the dialect's field; True when min_tokens/ignore_eos
+        went in with it. A dialect that generates nothing (embeddings) takes none."""
+        if budget is None or dialect is None or not dialect.generates:
             return False
-        if "max_completion_tokens" in body:
-            body["max_completion_tokens"] = budget
-        elif path.startswith("/v1/responses"):
-            body["max_output_tokens"] = budget
-        else:
-            body["max_tokens"] = budget
+        dialect.set_budget(body, budget)
         if self.force_lengths and self.forced_fields_ok:
             body["min_tokens"] = budget
             body["ignore_eos"] = True
@@ -200,13 +192,16 @@ class RequestBuilder:
         record = item.record
         method = record.method or "POST"
         path = record.path or _CHAT
-        bare = path.split("?", 1)[0]
+        dialect = dialect_for(path)
         if record.req_body is not None:
             return self._from_body(record.req_body, method, path, budget)
-        if method != "POST" or bare not in (_CHAT, _COMPLETIONS):
+        if method != "POST" or dialect is None:
+            # A call without a body (``GET /v1/models``); a POST no dialect could
+            # rebuild never gets here (``schedule.rebuildable``).
             return RequestSpec(method, path, None, False, None)
         tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
-        content = self.prompts.content_tokens(tokens)
+        overhead = self.prompts.overhead if dialect.chat_prompt else 0
+        content = self.prompts.content_tokens(tokens, overhead)
         # Keyed on the record's place in the stream and its copy, not its start alone:
         # requests stamped in one tick (or copies of one record) would otherwise get the
         # same text and share a prefix cache they never shared in production.
@@ -216,36 +211,33 @@ class RequestBuilder:
         # Rounded to a hundredth of a bit: the vocabulary for it is cached.
         bits = round(entropy / 1000, 2) if entropy is not None else None
         text = self.prompts.prompt(content, record.prefix_hashes, salt, bits, tally=tally)
-        frame = self._frame(bare, record.model, bool(record.stream), budget)
-        ours = self.prompts.rendered_tokens(content) if bare == _CHAT else content
+        frame = self._frame(dialect, record.model, bool(record.stream), budget)
+        ours = content + overhead
         # The prompt goes in as bytes: it is ASCII words and spaces, which JSON keeps as
         # they are, and escaping 650 KB of it would cost json.dumps a millisecond.
         tail = frame.tail
         raw = frame.head if tail is None else b"".join((frame.head, b'"', text, b'"', tail))
         return RequestSpec(method, path, raw, frame.stream, ours, frame.forced, budget=frame.budget)
 
-    def _frame(self, bare: str, model: str | None, stream: bool, budget: int | None) -> _Frame:
-        """The JSON body around a synthetic prompt; the same for every request of one
-        route, model, stream and budget, so it is made once (a replay sends thousands a
-        second) and kept, a bounded number of them."""
-        key = (bare, model, stream, budget, self.forced_fields_ok)
+    def _frame(
+        self, dialect: Dialect, model: str | None, stream: bool, budget: int | None
+    ) -> _Frame:
+        """The JSON body around a synthetic prompt, in the record's dialect; the same for
+        every request of one dialect, model, stream and budget, so it is made once (a
+        replay sends thousands a second) and kept, a bounded number of them."""
+        key = (dialect.name, model, stream, budget, self.forced_fields_ok)
         frame = self._frames.get(key)
         if frame is not None:
             return frame
-        body: dict[str, Any] = {"model": self._model(model), "stream": stream}
-        if bare == _CHAT:
-            body["messages"] = [{"role": "user", "content": _PROMPT}]
-        else:
-            body["prompt"] = _PROMPT
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        forced = self._force(body, budget, bare)
+        body = dialect.synthetic(self._model(model), stream and dialect.generates, _PROMPT)
+        forced = self._force(body, budget, dialect)
+        stream = body.get("stream") is True
         if self.edits is not None:
             self.edits.apply(body)
             stream = body.get("stream") is True
         head, found, tail = json.dumps(body).encode().partition(_PROMPT_JSON)
         # A --body-drop of the prompt's field: no prompt goes in (no tail, the head whole).
-        frame = _Frame(head, tail if found else None, stream, forced, _budget_of(body))
+        frame = _Frame(head, tail if found else None, stream, forced, _budget_of(dialect, body))
         if len(self._frames) >= _FRAMES:
             self._frames.clear()
         self._frames[key] = frame
@@ -260,9 +252,13 @@ class RequestBuilder:
             return RequestSpec(method, path, raw, False, None)
         if "model" in body and isinstance(body["model"], str):
             body["model"] = self._model(body["model"])
-        forced = self._force(body, budget, path.split("?", 1)[0])
+        dialect = dialect_for(path)
+        forced = self._force(body, budget, dialect)
+        if dialect is not None:
+            dialect.ask_usage(body)  # the target's own counts, to compare with the recorded
         if self.edits is not None:
             self.edits.apply(body)
         stream = body.get("stream") is True
         raw = json.dumps(body).encode()
-        return RequestSpec(method, path, raw, stream, None, forced, budget=_budget_of(body))
+        budget = _budget_of(dialect, body)
+        return RequestSpec(method, path, raw, stream, None, forced, budget=budget)

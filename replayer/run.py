@@ -196,6 +196,12 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
         say(ticks)
     for line in the_plan.warnings:
         say(f"warning: {line}")
+    if the_plan.refused:
+        say(
+            f"warning: {the_plan.refused:,} records left out: POSTs to routes no dialect "
+            "serves, captured without their bodies (replayed only from a capture with "
+            "--bodies redacted|full)"
+        )
     if the_plan.tail_by == "service_demand":
         cost = sc.tail_cost
         say(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tailreplay.dialects import dialect_for
 from tailreplay.errors import InputError
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
 from tailreplay.replayer.speed import Shape, Speed
@@ -126,6 +127,8 @@ class Plan:
     per_file: tuple[int, ...] = ()
     """The records each file held when the plan first read it. Every later read stops
     there, so a file still being written (a live capture) replays as it was then."""
+    refused: int = 0
+    """Records left out because they cannot be rebuilt (``rebuildable``)."""
     due_within: int | None = None
     """With ``ScheduleConfig.within_s``: the records due before it (at their recorded
     times dilated; spreading ticks moves a few across it)."""
@@ -175,25 +178,65 @@ def _load(config: ScheduleConfig, name: str, per_file: Sequence[int] | None) -> 
     return load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt, limits=per_file)
 
 
-def _window(cols: Columns, config: ScheduleConfig) -> np.ndarray | None:
-    """The replayed records as a mask, or None when every record is replayed."""
+def rebuildable(method: str | None, path: str | None, has_body: bool) -> bool:
+    """Whether a record can be sent again: with its body, as recorded; without one, as a
+    synthetic request of its dialect, or as a call without a body (``GET /v1/models``).
+    A POST to a route no dialect serves, kept without its body, cannot: sending it
+    empty would measure nothing the recording did."""
+    if has_body or (method or "POST").upper() != "POST":
+        return True
+    return path is None or dialect_for(path) is not None
+
+
+def _unbuildable(config: ScheduleConfig, per_file: Sequence[int]) -> Array | None:
+    """The records ``rebuildable`` refuses, as a mask; None when there are none."""
+    cols = load_columns(
+        config.paths,
+        ["path", "method"],
+        presence_only=["req_body"],
+        skip_corrupt=config.skip_corrupt,
+        limits=per_file,
+    )
+    paths, methods = cols["path"], cols["method"]
+    has_path, has_method, has_body = (cols.present[n] for n in ("path", "method", "req_body"))
+    posts = ~has_method | (methods == "POST")
+    candidates = np.flatnonzero(posts & has_path & ~has_body)
+    if candidates.size == 0:
+        return None
+    unknown = {p for p in set(paths[candidates]) if dialect_for(p) is None}
+    if not unknown:
+        return None
+    refused = np.zeros(len(paths), dtype=bool)
+    refused[candidates] = [p in unknown for p in paths[candidates]]
+    return refused if refused.any() else None
+
+
+def _window(cols: Columns, config: ScheduleConfig) -> tuple[np.ndarray | None, int]:
+    """The replayed records as a mask (None when every record is replayed), and how
+    many records in the window cannot be rebuilt (``rebuildable``): left out."""
     starts = cols["start_ns"]
-    retries = None
+    left_out = None
     if config.drop_retries:
         attempts = _load(config, "attempt", cols.per_file)
         retries = attempts.present["attempt"] & (attempts["attempt"] >= 2)
-        retries = retries if retries.any() else None
-    if config.start_ns is None and config.end_ns is None and config.limit is None:
-        return None if retries is None else ~retries
-    keep = np.ones(len(starts), dtype=bool) if retries is None else ~retries
+        left_out = retries if retries.any() else None
+    refused = _unbuildable(config, cols.per_file)
+    unwindowed = config.start_ns is None and config.end_ns is None and config.limit is None
+    if unwindowed and refused is None:
+        return (None if left_out is None else ~left_out), 0
+    keep = np.ones(len(starts), dtype=bool) if left_out is None else ~left_out
     if config.start_ns is not None:
         keep &= starts >= config.start_ns
     if config.end_ns is not None:
         keep &= starts < config.end_ns
+    count = 0
+    if refused is not None:
+        count = int((keep & refused).sum())
+        keep &= ~refused
     if config.limit is not None:
         idx = np.flatnonzero(keep)[config.limit :]
         keep[idx] = False
-    return keep
+    return keep, count
 
 
 def plan(config: ScheduleConfig) -> Plan:
@@ -202,10 +245,10 @@ def plan(config: ScheduleConfig) -> Plan:
     # what the plan keeps before the next: durations, then token counts.
     cols = _load(config, "duration_ns", config.per_file)
     per_file = tuple(cols.per_file)
-    keep = _window(cols, config)
+    keep, refused = _window(cols, config)
     starts = _replayed(cols, "start_ns", keep)[0]
     if starts.size == 0:
-        raise InputError(_nothing_to_replay(config))
+        raise InputError(_nothing_to_replay(config, refused))
     count, first, span_s = int(starts.size), int(starts[0]), float(starts[-1] - starts[0]) / 1e9
     within = None
     if config.within_s is not None:
@@ -244,11 +287,15 @@ def plan(config: ScheduleConfig) -> Plan:
         warnings=warnings,
         per_file=per_file,
         due_within=within,
+        refused=refused,
     )
     return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
 
 
-def _nothing_to_replay(config: ScheduleConfig) -> str:
+_UNBUILDABLE = "POSTs to routes no dialect serves, captured without their bodies"
+
+
+def _nothing_to_replay(config: ScheduleConfig, refused: int) -> str:
     given = [
         flag
         for flag, value in (
@@ -260,6 +307,8 @@ def _nothing_to_replay(config: ScheduleConfig) -> str:
     ]
     if config.drop_retries:
         given.append("--retries")
+    if refused:
+        given.append(f"{refused:,} {_UNBUILDABLE}")
     if given:
         return f"no records to replay (none left after {', '.join(given)})"
     return "no records to replay: the archives hold none"
@@ -420,6 +469,8 @@ def _take(record: Record, config: ScheduleConfig, selected: int, planned: int) -
         # count is reached.
         return None if selected >= planned else False
     if config.drop_retries and (record.attempt or 1) > 1:
+        return False
+    if not rebuildable(record.method, record.path, record.req_body is not None):
         return False
     if config.limit is not None and selected >= config.limit:
         return None

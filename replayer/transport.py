@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from tailreplay.dialects import dialect_for
+from tailreplay.dialects import Dialect, dialect_for
 from tailreplay.http_client import (
     UpstreamError,
     UpstreamPool,
@@ -180,7 +180,8 @@ class HttpTransport:
             if len(self._fixed) >= _HEADS:
                 self._fixed.clear()
             line = request_line(spec.method, self._target(spec.path), self._origin)
-            lines = [f"{k}: {v}\r\n" for k, v in _fixed_headers(headers, spec.body is not None)]
+            given = _fixed_headers(headers, spec.body is not None, dialect_for(spec.path))
+            lines = [f"{k}: {v}\r\n" for k, v in given]
             # The run's header bytes pass through as the command line decoded them.
             fixed = self._fixed[key] = "".join([line, *lines]).encode("utf-8", "surrogateescape")
         trace = f"traceparent: {traceparent}\r\n" if traceparent else ""
@@ -323,12 +324,18 @@ _AGENT = ("User-Agent", f"tailreplay/{__version__}")
 _JSON = ("Content-Type", "application/json")
 
 
-def _fixed_headers(headers: Mapping[str, str], body: bool) -> list[tuple[str, str]]:
-    """The run's headers as sent, but for those the client writes itself; a User-Agent
-    and, for a body, a JSON content type (servers built on FastAPI or pydantic reject a
-    body without it), unless given."""
+def _fixed_headers(
+    headers: Mapping[str, str], body: bool, dialect: Dialect | None
+) -> list[tuple[str, str]]:
+    """The run's headers as sent, but for those the client writes itself; a User-Agent,
+    for a body a JSON content type (servers built on FastAPI or pydantic reject a body
+    without it), and the headers the dialect's API requires (``anthropic-version``),
+    unless given."""
     out = [(k, v) for k, v in headers.items() if k.lower() not in _OWN]
     given = {k.lower() for k, _ in out}
+    for name, value in dialect.headers if dialect is not None else ():
+        if name not in given:
+            out.append((name, value))
     if body and "content-type" not in given:
         out.append(_JSON)
     if "user-agent" not in given:

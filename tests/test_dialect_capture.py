@@ -14,7 +14,6 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anthropic

@@ -204,6 +204,10 @@ class Dialect:
         """A request body whose prompt is ``prompt`` (one user turn) and nothing else."""
         raise NotImplementedError
 
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        """Ask, in ``body``, for usage in a stream where the API sends none unasked (a
+        replay measures the target's own counts). Nothing to do by default."""
+
     # The simulator ----------------------------------------------------------------
 
     def sim_ask(self, body: dict[str, Any], headers: dict[str, str]) -> SimAsk:

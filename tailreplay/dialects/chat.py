@@ -26,7 +26,7 @@ from tailreplay.dialects.base import (
 )
 from tailreplay.dialects.prompt_text import chat_parts
 
-__all__ = ["Chat", "openai_lengths", "openai_token_kind"]
+__all__ = ["Chat", "ask_openai_usage", "openai_lengths", "openai_token_kind"]
 
 _TEXT = re.compile(
     rb'"(content|text|arguments|delta|reasoning_content|reasoning|thinking)"\s*:\s*"(?!")'
@@ -57,6 +57,15 @@ def openai_lengths(body: dict[str, Any], names: tuple[str, ...]) -> tuple[int | 
     if not isinstance(ignore_eos, bool):
         raise BadRequest("'ignore_eos' must be a boolean", "ignore_eos")
     return max_tokens, min_tokens, ignore_eos
+
+
+def ask_openai_usage(body: dict[str, Any]) -> None:
+    """``stream_options.include_usage`` set in a streaming body (OpenAI's chat and
+    completions send a stream's usage only when asked)."""
+    if body.get("stream") is True:
+        options = body.get("stream_options")
+        body["stream_options"] = {**(options if isinstance(options, dict) else {})}
+        body["stream_options"]["include_usage"] = True
 
 
 def openai_common(body: dict[str, Any]) -> tuple[str | None, bool, bool]:
@@ -122,9 +131,11 @@ class Chat(Dialect):
             "stream": stream,
             "messages": [{"role": "user", "content": prompt}],
         }
-        if stream:
-            body["stream_options"] = {"include_usage": True}
+        self.ask_usage(body)
         return body
+
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        ask_openai_usage(body)
 
     def sim_ask(self, body: dict[str, Any], headers: dict[str, str]) -> SimAsk:
         messages = body.get("messages")

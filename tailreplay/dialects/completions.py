@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from tailreplay.dialects.base import BadRequest, Dialect, ReplyWriter, SimAnswer, SimAsk, sse
-from tailreplay.dialects.chat import dumps, openai_common, openai_lengths, openai_token_kind
+from tailreplay.dialects.chat import (
+    ask_openai_usage,
+    dumps,
+    openai_common,
+    openai_lengths,
+    openai_token_kind,
+)
 from tailreplay.dialects.chat import openai_usage as _usage
 
 __all__ = ["Completions"]
@@ -39,9 +45,11 @@ class Completions(Dialect):
 
     def synthetic(self, model: str, stream: bool, prompt: str) -> dict[str, Any]:
         body: dict[str, Any] = {"model": model, "stream": stream, "prompt": prompt}
-        if stream:
-            body["stream_options"] = {"include_usage": True}
+        self.ask_usage(body)
         return body
+
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        ask_openai_usage(body)
 
     def sim_ask(self, body: dict[str, Any], headers: dict[str, str]) -> SimAsk:
         p = body.get("prompt")

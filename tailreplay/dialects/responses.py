@@ -144,6 +144,7 @@ class _ResponsesWriter(ReplyWriter):
         self.texts: list[str] = []
         hexid = answer.id[-24:]
         self.ids = {"reasoning": "rs_" + hexid, "message": "msg_" + hexid, "call": "fc_" + hexid}
+        self.call_id = "call_" + hexid
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         body = {"type": f"response.{kind}", "sequence_number": self.seq, **fields}
@@ -199,7 +200,7 @@ class _ResponsesWriter(ReplyWriter):
             call = {
                 "type": "function_call",
                 "id": self.ids["call"],
-                "call_id": "call_" + a.id[-24:],
+                "call_id": self.call_id,
             }
             items.append({**call, "name": a.ask.tool, "arguments": text, "status": "completed"})
         else:
@@ -237,13 +238,9 @@ class _ResponsesWriter(ReplyWriter):
                 "output_item.done", output_index=0, item=self._items(thought, None)[0]
             )
         if a.ask.tool is not None:
-            item = {
-                "type": "function_call",
-                "id": self.ids["call"],
-                "call_id": "call_" + a.id[-24:],
-            }
-            item.update(name=a.ask.tool, arguments="", status="in_progress")
-            return out + self._event("output_item.added", output_index=index, item=item)
+            call = {"type": "function_call", "id": self.ids["call"], "call_id": self.call_id}
+            call.update(name=a.ask.tool, arguments="", status="in_progress")
+            return out + self._event("output_item.added", output_index=index, item=call)
         item: dict[str, Any] = {"type": "message", "id": self.ids["message"]}
         item.update(status="in_progress", role="assistant", content=[])
         part = {"type": "output_text", "text": "", "annotations": []}
