@@ -1,0 +1,202 @@
+"""The dialect registry: what it lists, what each dialect reads of its published event
+sequences, and what becomes of a route no dialect serves.
+
+Adding a dialect is one module in ``tailreplay/dialects/`` and a line in ``DIALECTS``
+(docs/architecture.md): ``test_the_registry_lists_every_dialect`` names them, and the
+simulator, the proxy's tap, the replayer and the spans read them from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.dialects import DIALECTS, ROUTES, dialect_for, operation_name, route_label
+from tailreplay.dialects.base import ANSWER, NOT_TOKEN, REASONING
+from tailreplay.openai_api import parse_usage
+from tailreplay.sim.server import SimConfig, build_app
+from tailreplay.traces.archive.reader import ArchiveReader
+from tests.proxy_helpers import proxy_to, records, serve_app
+
+
+def test_the_registry_lists_every_dialect() -> None:
+    assert [(d.name, d.routes, d.operation) for d in DIALECTS] == [
+        ("chat", ("/v1/chat/completions",), "chat"),
+        ("completions", ("/v1/completions",), "text_completion"),
+        ("responses", ("/v1/responses",), "chat"),
+        ("embeddings", ("/v1/embeddings",), "embeddings"),
+        ("messages", ("/v1/messages",), "chat"),
+    ]
+    routes = [r for d in DIALECTS for r in d.routes]
+    assert len(routes) == len(set(routes))  # one dialect a route
+    assert set(ROUTES) == {*routes, "/v1/models", "other"}
+    assert dialect_for("/v1/messages?beta=true").name == "messages"  # type: ignore[union-attr]
+    assert dialect_for("/v1/chat/completions/") is dialect_for("/v1/chat/completions")
+    assert dialect_for("/v2/generate") is None
+    assert route_label("/v2/generate") == "other"
+    assert operation_name("/v1/embeddings") == "embeddings"
+
+
+def test_the_simulator_serves_every_dialects_routes() -> None:
+    app = build_app(SimConfig())
+    served = {r.resource.canonical for r in app.router.routes() if r.method == "POST"}
+    assert served == {route for d in DIALECTS for route in d.routes}
+
+
+def _event(data: dict[str, Any], name: str | None = None) -> bytes:
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + json.dumps(data).encode() + b"\n\n"
+
+
+# Each dialect's published stream, one event of each kind, with what it carries.
+_RESPONSES = [
+    ({"type": "response.created", "response": {"usage": None}}, NOT_TOKEN),
+    ({"type": "response.reasoning_text.delta", "delta": "hm"}, REASONING),
+    ({"type": "response.output_text.delta", "delta": "Hi"}, ANSWER),
+    ({"type": "response.function_call_arguments.delta", "delta": "{"}, ANSWER),
+    ({"type": "response.output_text.done", "text": "Hi there"}, NOT_TOKEN),
+    ({"type": "response.content_part.done", "part": {"type": "output_text", "text": "Hi"}}, 0),
+    ({"type": "response.output_item.done", "item": {"content": [{"text": "Hi"}]}}, NOT_TOKEN),
+    ({"type": "response.completed", "response": {"output": [{"text": "Hi"}]}}, NOT_TOKEN),
+]
+
+
+def _delta(kind: str, **fields: str) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": 0, "delta": {"type": kind, **fields}}
+
+
+_MESSAGES = [
+    ({"type": "message_start", "message": {"content": [], "usage": {"input_tokens": 5}}}, 0),
+    ({"type": "content_block_start", "content_block": {"type": "text", "text": ""}}, 0),
+    ({"type": "ping"}, NOT_TOKEN),
+    (_delta("thinking_delta", thinking="a"), REASONING),
+    (_delta("signature_delta", signature="s"), NOT_TOKEN),
+    (_delta("text_delta", text="Hi"), ANSWER),
+    (_delta("input_json_delta", partial_json="{"), ANSWER),
+    ({"type": "content_block_stop", "index": 0}, NOT_TOKEN),
+    ({"type": "message_delta", "usage": {"output_tokens": 3}}, NOT_TOKEN),
+    ({"type": "message_stop"}, NOT_TOKEN),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "events"), [("/v1/responses", _RESPONSES), ("/v1/messages", _MESSAGES)]
+)
+def test_only_events_that_carry_generated_tokens_are_tokens(
+    path: str, events: list[tuple[dict[str, Any], int]]
+) -> None:
+    dialect = dialect_for(path)
+    assert dialect is not None
+    for data, kind in events:
+        assert dialect.token_kind(_event(data, str(data["type"]))) == kind, data["type"]
+
+
+def test_anthropic_usage_counts_every_prompt_token_and_its_stop_reasons_read_as_openais() -> None:
+    messages = dialect_for("/v1/messages")
+    start = {"usage": {"input_tokens": 7, "cache_read_input_tokens": 90, "output_tokens": 1}}
+    stream = (
+        _event({"type": "message_start", "message": start})
+        + _event({"type": "message_delta", "delta": {"stop_reason": "max_tokens"}})
+        + _event({"type": "message_delta", "usage": {"output_tokens": 40}})
+    )
+    usage = parse_usage(stream, None, messages)
+    assert (usage.prompt_tokens, usage.cached_tokens, usage.completion_tokens) == (97, 90, 40)
+    assert usage.finish_reason == "length"
+    embeddings = parse_usage(
+        b'{"usage": {"prompt_tokens": 12, "total_tokens": 12}}', None, dialect_for("/v1/embeddings")
+    )
+    assert (embeddings.prompt_tokens, embeddings.completion_tokens) == (12, 0)
+
+
+async def _raw_upstream(seen: list[tuple[str, bytes]]) -> web.Application:
+    async def answer(request: web.Request) -> web.Response:
+        seen.append((request.path_qs, await request.read()))
+        return web.json_response({"ok": True, "usage": {"prompt_tokens": 3}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    return app
+
+
+async def test_a_route_no_dialect_serves_passes_byte_exact_and_is_recorded_as_unknown(
+    tmp_path: Path,
+) -> None:
+    body = b'{"model": "tgi", "inputs": "hello",  "parameters": {"max_new_tokens": 9}}'
+    seen: list[tuple[str, bytes]] = []
+    for bodies in ("none", "full"):
+        out = tmp_path / bodies
+        async with (
+            serve_app(await _raw_upstream(seen)) as upstream,
+            proxy_to(upstream, out, bodies=bodies) as proxy,
+            aiohttp.ClientSession() as s,
+            s.post(f"{proxy.url}/generate?x=1", data=body) as r,
+        ):
+            assert r.status == 200
+            assert await r.json() == {"ok": True, "usage": {"prompt_tokens": 3}}
+        await asyncio.sleep(0)
+        (record,) = records(out)
+        assert seen[-1] == ("/generate?x=1", body)  # byte for byte
+        assert (record.path, record.status, record.method) == ("/generate?x=1", 200, "POST")
+        assert record.duration_ns is not None and record.ttfb_ns is not None
+        # Unknown: nothing guessed from the body or the answer.
+        assert (record.model, record.stream, record.input_tokens, record.output_tokens) == (
+            None,
+            None,
+            None,
+            None,
+        )
+        assert record.req_body == (body if bodies == "full" else None)
+
+
+def _replay(capture: Path, target: str, out: Path) -> Any:
+    return CliRunner().invoke(
+        cli,
+        [
+            "replay",
+            "--speed",
+            "1x",
+            "--target",
+            target,
+            "--allow-upstream",
+            "--out",
+            str(out),
+            str(capture),
+        ],
+    )
+
+
+async def test_replay_sends_an_unknown_route_as_recorded_or_refuses_it_with_a_count(
+    tmp_path: Path,
+) -> None:
+    body = b'{"inputs": "hello", "parameters": {"max_new_tokens": 9}}'
+    seen: list[tuple[str, bytes]] = []
+    async with serve_app(await _raw_upstream(seen)) as upstream:
+        for bodies in ("full", "none"):
+            out = tmp_path / bodies
+            async with (
+                proxy_to(upstream, out, bodies=bodies) as proxy,
+                aiohttp.ClientSession() as s,
+            ):
+                for path in ("/generate", "/v1/models"):
+                    method = "POST" if path == "/generate" else "GET"
+                    url = f"{proxy.url}{path}"
+                    async with s.request(method, url, data=body if method == "POST" else None):
+                        pass
+        seen.clear()
+        done = await asyncio.to_thread(_replay, tmp_path / "full", upstream, tmp_path / "f.msgpack")
+        assert done.exit_code in (0, 1), done.output
+        assert ("/generate", body) in seen  # as recorded
+        seen.clear()
+        done = await asyncio.to_thread(_replay, tmp_path / "none", upstream, tmp_path / "n.msgpack")
+        assert done.exit_code in (0, 1), done.output
+        assert "1 records left out: POSTs to routes no dialect serves" in done.output
+        assert "/generate" not in [p for p, _ in seen]  # never sent empty
+        assert [r.path for r in ArchiveReader([tmp_path / "n.msgpack"])] == ["/v1/models"]
