@@ -69,6 +69,8 @@ def parse_request(raw: bytes, dialect: Dialect, headers: dict[str, str]) -> SimR
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     ask = dialect.sim_ask(body, headers)

@@ -81,7 +81,7 @@ class StreamTimeline:
         self.malformed = 0
         """Events whose data is neither a JSON object nor [DONE]."""
         self._last_ns = 0
-        self._partial = b""
+        self._partial = bytearray()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the proxy's exchange to the recorder process: a flat tuple.
@@ -100,10 +100,27 @@ class StreamTimeline:
 
     def feed(self, chunk: bytes, now_ns: int) -> None:
         """Take the next chunk of the body, which arrived at ``now_ns``."""
-        if not self._partial and chunk.find(b"\n\n") == len(chunk) - 2 and b"\r\n\r\n" not in chunk:
+        if (
+            not self._partial
+            and len(chunk) > 2
+            and chunk.find(b"\n\n") == len(chunk) - 2
+            and b"\r\n\r\n" not in chunk
+        ):
             self._event(chunk, now_ns, first_of_read=True)  # the usual case: one whole event
             return
-        data = self._partial + chunk if self._partial else chunk
+        if self._partial:
+            # An event arriving in pieces: only the new bytes (and the 3 before them, a
+            # boundary cut in two) are searched, so a large event trickled in small
+            # reads costs its length, not its length squared.
+            seen = len(self._partial)
+            self._partial += chunk
+            if _BOUNDARY.search(self._partial, max(seen - 3, 0)) is None:
+                if len(self._partial) > _MAX_PARTIAL:
+                    self._partial = bytearray()
+                return
+            data = bytes(self._partial)
+        else:
+            data = chunk
         start = 0
         first = True
         for m in _BOUNDARY.finditer(data):
@@ -111,13 +128,13 @@ class StreamTimeline:
                 first = False
             start = m.end()
         rest = data[start:]
-        self._partial = rest if len(rest) <= _MAX_PARTIAL else b""
+        self._partial = bytearray(rest) if len(rest) <= _MAX_PARTIAL else bytearray()
 
     def finish(self, now_ns: int) -> None:
         """The body ended: an event not closed by a blank line still counts."""
         if self._partial:
-            self._event(self._partial, now_ns, first_of_read=True)
-            self._partial = b""
+            self._event(bytes(self._partial), now_ns, first_of_read=True)
+            self._partial = bytearray()
 
     def _event(self, event: bytes, now_ns: int, *, first_of_read: bool) -> bool:
         """Account for one complete event; True if it carried generated text."""
@@ -125,10 +142,7 @@ class StreamTimeline:
         if at < 0:
             return False  # a comment (": ping"), or an event with no data
         payload = event[at + 5 :].lstrip()
-        # The closing event names itself first (``[DONE]``, ``{"type":"message_stop"``):
-        # looking no further keeps an answer's own text from ending its stream.
-        head = payload[:64]
-        if any(end in head for end in self._ends):
+        if self._ends and _ends(payload, self._ends):
             self.done = True
         if not payload.startswith(b"{"):
             if payload and not payload.startswith(b"[DONE]"):
@@ -154,6 +168,13 @@ class StreamTimeline:
             self.first_answer_ns = now_ns
         self._last_ns = now_ns
         return True
+
+
+def _ends(payload: bytes, ends: tuple[bytes, ...]) -> bool:
+    """Whether an event's data is one that ends its stream: ``[DONE]`` as the whole
+    data, or a quoted event type (``"message_stop"``) anywhere in it, which an answer's
+    own text cannot hold unescaped."""
+    return any(payload.startswith(end) if end[:1] != b'"' else end in payload for end in ends)
 
 
 def _restore(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +201,66 @@ async def test_replay_sends_an_unknown_route_as_recorded_or_refuses_it_with_a_co
         assert "1 records left out: POSTs to routes no dialect serves" in done.output
         assert "/generate" not in [p for p, _ in seen]  # never sent empty
         assert [r.path for r in ArchiveReader([tmp_path / "n.msgpack"])] == ["/v1/models"]
+
+
+def _feed(dialect_path: str, stream: bytes, step: int) -> tuple[int, int, bool, int]:
+    from tailreplay.sse import StreamTimeline
+
+    dialect = dialect_for(dialect_path)
+    assert dialect is not None
+    t = StreamTimeline(dialect)
+    for i in range(0, len(stream), step):
+        t.feed(stream[i : i + step], i)
+    t.finish(len(stream))
+    return t.tokens, t.reasoning, t.done, len(t.gaps_us)
+
+
+def test_a_stream_reads_alike_whole_and_byte_by_byte() -> None:
+    chat = b"".join(
+        _event({"choices": [{"delta": {"content": w}}]}) for w in ("Hi", " [DONE]", " there")
+    )
+    chat += b"data: [DONE]\n\n"
+    whole = _feed("/v1/chat/completions", chat, len(chat))
+    assert whole == (3, 0, True, 2)  # "[DONE]" in the text ends nothing
+    assert _feed("/v1/chat/completions", chat, 1) == whole
+    messages = b"".join(_event(data, str(data["type"])) for data, _ in _MESSAGES)
+    assert _feed("/v1/messages", messages, 1) == _feed("/v1/messages", messages, 10**6)
+    late = _event({"sequence_number": 9, "type": "response.completed", "response": {}})
+    assert _feed("/v1/responses", late, 1)[2]  # the closing type need not come first
+
+
+def test_a_large_event_trickled_in_small_reads_costs_its_length() -> None:
+    event = _event({"choices": [{"delta": {"content": "x" * (256 << 10)}}]})
+    started = time.process_time()
+    assert _feed("/v1/chat/completions", event, 16)[0] == 1
+    # Linear: about 16,000 reads of a regex over 16 bytes. The quadratic reading took
+    # 21 s of CPU here; 5 s leaves a busy machine room.
+    assert time.process_time() - started < 5
+
+
+def test_thinking_that_nests_its_text_is_thinking() -> None:
+    chat = dialect_for("/v1/chat/completions")
+    assert chat is not None
+    openrouter = {"content": "", "reasoning": "hm", "reasoning_details": [{"text": "hm"}]}
+    assert chat.token_kind(_event({"choices": [{"delta": openrouter}]})) == REASONING
+    assert chat.token_kind(_event({"choices": [{"delta": {"content": "a"}}]})) == ANSWER
+
+
+async def test_the_simulator_refuses_what_it_cannot_answer_with_400() -> None:
+    from tailreplay.sim.server import serve
+
+    async with serve(SimConfig(port=0)) as url, aiohttp.ClientSession() as s:
+        for path, body in (
+            ("/v1/chat/completions", b"[" * 5000),
+            ("/v1/embeddings", json.dumps({"model": "m", "input": ["x"] * 3000}).encode()),
+        ):
+            async with s.post(url + path, data=body) as r:
+                assert r.status == 400, path
+        lone = b'{"model": "m", "input": "a\\ud800b"}'
+        async with s.post(url + "/v1/embeddings", data=lone) as r:
+            assert r.status == 200
+        both = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        both |= {"max_tokens": 5, "max_completion_tokens": 9, "min_tokens": 9}
+        async with s.post(url + "/v1/chat/completions", json=both) as r:
+            # max_completion_tokens is the budget, as the proxy records it: 9 is allowed.
+            assert r.status == 200 and (await r.json())["usage"]["completion_tokens"] == 9

@@ -40,19 +40,27 @@ def openai_token_kind(event: bytes) -> int:
     keys = _TEXT.findall(event)
     if not keys:
         return NOT_TOKEN
-    return ANSWER if any(key not in _THINKING for key in keys) else REASONING
+    if any(key in _THINKING for key in keys):
+        # A thinking chunk may nest its text again (OpenRouter's ``reasoning_details``,
+        # Magistral's thinking parts): a ``text`` beside a thinking key is thought.
+        answer = any(key not in _THINKING and key != b"text" for key in keys)
+        return ANSWER if answer else REASONING
+    return ANSWER
 
 
 def openai_lengths(body: dict[str, Any], names: tuple[str, ...]) -> tuple[int | None, int, bool]:
-    """(max_tokens, min_tokens, ignore_eos) as vLLM reads them, checked for consistency."""
-    max_tokens = next((v for n in names if (v := int_field(body, n)) is not None), None)
+    """(max_tokens, min_tokens, ignore_eos) as vLLM reads them, checked for consistency:
+    the budget is the first of ``names`` given (``max_completion_tokens`` before
+    ``max_tokens``, as the proxy records it)."""
+    given = next(((n, v) for n in names if (v := int_field(body, n)) is not None), None)
+    name, max_tokens = given if given is not None else (names[-1], None)
     if max_tokens is not None and max_tokens <= 0:
-        raise BadRequest(f"'{names[-1]}' must be at least 1", names[-1])
+        raise BadRequest(f"'{name}' must be at least 1", name)
     min_tokens = int_field(body, "min_tokens") or 0
     if min_tokens < 0:
         raise BadRequest("'min_tokens' must not be negative", "min_tokens")
     if max_tokens is not None and min_tokens > max_tokens:
-        raise BadRequest(f"'min_tokens' must not exceed '{names[-1]}'", "min_tokens")
+        raise BadRequest(f"'min_tokens' must not exceed '{name}'", "min_tokens")
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise BadRequest("'ignore_eos' must be a boolean", "ignore_eos")
@@ -147,7 +155,7 @@ class Chat(Dialect):
             if not isinstance(m.get("content"), str | list | None):
                 raise BadRequest("message 'content' must be a string or an array", "messages")
         model, stream, include_usage = openai_common(body)
-        max_tokens, min_tokens, ignore_eos = openai_lengths(body, self.budget_fields[::-1])
+        max_tokens, min_tokens, ignore_eos = openai_lengths(body, self.budget_fields)
         return SimAsk(
             prompt="".join(chat_parts(messages)),
             model=model,

@@ -19,6 +19,8 @@ __all__ = ["Embeddings"]
 
 DIMENSIONS = 16
 """The simulator's vectors, unless the request asks for ``dimensions``."""
+MAX_INPUTS = 2048
+"""Inputs one request may carry (OpenAI's limit): the answer's size is bounded."""
 
 
 def _texts(given: Any) -> list[str] | None:
@@ -56,6 +58,8 @@ class Embeddings(Dialect):
         texts = _texts(body.get("input"))
         if texts is None:
             raise BadRequest("'input' must be a string or an array of strings", "input")
+        if len(texts) > MAX_INPUTS:
+            raise BadRequest(f"'input' must have at most {MAX_INPUTS} items", "input")
         model, fmt = body.get("model"), body.get("encoding_format", "float")
         if not isinstance(model, str):
             raise BadRequest("'model' is required and must be a string", "model")
@@ -73,7 +77,7 @@ class Embeddings(Dialect):
 
 def _vector(text: str, size: int) -> list[float]:
     """A deterministic unit-free vector of ``size`` floats drawn from the text's hash."""
-    seed = hashlib.shake_128(text.encode()).digest(size)
+    seed = hashlib.shake_128(text.encode("utf-8", "surrogatepass")).digest(size)
     return [round(b / 255 - 0.5, 4) for b in seed]
 
 

@@ -108,9 +108,12 @@ class Messages(Dialect):
     def fold_usage(self, usage: Usage, fields: dict[str, Any]) -> None:
         given = count(fields.get("input_tokens"))
         cached = count(fields.get("cache_read_input_tokens"))
-        if given is not None:
-            written = count(fields.get("cache_creation_input_tokens")) or 0
-            usage.prompt_tokens = given + written + (cached or 0)
+        written = count(fields.get("cache_creation_input_tokens"))
+        # A later map repeating input_tokens without the cache's counts (some gateways'
+        # message_delta) leaves the whole count the first map gave.
+        repeated = cached is None and written is None and usage.prompt_tokens is not None
+        if given is not None and not repeated:
+            usage.prompt_tokens = count(given + (written or 0) + (cached or 0))
         if cached is not None:
             usage.cached_tokens = cached
         if (output := count(fields.get("output_tokens"))) is not None:
