@@ -14,7 +14,8 @@ Definitions (docs/report.md repeats them for users):
   start to last end), so a 2x replay shows twice the recorded throughput: the
   recorded rates are compared scaled by the replay's speed (``rate_scale``);
 - a replayed request is bucketed by the input length recorded for its original
-  (joined on trace and span id), so both columns of a bucket hold the same requests.
+  (joined on trace and span id), so both columns of a bucket hold the same requests;
+  it counts in its original's API route likewise (report/routes.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tailreplay.report.model import (
     Metric,
     Metrics,
     Percentiles,
+    PerSide,
     PhaseRow,
     ReplaySettings,
     Report,
@@ -46,6 +48,7 @@ from tailreplay.report.model import (
     per_side,
 )
 from tailreplay.report.quantiles import Estimate, estimates
+from tailreplay.report.routes import route_masks
 from tailreplay.report.shards import ShardLags, shard_lags
 from tailreplay.report.side import Side
 from tailreplay.traces.archive.replay_header import ReplayHeader
@@ -98,6 +101,7 @@ def compare(
             }
         ),
         "buckets": [],
+        "routes": [],
         "phases": [],
         "deltas": deltas(recorded, replayed, joined)
         if recorded is not None and joined is not None
@@ -116,18 +120,32 @@ def compare(
         report["idle"] = per_side({name: side.idle.rows() for name, side in sides.items()})
     bucket_masks = _bucket_masks(bucket_tokens, buckets)
     for label, masks in bucket_masks:
-        summaries = {
-            name: summarize(side, masks[name], windows[name], rng, itl=False)
-            for name, side in sides.items()
-        }
-        report["buckets"].append({"range": label, **per_side(summaries)})
+        report["buckets"].append({"range": label, **_summaries(sides, masks, windows, rng)})
     report["phases"] += _phases(replayed, rng)
     users = next((r.users for r in replayed.replays if r.users is not None), None)
     if users is not None:
         report["closed_loop"] = _closed_loop(replayed, users, bucket_masks, rng)
     if any(side.retry.any() for side in sides.values()):
         report["retries"] = per_side({name: _retries(side) for name, side in sides.items()})
+    # Last of the bootstrap's draws: the figures before it stay what they were.
+    for route, masks in route_masks(recorded, replayed, joined):
+        report["routes"].append({"route": route, **_summaries(sides, masks, windows, rng)})
     return report
+
+
+def _summaries(
+    sides: dict[SideName, Side],
+    masks: dict[SideName, Mask],
+    windows: dict[SideName, float | None],
+    rng: np.random.Generator,
+) -> PerSide[SideSummary]:
+    """Each side's figures over its selected requests (a bucket's, a route's)."""
+    return per_side(
+        {
+            name: summarize(side, masks[name], windows[name], rng, itl=False)
+            for name, side in sides.items()
+        }
+    )
 
 
 RETRY_BIN_S = 60.0

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.printable import printable
 from tailreplay.report.model import DeltaFigures, Deltas, SlowDown
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.report.side import Side
@@ -95,6 +96,8 @@ def _delta_figures(recorded: Side, replayed: Side, join: Array, idx: Array) -> D
 DELTA_COLUMNS = (
     "trace_id",
     "span_id",
+    "path",
+    "model",
     "input_tokens",
     "recorded_ms",
     "replayed_ms",
@@ -109,8 +112,13 @@ DELTA_COLUMNS = (
 
 
 def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]]:
-    """One row per replayed request with a recorded original (DELTA_COLUMNS)."""
+    """One row per replayed request with a recorded original (DELTA_COLUMNS); the path
+    (without its query) and model are the original's, empty where it has none or the
+    side was loaded without them (``load_side``'s ``classes``)."""
     joined = join(recorded, replayed)
+    # Escaped once per distinct value; index -1 (no value) picks the appended "".
+    paths = [*map(_csv_text, recorded.labels.get("path", [])), ""]
+    models = [*map(_csv_text, recorded.labels.get("model", [])), ""]
 
     def ms(ns: int) -> str:
         return "" if ns < 0 else f"{ns / 1e6:.3f}"
@@ -123,6 +131,8 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
         yield (
             key[:16].hex(),
             key[16:].hex(),
+            paths[recorded.path[j]],
+            models[recorded.model[j]],
             int(recorded.input_tokens[j]),
             ms(rec),
             ms(rep),
@@ -140,3 +150,17 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
 def _tokens(n: int) -> str:
     """A count as the CSV writes it: empty where the record has none (-1)."""
     return "" if n < 0 else str(n)
+
+
+_FORMULA = frozenset("=+-@")
+"""A cell's first characters that a spreadsheet reads as the start of a formula."""
+
+
+def _csv_text(text: str) -> str:
+    """Text from a client (a path, a model name) as a CSV cell is safe to open: control
+    characters escaped (``printable``: a newline cannot end the row, in any reader) and a
+    leading ``=``, ``+``, ``-`` or ``@`` behind a ``'``, so a spreadsheet shows the text
+    instead of running it as a formula (``=HYPERLINK(...)``). Commas and quotes are
+    the ``csv`` writer's to quote."""
+    text = printable(text)
+    return "'" + text if text[:1] in _FORMULA else text

@@ -35,6 +35,7 @@ __all__ = [
     "ReplaySettings",
     "Report",
     "Retries",
+    "RouteRow",
     "ScopeRow",
     "Series",
     "Shadow",
@@ -155,6 +156,15 @@ class BucketRow(PerSide[SideSummary]):
 
     range: str
     """The bucket's label: ``<50``, ``50-256``, ``>=2048``, or ``unknown``."""
+
+
+class RouteRow(PerSide[SideSummary]):
+    """One API route; a replayed request counts in its recorded original's (one without
+    an original, in its own path's)."""
+
+    route: str
+    """``tailreplay.dialects.route_label`` of the path: a route a dialect serves
+    (``/v1/chat/completions``, ``/v1/messages``, ...), ``/v1/models``, or ``other``."""
 
 
 class PhaseRow(TypedDict):
@@ -424,6 +434,8 @@ class Report(TypedDict):
     replay: ReplaySettings
     overall: PerSide[SideSummary]
     buckets: list[BucketRow]
+    routes: list[RouteRow]
+    """One row per route either side has, most requests (both sides together) first."""
     phases: list[PhaseRow]
     """By the load shape's phase (replayed side only); empty for a constant speed or a ramp."""
     deltas: Deltas | None

@@ -40,6 +40,8 @@ _INTS = (
 )
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
+_ALWAYS = ("phase", "path")
+"""The ``LABELS`` every side reads: the phase table's and the route table's."""
 _FLAGS = ("stream", "error", "tail", "estimated", "retry", "cancelled")
 
 
@@ -69,7 +71,8 @@ class Side:
     """Index into ``labels["phase"]`` of the load shape's phase a request was due in (-1: none)."""
     model: Array
     path: Array
-    """The path without its query string."""
+    """Index into ``labels["path"]``: the path without its query string (read always:
+    the report's route table)."""
     session: Array
     tail: Array
     estimated: Array
@@ -137,14 +140,16 @@ def load_side(
     ``shadows``: production's records of a shadowed capture, or ``"only"`` the copies
     (``ArchiveReader``).
 
-    ``classes`` names the ``LABELS`` fields to read besides the phase (``--slo-by``);
-    the others are left absent (-1): reading them costs a report ~15%."""
+    ``classes`` names the ``LABELS`` fields to read besides the phase and the path
+    (``--slo-by``, the deltas' model); the others are left absent (-1), since each costs
+    the read loop a dictionary look-up a record. ``"path"`` among them also keeps the
+    calls that generate nothing with the rest (``--slo-by path`` judges them)."""
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file", shadows=shadows)
     columns = _Columns()
     for name in classes:
         if name not in LABELS:
             raise ValueError(f"{name!r} is not one of {LABELS}")
-        columns.raw.setdefault(name, [])
+        columns.coded.setdefault(name, _Coded())
     idle = None if "path" in classes else IdleCalls()
     _read(reader, keep, columns, idle)
     coded, labels = columns.labelled()
@@ -173,9 +178,8 @@ class _Columns:
     itl: LogHistogram = field(default_factory=LogHistogram)
     error_kinds: dict[str, int] = field(default_factory=dict)
     error_messages: dict[str, str] = field(default_factory=dict)
-    raw: dict[str, list[Any]] = field(default_factory=lambda: {"phase": []})
-    """The value per record of each ``LABELS`` field read (the phase, and those asked
-    for); coded once all are read."""
+    coded: dict[str, _Coded] = field(default_factory=lambda: {k: _Coded() for k in _ALWAYS})
+    """Each ``LABELS`` field read (``_ALWAYS``, and those asked for), coded as it is read."""
 
     def failed(self, m: dict[str, Any]) -> None:
         """Count a failed record's kind; keep the first message of each kind."""
@@ -202,29 +206,35 @@ class _Columns:
         coded: dict[str, Array] = {}
         labels: dict[str, list[str]] = {}
         for name in LABELS:
-            values = self.raw.get(name)
-            if values is None:  # not read: every request absent
+            column = self.coded.get(name)
+            if column is None:  # not read: every request absent
                 n = len(self.keys)
                 coded[name], labels[name] = np.full(n, -1, dtype=np.int64), []
             else:
-                coded[name], labels[name] = _code(values, strip_query=name == "path")
+                coded[name], labels[name] = column.done(strip_query=name == "path")
         return coded, labels
 
 
-def _code(values: list[Any], *, strip_query: bool) -> tuple[Array, list[str]]:
-    """Per value its index among the distinct strings in first-seen order (-1: not a
-    string); paths are classed without their query string."""
-    first: dict[str, int] = {}
-    codes = np.fromiter(
-        (first.setdefault(v, len(first)) if type(v) is str else -1 for v in values),
-        dtype=np.int64,
-        count=len(values),
-    )
-    if not strip_query:
-        return codes, list(first)
-    bare: dict[str, int] = {}
-    remap = np.array([bare.setdefault(v.split("?", 1)[0], len(bare)) for v in first] + [-1])
-    return remap[codes], list(bare)  # code -1 picks the appended -1
+@dataclass
+class _Coded:
+    """One ``LABELS`` field while records are read: per record the index of its value
+    among the distinct strings in first-seen order (-1: absent or not a string). Coded
+    as each record comes, so memory grows with the distinct values, not the records
+    (a record's string is a fresh object: keeping it would cost ~70 bytes a record)."""
+
+    first: dict[str, int] = field(default_factory=dict)
+    codes: array[int] = field(default_factory=lambda: array("q"))
+
+    def done(self, *, strip_query: bool) -> tuple[Array, list[str]]:
+        """The codes as int64 and their labels; paths are classed without their query
+        string, each distinct path stripped once."""
+        codes = np.frombuffer(self.codes, dtype=np.int64) if self.codes else np.zeros(0, np.int64)
+        if not strip_query:
+            return codes, list(self.first)
+        bare: dict[str, int] = {}
+        remap = [bare.setdefault(v.split("?", 1)[0], len(bare)) for v in self.first]
+        # Code -1 picks the appended -1.
+        return np.array([*remap, -1], dtype=np.int64)[codes], list(bare)
 
 
 def _key(get: Callable[[str], Any]) -> bytes | None:
@@ -258,8 +268,8 @@ def _read(
     contents = ints["ttft_content_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
     shards = ints["shard"].append
-    # The phase always (the report's phase table); the others when a caller classes by them.
-    labelled = [(values.append, name) for name, values in columns.raw.items()]
+    # ``_ALWAYS`` (the phase and route tables); the others when a caller asks for them.
+    labelled = [(c.codes.append, c.first, name) for name, c in columns.coded.items()]
     stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
     estimated, retry = flags["estimated"].append, flags["retry"].append
     cancelled = flags["cancelled"].append
@@ -284,8 +294,9 @@ def _read(
             outputs(get("output_tokens", -1))
             lags(get("lag_ns", -1))
             shards(get("shard", -1))
-            for append, name in labelled:
-                append(get(name))
+            for append, first, name in labelled:
+                value = get(name)
+                append(first.setdefault(value, len(first)) if type(value) is str else -1)
             bad = is_error(get("status"), get("error"))
             failed(bad)
             if bad:

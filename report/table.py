@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ReportTable", "ms", "num", "pct"]
+from tailreplay.report.model import Percentiles
+
+__all__ = ["ReportTable", "ms", "num", "pct", "quantile_value"]
 
 
 @dataclass
@@ -33,3 +35,9 @@ def ms(x: float | None) -> str:
 
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
+
+
+def quantile_value(per_q: Percentiles | None, q: str) -> float | None:
+    """The value of percentile ``q`` (``p50``, ...); None when it was not measured."""
+    e = per_q.get(q) if per_q else None
+    return None if e is None else e["value"]

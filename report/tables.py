@@ -14,7 +14,6 @@ from tailreplay.report.model import (
     EngineReport,
     Metric,
     Percentile,
-    Percentiles,
     Report,
     Shards,
     SideName,
@@ -26,8 +25,9 @@ from tailreplay.report.model import (
     side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
+from tailreplay.report.route_table import route_tables
 from tailreplay.report.shadow import shadow_words
-from tailreplay.report.table import ReportTable, ms, num, pct
+from tailreplay.report.table import ReportTable, ms, num, pct, quantile_value
 from tailreplay.traces.archive.replay_header import ReplayHeader
 
 __all__ = ["ReportTable", "headline", "report_tables", "slo_table"]
@@ -41,12 +41,6 @@ _LABELS: dict[Metric, str] = {
     "itl": "ITL ms",
 }
 _Q_LABELS = {"p50": "P50", "p95": "P95", "p99": "P99", "p999": "P99.9"}
-
-
-def _value(per_q: Percentiles | None, q: str) -> float | None:
-    """The value of percentile ``q``; None when it was not measured."""
-    e = per_q.get(q) if per_q else None
-    return None if e is None else e["value"]
 
 
 def _interval(e: Percentile | None) -> str:
@@ -96,7 +90,7 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
 
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
-    tables = [_overview(report), _percentiles(report), _buckets(report)]
+    tables = [_overview(report), _percentiles(report), _buckets(report), *route_tables(report)]
     if "shards" in report:
         tables.append(_shards(report["shards"]))
     if report["phases"]:
@@ -250,8 +244,8 @@ def _phases(report: Report) -> ReportTable:
                 num(row["seconds"], 1),
                 f"{s['requests']:,}",
                 num(s["throughput_rps"], 2),
-                *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
-                ms(_value(ttft, "p99")),
+                *(ms(quantile_value(lat, q)) for q in ("p50", "p95", "p99")),
+                ms(quantile_value(ttft, "p99")),
                 pct(s["error_rate"]),
             ]
         )
@@ -273,8 +267,8 @@ def _closed_loop(report: Report) -> ReportTable:
                 row["range"],
                 f"{s['requests']:,}",
                 num(s["throughput_rps"], 2),
-                ms(_value(lat, "p50")),
-                ms(_value(lat, "p95")),
+                ms(quantile_value(lat, "p50")),
+                ms(quantile_value(lat, "p95")),
                 pct(s["error_rate"]),
             ]
         )
@@ -377,7 +371,7 @@ def _percentiles(report: Report) -> ReportTable:
             per_q = report["overall"][side]["metrics"].get(metric)
             if per_q is None:
                 continue
-            values = [ms(_value(per_q, q)) for q in QUANTILES]
+            values = [ms(quantile_value(per_q, q)) for q in QUANTILES]
             t.rows.append([label, side_label(report, side), *values, _interval(per_q.get("p99"))])
     if not t.rows:
         t.note = "nothing to measure: no successful request"
@@ -403,8 +397,8 @@ def _buckets(report: Report) -> ReportTable:
                     row["range"] if n == 0 else "",
                     side_label(report, side),
                     f"{s['requests']:,}",
-                    *(ms(_value(lat, q)) for q in ("p50", "p95", "p99")),
-                    ms(_value(ttft, "p99")),
+                    *(ms(quantile_value(lat, q)) for q in ("p50", "p95", "p99")),
+                    ms(quantile_value(ttft, "p99")),
                     pct(s["error_rate"]),
                 ]
             )

@@ -207,6 +207,8 @@ def _sides(
     """The recorded side (when there is one to compare with) and the replayed one; with
     ``--shadow``, production and the shadow's copies, and what the capture says of it."""
     classes = [options.slo_by] if options.slo_by else []
+    if options.deltas_out is not None:
+        classes.append("model")  # the deltas' model column; no other figure reads it
     if options.shadow:
         if options.recorded:
             raise UsageError("--shadow compares a capture with itself: give no --recorded")

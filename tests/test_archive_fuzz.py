@@ -71,6 +71,13 @@ def _idle_calls(text: str) -> int:
     return int(found[1].replace(",", "")) if found else 0
 
 
+def _refused(text: str) -> int:
+    """The records a replay leaves out as impossible to rebuild (POSTs to routes no
+    dialect serves, captured without bodies), all of them or some."""
+    found = re.search(r"([\d,]+) (?:records left out: )?POSTs to routes no dialect", text)
+    return int(found[1].replace(",", "")) if found else 0
+
+
 def _left_out(text: str) -> int:
     """The calls that generate nothing a Mooncake export leaves out ("(2 calls ...")."""
     found = re.search(r"\(([\d,]+) calls? that generates? nothing left out", text)
@@ -100,7 +107,11 @@ _COUNT: dict[str, _Count] = {
     "export-mooncake": lambda r: (
         _number(r"exported ([\d,]+) records", r.output) + _left_out(r.output)
     ),
-    "replay": lambda r: _number(r"dry run: ([\d,]+) requests", r.stdout) + _idle_calls(r.stdout),
+    "replay": lambda r: (
+        _number(r"dry run: ([\d,]+) requests", r.stdout)
+        + _idle_calls(r.stdout)
+        + _refused(r.output)
+    ),
     "report": lambda r: (
         _number(r"(?:recorded|replayed) ([\d,]+) requests", r.stdout) + _idle_calls(r.stdout)
     ),
@@ -205,7 +216,7 @@ def _verdict(name: str, result: Result, path: Path) -> int | str:
     error = one_verdict(result, what)
     if error is not None:
         if name == "replay" and "no records to replay" in error:
-            return 0
+            return _refused(error)
         if name not in _COUNT and not error.startswith(f"Error: {path}: "):
             return "error"  # peak, fit: too few records for what they do
         return "damaged"

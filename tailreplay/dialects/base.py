@@ -125,8 +125,9 @@ class Dialect:
     operation: ClassVar[str]
     """GenAI's ``gen_ai.operation.name``."""
     budget_fields: ClassVar[tuple[str, ...]] = ()
-    """The output budget's fields, read in this order; the first is written when the
-    body names none (a tail stretch, a synthetic request). Empty: nothing generated."""
+    """The output budget's fields, read in this order; the last (the name servers have
+    taken longest: chat's ``max_tokens``) is written when the body names none (a
+    synthetic request). Empty: nothing generated."""
     chat_prompt: ClassVar[bool] = False
     """A synthetic prompt goes in as one user message (the simulator counts its role)."""
     stream_ends: ClassVar[tuple[bytes, ...]] = ()
@@ -175,8 +176,8 @@ class Dialect:
         return None
 
     def set_budget(self, body: dict[str, Any], budget: int) -> None:
-        """Write ``budget`` into the field the body already uses, else the first."""
-        name = next((n for n in self.budget_fields if n in body), self.budget_fields[0])
+        """Write ``budget`` into the field the body already uses, else the last."""
+        name = next((n for n in self.budget_fields if n in body), self.budget_fields[-1])
         body[name] = budget
 
     # Reading answers --------------------------------------------------------------
