@@ -131,7 +131,8 @@ _EXIT_LINE = re.compile(
     r"shadow(?:, [\d,]+ failed there)?(?:, [\d,]+ unfinished when the proxy stopped)?"
     r"(?:; [\d,]+ more not sent: [^)]*)?\))?: "
     r"([\d,]+) records written"
-    r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped$"
+    r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped"
+    r"(?:; [\d,]+ of [\d,]+ answers were 404 \([^)]*\))?$"
 )
 
 
