@@ -3,7 +3,8 @@
 Streams both ways: the response goes to the client chunk by chunk as it arrives,
 written from the upstream connection's read callback (``tailreplay/http_client.py``), so
 time to first token is the upstream's plus a socket write; bytes pass as they are
-(no decompression). Only configured upstreams are ever contacted:
+both ways (no decompression: a compressed request body is the recorder's to decode,
+``proxy/content_coding.py``). Only configured upstreams are ever contacted:
 the target URL is built by appending the request path to the configured base and
 checked again before sending, so absolute-form targets, CONNECT, ``//host`` paths
 and Host headers cannot steer a request elsewhere.
@@ -39,6 +40,7 @@ from tailreplay.proxy.connections import (
     read_body,
     stream_body,
 )
+from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange, Sink
 from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
@@ -106,6 +108,10 @@ def build_server(
         lingering_time=LINGER_S,
         logger=RequestLog(guard),
         guard=guard,
+        # aiohttp inflates gzip and deflate request bodies by default (and refuses
+        # codings it cannot inflate with a 400): the upstream would get the inflated
+        # bytes still labelled with their Content-Encoding.
+        auto_decompress=False,
     )
 
 
@@ -300,7 +306,12 @@ class _Forwarder:
             raw = await read_body(request.content, bounds)
             ex.bytes_in = len(raw)
             ex.req_body = raw
-            inject = known and self.config.inject_usage
+            # Compressed bytes cannot be edited: they go as the client sent them.
+            inject = (
+                known
+                and self.config.inject_usage
+                and not encoded(request.headers.getall("Content-Encoding", ()))
+            )
             changed = with_usage_requested(request.raw_path, raw) if inject else None
             ex.injected_usage = changed is not None
             return changed if changed is not None else raw

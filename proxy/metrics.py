@@ -24,6 +24,7 @@ from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.connections import ConnectionGuard
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_sink import RecorderClient
+from tailreplay.proxy.upstream_path import AnswerCounts
 
 __all__ = ["ProxyMetrics", "Series", "cumulative"]
 
@@ -223,6 +224,8 @@ class ProxyMetrics:
             self.registry.register(_ConnectionCollector(guard))
         self.series: dict[tuple[str, str], Series] = {}
         self.in_flight = 0
+        self.answers = AnswerCounts()
+        """The upstream's answers and its 404s (``/healthz`` and the exit line)."""
         self.registry.register(_RequestCollector(self))
 
     def on_request(self, ex: Exchange) -> None:
@@ -238,3 +241,4 @@ class ProxyMetrics:
         if series is None:  # bounded: route and status class take a few values each
             series = self.series[key] = Series()
         series.observe(ex)
+        self.answers.observe(ex)

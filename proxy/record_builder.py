@@ -7,6 +7,7 @@ record, which in the proxy's own process would be taken from forwarding.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -18,6 +19,7 @@ from tailreplay.dialects.base import RequestFields
 from tailreplay.dialects.usage import Usage
 from tailreplay.openai_api import decode_fields, parse_usage, read_answer, response_problem
 from tailreplay.proxy.config import ProxyConfig
+from tailreplay.proxy.content_coding import decode_body, named_codings
 from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
 from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
@@ -35,7 +37,13 @@ from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_pa
 from tailreplay.traces.text.redact_bodies import redact_body
 from tailreplay.traces.text.tokens import encode_parts, estimate_tokens, get
 
-__all__ = ["PREFIX_BLOCK_TOKENS", "RecordBuilder", "build_record", "prefix_hashes"]
+__all__ = [
+    "PREFIX_BLOCK_TOKENS",
+    "RecordBuilder",
+    "build_record",
+    "prefix_hashes",
+    "with_body_decoded",
+]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -85,6 +93,20 @@ def _completion_text(dialect: Dialect | None, kept: bytes) -> str | None:
         return None
 
 
+def with_body_decoded(ex: Exchange, limit: int) -> Exchange:
+    """``ex`` with its request body as the JSON it carries: a body sent with a
+    ``Content-Encoding`` decoded (to at most ``limit`` bytes), or None when it cannot
+    be; the same ``ex`` when the body has no coding. The proxy forwarded the bytes as
+    sent; this is the recorder's own copy (``proxy/content_coding.py``).
+    """
+    if ex.req_body is None:
+        return ex
+    codings = named_codings(v for k, v in ex.headers if k.lower() == "content-encoding")
+    if not codings:
+        return ex
+    return dataclasses.replace(ex, req_body=decode_body(ex.req_body, codings, limit))
+
+
 def build_record(
     ex: Exchange,
     config: ProxyConfig,
@@ -92,7 +114,8 @@ def build_record(
     shed: bool = False,
     clean: CleanValues | None = None,
 ) -> Record:
-    """The archive record for a finished exchange (docs/archive-format.md).
+    """The archive record for a finished exchange (docs/archive-format.md), whose
+    request body is decoded already (``with_body_decoded``).
 
     ``calibration`` learns each model's true prompt counts from its reported usage and
     corrects the estimates of requests that reported none. ``shed``: leave out the
@@ -249,6 +272,8 @@ class RecordBuilder:
         if shed:
             self._count_shed(lag_ns)
         try:
+            # Decoded once, for the record, the retry's body hash and the span alike.
+            ex = with_body_decoded(ex, self.config.max_body)
             record = build_record(ex, self.config, self.calibration, shed, self._clean)
         except Exception:  # a bug here must not stop the recording of everything else
             self.failed += 1

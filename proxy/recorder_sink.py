@@ -37,6 +37,7 @@ from tailreplay.proxy.capture_health import HUNG_S, RESTART_HUNG_S, CaptureHealt
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_process import Stat, child_main
+from tailreplay.proxy.upstream_path import not_found_note
 
 __all__ = ["RecorderClient", "RecorderCounts"]
 
@@ -74,6 +75,11 @@ class RecorderCounts:
     shadow was taken for down, or had ``--shadow-max-inflight`` copies in flight."""
     tokens: list[int] = field(default_factory=lambda: [0] * (2 * len(ROUTES)))
     """(input, output) per route in ROUTES order."""
+    answers: int = 0
+    """Of those served, the ones the upstream answered (not copies), and of those the
+    404s: the proxy's own counts (``proxy/upstream_path.py``), set by ``run`` as it
+    returns, for the exit line."""
+    not_found: int = 0
 
     def summary(self) -> str:
         """The exit line's account: served, then where every one of them went."""
@@ -96,7 +102,9 @@ class RecorderCounts:
         copies = ""
         if self.copies or self.copies_not_sent:
             copies = f" ({self.copies:,} of them copies to the shadow{failed})"
-        return f"{self.served:,} exchanges served{copies}: " + ", ".join(parts)
+        note = not_found_note(self.answers, self.not_found)
+        warning = f"; {note}" if note is not None else ""
+        return f"{self.served:,} exchanges served{copies}: " + ", ".join(parts) + warning
 
     @classmethod
     def total(cls, counts: list[RecorderCounts]) -> RecorderCounts:
@@ -113,6 +121,8 @@ class RecorderCounts:
             "copies_failed",
             "copies_unfinished",
             "copies_not_sent",
+            "answers",
+            "not_found",
         )
         return cls(**{name: sum(getattr(c, name) for c in counts) for name in names})
 

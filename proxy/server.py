@@ -94,7 +94,8 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
         admin_url = None
         if admin_socks:
             admin_runner = web.AppRunner(
-                metrics_app(metrics.registry, recorder.problem), access_log=None
+                metrics_app(metrics.registry, recorder.problem, metrics.answers.note),
+                access_log=None,
             )
             admin_url = await serve_sockets(admin_runner, admin_socks)
         scheme = "https" if config.tls_cert is not None else "http"
@@ -206,7 +207,7 @@ async def run(
     signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> RecorderCounts:
     """Serve until one of ``signals``; a second signal exits at once. What the recorder
-    did with the exchanges, once its files are closed."""
+    did with the exchanges, once its files are closed, and how many answers were 404s."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     running: list[RunningProxy] = []
@@ -238,4 +239,6 @@ async def run(
         if ready is not None:
             ready(proxy)
         await stop.wait()
-    return proxy.recorder.counts()
+    counts, answered = proxy.recorder.counts(), proxy.metrics.answers
+    counts.answers, counts.not_found = answered.answers, answered.not_found
+    return counts

@@ -9,7 +9,8 @@ from it or depends on how it ends. Copies beyond ``max_inflight``, or whose bodi
 would take the bytes held past ``max_bytes``, are dropped and counted instead.
 
 A copy carries the request as the client sent it, with ``--shadow-model-map`` and
-``--shadow-header`` applied. The client's credentials stay behind unless
+``--shadow-header`` applied (a body sent with a ``Content-Encoding`` goes as it is:
+neither its model is mapped nor usage asked for in it). The client's credentials stay behind unless
 ``forward_auth`` (a shadow is another deployment, with its own): every header and
 query parameter whose name the recorder's rule calls a credential
 (``traces/text/secret_names.py``: ``Authorization``, ``X-Goog-Api-Key``,
@@ -42,6 +43,7 @@ from yarl import URL
 
 from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
 from tailreplay.openai_api import response_problem
+from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
 from tailreplay.sampling import in_share, share_threshold
@@ -212,7 +214,7 @@ class Shadow:
             shadow_of=original.span_id,
         )
         try:
-            ex.req_body = self._body(original.path, body)
+            ex.req_body = self._body(original.path, body, headers)
             ex.bytes_in = len(ex.req_body)
             ex.path = self._path(original.path)
             sent = self._headers(headers, ex)
@@ -273,8 +275,11 @@ class Shadow:
     def _answered(self) -> None:
         self._refused, self._down_s, self._down_until = 0, DOWN_S[0], 0.0
 
-    def _body(self, path: str, body: bytes) -> bytes:
-        """The copy's body: the model mapped, usage asked for on a stream."""
+    def _body(self, path: str, body: bytes, headers: list[tuple[str, str]]) -> bytes:
+        """The copy's body: the model mapped, usage asked for on a stream; a compressed
+        body as it is (its bytes cannot be edited)."""
+        if encoded(v for n, v in headers if n.lower() == "content-encoding"):
+            return body
         if self._models and b'"model"' in body:
             body = _mapped(body, self._models)
         return with_usage_requested(path, body) or body

@@ -185,23 +185,26 @@ def _admin_app(pool: UpstreamPool, procs: list[Any], admin_urls: list[str]) -> w
         texts = [t for url in admin_urls if (t := await page(url + "/metrics")) is not None]
         return web.Response(text=merge_metrics(texts), content_type="text/plain")
 
-    async def degraded() -> list[str]:
-        """The workers' capture problems, as their /healthz says them."""
+    async def said(degraded_only: bool) -> list[str]:
+        """What the workers' /healthz say other than "ok": their capture problems and
+        warnings, or only the workers with a capture problem."""
         out = []
         for i, url in enumerate(admin_urls):
             text = await page(url + "/healthz")
-            if text is not None and text.startswith("degraded"):
+            if text is None or text == "ok":
+                continue
+            if text.startswith("degraded") or not degraded_only:
                 out.append(f"worker {i}: {text}")
         return out
 
     async def health(request: web.Request) -> web.Response:
         alive = sum(p.is_alive() for p in procs)
-        problems = await degraded()
+        problems = await said(degraded_only=False)
         text = f"{alive}/{len(procs)} workers" + "".join(f"; {p}" for p in problems)
         return web.Response(text=text, status=200 if alive == len(procs) else 503)
 
     async def capture(request: web.Request) -> web.Response:
-        problems = await degraded()
+        problems = await said(degraded_only=True)
         return web.Response(text="; ".join(problems) or "ok", status=503 if problems else 200)
 
     app = web.Application()

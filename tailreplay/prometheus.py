@@ -95,14 +95,18 @@ class BoundedLabel:
 
 
 def metrics_app(
-    registry: CollectorRegistry, degraded: Callable[[], str | None] = lambda: None
+    registry: CollectorRegistry,
+    degraded: Callable[[], str | None] = lambda: None,
+    warning: Callable[[], str | None] = lambda: None,
 ) -> web.Application:
     """An app serving ``/metrics`` from ``registry``, ``/healthz`` and ``/healthz/capture``.
 
-    ``degraded`` says why capture is stopped, or None. ``/healthz`` answers 200
-    while the process serves traffic, with "ok" or "degraded: <why>" (a readiness
-    probe must not take a serving proxy out of rotation); ``/healthz/capture``
-    answers 503 while degraded, for monitors that alert on a status code.
+    ``degraded`` says why capture is stopped, or None; ``warning`` what looks wrong
+    with the traffic itself (most answers 404s), or None. ``/healthz`` answers 200
+    while the process serves traffic, with "ok" or "degraded: <why>", followed by
+    "; warning: <what>" when there is one (a readiness probe must not take a serving
+    proxy out of rotation); ``/healthz/capture`` answers 503 while degraded, for
+    monitors that alert on a status code.
     """
     from aiohttp import web  # here: a replay without --metrics-listen never loads aiohttp
 
@@ -112,8 +116,9 @@ def metrics_app(
         )
 
     async def health(request: web.Request) -> web.Response:
-        why = degraded()
-        return web.Response(text="ok" if why is None else f"degraded: {why}")
+        why, note = degraded(), warning()
+        text = "ok" if why is None else f"degraded: {why}"
+        return web.Response(text=text if note is None else f"{text}; warning: {note}")
 
     async def capture(request: web.Request) -> web.Response:
         why = degraded()

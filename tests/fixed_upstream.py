@@ -85,6 +85,11 @@ def _chunk(delta: dict[str, Any], finish: str | None, with_usage: bool) -> bytes
 async def chat(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     request.app[REQUESTS].append(body)
+    return await answer(request, body)
+
+
+async def answer(request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    """This upstream's answer to a chat request whose body is ``body``."""
     model = body.get("model", "fixed")
     if not body.get("stream"):
         return web.Response(body=non_stream(model), content_type="application/json")

@@ -77,8 +77,9 @@ def records(out: Path) -> list[Record]:
 
 
 @asynccontextmanager
-async def serve_app(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None)
+async def serve_app(app: web.Application, **options: Any) -> AsyncIterator[str]:
+    """``app`` on 127.0.0.1; ``options`` go to aiohttp's server (``auto_decompress``)."""
+    runner = web.AppRunner(app, access_log=None, **options)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     host, port = runner.addresses[0][:2]
@@ -130,7 +131,8 @@ _EXIT_LINE = re.compile(
     r"shadow(?:, [\d,]+ failed there)?(?:, [\d,]+ unfinished when the proxy stopped)?"
     r"(?:; [\d,]+ more not sent: [^)]*)?\))?: "
     r"([\d,]+) records written"
-    r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped$"
+    r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped"
+    r"(?:; [\d,]+ of [\d,]+ answers were 404 \([^)]*\))?$"
 )
 
 

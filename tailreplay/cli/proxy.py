@@ -252,6 +252,8 @@ def proxy(**options: Any) -> None:
 
     refuse_without_shadow(click.get_current_context())
     config = _config(_Args(**options))
+    for warning in _path_warnings(config):
+        click.echo(f"warning: {warning}", err=True)
 
     def ready(p: RunningProxy) -> None:
         click.echo(f"tailreplay proxy listening on {p.url} -> {redact_url(str(config.upstream))}")
@@ -283,6 +285,15 @@ def proxy(**options: Any) -> None:
     except OSError as exc:
         raise TailreplayError(f"cannot start the proxy: {exc.strerror or exc}") from None
     click.echo(f"archives closed in {config.out_dir}/: {counts.summary()}")
+
+
+def _path_warnings(config: ProxyConfig) -> list[str]:
+    """An upstream (or a route's) whose path ends in /v1, which clients add themselves."""
+    from tailreplay.proxy.upstream_path import v1_warning
+
+    found = [v1_warning("--upstream", config.upstream)]
+    found += [v1_warning(f"--route {r.prefix}=", r.upstream) for r in config.routes]
+    return [w for w in found if w is not None]
 
 
 def _loopback(host: str) -> bool:
