@@ -4,11 +4,12 @@ the recorder's bounded decoding of its own copy of the body.
 The proxy forwards such a body as the client sent it: it cannot edit compressed bytes
 (no usage injection, no model mapping), and inflating it on the request path would
 cost forwarding the CPU the recorder is there to take. The recorder decodes its
-copy, every coding within ``limit`` bytes of output (the proxy passes ``--max-body``,
-the most an uncompressed body may be): a small bomb stops at the bound, as zlib's
-``max_length`` stops nginx's and this project's other readers. A body that cannot be
-decoded (an unknown coding, corrupt or cut short, over the bound) is ``None``: the
-record then goes without its body's fields, and the client never knew.
+copy, every coding within ``limit`` bytes of output (the recorder passes
+``--max-body``, the most an uncompressed body may be): a small bomb stops at the
+bound (zlib's ``max_length``, brotli's ``output_buffer_limit``, a bounded zstd read),
+never inflated whole. A body that cannot be decoded (an unknown coding, corrupt or
+cut short, over the bound) is ``None``: the record then goes without its body's
+fields, and the client never knew.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ would take the bytes held past ``max_bytes``, are dropped and counted instead.
 
 A copy carries the request as the client sent it, with ``--shadow-model-map`` and
 ``--shadow-header`` applied (a body sent with a ``Content-Encoding`` goes as it is:
-neither its model is mapped nor usage asked for in it). The client's credentials stay behind unless
-``forward_auth`` (a shadow is another deployment, with its own): every header and
+its model is not mapped, nor usage asked for). The client's credentials stay behind
+unless ``forward_auth`` (a shadow is another deployment, with its own): every header and
 query parameter whose name the recorder's rule calls a credential
 (``traces/text/secret_names.py``: ``Authorization``, ``X-Goog-Api-Key``,
 ``?api-key=``, ...), ``Cookie``, and the OpenAI account headers; ``--shadow-header
