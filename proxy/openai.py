@@ -28,7 +28,6 @@ __all__ = [
 ]
 
 MAX_INSPECT_BYTES = 4 << 20  # larger JSON bodies are forwarded without being parsed
-_USAGE_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 @dataclass
@@ -58,27 +57,23 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
 
 
 def with_usage_requested(path: str, raw: bytes) -> bytes | None:
-    """The body with ``stream_options.include_usage`` added, or None to send it as is.
+    """The body with its dialect's usage asked for (``Dialect.ask_usage``), or None to
+    send it as is.
 
-    Only streaming chat/completions requests that did not ask for usage are changed.
-    The cheap byte test first: most bodies without "stream" are never parsed here.
+    Only streaming requests of a dialect whose streams carry usage when asked, that did
+    not ask, are changed. The cheap tests first: most bodies are never parsed here.
     """
-    bare = path.split("?", 1)[0]
-    if bare not in _USAGE_PATHS or len(raw) > MAX_INSPECT_BYTES or b'"stream"' not in raw:
+    dialect = dialect_for(path)
+    if dialect is None or not dialect.usage_asked:
+        return None
+    if len(raw) > MAX_INSPECT_BYTES or b'"stream"' not in raw:
         return None
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack: not kept
         return None
-    if not isinstance(body, dict) or body.get("stream") is not True:
+    if not isinstance(body, dict) or not dialect.ask_usage(body):
         return None
-    options = body.get("stream_options")
-    if isinstance(options, dict) and options.get("include_usage") is True:
-        return None
-    body["stream_options"] = {
-        **(options if isinstance(options, dict) else {}),
-        "include_usage": True,
-    }
     return json.dumps(body, separators=(",", ":")).encode()
 
 

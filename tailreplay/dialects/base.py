@@ -133,6 +133,8 @@ class Dialect:
     stream_ends: ClassVar[tuple[bytes, ...]] = ()
     """Bytes in the data of an event that ends a whole stream (``[DONE]``,
     ``"message_stop"``); empty: the API promises no such event."""
+    usage_asked: ClassVar[bool] = False
+    """A stream carries usage only when asked (OpenAI's chat and completions)."""
     headers: ClassVar[tuple[tuple[str, str], ...]] = ()
     """Headers the API requires of every request (a replay sends them unless the run
     gives its own)."""
@@ -205,9 +207,18 @@ class Dialect:
         """A request body whose prompt is ``prompt`` (one user turn) and nothing else."""
         raise NotImplementedError
 
-    def ask_usage(self, body: dict[str, Any]) -> None:
-        """Ask, in ``body``, for usage in a stream where the API sends none unasked (a
-        replay measures the target's own counts). Nothing to do by default."""
+    def ask_usage(self, body: dict[str, Any]) -> bool:
+        """Ask, in ``body``, for usage in a stream where the API sends none unasked
+        (``stream_options.include_usage``, for ``usage_asked``): the proxy's record and a
+        replay's measure then get the server's own counts. Whether ``body`` changed."""
+        if not self.usage_asked or body.get("stream") is not True:
+            return False
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            return False
+        body["stream_options"] = {**(options if isinstance(options, dict) else {})}
+        body["stream_options"]["include_usage"] = True
+        return True
 
     # The simulator ----------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from tailreplay.dialects.base import (
 )
 from tailreplay.dialects.prompt_text import chat_parts
 
-__all__ = ["Chat", "ask_openai_usage", "openai_lengths", "openai_token_kind"]
+__all__ = ["Chat", "openai_lengths", "openai_token_kind"]
 
 _TEXT = re.compile(
     rb'"(content|text|arguments|delta|reasoning_content|reasoning|thinking)"\s*:\s*"(?!")'
@@ -67,15 +67,6 @@ def openai_lengths(body: dict[str, Any], names: tuple[str, ...]) -> tuple[int | 
     return max_tokens, min_tokens, ignore_eos
 
 
-def ask_openai_usage(body: dict[str, Any]) -> None:
-    """``stream_options.include_usage`` set in a streaming body (OpenAI's chat and
-    completions send a stream's usage only when asked)."""
-    if body.get("stream") is True:
-        options = body.get("stream_options")
-        body["stream_options"] = {**(options if isinstance(options, dict) else {})}
-        body["stream_options"]["include_usage"] = True
-
-
 def openai_common(body: dict[str, Any]) -> tuple[str | None, bool, bool]:
     """(model, stream, include_usage), checked as OpenAI's routes check them."""
     model = body.get("model")
@@ -114,6 +105,7 @@ class Chat(Dialect):
     budget_fields = ("max_completion_tokens", "max_tokens")
     chat_prompt = True
     stream_ends = (b"[DONE]",)
+    usage_asked = True
 
     def prompt_parts(self, body: dict[str, Any]) -> list[str] | None:
         messages = body.get("messages")
@@ -141,9 +133,6 @@ class Chat(Dialect):
         }
         self.ask_usage(body)
         return body
-
-    def ask_usage(self, body: dict[str, Any]) -> None:
-        ask_openai_usage(body)
 
     def sim_ask(self, body: dict[str, Any], headers: dict[str, str]) -> SimAsk:
         messages = body.get("messages")
@@ -184,6 +173,20 @@ def openai_usage(answer: SimAnswer, completion_tokens: int) -> dict[str, Any]:
         thought = min(answer.reasoning, completion_tokens)
         usage["completion_tokens_details"] = {"reasoning_tokens": thought}
     return usage
+
+
+def openai_usage_event(answer: SimAnswer, kind: str, model: str, completion_tokens: int) -> bytes:
+    """The usage-only event before ``[DONE]`` (``choices`` empty), as OpenAI sends it
+    when ``include_usage`` asked; ``kind`` is the chunks' ``object``."""
+    body = {
+        "id": answer.id,
+        "object": kind,
+        "created": answer.created,
+        "model": model,
+        "choices": [],
+        "usage": openai_usage(answer, completion_tokens),
+    }
+    return sse(dumps(body))
 
 
 def dumps(doc: Any) -> bytes:
@@ -227,15 +230,7 @@ class _ChatWriter(ReplyWriter):
         a = self.answer
         out = self._chunk({}, a.finish)
         if a.ask.include_usage:
-            usage = {
-                "id": a.id,
-                "object": "chat.completion.chunk",
-                "created": a.created,
-                "model": self.model,
-                "choices": [],
-                "usage": openai_usage(a, completion_tokens),
-            }
-            out += sse(dumps(usage))
+            out += openai_usage_event(a, "chat.completion.chunk", self.model, completion_tokens)
         return out + sse(b"[DONE]")
 
     def whole(self, tokens: list[str]) -> dict[str, Any]:

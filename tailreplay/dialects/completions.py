@@ -9,11 +9,11 @@ from typing import Any
 
 from tailreplay.dialects.base import BadRequest, Dialect, ReplyWriter, SimAnswer, SimAsk, sse
 from tailreplay.dialects.chat import (
-    ask_openai_usage,
     dumps,
     openai_common,
     openai_lengths,
     openai_token_kind,
+    openai_usage_event,
 )
 from tailreplay.dialects.chat import openai_usage as _usage
 
@@ -26,6 +26,7 @@ class Completions(Dialect):
     operation = "text_completion"
     budget_fields = ("max_tokens",)
     stream_ends = (b"[DONE]",)
+    usage_asked = True
 
     def prompt_parts(self, body: dict[str, Any]) -> list[str] | None:
         prompt = body.get("prompt")
@@ -47,9 +48,6 @@ class Completions(Dialect):
         body: dict[str, Any] = {"model": model, "stream": stream, "prompt": prompt}
         self.ask_usage(body)
         return body
-
-    def ask_usage(self, body: dict[str, Any]) -> None:
-        ask_openai_usage(body)
 
     def sim_ask(self, body: dict[str, Any], headers: dict[str, str]) -> SimAsk:
         p = body.get("prompt")
@@ -86,15 +84,7 @@ class _TextWriter(ReplyWriter):
         a = self.answer
         out = self._chunk("", a.finish)
         if a.ask.include_usage:
-            usage = {
-                "id": a.id,
-                "object": "text_completion",
-                "created": a.created,
-                "model": self.model,
-                "choices": [],
-                "usage": _usage(a, completion_tokens),
-            }
-            out += sse(dumps(usage))
+            out += openai_usage_event(a, "text_completion", self.model, completion_tokens)
         return out + sse(b"[DONE]")
 
     def whole(self, tokens: list[str]) -> dict[str, Any]:
