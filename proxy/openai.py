@@ -19,6 +19,7 @@ from typing import Any
 from tailreplay.dialects import dialect_for
 from tailreplay.dialects.base import RequestFields
 from tailreplay.openai_api import decode_fields
+from tailreplay.sse import split_events
 
 __all__ = [
     "RequestInfo",
@@ -99,21 +100,19 @@ class SseRelay:
         if not self._partial and chunk.endswith(b"\n\n") and b'"usage"' not in chunk:
             return chunk  # the usual case: whole events, nothing to remove (one scan)
         data = self._partial + chunk
-        end = max(data.rfind(b"\n\n"), data.rfind(b"\r\n\r\n"))
-        if end < 0:
+        events, rest = split_events(data)
+        if not events:
             if len(data) > _TAIL_BYTES:  # no event boundary in sight: not SSE as we know it
                 self._partial = b""
                 return data
             self._partial = data
             return b""
-        cut = end + (4 if data.startswith(b"\r\n\r\n", end) else 2)
-        whole, self._partial = data[:cut], data[cut:]
+        self._partial = rest
+        whole = data[: len(data) - len(rest)]
         if b'"usage"' not in whole:
             return whole  # nothing to remove (the usual chunk: one token, no usage field)
         out = []
-        for event in re.split(rb"(?<=\n\n)|(?<=\r\n\r\n)", whole):
-            if not event:
-                continue
+        for event in events:
             if b'"choices":[]' in event.replace(b" ", b"") and b'"usage":{' in event.replace(
                 b" ", b""
             ):

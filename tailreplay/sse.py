@@ -4,8 +4,9 @@ The proxy, capturing, and the replayer, measuring its target, feed the same
 ``StreamTimeline`` with each chunk as it arrives, so TTFT, time to the answer
 and inter-token gaps mean one thing on both sides:
 
-- an event is complete at its blank line (``\\n\\n`` or ``\\r\\n\\r\\n``); its time is
-  the arrival of the chunk that completes it;
+- an event is complete at its blank line (two line ends, each ``\\n``, ``\\r\\n`` or
+  ``\\r``); its time is the arrival of the chunk that completes it. An event longer
+  than 1 MiB keeps its first 64 KiB, which say what it carries;
 - an event is a *token event* when its dialect says it carries generated text
   (``Dialect.token_kind``: a chat chunk's non-empty ``content``, a Responses
   ``*.delta`` event, an Anthropic ``content_block_delta``), answer or thinking.
@@ -34,24 +35,31 @@ from tailreplay.dialects import Dialect, dialect_named
 from tailreplay.dialects.base import NOT_TOKEN, REASONING
 from tailreplay.log_bins import bin_of
 
-__all__ = ["EXACT_GAPS", "StreamTimeline", "flat_bins"]
+__all__ = ["EXACT_GAPS", "StreamTimeline", "flat_bins", "split_events"]
 
 EXACT_GAPS = 4096
 """Gaps kept one by one: every answer of up to 4,097 tokens, whole (the usual)."""
 
-_BOUNDARY = re.compile(rb"\r\n\r\n|\n\n")
+_BOUNDARY = re.compile(rb"\r\n\r\n|\r\n\r(?=[^\n])|\r\n\n|\r\r\n|\r\r|\n\r\n|\n\r(?=[^\n])|\n\n")
+"""A blank line: two line ends, each CRLF, CR or LF (the SSE specification's three),
+longest first so that a CRLF is one line end. A CR after a CRLF or LF ends a line only
+once the next byte is seen not to be LF, as a CRLF server's blank line may be cut
+between its CR and LF; two CRs are a blank line at once (only a CR server sends them)."""
 _MAX_PARTIAL = 1 << 20
-"""An unfinished event longer than this is not SSE as servers send it: dropped."""
+"""An unfinished event held whole up to this length; a longer one keeps its head."""
+_HEAD = 64 << 10
 
 
 class StreamTimeline:
     """Feed it every chunk with its arrival time (ns, monotonic); read the timeline after."""
 
     __slots__ = (
+        "_clipped",
         "_ends",
         "_kind",
         "_last_ns",
         "_partial",
+        "_tail",
         "dialect",
         "done",
         "first_answer_ns",
@@ -82,6 +90,10 @@ class StreamTimeline:
         """Events whose data is neither a JSON object nor [DONE]."""
         self._last_ns = 0
         self._partial = bytearray()
+        self._clipped = False
+        """``_partial`` holds only the head of an event longer than ``_MAX_PARTIAL``."""
+        self._tail = b""
+        """The last bytes of a clipped event, where its end may have begun."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled with the proxy's exchange to the recorder process: a flat tuple.
@@ -104,37 +116,69 @@ class StreamTimeline:
             not self._partial
             and len(chunk) > 2
             and chunk.find(b"\n\n") == len(chunk) - 2
-            and b"\r\n\r\n" not in chunk
+            and b"\r" not in chunk
         ):
             self._event(chunk, now_ns, first_of_read=True)  # the usual case: one whole event
             return
+        first = True
         if self._partial:
-            # An event arriving in pieces: only the new bytes (and the 3 before them, a
-            # boundary cut in two) are searched, so a large event trickled in small
-            # reads costs its length, not its length squared.
-            seen = len(self._partial)
-            self._partial += chunk
-            if _BOUNDARY.search(self._partial, max(seen - 3, 0)) is None:
-                if len(self._partial) > _MAX_PARTIAL:
-                    self._partial = bytearray()
+            data = self._resume(chunk)
+            if data is None:
                 return
-            data = bytes(self._partial)
+            if self._clipped:
+                # An event that outgrew the cap ends here: its head says what it was.
+                first = not self._event(bytes(self._partial), now_ns, first_of_read=True)
+                self._partial, self._clipped = bytearray(), False
         else:
             data = chunk
         start = 0
-        first = True
         for m in _BOUNDARY.finditer(data):
             if self._event(data[start : m.end()], now_ns, first_of_read=first):
                 first = False
             start = m.end()
-        rest = data[start:]
-        self._partial = bytearray(rest) if len(rest) <= _MAX_PARTIAL else bytearray()
+        self._keep(data[start:])
 
     def finish(self, now_ns: int) -> None:
         """The body ended: an event not closed by a blank line still counts."""
         if self._partial:
             self._event(bytes(self._partial), now_ns, first_of_read=True)
+            self._partial, self._clipped = bytearray(), False
+
+    def _resume(self, chunk: bytes) -> bytes | None:
+        """The bytes to split into events once ``chunk`` joins the unfinished event, or
+        None while that event goes on. Only the new bytes (and the 3 before them, a
+        boundary cut in two) are searched, so a large event trickled in small reads
+        costs its length, not its length squared."""
+        if self._clipped:
+            joined = self._tail + chunk
+            m = _BOUNDARY.search(joined)
+            if m is None:
+                self._tail = joined[-3:]
+                return None
+            return joined[m.end() :]
+        seen = len(self._partial)
+        self._partial += chunk
+        if _BOUNDARY.search(self._partial, max(seen - 3, 0)) is not None:
+            data = bytes(self._partial)
             self._partial = bytearray()
+            return data
+        if len(self._partial) > _MAX_PARTIAL:
+            self._clip()
+        return None
+
+    def _keep(self, rest: bytes) -> None:
+        """Hold the start of an event that the read did not finish."""
+        self._partial = bytearray(rest)
+        if len(rest) > _MAX_PARTIAL:
+            self._clip()
+
+    def _clip(self) -> None:
+        # Past the cap, the event's head is enough to tell its kind (type and text
+        # fields come first in every dialect's events); the rest is searched for the
+        # event's end and let go, so a stream's memory stays bounded.
+        self._tail = bytes(self._partial[-3:])
+        del self._partial[_HEAD:]
+        self._clipped = True
 
     def _event(self, event: bytes, now_ns: int, *, first_of_read: bool) -> bool:
         """Account for one complete event; True if it carried generated text."""
@@ -168,6 +212,16 @@ class StreamTimeline:
             self.first_answer_ns = now_ns
         self._last_ns = now_ns
         return True
+
+
+def split_events(data: bytes) -> tuple[list[bytes], bytes]:
+    """The whole events at the start of ``data``, each with its blank line, and the
+    bytes after the last of them (the start of an event still arriving)."""
+    events, start = [], 0
+    for m in _BOUNDARY.finditer(data):
+        events.append(data[start : m.end()])
+        start = m.end()
+    return events, data[start:]
 
 
 def _ends(payload: bytes, ends: tuple[bytes, ...]) -> bool:

@@ -62,6 +62,7 @@ _RESPONSES = [
     ({"type": "response.created", "response": {"usage": None}}, NOT_TOKEN),
     ({"type": "response.reasoning_text.delta", "delta": "hm"}, REASONING),
     ({"type": "response.output_text.delta", "delta": "Hi"}, ANSWER),
+    ({"type": "response.output_text.delta", "delta": ""}, NOT_TOKEN),
     ({"type": "response.function_call_arguments.delta", "delta": "{"}, ANSWER),
     ({"type": "response.output_text.done", "text": "Hi there"}, NOT_TOKEN),
     ({"type": "response.content_part.done", "part": {"type": "output_text", "text": "Hi"}}, 0),
@@ -81,6 +82,7 @@ _MESSAGES = [
     (_delta("thinking_delta", thinking="a"), REASONING),
     (_delta("signature_delta", signature="s"), NOT_TOKEN),
     (_delta("text_delta", text="Hi"), ANSWER),
+    (_delta("text_delta", text=""), NOT_TOKEN),
     (_delta("input_json_delta", partial_json="{"), ANSWER),
     ({"type": "content_block_stop", "index": 0}, NOT_TOKEN),
     ({"type": "message_delta", "usage": {"output_tokens": 3}}, NOT_TOKEN),
@@ -236,6 +238,25 @@ def test_a_large_event_trickled_in_small_reads_costs_its_length() -> None:
     # Linear: about 16,000 reads of a regex over 16 bytes. The quadratic reading took
     # 21 s of CPU here; 5 s leaves a busy machine room.
     assert time.process_time() - started < 5
+
+
+@pytest.mark.parametrize("end", [b"\r", b"\r\n", b"\n"])
+def test_every_line_end_the_sse_specification_allows_separates_events(end: bytes) -> None:
+    chat = b"".join(_event({"choices": [{"delta": {"content": w}}]}) for w in "abc")
+    chat = chat.replace(b"\n", end) + b"data: [DONE]" + end + end
+    for step in (1, 2, 7, len(chat)):
+        assert _feed("/v1/chat/completions", chat, step) == (3, 0, True, 2), step
+
+
+@pytest.mark.parametrize("step", [1 << 10, 100_000, 3 << 20])
+def test_an_event_over_a_mebibyte_is_counted_whole_and_those_after_it_too(step: int) -> None:
+    huge = _event({"choices": [{"delta": {"content": "x" * (3 << 20)}}]})
+    chat = _event({"choices": [{"delta": {"content": "a"}}]}) + huge + huge
+    chat += _event({"choices": [{"delta": {"content": "b"}}]}) + b"data: [DONE]\n\n"
+    assert _feed("/v1/chat/completions", chat, step) == (4, 0, True, 3)
+    messages = _event(_delta("text_delta", text="y" * (2 << 20)), "content_block_delta")
+    messages += _event({"type": "message_stop"}, "message_stop")
+    assert _feed("/v1/messages", messages, 4096)[0::2] == (1, True)
 
 
 def test_thinking_that_nests_its_text_is_thinking() -> None:

@@ -38,6 +38,7 @@ VERSION = "2023-06-01"
 """The ``anthropic-version`` a replay sends when the run gives none."""
 
 _DELTA = re.compile(rb'"type"\s*:\s*"(text_delta|thinking_delta|input_json_delta)"')
+_FILLED = re.compile(rb'"(?:text|thinking|partial_json)"\s*:\s*"(?!")')
 _STOP = re.compile(rb'"stop_reason"\s*:\s*"([a-z_]+)"')
 _FINISH = {
     "end_turn": "stop",
@@ -101,8 +102,8 @@ class Messages(Dialect):
 
     def token_kind(self, event: bytes) -> int:
         m = _DELTA.search(event)
-        if m is None:
-            return NOT_TOKEN
+        if m is None or _FILLED.search(event) is None:
+            return NOT_TOKEN  # an empty delta carries no token
         return REASONING if m.group(1) == b"thinking_delta" else ANSWER
 
     def fold_usage(self, usage: Usage, fields: dict[str, Any]) -> None:

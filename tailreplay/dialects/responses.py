@@ -30,6 +30,7 @@ from tailreplay.dialects.prompt_text import chat_parts, content_text
 __all__ = ["Responses"]
 
 _TYPE = re.compile(rb'"type"\s*:\s*"response\.([a-z_.]+)"')
+_FILLED = re.compile(rb'"delta"\s*:\s*"(?!")')
 _LENGTH = re.compile(rb'"incomplete_details"\s*:\s*\{\s*"reason"\s*:\s*"max_output_tokens"')
 _CALL = re.compile(rb'"type"\s*:\s*"function_call"')
 _COMPLETED = re.compile(rb'"status"\s*:\s*"completed"')
@@ -84,6 +85,8 @@ class Responses(Dialect):
         m = _TYPE.search(event)
         if m is None or not m.group(1).endswith(b".delta") or m.group(1) == b"audio.delta":
             return NOT_TOKEN
+        if _FILLED.search(event) is None:
+            return NOT_TOKEN  # an empty delta carries no token
         return REASONING if b"reasoning" in m.group(1) else ANSWER
 
     def finish_reason(self, text: bytes) -> str | None:
