@@ -43,9 +43,14 @@ _EMPTY = Context()  # no current span: a span made with it is a root unless give
 def span_name(record: Record) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}``, e.g. ``chat deepseek-r1``; a
     replayed request's is prefixed ``replay `` so that, in the original's trace, the two
-    cannot be mistaken for each other."""
+    cannot be mistaken for each other. A route no dialect serves is no GenAI operation:
+    its span is named as HTTP's conventions name a client span without a route
+    template, by its method."""
     op = operation_name(record.path)
-    name = f"{op} {record.model}" if record.model else op
+    if op is None:
+        name = record.method or "POST"
+    else:
+        name = f"{op} {record.model}" if record.model else op
     return f"replay {name}" if record.orig_trace_id is not None else name
 
 
@@ -69,10 +74,11 @@ def span_attributes(
     record: Record, *, provider: str, server: tuple[str, int] | None
 ) -> dict[str, Any]:
     """The span's attributes: GenAI semantic conventions, HTTP, and ``tailreplay.*``."""
-    a: dict[str, Any] = {
-        "gen_ai.operation.name": operation_name(record.path),
-        "gen_ai.provider.name": provider,
-    }
+    a: dict[str, Any] = {"gen_ai.provider.name": provider}
+    if (op := operation_name(record.path)) is not None:
+        a["gen_ai.operation.name"] = op
+    if record.path:
+        a["url.path"] = record.path.partition("?")[0]
     for attribute, name in _PLAIN:
         value = getattr(record, name)
         if value is not None:

@@ -101,6 +101,9 @@ class ReplaySummary:
     """Prompt tokens as the target counted them against the recording's, minus 1."""
     prompt_entropy: PromptEntropy | None = None
     workers: int | None = None
+    left_out: int = 0
+    """Records in the window left out before the run, as impossible to rebuild: POSTs to
+    routes no dialect serves, captured without their bodies. Not in ``requests``."""
     idle_calls: dict[str, int] = field(default_factory=dict)
     """Calls that generate nothing (``GET /v1/models``, tokenizer routes), per method and
     path: sent as recorded, but kept out of every count and figure above, as ``report``

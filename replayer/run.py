@@ -65,6 +65,10 @@ class ReplayOutcome:
     aborted: str | None = None
     """Why the replay stopped early by itself (``--fail-fast``)."""
 
+    def __post_init__(self) -> None:
+        # Every way a run ends says how many records it could not rebuild.
+        self.summary.left_out = self.plan.refused
+
     @property
     def exit_code(self) -> int:
         """130 after Ctrl-C, 1 when stopped early or nothing sent was answered (a recorded

@@ -44,6 +44,21 @@ def test_the_registry_lists_every_dialect() -> None:
     assert dialect_for("/v2/generate") is None
     assert route_label("/v2/generate") == "other"
     assert operation_name("/v1/embeddings") == "embeddings"
+    assert operation_name("/v2/generate") is None
+
+
+def test_a_route_no_dialect_serves_makes_an_http_span_not_a_genai_one() -> None:
+    from tailreplay.exporters.spans import span_attributes, span_name
+    from tailreplay.traces.archive.record import Record
+
+    other = Record(start_ns=1, method="PUT", path="/v2/generate?tenant=a", model="m")
+    assert span_name(other) == "PUT"
+    attributes = span_attributes(other, provider="openai", server=None)
+    assert "gen_ai.operation.name" not in attributes
+    assert attributes["url.path"] == "/v2/generate"
+    chat = Record(start_ns=1, method="POST", path="/v1/chat/completions", model="m")
+    assert span_name(chat) == "chat m"
+    assert span_attributes(chat, provider="openai", server=None)["gen_ai.operation.name"] == "chat"
 
 
 def test_the_simulator_serves_every_dialects_routes() -> None:
@@ -159,11 +174,12 @@ async def test_a_route_no_dialect_serves_passes_byte_exact_and_is_recorded_as_un
         assert record.req_body == (body if bodies == "full" else None)
 
 
-def _replay(capture: Path, target: str, out: Path) -> Any:
+def _replay(capture: Path, target: str, out: Path, *more: str) -> Any:
     return CliRunner().invoke(
         cli,
         [
             "replay",
+            *more,
             "--speed",
             "1x",
             "--target",
@@ -198,9 +214,13 @@ async def test_replay_sends_an_unknown_route_as_recorded_or_refuses_it_with_a_co
         assert done.exit_code in (0, 1), done.output
         assert ("/generate", body) in seen  # as recorded
         seen.clear()
-        done = await asyncio.to_thread(_replay, tmp_path / "none", upstream, tmp_path / "n.msgpack")
+        summary = tmp_path / "n.json"
+        done = await asyncio.to_thread(
+            _replay, tmp_path / "none", upstream, tmp_path / "n.msgpack", "--json", str(summary)
+        )
         assert done.exit_code in (0, 1), done.output
         assert "1 records left out: POSTs to routes no dialect serves" in done.output
+        assert json.loads(summary.read_text())["left_out"] == 1
         assert "/generate" not in [p for p, _ in seen]  # never sent empty
         assert [r.path for r in ArchiveReader([tmp_path / "n.msgpack"])] == ["/v1/models"]
 

@@ -60,7 +60,8 @@ def route_label(path: str | None) -> str:
     return bare if bare in _BY_ROUTE or bare == "/v1/models" else "other"
 
 
-def operation_name(path: str | None) -> str:
-    """GenAI's ``gen_ai.operation.name`` for a request path (``chat`` when unknown)."""
+def operation_name(path: str | None) -> str | None:
+    """GenAI's ``gen_ai.operation.name`` for a request path; None for a route no dialect
+    serves, which is no GenAI operation."""
     dialect = dialect_for(path)
-    return dialect.operation if dialect is not None else "chat"
+    return dialect.operation if dialect is not None else None
