@@ -47,10 +47,7 @@ def span_name(record: Record) -> str:
     its span is named as HTTP's conventions name a client span without a route
     template, by its method."""
     op = operation_name(record.path)
-    if op is None:
-        name = record.method or "POST"
-    else:
-        name = f"{op} {record.model}" if record.model else op
+    name = f"{op} {record.model}" if op and record.model else op or record.method or "POST"
     return f"replay {name}" if record.orig_trace_id is not None else name
 
 
@@ -77,24 +74,13 @@ def span_attributes(
     a: dict[str, Any] = {"gen_ai.provider.name": provider}
     if (op := operation_name(record.path)) is not None:
         a["gen_ai.operation.name"] = op
-    if record.path:
-        a["url.path"] = record.path.partition("?")[0]
     for attribute, name in _PLAIN:
         value = getattr(record, name)
         if value is not None:
             a[attribute] = value
     if record.finish_reason is not None:
         a["gen_ai.response.finish_reasons"] = [record.finish_reason]
-    if server is not None:
-        a["server.address"] = server[0]
-        if server[1]:  # 0: a port picked at start that the span's maker never learned
-            a["server.port"] = server[1]
-    if record.status:
-        a["http.response.status_code"] = record.status
-    if is_error(record.status, record.error):
-        # Semantic conventions: the HTTP status code as text, else the transport error.
-        http_error = record.status is not None and record.status >= 400
-        a["error.type"] = str(record.status) if http_error else (record.error or "no_response")
+    a.update(_http_attributes(record, server))
     a.update(_timing_attributes(record))
     if record.orig_trace_id is not None:
         a["tailreplay.replay.original_trace_id"] = record.orig_trace_id.hex()
@@ -102,6 +88,24 @@ def span_attributes(
         a["tailreplay.replay.retry_of"] = record.retry_of.hex()
     if record.shadow_of is not None:
         a["tailreplay.shadow_of"] = record.shadow_of.hex()
+    return a
+
+
+def _http_attributes(record: Record, server: tuple[str, int] | None) -> dict[str, Any]:
+    """Where the request went and how it ended, in HTTP's semantic conventions."""
+    a: dict[str, Any] = {}
+    if record.path:
+        a["url.path"] = record.path.partition("?")[0]
+    if server is not None:
+        a["server.address"] = server[0]
+        if server[1]:  # 0: a port picked at start that the span's maker never learned
+            a["server.port"] = server[1]
+    if record.status:
+        a["http.response.status_code"] = record.status
+    if is_error(record.status, record.error):
+        # The HTTP status code as text, else the transport error.
+        http_error = record.status is not None and record.status >= 400
+        a["error.type"] = str(record.status) if http_error else (record.error or "no_response")
     return a
 
 
