@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tailreplay.dialects import DIALECTS, Dialect, dialect_for
+from tailreplay.dialects import DEFAULT_ROUTE, Dialect, dialect_for
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.schedule import MAX_BUDGET, Planned
 from tailreplay.traces.archive.record import Record
@@ -28,7 +28,6 @@ log = logging.getLogger("tailreplay.replay")
 DEFAULT_INPUT_TOKENS = 32
 """Prompt size for a record that kept neither a body nor an input token count."""
 FORCED_FIELDS = ("min_tokens", "ignore_eos")
-_DEFAULT_PATH = DIALECTS[0].routes[0]
 """Where a record without a path (an imported trace) is sent: chat completions."""
 _PROMPT = "\x00tailreplay:prompt\x00"
 """Stands for the synthetic prompt in the body until the prompt's bytes replace it."""
@@ -192,7 +191,7 @@ class RequestBuilder:
     def _build(self, item: Planned, budget: int | None, *, tally: bool = True) -> RequestSpec:
         record = item.record
         method = record.method or "POST"
-        path = record.path or _DEFAULT_PATH
+        path = record.path or DEFAULT_ROUTE
         dialect = dialect_for(path)
         if record.req_body is not None:
             return self._from_body(record.req_body, method, path, budget)

@@ -130,13 +130,20 @@ def test_otlp_json_spans_become_records(tmp_path: Path) -> None:
         ],
     }  # fmt: skip
     other = {**span, "spanId": "00f067aa0ba902b7", "attributes": [attr("db.system", "redis")]}
-    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [span, other]}]}]}
+    embed = {
+        **span,
+        "spanId": "00f067aa0ba902b8",
+        "attributes": [attr("gen_ai.operation.name", "embeddings")],
+    }
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [span, other, embed]}]}]}
     src = tmp_path / "t.json"
     src.write_text(json.dumps(doc) + "\n" + json.dumps(doc) + "\n")
     archive = tmp_path / "a.msgpack"
     assert _run("traces", "import", "otlp-json", str(src), "-o", str(archive))[0] == 0
     r = list(ArchiveReader([archive], order="file"))
-    assert len(r) == 2
+    assert len(r) == 4
+    # A span that names its operation but no route is sent where that operation is served.
+    assert [x.path for x in r] == ["/v1/chat/completions", "/v1/embeddings"] * 2
     assert r[0].trace_id == bytes.fromhex(span["traceId"]) and r[0].duration_ns == 1_500_000_000
     assert (r[0].model, r[0].input_tokens, r[0].output_tokens, r[0].status) == (
         "llama",

@@ -19,12 +19,14 @@ from tailreplay.dialects.messages import Messages
 from tailreplay.dialects.responses import Responses
 
 __all__ = [
+    "DEFAULT_ROUTE",
     "DIALECTS",
     "ROUTES",
     "Dialect",
     "dialect_for",
     "dialect_named",
     "operation_name",
+    "route_for_operation",
     "route_label",
 ]
 
@@ -32,6 +34,9 @@ DIALECTS: tuple[Dialect, ...] = (Chat(), Completions(), Responses(), Embeddings(
 """Every dialect, in the order the docs and tables list them."""
 
 _BY_ROUTE = {route: d for d in DIALECTS for route in d.routes}
+
+DEFAULT_ROUTE = DIALECTS[0].routes[0]
+"""Where a request goes when its source names no route (token-count traces): chat's."""
 
 ROUTES = (*sorted(_BY_ROUTE), "/v1/models", "other")
 """Every value ``route_label`` can return: the bounded ``route`` label of metrics."""
@@ -65,3 +70,10 @@ def operation_name(path: str | None) -> str | None:
     serves, which is no GenAI operation."""
     dialect = dialect_for(path)
     return dialect.operation if dialect is not None else None
+
+
+def route_for_operation(operation: str | None) -> str:
+    """The route of the first dialect doing a GenAI operation (``gen_ai.operation.name``:
+    ``text_completion`` is completions', ``embeddings`` embeddings'); chat's otherwise."""
+    found = next((d for d in DIALECTS if d.operation == operation), DIALECTS[0])
+    return found.routes[0]

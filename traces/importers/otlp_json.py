@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tailreplay.dialects import route_for_operation
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers.rows import ImportReport, Place
 from tailreplay.traces.importers.text_input import json_document, lines
@@ -76,14 +77,7 @@ def _span(span: Any) -> Record | None:
         return None
     start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     finish = attrs.get("gen_ai.response.finish_reasons")
-    if not genai:
-        path = route
-    else:
-        path = route or (
-            "/v1/chat/completions"
-            if attrs.get("gen_ai.operation.name", "chat") == "chat"
-            else "/v1/completions"
-        )
+    path = route or route_for_operation(attrs.get("gen_ai.operation.name"))
     status = attrs.get("http.response.status_code")
     error = attrs.get("error.type")
     return Record(

@@ -8,6 +8,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from tailreplay.dialects import DEFAULT_ROUTE
 from tailreplay.errors import InputError
 from tailreplay.traces.archive.record import Record
 
@@ -57,7 +58,7 @@ def chat_record(source: str, n: int, start_ns: int, **fields: Any) -> Record:
         trace_id=stable_id(source, n),
         span_id=stable_id(source, n, 8),
         method="POST",
-        path="/v1/chat/completions",
+        path=DEFAULT_ROUTE,
         stream=True,
         tokens_source="usage",
         **fields,

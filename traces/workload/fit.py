@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.dialects import DEFAULT_ROUTE
 from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
@@ -138,7 +139,7 @@ def _shares(paths: list[str], skip_corrupt: bool) -> tuple[dict[str, float], dic
     routes: Counter[str] = Counter()
     for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file").iter_maps():
         models[str(m.get("model") or "")] += 1
-        routes[str(m.get("path") or "/v1/chat/completions")] += 1
+        routes[str(m.get("path") or DEFAULT_ROUTE)] += 1
 
     def share(c: Counter[str]) -> dict[str, float]:
         total = sum(c.values())
