@@ -171,6 +171,7 @@ async def _complete(request: web.Request, dialect: Dialect) -> web.StreamRespons
         cached_tokens=None,
         finish=finish_reason,
         reasoning=reasoning,
+        output_tokens=target,
     )
     try:
         if req.stream:

@@ -305,3 +305,53 @@ async def test_the_simulator_refuses_what_it_cannot_answer_with_400() -> None:
         async with s.post(url + "/v1/chat/completions", json=both) as r:
             # max_completion_tokens is the budget, as the proxy records it: 9 is allowed.
             assert r.status == 200 and (await r.json())["usage"]["completion_tokens"] == 9
+
+
+def test_a_simulated_tool_calls_input_is_one_json_object_streamed_or_whole() -> None:
+    import anthropic
+    import openai
+
+    from tailreplay.sim.launcher import sim_process
+
+    ask: Any = [{"role": "user", "content": "Look it up."}]
+    chat_tool: Any = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
+    responses_tool: Any = {"type": "function", "name": "lookup", "parameters": {}}
+    messages_tool: Any = {"name": "lookup", "input_schema": {"type": "object"}}
+    inputs: list[str] = []
+    with sim_process(["--profile", "fast"]) as url:
+        oa = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+        an = anthropic.Anthropic(base_url=url, api_key="sk-ant-test", max_retries=0)
+        chat: Any = {"model": "m", "messages": ask, "tools": [chat_tool], "max_tokens": 9}
+        whole = oa.chat.completions.create(**chat, tool_choice="required")
+        inputs.append(whole.choices[0].message.tool_calls[0].function.arguments)  # type: ignore[index,union-attr]
+        pieces = [
+            call.function.arguments or ""
+            for chunk in oa.chat.completions.create(**chat, tool_choice="required", stream=True)
+            for choice in chunk.choices
+            for call in choice.delta.tool_calls or []
+            if call.function is not None
+        ]
+        inputs.append("".join(pieces))
+        responses: Any = {"model": "m", "input": ask, "tools": [responses_tool]}
+        r = oa.responses.create(**responses, tool_choice="required", max_output_tokens=9)
+        inputs += [o.arguments for o in r.output if o.type == "function_call"]
+        deltas = [
+            e.delta
+            for e in oa.responses.create(**responses, tool_choice="required", stream=True)
+            if e.type == "response.function_call_arguments.delta"
+        ]
+        inputs.append("".join(deltas))
+        messages: Any = {"model": "c", "max_tokens": 9, "messages": ask, "tools": [messages_tool]}
+        m = an.messages.create(**messages, tool_choice={"type": "any"})
+        inputs += [json.dumps(b.input) for b in m.content if b.type == "tool_use"]
+        with an.messages.stream(**messages, tool_choice={"type": "any"}) as s:
+            partial = [
+                e.delta.partial_json
+                for e in s
+                if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+            ]
+        inputs.append("".join(partial))
+    assert len(inputs) == 6
+    for given in inputs:
+        parsed = json.loads(given)  # what a client that runs the tool does first
+        assert list(parsed) == ["text"] and parsed["text"].strip(), given

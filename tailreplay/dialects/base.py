@@ -9,6 +9,7 @@ simulator, the spans and the report ask it, never a route list of their own.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -89,6 +90,22 @@ class SimAnswer:
     """OpenAI's vocabulary: ``stop``, ``length``, ``tool_calls``."""
     reasoning: int
     """The first this many output tokens are thinking."""
+    output_tokens: int = 0
+    """The tokens the answer is planned to have (a reset fault may cut it short)."""
+
+
+def tool_input_piece(answer: SimAnswer, text: str, index: int) -> str:
+    """Output token ``index`` of a simulated tool call, as the piece of its input's JSON
+    it adds: the pieces of a whole answer join into ``tool_input`` of its words, so a
+    client that parses the streamed input reads one object."""
+    first = '{"text": "' if index == answer.reasoning else ""
+    last = '"}' if index == answer.output_tokens - 1 else ""
+    return first + json.dumps(text)[1:-1] + last
+
+
+def tool_input(text: str) -> str:
+    """A simulated tool call's whole input: ``{"text": "<the answer's words>"}``."""
+    return json.dumps({"text": text})
 
 
 class ReplyWriter:

@@ -23,6 +23,8 @@ from tailreplay.dialects.base import (
     SimAsk,
     int_field,
     sse,
+    tool_input,
+    tool_input_piece,
 )
 from tailreplay.dialects.prompt_text import chat_parts
 
@@ -217,7 +219,8 @@ class _ChatWriter(ReplyWriter):
         if index < a.reasoning:
             delta["reasoning_content"] = text
         elif a.ask.tool is not None:
-            call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+            piece = tool_input_piece(a, text, index)
+            call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
             if index == a.reasoning:
                 call.update(id=self.call_id, type="function")
                 call["function"]["name"] = a.ask.tool
@@ -238,7 +241,7 @@ class _ChatWriter(ReplyWriter):
         thought, answer = tokens[: a.reasoning], "".join(tokens[a.reasoning :])
         message: dict[str, Any] = {"role": "assistant", "content": answer}
         if a.ask.tool is not None:
-            function = {"name": a.ask.tool, "arguments": answer}
+            function = {"name": a.ask.tool, "arguments": tool_input(answer)}
             message["content"] = None
             message["tool_calls"] = [{"id": self.call_id, "type": "function", "function": function}]
         if thought:

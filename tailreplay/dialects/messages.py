@@ -13,6 +13,7 @@ OpenAI's ``prompt_tokens`` are.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -27,6 +28,8 @@ from tailreplay.dialects.base import (
     SimAsk,
     int_field,
     sse,
+    tool_input,
+    tool_input_piece,
 )
 from tailreplay.dialects.chat import dumps, openai_lengths
 from tailreplay.dialects.prompt_text import chat_parts, content_text
@@ -249,10 +252,8 @@ class _MessagesWriter(ReplyWriter):
         if index < a.reasoning:
             delta = {"type": "thinking_delta", "thinking": text}
         elif a.ask.tool is not None:
-            # The tool's input as partial JSON, one token a delta; the SDKs parse it in
-            # partial mode, so an object still open at the end reads whole.
-            opened = '{"text": "' if index == a.reasoning else ""
-            delta = {"type": "input_json_delta", "partial_json": opened + text}
+            piece = tool_input_piece(a, text, index)
+            delta = {"type": "input_json_delta", "partial_json": piece}
         else:
             delta = {"type": "text_delta", "text": text}
         return out + self._event("content_block_delta", index=self.block, delta=delta)
@@ -272,7 +273,7 @@ class _MessagesWriter(ReplyWriter):
                 {"type": "thinking", "thinking": thought, "signature": "sim-" + self.msg_id}
             )
         if a.ask.tool is not None:
-            content.append({**self._answer_block(), "input": {"text": text}})
+            content.append({**self._answer_block(), "input": json.loads(tool_input(text))})
         else:
             content.append({"type": "text", "text": text})
         return self._message(content, self._stop_reason(), self._usage(len(tokens)))

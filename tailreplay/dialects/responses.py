@@ -23,6 +23,8 @@ from tailreplay.dialects.base import (
     SimAnswer,
     SimAsk,
     sse,
+    tool_input,
+    tool_input_piece,
 )
 from tailreplay.dialects.chat import dumps, openai_lengths
 from tailreplay.dialects.prompt_text import chat_parts, content_text
@@ -260,6 +262,8 @@ class _ResponsesWriter(ReplyWriter):
         a, out = self.answer, b""
         if index == a.reasoning:
             out = self._open_answer()
+        if a.ask.tool is not None and index >= a.reasoning:
+            text = tool_input_piece(a, text, index)  # the arguments' JSON, piece by piece
         self.texts.append(text)
         if index < a.reasoning:
             rid = self.ids["reasoning"]
@@ -299,5 +303,7 @@ class _ResponsesWriter(ReplyWriter):
     def whole(self, tokens: list[str]) -> dict[str, Any]:
         a = self.answer
         thought, text = "".join(tokens[: a.reasoning]), "".join(tokens[a.reasoning :])
+        if a.ask.tool is not None:
+            text = tool_input(text)
         status = "incomplete" if a.finish == "length" else "completed"
         return self._response(status, self._items(thought, text), self._usage(len(tokens)))
