@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from yarl import URL
 
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotMeasured
 from tailreplay.exporters.otlp import OtlpOptions, SyncBatches, Telemetry
 from tailreplay.exporters.spans import RecordSpans
 from tailreplay.tracecontext import new_span_id
@@ -57,7 +57,7 @@ def export_otlp(
     """Send one span per record, its times moved by ``shift_ns``.
 
     ``new_ids``: None sends new span ids only for archives whose header says their
-    spans went out live; True or False forces it. Raises RunFailed (exit 1) at the
+    spans went out live; True or False forces it. Raises NotMeasured (exit 5) at the
     first batch the endpoint refuses (or does not answer within the timeout), saying
     how many spans were delivered.
     """
@@ -121,7 +121,7 @@ def _live(header: dict[str, Any]) -> bool:
 def _check(batches: SyncBatches | None, telemetry: Telemetry, sent: int, where: str) -> None:
     if batches is not None and batches.failed:
         delivered = telemetry.exporter.exported if telemetry.exporter is not None else 0
-        raise RunFailed(
+        raise NotMeasured(
             f"OTLP export to {where} failed: {delivered:,} of the first {sent:,} spans "
             "delivered; the rest were not sent"
         )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tailreplay import eventloop
-from tailreplay.errors import RunFailed, TailreplayError, UsageError
+from tailreplay.errors import NotMeasured, TailreplayError, UsageError
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.config import ReplayConfig
 from tailreplay.replayer.replay_summary import ReplaySummary
@@ -56,7 +56,7 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     except TailreplayError as exc:  # the parent raises it again: same line, same exit code
         conn.send((None, None, False, exc))
     except Exception as exc:
-        conn.send((None, None, False, RunFailed(f"{type(exc).__name__}: {exc}")))
+        conn.send((None, None, False, NotMeasured(f"{type(exc).__name__}: {exc}")))
     finally:
         conn.close()
 
@@ -157,7 +157,7 @@ def _run_all(
                 summary, worker_plan, stopped, error = pipe.recv()
             except EOFError:
                 summary, worker_plan, stopped = None, None, False
-                error = RunFailed("exited without a result")
+                error = NotMeasured("exited without a result")
             proc.join()
             if error is not None:
                 for other in procs:

@@ -5,7 +5,7 @@ answering HTML 404s, or a wrong path must not cost that long to find out. Before
 t0 one probe — the first scheduled request, asking for one output token — must
 get an API answer; while the replay runs, the first ``FailFast.first`` results
 all failing the same way stop it. Both end the run with one line naming the
-cause (``RunFailed``, exit 1).
+cause (``NotMeasured``, exit 5).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotMeasured
 from tailreplay.probe import PROBE_HEADER
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.results import target_message
@@ -33,7 +33,7 @@ async def probe(
     transport: Transport, builder: RequestBuilder, first: Planned, headers: dict[str, str]
 ) -> str:
     """Send the first request (one output token) and judge the answer; returns a line
-    saying what was requested and how it went, or raises ``RunFailed`` with the cause."""
+    saying what was requested and how it went, or raises ``NotMeasured`` with the cause."""
     spec = builder.build(dataclasses.replace(first, budget=1, tail=False), probe=True)
     url = transport.url(spec.path)
     # A trace of its own, and a name, so the target's logs and traces can tell it apart.
@@ -43,7 +43,7 @@ async def probe(
     took = f"{(time.monotonic() - t0) * 1e3:.0f} ms"
     problem = _judge(out, f"{spec.method} {url}")
     if problem is not None:
-        raise RunFailed(f"preflight: {problem} (skip this check with --no-preflight)")
+        raise NotMeasured(f"preflight: {problem} (skip this check with --no-preflight)")
     said = target_message(out.error_text) if out.status >= 400 else None
     return f"preflight: {spec.method} {url} answered {out.status} in {took}" + (
         f": {said}" if said else ""

@@ -21,7 +21,7 @@ import numpy as np
 from yarl import URL
 
 from tailreplay.engine_metrics import scrape_path
-from tailreplay.errors import RunFailed, UsageError
+from tailreplay.errors import NotMeasured, RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.config import ReplayConfig, Say
@@ -71,12 +71,16 @@ class ReplayOutcome:
 
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C, 1 when stopped early or nothing sent was answered (a recorded
-        client abort, replayed, was answered until it left), else 0."""
+        """130 after Ctrl-C; 1 when ``--slo-stop`` stopped the run (an SLO missed); 5
+        when the run could not measure its target: ``--fail-fast`` stopped it, or
+        nothing sent was answered (a recorded client abort, replayed, was answered
+        until it left); else 0."""
         if self.interrupted:
             return 130
-        if self.aborted or (self.summary.sent and not self.summary.answered):
+        if self.summary.slo_stop is not None:
             return RunFailed.exit_code
+        if self.aborted or (self.summary.sent and not self.summary.answered):
+            return NotMeasured.exit_code
         return 0
 
 

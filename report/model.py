@@ -390,10 +390,14 @@ class SloMatrix(TypedDict):
 
 
 class SloVerdict(TypedDict):
-    """The gate's verdict as a run's ``--json`` summary holds it (``slo``)."""
+    """The SLO gate's one verdict (``report/verdict.py``): ``report["verdict"]``, and
+    ``slo`` in a run's ``--json`` summary."""
 
+    state: Literal["pass", "fail", "not_judged"]
+    reason: str
+    """Why not judged; what was missed; or the score that passed."""
     passed: bool | None
-    """None when it was not judged: the client was the bottleneck."""
+    """None when it was not judged."""
     judged: bool
     score: float | None
     min_score: float
@@ -452,6 +456,8 @@ class Report(TypedDict):
     client: ClientVerdict | None
     """Was the replaying client fast enough to measure the target? None: not a replay."""
     slo: NotRequired[SloMatrix]
+    verdict: NotRequired[SloVerdict]
+    """The SLO gate's verdict, with objectives (``report/verdict.py``)."""
     """Only when objectives were given."""
     engine: NotRequired[EngineReport]
     """The target's own metrics and findings, when the replay scraped them."""

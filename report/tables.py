@@ -20,6 +20,7 @@ from tailreplay.report.model import (
     SideSummary,
     SloMatrix,
     SloScope,
+    SloVerdict,
     is_replay,
     side_items,
     side_label,
@@ -81,12 +82,15 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         line += "; " + ", ".join(
             f"shard {r['label']} started {(r['first_lag_ms'] or 0) / 1e3:.1f} s late" for r in late
         )
-    if slo is not None and slo["rows"]:
-        verdict = "PASS" if slo["passed"] else "FAIL"
-        if client is not None and client["client_bound"]:
-            verdict = "NOT JUDGED"
-        line += f"; SLO {verdict} (score {slo['score']:.2f}, needs {slo['min_score']:.2f})"
+    verdict = report.get("verdict")
+    if slo is not None and slo["rows"] and verdict is not None:
+        line += f"; SLO {_STATE[verdict['state']]} (score {slo['score']:.2f}, needs "
+        line += f"{slo['min_score']:.2f})"
     return line
+
+
+_STATE = {"pass": "PASS", "fail": "FAIL", "not_judged": "NOT JUDGED"}
+"""How the verdict reads in the headline and the SLO table's title."""
 
 
 def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
@@ -107,7 +111,7 @@ def report_tables(report: Report, slo: SloMatrix | None) -> list[ReportTable]:
         tables.append(_idle(report))
     if slo is not None and slo["rows"]:
         side = side_label(report, "replayed")
-        tables += [slo_table(slo, side), _slo_matrix(slo, side)]
+        tables += [slo_table(slo, report.get("verdict"), side), _slo_matrix(slo, side)]
         tables += [_scope_table(scope) for scope in slo.get("scopes", [])]
     if report["deltas"] is not None:
         sides = (side_label(report, "recorded"), side_label(report, "replayed"))
@@ -316,9 +320,9 @@ def _engine(engine: EngineReport) -> list[ReportTable]:
     return [t, f]
 
 
-def slo_tables(slo: SloMatrix) -> list[ReportTable]:
+def slo_tables(slo: SloMatrix, verdict: SloVerdict | None) -> list[ReportTable]:
     """The SLO table and one per scope (``--slo-by``, ``--slo-window``)."""
-    return [slo_table(slo), *(_scope_table(scope) for scope in slo.get("scopes", []))]
+    return [slo_table(slo, verdict), *(_scope_table(scope) for scope in slo.get("scopes", []))]
 
 
 def _scope_table(scope: SloScope) -> ReportTable:
@@ -407,11 +411,12 @@ def _buckets(report: Report) -> ReportTable:
     return t
 
 
-def slo_table(slo: SloMatrix, side: str = "replayed") -> ReportTable:
+def slo_table(slo: SloMatrix, verdict: SloVerdict | None, side: str = "replayed") -> ReportTable:
     """Each objective's value on ``side`` (its label), limit and verdict: what
-    ``replay --slo`` prints."""
+    ``replay --slo`` prints. Its title carries the gate's one verdict."""
+    state = _STATE[verdict["state"]] if verdict is not None else "PASS" if slo["passed"] else "FAIL"
     t = ReportTable(
-        f"SLOs: score {slo['score']:.2f} ({'PASS' if slo['passed'] else 'FAIL'})",
+        f"SLOs: score {slo['score']:.2f} ({state})",
         ["objective", "weight", f"{side} ms", "limit ms", "overall", "input-length buckets"],
         note="the score is the weight met overall over the weight of all; buckets are shown, "
         "not scored; an error rate is in %",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tailreplay.errors import RunFailed, UsageError
+from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file, write_output
 from tailreplay.private import open_private
 from tailreplay.report.compare import compare
@@ -26,6 +26,7 @@ from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable
 from tailreplay.report.tables import ReportTable, headline, report_tables
+from tailreplay.report.verdict import fail_on_verdict, judge
 from tailreplay.traces.results.stats import DEFAULT_BUCKETS
 
 __all__ = ["ReportOptions", "ReportResult", "fail_on_slo", "write_report"]
@@ -89,6 +90,7 @@ def write_report(
     if slo is not None:
         _scoped(slo, options, recorded, replayed)
         report["slo"] = slo
+        report["verdict"] = judge(report, slo)
     line = headline(report, slo)
     tables = [run_table(report), *report_tables(report, slo)]
     _write_files(options, report, line, tables)
@@ -153,52 +155,13 @@ def _scoped(slo: SloMatrix, options: ReportOptions, recorded: Side | None, repla
 
 
 def slo_verdict(result: ReportResult) -> SloVerdict | None:
-    """The gate's verdict for a run's JSON summary (``replay --json``'s ``slo``), as
-    ``fail_on_slo`` rules: ``passed`` is None when it was not judged (the client was
-    the bottleneck); ``missed``, the objectives missed overall; ``failed``, per
-    ``--slo-by`` or ``--slo-window`` scope, the classes or windows that missed one
-    (a run can miss only there). None without objectives."""
-    slo = result.slo
-    if slo is None:
-        return None
-    client = result.report["client"]
-    judged = client is None or not client["client_bound"]
-    missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
-    failed = {scope["name"]: scope["failed"] for scope in slo.get("scopes", []) if scope["failed"]}
-    return {
-        "passed": slo["passed"] if judged else None,
-        "judged": judged,
-        "score": slo["score"],
-        "min_score": slo["min_score"],
-        "missed": missed,
-        "failed": failed,
-    }
+    """The SLO gate's verdict (``report/verdict.py``); None without objectives."""
+    return result.report.get("verdict")
 
 
 def fail_on_slo(result: ReportResult) -> None:
-    """Raise RunFailed (exit 1) when the SLO matrix did not pass, or could not be judged
-    because the replaying client, not the target, was the bottleneck."""
-    slo = result.slo
-    client = result.report["client"]
-    if slo is not None and client is not None and client["client_bound"]:
-        raise RunFailed(
-            f"SLO not judged: the client was the bottleneck (dispatch lag P99 "
-            f"{client['lag_p99_ms']:.1f} ms > {client['lag_limit_ms']:g} ms); "
-            "the target did not see the recorded arrival process"
-        )
-    if slo is None or slo["passed"]:
-        return
-    missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
-    scoped = [
-        f"{s['name']}: {', '.join(s['failed'][:5])}" + (" ..." * (len(s["failed"]) > 5))
-        for s in slo.get("scopes", [])
-        if s["failed"]
-    ]
-    score = slo["score"]
-    if score is not None and score < slo["min_score"]:
-        why = f"score {score:.2f} < {slo['min_score']:.2f} (missed: {', '.join(missed)})"
-        raise RunFailed("SLO failed: " + "; ".join([why, *scoped]))
-    raise RunFailed("SLO failed " + "; ".join(scoped))
+    """Raise unless the SLO gate passed: exit 1 when missed, 4 when not judged."""
+    fail_on_verdict(slo_verdict(result))
 
 
 def _sides(

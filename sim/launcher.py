@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotMeasured
 from tailreplay.sim.profiles import DEFAULT_PROFILE, EngineProfile, fit_context, profile
 
 __all__ = ["READY_PREFIX", "BuiltinSim", "sim_process"]
@@ -51,7 +51,7 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
         line = _read_line(child, timeout_s)
         if not line.startswith(READY_PREFIX):
             err = child.stderr.read() if child.stderr and child.poll() is not None else ""
-            raise RunFailed(f"the simulator did not start: {(line + err).strip()[-500:]}")
+            raise NotMeasured(f"the simulator did not start: {(line + err).strip()[-500:]}")
         yield line[len(READY_PREFIX) :].strip()
     finally:
         child.terminate()
@@ -71,7 +71,7 @@ def _read_line(child: subprocess.Popen[str], timeout_s: float) -> str:
     reader.start()
     reader.join(timeout_s)
     if not box:
-        raise RunFailed(f"the simulator did not start within {timeout_s:.0f} s")
+        raise NotMeasured(f"the simulator did not start within {timeout_s:.0f} s")
     return box[0]
 
 

@@ -172,10 +172,15 @@ class Judged:
     """The report's figures (``result.report``: what ``report --json`` writes)."""
     passed: bool | None
     """True when every objective was met (or enough, by ``min_score``); None when the
-    run could not be judged: the replaying client was the bottleneck."""
+    run could not be judged (``verdict`` "not_judged")."""
     missed: list[str]
     """The objectives missed overall."""
     client: ClientVerdict | None
+    verdict: Literal["pass", "fail", "not_judged"] | None = None
+    """The gate's one verdict, as the headline, the JSON and the exit code give it;
+    None without objectives."""
+    reason: str | None = None
+    """Why not judged, what was missed, or the score that passed."""
 
 
 def report(
@@ -220,7 +225,14 @@ def report(
     if verdict is None:  # no objectives: the gate passes unless the client was the limit
         bound = client is not None and client["client_bound"]
         return Judged(result, None if bound else True, [], client)
-    return Judged(result, verdict["passed"], list(verdict["missed"]), client)
+    return Judged(
+        result,
+        verdict["passed"],
+        list(verdict["missed"]),
+        client,
+        verdict["state"],
+        verdict["reason"],
+    )
 
 
 def shadow_report(

@@ -2,8 +2,9 @@
 
 Inside a run, failures are data (a record with ``error`` set); these exceptions are
 for the edges — bad files, bad options — where the CLI turns them into one line on
-stderr and the documented exit code (README, "Exit codes"): 2 usage, 3 unreadable input,
-1 a failed run or SLO.
+stderr and the documented exit code (README, "Exit codes"): 1 an SLO missed (a run that
+did not meet its goal), 2 usage, 3 unreadable input, 4 a verdict not judged, 5 a target
+that could not be measured.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ from typing import Any
 __all__ = [
     "EXIT_FAILED",
     "EXIT_INPUT",
+    "EXIT_NOT_JUDGED",
+    "EXIT_NOT_MEASURED",
     "EXIT_USAGE",
     "ArchiveCorrupt",
     "ArchiveError",
     "ArchiveVersionError",
     "InputError",
     "NotAnArchive",
+    "NotJudged",
+    "NotMeasured",
     "RunFailed",
     "TailreplayError",
     "UsageError",
@@ -27,6 +32,8 @@ __all__ = [
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
+EXIT_NOT_JUDGED = 4
+EXIT_NOT_MEASURED = 5
 
 
 class TailreplayError(Exception):
@@ -42,9 +49,23 @@ class UsageError(TailreplayError):
 
 
 class RunFailed(TailreplayError):
-    """A run that completed but did not meet its goal (an SLO, a target that never answered)."""
+    """A run that measured its target, which did not meet the goal (an SLO, a capacity)."""
 
     exit_code = EXIT_FAILED
+
+
+class NotJudged(TailreplayError):
+    """A run whose measurement cannot be judged: the client, not the target, was the
+    bottleneck, or nothing was left to judge. Not a pass, and not the target's fail."""
+
+    exit_code = EXIT_NOT_JUDGED
+
+
+class NotMeasured(TailreplayError):
+    """A run that could not measure its target: the preflight refused it, ``--fail-fast``
+    stopped it, nothing sent was answered, or what it needs did not start."""
+
+    exit_code = EXIT_NOT_MEASURED
 
 
 class InputError(TailreplayError):

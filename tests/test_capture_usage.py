@@ -135,7 +135,7 @@ async def test_a_200_that_is_not_the_api_is_a_bad_response(tmp_path: Path, strea
         outcome = await run(config, lambda line: None)
     (result,) = ArchiveReader([tmp_path / "replay.msgpack"])
     assert (result.status, result.error) == (200, "bad_response")
-    assert outcome.summary.errors == {"bad_response": 1} and outcome.exit_code == 1
+    assert outcome.summary.errors == {"bad_response": 1} and outcome.exit_code == 5
 
 
 async def test_the_simulator_thinks_like_a_reasoning_model(tmp_path: Path) -> None:

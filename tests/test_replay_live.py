@@ -374,10 +374,11 @@ def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
         assert 0 <= client["cpu_wait_share"] < 1
     if steal_ticks() is not None:
         assert 0 <= client["steal_share"] < 1
-    # The report of that run says it, and an SLO gate on it is not judged (exit 1).
+    # The report of that run says it, and an SLO gate on it is not judged (exit 4).
     result = CliRunner().invoke(cli, ["report", str(out), "--slo", "latency:p99<=60s"])
-    assert result.exit_code == 1
+    assert result.exit_code == 4
     assert "CLIENT-BOUND" in result.stdout and "SLO NOT JUDGED" in result.stdout
+    assert "(NOT JUDGED)" in result.stdout and "PASS" not in result.stdout  # every view
     assert (
         result.stderr.strip()
         .splitlines()[-1]
@@ -393,30 +394,69 @@ def test_a_client_bound_run_says_so_and_its_slo_is_not_judged(
     assert ok.exit_code == 0 and "SLO PASS" in ok.stdout, ok.stderr
 
 
-def test_the_json_summary_holds_the_slo_gates_verdict(tmp_path: Path, fast_sim: str) -> None:
-    """``--json`` carries what the exit code says, for CI: passed, missed (exit 1),
-    or not judged when the client was the bottleneck (passed null, exit 1)."""
+_HEADLINE = {"pass": "SLO PASS", "fail": "SLO FAIL", "not_judged": "SLO NOT JUDGED"}
+_TITLE = {"pass": "(PASS)", "fail": "(FAIL)", "not_judged": "(NOT JUDGED)"}
+
+
+def test_one_verdict_in_every_view_and_an_exit_code_for_each_meaning(
+    tmp_path: Path, fast_sim: str
+) -> None:
+    """The verdict matrix: each way a gated run ends has its exit code (README, "Exit
+    codes"), and the JSON, the headline, the SLO table and the API say the same."""
+    from tailreplay import api
+
     archive = tmp_path / "a.msgpack"
     _poisson_archive(archive, 100, 1.0)
     summary = tmp_path / "s.json"
-    runs = {
+    slo = ["--slo", "latency:p99<=60s"]
+    gated = {
         # A lag limit no machine misses: this gate's verdict, not the client's, is tested.
-        "pass": (["--slo", "latency:p99<=60s", "--lag-limit", "10s"], 0),
-        "miss": (["--slo", "latency:p99<=60s,ttft:p50<=1us", "--lag-limit", "10s"], 1),
-        "client-bound": (["--slo", "latency:p99<=60s", "--lag-limit", "1ns"], 1),
+        "pass": ([*slo, "--lag-limit", "10s"], 0, "pass"),
+        "miss": (["--slo", "latency:p99<=60s,ttft:p50<=1us", "--lag-limit", "10s"], 1, "fail"),
+        # A limit no machine meets stands in for a busy client.
+        "client-bound": ([*slo, "--lag-limit", "1ns"], 4, "not_judged"),
     }
-    verdicts = {}
-    for name, (args, exit_code) in runs.items():
-        code, _, err = _replay("--target", fast_sim, "--out", str(tmp_path / f"{name}.msgpack"),
-                               "--json", str(summary), *args, str(archive))  # fmt: skip
+    codes = {}
+    for name, (args, exit_code, state) in gated.items():
+        out = tmp_path / f"{name}.msgpack"
+        code, stdout, err = _replay("--target", fast_sim, "--out", str(out),
+                                    "--json", str(summary), *args, str(archive))  # fmt: skip
         assert code == exit_code, (name, err)
-        verdicts[name] = json.loads(summary.read_text())["slo"]
-    assert verdicts["pass"]["passed"] is True and verdicts["pass"]["missed"] == []
-    assert verdicts["pass"]["failed"] == {}
-    assert verdicts["miss"]["passed"] is False and verdicts["miss"]["missed"] == ["ttft:p50<=1us"]
-    assert verdicts["client-bound"]["passed"] is None
-    assert verdicts["client-bound"]["judged"] is False
-    assert all(v["min_score"] == 1.0 for v in verdicts.values())
+        codes[name] = code
+        verdict = json.loads(summary.read_text())["slo"]
+        assert (verdict["state"], verdict["judged"]) == (state, state != "not_judged"), name
+        assert verdict["passed"] is {"pass": True, "fail": False, "not_judged": None}[state]
+        assert _HEADLINE[state] in stdout and _TITLE[state] in stdout, (name, stdout)
+        others = [w for k, w in _TITLE.items() if k != state]
+        assert not any(w in stdout for w in others), (name, stdout)  # nothing contradicts it
+        judged = api.report(out, slos=args[1].split(","))
+        assert (judged.verdict, judged.reason) == (state, verdict["reason"]), name
+    # Runs that could not measure the target: refused by the preflight, or stopped by
+    # --fail-fast. Neither is a verdict on the target's SLO.
+    for name, status, extra in (
+        ("preflight refused", 404, []),
+        ("fail-fast stop", 500, ["--no-preflight", "--fail-fast", "5"]),
+    ):
+        with serve_in_thread(_answering(status)) as url:
+            code, _, err = _replay("--target", url, "--out", str(tmp_path / "x.msgpack"),
+                                   *slo, *extra, str(archive))  # fmt: skip
+        assert code == 5, (name, err)
+        assert err.strip().splitlines()[-1].startswith("Error: "), (name, err)
+        codes[name] = code
+        (tmp_path / "x.msgpack").unlink(missing_ok=True)
+    assert (
+        len({codes["pass"], codes["miss"], codes["client-bound"], codes["preflight refused"]}) == 4
+    )
+
+
+def _answering(status: int) -> web.Application:
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.json_response({"error": {"message": f"always {status}"}}, status=status)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    return app
 
 
 def test_steps_are_sent_at_each_steps_rate_and_reported_by_phase(

@@ -58,12 +58,12 @@ def _measured(done: subprocess.CompletedProcess[str], data: dict) -> bool:
     """Whether every arm measured the model (exit 0). On a busy machine an arm's replay
     sends late (client-bound) or the simulator's steps run longer than modelled
     (simulator-bound): then the check must say so, row by row and in its last line, and
-    exit 1, and it compares no such arm."""
+    exit 4 (not judged), and it compares no such arm."""
     bound = [a for a in data["arms"] if a["client_bound"] or a["sim_bound"]]
     if done.returncode == 0:
         assert not bound, data["arms"]
         return True
-    assert done.returncode == 1 and bound, done.stderr
+    assert done.returncode == 4 and bound, done.stderr
     kinds = sorted({"client" if a["client_bound"] else "simulator" for a in bound})
     assert done.stderr.strip().splitlines()[-1] == (
         f"Error: {len(bound)} of {len(data['arms'])} arms were {' or '.join(kinds)}-bound: "
@@ -134,7 +134,7 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
                        "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
                        "--window", "10s", "--lag-limit", "0s",
                        "--out-dir", str(tmp_path / "arms"))  # fmt: skip
-    assert done.returncode == 1
+    assert done.returncode == 4
     assert done.stderr.strip().splitlines()[-1] == (
         "Error: 3 of 3 arms were client-bound: the comparison is not a measure of the model; "
         "run on a less busy machine or with a lower --speed"

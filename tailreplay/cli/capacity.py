@@ -18,7 +18,7 @@ from tailreplay.cli.options import (
     scrape_option,
     write_text,
 )
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotJudged, RunFailed
 from tailreplay.output_path import check_output_file, is_stdout
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 
@@ -233,7 +233,7 @@ def _finish(
         write_text(plot_path, plot(result) + "\n")
     if result.capacity is None:
         if result.stopped is not None:
-            raise RunFailed(f"the search stopped before any trial passed: {result.stopped}")
+            raise NotJudged(f"the search stopped before any trial passed: {result.stopped}")
         lowest = min((t.factor for t in result.trials), default=0.0)
         raise RunFailed(f"no capacity at the SLO: below {lowest:g}x, the lowest factor tried")
     if result.stopped is not None:

@@ -39,7 +39,9 @@ def report_after(
     result = write_report(options, say=lambda line: click.echo(line, err=True))
     to_stderr = is_stdout(json_out)  # stdout holds the --json document alone
     console = stderr_console() if to_stderr else None
-    print_report(result.headline, slo_tables(result.slo) if result.slo else [], console)
+    verdict = result.report.get("verdict")
+    tables = slo_tables(result.slo, verdict) if result.slo else []
+    print_report(result.headline, tables, console)
     if path is not None:
         click.echo(f"report: {path}", err=to_stderr)
     return result

@@ -211,7 +211,7 @@ def validate_model(
 ) -> None:
     """Replay an archive window, the model's synthesis of it and a Poisson baseline
     against one target, and compare their latency and TTFT percentiles."""
-    from tailreplay.errors import RunFailed
+    from tailreplay.errors import NotJudged
     from tailreplay.studies.model_check import CheckConfig, render, run_check, to_json
     from tailreplay.traces.workload.model import Workload
 
@@ -254,7 +254,7 @@ def validate_model(
     bound = [r for r in results if r.unmeasured]
     if bound:
         which = " or ".join(sorted({"client" if r.client_bound else "simulator" for r in bound}))
-        raise RunFailed(
+        raise NotJudged(
             f"{len(bound)} of {len(results)} arms were {which}-bound: the "
             "comparison is not a measure of the model; run on a less busy machine "
             "or with a lower --speed"

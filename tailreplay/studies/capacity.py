@@ -17,7 +17,7 @@ from typing import Literal
 
 from yarl import URL
 
-from tailreplay.errors import UsageError
+from tailreplay.errors import EXIT_NOT_MEASURED, UsageError
 from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Speed
 from tailreplay.report.capacity import Search, Trial
@@ -153,7 +153,7 @@ class _Trials:
         self.replays += 1
         with self.fresh(self.longest) as url:
             args = trial_args(self.study, self.window, factor, duration_s=duration_s)
-            replay_child(replace(args, target=URL(url), out=out), ok=(0, 1))
+            replay_child(replace(args, target=URL(url), out=out), ok=(0, 1, EXIT_NOT_MEASURED))
         return out
 
     def judge(self, factor: float, runs: list[Path]) -> Trial:

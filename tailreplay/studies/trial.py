@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotMeasured
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.columns import load_columns
 
@@ -26,9 +26,9 @@ times divided by a high ``--speed``) was the limit, and what the replay measured
 
 def replay_child(args: ReplayArgs, ok: tuple[int, ...] = (0,)) -> None:
     """``tailreplay replay`` with ``args``, writing ``args.out``; its summary is dropped.
-    An exit code not in ``ok`` raises ``RunFailed`` with the replay's own ``Error:`` line
-    (exit 1 is a replay that ran but failed requests or its SLO: with ``fail_fast=0``
-    it runs to the end), e.g.
+    An exit code not in ``ok`` raises ``NotMeasured`` with the replay's own ``Error:``
+    line (exit 1 is a replay that missed its SLO, exit 5 one whose requests all failed:
+    with ``fail_fast=0`` it runs to the end), e.g.
     ``replay_child(ReplayArgs(archives=(window,), target=URL(url), out=out, fail_fast=0))``.
     """
     if args.out is None:
@@ -44,11 +44,11 @@ def replay_child(args: ReplayArgs, ok: tuple[int, ...] = (0,)) -> None:
         raise KeyboardInterrupt
     if done.returncode not in ok or not out.exists():
         why = _why(done.stderr)
-        raise RunFailed(f"the replay of {name} failed (exit {done.returncode}): {why}")
+        raise NotMeasured(f"the replay of {name} failed (exit {done.returncode}): {why}")
     if done.returncode != 0 and not load_columns([out], ["start_ns"]).n:
-        # Exit 1 is a replay that ran and missed its SLO, unless it sent nothing: then
-        # the target failed its preflight (down, wrong), and no trial measures anything.
-        raise RunFailed(f"the replay of {name} sent nothing: {_why(done.stderr)}")
+        # A replay that ran and failed, unless it sent nothing: then the target failed
+        # its preflight (down, wrong), and no trial measures anything.
+        raise NotMeasured(f"the replay of {name} sent nothing: {_why(done.stderr)}")
 
 
 def _why(stderr: str) -> str:
