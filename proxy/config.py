@@ -13,6 +13,7 @@ from yarl import URL
 
 from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.proxy.shadow import ShadowConfig
+from tailreplay.sampling import new_key
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.text.redact import redact_url
 
@@ -58,9 +59,14 @@ class ProxyConfig:
     """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
     tls_key: Path | None = None
     drain_timeout_s: float = 30.0
-    fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32))
+    fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
     """Keys the HMACs that replace secrets and session ids. Random per process unless
     given (--fingerprint-key-env): then fingerprints are stable across restarts."""
+    sampling_key: bytes = field(default_factory=new_key, repr=False)
+    """Keys the hash of trace ids that ``sample`` and the shadow's share compare
+    (``tailreplay/sampling.py``), so clients cannot choose their traces' fate. Random
+    per run unless given (--sampling-key-file): replicas decide alike only with the
+    same key. Never written to an archive."""
     workers: int = 1
     shed_after_s: float | None = 0.5
     """An exchange the recorder reaches this long after it ended is recorded shed

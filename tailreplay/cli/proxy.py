@@ -29,7 +29,7 @@ from tailreplay.cli.proxy_shadow import (
     shadow_config,
     shadow_options,
 )
-from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.errors import InputError, TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.units import parse_duration, parse_host_port, parse_http_url
@@ -83,6 +83,7 @@ class _Args:
     tls_key: Path | None
     drain_timeout: float
     fingerprint_key_env: str | None
+    sampling_key_file: Path | None
     workers: int
     shed_after: float | None
     otlp: OtlpOptions
@@ -229,6 +230,14 @@ class _Args:
     help="Environment variable holding the key for fingerprints (else a random key per run).",
 )
 @click.option(
+    "--sampling-key-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File holding a secret (16 bytes or more) that keys which traces --sample and "
+    "--shadow-share pick; replicas given the same file pick alike (else a random key "
+    "per run).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,
@@ -325,6 +334,7 @@ def _config(args: _Args) -> ProxyConfig:
 
         server_context(args.tls_cert, args.tls_key)  # unusable files: one line, at start
     key = _fingerprint_key(args.fingerprint_key_env)
+    sampling = _sampling_key(args.sampling_key_file)
     secret_names = frozenset(h.lower() for h in args.redact_header)
     return ProxyConfig(
         upstream=args.upstream,
@@ -351,6 +361,7 @@ def _config(args: _Args) -> ProxyConfig:
         tls_key=args.tls_key,
         drain_timeout_s=args.drain_timeout,
         fingerprint_key=key,
+        sampling_key=sampling,
         workers=args.workers,
         shed_after_s=args.shed_after,
         shadow=shadow_config(
@@ -364,7 +375,7 @@ def _config(args: _Args) -> ProxyConfig:
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
         ),
-        spans=functools.partial(proxy_spans, args.otlp, (host, port), key)
+        spans=functools.partial(proxy_spans, args.otlp, (host, port), key, sampling)
         if args.otlp.enabled
         else None,
     )
@@ -378,3 +389,32 @@ def _fingerprint_key(env: str | None) -> bytes:
     if not secret:
         raise UsageError(f"--fingerprint-key-env {env}: the variable is not set")
     return secret.encode()
+
+
+_MAX_SECRET_BYTES = 4096
+
+
+def _sampling_key(path: Path | None) -> bytes:
+    """The sampling key: derived from the secret in ``path``, else random for this run.
+    Its content is never echoed, whatever is wrong with it."""
+    from tailreplay.sampling import MIN_SECRET_BYTES, key_from_secret, new_key
+
+    if path is None:
+        return new_key()
+    try:
+        with path.open("rb") as f:
+            secret = f.read(_MAX_SECRET_BYTES + 1).strip()
+    except OSError as exc:
+        raise InputError(
+            f"--sampling-key-file {path}: cannot read it ({exc.strerror or exc})"
+        ) from None
+    if len(secret) > _MAX_SECRET_BYTES:
+        raise UsageError(
+            f"--sampling-key-file {path}: over {_MAX_SECRET_BYTES} bytes; the file holds one secret"
+        )
+    if len(secret) < MIN_SECRET_BYTES:
+        raise UsageError(
+            f"--sampling-key-file {path}: holds {len(secret)} bytes; a secret has at least "
+            f"{MIN_SECRET_BYTES} (e.g. head -c 32 /dev/urandom | base64 > FILE)"
+        )
+    return key_from_secret(secret)
