@@ -42,7 +42,12 @@ from tailreplay.proxy.connections import (
 )
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange, Sink
-from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
+from tailreplay.proxy.forwarding import Forwarding, TrustedProxies, forwarding
+from tailreplay.proxy.headers import (
+    request_headers_recorded,
+    request_headers_upstream,
+    response_headers_downstream,
+)
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.proxy.response_head import Framing, relay_head
 from tailreplay.proxy.shadow import Shadow
@@ -136,6 +141,7 @@ class _Forwarder:
         self.sinks = sinks
         self.pool = pool
         self.allowed = config.allowed_origins()
+        self.trusted = TrustedProxies(config.trusted_proxies)
         self._targets: dict[str, tuple[Origin, str]] = {}
 
     def _target(self, raw_path: str) -> tuple[Origin, str] | None:
@@ -187,6 +193,14 @@ class _Forwarder:
             trace_id, flags = incoming.trace_id, incoming.flags
         else:
             trace_id, flags = new_trace_id(), 1
+        peer = request.remote
+        forwarded = forwarding(
+            request.headers,
+            peer=peer,
+            trusted=peer in self.trusted,
+            scheme=request.scheme,
+            host=request.host,
+        )
         ex = Exchange(
             trace_id=trace_id,
             span_id=new_span_id(),
@@ -196,13 +210,13 @@ class _Forwarder:
             method=request.method,
             path=request.raw_path,
             route=route_label(request.raw_path),
-            headers=list(request.headers.items()),
+            headers=request_headers_recorded(request.headers, forwarded),
             probe=PROBE_HEADER in request.headers,
         )
         for sink in self.sinks:
             sink.on_request(ex)
         try:
-            return await self._forward(request, ex, flags)
+            return await self._forward(request, ex, flags, forwarded)
         except asyncio.CancelledError:
             if not _stream_ended(ex):
                 ex.error = ex.error or "client_abort"
@@ -213,7 +227,7 @@ class _Forwarder:
                 sink.on_complete(ex)
 
     async def _forward(
-        self, request: web.BaseRequest, ex: Exchange, flags: int
+        self, request: web.BaseRequest, ex: Exchange, flags: int, forwarded: Forwarding
     ) -> web.StreamResponse:
         target = self._target(request.raw_path)
         if target is None:
@@ -224,9 +238,7 @@ class _Forwarder:
         length = request.content_length  # parsed from the header at every read
         if length is not None and length > self.config.max_body:
             return self._too_large(ex)
-        headers = request_headers_upstream(
-            request.headers, client_ip=request.remote, scheme=request.scheme, host=request.host
-        )
+        headers = request_headers_upstream(request.headers, forwarded)
         # Our span is the upstream's parent: its spans nest under the proxy's.
         headers.append(("traceparent", f"00-{ex.trace_id.hex()}-{ex.span_id.hex()}-{flags:02x}"))
         if (tracestate := request.headers.get("tracestate")) is not None:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,10 @@ class ProxyConfig:
     """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
     tls_key: Path | None = None
     drain_timeout_s: float = 30.0
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    """Peers whose forwarding headers are believed (``proxy/forwarding.py``): from them
+    the X-Forwarded-For chain is extended; from any other peer a client's own
+    forwarding headers are dropped and the proxy sets its own."""
     fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
     """Keys the HMACs that replace secrets and session ids. Random per process unless
     given (--fingerprint-key-env): then fingerprints are stable across restarts."""
@@ -125,6 +130,7 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
             "timeout_s": config.timeout_s,
             "shed_after_s": config.shed_after_s,
             "routes": {r.prefix: _shown(r.upstream) for r in config.routes},
+            "trusted_proxies": [str(n) for n in config.trusted_proxies],
             "listen": [config.listen_host, config.listen_port],
             # Spans went out live: `traces export otlp` then sends these as new spans.
             "otlp_live": config.spans is not None,

@@ -8,6 +8,7 @@ import ipaddress
 import os
 import sys
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,12 @@ def _admin(text: str, flag: str) -> tuple[str, int] | None:
     return None if text == "off" else parse_host_port(text, flag)
 
 
+def _trusted(text: str, flag: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    from tailreplay.proxy.forwarding import parse_trusted
+
+    return parse_trusted(text, flag) if text.strip() else ()
+
+
 def _shed_after(text: str, flag: str) -> float | None:
     return None if text.strip().lower() == "off" else parse_duration(text)
 
@@ -82,6 +89,7 @@ class _Args:
     tls_cert: Path | None
     tls_key: Path | None
     drain_timeout: float
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...]
     fingerprint_key_env: str | None
     sampling_key_file: Path | None
     workers: int
@@ -225,6 +233,15 @@ class _Args:
     help="How long SIGTERM waits for requests in flight.",
 )
 @click.option(
+    "--trusted-proxies",
+    type=Parsed("CIDR,...", _trusted),
+    default="",
+    help="Addresses and CIDR blocks of proxies in front of this one (e.g. a load "
+    "balancer: 10.0.0.0/8,127.0.0.1) whose X-Forwarded-For chain is extended; from any "
+    "other peer, X-Forwarded-*, Forwarded and X-Real-IP are dropped and the proxy sets "
+    "its own (default: none trusted).",
+)
+@click.option(
     "--fingerprint-key-env",
     default=None,
     help="Environment variable holding the key for fingerprints (else a random key per run).",
@@ -360,6 +377,7 @@ def _config(args: _Args) -> ProxyConfig:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         drain_timeout_s=args.drain_timeout,
+        trusted_proxies=args.trusted_proxies,
         fingerprint_key=key,
         sampling_key=sampling,
         workers=args.workers,
