@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml setup.py traces/archive/_colscan.c
 
 # Every test but those against real servers installed by their own targets
 # (e2e-real, test-telemetry) and the timing figures of `test-perf`; -rs lists any skip
-# with its reason. Debian's chromium (for the HTML report's browser test) is installed
-# if missing. These tests hold on a busy machine: where a run's timing depends on the
-# machine, the test accepts the tool's own verdict that the machine was the limit.
-test: $(STAMP) /usr/bin/chromium
+# with its reason. Debian's chromium (for the HTML report's browser test) and nginx (an
+# upstream that resolves paths) are installed if missing. These tests hold on a busy
+# machine: where a run's timing depends on the machine, the test accepts the tool's own
+# verdict that the machine was the limit.
+test: $(STAMP) /usr/bin/chromium /usr/sbin/nginx
 	$(BIN)/python -m pytest -q -rs -m 'not perf' --ignore=tests/e2e --ignore=tests/telemetry
 
 # The timing figures themselves (marked `perf`): dispatch lag, simulator fidelity,
@@ -89,6 +90,11 @@ $(PHOENIX_STAMP):
 /usr/bin/chromium:
 	apt-get install -y --no-install-recommends chromium >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null)
+
+# nginx is the upstream that resolves paths in tests/test_proxy_base_path.py.
+/usr/sbin/nginx:
+	apt-get install -y --no-install-recommends nginx-light >/dev/null \
+	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends nginx-light >/dev/null)
 
 /usr/bin/prometheus:
 	apt-get install -y --no-install-recommends prometheus >/dev/null \

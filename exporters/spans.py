@@ -25,7 +25,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 
 from tailreplay.dialects import operation_name
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
-from tailreplay.sampling import TraceSampler
+from tailreplay.sampling import ARCHIVE_KEY, TraceSampler, new_key
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.log_histogram import LogHistogram
 from tailreplay.traces.results.metrics import is_error, percentiles
@@ -157,7 +157,9 @@ class RecordSpans:
 
     With --otlp-capture-content, the prompt and completion on a span are redacted
     with ``redact_key`` (the proxy hands in its fingerprint key, so a secret masked
-    in the archive and on the span has the same mask; else a random key).
+    in the archive and on the span has the same mask; else a random key). Traces are
+    sampled by ``sampling_key`` (the proxy hands in its own, so its spans and its
+    records keep the same traces).
     """
 
     def __init__(
@@ -168,13 +170,14 @@ class RecordSpans:
         server: tuple[str, int] | None = None,
         extra: Mapping[str, Any] | None = None,
         redact_key: bytes | None = None,
+        sampling_key: bytes = ARCHIVE_KEY,
     ) -> None:
         self.telemetry = telemetry
         self.redact_key = redact_key or os.urandom(32)
         self.kind = kind
         self.server = server
         self.extra = dict(extra or {})
-        self.sampler = TraceSampler(telemetry.options.trace_sample)
+        self.sampler = TraceSampler(telemetry.options.trace_sample, sampling_key)
         self.sampled_out = 0
 
     @property
@@ -276,16 +279,25 @@ def _remote(trace_id: bytes, span_id: bytes) -> SpanContext:
 
 @contextmanager
 def proxy_spans(
-    options: OtlpOptions, server: tuple[str, int], redact_key: bytes | None = None
+    options: OtlpOptions,
+    server: tuple[str, int],
+    redact_key: bytes | None = None,
+    sampling_key: bytes | None = None,
 ) -> Iterator[RecordSpans]:
     """The proxy's SERVER spans, one per captured exchange, exported to ``options``.
 
-    ``tailreplay proxy`` hands this (with its options and fingerprint key bound) to
-    the proxy as ``ProxyConfig.spans``; the recorder process enters it, so spans are
+    ``tailreplay proxy`` hands this (with its options, fingerprint key and sampling
+    key bound) to the proxy as ``ProxyConfig.spans``; the recorder process enters it, so spans are
     made and exported off the request path.
     """
     telemetry = Telemetry.start(options, service="tailreplay-proxy", warn=log.warning)
-    spans = RecordSpans(telemetry, kind=SpanKind.SERVER, server=server, redact_key=redact_key)
+    spans = RecordSpans(
+        telemetry,
+        kind=SpanKind.SERVER,
+        server=server,
+        redact_key=redact_key,
+        sampling_key=sampling_key or new_key(),
+    )
     try:
         yield spans
     finally:

@@ -4,10 +4,8 @@ Streams both ways: the response goes to the client chunk by chunk as it arrives,
 written from the upstream connection's read callback (``tailreplay/http_client.py``), so
 time to first token is the upstream's plus a socket write; bytes pass as they are
 both ways (no decompression: a compressed request body is the recorder's to decode,
-``proxy/content_coding.py``). Only configured upstreams are ever contacted:
-the target URL is built by appending the request path to the configured base and
-checked again before sending, so absolute-form targets, CONNECT, ``//host`` paths
-and Host headers cannot steer a request elsewhere.
+``proxy/content_coding.py``). Only configured upstreams are ever contacted
+(``proxy/targets.py``), and CONNECT and absolute-form targets are refused first.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
-from yarl import URL
 
 from tailreplay.dialects import dialect_for, route_label
-from tailreplay.http_client import Origin, UpstreamError, UpstreamPool, UpstreamResponse
+from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.probe import PROBE_HEADER
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
@@ -41,11 +38,18 @@ from tailreplay.proxy.connections import (
     stream_body,
 )
 from tailreplay.proxy.content_coding import encoded
+from tailreplay.proxy.dot_segments import PATH_OUTSIDE
 from tailreplay.proxy.exchange import Exchange, Sink
-from tailreplay.proxy.headers import request_headers_upstream, response_headers_downstream
+from tailreplay.proxy.forwarding import Forwarding, TrustedProxies, forwarding
+from tailreplay.proxy.headers import (
+    request_headers_recorded,
+    request_headers_upstream,
+    response_headers_downstream,
+)
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.proxy.response_head import Framing, relay_head
 from tailreplay.proxy.shadow import Shadow
+from tailreplay.proxy.targets import OutsideBase, Targets
 from tailreplay.tracecontext import new_span_id, new_trace_id, parse_traceparent
 
 __all__ = ["build_server", "upstream_pool"]
@@ -135,28 +139,8 @@ class _Forwarder:
         self._logged: dict[str, float] = {}  # error kind -> when last logged
         self.sinks = sinks
         self.pool = pool
-        self.allowed = config.allowed_origins()
-        self._targets: dict[str, tuple[Origin, str]] = {}
-
-    def _target(self, raw_path: str) -> tuple[Origin, str] | None:
-        """The upstream origin and request target for a path, or None if not allowed.
-
-        A few paths carry nearly all traffic: building and checking their URL once
-        saves a URL parse per request. Bounded, since paths come from clients.
-        """
-        if (target := self._targets.get(raw_path)) is not None:
-            return target
-        base = self.config.upstream_for(raw_path)
-        # String concatenation, never URL joining: "//evil.example/x" must stay a path.
-        url = URL(str(base).rstrip("/") + raw_path, encoded=True)
-        if (url.scheme, url.host, url.port) not in self.allowed or url.host is None:
-            return None
-        assert url.port is not None  # http and https have default ports
-        target = (Origin(url.scheme, url.host, url.port), url.raw_path_qs)
-        if len(self._targets) >= 4096:
-            self._targets.clear()
-        self._targets[raw_path] = target
-        return target
+        self.trusted = TrustedProxies(config.trusted_proxies)
+        self._target = Targets(config)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         try:
@@ -187,6 +171,14 @@ class _Forwarder:
             trace_id, flags = incoming.trace_id, incoming.flags
         else:
             trace_id, flags = new_trace_id(), 1
+        peer = request.remote
+        forwarded = forwarding(
+            request.headers,
+            peer=peer,
+            trusted=peer in self.trusted,
+            scheme=request.scheme,
+            host=request.host,
+        )
         ex = Exchange(
             trace_id=trace_id,
             span_id=new_span_id(),
@@ -196,13 +188,13 @@ class _Forwarder:
             method=request.method,
             path=request.raw_path,
             route=route_label(request.raw_path),
-            headers=list(request.headers.items()),
+            headers=request_headers_recorded(request.headers, forwarded),
             probe=PROBE_HEADER in request.headers,
         )
         for sink in self.sinks:
             sink.on_request(ex)
         try:
-            return await self._forward(request, ex, flags)
+            return await self._forward(request, ex, flags, forwarded)
         except asyncio.CancelledError:
             if not _stream_ended(ex):
                 ex.error = ex.error or "client_abort"
@@ -213,9 +205,17 @@ class _Forwarder:
                 sink.on_complete(ex)
 
     async def _forward(
-        self, request: web.BaseRequest, ex: Exchange, flags: int
+        self, request: web.BaseRequest, ex: Exchange, flags: int, forwarded: Forwarding
     ) -> web.StreamResponse:
-        target = self._target(request.raw_path)
+        try:
+            target = self._target(request.raw_path)
+        except OutsideBase:
+            ex.status, ex.error = 400, PATH_OUTSIDE
+            return _json_error(
+                400,
+                "the path's dot-segments lead outside the upstream's base path",
+                "invalid_request_error",
+            )
         if target is None:
             ex.status = 400
             return _json_error(
@@ -224,9 +224,7 @@ class _Forwarder:
         length = request.content_length  # parsed from the header at every read
         if length is not None and length > self.config.max_body:
             return self._too_large(ex)
-        headers = request_headers_upstream(
-            request.headers, client_ip=request.remote, scheme=request.scheme, host=request.host
-        )
+        headers = request_headers_upstream(request.headers, forwarded)
         # Our span is the upstream's parent: its spans nest under the proxy's.
         headers.append(("traceparent", f"00-{ex.trace_id.hex()}-{ex.span_id.hex()}-{flags:02x}"))
         if (tracestate := request.headers.get("tracestate")) is not None:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from yarl import URL
 
 from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.proxy.shadow import ShadowConfig
+from tailreplay.sampling import new_key
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.text.redact import redact_url
 
@@ -58,9 +60,18 @@ class ProxyConfig:
     """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
     tls_key: Path | None = None
     drain_timeout_s: float = 30.0
-    fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32))
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    """Peers whose forwarding headers are believed (``proxy/forwarding.py``): from them
+    the X-Forwarded-For chain is extended; from any other peer a client's own
+    forwarding headers are dropped and the proxy sets its own."""
+    fingerprint_key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
     """Keys the HMACs that replace secrets and session ids. Random per process unless
     given (--fingerprint-key-env): then fingerprints are stable across restarts."""
+    sampling_key: bytes = field(default_factory=new_key, repr=False)
+    """Keys the hash of trace ids that ``sample`` and the shadow's share compare
+    (``tailreplay/sampling.py``), so clients cannot choose their traces' fate. Random
+    per run unless given (--sampling-key-file): replicas decide alike only with the
+    same key. Never written to an archive."""
     workers: int = 1
     shed_after_s: float | None = 0.5
     """An exchange the recorder reaches this long after it ended is recorded shed
@@ -119,6 +130,7 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
             "timeout_s": config.timeout_s,
             "shed_after_s": config.shed_after_s,
             "routes": {r.prefix: _shown(r.upstream) for r in config.routes},
+            "trusted_proxies": [str(n) for n in config.trusted_proxies],
             "listen": [config.listen_host, config.listen_port],
             # Spans went out live: `traces export otlp` then sends these as new spans.
             "otlp_live": config.spans is not None,

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from multidict import CIMultiDictProxy
 
-__all__ = ["HOP_BY_HOP", "request_headers_upstream", "response_headers_downstream"]
+from tailreplay.proxy.forwarding import Forwarding
+
+__all__ = [
+    "HOP_BY_HOP",
+    "request_headers_recorded",
+    "request_headers_upstream",
+    "response_headers_downstream",
+]
 
 HOP_BY_HOP = frozenset(
     {
@@ -62,25 +69,28 @@ _REQUEST_NEVER = HOP_BY_HOP | _REQUEST_DROP
 
 
 def request_headers_upstream(
-    headers: CIMultiDictProxy[str],
-    *,
-    client_ip: str | None,
-    scheme: str,
-    host: str | None,
+    headers: CIMultiDictProxy[str], forwarded: Forwarding
 ) -> list[tuple[str, str]]:
-    """The headers to send upstream: hop-by-hop and Host dropped, X-Forwarded-* set.
+    """The headers to send upstream: hop-by-hop and Host dropped, the forwarding
+    headers as the trust model has them (``proxy/forwarding.py``).
 
     A list, not a CIMultiDict: the upstream client writes it out as it is.
     """
     drop = _dropped(_REQUEST_NEVER, tuple(headers.getall("connection", ())))
-    out = [(k, v) for k, v in headers.items() if k.lower() not in drop]
-    if client_ip:
-        prior = headers.get("X-Forwarded-For")
-        out.append(("X-Forwarded-For", f"{prior}, {client_ip}" if prior else client_ip))
-    out.append(("X-Forwarded-Proto", scheme))
-    if host:
-        out.append(("X-Forwarded-Host", host))
+    gone = forwarded.drop
+    out = [(k, v) for k, v in headers.items() if (n := k.lower()) not in drop and n not in gone]
+    out += forwarded.add
     return out
+
+
+def request_headers_recorded(
+    headers: CIMultiDictProxy[str], forwarded: Forwarding
+) -> list[tuple[str, str]]:
+    """The request's headers as the record keeps them: as the client sent them, but for
+    the forwarding headers, which are what went upstream (the client's address the
+    proxy believes)."""
+    gone = forwarded.drop
+    return [(k, v) for k, v in headers.items() if k.lower() not in gone] + forwarded.add
 
 
 _WITH_LENGTH = HOP_BY_HOP

@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from tailreplay.dialects import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
 from tailreplay.proxy.connections import ConnectionGuard
+from tailreplay.proxy.dot_segments import PATH_OUTSIDE
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_sink import RecorderClient
 from tailreplay.proxy.upstream_path import AnswerCounts
@@ -209,6 +210,12 @@ class _RequestCollector(Collector):
         yield GaugeMetricFamily(
             "tailreplay_proxy_in_flight", "Requests in flight.", value=m.in_flight
         )
+        yield CounterMetricFamily(
+            "tailreplay_proxy_paths_refused",
+            "Requests refused with a 400: their path's dot-segments lead outside the "
+            "upstream's base path (or to another --route).",
+            value=m.paths_refused,
+        )
 
 
 class ProxyMetrics:
@@ -224,6 +231,7 @@ class ProxyMetrics:
             self.registry.register(_ConnectionCollector(guard))
         self.series: dict[tuple[str, str], Series] = {}
         self.in_flight = 0
+        self.paths_refused = 0
         self.answers = AnswerCounts()
         """The upstream's answers and its 404s (``/healthz`` and the exit line)."""
         self.registry.register(_RequestCollector(self))
@@ -242,3 +250,5 @@ class ProxyMetrics:
             series = self.series[key] = Series()
         series.observe(ex)
         self.answers.observe(ex)
+        if ex.error == PATH_OUTSIDE:
+            self.paths_refused += 1

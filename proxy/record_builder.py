@@ -25,7 +25,7 @@ from tailreplay.proxy.openai import request_info
 from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.proxy.retries import RetryLinker
 from tailreplay.retry_after import retry_after_s
-from tailreplay.sampling import RunningP99, TraceSampler
+from tailreplay.sampling import RunningP99, TraceSampler, sample_point
 from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
@@ -260,7 +260,10 @@ class RecordBuilder:
         self._p99 = RunningP99()
         self.calibration = Calibration()
         """Each model's prompt counts as its server reports them, for the estimates."""
-        self._sampler = TraceSampler(config.sample)
+        self._sampler = TraceSampler(config.sample, config.sampling_key)
+        # The point goes in the record only when a share depends on it: it lets
+        # `report --shadow` tell which traces the shares held, without the key.
+        self._point = config.sample < 1 or config.shadow is not None
         self._retries = RetryLinker(config.fingerprint_key)
         self._clean = CleanValues()
         self.on_record: Callable[[Record], None] | None = None
@@ -279,6 +282,8 @@ class RecordBuilder:
             self.failed += 1
             log.exception("could not build a record; it is dropped")
             return
+        if self._point and record.trace_id is not None:
+            record.sample_point = sample_point(record.trace_id, self.config.sampling_key)
         if ex.shadow_of is None:  # a copy is neither a retry nor production's traffic
             self._retries.link(record, ex.req_body)
             if self.on_record is not None:

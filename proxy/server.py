@@ -127,7 +127,7 @@ def _shadow(config: ProxyConfig, recorder: RecorderClient, metrics: ProxyMetrics
         assert shadow_metrics is not None
         shadow_metrics.observe(ex)
 
-    shadow = Shadow(config.shadow, record, config.timeout_s)
+    shadow = Shadow(config.shadow, record, config.timeout_s, config.sampling_key)
     shadow_metrics = ShadowMetrics(shadow.counts)
     metrics.registry.register(shadow_metrics)
     return shadow

@@ -46,7 +46,7 @@ from tailreplay.openai_api import response_problem
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
-from tailreplay.sampling import in_share, share_threshold
+from tailreplay.sampling import in_share, sample_point, share_threshold
 from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.traces.text.secret_names import is_secret_name
@@ -143,9 +143,14 @@ class Shadow:
     an ``Exchange`` whose ``shadow_of`` is the production span it copied."""
 
     def __init__(
-        self, config: ShadowConfig, record: Callable[[Exchange], None], timeout_s: float
+        self,
+        config: ShadowConfig,
+        record: Callable[[Exchange], None],
+        timeout_s: float,
+        sampling_key: bytes,
     ) -> None:
         self.config = config
+        self._key = sampling_key
         self.record = record
         self.counts = ShadowCounts()
         self.pool = UpstreamPool(
@@ -169,8 +174,10 @@ class Shadow:
 
     def wants(self, trace_id: bytes) -> bool:
         """Whether requests of this trace are copied (the same test as the proxy's
-        ``--sample``, on the trace id's first 8 bytes, which are random)."""
-        return in_share(trace_id, self._threshold)
+        ``--sample``, on the keyed hash of the trace id: ``tailreplay/sampling.py``)."""
+        if self._threshold >= 2**64:
+            return True
+        return in_share(sample_point(trace_id, self._key), self._threshold)
 
     def copy(self, ex: Exchange, body: bytes, headers: list[tuple[str, str]]) -> None:
         """Send a copy of ``ex`` (its body as the client sent it, and the headers the

@@ -1,6 +1,8 @@
 """The share a shadow saw, checked against the trace ids: ``report --shadow`` picks
-production's requests as the proxy picked them (``tailreplay/sampling.py``) and says
-when the copies in the files are not those.
+production's requests as the proxy picked them (``tailreplay/sampling.py``: by the
+``sample_point`` each record carries, the keyed hash of its trace id, or by the trace
+id's first 8 bytes in records without one) and says when the copies in the files are
+not those.
 
 The proxy copies a POST to a route a dialect serves (``tailreplay.dialects``: the
 routes whose body it holds) whose trace id falls in ``--shadow-share``; with ``--sample``, a copy is
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay.dialects import dialect_for
-from tailreplay.sampling import in_share, share_threshold
+from tailreplay.sampling import in_share, share_threshold, unkeyed_point
 from tailreplay.traces.archive.reader import ArchiveReader
 
 __all__ = ["THROTTLED", "ShareCheck", "survey"]
@@ -83,10 +85,13 @@ def survey(paths: Sequence[Path], skip_corrupt: bool, share: float | None) -> Sh
         span = m.get("span_id")
         if type(span) is not bytes or not _copyable(m.get("method"), m.get("path")):
             continue
-        if sample is not None and not in_share(trace, sample):
+        point = m.get("sample_point")
+        if type(point) is not int:
+            point = unkeyed_point(trace)
+        if sample is not None and not in_share(point, sample):
             continue  # kept by --sample for itself (an error, the tail): never copied
         out.eligible.add(trace + span)
-        if shadow is not None and in_share(trace, shadow):
+        if shadow is not None and in_share(point, shadow):
             out.picked.add(trace + span)
     return out
 

@@ -63,10 +63,12 @@ async def proxy_to(upstream: str, out: Path, **overrides: Any) -> AsyncIterator[
         upstream=URL(upstream), listen_port=0, admin_port=0, out_dir=out, flush_interval_s=0.1
     )
     options = overrides.pop("otlp", None)
-    if options is not None:  # as `tailreplay proxy --otlp-endpoint ...` does
-        config.spans = functools.partial(proxy_spans, options, (config.listen_host, 0))
     for k, v in overrides.items():
         setattr(config, k, v)
+    if options is not None:  # as `tailreplay proxy --otlp-endpoint ...` does
+        config.spans = functools.partial(
+            proxy_spans, options, (config.listen_host, 0), sampling_key=config.sampling_key
+        )
     async with start(config) as proxy:
         yield proxy
 

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from tailreplay.proxy.forwarding import forwarding
 from tailreplay.proxy.headers import HOP_BY_HOP, request_headers_upstream
 from tailreplay.sim.faults import Faults
 from tailreplay.sim.profiles import PROFILES
@@ -65,7 +66,8 @@ def test_each_hop_by_hop_header_is_stripped(name: str) -> None:
     incoming = CIMultiDictProxy(
         CIMultiDict({name: "x", "Connection": "X-Custom", "X-Custom": "1", "A": "b", "Host": "h"})
     )
-    out = dict(request_headers_upstream(incoming, client_ip="10.0.0.1", scheme="http", host="h"))
+    fwd = forwarding(incoming, peer="10.0.0.1", trusted=False, scheme="http", host="h")
+    out = dict(request_headers_upstream(incoming, fwd))
     assert name not in {k.lower() for k in out}
     assert "x-custom" not in {k.lower() for k in out}  # listed in Connection: hop-by-hop too
     assert "host" not in {k.lower() for k in out}

@@ -64,8 +64,18 @@ def _chat(base: str, n: int, seed: int) -> None:
 def test_a_shadowed_capture_holds_both_sides_of_the_sampled_share(tmp_path: Path) -> None:
     out = tmp_path / "cap"
     with sim_process(QUICK) as production, sim_process(SLOWER) as staging:
+        key = tmp_path / "sampling.key"
+        key.write_text("tests/test_shadow.py fixed sampling secret")
+        # Seeded trace ids and a fixed key: the share copied is the same every run.
         proc, url, _ = start_proxy_process(
-            production, out, "--shadow", staging, "--shadow-share", "10%"
+            production,
+            out,
+            "--shadow",
+            staging,
+            "--shadow-share",
+            "10%",
+            "--sampling-key-file",
+            str(key),
         )
         try:
             _chat(url, 600, seed=11)

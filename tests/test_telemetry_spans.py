@@ -26,7 +26,7 @@ from tailreplay.replayer.config import ReplayConfig, SpanFactory
 from tailreplay.replayer.run import run
 from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.replayer.speed import parse_speed
-from tailreplay.sampling import TraceSampler
+from tailreplay.sampling import ARCHIVE_KEY, TraceSampler
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, build_app
 from tailreplay.tracecontext import parse_traceparent
@@ -38,6 +38,8 @@ from tests.otlp_receiver import receiver
 from tests.proxy_helpers import proxy_to, records, serve_app
 
 T0 = 1_700_000_000 * 10**9
+KEY = b"the proxy's sampling key, 32 bytes"
+
 TRACEPARENTS = web.AppKey("traceparents", dict)
 
 
@@ -192,7 +194,7 @@ def test_trace_sample_keeps_the_share_by_id_and_every_error_and_tail() -> None:
     ]
     for r in records:
         spans.emit(r)
-    by_id = TraceSampler(0.1)
+    by_id = TraceSampler(0.1, ARCHIVE_KEY)  # the replayer's key
     expected = {r.trace_id for r in records if r.status == 500 or r.tail or by_id.keep(r.trace_id)}
     got = {s.get_span_context().trace_id.to_bytes(16, "big") for s in memory.get_finished_spans()}
     assert got == expected
@@ -214,7 +216,7 @@ async def test_proxy_span_is_parented_on_the_incoming_traceparent(tmp_path: Path
     async with receiver() as otlp, serve_app(upstream) as up_url:
         options = OtlpOptions(endpoint=otlp.url, resource=(("k8s.cluster.name", "prod-1"),))
         async with (
-            proxy_to(up_url, tmp_path, otlp=options) as proxy,
+            proxy_to(up_url, tmp_path, otlp=options, sampling_key=KEY) as proxy,
             aiohttp.ClientSession() as session,
         ):
             for stream in (False, True):
@@ -261,7 +263,7 @@ async def test_proxy_trace_sample_and_content_capture(tmp_path: Path) -> None:
     async with receiver() as otlp, serve_app(fixed_app()) as up_url:
         options = OtlpOptions(endpoint=otlp.url, trace_sample=0.5, capture_content=True)
         async with (
-            proxy_to(up_url, tmp_path, otlp=options) as proxy,
+            proxy_to(up_url, tmp_path, otlp=options, sampling_key=KEY) as proxy,
             aiohttp.ClientSession() as session,
         ):
             for tp in incoming:
@@ -270,7 +272,7 @@ async def test_proxy_trace_sample_and_content_capture(tmp_path: Path) -> None:
                     proxy.url + "/v1/chat/completions", json=body, headers={"traceparent": tp}
                 ) as resp:
                     assert resp.status == 200
-        sampler = TraceSampler(0.5)
+        sampler = TraceSampler(0.5, KEY)  # the proxy's: spans keep the traces records would
         expected = {tp[3:35] for tp in incoming if sampler.keep(bytes.fromhex(tp[3:35]))}
         for _ in range(50):
             if len(otlp.spans) >= len(expected):

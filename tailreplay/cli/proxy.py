@@ -8,6 +8,7 @@ import ipaddress
 import os
 import sys
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from tailreplay.cli.proxy_shadow import (
     shadow_config,
     shadow_options,
 )
-from tailreplay.errors import TailreplayError, UsageError
+from tailreplay.errors import InputError, TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.text.redact import redact_url
 from tailreplay.units import parse_duration, parse_host_port, parse_http_url
@@ -51,6 +52,12 @@ def _route(text: str, flag: str) -> Route:
 
 def _admin(text: str, flag: str) -> tuple[str, int] | None:
     return None if text == "off" else parse_host_port(text, flag)
+
+
+def _trusted(text: str, flag: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    from tailreplay.proxy.forwarding import parse_trusted
+
+    return parse_trusted(text, flag) if text.strip() else ()
 
 
 def _shed_after(text: str, flag: str) -> float | None:
@@ -82,7 +89,9 @@ class _Args:
     tls_cert: Path | None
     tls_key: Path | None
     drain_timeout: float
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...]
     fingerprint_key_env: str | None
+    sampling_key_file: Path | None
     workers: int
     shed_after: float | None
     otlp: OtlpOptions
@@ -224,9 +233,26 @@ class _Args:
     help="How long SIGTERM waits for requests in flight.",
 )
 @click.option(
+    "--trusted-proxies",
+    type=Parsed("CIDR,...", _trusted),
+    default="",
+    help="Addresses and CIDR blocks of proxies in front of this one (e.g. a load "
+    "balancer: 10.0.0.0/8,127.0.0.1) whose X-Forwarded-For chain is extended; from any "
+    "other peer, X-Forwarded-*, Forwarded and X-Real-IP are dropped and the proxy sets "
+    "its own (default: none trusted).",
+)
+@click.option(
     "--fingerprint-key-env",
     default=None,
     help="Environment variable holding the key for fingerprints (else a random key per run).",
+)
+@click.option(
+    "--sampling-key-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File holding a secret (16 bytes or more) that keys which traces --sample and "
+    "--shadow-share pick; replicas given the same file pick alike (else a random key "
+    "per run).",
 )
 @click.option(
     "--workers",
@@ -325,6 +351,7 @@ def _config(args: _Args) -> ProxyConfig:
 
         server_context(args.tls_cert, args.tls_key)  # unusable files: one line, at start
     key = _fingerprint_key(args.fingerprint_key_env)
+    sampling = _sampling_key(args.sampling_key_file)
     secret_names = frozenset(h.lower() for h in args.redact_header)
     return ProxyConfig(
         upstream=args.upstream,
@@ -350,7 +377,9 @@ def _config(args: _Args) -> ProxyConfig:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         drain_timeout_s=args.drain_timeout,
+        trusted_proxies=args.trusted_proxies,
         fingerprint_key=key,
+        sampling_key=sampling,
         workers=args.workers,
         shed_after_s=args.shed_after,
         shadow=shadow_config(
@@ -364,7 +393,7 @@ def _config(args: _Args) -> ProxyConfig:
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
         ),
-        spans=functools.partial(proxy_spans, args.otlp, (host, port), key)
+        spans=functools.partial(proxy_spans, args.otlp, (host, port), key, sampling)
         if args.otlp.enabled
         else None,
     )
@@ -378,3 +407,32 @@ def _fingerprint_key(env: str | None) -> bytes:
     if not secret:
         raise UsageError(f"--fingerprint-key-env {env}: the variable is not set")
     return secret.encode()
+
+
+_MAX_SECRET_BYTES = 4096
+
+
+def _sampling_key(path: Path | None) -> bytes:
+    """The sampling key: derived from the secret in ``path``, else random for this run.
+    Its content is never echoed, whatever is wrong with it."""
+    from tailreplay.sampling import MIN_SECRET_BYTES, key_from_secret, new_key
+
+    if path is None:
+        return new_key()
+    try:
+        with path.open("rb") as f:
+            secret = f.read(_MAX_SECRET_BYTES + 1).strip()
+    except OSError as exc:
+        raise InputError(
+            f"--sampling-key-file {path}: cannot read it ({exc.strerror or exc})"
+        ) from None
+    if len(secret) > _MAX_SECRET_BYTES:
+        raise UsageError(
+            f"--sampling-key-file {path}: over {_MAX_SECRET_BYTES} bytes; the file holds one secret"
+        )
+    if len(secret) < MIN_SECRET_BYTES:
+        raise UsageError(
+            f"--sampling-key-file {path}: holds {len(secret)} bytes; a secret has at least "
+            f"{MIN_SECRET_BYTES} (e.g. head -c 32 /dev/urandom | base64 > FILE)"
+        )
+    return key_from_secret(secret)

@@ -99,6 +99,11 @@ class Record:
     """Captures made with ``proxy --shadow``: this record is the copy the proxy sent to
     the shadow target of the exchange with this span id (in the same ``trace_id``).
     Readers leave such records out unless asked (``ArchiveReader(shadows=...)``)."""
+    sample_point: int | None = None
+    """Captures sampled (``--sample`` under 1) or shadowed: the trace's place in
+    [0, 2^64) that the proxy compared with those shares (``tailreplay/sampling.py``: a
+    keyed hash of the trace id), so a reader can tell which traces the shares held
+    without the key."""
 
     def to_map(self) -> dict[str, Any]:
         """The msgpack map for this record: every set field, nothing else."""

@@ -99,6 +99,7 @@ FIELD_SPECS: dict[str, tuple[int, int, int]] = {
     "attempt": (INT, 1, 1 << 16),
     "retry_of": (BIN, 0, 8),
     "shadow_of": (BIN, 0, 8),
+    "sample_point": (INT, 0, 1 << 64),
 }
 assert FIELD_SPECS.keys() == set(FIELDS), "every Record field has a spec"
 
