@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tailreplay.dialects import DEFAULT_ROUTE, Dialect, dialect_for
@@ -165,7 +165,7 @@ class RequestBuilder:
         """The request for ``item``; a ``probe`` (the preflight) is sent whole, even where
         the recorded client left, and draws its prompt outside the entropy tally."""
         if probe:
-            return self._build(item, item.budget, tally=False)
+            return self._build(_probe_item(item), item.budget, tally=False)
         abort = self._abort(item.record)
         if abort is None:
             return self._build(item, item.budget)
@@ -262,3 +262,27 @@ class RequestBuilder:
         raw = json.dumps(body).encode()
         budget = _budget_of(dialect, body)
         return RequestSpec(method, path, raw, stream, None, forced, budget=budget)
+
+
+PROBE_INPUT_TOKENS = 16
+_PROBE_KEY = b"tailreplay preflight"
+"""The probe's prompt is drawn on this key, which no record's (a trace or span id, a
+start time) can be."""
+
+
+def _probe_item(item: Planned) -> Planned:
+    """The preflight's own request: the first request's route, model and stream, with a
+    short prompt of its own (no recorded prefix, drawn on a key no record has), so it
+    leaves nothing in the target's prefix cache that a recorded request could reuse. A
+    request no dialect can build is sent as recorded."""
+    record = item.record
+    if (record.method or "POST") != "POST" or dialect_for(record.path or DEFAULT_ROUTE) is None:
+        return item
+    own = replace(
+        record,
+        req_body=None,
+        input_tokens=PROBE_INPUT_TOKENS,
+        prefix_hashes=None,
+        prompt_entropy_mbits=None,
+    )
+    return replace(item, record=own, key=_PROBE_KEY, copy=0)

@@ -510,3 +510,42 @@ def test_an_output_that_cannot_be_written_is_one_line_exit_3(tmp_path: Path) -> 
     merge = CliRunner().invoke(cli, ["traces", "merge", "-o", str(out), str(archive)])
     assert merge.exit_code == 3 and "Traceback" not in merge.output
     assert merge.stderr.strip() == f"Error: {out}: cannot write (Permission denied)"
+
+
+@pytest.mark.parametrize("bodies", [False, True])
+def test_the_preflight_leaves_nothing_in_the_targets_prefix_cache(
+    tmp_path: Path, fast_sim: str, bodies: bool
+) -> None:
+    """The probe has a prompt of its own: the first recorded request finds nothing of
+    its prompt cached, while the second, which recorded the same prefix, does."""
+    archive = tmp_path / "a.msgpack"
+    rng = random.Random(11)
+    prompt = " ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(900))
+    maps = [
+        {
+            "start_ns": T0 + i * 10**9,
+            "trace_id": rng.randbytes(16),
+            "span_id": rng.randbytes(8),
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "model": "m",
+            "stream": False,
+            "input_tokens": 900,
+            "output_tokens": 2,
+            "prefix_hashes": list(range(1, 8)),
+            **(
+                {"req_body": json.dumps({"model": "m", "messages": [
+                    {"role": "user", "content": prompt}], "max_tokens": 2}).encode()}
+                if bodies else {}
+            ),
+        }
+        for i in range(2)
+    ]  # fmt: skip
+    write_plain(archive, maps)
+    out = tmp_path / "r.msgpack"
+    code, _, err = _replay("--target", fast_sim, "--out", str(out), "--speed", "4x", str(archive))
+    assert code == 0, err
+    first, second = sorted(ArchiveReader([out]), key=lambda r: r.intended_ns or 0)
+    assert (first.status, second.status) == (200, 200)
+    assert not first.cached_tokens, first.cached_tokens
+    assert second.cached_tokens and second.cached_tokens >= 512
