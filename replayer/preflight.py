@@ -3,8 +3,9 @@
 A replay of a busy recording runs for minutes; a target that is down, a server
 answering HTML 404s, or a wrong path must not cost that long to find out. Before
 t0 one probe — in the first scheduled request's route, model and stream, with a
-16-token prompt of its own (so the target's prefix cache holds nothing a recorded
-request could reuse), asking for one output token — must get an API answer; while the replay runs, the first ``FailFast.first`` results
+16-token prompt of its own (so the target's prefix cache holds nothing a
+recorded request could reuse), asking for one output token — must get an API
+answer; while the replay runs, the first ``FailFast.first`` results
 all failing the same way stop it. Both end the run with one line naming the
 cause (``NotMeasured``, exit 5).
 """
