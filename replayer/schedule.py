@@ -271,7 +271,8 @@ def plan(config: ScheduleConfig) -> Plan:
         demand += base * config.tail_cost.output_ms  # ``TailCost.demand``'s arithmetic
         threshold, tail = _tail(demand, has_tokens, config.tail_quantile)
         del demand
-    if tail is None:
+    if tail is None or config.tail_stretch == 1:
+        # A stretch of 1 changes no budget: no request is the tail's, in any view.
         tail = np.zeros(count, dtype=bool)
     capped, over, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
     the_plan = Plan(
@@ -479,7 +480,7 @@ def _take(record: Record, config: ScheduleConfig, selected: int, planned: int) -
 
 def _in_tail(record: Record, the_plan: Plan, config: ScheduleConfig) -> bool:
     """Whether ``record`` is at or above the plan's tail threshold."""
-    if the_plan.tail_by is None or the_plan.tail_threshold is None:
+    if the_plan.tail_by is None or the_plan.tail_threshold is None or config.tail_stretch == 1:
         return False
     value = _tail_value(record, the_plan.tail_by, config.tail_cost)
     return value is not None and value >= the_plan.tail_threshold

@@ -264,6 +264,8 @@ _MEASURES = {"duration_ns": "latency", "service_demand": "service demand"}
 
 def _tail_line(t: TailSummary) -> str:
     """How many were stretched, by what measure, and how many the context cut short."""
+    if t.factor == 1:
+        return "tail: off (--tail-stretch 1)"  # as the run table says
     if t.by is None and not t.count:
         return "tail: none (the archive records neither latencies nor token counts)"
     by = f" of {_MEASURES[t.by]}" if t.by in _MEASURES else ""

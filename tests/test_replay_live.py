@@ -209,11 +209,11 @@ def test_tail_stretch_raises_the_targets_p99(tmp_path: Path, fast_sim: str) -> N
     for i in order[-12:]:
         maps[i]["output_tokens"] = 150
     write_plain(archive, maps)
-    p99, slowdown, outputs = {}, {}, {}
+    p99, slowdown, outputs, said = {}, {}, {}, {}
     for factor in ("1.0", "1.8"):
         summary, out = tmp_path / f"{factor}.json", tmp_path / f"{factor}.msgpack"
         before = sim_steps(fast_sim)
-        code, _, err = _replay(
+        code, said[factor], err = _replay(
             "--tail-stretch",
             factor,
             "--tail-quantile",
@@ -230,6 +230,14 @@ def test_tail_stretch_raises_the_targets_p99(tmp_path: Path, fast_sim: str) -> N
         slowdown[factor] = sim_slowdown_between(before, sim_steps(fast_sim))
         p99[factor] = json.loads(summary.read_text())["latency_ms"]["p99"]
         outputs[factor] = {r.orig_trace_id: r.output_tokens for r in ArchiveReader([out])}
+        tails = sum(bool(r.tail) for r in ArchiveReader([out]))
+        assert json.loads(summary.read_text())["tail"]["count"] == tails
+    # One reading of a stretch of 1 in every view: off, no request in the tail.
+    assert "tail: off (--tail-stretch 1)" in said["1.0"] and tails == 12
+    doc = tmp_path / "report.json"
+    report = CliRunner().invoke(cli, ["report", str(tmp_path / "1.0.msgpack"), "--json", str(doc)])
+    assert "--tail-stretch" in report.stdout and " off " in report.stdout, report.stdout
+    assert json.loads(doc.read_text())["overall"]["replayed"]["tail"] == 0
     # The recorded tail asked for (and, with ignore_eos, got) 1.8 times its output.
     tail = {maps[i]["trace_id"] for i in order[-12:]}
     assert {outputs["1.0"][t] for t in tail} == {150}
