@@ -100,6 +100,8 @@ class FailFast:
         """Count a result; True when the replay should stop now."""
         if self.first <= 0 or self.seen >= self.first or self.reason is not None:
             return False
+        if record.error == "cancelled":
+            return False  # cut by the replayer itself (Ctrl-C, --slo-stop): no answer
         self.seen += 1
         # An overloaded target's 429 or 503 is what a replay measures, not a wrong target.
         self.errors.add("ok" if record.error in MEASURED else (record.error or "ok"))

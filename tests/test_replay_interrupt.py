@@ -131,3 +131,17 @@ def test_a_second_ctrl_c_stops_at_once_and_the_results_are_still_written(
     assert data["errors"] == {"cancelled": data["sent"]} and data["sent"] >= 1
     assert "errors: none  cancelled by the client" in out
     assert results.exists()
+
+
+def test_requests_the_replayer_cut_are_no_reason_to_fail_fast() -> None:
+    """A Ctrl-C before 20 answers cancels what was in flight: that is the replayer's
+    doing, not the target's, and --fail-fast does not take it for a failing target."""
+    from tailreplay.replayer.preflight import FailFast
+    from tailreplay.traces.archive.record import Record
+
+    guard = FailFast(20)
+    cut = Record(start_ns=1, error="cancelled")
+    assert not any(guard.observe(cut) for _ in range(25)) and guard.reason is None
+    refused = Record(start_ns=1, error="http_500")
+    assert [guard.observe(refused) for _ in range(20)][-1]
+    assert guard.reason is not None and "failed with http_500" in guard.reason
