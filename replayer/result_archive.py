@@ -15,6 +15,17 @@ from tailreplay.traces.text.redact import redact_url
 __all__ = ["result_writer"]
 
 
+def _scheduled(config: ReplayConfig, the_plan: Plan) -> int | None:
+    """The requests this run is to send, when it alone sends the whole schedule: whole
+    copies, no shard of another process, not cut by ``--duration``, not a closed loop
+    (whose users draw as many as time allows)."""
+    sc = config.schedule
+    whole = sc.shard[1] == 1 and sc.amplify == int(sc.amplify)
+    if not whole or config.duration_s is not None or config.users is not None:
+        return None
+    return the_plan.count * int(sc.amplify)
+
+
 def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
     """The writer of ``--out``, its header saying what was replayed and how; None without."""
     if config.out is None:
@@ -44,6 +55,7 @@ def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
             if config.target is None and config.builtin_target is not None
             else None
         ),
+        scheduled=_scheduled(config, the_plan),
     )
     header = make_header(
         "replay" if not config.dry_run else "replay:dry-run",

@@ -28,6 +28,7 @@ __all__ = [
     "LagCause",
     "Metric",
     "Metrics",
+    "Partial",
     "PerSide",
     "Percentile",
     "Percentiles",
@@ -389,6 +390,15 @@ class SloMatrix(TypedDict):
     scopes: NotRequired[list[SloScope]]
 
 
+class Partial(TypedDict):
+    """A replay cut short (``report/partial.py``): how much of its schedule it holds."""
+
+    scheduled: int
+    due: int
+    """Requests due before it stopped (first attempts, dropped ones included)."""
+    unsent: int
+
+
 class SloVerdict(TypedDict):
     """The SLO gate's one verdict (``report/verdict.py``): ``report["verdict"]``, and
     ``slo`` in a run's ``--json`` summary."""
@@ -456,6 +466,8 @@ class Report(TypedDict):
     client: ClientVerdict | None
     """Was the replaying client fast enough to measure the target? None: not a replay."""
     slo: NotRequired[SloMatrix]
+    partial: NotRequired[Partial]
+    """Present when the replay was cut short (``report/partial.py``)."""
     verdict: NotRequired[SloVerdict]
     """The SLO gate's verdict, with objectives (``report/verdict.py``)."""
     """Only when objectives were given."""

@@ -56,6 +56,9 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
     if report["replay"].get("source") == "replay:dry-run":
         return f"dry run: {rep['requests']:,} requests scheduled, none sent"
     parts = [f"{side_label(report, 'replayed')} {rep['requests']:,} requests"]
+    partial = report.get("partial")
+    if partial is not None:
+        parts[0] = f"PARTIAL RUN ({partial['due']:,} of {partial['scheduled']:,} due): " + parts[0]
     if "shadow" in report:
         parts = [shadow_words(report)]
     idle = sum(r["requests"] for r in report.get("idle", {}).get("replayed", []))

@@ -4,8 +4,10 @@ The headline, the SLO table's title, the JSON (``report["verdict"]``, and ``repl
 --json``'s ``slo``), the Python API and the exit code all read this one value, so no
 view can say PASS where another says NOT JUDGED:
 
+- **fail** when ``--slo-stop`` stopped the run on an objective it saw missed;
 - **not judged** when what was measured is not the target under the recorded load:
-  the replaying client was the bottleneck (its dispatch lag P99 over ``--lag-limit``),
+  the run was cut short (``report/partial.py``; ``--judge-partial`` judges what was
+  sent), the replaying client was the bottleneck (its dispatch lag P99 over ``--lag-limit``),
   or not one objective had a request to be judged on (an objective without data
   among others that have it counts as missed);
 - otherwise **pass** when the score reached ``--slo-min-score`` and every scope
@@ -24,14 +26,19 @@ from tailreplay.report.model import Report, SloMatrix, SloVerdict
 __all__ = ["fail_on_verdict", "judge"]
 
 
-def judge(report: Report, slo: SloMatrix) -> SloVerdict:
-    """The verdict of ``slo`` on the run ``report`` describes."""
+def judge(
+    report: Report, slo: SloMatrix, *, judge_partial: bool = False, slo_stop: str | None = None
+) -> SloVerdict:
+    """The verdict of ``slo`` on the run ``report`` describes; ``judge_partial`` judges
+    a run cut short on what it sent, ``slo_stop`` is the miss that stopped the run."""
     # An objective with nothing to judge counts as missed (an empty replay must not pass).
     missed = [r["objective"] for r in slo["rows"] if not r["cells"]["overall"]["ok"]]
     failed = {s["name"]: s["failed"] for s in slo.get("scopes", []) if s["failed"]}
-    why_not = _not_judged(report, slo)
+    why_not = _not_judged(report, slo, judge_partial)
     state: Literal["pass", "fail", "not_judged"]
-    if why_not is not None:
+    if slo_stop is not None:
+        state, reason = "fail", f"{slo_stop}; stopped (--slo-stop)"
+    elif why_not is not None:
         state, reason = "not_judged", why_not
     elif slo["passed"]:
         state, reason = "pass", f"score {slo['score']:.2f}, needs {slo['min_score']:.2f}"
@@ -49,8 +56,15 @@ def judge(report: Report, slo: SloMatrix) -> SloVerdict:
     }
 
 
-def _not_judged(report: Report, slo: SloMatrix) -> str | None:
+def _not_judged(report: Report, slo: SloMatrix, judge_partial: bool) -> str | None:
     """Why the run cannot be judged, or None."""
+    partial = report.get("partial")
+    if partial is not None and not judge_partial:
+        return (
+            f"the run was cut short: {partial['unsent']:,} of {partial['scheduled']:,} "
+            f"scheduled requests were never sent (--judge-partial judges the "
+            f"{partial['due']:,} due)"
+        )
     client = report["client"]
     if client is not None and client["client_bound"]:
         return (

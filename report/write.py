@@ -20,6 +20,7 @@ from tailreplay.report.compare import compare
 from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, Shadow, SloMatrix, SloVerdict
+from tailreplay.report.partial import cut_short, partial_line
 from tailreplay.report.run_table import run_table
 from tailreplay.report.shadow import shadow_of_capture, shadow_sides
 from tailreplay.report.shards import check_one_run, missing_shards
@@ -55,6 +56,11 @@ class ReportOptions:
     shadow: bool = False
     """``replayed`` is a capture made with ``proxy --shadow``: compare its shadow copies
     (as replayed) with the production requests they copied (as recorded)."""
+    judge_partial: bool = False
+    """Judge the SLO of a run cut short on the requests it sent (``--judge-partial``)."""
+    slo_stop: str | None = None
+    """The objective ``--slo-stop`` saw missed, when it stopped the run being reported:
+    the verdict is that miss."""
 
 
 @dataclass
@@ -81,6 +87,9 @@ def write_report(
         say("note: this capture holds shadow copies: report --shadow compares them with production")
     if (missing := missing_shards(replayed.headers)) is not None:
         report["warnings"].insert(0, missing)
+    if (partial := cut_short(replayed)) is not None:
+        report["partial"] = partial
+        report["warnings"].insert(0, partial_line(partial))
     for line in report["warnings"]:
         say(f"warning: {line}")
     engine = engine_report(options.replayed, replayed, options.thresholds)
@@ -90,7 +99,9 @@ def write_report(
     if slo is not None:
         _scoped(slo, options, recorded, replayed)
         report["slo"] = slo
-        report["verdict"] = judge(report, slo)
+        report["verdict"] = judge(
+            report, slo, judge_partial=options.judge_partial, slo_stop=options.slo_stop
+        )
     line = headline(report, slo)
     tables = [run_table(report), *report_tables(report, slo)]
     _write_files(options, report, line, tables)

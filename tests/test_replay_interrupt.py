@@ -145,3 +145,46 @@ def test_requests_the_replayer_cut_are_no_reason_to_fail_fast() -> None:
     refused = Record(start_ns=1, error="http_500")
     assert [guard.observe(refused) for _ in range(20)][-1]
     assert guard.reason is not None and "failed with http_500" in guard.reason
+
+
+def test_an_interrupted_runs_report_says_partial_and_its_slo_is_not_judged(
+    tmp_path: Path,
+) -> None:
+    out, summary = tmp_path / "r.msgpack", tmp_path / "s.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from tailreplay.cli import replay_main; "
+         "print('imported', file=sys.stderr, flush=True); replay_main()",
+         "--json", str(summary), "--out", str(out), str(PEAK)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr is not None and proc.stderr.readline() == "imported\n"
+    deadline = time.monotonic() + 60
+    # Interrupted once the replay is sending: some answered, most never sent.
+    while time.monotonic() < deadline and (not out.exists() or out.stat().st_size < 20_000):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    sent = json.loads(summary.read_text())
+    report = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "report", str(out), "--slo", "latency:p99<=600s",
+         "--json", str(report)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stderr  # not judged
+    doc = json.loads(report.read_text())
+    assert doc["partial"]["scheduled"] == 2_382 and doc["partial"]["due"] == sent["due"]
+    assert doc["verdict"]["state"] == "not_judged"
+    assert doc["verdict"]["reason"].startswith("the run was cut short: ")
+    assert done.stdout.startswith("PARTIAL RUN (")
+    assert doc["warnings"][0].startswith("partial run: ")
+    # Asked for explicitly, the requests sent are judged.
+    judged = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "report", str(out), "--slo", "latency:p99<=600s",
+         "--judge-partial", "--json", str(report)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    verdict = json.loads(report.read_text())["verdict"]
+    assert "cut short" not in verdict["reason"]
+    assert (judged.returncode, verdict["state"]) in ((0, "pass"), (4, "not_judged")), judged.stderr

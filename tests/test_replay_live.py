@@ -260,7 +260,7 @@ def test_target_equal_to_the_captured_upstream_is_refused(tmp_path: Path) -> Non
     assert len(err.strip().splitlines()) == 1 and "captured from" in err
 
 
-def test_unreachable_target_records_errors_and_exits_1(tmp_path: Path) -> None:
+def test_unreachable_target_records_errors_and_exits_5(tmp_path: Path) -> None:
     archive = tmp_path / "a.msgpack"
     _poisson_archive(archive, 30, 0.3)
     with socket.socket() as s:
@@ -270,7 +270,7 @@ def test_unreachable_target_records_errors_and_exits_1(tmp_path: Path) -> None:
         code, stdout, _ = _replay(
             "--target", dead, "--no-preflight", "--fail-fast", "0", "--out", str(out), str(archive)
         )
-    assert code == 1
+    assert code == 5  # the target could not be measured
     assert "errors: connect 30" in stdout
     assert [r.error for r in ArchiveReader([out])] == ["connect"] * 30
 
@@ -449,7 +449,7 @@ def test_one_verdict_in_every_view_and_an_exit_code_for_each_meaning(
             code, _, err = _replay("--target", url, "--out", str(tmp_path / "x.msgpack"),
                                    *slo, *extra, str(archive))  # fmt: skip
         assert code == 5, (name, err)
-        assert err.strip().splitlines()[-1].startswith("Error: "), (name, err)
+        assert any(line.startswith("Error: ") for line in err.splitlines()), (name, err)
         codes[name] = code
         (tmp_path / "x.msgpack").unlink(missing_ok=True)
     assert (

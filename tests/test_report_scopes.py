@@ -52,7 +52,7 @@ def test_a_class_that_misses_fails_a_run_that_passes_overall(tmp_path: Path) -> 
     # goodput: model b's requests all take ~2 s or more, none within 500 ms
     assert rows["model=b"]["goodput"] == 0.0 and rows["model=a"]["goodput"] > 0.9
     assert slo["passed"] is False and code == 1
-    assert "SLO failed by model: model=b" in output and "SLO by model" in output
+    assert "SLO failed: by model: model=b" in output and "SLO by model" in output
 
 
 def test_paths_are_classed_without_their_query(tmp_path: Path) -> None:

@@ -335,7 +335,8 @@ def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportRe
     result = None
     try:
         if args.report_out is not None or (args.slos and args.slo_report):
-            result = report_after(report_options(args, results), args.report_out, args.json_out)
+            options = replace(report_options(args, results), slo_stop=outcome.summary.slo_stop)
+            result = report_after(options, args.report_out, args.json_out)
     finally:
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None

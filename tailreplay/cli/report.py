@@ -60,6 +60,12 @@ def _out(name: str, help_text: str) -> click.Option:
     "with production's on the same requests.",
 )
 @slo_options
+@click.option(
+    "--judge-partial",
+    is_flag=True,
+    help="Judge the SLO of a replay cut short (Ctrl-C, --fail-fast, --slo-stop) on the "
+    "requests it sent; without it, such a run is not judged (exit 4).",
+)
 @buckets_option
 @skip_corrupt_option
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap draws.")
@@ -80,6 +86,7 @@ def report(
     slo_min_score: float,
     slo_by: str | None,
     slo_window: float | None,
+    judge_partial: bool,
     buckets: list[int],
     skip_corrupt: bool,
     seed: int,
@@ -93,7 +100,8 @@ def report(
     (with --shadow, a shadowed capture's shadow with its production).
 
     Exit codes: 0 report written (SLOs met), 1 an SLO missed, 2 bad options,
-    3 an unreadable archive.
+    3 an unreadable archive, 4 the SLO not judged (the client was the bottleneck, or
+    the run was cut short).
     """
     from tailreplay.report.engine_findings import parse_thresholds
     from tailreplay.report.terminal import print_report, stderr_console
@@ -111,6 +119,7 @@ def report(
         min_score=slo_min_score,
         slo_by=slo_by,
         slo_window_s=slo_window,
+        judge_partial=judge_partial,
         buckets=buckets,
         json_out=json,
         markdown_out=markdown,

@@ -59,6 +59,10 @@ class ReplayHeader:
     builtin: str | None = None
     """The built-in simulator the run started (no ``--target``: no upstream URL), as
     its start line describes it: profile and sizes."""
+    scheduled: int | None = None
+    """Requests the schedule holds, each copy counted, when one process replays all of
+    it to the end of its window (no shard, ``--duration`` or closed loop): a result
+    with fewer due requests was cut short (Ctrl-C, ``--fail-fast``, ``--slo-stop``)."""
 
     @property
     def shards(self) -> int:
@@ -79,6 +83,7 @@ class ReplayHeader:
             "seed",
             "command",
             "builtin",
+            "scheduled",
         )
         return {k: v for k, v in self.to_map().items() if k in shown}
 
@@ -162,5 +167,6 @@ REPLAY_CHECKS: dict[str, tuple[Check, str]] = {
     "seed": (lambda v: type(v) is int and -(1 << 63) <= v < 1 << 63, "a 64-bit int"),
     "command": (_strs, "an array of str"),
     "builtin": (is_str, "a str"),
+    "scheduled": (_whole, "an int in 0..2^63-1"),
 }
 """What each field must be; ``validate.header_problems`` names a damaged one."""
