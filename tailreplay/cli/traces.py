@@ -213,7 +213,8 @@ def import_(fmt: str, src: Path, out: Path, strict: bool) -> None:
 
 @traces.group(name="export")
 def export_() -> None:
-    """Export archives: Mooncake JSONL (vLLM bench, AIPerf), plain JSONL, or OTLP spans."""
+    """Export archives: Mooncake JSONL (vLLM bench, AIPerf), plain JSONL, every request's
+    times (raw), or OTLP spans."""
 
 
 @export_.command(name="mooncake")
@@ -244,6 +245,21 @@ def export_jsonl(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None
     done = export_jsonl(files, out, skip_corrupt=skip_corrupt)
     warn(done.warnings)
     click.echo(f"exported {done.written:,} records to {out}", err=True)
+
+
+@export_.command(name="raw")
+@archives_argument
+@output_option
+@skip_corrupt_option
+def export_raw(files: tuple[Path, ...], out: Path, skip_corrupt: bool) -> None:
+    """Every request as one JSON line: due, send, first-token, every token event and end
+    times, status, tokens, attempt (docs/replay.md, "The raw export")."""
+    from tailreplay.traces.results.raw_export import export_raw
+
+    check_output_file("-o", out, inputs=files)
+    written, warnings = export_raw(files, out, skip_corrupt=skip_corrupt)
+    warn(warnings)
+    click.echo(f"exported {written:,} requests to {out}", err=True)
 
 
 @export_.command(name="otlp")
