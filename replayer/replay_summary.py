@@ -19,12 +19,13 @@ __all__ = ["Percentiles", "PromptEntropy", "ReplaySummary", "TailSummary"]
 
 @dataclass(frozen=True)
 class Percentiles:
-    """One figure's P50, P95, P99 and maximum over the run, in ms."""
+    """One figure's P50, P95, P99, maximum and P99.9 over the run, in ms."""
 
     p50: float
     p95: float
     p99: float
     max: float
+    p999: float | None = None
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ class ReplaySummary:
     """Prompt tokens as the target counted them against the recording's, minus 1."""
     prompt_entropy: PromptEntropy | None = None
     workers: int | None = None
+    itl_ms: Percentiles | None = None
+    """Inter-token latency: the gaps between the token events of successful streams,
+    from 1%-wide bins as the report reads them (each percentile its bin's middle, the
+    maximum its bin's upper end)."""
     left_out: int = 0
     """Records in the window left out before the run, as impossible to rebuild: POSTs to
     routes no dialect serves, captured without their bodies. Not in ``requests``."""

@@ -24,13 +24,16 @@ from tailreplay.replayer.replay_summary import (
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.client_health import verdict_line
+from tailreplay.traces.results.log_histogram import LogHistogram
 from tailreplay.traces.results.metrics import Metric, Requests, is_error, metric_values, percentiles
 
 __all__ = ["ResultCollector", "mark_unsent", "summary_lines"]
 
 Array = npt.NDArray[Any]
 
-_PCTS = {"p50": 50.0, "p95": 95.0, "p99": 99.0}
+_PCTS = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+_GAP_FLUSH = 1 << 16
+"""Inter-token gaps gathered before they go into the histogram at once."""
 _COLUMNS = ("duration_ns", "ttfb_ns", "ttft_content_ns", "lag_ns", "output_tokens")
 _SHOWN: tuple[tuple[str, Metric], ...] = (
     ("latency", "latency"),
@@ -38,6 +41,7 @@ _SHOWN: tuple[tuple[str, Metric], ...] = (
     ("TTFT", "ttft"),
     ("to answer", "ttft_content"),
     ("TPOT", "tpot"),
+    ("ITL", "itl"),
 )
 """The summary's rows: a label and the shared metric it shows."""
 
@@ -52,7 +56,16 @@ def _summary(values: Array) -> Percentiles | None:
     out = percentiles(values, _PCTS)
     if out is None:
         return None
-    return Percentiles(out["p50"], out["p95"], out["p99"], float(values.max()))
+    return Percentiles(out["p50"], out["p95"], out["p99"], float(values.max()), out["p999"])
+
+
+def _binned(itl: LogHistogram) -> Percentiles | None:
+    """The percentiles of gaps (µs) held in 1% bins, in ms."""
+    out = itl.percentiles(_PCTS)
+    if out is None:
+        return None
+    ms = {name: value / 1e3 for name, value in out.items()}
+    return Percentiles(ms["p50"], ms["p95"], ms["p99"], itl.max() / 1e3, ms["p999"])
 
 
 def _int(value: int | None) -> int:
@@ -95,6 +108,10 @@ class ResultCollector:
     idle: Counter[str] = field(default_factory=Counter)
     """Calls that generate nothing, per method and path: counted apart, in no figure."""
     idle_sent: int = 0
+    itl: LogHistogram = field(default_factory=LogHistogram)
+    """The inter-token gaps (µs) of successful streams, as the report bins them."""
+    gaps: array[int] = field(default_factory=lambda: array("q"))
+    """Gaps not yet in ``itl``: a request's are appended, a batch is binned at once."""
 
     def add(self, r: Record) -> None:
         if generates_nothing(r.method, r.path):
@@ -130,6 +147,17 @@ class ResultCollector:
         c["output_tokens"].append(_int(r.output_tokens))
         self.stream.append(r.stream is True)
         self.failed.append(failed)
+        if r.chunk_gaps_us and not failed:
+            self.gaps.extend(r.chunk_gaps_us)
+            if r.chunk_gaps_more:
+                self.itl.add_bins(r.chunk_gaps_more)
+            if len(self.gaps) >= _GAP_FLUSH:
+                self._bin_gaps()
+
+    def _bin_gaps(self) -> None:
+        if self.gaps:
+            self.itl.add(np.frombuffer(self.gaps, dtype=np.int64))
+            self.gaps = array("q")
 
     def requests_view(self) -> Requests:
         """The collected columns as the shared metric definitions read them."""
@@ -151,6 +179,7 @@ class ResultCollector:
         )
         values = metric_values(self.requests_view())
         lag = np.frombuffer(self.dispatch_lag_ns, dtype=np.int64) * 1e-6
+        self._bin_gaps()
 
         def of(metric: Metric) -> Percentiles | None:
             return _summary(values[metric]) if metric in values else None
@@ -170,6 +199,7 @@ class ResultCollector:
             ttft_ms=of("ttft"),
             ttft_content_ms=of("ttft_content"),
             tpot_ms=of("tpot"),
+            itl_ms=_binned(self.itl),
             lag_ms=_summary(lag),
             retries=self.retries,
             idle_calls=dict(self.idle),
@@ -221,8 +251,9 @@ def summary_lines(s: ReplaySummary) -> list[str]:
     shown = [(label, getattr(s, f"{metric}_ms")) for label, metric in _SHOWN]
     for name, p in [*shown, ("lag", s.lag_ms)]:  # lag: sent - due, each send
         if p is not None:
-            cells = "  ".join(f"{q} {getattr(p, q):9.1f}" for q in ("p50", "p95", "p99", "max"))
-            lines.append(f"  {name:<10} {cells} ms")
+            cells = "  ".join(f"{q} {getattr(p, q):9.1f}" for q in ("p50", "p95", "p99"))
+            cells += f"  p99.9 {p.p999:9.1f}" if p.p999 is not None else ""
+            lines.append(f"  {name:<10} {cells}  max {p.max:9.1f} ms")
     lines.append(tail)
     if s.client is not None:
         lines.append(verdict_line(s.client))

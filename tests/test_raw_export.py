@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
@@ -42,8 +43,12 @@ def test_the_raw_export_recomputes_the_reports_percentiles(tmp_path: Path) -> No
     archive, out = tmp_path / "a.msgpack", tmp_path / "r.msgpack"
     _archive(archive, 120)
     with sim_process(["--profile", "fast"]) as sim:
-        done = CliRunner().invoke(cli, ["replay", "--target", sim, "--out", str(out), str(archive)])
-    assert done.exit_code == 0, done.output
+        replayed = CliRunner().invoke(
+            cli,
+            ["replay", "--target", sim, "--out", str(out), "--json", str(tmp_path / "s.json"),
+             str(archive)],
+        )  # fmt: skip
+    assert replayed.exit_code == 0, replayed.output
     raw, report = tmp_path / "raw.jsonl", tmp_path / "report.json"
     done = CliRunner().invoke(cli, ["traces", "export", "raw", str(out), "-o", str(raw)])
     assert done.exit_code == 0 and "exported 120 requests" in done.stderr, done.output
@@ -57,12 +62,21 @@ def test_the_raw_export_recomputes_the_reports_percentiles(tmp_path: Path) -> No
     ttft = np.array([r["ttft_ms"] for r in judged if r["ttft_ms"] is not None])
     for q in ("p50", "p99"):
         at = float(q[1:])
-        assert np.percentile(latency, at) == figures["latency"][q]["value"]
-        assert np.percentile(ttft, at) == figures["ttft"][q]["value"]
+        # The same values and arithmetic, up to the last bit of a float's rounding.
+        assert np.percentile(latency, at) == pytest.approx(
+            figures["latency"][q]["value"], rel=1e-12
+        )
+        assert np.percentile(ttft, at) == pytest.approx(figures["ttft"][q]["value"], rel=1e-12)
     # Inter-token gaps from the token times; the report's come from 1%-wide bins.
     gaps = np.concatenate([np.diff(r["token_ns"]) / 1e6 for r in judged if r["stream"]])
     for q in ("p50", "p99"):
         assert abs(np.percentile(gaps, float(q[1:])) / figures["itl"][q]["value"] - 1) < 0.01
+    # The summary's ITL and P99.9 are the report's.
+    summary = json.loads((tmp_path / "s.json").read_text())
+    for q in ("p50", "p99", "p999"):
+        assert summary["itl_ms"][q] == pytest.approx(figures["itl"][q]["value"], rel=1e-12)
+        assert summary["latency_ms"][q] == pytest.approx(figures["latency"][q]["value"], rel=1e-12)
+    assert "ITL" in replayed.stdout and "p99.9" in replayed.stdout
     for r in judged:
         assert r["due_ns"] is not None and r["sent_ns"] >= r["due_ns"] - 10**9
         if r["stream"]:  # the simulator sends a token an event

@@ -56,6 +56,7 @@ OTHER_MEANINGS = {
         "traces/archive/record.py": "the result record's field",
         "traces/archive/validate.py": "the result record's field",
         "exporters/spans.py": "the result record's field",
+        "traces/results/raw_export.py": "the result record's field",
         "report/side.py": "the result record's field",
         "report/shards.py": "the shards table's column",
         "report/tables.py": "the shards table's column",
@@ -69,7 +70,13 @@ OTHER_MEANINGS = {
     "seed": {"traces/workload/fit.py": "a synthesis's field"},
     "lag_limit_ms": {
         "traces/results/client_health.py": "the client verdict's field",
-        "report/write.py": "the client verdict's field",
+        "report/verdict.py": "the client verdict's field",
+    },
+    "scheduled": {
+        "replayer/replay_summary.py": "the summary's field (the same count, as the run ended)",
+        "report/partial.py": "the report's partial map's field",
+        "report/tables.py": "the report's partial map's field",
+        "report/verdict.py": "the report's partial map's field",
     },
 }
 
