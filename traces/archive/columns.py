@@ -64,6 +64,8 @@ class Columns:
     the same records again even if a file has grown since."""
     shadow_copies: int = 0
     """Copies sent to ``proxy --shadow``, left out of every column."""
+    unchecked: list[str] = field(default_factory=list)
+    """One line per file that carries no checksums (an older format version)."""
 
     def __getitem__(self, name: str) -> Array:
         return self.values[name]
@@ -108,7 +110,9 @@ def load_columns(
     parts: list[tuple[dict[str, Array], dict[str, Mask]]] = []
     for path, report, limit in zip(reader.paths, reader.reports, reader.limits, strict=True):
         fast = None
-        if _colscan is not None and scannable and report.header.get("version") == fmt.VERSION:
+        version = report.header.get("version")
+        as_stored = type(version) is int and not fmt.records_change(version)
+        if _colscan is not None and scannable and as_stored:
             fast = _scan_file(path, names, len(valued))
         if fast is None:  # the careful reader: every verdict, error and warning is its own
             scan = FileScan(path, report, skip_corrupt, limit)
@@ -132,7 +136,8 @@ def load_columns(
         order = np.argsort(starts, kind="stable")
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
-    return Columns(n, values, present, reader.warnings(), per_file, copies)
+    unchecked = [f"{r.path}: {r.integrity}" for r in reader.reports if r.header and not r.checked]
+    return Columns(n, values, present, reader.warnings(), per_file, copies, unchecked)
 
 
 def _without_shadows(

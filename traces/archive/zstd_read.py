@@ -117,6 +117,10 @@ class ChunkStream(Iterator[bytes]):
         """After damage: go on at the next frame; False when there is none."""
         return False
 
+    def file_offset(self, offset: int) -> int:
+        """Where the stream's byte ``offset`` is in the file (decompressed, for ``.zst``)."""
+        return offset
+
     def close(self) -> None:
         """Let go of the file (reading ends early, or a header was all that was asked)."""
         self._f.close()
@@ -222,14 +226,30 @@ class ZstdChunks(ChunkStream):
         return end
 
     def _not_a_frame(self, at: int) -> _Stop:
-        """Bytes at a frame boundary that start no frame: a torn tail if no frame follows."""
+        """Bytes at a frame boundary that start no frame: zeros to the end are a torn tail
+        (a power loss); anything else is damage, also at the end of the file (plain
+        records appended to a compressed archive are refused, not read in part)."""
         follows = self._find_frame(at + 1)
         if follows is None:
-            return _Stop(f"the file ends in bytes that are no zstd frame (from {at})", torn=True)
+            if self._zeros_from(at):
+                return _Stop(f"the file ends in zero bytes (from {at})", torn=True)
+            return _Stop(
+                f"the {self._size - at:,} bytes after the last zstd frame (from compressed "
+                f"byte offset {at}) are not compressed: an archive is compressed whole or "
+                "not at all"
+            )
         return _Stop(
             f"{follows - at} bytes at compressed byte offset {at} are no zstd frame",
             search_from=at + 1,
         )
+
+    def _zeros_from(self, at: int) -> bool:
+        """Whether the file holds only zero bytes from ``at`` to its end."""
+        while chunk := self._bytes(at, at + _READ):
+            if any(chunk):
+                return False
+            at += len(chunk)
+        return True
 
     def _find_frame(self, start: int) -> int | None:
         """The compressed offset of the next frame's magic from ``start`` on, if any."""
@@ -280,7 +300,9 @@ class ZstdChunks(ChunkStream):
         if len(head) < 6:
             raise _Stop("the file ends inside a zstd frame header", torn=True)
         descriptor = head[4]
-        if descriptor & 0x08:
+        # Bit 3 is reserved (must be 0); no encoder sets bit 4, which decoders ignore:
+        # set, it is a flipped bit in a header no checksum covers.
+        if descriptor & 0x18:
             where = f"compressed byte offset {at}"
             raise _Stop(f"damaged zstd frame header at {where}", search_from=at + 1)
         single = descriptor >> 5 & 1
