@@ -20,7 +20,13 @@ import zstandard
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.traces.archive.checksums import BATCH, BATCH_BYTES, HEADER_CHECK, MARKER_SIZE
+from tailreplay.traces.archive.checksums import (
+    BATCH,
+    BATCH_BYTES,
+    FRAME_CHECK_SIZE,
+    HEADER_CHECK,
+    MARKER_SIZE,
+)
 from tailreplay.traces.archive.reader import ArchiveReader, open_chunks
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tests.helpers import HEADER, random_maps, run_measured
@@ -277,7 +283,9 @@ def test_the_writer_writes_each_batch_as_a_frame_with_its_checksums(tmp_path: Pa
         for m in maps:
             w.append(m)
     data = path.read_bytes()
-    frames = _frames(data)
+    # A frame check (a skippable frame) before every frame.
+    frames = [(at, content) for at, content in _frames(data) if data[at] != 0x5B]
+    assert [at for at, _ in frames] == [at + FRAME_CHECK_SIZE for at, _ in _frames(data)[::2]]
     assert len(frames) >= 3
     counts = []
     for i, (at, content) in enumerate(frames):

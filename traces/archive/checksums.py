@@ -11,6 +11,12 @@ msgpack reader streams past them (it gets an ``ExtType`` it can drop):
   bytes, and the low 32 bits of the XXH3-64 of the marker's first 19 bytes (so a
   damaged length is never taken for a file that ends early).
 
+A compressed file holds each batch (and the header with its check) as one zstd frame
+with zstd's content checksum, preceded by a frame check: a skippable frame holding the
+compressed frame's length and XXH3-64, so damage that decodes to the same bytes (a
+window size, a bit no decoder reads) is damage too, and a damaged length is never
+taken for a torn tail.
+
 XXH3-64 runs at ~20 GB/s, so checking costs a reader next to nothing (CRC-32 at
 ~1.7 GB/s would slow the column scanner, which reads 2 GB/s of records with bodies).
 """
@@ -27,13 +33,18 @@ from tailreplay.traces.archive.format import MAX_RECORD_BYTES
 __all__ = [
     "BATCH",
     "BATCH_BYTES",
+    "FRAME_CHECK_MAGIC",
+    "FRAME_CHECK_SIZE",
     "HEADER_CHECK",
     "HEADER_CHECK_SIZE",
     "MARKER_SIZE",
     "Marker",
     "batch_marker",
     "checked_batch",
+    "frame_check",
+    "hash64",
     "header_check",
+    "read_frame_check",
     "read_marker",
     "split_batches",
 ]
@@ -42,6 +53,10 @@ HEADER_CHECK = 0x68  # "h"
 BATCH = 0x62  # "b"
 HEADER_CHECK_SIZE = 10
 MARKER_SIZE = 23
+FRAME_CHECK_MAGIC = bytes([0x5B, 0x2A, 0x4D, 0x18])
+"""A skippable zstd frame (RFC 8878: 0x184D2A5B, little-endian) holding a frame check."""
+FRAME_CHECK_HEAD = FRAME_CHECK_MAGIC + (16).to_bytes(4, "little")
+FRAME_CHECK_SIZE = 24
 BATCH_BYTES = 8 << 20
 """Most bytes of records in one batch, unless it holds one record (up to
 ``MAX_RECORD_BYTES``): what a reader holds back until the batch is checked."""
@@ -114,3 +129,19 @@ def checked_batch(records: list[bytes]) -> bytes:
     """One batch as written: its marker, then the packed ``records``."""
     data = b"".join(records)
     return batch_marker(data, len(records)) + data
+
+
+def frame_check(frame: bytes) -> bytes:
+    """The skippable zstd frame written before the compressed ``frame`` (24 bytes)."""
+    body = FRAME_CHECK_HEAD + len(frame).to_bytes(4, "big") + hash64(frame).to_bytes(8, "big")
+    return body + (hash64(body) & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def read_frame_check(data: bytes) -> tuple[int, int] | str:
+    """(length, digest) of the zstd frame the 24-byte frame check ``data`` is of, or
+    why it is none."""
+    if len(data) < FRAME_CHECK_SIZE or data[:8] != FRAME_CHECK_HEAD:
+        return "a damaged zstd frame check"
+    if hash64(data[:20]) & 0xFFFFFFFF != int.from_bytes(data[20:24], "big"):
+        return "a damaged zstd frame check"
+    return int.from_bytes(data[8:12], "big"), int.from_bytes(data[12:20], "big")

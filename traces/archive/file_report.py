@@ -69,8 +69,8 @@ class FileReport:
         if self.checked:
             return f"format version {version}: every batch carries a checksum"
         return (
-            f"format version {version}: no checksums, so a flipped bit can read as a "
-            f"changed record (`tailreplay traces upgrade {self.path} -o NEW` adds them)"
+            f"format version {version}: no checksums, so damage can go unnoticed "
+            f"(`tailreplay traces upgrade {self.path} -o NEW` adds them)"
         )
 
     def warnings(self) -> list[str]:

@@ -29,15 +29,11 @@ from tailreplay.private import open_private
 from tailreplay.traces.archive.checksums import (
     MARKER_SIZE,
     checked_batch,
+    frame_check,
     header_check,
     split_batches,
 )
-from tailreplay.traces.archive.format import (
-    MAX_RECORD_BYTES,
-    MAX_STR_LEN,
-    VERSION,
-    rotated_name,
-)
+from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, VERSION, rotated_name
 from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
@@ -337,7 +333,8 @@ class ArchiveWriter:
             for batch in batches:
                 data = checked_batch(batch)
                 if self._zstd is not None and self._whole is not None:
-                    self._whole.write(self._zstd(data))
+                    frame = self._zstd(data)
+                    self._whole.write(frame_check(frame) + frame)
                     continue
                 # Unbuffered: a short write tells us exactly how much reached the file.
                 view = memoryview(data)
@@ -416,11 +413,12 @@ class ArchiveWriter:
             head += header_check(head)
             if self._compress:
                 # One frame a batch, each with zstd's content checksum and its content
-                # size (a damaged header field then shows): damage costs at most its
+                # size, behind a check of its compressed bytes: damage costs at most its
                 # batch, and --skip-corrupt reads on at the next frame.
                 self._zstd = zstandard.ZstdCompressor(level=3, write_checksum=True).compress
                 self._whole = WholeWrites(f)
-                self._whole.write(self._zstd(head))
+                frame = self._zstd(head)
+                self._whole.write(frame_check(frame) + frame)
             else:
                 f.write(head)
             f.flush()

@@ -3,7 +3,9 @@ bounded in memory, time and output.
 
 The zstd frame structure is read here (magic, frame header, 3-byte block headers,
 checksum, skippable frames: RFC 8878), so the reader knows where each frame and block
-starts and whether the last one is whole; libzstd decodes the blocks. Decoding is fed
+starts and whether the last one is whole; libzstd decodes the blocks. A frame the
+writer put a frame check before (``traces/archive/checksums.py``) is held to it before
+it is decoded. Decoding is fed
 a few blocks at a time, at most ``_BATCH_OUT`` bytes of output, so one call can never
 expand without bound, and a block that fails is found by decoding its batch again a
 block at a time: the output of every good block before it is kept. A stream damaged
@@ -37,6 +39,12 @@ from typing import BinaryIO
 import zstandard
 
 from tailreplay.errors import UsageError
+from tailreplay.traces.archive.checksums import (
+    FRAME_CHECK_MAGIC,
+    FRAME_CHECK_SIZE,
+    hash64,
+    read_frame_check,
+)
 from tailreplay.units import parse_size
 
 __all__ = [
@@ -159,6 +167,8 @@ class ZstdChunks(ChunkStream):
         self.produced = 0
         """Decompressed bytes handed out so far."""
         self._search_from: int | None = None
+        self._checked_frames = False  # a frame check came before a frame: all have one
+        self._unchecked_frames = False  # a frame came without one
         self._chunks: Iterator[bytes] | None = self._stream(0)
 
     def __next__(self) -> bytes:
@@ -205,16 +215,69 @@ class ZstdChunks(ChunkStream):
             yield b"".join(pending)
 
     def _frames(self, at: int) -> Iterator[bytes]:
+        check: tuple[int, int] | None = None  # the frame check before this frame
         while True:
             magic = self._bytes(at, at + 4)
             if not magic:
+                if check is not None:
+                    raise _Stop("the file ends after a zstd frame check", torn=True)
                 return
             if magic == ZSTD_MAGIC:
-                at = yield from self._frame(at)
-            elif _SKIPPABLE.fullmatch(magic):
+                end = self._checked(at, check)
+                check = None
+                start, at = at, (yield from self._frame(at))
+                if end is not None and at != end:
+                    raise _Stop(
+                        f"the zstd frame at compressed byte offset {start} ends elsewhere "
+                        "than its check says",
+                        search_from=end,
+                    )
+            elif magic == FRAME_CHECK_MAGIC and check is None:
+                check = self._frame_check(at)
+                at += FRAME_CHECK_SIZE
+            elif _SKIPPABLE.fullmatch(magic) and magic != FRAME_CHECK_MAGIC:
                 at = self._skippable(at)
             else:
                 raise self._not_a_frame(at)
+
+    def _frame_check(self, at: int) -> tuple[int, int]:
+        """The (length, digest) the frame check at ``at`` gives the frame after it."""
+        data = self._bytes(at, at + FRAME_CHECK_SIZE)
+        if len(data) < FRAME_CHECK_SIZE:
+            raise _Stop("the file ends inside a zstd frame check", torn=True)
+        check = read_frame_check(data)
+        if isinstance(check, str):
+            raise _Stop(f"{check} at compressed byte offset {at}", search_from=at + 1)
+        if self._unchecked_frames:
+            self._unchecked_frames = False  # said once; resume reads on from this check
+            raise _Stop(
+                f"a zstd frame check at compressed byte offset {at} after frames without "
+                "one: a damaged check before them",
+                search_from=at,
+            )
+        self._checked_frames = True
+        return check
+
+    def _checked(self, at: int, check: tuple[int, int] | None) -> int | None:
+        """Hold the compressed frame at ``at`` to its frame check; where it must end."""
+        if check is None:
+            if self._checked_frames:  # a check's own magic damaged: no frame goes unchecked
+                raise _Stop(
+                    f"the zstd frame at compressed byte offset {at} has no frame check",
+                    search_from=at + 1,
+                )
+            self._unchecked_frames = True
+            return None
+        length, digest = check
+        end = at + length
+        if end > self._size:
+            raise _Stop("the file ends inside a zstd frame", torn=True)
+        if hash64(self._bytes(at, end)) != digest:
+            raise _Stop(
+                f"the zstd frame at compressed byte offset {at} does not match its check",
+                search_from=end,
+            )
+        return end
 
     def _skippable(self, at: int) -> int:
         """Where the skippable frame at ``at`` ends (data a reader passes over)."""
