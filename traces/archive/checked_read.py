@@ -38,7 +38,7 @@ from tailreplay.traces.archive.checksums import (
     read_marker,
 )
 from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
-from tailreplay.traces.archive.zstd_read import ChunkStream, StreamDamage
+from tailreplay.traces.archive.zstd_read import Chunk, ChunkStream, StreamDamage
 
 __all__ = ["CheckedChunks"]
 
@@ -85,11 +85,12 @@ class CheckedChunks(ChunkStream):
         self._search = False
         self._inner_stopped = False  # the damage is the inner stream's
         self._last_read = 0
-        self._chunks: Iterator[bytes] | None = self._stream()
+        self._next: memoryview | None = None  # the part of an inner chunk not looked at yet
+        self._chunks: Iterator[Chunk] | None = self._stream()
 
     # -- the ChunkStream side -----------------------------------------------------------
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Chunk:
         if self._chunks is None:
             raise StopIteration
         chunk = next(self._chunks, None)
@@ -126,7 +127,7 @@ class CheckedChunks(ChunkStream):
 
     # -- the stream --------------------------------------------------------------------
 
-    def _stream(self) -> Iterator[bytes]:
+    def _stream(self) -> Iterator[Chunk]:
         try:
             if self.checked is None:
                 yield from self._header()
@@ -139,7 +140,7 @@ class CheckedChunks(ChunkStream):
             self._search = stop.search
             self._inner_stopped = stop.inner
 
-    def _header(self) -> Iterator[bytes]:
+    def _header(self) -> Iterator[Chunk]:
         """Read the header; hand on a version-2 one, its check left out."""
         end, version = self._header_end()
         v = version if isinstance(version, int) and not isinstance(version, bool) else -1
@@ -186,7 +187,7 @@ class CheckedChunks(ChunkStream):
                 return None, None
             return unpacker.tell(), header.get("version")
 
-    def _passed_through(self) -> Iterator[bytes]:
+    def _passed_through(self) -> Iterator[Chunk]:
         """Any other version: the bytes as they are."""
         yield from self._hand_on(len(self._buf), len(self._buf))
         while self._more():
@@ -195,7 +196,7 @@ class CheckedChunks(ChunkStream):
         if damage is not None:
             raise _Stop(damage.reason, torn=damage.torn, search=False, inner=True)
 
-    def _batches(self) -> Iterator[bytes]:
+    def _batches(self) -> Iterator[Chunk]:
         while True:
             if self._search:
                 self._find_marker()
@@ -211,20 +212,26 @@ class CheckedChunks(ChunkStream):
                     yield from self._hand_on(len(self._buf), len(self._buf))
                     return
                 raise _Stop(f"{problem} at byte offset {self._at}")
-            if not self._buf and self._inner_ended:
-                damage = self._inner.damage
-                if damage is not None:
-                    raise _Stop(damage.reason, torn=damage.torn, search=False, inner=True)
-                return
-            if not self._more():
+            if not self._buf:
+                piece = self._take()
+                if piece is None:
+                    damage = self._inner.damage
+                    if damage is not None:
+                        raise _Stop(damage.reason, torn=damage.torn, search=False, inner=True)
+                    return
+                for batch in self._checked_in_place(piece):
+                    self._out += len(batch)
+                    yield batch
+                continue
+            if not self._more_of_batch():
                 yield from self._at_end()
                 return
 
-    def _checked_batches(self) -> tuple[bytes, str | None]:
+    def _checked_batches(self) -> tuple[Chunk, str | None]:
         """The records of the whole batches at the buffer's start that match their
         checksums, joined, and what stopped them at the buffer's start: bytes that are
         no valid marker. A batch that fails its check raises once none precedes it."""
-        parts: list[bytes] = []
+        spans: list[tuple[int, int]] = []
         out = self._out
         buf = self._buf
         pos = 0
@@ -232,19 +239,15 @@ class CheckedChunks(ChunkStream):
         while len(buf) - pos >= MARKER_SIZE:
             marker = read_marker(buf[pos : pos + MARKER_SIZE])
             if isinstance(marker, str):
-                problem = None if parts else marker
+                problem = None if spans else marker
                 break
             end = pos + MARKER_SIZE + marker.length
             if end > len(buf):
                 break
             with memoryview(buf) as view, view[pos + MARKER_SIZE : end] as batch:
                 good = marker.matches(batch)
-                if good:
-                    self._map(self._at + pos + MARKER_SIZE, out)
-                    parts.append(bytes(batch))
-                    out += len(batch)
             if not good:
-                if parts:
+                if spans:
                     break
                 self._failed = marker
                 raise _Stop(
@@ -252,11 +255,51 @@ class CheckedChunks(ChunkStream):
                     "does not match its checksum",
                     search=False,
                 )
+            self._map(self._at + pos + MARKER_SIZE, out)
+            out += marker.length
+            spans.append((pos + MARKER_SIZE, end))
             pos = end
+        if len(spans) == 1 and spans[0][0] == MARKER_SIZE:
+            return self._handed_whole(pos), problem
+        records = b"".join(buf[start:end] for start, end in spans)
         self._drop(pos)
-        return b"".join(parts), problem
+        return records, problem
 
-    def _at_end(self) -> Iterator[bytes]:
+    def _checked_in_place(self, piece: memoryview) -> list[memoryview]:
+        """The records of the whole batches at the start of ``piece`` (part of an inner
+        chunk, which nothing changes) that match their checksums, as views of it: no
+        copy. What follows them goes to the buffer, where the rest of the checks are."""
+        views = []
+        out = self._out
+        pos = 0
+        while len(piece) - pos >= MARKER_SIZE:
+            marker = read_marker(piece[pos : pos + MARKER_SIZE])
+            end = pos + MARKER_SIZE + marker.length if isinstance(marker, Marker) else -1
+            if not isinstance(marker, Marker) or end > len(piece):
+                break
+            batch = piece[pos + MARKER_SIZE : end]
+            if not marker.matches(batch):
+                break  # the buffer's path says so
+            self._map(self._at + pos + MARKER_SIZE, out)
+            out += marker.length
+            views.append(batch)
+            pos = end
+        self._at += pos
+        self._buf += piece[pos:]
+        self._last_read = len(piece) - pos
+        return views
+
+    def _handed_whole(self, end: int) -> bytearray:
+        """The one batch at the buffer's start (ending at ``end``) handed on as the
+        buffer itself, its marker cut off, the rest moved to a new buffer: a big batch
+        is copied once on its way through, not three times."""
+        batch, self._buf = self._buf, self._buf[end:]
+        del batch[end:]
+        del batch[:MARKER_SIZE]  # O(1): a bytearray drops its front by moving its start
+        self._at += end
+        return batch  # a bytearray nothing here touches again
+
+    def _at_end(self) -> Iterator[Chunk]:
         """The stream ends with fewer bytes than the batch (or marker) that starts them:
         a torn tail, or damaged compressed data that cut it short."""
         damage = self._inner.damage
@@ -301,16 +344,44 @@ class CheckedChunks(ChunkStream):
 
     # -- bytes in and out ----------------------------------------------------------------
 
-    def _more(self) -> bool:
-        """Read the next inner chunk into the buffer; False at the end of the inner stream."""
+    def _take(self) -> memoryview | None:
+        """The next bytes from the inner stream (what is left of the last chunk first);
+        None at its end."""
+        if self._next is not None:
+            piece, self._next = self._next, None
+            return piece
         if self._inner_ended:
-            return False
+            return None
         chunk = next(self._inner, None)
         if chunk is None:
             self._inner_ended = True
+            return None
+        return memoryview(chunk)
+
+    def _more(self) -> bool:
+        """Read the next inner bytes into the buffer; False at the end of the inner stream."""
+        piece = self._take()
+        if piece is None:
             return False
-        self._buf += chunk
-        self._last_read = len(chunk)
+        self._buf += piece
+        self._last_read = len(piece)
+        return True
+
+    def _more_of_batch(self) -> bool:
+        """Like ``_more``, but only as far as the batch the buffer starts is long: what
+        follows it is checked in place (``_checked_in_place``)."""
+        piece = self._take()
+        if piece is None:
+            return False
+        need = MARKER_SIZE - len(self._buf)
+        if need <= 0:
+            marker = read_marker(self._buf[:MARKER_SIZE])
+            need = MARKER_SIZE + marker.length - len(self._buf) if isinstance(marker, Marker) else 0
+        need = max(need, 1)
+        if need < len(piece):
+            piece, self._next = piece[:need], piece[need:]
+        self._buf += piece
+        self._last_read = len(piece)
         return True
 
     def _fill(self, size: int) -> None:
@@ -327,7 +398,7 @@ class CheckedChunks(ChunkStream):
                 self._drop(len(self._buf) - self._chunk_size)
         return True
 
-    def _hand_on(self, size: int, consumed: int) -> Iterator[bytes]:
+    def _hand_on(self, size: int, consumed: int) -> Iterator[Chunk]:
         """Hand on the buffer's first ``size`` bytes and drop its first ``consumed``."""
         self._map(self._at)
         data = bytes(self._buf[:size])

@@ -29,6 +29,7 @@ from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import BOOL_FIELDS, FIELDS, INT_FIELDS
 from tailreplay.traces.archive.scan import FileScan, changed_while_read, open_chunks
 from tailreplay.traces.archive.validate import COLSCAN_SPECS, FIELD_SPECS, STR, TARGET, TOKEN
+from tailreplay.traces.archive.zstd_read import Chunk
 
 try:
     from tailreplay.traces.archive import _colscan  # type: ignore[attr-defined]
@@ -296,7 +297,7 @@ _LIMITS = (
 
 
 def _scan_chunks(
-    chunks: Iterator[bytes],
+    chunks: Iterator[Chunk],
     keys: tuple[bytes, ...],
     nvalued: int,
     take: Callable[[bytes, bytes, int], None],
@@ -309,7 +310,7 @@ def _scan_chunks(
     for chunk in chunks:
         if pending:
             pending += chunk
-        buf: bytes | bytearray = pending if pending else chunk
+        buf: Chunk = pending if pending else chunk
         offset = 0
         if not header_read:
             end = _header_end(buf)

@@ -11,6 +11,7 @@ from typing import BinaryIO
 from tailreplay.errors import InputError
 from tailreplay.traces.archive.checked_read import CheckedChunks
 from tailreplay.traces.archive.zstd_read import (
+    Chunk,
     ChunkStream,
     ZstdChunks,
     decompress_budget,
@@ -56,7 +57,7 @@ class _LazyChunks(ChunkStream):
         self._chunk_size = chunk_size
         self._stream: ChunkStream | None = None
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Chunk:
         if self._stream is None:
             self._stream = _open_stream(self._path, self._chunk_size)
         try:

@@ -44,6 +44,7 @@ from tailreplay.traces.archive.unpack import (
     new_unpacker,
 )
 from tailreplay.traces.archive.validate import clean_header, header_problems, record_problem
+from tailreplay.traces.archive.zstd_read import Chunk
 
 __all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
 
@@ -156,7 +157,7 @@ class FileScan:
             elif self.eof and not self._past_end():
                 return
 
-    def _read_chunk(self) -> bytes | None:
+    def _read_chunk(self) -> Chunk | None:
         """Append the file's next chunk to ``buf`` and return it; None (``eof`` set) at the end."""
         chunk = next(self.chunks, None)
         if chunk is None:

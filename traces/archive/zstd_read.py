@@ -51,6 +51,7 @@ __all__ = [
     "BUDGET_ENV",
     "MAX_RATIO",
     "ZSTD_MAGIC",
+    "Chunk",
     "ChunkStream",
     "StreamDamage",
     "ZstdChunks",
@@ -104,7 +105,11 @@ class StreamDamage:
     no frame): what a crash leaves, a torn tail. Otherwise the bytes are damaged."""
 
 
-class ChunkStream(Iterator[bytes]):
+Chunk = bytes | bytearray | memoryview
+"""A piece of a file's bytes: a view of what a stream read, or a copy."""
+
+
+class ChunkStream(Iterator[Chunk]):
     """A file's bytes in chunks. A plain file's end is its end; a compressed one may
     stop at damage (``damage``) and go on after it (``resume``)."""
 
@@ -114,7 +119,7 @@ class ChunkStream(Iterator[bytes]):
         self._f = f
         self._chunk_size = chunk_size
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Chunk:
         chunk = b"" if self._f.closed else self._f.read(self._chunk_size)
         if not chunk:
             self._f.close()
