@@ -22,14 +22,12 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
-import zstandard
 
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
 from tailreplay.traces.archive.checksums import (
     MARKER_SIZE,
     checked_batch,
-    frame_check,
     header_check,
     split_batches,
 )
@@ -37,7 +35,7 @@ from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, VERS
 from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
-from tailreplay.traces.archive.whole_writes import WholeWrites
+from tailreplay.traces.archive.zstd_write import FrameWriter
 
 __all__ = ["ArchiveWriter", "WriterStats"]
 
@@ -149,9 +147,7 @@ class ArchiveWriter:
         """The file state, the first file and the thread."""
         self._seq = 0
         self._file: BinaryIO | None = None
-        self._zstd: Callable[[bytes], bytes] | None = None
-        """Compresses one batch into one frame (a compressed file's)."""
-        self._whole: WholeWrites | None = None
+        self._zstd: FrameWriter | None = None  # a compressed file's
         self._file_bytes = 0
         self._file_opened = 0.0
         self._pending: list[bytes] = []
@@ -332,9 +328,8 @@ class ArchiveWriter:
         try:
             for batch in batches:
                 data = checked_batch(batch)
-                if self._zstd is not None and self._whole is not None:
-                    frame = self._zstd(data)
-                    self._whole.write(frame_check(frame) + frame)
+                if self._zstd is not None:
+                    self._zstd.write(data)
                     continue
                 # Unbuffered: a short write tells us exactly how much reached the file.
                 view = memoryview(data)
@@ -415,10 +410,8 @@ class ArchiveWriter:
                 # One frame a batch, each with zstd's content checksum and its content
                 # size, behind a check of its compressed bytes: damage costs at most its
                 # batch, and --skip-corrupt reads on at the next frame.
-                self._zstd = zstandard.ZstdCompressor(level=3, write_checksum=True).compress
-                self._whole = WholeWrites(f)
-                frame = self._zstd(head)
-                self._whole.write(frame_check(frame) + frame)
+                self._zstd = FrameWriter(f)
+                self._zstd.write(head)
             else:
                 f.write(head)
             f.flush()
@@ -446,7 +439,7 @@ class ArchiveWriter:
         """Close the current file; ``broken``: a write to it just failed, so nothing more
         is written (a flush after a torn write would only fail again)."""
         f, self._file = self._file, None
-        self._zstd = self._whole = None
+        self._zstd = None
         if f is None:
             return
         try:
