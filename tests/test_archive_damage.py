@@ -14,6 +14,8 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
+from tailreplay.traces.archive.batch_writer import write_archive
+from tailreplay.traces.archive.checked_read import CheckedChunks
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.scan import FileScan
 from tailreplay.traces.archive.zstd_read import ChunkStream
@@ -62,7 +64,8 @@ def test_a_tail_the_writer_finished_after_the_read_is_still_being_written(
     seen = data[:-5]  # what the file held at the scan's last read
     reader = ArchiveReader([path], order="file")
     scan = FileScan(path, reader.reports[0], skip_corrupt=False)
-    scan.chunks = ChunkStream(io.BytesIO(seen), 1 << 20)  # the writer's last bytes land later
+    # The writer's last bytes land later.
+    scan.chunks = CheckedChunks(ChunkStream(io.BytesIO(seen), 1 << 20), 1 << 20)
     assert len(list(scan.records())) == 11
     (line,) = reader.reports[0].warnings()
     at = len(data) - len(msgpack.packb(maps[-1]))
@@ -175,7 +178,8 @@ def test_an_empty_file_in_a_capture_set_is_skipped_with_a_warning(
 ) -> None:
     # What a full disk leaves behind: a file created, nothing (or only zeros) written.
     maps = random_maps(30)
-    good = write_plain(tmp_path / "a.msgpack", maps)
+    good = tmp_path / "a.msgpack"
+    write_archive(good, HEADER, maps)  # the capture beside it, as the proxy writes one
     empty = tmp_path / "b.msgpack"
     empty.write_bytes(content)
     code, data, err = _stats(*skip, str(good), str(empty))

@@ -20,8 +20,15 @@ import zstandard
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
+from tailreplay.traces.archive.checksums import (
+    BATCH,
+    BATCH_BYTES,
+    FRAME_CHECK_SIZE,
+    HEADER_CHECK,
+    MARKER_SIZE,
+)
 from tailreplay.traces.archive.reader import ArchiveReader, open_chunks
-from tailreplay.traces.archive.writer import FRAME_BYTES, ArchiveWriter
+from tailreplay.traces.archive.writer import ArchiveWriter
 from tests.helpers import HEADER, random_maps, run_measured
 
 BLOCK = 40  # records per zstd block (one flush)
@@ -128,18 +135,37 @@ def test_the_last_20_bytes_cut_is_a_torn_tail(tmp_path: Path, layout: Layout) ->
     assert "torn final record" in err
 
 
-def test_garbage_appended_is_a_torn_tail_and_loses_nothing(tmp_path: Path, layout: Layout) -> None:
+def test_bytes_appended_after_the_last_frame_are_refused(tmp_path: Path, layout: Layout) -> None:
     path = tmp_path / "a.msgpack.zst"
     path.write_bytes(layout.data + bytes(range(7, 71)))
+    code, _, err = _stats(path)
+    assert code == 3 and "are not compressed: an archive is compressed whole" in err, err
+    got, warnings = _maps(path, skip=True)
+    assert got == layout.maps
+    assert any("skipped damaged compressed data at 1 place(s)" in w for w in warnings), warnings
+
+
+def test_plain_records_after_a_zstd_stream_are_refused_in_one_line(tmp_path: Path) -> None:
+    maps = random_maps(30)
+    path = tmp_path / "a.msgpack.zst"
+    with ArchiveWriter(path, header=HEADER) as w:
+        for m in maps[:20]:
+            w.append(m)
+    with open(path, "ab") as f:  # a writer that forgot to compress the rest
+        for m in maps[20:]:
+            f.write(msgpack.packb(m))
+    code, _, err = _stats(path)
+    assert code == 3, err
+    (line,) = [x for x in err.splitlines() if x.startswith("Error: ")]
+    assert "after the last zstd frame" in line and "are not compressed" in line, err
+
+
+def test_zeros_after_the_last_frame_are_a_torn_tail(tmp_path: Path, layout: Layout) -> None:
+    path = tmp_path / "a.msgpack.zst"
+    path.write_bytes(layout.data + bytes(4096))  # what a power loss leaves
     got, warnings = _maps(path)
     assert got == layout.maps
-    n = len(layout.maps)
-    assert warnings == [
-        f"{path}: torn final record at byte offset {len(layout.plain)} ignored "
-        f"(the writer was interrupted); {n} complete records read"
-    ]
-    code, data, err = _stats(path)
-    assert code == 0 and data is not None and data["records"] == n, err
+    assert len(warnings) == 1 and "torn final record" in warnings[0], warnings
 
 
 def test_garbage_between_frames_is_damage_and_skip_corrupt_goes_on(
@@ -237,11 +263,12 @@ def _frames(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def _last_block(data: bytes) -> int:
-    """Where the last block of the file's first frame starts (RFC 8878's layout)."""
-    descriptor = data[4]
+def _last_block(data: bytes, frame: int = 0) -> int:
+    """Where the last block of the frame at ``frame`` starts (RFC 8878's layout)."""
+    descriptor = data[frame + 4]
     single = descriptor >> 5 & 1
-    at = 5 + (1 - single) + (0, 1, 2, 4)[descriptor & 3] + (single, 2, 4, 8)[descriptor >> 6]
+    at = frame + 5 + (1 - single) + (0, 1, 2, 4)[descriptor & 3]
+    at += (single, 2, 4, 8)[descriptor >> 6]
     while True:
         head = int.from_bytes(data[at : at + 3], "little")
         if head & 1:
@@ -249,29 +276,36 @@ def _last_block(data: bytes) -> int:
         at += 3 + (1 if head >> 1 & 3 == 1 else head >> 3)
 
 
-def test_the_writer_starts_a_frame_every_few_mib_at_a_record(tmp_path: Path) -> None:
-    maps = random_maps(90_000, seed=5)  # about 11 MB packed
+def test_the_writer_writes_each_batch_as_a_frame_with_its_checksums(tmp_path: Path) -> None:
+    maps = random_maps(90_000, seed=5)  # about 11 MB packed: more than one batch
     path = tmp_path / "w.msgpack.zst"
     with ArchiveWriter(path, header=HEADER, queue_size=len(maps) + 1, check=False) as w:
         for m in maps:
             w.append(m)
     data = path.read_bytes()
-    frames = _frames(data)
+    # A frame check (a skippable frame) before every frame.
+    frames = [(at, content) for at, content in _frames(data) if data[at] != 0x5B]
+    assert [at for at, _ in frames] == [at + FRAME_CHECK_SIZE for at, _ in _frames(data)[::2]]
     assert len(frames) >= 3
     counts = []
-    for i, (_, content) in enumerate(frames):
-        assert len(content) <= FRAME_BYTES + (8 << 20)
+    for i, (at, content) in enumerate(frames):
+        descriptor = data[at + 4]
+        assert descriptor & 0x04, "each frame carries zstd's content checksum"
+        assert len(content) <= BATCH_BYTES + MARKER_SIZE
         objects = list(msgpack.Unpacker(io.BytesIO(content), raw=False))  # whole objects only
-        counts.append(len(objects) - (i == 0))  # the header is the first frame's first object
-        assert all(isinstance(o, dict) and "start_ns" in o for o in objects[i == 0 :])
-    assert sum(counts) == len(maps)
-    # Damage in the first frame costs the rest of that frame only.
+        check, records = objects[1 if i == 0 else 0], objects[2 if i == 0 else 1 :]
+        assert isinstance(check, msgpack.ExtType), "the header check, then a batch's marker"
+        assert check.code == (HEADER_CHECK if i == 0 else BATCH)
+        assert all(isinstance(o, dict) and "start_ns" in o for o in records)
+        counts.append(len(records))
+    assert counts[0] == 0 and sum(counts) == len(maps)
+    # Damage in the second frame (the first batch) costs that batch only.
     damaged = bytearray(data)
-    damaged[_last_block(data)] |= 0b110  # its header: a reserved block type
+    damaged[_last_block(data, frames[1][0])] |= 0b110  # its header: a reserved block type
     path.write_bytes(bytes(damaged))
     got, warnings = _maps(path, skip=True)
-    assert got[-(len(maps) - counts[0]) :] == maps[counts[0] :]
-    assert len(got) < len(maps) and any("compressed data" in w for w in warnings), warnings
+    assert got == maps[counts[1] :]
+    assert any("compressed data" in w for w in warnings), warnings
 
 
 def test_the_budget_a_file_may_decompress_to_is_a_setting(

@@ -79,7 +79,7 @@ def test_stats_show_the_clock_with_its_jitter(tmp_path: Path) -> None:
     archive = write_plain(tmp_path / "a.msgpack", [{"start_ns": int(s)} for s in starts])
     result = CliRunner().invoke(cli, ["traces", "stats", str(archive)])
     assert result.exit_code == 0, result.output
-    line = result.output.splitlines()[1]
+    line = result.stdout.splitlines()[1]
     assert line.startswith("clock: timestamps are quantised to 3 s ticks (jitter ")
     assert line.endswith("% of gaps are 0)")
 

@@ -152,7 +152,7 @@ def test_stats_and_report_give_the_same_figures_without_the_model_lists(tmp_path
     report = json.loads(out.read_text())["overall"]["replayed"]
     result = runner.invoke(cli, ["traces", "stats", str(capture), "--json"])
     assert result.exit_code == 0, result.output
-    stats = json.loads(result.output)
+    stats = json.loads(result.stdout)
     assert stats["records"] == 110
     assert stats["idle_calls"] == {"GET /v1/models": 10}
     assert stats["latency_ms"]["p99"] == report["metrics"]["latency"]["p99"]["value"] == 500.0
@@ -178,7 +178,7 @@ def test_stats_counts_what_the_client_cut_apart_from_errors(tmp_path: Path) -> N
     ]
     path = write_plain(tmp_path / "r.msgpack", maps, {"format": "tailreplay", "version": 1})
     result = CliRunner().invoke(cli, ["traces", "stats", str(path), "--json"])
-    stats = json.loads(result.output)
+    stats = json.loads(result.stdout)
     assert (stats["cancelled"], stats["error_rate"]) == (5, 1 / 11)
     (bucket,) = [b for b in stats["buckets"] if b["count"]]
     assert bucket["error_rate"] == 1 / 11

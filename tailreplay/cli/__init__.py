@@ -45,6 +45,7 @@ EXAMPLES = {
     "traces inspect": "tailreplay traces inspect capture.msgpack -n 3",
     "traces stats": "tailreplay traces stats captures/*.msgpack --json",
     "traces merge": "tailreplay traces merge captures/*.msgpack -o capture.msgpack",
+    "traces upgrade": "tailreplay traces upgrade old.msgpack -o new.msgpack",
     "traces slice": "tailreplay traces slice capture.msgpack --from +5m --to +10m "
     "--status 2xx -o window.msgpack",
     "traces peak": "tailreplay traces peak capture.msgpack --window 5m -o peak.msgpack",

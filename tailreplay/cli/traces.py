@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from tailreplay.cli.echo import say, warn
+from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.options import (
     DURATION,
     FILE_OUT,
@@ -59,6 +59,8 @@ def inspect(file: Path, count: int, skip_corrupt: bool) -> None:
         )
     reader = ArchiveReader([file], skip_corrupt=skip_corrupt, order="file", shadows="keep")
     click.echo(describe_header(str(file), reader.headers[0]))
+    if reader.headers[0]:
+        show(f"integrity: {reader.reports[0].integrity}")
     for i, m in enumerate(itertools.islice(reader.iter_maps(), count), start=1):
         click.echo(describe_record(i, m))
     warn(reader.warnings())
@@ -79,6 +81,8 @@ def stats(files: tuple[Path, ...], as_json: bool, buckets: list[int], skip_corru
         files, STATS_FIELDS, presence_only=STATS_PRESENCE, skip_corrupt=skip_corrupt
     )
     warn(cols.warnings)
+    for line in cols.unchecked:
+        say(f"note: {line}")
     summary = summarize(cols, buckets)
     if as_json:
         click.echo(json.dumps(summary))
@@ -180,6 +184,24 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
         f"busiest {format_duration(window)} by {by}: {format_ns(found.start_ns)} to "
         f"{format_ns(found.end_ns)}, {found.requests:,} requests, {found.tokens:,} tokens; "
         f"wrote {result.written:,} records to {out}",
+        err=True,
+    )
+
+
+@traces.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@output_option
+@skip_corrupt_option
+def upgrade(file: Path, out: Path, skip_corrupt: bool) -> None:
+    """Rewrite an archive in the current format version (with checksums)."""
+    from tailreplay.traces.archive.format import VERSION
+    from tailreplay.traces.archive.upgrade import upgrade_archive
+
+    done = upgrade_archive(file, out, skip_corrupt=skip_corrupt)
+    warn(done.warnings)
+    click.echo(
+        f"wrote {done.written:,} records to {out} (format version {done.from_version} -> "
+        f"{VERSION})",
         err=True,
     )
 

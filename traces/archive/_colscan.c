@@ -10,8 +10,8 @@
  * Every record is checked against the same table the Python reader uses
  * (traces/validate.py: COLSCAN_SPECS) and the same unpacking limits, and more
  * strictly where that is cheaper: anything the Python reader could reject (a
- * value of the wrong type or range, a torn tail, damage, bad UTF-8, an ext type,
- * nesting deeper than MAX_DEPTH) makes scan() stop and report where; the caller
+ * value of the wrong type or range, a key twice in one record, a torn tail, damage,
+ * bad UTF-8, an ext type, nesting deeper than MAX_DEPTH) makes scan() stop and report where; the caller
  * then re-reads that file with the pure-Python reader, which owns every verdict,
  * error and warning. So this scanner never accepts a record Python rejects.
  *
@@ -377,7 +377,18 @@ typedef struct {
     const limits_t *lim;
     PyObject *strings; /* NULL: no str value is copied (and the GIL may be released) */
     Py_ssize_t hints[256];
+    const uint8_t *unknown[256]; /* this record's keys that no spec names (a map holds <= 256) */
+    uint64_t unknown_len[256];
 } scan_ctx;
+
+/* Whether ``key`` is one of the record's first ``n`` unknown keys. Records rarely hold
+ * any, so comparing each with the ones before costs nothing in practice. */
+static int unknown_repeated(const scan_ctx *x, Py_ssize_t n, const uint8_t *key, uint64_t klen) {
+    if (n >= 256) return 1; /* more keys than a map may hold: let Python decide */
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (x->unknown_len[i] == klen && memcmp(x->unknown[i], key, klen) == 0) return 1;
+    return 0;
+}
 
 /* Scan one record into (row, mark). 0 = a valid record, -1 = stop before it. */
 static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
@@ -388,6 +399,8 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
     memset(row, 0, sizeof(int64_t) * x->nf);
     memset(mark, 0, x->nf);
     int has_start = 0;
+    uint64_t seen = 0; /* the specs met in this record: a key twice is damage */
+    Py_ssize_t nunknown = 0;
     for (uint64_t k = 0; k < pairs; k++) {
         const uint8_t *key;
         uint64_t klen;
@@ -396,9 +409,15 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
         Py_ssize_t j = find_spec(x->specs, x->ns, key, klen, hint);
         if (k < 256) x->hints[k] = j;
         if (j < 0) { /* a known name is ASCII; any other key must be valid UTF-8 */
-            if (!utf8_ok(key, klen) || skip(c, x->lim, 1) < 0) return -1;
+            if (!utf8_ok(key, klen) || unknown_repeated(x, nunknown, key, klen) ||
+                skip(c, x->lim, 1) < 0)
+                return -1;
+            x->unknown[nunknown] = key;
+            x->unknown_len[nunknown++] = klen;
             continue;
         }
+        if (seen >> j & 1) return -1;
+        seen |= (uint64_t)1 << j;
         if (need(c, 1) && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */
         int64_t v = 0;
         if (check_value(c, x->lim, &x->specs[j], x->strings, &v) < 0) return -1;

@@ -29,6 +29,7 @@ from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import BOOL_FIELDS, FIELDS, INT_FIELDS
 from tailreplay.traces.archive.scan import FileScan, changed_while_read, open_chunks
 from tailreplay.traces.archive.validate import COLSCAN_SPECS, FIELD_SPECS, STR, TARGET, TOKEN
+from tailreplay.traces.archive.zstd_read import Chunk
 
 try:
     from tailreplay.traces.archive import _colscan  # type: ignore[attr-defined]
@@ -64,6 +65,8 @@ class Columns:
     the same records again even if a file has grown since."""
     shadow_copies: int = 0
     """Copies sent to ``proxy --shadow``, left out of every column."""
+    unchecked: list[str] = field(default_factory=list)
+    """One line per file that carries no checksums (an older format version)."""
 
     def __getitem__(self, name: str) -> Array:
         return self.values[name]
@@ -108,7 +111,9 @@ def load_columns(
     parts: list[tuple[dict[str, Array], dict[str, Mask]]] = []
     for path, report, limit in zip(reader.paths, reader.reports, reader.limits, strict=True):
         fast = None
-        if _colscan is not None and scannable and report.header.get("version") == fmt.VERSION:
+        version = report.header.get("version")
+        as_stored = type(version) is int and not fmt.records_change(version)
+        if _colscan is not None and scannable and as_stored:
             fast = _scan_file(path, names, len(valued))
         if fast is None:  # the careful reader: every verdict, error and warning is its own
             scan = FileScan(path, report, skip_corrupt, limit)
@@ -132,7 +137,8 @@ def load_columns(
         order = np.argsort(starts, kind="stable")
         values = {f: a[order] for f, a in values.items()}
         present = {f: a[order] for f, a in present.items()}
-    return Columns(n, values, present, reader.warnings(), per_file, copies)
+    unchecked = [f"{r.path}: {r.integrity}" for r in reader.reports if r.header and not r.checked]
+    return Columns(n, values, present, reader.warnings(), per_file, copies, unchecked)
 
 
 def _without_shadows(
@@ -291,7 +297,7 @@ _LIMITS = (
 
 
 def _scan_chunks(
-    chunks: Iterator[bytes],
+    chunks: Iterator[Chunk],
     keys: tuple[bytes, ...],
     nvalued: int,
     take: Callable[[bytes, bytes, int], None],
@@ -304,7 +310,7 @@ def _scan_chunks(
     for chunk in chunks:
         if pending:
             pending += chunk
-        buf: bytes | bytearray = pending if pending else chunk
+        buf: Chunk = pending if pending else chunk
         offset = 0
         if not header_read:
             end = _header_end(buf)

@@ -15,21 +15,32 @@ from typing import Any
 from tailreplay.version import __version__
 
 __all__ = [
+    "CHECKED_SINCE",
     "FORMAT",
     "UPGRADES",
     "VERSION",
     "make_header",
+    "records_change",
     "rotated_name",
 ]
 
 FORMAT = "tailreplay"
-VERSION = 1
+VERSION = 2
 """The archive format version: bumped only when an old reader would misread new files."""
 
+CHECKED_SINCE = 2
+"""The first version whose files carry checksums (``traces/archive/checksums.py``)."""
+
 # Upgrade functions keyed by the version they upgrade *from*; each turns one record
-# map of version v into version v + 1 (mitmproxy's io/compat.py pattern). Empty while
-# version 1 is the only version.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+# map of version v into version v + 1 (mitmproxy's io/compat.py pattern), or is None
+# when records did not change (version 2 added checksums around the same records).
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]] | None] = {1: None}
+
+
+def records_change(version: int) -> bool:
+    """Whether records of ``version`` need an upgrade function to read as current ones."""
+    return any(UPGRADES.get(v) is not None for v in range(version, VERSION))
+
 
 # Limits for unpacking, so a hostile or damaged file cannot make a reader allocate
 # without bound: a length prefix over these is rejected before any allocation, and a

@@ -3,7 +3,7 @@
 Only bytes that can start a record are tried: a map header (fixmap of 1..15 keys,
 map16, map32) followed by the first byte of a str or bin key, found by a regex at C
 speed; then a look at the header's key count; then an unpack of the bytes there,
-which must give a valid record (``traces/archive/validate.py``).
+which must give a valid record (``traces/archive/validate.py``) with no key twice.
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import re
 import msgpack
 
 from tailreplay.traces.archive import format as fmt
-from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
+from tailreplay.traces.archive.unpack import (
+    UNPACK_ERRORS,
+    ObjectCounter,
+    declared_keys,
+    new_unpacker,
+)
 from tailreplay.traces.archive.validate import record_problem
 
 __all__ = ["RECORD_START", "probe", "record_follows"]
@@ -56,7 +61,8 @@ def probe(buf: bytearray, i: int, eof: bool) -> bool | None:
         with memoryview(buf) as view, view[i : i + window] as part:
             unpacker.feed(part)
         try:
-            return record_problem(unpacker.unpack()) is None
+            obj = unpacker.unpack()
+            return record_problem(obj) is None and len(obj) == declared_keys(buf, i)
         except msgpack.OutOfData:
             if i + window < len(buf) and window < fmt.MAX_RECORD_BYTES:
                 window *= 16

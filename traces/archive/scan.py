@@ -7,17 +7,17 @@ middle raises ``ArchiveCorrupt`` naming the byte offset — or, with
 ``skip_corrupt``, is skipped: a damaged record that decodes is skipped whole, bytes
 that do not decode are skipped up to the next valid record (``traces/archive/resync.py``).
 An empty or zero-filled file is no damage: it holds no records. Offsets in ``.zst``
-files count decompressed bytes.
+files count decompressed bytes. A version-2 file's batches are checked before the scan
+sees them (``traces/archive/checked_read.py``): the scan reads the records they hold,
+its offsets turned back into the file's for every message.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
-import stat
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import msgpack
 
@@ -25,99 +25,33 @@ from tailreplay.errors import (
     ArchiveCorrupt,
     ArchiveError,
     ArchiveVersionError,
-    InputError,
     NotAnArchive,
 )
 from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.file_bytes import (
+    CHUNK,
+    check_readable,
+    compressed,
+    grew_past,
+    open_chunks,
+)
 from tailreplay.traces.archive.file_report import Damage, FileReport
 from tailreplay.traces.archive.resync import RECORD_START, probe, record_follows
-from tailreplay.traces.archive.unpack import UNPACK_ERRORS, ObjectCounter, new_unpacker
-from tailreplay.traces.archive.validate import clean_header, header_problems, record_problem
-from tailreplay.traces.archive.zstd_read import (
-    ChunkStream,
-    ZstdChunks,
-    decompress_budget,
-    is_zstd,
+from tailreplay.traces.archive.unpack import (
+    UNPACK_ERRORS,
+    ObjectCounter,
+    declared_keys,
+    new_unpacker,
 )
+from tailreplay.traces.archive.validate import clean_header, header_problems, record_problem
+from tailreplay.traces.archive.zstd_read import Chunk
 
 __all__ = ["FileReport", "FileScan", "check_readable", "open_chunks"]
 
-_CHUNK = 1 << 20
 _BIG = 4 << 20
 _TOO_LONG = f"an object longer than the {fmt.MAX_RECORD_BYTES >> 20} MiB record limit"
 
 _Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def check_readable(path: Path) -> None:
-    """One clear error for a path that cannot be read as a file."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, not a file")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied")
-    if not path.is_file():
-        raise _not_a_file(path)
-
-
-def _not_a_file(path: Path) -> InputError:
-    # Archives are read more than once (a header, then the records; a replay plans in
-    # passes), which a pipe or a device cannot give.
-    return InputError(f"{path}: not a regular file (a pipe or a device); save it to a file first")
-
-
-def open_chunks(path: Path, chunk_size: int = _CHUNK) -> ChunkStream:
-    """The file's bytes in chunks, decompressed (and bounded: ``zstd_read.py``) when it
-    is a zstd stream. A compressed stream may stop at damage: see ``damage``. The file
-    is opened at the first read: a set of files read one after another holds one open."""
-    return _LazyChunks(path, chunk_size)
-
-
-class _LazyChunks(ChunkStream):
-    """``open_chunks``'s stream: the file's own, opened when first asked for a chunk."""
-
-    def __init__(self, path: Path, chunk_size: int) -> None:
-        self._path = path
-        self._chunk_size = chunk_size
-        self._stream: ChunkStream | None = None
-
-    def __next__(self) -> bytes:
-        if self._stream is None:
-            self._stream = _open_stream(self._path, self._chunk_size)
-        try:
-            return next(self._stream)
-        except StopIteration:
-            self.damage = self._stream.damage
-            raise
-
-    def resume(self) -> bool:
-        if self._stream is None or not self._stream.resume():
-            return False
-        self.damage = None
-        return True
-
-    def close(self) -> None:
-        if self._stream is not None:
-            self._stream.close()
-
-
-def _open_stream(path: Path, chunk_size: int) -> ChunkStream:
-    try:
-        f: BinaryIO = open(path, "rb")  # noqa: SIM115 - the stream closes it at its end
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror or exc}") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise _not_a_file(path)
-        magic = f.read(4)
-        f.seek(0)
-        if is_zstd(magic):
-            return ZstdChunks(f, chunk_size, decompress_budget())
-        return ChunkStream(f, chunk_size)
-    except BaseException:
-        f.close()
-        raise
 
 
 def changed_while_read(path: Path, counted: int, now: int) -> ArchiveError:
@@ -127,18 +61,6 @@ def changed_while_read(path: Path, counted: int, now: int) -> ArchiveError:
         f"{path}: changed while being read ({counted:,} records at the first read, "
         f"{now:,} now); replay a copy that nothing rewrites"
     )
-
-
-def _grew_past(path: Path, read: int) -> bool:
-    """Whether an uncompressed file now holds more than the ``read`` bytes a scan saw
-    (the writer appended after the scan's last read: its tail was being written)."""
-    try:
-        with open(path, "rb") as f:
-            if is_zstd(f.read(4)):  # offsets are of the decompressed stream
-                return False
-            return os.fstat(f.fileno()).st_size > read
-    except OSError:
-        return False
 
 
 def _upgrades(header: dict[str, Any], path: Path) -> list[_Upgrade]:
@@ -154,7 +76,9 @@ def _upgrades(header: dict[str, Any], path: Path) -> list[_Upgrade]:
     for v in range(version, fmt.VERSION):
         if v not in fmt.UPGRADES:
             raise ArchiveVersionError(f"{path}: no upgrade from archive format version {v}")
-        steps.append(fmt.UPGRADES[v])
+        step = fmt.UPGRADES[v]
+        if step is not None:
+            steps.append(step)
     return steps
 
 
@@ -233,7 +157,7 @@ class FileScan:
             elif self.eof and not self._past_end():
                 return
 
-    def _read_chunk(self) -> bytes | None:
+    def _read_chunk(self) -> Chunk | None:
         """Append the file's next chunk to ``buf`` and return it; None (``eof`` set) at the end."""
         chunk = next(self.chunks, None)
         if chunk is None:
@@ -276,6 +200,10 @@ class FileScan:
             if type(obj) is not dict:
                 damage = pos, "not a record map"
                 break
+            if len(obj) != declared_keys(self.buf, pos - start):
+                # msgpack keeps the last of a key given twice: the map was damaged.
+                self._damaged_record(pos, "a key appears twice")
+                continue
             if size > _BIG:  # let go of the bytes and buffers it took before handing it out
                 del self.buf[: base - start]
                 self.base = start = base
@@ -302,6 +230,7 @@ class FileScan:
         """A record that decoded but is not valid: an error, or skipped whole."""
         report = self.report
         number = report.records + report.skipped_records + 1
+        at = self.chunks.file_offset(at)
         if not self.skip_corrupt:
             raise ArchiveCorrupt(str(self.path), at, f"record {number}: {problem}")
         report.skipped_records += 1
@@ -319,10 +248,20 @@ class FileScan:
         ):
             self.report.empty = True  # zero-filled: allocated, never written
             return []
+        damage = self.chunks.header_damage
+        if type(obj) is dict and len(obj) != declared_keys(self.buf, 0):
+            damage = "a key appears twice"
+        if damage is not None and not self.skip_corrupt:
+            raise ArchiveError(
+                f"{self.path}: damaged header ({damage}); use --skip-corrupt to read its "
+                "records as far as they are whole"
+            )
         if type(obj) is not dict or obj.get("format") != fmt.FORMAT:
             raise NotAnArchive(f"{self.path}: not a tailreplay archive (no header)")
         upgrades = _upgrades(obj, self.path)
         problems = header_problems(obj)
+        self.report.checked = bool(self.chunks.checked)
+        self.report.compressed = compressed(self.path)
         if problems and not self.skip_corrupt:
             raise ArchiveError(
                 f"{self.path}: damaged header ({problems[0]}); use --skip-corrupt to read "
@@ -330,6 +269,7 @@ class FileScan:
             )
         self.report.header = clean_header(obj) if problems else obj
         self.report.header_problems = problems
+        self.report.header_damage = damage
         return upgrades
 
     def _leftover_damage(self) -> Damage | None:
@@ -352,10 +292,10 @@ class FileScan:
             if self._broken():  # zeros up to damaged compressed data: a bomb's zero tail
                 return self._past_broken_stream(bad_at)
             # Zero-filled blocks after a power loss: a torn tail, not damage.
-            self.report.torn_at = bad_at
+            self.report.torn_at = self.chunks.file_offset(bad_at)
             return False
         if not self.skip_corrupt:
-            raise ArchiveCorrupt(str(self.path), bad_at, reason)
+            raise ArchiveCorrupt(str(self.path), self.chunks.file_offset(bad_at), reason)
         skipped, _ = self._resync()
         skipped += self.zeros_dropped
         self.zeros_dropped = 0
@@ -387,6 +327,7 @@ class FileScan:
         assert damage is not None
         if self.upgrades is None:
             raise NotAnArchive(f"{self.path}: not a tailreplay archive ({damage.reason})")
+        at = self.chunks.file_offset(at)
         if not self.skip_corrupt:
             raise ArchiveCorrupt(str(self.path), at, damage.reason)
         report = self.report
@@ -398,7 +339,9 @@ class FileScan:
         self.zeros_dropped = 0
         self.buf.clear()
         self._restart_unpacker()
-        if not self.chunks.resume():
+        resumed = self.chunks.resume()
+        report.lost_records = self.chunks.lost_records
+        if not resumed:
             return False
         self.eof = False
         return True
@@ -423,8 +366,8 @@ class FileScan:
         while (chunk := self._read_chunk()) is not None:
             if any(chunk):
                 return False
-            if len(self.buf) > 2 * _CHUNK:
-                extra = len(self.buf) - _CHUNK
+            if len(self.buf) > 2 * CHUNK:
+                extra = len(self.buf) - CHUNK
                 del self.buf[:extra]
                 self.zeros_dropped += extra
         return True
@@ -477,8 +420,10 @@ class FileScan:
         # A compressed stream that ended torn ends a record, or a frame the records of
         # whose last blocks are lost: torn either way.
         if self.buf or self.chunks.damage is not None:
-            self.report.torn_at = self.base
-            self.report.growing = _grew_past(self.path, self.base + len(self.buf))
+            self.report.torn_at = self.chunks.file_offset(self.base)
+            read = self.chunks.file_offset(self.base + len(self.buf))
+            self.report.growing = grew_past(self.path, read)
+            self.report.unchecked_at = self.chunks.unchecked_at
 
     def read_header(self) -> None:
         """Read as far as the header (filling ``report``), and no further."""

@@ -14,7 +14,7 @@ import msgpack
 
 from tailreplay.traces.archive import format as fmt
 
-__all__ = ["UNPACK_ERRORS", "ObjectCounter", "TooManyObjects", "new_unpacker"]
+__all__ = ["UNPACK_ERRORS", "ObjectCounter", "TooManyObjects", "declared_keys", "new_unpacker"]
 
 UNPACK_ERRORS = (
     ValueError,  # includes msgpack.FormatError, StackError, ExtraData, size limits
@@ -63,3 +63,15 @@ def new_unpacker(counter: ObjectCounter) -> msgpack.Unpacker:
         list_hook=counter.on_list,
         object_hook=counter.on_map,
     )
+
+
+def declared_keys(buf: bytes | bytearray, i: int) -> int:
+    """The number of keys the map header at ``buf[i]`` declares. An unpacked map with
+    fewer held a key twice (msgpack keeps the last value): damage, which a reader
+    finds by comparing the two."""
+    head = buf[i]
+    if head < 0x90:  # fixmap
+        return head & 0x0F
+    if head == 0xDE:  # map 16
+        return buf[i + 1] << 8 | buf[i + 2]
+    return int.from_bytes(buf[i + 1 : i + 5], "big")  # map 32

@@ -10,9 +10,9 @@ __all__ = ["WholeWrites"]
 
 
 class WholeWrites:
-    """A file whose ``write`` writes all it is given or raises. zstandard's stream writer
-    ignores the count a short write returns (a disk filling up), so bytes would be lost
-    from the middle of the stream, and records after them counted written but unreadable
+    """A file whose ``write`` writes all it is given or raises. A compressed frame written
+    in part (a disk filling up) and then followed by the next would lose bytes from the
+    middle of the stream, and records after them would be counted written but unreadable
     once space came back; here the rest is tried again, and a disk still full raises."""
 
     __slots__ = ("_file",)

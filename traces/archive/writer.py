@@ -3,7 +3,10 @@
 The request path never waits on disk: ``append()`` is a length check and a deque
 append. A daemon thread drains the deque, packs records, writes them in batches,
 flushes every ``flush_interval`` (so a ``kill -9`` loses at most that much), rotates
-files by size and age, and survives a failing disk by dropping and counting.
+files by size and age, and survives a failing disk by dropping and counting. Every
+flush writes checked batches (``traces/archive/checksums.py``): each behind a marker
+holding its checksum, and in a compressed file each its own zstd frame with zstd's
+content checksum.
 """
 
 from __future__ import annotations
@@ -16,29 +19,30 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import msgpack
-import zstandard
 
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
-from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, rotated_name
+from tailreplay.traces.archive.checksums import (
+    MARKER_SIZE,
+    checked_batch,
+    header_check,
+    split_batches,
+)
+from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, VERSION, rotated_name
 from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
-from tailreplay.traces.archive.whole_writes import WholeWrites
+from tailreplay.traces.archive.zstd_write import FrameWriter
 
-__all__ = ["FRAME_BYTES", "ArchiveWriter", "WriterStats"]
+__all__ = ["ArchiveWriter", "WriterStats"]
 
 log = logging.getLogger("tailreplay.archive")
 
 _BATCH_BYTES = 4 << 20  # write early when this much is pending, whatever the interval
 _IDLE_WAIT_S = 0.05  # how long the writer thread sleeps when it has nothing to do
-# A compressed file starts a new zstd frame after this many bytes of records, at a
-# flush (so every frame starts a record): damage costs at most the rest of its frame,
-# and --skip-corrupt reads on at the next (docs/archive-format.md, "Damage").
-FRAME_BYTES = 4 << 20
 
 
 class WriterStats:
@@ -143,8 +147,8 @@ class ArchiveWriter:
         """The file state, the first file and the thread."""
         self._seq = 0
         self._file: BinaryIO | None = None
-        self._zstd: Any = None
-        self._file_bytes = self._frame_bytes = 0
+        self._zstd: FrameWriter | None = None  # a compressed file's
+        self._file_bytes = 0
         self._file_opened = 0.0
         self._pending: list[bytes] = []
         self._pending_bytes = 0
@@ -317,25 +321,24 @@ class ArchiveWriter:
             return
         pending = self._pending
         self._pending = []
-        self._pending_bytes = 0
-        data = b"".join(pending)
+        size, self._pending_bytes = self._pending_bytes, 0
+        batches = split_batches(pending, size)
+        self._file_bytes += MARKER_SIZE * len(batches)
         done = 0
         try:
-            if self._zstd is not None:
-                self._zstd.write(data)
-                self._frame_bytes += len(data)
-                # A flushed block is decodable on its own: a kill -9 after this keeps it.
-                new_frame = self._frame_bytes >= FRAME_BYTES
-                self._zstd.flush(zstandard.FLUSH_FRAME if new_frame else zstandard.FLUSH_BLOCK)
-                self._frame_bytes = 0 if new_frame else self._frame_bytes
-            else:
+            for batch in batches:
+                data = checked_batch(batch)
+                if self._zstd is not None:
+                    self._zstd.write(data)
+                    continue
                 # Unbuffered: a short write tells us exactly how much reached the file.
                 view = memoryview(data)
-                while done < len(data):
-                    done += self._file.write(view[done:]) or 0
+                end = done + len(data)
+                while done < end:
+                    done += self._file.write(view[len(data) - (end - done) :]) or 0
         except OSError as exc:
             if self._zstd is None:
-                complete = _records_within(pending, done)
+                complete = _records_within(batches, done)
             else:  # compressed: only the file itself tells which blocks reached it
                 complete = self._readable_in_file(len(pending))
             self.stats.written += complete
@@ -397,15 +400,18 @@ class ArchiveWriter:
             f: BinaryIO = open_private(path, "wb", buffering=0)  # type: ignore[assignment]
             created = True
             self._file = f
-            header = dict(self._header, created_ns=time.time_ns())
+            # Whatever version a header copied from an input says, this file is written
+            # in the current one.
+            header = dict(self._header, version=VERSION, created_ns=time.time_ns())
             # A file name that is not UTF-8 (an input's, in "inputs") is written with "?".
             head = msgpack.packb(header, unicode_errors="replace")
+            head += header_check(head)
             if self._compress:
-                # Typed as the file it wraps: zstandard only calls write and flush.
-                whole = cast(BinaryIO, WholeWrites(f))
-                self._zstd = zstandard.ZstdCompressor(level=3).stream_writer(whole, closefd=False)
+                # One frame a batch, each with zstd's content checksum and its content
+                # size, behind a check of its compressed bytes: damage costs at most its
+                # batch, and --skip-corrupt reads on at the next frame.
+                self._zstd = FrameWriter(f)
                 self._zstd.write(head)
-                self._zstd.flush(zstandard.FLUSH_BLOCK)
             else:
                 f.write(head)
             f.flush()
@@ -424,24 +430,22 @@ class ArchiveWriter:
             log.warning("archive writing resumed in %s", path)
             self._failed_at = None
         self.stats.files.append(path)
-        self._file_bytes = self._frame_bytes = len(head)
+        self._file_bytes = len(head)
         self._written_at_open = self.stats.written
         self._file_has_records = False
         self._file_opened = time.monotonic()
 
     def _close_file(self, *, fsync: bool, broken: bool = False) -> None:
         """Close the current file; ``broken``: a write to it just failed, so nothing more
-        is written (an end of frame after a torn block would only fail again)."""
+        is written (a flush after a torn write would only fail again)."""
         f, self._file = self._file, None
-        zw, self._zstd = self._zstd, None
+        self._zstd = None
         if f is None:
             return
         try:
             if broken:
                 return
-            if zw is not None and self._frame_bytes:  # else _flush just ended a frame
-                zw.flush(zstandard.FLUSH_FRAME)
-            f.flush()
+            f.flush()  # every flush ended its frame: nothing is held in the compressor
             if fsync:
                 os.fsync(f.fileno())
         except OSError as exc:
@@ -471,12 +475,15 @@ def _take(
     return batch
 
 
-def _records_within(pending: list[bytes], nbytes: int) -> int:
-    """How many of the ``pending`` records lie wholly within the first ``nbytes``."""
+def _records_within(batches: list[list[bytes]], nbytes: int) -> int:
+    """How many records of ``batches`` (each written behind its marker) lie wholly within
+    their first ``nbytes`` bytes: a reader gets them, the last batch's unchecked."""
     count = 0
-    for data in pending:
-        nbytes -= len(data)
-        if nbytes < 0:
-            break
-        count += 1
+    for batch in batches:
+        nbytes -= MARKER_SIZE
+        for data in batch:
+            nbytes -= len(data)
+            if nbytes < 0:
+                return count
+            count += 1
     return count

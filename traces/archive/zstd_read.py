@@ -3,7 +3,9 @@ bounded in memory, time and output.
 
 The zstd frame structure is read here (magic, frame header, 3-byte block headers,
 checksum, skippable frames: RFC 8878), so the reader knows where each frame and block
-starts and whether the last one is whole; libzstd decodes the blocks. Decoding is fed
+starts and whether the last one is whole; libzstd decodes the blocks. A frame the
+writer put a frame check before (``traces/archive/checksums.py``) is held to it before
+it is decoded. Decoding is fed
 a few blocks at a time, at most ``_BATCH_OUT`` bytes of output, so one call can never
 expand without bound, and a block that fails is found by decoding its batch again a
 block at a time: the output of every good block before it is kept. A stream damaged
@@ -37,12 +39,19 @@ from typing import BinaryIO
 import zstandard
 
 from tailreplay.errors import UsageError
+from tailreplay.traces.archive.checksums import (
+    FRAME_CHECK_MAGIC,
+    FRAME_CHECK_SIZE,
+    hash64,
+    read_frame_check,
+)
 from tailreplay.units import parse_size
 
 __all__ = [
     "BUDGET_ENV",
     "MAX_RATIO",
     "ZSTD_MAGIC",
+    "Chunk",
     "ChunkStream",
     "StreamDamage",
     "ZstdChunks",
@@ -96,7 +105,11 @@ class StreamDamage:
     no frame): what a crash leaves, a torn tail. Otherwise the bytes are damaged."""
 
 
-class ChunkStream(Iterator[bytes]):
+Chunk = bytes | bytearray | memoryview
+"""A piece of a file's bytes: a view of what a stream read, or a copy."""
+
+
+class ChunkStream(Iterator[Chunk]):
     """A file's bytes in chunks. A plain file's end is its end; a compressed one may
     stop at damage (``damage``) and go on after it (``resume``)."""
 
@@ -106,7 +119,7 @@ class ChunkStream(Iterator[bytes]):
         self._f = f
         self._chunk_size = chunk_size
 
-    def __next__(self) -> bytes:
+    def __next__(self) -> Chunk:
         chunk = b"" if self._f.closed else self._f.read(self._chunk_size)
         if not chunk:
             self._f.close()
@@ -116,6 +129,10 @@ class ChunkStream(Iterator[bytes]):
     def resume(self) -> bool:
         """After damage: go on at the next frame; False when there is none."""
         return False
+
+    def file_offset(self, offset: int) -> int:
+        """Where the stream's byte ``offset`` is in the file (decompressed, for ``.zst``)."""
+        return offset
 
     def close(self) -> None:
         """Let go of the file (reading ends early, or a header was all that was asked)."""
@@ -155,6 +172,8 @@ class ZstdChunks(ChunkStream):
         self.produced = 0
         """Decompressed bytes handed out so far."""
         self._search_from: int | None = None
+        self._checked_frames = False  # a frame check came before a frame: all have one
+        self._unchecked_frames = False  # a frame came without one
         self._chunks: Iterator[bytes] | None = self._stream(0)
 
     def __next__(self) -> bytes:
@@ -201,16 +220,69 @@ class ZstdChunks(ChunkStream):
             yield b"".join(pending)
 
     def _frames(self, at: int) -> Iterator[bytes]:
+        check: tuple[int, int] | None = None  # the frame check before this frame
         while True:
             magic = self._bytes(at, at + 4)
             if not magic:
+                if check is not None:
+                    raise _Stop("the file ends after a zstd frame check", torn=True)
                 return
             if magic == ZSTD_MAGIC:
-                at = yield from self._frame(at)
-            elif _SKIPPABLE.fullmatch(magic):
+                end = self._checked(at, check)
+                check = None
+                start, at = at, (yield from self._frame(at))
+                if end is not None and at != end:
+                    raise _Stop(
+                        f"the zstd frame at compressed byte offset {start} ends elsewhere "
+                        "than its check says",
+                        search_from=end,
+                    )
+            elif magic == FRAME_CHECK_MAGIC and check is None:
+                check = self._frame_check(at)
+                at += FRAME_CHECK_SIZE
+            elif _SKIPPABLE.fullmatch(magic) and magic != FRAME_CHECK_MAGIC:
                 at = self._skippable(at)
             else:
                 raise self._not_a_frame(at)
+
+    def _frame_check(self, at: int) -> tuple[int, int]:
+        """The (length, digest) the frame check at ``at`` gives the frame after it."""
+        data = self._bytes(at, at + FRAME_CHECK_SIZE)
+        if len(data) < FRAME_CHECK_SIZE:
+            raise _Stop("the file ends inside a zstd frame check", torn=True)
+        check = read_frame_check(data)
+        if isinstance(check, str):
+            raise _Stop(f"{check} at compressed byte offset {at}", search_from=at + 1)
+        if self._unchecked_frames:
+            self._unchecked_frames = False  # said once; resume reads on from this check
+            raise _Stop(
+                f"a zstd frame check at compressed byte offset {at} after frames without "
+                "one: a damaged check before them",
+                search_from=at,
+            )
+        self._checked_frames = True
+        return check
+
+    def _checked(self, at: int, check: tuple[int, int] | None) -> int | None:
+        """Hold the compressed frame at ``at`` to its frame check; where it must end."""
+        if check is None:
+            if self._checked_frames:  # a check's own magic damaged: no frame goes unchecked
+                raise _Stop(
+                    f"the zstd frame at compressed byte offset {at} has no frame check",
+                    search_from=at + 1,
+                )
+            self._unchecked_frames = True
+            return None
+        length, digest = check
+        end = at + length
+        if end > self._size:
+            raise _Stop("the file ends inside a zstd frame", torn=True)
+        if hash64(self._bytes(at, end)) != digest:
+            raise _Stop(
+                f"the zstd frame at compressed byte offset {at} does not match its check",
+                search_from=end,
+            )
+        return end
 
     def _skippable(self, at: int) -> int:
         """Where the skippable frame at ``at`` ends (data a reader passes over)."""
@@ -222,14 +294,30 @@ class ZstdChunks(ChunkStream):
         return end
 
     def _not_a_frame(self, at: int) -> _Stop:
-        """Bytes at a frame boundary that start no frame: a torn tail if no frame follows."""
+        """Bytes at a frame boundary that start no frame: zeros to the end are a torn tail
+        (a power loss); anything else is damage, also at the end of the file (plain
+        records appended to a compressed archive are refused, not read in part)."""
         follows = self._find_frame(at + 1)
         if follows is None:
-            return _Stop(f"the file ends in bytes that are no zstd frame (from {at})", torn=True)
+            if self._zeros_from(at):
+                return _Stop(f"the file ends in zero bytes (from {at})", torn=True)
+            return _Stop(
+                f"the {self._size - at:,} bytes after the last zstd frame (from compressed "
+                f"byte offset {at}) are not compressed: an archive is compressed whole or "
+                "not at all"
+            )
         return _Stop(
             f"{follows - at} bytes at compressed byte offset {at} are no zstd frame",
             search_from=at + 1,
         )
+
+    def _zeros_from(self, at: int) -> bool:
+        """Whether the file holds only zero bytes from ``at`` to its end."""
+        while chunk := self._bytes(at, at + _READ):
+            if any(chunk):
+                return False
+            at += len(chunk)
+        return True
 
     def _find_frame(self, start: int) -> int | None:
         """The compressed offset of the next frame's magic from ``start`` on, if any."""
@@ -280,7 +368,9 @@ class ZstdChunks(ChunkStream):
         if len(head) < 6:
             raise _Stop("the file ends inside a zstd frame header", torn=True)
         descriptor = head[4]
-        if descriptor & 0x08:
+        # Bit 3 is reserved (must be 0); no encoder sets bit 4, which decoders ignore:
+        # set, it is a flipped bit in a header no checksum covers.
+        if descriptor & 0x18:
             where = f"compressed byte offset {at}"
             raise _Stop(f"damaged zstd frame header at {where}", search_from=at + 1)
         single = descriptor >> 5 & 1
