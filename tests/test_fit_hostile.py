@@ -173,7 +173,7 @@ def test_validate_model_at_a_target_that_is_not_there_fails(tmp_path: Path, mode
         )  # fmt: skip
     assert done.returncode == 5  # the target could not be measured
     line = _one_error(done.stderr)
-    assert line.startswith("Error: the replay of exact.msgpack failed (exit 1): preflight: ")
+    assert line.startswith("Error: the replay of exact.msgpack failed (exit 5): preflight: ")
     assert "cannot connect" in line and done.stdout == ""  # no table of nothing
 
 

@@ -59,18 +59,24 @@ def _measured(done: subprocess.CompletedProcess[str], data: dict) -> bool:
     sends late (client-bound) or the simulator's steps run longer than modelled
     (simulator-bound): then the check must say so, row by row and in its last line, and
     exit 4 (not judged), and it compares no such arm."""
-    bound = [a for a in data["arms"] if a["client_bound"] or a["sim_bound"]]
+    bound = [a for a in data["arms"] if a["client_bound"] or a["sim_bound"] or a["overloaded"]]
     if done.returncode == 0:
         assert not bound, data["arms"]
         return True
     assert done.returncode == 4 and bound, done.stderr
-    kinds = sorted({"client" if a["client_bound"] else "simulator" for a in bound})
+    kinds = sorted(
+        {
+            "client-bound" if a["client_bound"] else "simulator-bound" if a["sim_bound"]
+            else "overloaded"
+            for a in bound
+        }
+    )  # fmt: skip
     assert done.stderr.strip().splitlines()[-1] == (
-        f"Error: {len(bound)} of {len(data['arms'])} arms were {' or '.join(kinds)}-bound: "
-        "the comparison is not a measure of the model; run on a less busy machine or with "
-        "a lower --speed"
+        f"Error: {len(bound)} of {len(data['arms'])} arms were {' or '.join(kinds)}: "
+        "the comparison is not a measure of the model; run on a less busy machine, with "
+        "a lower --speed, or against a target sized for the load"
     )
-    rows = [line for line in done.stdout.splitlines() if "-BOUND: " in line]
+    rows = [line for line in done.stdout.splitlines() if "-BOUND: " in line or "OVERLOADED" in line]
     assert len(rows) == len(bound), done.stdout
     print(f"{len(bound)} arms bound ({', '.join(kinds)}): their figures not compared")
     return False
@@ -137,7 +143,8 @@ def test_an_arm_the_client_could_not_keep_up_with_is_not_compared(
     assert done.returncode == 4
     assert done.stderr.strip().splitlines()[-1] == (
         "Error: 3 of 3 arms were client-bound: the comparison is not a measure of the model; "
-        "run on a less busy machine or with a lower --speed"
+        "run on a less busy machine, with a lower --speed, or against a target sized for "
+        "the load"
     )
     rows = done.stdout.splitlines()[1:4]
     assert all("CLIENT-BOUND: dispatch lag P99" in row for row in rows), rows
@@ -158,11 +165,27 @@ def test_an_arm_the_simulator_could_not_keep_its_model_for_is_not_compared() -> 
     assert not kept.sim_bound and slowed.sim_bound and slowed.unmeasured
     assert errors([exact, kept, slowed])["model"]["latency_p99"] == [pytest.approx(0.1)]
     rows = render([exact, kept, slowed])
-    assert rows[3].split() == ["model", "seed", "2", "100", "0", "SIMULATOR-BOUND:", "its",
+    assert rows[3].split() == ["model", "seed", "2", "100", "0", "0.0%", "SIMULATOR-BOUND:", "its",
                                "steps", "took", "30%", "longer", "than", "modelled;", "not",
                                "a", "measure", "of", "the", "model"]  # fmt: skip
     # A slowed exact arm leaves nothing to compare against.
     assert errors([arm("exact", None, 1000, 0.2), kept])["model"]["latency_p99"] == []
+
+
+def test_an_arm_whose_target_failed_more_than_1_percent_is_not_compared() -> None:
+    three = {q: (900.0, 900.0, 900.0) for q in ("p50", "p95", "p99")}
+
+    def arm(name: str, seed: int | None, failed: int) -> ArmResult:
+        return ArmResult(name, seed, 200, failed, latency=three, ttft=three, idc=[1.0] * 3,
+                         lag_p99_ms=1.0)  # fmt: skip
+
+    exact, fine, overloaded = arm("exact", None, 0), arm("model", 1, 2), arm("model", 2, 3)
+    assert fine.error_rate == 0.01 and not fine.overloaded
+    assert overloaded.overloaded and overloaded.unmeasured
+    assert overloaded.why_unmeasured == "overloaded"
+    assert errors([exact, fine, overloaded])["model"]["latency_p99"] == [0.0]
+    rows = render([exact, fine, overloaded])
+    assert "1.0%" in rows[2] and "OVERLOADED: 1.5% of its requests failed (over 1%)" in rows[3]
 
 
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:

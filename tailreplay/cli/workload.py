@@ -253,11 +253,11 @@ def validate_model(
         write_text(json_path, to_json(results) + "\n")
     bound = [r for r in results if r.unmeasured]
     if bound:
-        which = " or ".join(sorted({"client" if r.client_bound else "simulator" for r in bound}))
+        which = " or ".join(sorted({r.why_unmeasured or "" for r in bound}))
         raise NotJudged(
-            f"{len(bound)} of {len(results)} arms were {which}-bound: the "
-            "comparison is not a measure of the model; run on a less busy machine "
-            "or with a lower --speed"
+            f"{len(bound)} of {len(results)} arms were {which}: the comparison is not a "
+            "measure of the model; run on a less busy machine, with a lower --speed, or "
+            "against a target sized for the load"
         )
 
 

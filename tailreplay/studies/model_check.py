@@ -83,6 +83,10 @@ class CheckConfig:
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
 
 
+ERROR_LIMIT = 0.01
+"""An arm with more than this share of its requests failed is overloaded: not judged."""
+
+
 @dataclass
 class ArmResult:
     arm: str
@@ -103,9 +107,28 @@ class ArmResult:
         return self.sim_slowdown is not None and self.sim_slowdown > SIM_SLOW_LIMIT
 
     @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    @property
+    def overloaded(self) -> bool:
+        """More failed than ``ERROR_LIMIT``: its latencies are of the requests the
+        target had room for, not of the load the arm sent."""
+        return self.error_rate is not None and self.error_rate > ERROR_LIMIT
+
+    @property
     def unmeasured(self) -> bool:
-        """Client- or simulator-bound: its figures are not the target's model's."""
-        return self.client_bound or self.sim_bound
+        """Client- or simulator-bound, or overloaded: its figures are not the model's."""
+        return self.client_bound or self.sim_bound or self.overloaded
+
+    @property
+    def why_unmeasured(self) -> str | None:
+        """What made the arm no measure of the model (the first of them), or None."""
+        if self.client_bound:
+            return "client-bound"
+        if self.sim_bound:
+            return "simulator-bound"
+        return "overloaded" if self.overloaded else None
 
 
 def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
@@ -275,7 +298,15 @@ def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
 
 
 def to_json(results: list[ArmResult]) -> str:
-    arms = [{**r.__dict__, "sim_bound": r.sim_bound} for r in results]
+    arms = [
+        {
+            **r.__dict__,
+            "sim_bound": r.sim_bound,
+            "error_rate": r.error_rate,
+            "overloaded": r.overloaded,
+        }
+        for r in results
+    ]
     return json.dumps({"arms": arms, "errors": errors(results)}, indent=1)
 
 
@@ -305,7 +336,7 @@ def errors(results: list[ArmResult]) -> dict[str, dict[str, list[float]]]:
 def render(results: list[ArmResult]) -> list[str]:
     """The table ``validate-model`` prints, then one line per synthetic kind."""
     head = (
-        f"{'arm':<16}{'requests':>9}{'errors':>7}  {'latency P50/P95/P99 ms':<24}"
+        f"{'arm':<16}{'requests':>9}{'errors':>7}{'rate':>7}  {'latency P50/P95/P99 ms':<24}"
         f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
         f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}"
     )
@@ -313,7 +344,8 @@ def render(results: list[ArmResult]) -> list[str]:
     for r in results:
         name = _name(r.arm, r.seed)
         lag = "-" if r.lag_p99_ms is None else f"{r.lag_p99_ms:.1f}ms"
-        row = f"{name:<16}{r.requests:>9,}{r.errors:>7,}  "
+        rate = "-" if r.error_rate is None else f"{r.error_rate:.1%}"
+        row = f"{name:<16}{r.requests:>9,}{r.errors:>7,}{rate:>7}  "
         if r.client_bound:
             lines.append(row + f"CLIENT-BOUND: dispatch lag P99 {lag}; not a measure of the target")
             continue
@@ -321,6 +353,12 @@ def render(results: list[ArmResult]) -> list[str]:
             lines.append(
                 row + f"SIMULATOR-BOUND: its steps took {r.sim_slowdown:.0%} longer than "
                 "modelled; not a measure of the model"
+            )
+            continue
+        if r.overloaded and r.error_rate is not None:
+            lines.append(
+                row + f"OVERLOADED: {r.error_rate:.1%} of its requests failed (over "
+                f"{ERROR_LIMIT:.0%}); not a measure of the model"
             )
             continue
         idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
