@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.cli.capacity import _finish
-from tailreplay.errors import RunFailed
+from tailreplay.errors import NotJudged, RunFailed
 from tailreplay.report.capacity import Check, Search, Trial, trial_line
 from tailreplay.traces.archive.reader import ArchiveReader
 
@@ -92,12 +92,12 @@ def test_capacity_exits_0_when_found_even_if_the_client_gave_out_later(
         _finish(found, None, None, 4.0)
 
 
-def test_no_capacity_below_the_lowest_factor_exits_1() -> None:
+def test_no_capacity_below_the_lowest_factor_exits_1_and_a_search_stopped_before_4() -> None:
     below = Search(trials=[_trial(0.25, "fail", 900.0, 900.0)], interval=(None, 0.25))
     with pytest.raises(RunFailed, match=r"no capacity at the SLO: below 0\.25x"):
         _finish(below, None, None, None)
     stopped = Search(trials=[], stopped="the client was the bottleneck at 1x (dispatch lag)")
-    with pytest.raises(RunFailed, match="the search stopped before any trial passed"):
+    with pytest.raises(NotJudged, match="the search stopped before any trial passed"):
         _finish(stopped, None, None, None)
 
 

@@ -170,7 +170,7 @@ def test_tls_endpoint_with_a_private_ca(
     _archive(archive, 20)
     with receiver_in_thread(_server_context(ca, require_client=False)) as otlp:
         code, err = _export(archive, otlp.url)  # the CA is not trusted: refused
-        assert code == 1
+        assert code == 5
         assert len(err.strip().splitlines()) == 1 and "OTLP export to" in err
         assert otlp.spans == []
         code, err = _export(archive, otlp.url, "--otlp-ca", str(pem["ca"]))
@@ -185,7 +185,7 @@ def test_mtls_needs_the_client_certificate(
     _archive(archive, 20)
     with receiver_in_thread(_server_context(ca, require_client=True)) as otlp:
         code, err = _export(archive, otlp.url, "--otlp-ca", str(pem["ca"]))
-        assert code == 1, err
+        assert code == 5, err
         assert otlp.spans == []
         code, err = _export(
             archive, otlp.url, "--otlp-ca", str(pem["ca"]),
@@ -195,12 +195,12 @@ def test_mtls_needs_the_client_certificate(
     assert len(otlp.spans) == 20
 
 
-def test_dead_endpoint_is_one_line_and_exit_1(tmp_path: Path) -> None:
+def test_dead_endpoint_is_one_line_and_exit_5(tmp_path: Path) -> None:
     archive = tmp_path / "a.msgpack"
     _archive(archive, 20)
     t0 = time.monotonic()
     code, err = _export(archive, "http://127.0.0.1:9/v1/traces")
-    assert code == 1
+    assert code == 5
     assert err.strip().splitlines() == [
         "Error: OTLP export to http://127.0.0.1:9/v1/traces failed: 0 of the first 20 spans "
         "delivered; the rest were not sent"
