@@ -33,6 +33,7 @@ _INTS = (
     "duration_ns",
     "ttfb_ns",
     "ttft_content_ns",
+    "ttst_ns",
     "input_tokens",
     "output_tokens",
     "lag_ns",
@@ -59,6 +60,8 @@ class Side:
     duration_ns: Array
     ttfb_ns: Array
     ttft_content_ns: Array
+    ttst_ns: Array
+    """Arrival to the second token event (TTFT plus the first gap); -1 where none."""
     input_tokens: Array
     output_tokens: Array
     stream: Array
@@ -114,6 +117,7 @@ class Side:
             output_tokens=self.output_tokens,
             stream=self.stream,
             error=self.error,
+            ttst_ns=self.ttst_ns,
         )
 
     @property
@@ -265,7 +269,7 @@ def _read(
     # Unrolled, with the collector paused (none of these maps can form a cycle): this
     # loop is most of a report's time, ~2 µs a record.
     starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
-    contents = ints["ttft_content_ns"].append
+    contents, seconds = ints["ttft_content_ns"].append, ints["ttst_ns"].append
     inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
     shards = ints["shard"].append
     # ``_ALWAYS`` (the phase and route tables); the others when a caller asks for them.
@@ -288,7 +292,8 @@ def _read(
             keys.append(key)
             starts(get("start_ns", -1))
             durations(get("duration_ns", -1))
-            ttfbs(get("ttfb_ns", -1))
+            ttfb = get("ttfb_ns", -1)
+            ttfbs(ttfb)
             contents(get("ttft_content_ns", -1))
             inputs(get("input_tokens", -1))
             outputs(get("output_tokens", -1))
@@ -307,6 +312,7 @@ def _read(
             retry((get("attempt") or 0) > 1)
             cancelled(bad and get("error") == "cancelled")
             chunk_gaps = get("chunk_gaps_us")
+            seconds(ttfb + chunk_gaps[0] * 1000 if chunk_gaps and ttfb >= 0 else -1)
             if chunk_gaps and not bad:
                 gaps.extend(chunk_gaps)
                 if more := get("chunk_gaps_more"):

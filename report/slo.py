@@ -132,6 +132,7 @@ _RECORDED_BY: dict[str, str] = {
     "latency": "duration_ns",
     "ttft": "ttfb_ns",
     "ttft_content": "ttft_content_ns",
+    "ttst": "chunk_gaps_us",
     "tpot": "ttfb_ns",
     "itl": "chunk_gaps_us",
 }

@@ -38,6 +38,7 @@ _LABELS: dict[Metric, str] = {
     "latency_from_due": "latency from due ms",
     "ttft": "TTFT ms",
     "ttft_content": "TTFT to answer ms",
+    "ttst": "TTST ms",
     "tpot": "TPOT ms",
     "itl": "ITL ms",
 }

@@ -60,6 +60,9 @@ def test_the_raw_export_recomputes_the_reports_percentiles(tmp_path: Path) -> No
     assert len(judged) == 108 and len(lines) == 120  # 12 model lists: in no figure
     latency = np.array([r["latency_ms"] for r in judged])
     ttft = np.array([r["ttft_ms"] for r in judged if r["ttft_ms"] is not None])
+    ttst = np.array(
+        [(r["second_token_ns"] - r["start_ns"]) / 1e6 for r in judged if r["second_token_ns"]]
+    )
     for q in ("p50", "p99"):
         at = float(q[1:])
         # The same values and arithmetic, up to the last bit of a float's rounding.
@@ -67,6 +70,7 @@ def test_the_raw_export_recomputes_the_reports_percentiles(tmp_path: Path) -> No
             figures["latency"][q]["value"], rel=1e-12
         )
         assert np.percentile(ttft, at) == pytest.approx(figures["ttft"][q]["value"], rel=1e-12)
+        assert np.percentile(ttst, at) == pytest.approx(figures["ttst"][q]["value"], rel=1e-12)
     # Inter-token gaps from the token times; the report's come from 1%-wide bins.
     gaps = np.concatenate([np.diff(r["token_ns"]) / 1e6 for r in judged if r["stream"]])
     for q in ("p50", "p99"):

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgpack
 import numpy as np
 import pytest
 
 from tailreplay.replayer.slo_stop import MissWatch, SloStop, Watched, enough_over, errors_over
 from tailreplay.report.quantiles import estimates
+from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
 from tests.helpers import write_plain
 
@@ -111,8 +111,7 @@ def _replay(tmp: Path, archive: Path, *args: str) -> tuple[subprocess.CompletedP
 
 
 def _records(path: Path) -> list[dict]:
-    with path.open("rb") as f:
-        return list(msgpack.Unpacker(f, raw=False))[1:]
+    return list(ArchiveReader([path], order="file").iter_maps())
 
 
 @pytest.mark.parametrize("when", ["now", "after-sending"])

@@ -13,6 +13,9 @@ requests only (errors have their own rate):
   response that is not streamed the first byte is the whole answer);
 - ``ttft_content``: streamed requests, to the first answer token: later than
   ``ttft`` when a reasoning model thought first, the same otherwise;
+- ``ttst``: streamed requests with a second token event, to it (TTFT plus the first
+  inter-token gap): the first token may come from a prefill alone, the second
+  needs a decode step in the running batch;
 - ``tpot``: streamed requests with more than one output token:
   (latency - TTFT) / (output tokens - 1);
 - ``itl`` (gaps, not per request): the gaps between a streamed response's token
@@ -44,8 +47,16 @@ __all__ = [
     "percentiles",
 ]
 
-Metric = Literal["latency", "latency_from_due", "ttft", "ttft_content", "tpot", "itl"]
-METRICS: tuple[Metric, ...] = ("latency", "latency_from_due", "ttft", "ttft_content", "tpot", "itl")
+Metric = Literal["latency", "latency_from_due", "ttft", "ttft_content", "ttst", "tpot", "itl"]
+METRICS: tuple[Metric, ...] = (
+    "latency",
+    "latency_from_due",
+    "ttft",
+    "ttft_content",
+    "ttst",
+    "tpot",
+    "itl",
+)
 """Every figure a view (and an SLO) can name; ``itl`` is over gaps, the rest per request."""
 
 PERCENTILES = {"p50": 50.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
@@ -81,6 +92,9 @@ class Requests:
     output_tokens: Array
     stream: Mask
     error: Mask
+    ttst_ns: Array | None = None
+    """Arrival to the second token event, -1 where there was none; None: not read
+    (``traces stats`` reads columns, which hold no first gap)."""
 
     @property
     def n(self) -> int:
@@ -121,6 +135,8 @@ def per_request(r: Requests) -> dict[Metric, Array]:
         out["ttft_content"] = where(streamed, content)
     if bool((r.lag_ns >= 0).any()):
         out["latency_from_due"] = where(has_dur & (r.lag_ns >= 0), dur + r.lag_ns)
+    if r.ttst_ns is not None and bool((r.ttst_ns >= 0).any()):
+        out["ttst"] = where(streamed & (r.ttst_ns >= 0), r.ttst_ns)
     return out
 
 
