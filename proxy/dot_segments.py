@@ -7,7 +7,9 @@ http://h/tenantA``): ``/../tenantB/v1/chat/completions`` would reach
 A ``..`` is one whatever its spelling: ``%2e%2e``, ``%2E.``, and segments cut by an
 encoded slash (``..%2f``), which servers disagree about. So a path is resolved under
 every reading a server may take — ``%2F`` and ``\\`` (``%5C``) as slashes or as
-characters, ``;params`` cut from a segment (as Tomcat and Spring do) or kept — and
+characters, ``;params`` cut from a segment (as Tomcat and Spring do) or kept, runs of
+slashes merged into one (nginx's ``merge_slashes``, on by default, so that
+``//..`` climbs) or kept as empty segments (RFC 3986) — and
 refused when, under any of them, a ``..`` climbs above the path's root (where the
 upstream's base path ends): that is the only way out of it, since everything else in
 the path is appended below the base. Under every reading the resolved path is also
@@ -29,9 +31,11 @@ PATH_OUTSIDE = "path_outside_base"
 _DOT = re.compile(r"%2e", re.IGNORECASE)
 _ENCODED_SLASH = re.compile(r"%2f", re.IGNORECASE)
 _BACKSLASH = re.compile(r"%5c|\\", re.IGNORECASE)
+_SLASHES = re.compile(r"//+")
 
-# (encoded slash is a slash, backslash is a slash, ;params are cut) for every reading.
-_READINGS = tuple(product((False, True), repeat=3))
+# (encoded slash is a slash, backslash is a slash, ;params are cut, slashes merged)
+# for every reading.
+_READINGS = tuple(product((False, True), repeat=4))
 
 
 def _may_hold_dots(path: str) -> bool:
@@ -40,13 +44,15 @@ def _may_hold_dots(path: str) -> bool:
     return "." in path or "%" in path
 
 
-def _resolve(path: str, slash: bool, backslash: bool, params: bool) -> str | None:
+def _resolve(path: str, slash: bool, backslash: bool, params: bool, merge: bool) -> str | None:
     """``path`` with its dot-segments removed under one reading, or None when a ``..``
     climbs above its root."""
     if slash:
         path = _ENCODED_SLASH.sub("/", path)
     if backslash:
         path = _BACKSLASH.sub("/", path)
+    if merge:
+        path = _SLASHES.sub("/", path)
     out: list[str] = []
     segments = path.split("/")[1:]  # the path starts with "/"
     last = len(segments) - 1

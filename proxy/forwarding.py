@@ -23,12 +23,33 @@ __all__ = ["Forwarding", "TrustedProxies", "forwarding", "parse_trusted"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-_EXACT = frozenset({"forwarded", "x-real-ip"})
+_EXACT = frozenset(
+    {
+        "forwarded",
+        "x-real-ip",
+        # What CDNs and other proxies name the client, and the URL overrides some
+        # servers honour: claims only a trusted hop may make.
+        "true-client-ip",
+        "cf-connecting-ip",
+        "fastly-client-ip",
+        "x-client-ip",
+        "x-cluster-client-ip",
+        "proxy-client-ip",
+        "wl-proxy-client-ip",
+        "x-envoy-external-address",
+        "x-original-forwarded-for",
+        "x-original-url",
+        "x-rewrite-url",
+    }
+)
 _PREFIX = "x-forwarded-"
 
 
 def is_forwarding(name: str) -> bool:
-    """Whether a header (by its lower-case name) says who the client is."""
+    """Whether a header (by its lower-case name) says who the client is. Underscores
+    count as hyphens: CGI and WSGI servers read ``X_Forwarded_For`` as
+    ``X-Forwarded-For`` (both are ``HTTP_X_FORWARDED_FOR``)."""
+    name = name.replace("_", "-")
     return name.startswith(_PREFIX) or name in _EXACT
 
 

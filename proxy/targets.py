@@ -44,7 +44,10 @@ class Targets:
             return target
         config = self.config
         base = config.upstream_for(raw_path)
-        resolved = resolutions(raw_path.partition("?")[0])
+        # A fragment is never part of a request target, and the URL below drops it:
+        # the path is checked as it will be sent ("/..#x" goes out as "/..").
+        sent = raw_path.partition("#")[0]
+        resolved = resolutions(sent.partition("?")[0])
         if resolved is None or any(config.upstream_for(p) != base for p in resolved):
             raise OutsideBase
         # String concatenation, never URL joining: "//evil.example/x" must stay a path.

@@ -152,6 +152,29 @@ async def test_a_forged_set_never_passes_an_untrusted_peer(
         assert not FORGED_VALUES & {v for _, v in pairs}, pairs
 
 
+async def test_spellings_a_server_reads_as_forwarding_and_cdn_claims_never_pass(
+    tmp_path: Path,
+) -> None:
+    """CGI and WSGI servers read ``X_Forwarded_For`` as ``X-Forwarded-For``; CDNs name
+    the client in headers of their own; some servers take the path from
+    ``X-Original-URL``. From an untrusted peer, none of them reaches the upstream."""
+    claims = [
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("X-Forwarded_Proto", "https"),
+        ("X_Real_IP", "6.6.6.6"),
+        ("True-Client-IP", "6.6.6.6"),
+        ("CF-Connecting-IP", "6.6.6.6"),
+        ("X-Client-IP", "6.6.6.6"),
+        ("X-Original-URL", "/admin"),
+    ]
+    async with _through_proxy(tmp_path, None) as (url, upstream, shadow):
+        await _send(url, claims)
+        for pairs in (upstream[SEEN][0], shadow[SEEN][0]):
+            names = {n.lower() for n, _ in pairs}
+            assert not names & {n.lower() for n, _ in claims}, pairs
+            assert not {"6.6.6.6", "https", "/admin"} & {v for _, v in pairs}, pairs
+
+
 async def test_a_trusted_peer_extends_the_chain(tmp_path: Path) -> None:
     async with _through_proxy(tmp_path, "127.0.0.1") as (url, upstream, shadow):
         got = await _send(url, FORGED)

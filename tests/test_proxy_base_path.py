@@ -51,6 +51,14 @@ ESCAPES = [
     "/..;x=1/tenantB/v1/chat/completions",
     "/%2e%2e;/tenantB/v1/chat/completions",
     "/a%2fb/../../tenantB/v1/chat/completions",  # escapes where %2F is not a slash
+    # Empty segments that a server merging slashes (nginx's default) drops before "..":
+    "//../tenantB/v1/chat/completions",
+    "/v1//../../tenantB/v1/chat/completions",
+    "/.//../tenantB/v1/chat/completions",
+    "/%2f../tenantB/v1/chat/completions",
+    "/%2F..%2FtenantB/v1/chat/completions",
+    "/v1/%2f/../../tenantB/v1/chat/completions",
+    "/v1/%2f%2f../../tenantB/v1/chat/completions",
 ]
 # Dot-segments that stay below the base: forwarded as sent.
 STAYS = [
@@ -212,3 +220,29 @@ async def test_dot_segments_do_not_lead_from_one_route_to_another(tmp_path: Path
             assert status == 200 and answer["tenant"] == "B"
             status, answer = await _raw(proxy.url, "/v1/x/../chat/completions")
             assert status == 200 and answer["tenant"] == "A"
+
+
+async def test_a_fragment_in_the_request_target_is_checked_as_it_would_be_sent(
+    tmp_path: Path,
+) -> None:
+    """A request target holds no fragment; the URL the proxy sends drops one, so
+    ``/..#/tenantB`` would go out as ``/tenantA/..``: it is judged as that, refused."""
+    from aiohttp import web
+
+    from tests.proxy_helpers import serve_app
+
+    seen: list[str] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        seen.append(request.raw_path)
+        return web.json_response({"tenant": "A"})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", answer)
+    async with serve_app(app) as up, proxy_to(f"{up}/tenantA", tmp_path / "cap") as proxy:
+        for path in ("/..#/tenantB/v1/chat/completions", "/..#", "/%2e%2e#", "/v1/../..#/x"):
+            status, _ = await _raw(proxy.url, path)
+            assert status == 400, path
+        status, _ = await _raw(proxy.url, "/v1/chat/completions#frag")
+        assert status == 200
+    assert seen == ["/tenantA/v1/chat/completions"]
