@@ -28,7 +28,7 @@ below it and nothing in the product imports it (docs/api.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +40,7 @@ from tailreplay.report.slo import Objective, parse_objectives
 from tailreplay.report.write import ReportOptions, ReportResult, slo_verdict, write_report
 from tailreplay.sim.launcher import BuiltinSim
 from tailreplay.studies.capacity import CapacityStudy, run_capacity
-from tailreplay.studies.replay import replay_config, run_replay
+from tailreplay.studies.replay import claim_results, replay_config, run_replay
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.folders import expand_folders
@@ -159,9 +159,10 @@ def replay(
     builtin = None
     if args.target is None:
         builtin = sim or BuiltinSim(profile=args.sim_profile, seed=args.seed)
-    config = replay_config(args, builtin, out)
-    outcome = run_replay(config, args.workers, say or (lambda line: None))
-    return ReplayRun(outcome.summary, out, outcome.exit_code, outcome.aborted)
+    with claim_results(replace(args, out=out)) as results:  # one writer, as the command's
+        config = replay_config(args, builtin, results)
+        outcome = run_replay(config, args.workers, say or (lambda line: None))
+    return ReplayRun(outcome.summary, results, outcome.exit_code, outcome.aborted)
 
 
 @dataclass(frozen=True)
