@@ -6,6 +6,7 @@ process or several, and the report's options for judging it after."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -13,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tailreplay import eventloop
-from tailreplay.errors import UsageError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.span_process import replay_spans
 from tailreplay.header_rules import header_problem
-from tailreplay.output_path import check_output_file, into_folder
+from tailreplay.output_path import check_output_file, into_folder, write_output
 from tailreplay.prometheus import check_listen
 from tailreplay.replayer.config import ReplayConfig, SpanFactory
 from tailreplay.replayer.local_shards import run_workers
@@ -44,6 +45,7 @@ __all__ = [
     "run_replay",
     "send_headers",
     "summary_document",
+    "write_summary",
 ]
 
 REPORT_KINDS = {
@@ -217,6 +219,15 @@ def run_replay(config: ReplayConfig, workers: int, say: Callable[[str], None]) -
 def summary_document(summary: ReplaySummary, verdict: SloVerdict | None) -> dict[str, Any]:
     """``--json``'s document: the run's summary, and with ``--slo`` the gate's verdict."""
     return {**summary.to_json(), **({"slo": verdict} if verdict else {})}
+
+
+def write_summary(path: Path, summary: ReplaySummary, verdict: SloVerdict | None) -> None:
+    """``--json``'s document to ``path`` (``-``: stdout), whole. ``InputError`` (exit 3)
+    when it cannot be written: the results are written already, and the line says so."""
+    try:
+        write_output(path, json.dumps(summary_document(summary, verdict), indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def report_options(args: ReplayArgs, results: Path) -> ReportOptions:
