@@ -15,6 +15,7 @@ are silenced), and ``close`` gives up after a bounded flush.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -269,7 +270,12 @@ class Telemetry:
         # Sampling is ours (--trace-sample keeps errors and the tail, which no SDK
         # sampler can know at span start): the SDK keeps every span we make.
         provider = TracerProvider(
-            sampler=ALWAYS_ON, resource=_resource(service, options.resource), id_generator=ids
+            sampler=ALWAYS_ON,
+            resource=_resource(service, options.resource),
+            id_generator=ids,
+            # ``close`` ends it, within its bound; the SDK's own shutdown at interpreter
+            # exit would wait up to 30 s more for an export a hung collector holds.
+            shutdown_on_exit=False,
         )
         provider.add_span_processor(processor)
         return cls(provider, ids, options, processor, reporting)
@@ -285,16 +291,27 @@ class Telemetry:
         return cls(provider, ids, options, processor)
 
     def close(self, flush_timeout_s: float = 5.0) -> tuple[int, int]:
-        """Flush what is queued (for at most ``flush_timeout_s``) and shut down.
+        """Flush what is queued and shut down, returning within ``flush_timeout_s``
+        whatever the collector does (refuses, never answers, stalls mid-answer).
 
-        Returns (spans exported, spans not delivered).
+        The SDK's flush takes no deadline (it exports on the caller's thread, each
+        request bounded only by ``--otlp-timeout`` and its retries), so it runs on a
+        thread of its own that is abandoned at the deadline: spans it had not seen
+        delivered by then count as not delivered. Returns (spans exported, spans not
+        delivered).
         """
-        flushed = self.provider.force_flush(int(flush_timeout_s * 1000))
-        if not flushed and self.exporter is not None:
-            self.exporter.closing = True
-            self.exporter.inner.shutdown()  # interrupts a retry back-off in progress
-        self.provider.shutdown()
+        closing = threading.Thread(target=self._flush_and_shut, name="otlp-close", daemon=True)
+        closing.start()
+        closing.join(flush_timeout_s)
+        if closing.is_alive() and self.exporter is not None:
+            self.exporter.closing = True  # any later batch fails at once, uncounted as sent
+            with contextlib.suppress(Exception):
+                self.exporter.inner.shutdown()  # interrupts a retry back-off in progress
         if self.exporter is None:
             return self.emitted, 0
-        lost = max(self.emitted - self.exporter.exported, self.exporter.failed)
-        return self.exporter.exported, lost
+        exported = self.exporter.exported
+        return exported, max(self.emitted - exported, self.exporter.failed)
+
+    def _flush_and_shut(self) -> None:
+        self.provider.force_flush()
+        self.provider.shutdown()

@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,10 +32,16 @@ from tailreplay.batch_pipe import BatchPipe
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record
 
-__all__ = ["SpanProcess", "replay_spans"]
+__all__ = ["CLOSE_S", "SpanProcess", "replay_spans"]
 
 _FLUSH_S = 0.05
 _PIPE_LIMIT = 32 << 20  # bytes waiting for the child before batches are dropped
+CLOSE_S = 5.0
+"""The most a run's end waits for its spans (docs/telemetry.md): from the close to the
+child gone, whatever the collector does."""
+_REPORT_S = 0.5
+"""Of ``CLOSE_S``, what the child keeps back to send its counts and exit; past the whole
+of it the parent kills the child."""
 
 
 def _child_main(
@@ -45,6 +52,7 @@ def _child_main(
     server: tuple[str, int] | None,
     extra: dict[str, Any],
     failed: Any,
+    deadline: Any,
 ) -> None:
     # The parent handles Ctrl-C and then closes the pipe; we must outlive it to flush.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -69,8 +77,13 @@ def _child_main(
         batch: list[tuple[bytes, bytes | None]] = pickle.loads(data)
         for packed, request_body in batch:
             spans.emit(Record.from_map(msgpack.unpackb(packed)), request_body=request_body)
-    exported, lost = telemetry.close()
+    # The parent set the deadline (one monotonic clock for both) before its end of input.
+    left = deadline.value - _REPORT_S - time.monotonic()
+    exported, lost = telemetry.close(flush_timeout_s=max(left, 0.0))
     result.send((exported, lost))
+    # Now, not through the interpreter's exit: an export a hung collector holds (or a
+    # gRPC channel's threads) would keep it alive past the parent's deadline.
+    os._exit(0)
 
 
 class SpanProcess:
@@ -89,11 +102,21 @@ class SpanProcess:
         self.say = say
         ctx = multiprocessing.get_context("spawn")
         self._failed: Any = ctx.Value("b", 0, lock=False)
+        self._deadline: Any = ctx.Value("d", 0.0, lock=False)
         reader, writer = ctx.Pipe(duplex=False)
         self._result, result_writer = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(
             target=_child_main,
-            args=(reader, result_writer, options, service, server, dict(extra), self._failed),
+            args=(
+                reader,
+                result_writer,
+                options,
+                service,
+                server,
+                dict(extra),
+                self._failed,
+                self._deadline,
+            ),
             name="tailreplay-spans",
             daemon=True,
         )
@@ -123,17 +146,27 @@ class SpanProcess:
             return
         self._pipe.append((packed, request_body))
 
-    async def close(self, timeout_s: float = 30.0) -> tuple[int, int]:
-        """Send the rest, let the child flush; returns (spans exported, not delivered)."""
+    async def close(self, bound_s: float = CLOSE_S) -> tuple[int, int] | None:
+        """Send the rest and let the child flush, all within ``bound_s``: (spans exported,
+        not delivered), or None when the child could not say in time (it is killed)."""
+        deadline = time.monotonic() + bound_s
+        self._deadline.value = deadline  # read by the child at its end of input
         self._pipe.close()
         self._warn_once()
         loop = asyncio.get_running_loop()
-        ready = await loop.run_in_executor(None, self._result.poll, timeout_s)
-        exported, lost = self._result.recv() if ready else (0, 0)
-        await loop.run_in_executor(None, self._proc.join, 5)
+        ready = await loop.run_in_executor(
+            None, self._result.poll, max(deadline - time.monotonic(), 0.0)
+        )
+        counts = self._result.recv() if ready else None
+        left = max(deadline - time.monotonic(), 0.1)  # its counts sent, it exits at once
+        await loop.run_in_executor(None, self._proc.join, left)
         if self._proc.is_alive():
             self._proc.kill()
+            await loop.run_in_executor(None, self._proc.join)
         self._warn_once()
+        if counts is None:
+            return None
+        exported, lost = counts
         return exported, lost + self._pipe.dropped + self._unpackable
 
     def _warn_once(self) -> None:
@@ -164,6 +197,14 @@ async def replay_spans(
     try:
         yield spans
     finally:
-        exported, lost = await spans.close()
-        line = f"spans: {exported:,} exported to {options.shown_endpoint()}"
-        say(line + (f", {lost:,} not delivered" if lost else ""))
+        counts = await spans.close()
+        where = options.shown_endpoint()
+        if counts is None:
+            say(
+                f"spans: delivery to {where} unknown (the exporter did not report within "
+                f"{CLOSE_S:g} s; it was stopped)"
+            )
+        else:
+            exported, lost = counts
+            line = f"spans: {exported:,} exported to {where}"
+            say(line + (f", {lost:,} not delivered" if lost else ""))

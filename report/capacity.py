@@ -24,6 +24,7 @@ __all__ = [
     "Trial",
     "Verdict",
     "broke_first",
+    "coarse_pass",
     "decided_by",
     "plot",
     "render",
@@ -156,6 +157,15 @@ def to_json(result: Search) -> dict[str, Any]:
     }
 
 
+def coarse_pass(result: Search) -> str:
+    """What passed when no full replay did: `` (the coarse trial at 2x passed, which
+    only aims the full ones)``, or "" when no coarse trial passed either."""
+    passed = [t.factor for t in result.trials if t.coarse and t.verdict == "pass"]
+    if result.capacity is not None or not passed:
+        return ""
+    return f" (the coarse trial at {max(passed):g}x passed, which only aims the full ones)"
+
+
 def render(result: Search) -> list[str]:
     """The table ``capacity`` prints, then the finding."""
     lines = [
@@ -188,21 +198,12 @@ def render(result: Search) -> list[str]:
             "awaited were cut; their time in flight counts, so those percentiles are lower "
             "bounds"
         )
-    lo, hi = result.interval
-    if result.stopped is not None:
+    hi = result.interval[1]
+    if result.stopped is not None and result.capacity is None:
+        lines.append(f"stopped: {result.stopped}; before any full replay passed")
+    elif result.stopped is not None:
         lines.append(f"stopped: {result.stopped}; no capacity is claimed past the last pass")
-    if result.capacity is None and hi is None:
-        lines.append("capacity: not measured (no full replay passed or failed)")
-    elif result.capacity is None:
-        lines.append(f"capacity: below {hi:g}x (the lowest factor tried did not pass)")
-    elif hi is None and result.stopped is not None:
-        lines.append(f"capacity: at least {lo:g}x (not measured past it)")
-    elif hi is None:
-        lines.append(f"capacity: at least {lo:g}x (the highest factor tried passed)")
-    else:
-        top = [t.verdict for t in result.trials if t.factor == hi and not t.coarse]
-        how = "uncertain" if top[-1:] == ["uncertain"] else "fails"
-        lines.append(f"capacity: {lo:g}x (passes at {lo:g}x, {how} at {hi:g}x)")
+    lines.append(_answer(result))
     if result.note is not None:
         lines.append(f"interval: {result.note}")
     if result.broke_first is not None:
@@ -210,6 +211,24 @@ def render(result: Search) -> list[str]:
         failing = [t for t in result.trials if t.factor == hi and not t.coarse]
         lines += [f"  why: {text}" for text in (failing[-1].findings if failing else [])]
     return lines
+
+
+def _answer(result: Search) -> str:
+    """The ``capacity:`` line: the factor found and what bounds it, or why there is none."""
+    lo, hi = result.interval
+    if result.capacity is None and hi is None:
+        return f"capacity: not measured (no full replay passed or failed){coarse_pass(result)}"
+    if result.capacity is None and coarse_pass(result):
+        return f"capacity: below {hi:g}x: no full replay passed{coarse_pass(result)}"
+    if result.capacity is None:
+        return f"capacity: below {hi:g}x (the lowest factor tried did not pass)"
+    if hi is None and result.stopped is not None:
+        return f"capacity: at least {lo:g}x (not measured past it)"
+    if hi is None:
+        return f"capacity: at least {lo:g}x (the highest factor tried passed)"
+    top = [t.verdict for t in result.trials if t.factor == hi and not t.coarse]
+    how = "uncertain" if top[-1:] == ["uncertain"] else "fails"
+    return f"capacity: {lo:g}x (passes at {lo:g}x, {how} at {hi:g}x)"
 
 
 def _three(row: dict[str, float | None] | None) -> str:

@@ -16,12 +16,17 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from tailreplay.child_stop import stop_child
 from tailreplay.errors import NotMeasured
 from tailreplay.sim.profiles import DEFAULT_PROFILE, EngineProfile, fit_context, profile
 
 __all__ = ["READY_PREFIX", "BuiltinSim", "sim_process"]
 
 READY_PREFIX = "tailreplay sim listening on "
+_STOP_S = 10.0
+"""How long a simulator gets to finish the answers it is streaming at the end of a run."""
+_STOP_NOW_S = 0.5
+"""How long it gets when its caller is failing or being stopped."""
 
 
 @contextmanager
@@ -53,13 +58,12 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
             err = child.stderr.read() if child.stderr and child.poll() is not None else ""
             raise NotMeasured(f"the simulator did not start: {(line + err).strip()[-500:]}")
         yield line[len(READY_PREFIX) :].strip()
-    finally:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+    except BaseException:
+        # The caller is failing or being stopped (Ctrl-C, SIGTERM): a simulator has
+        # nothing to keep, and whoever stops the caller waits for it.
+        stop_child(child, grace_s=_STOP_NOW_S)
+        raise
+    stop_child(child, grace_s=_STOP_S)
 
 
 def _read_line(child: subprocess.Popen[str], timeout_s: float) -> str:

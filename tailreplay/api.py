@@ -28,19 +28,30 @@ below it and nothing in the product imports it (docs/api.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from tailreplay.errors import UsageError
+from yarl import URL
+
+from tailreplay.errors import NotJudged, RunFailed, UsageError
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailSummary
-from tailreplay.replayer.speed import Shape, parse_speed
+from tailreplay.replayer.scrape import ScrapeTarget
+from tailreplay.replayer.speed import Shape, Speed, parse_speed
+from tailreplay.replayer.users import Users
 from tailreplay.report.capacity import Search, Trial
 from tailreplay.report.slo import Objective, parse_objectives
 from tailreplay.report.write import ReportOptions, ReportResult, slo_verdict, write_report
 from tailreplay.sim.launcher import BuiltinSim
-from tailreplay.studies.capacity import CapacityStudy, run_capacity
-from tailreplay.studies.replay import replay_config, run_replay
+from tailreplay.studies.capacity import CapacityStudy, LoadBy, run_capacity
+from tailreplay.studies.replay import (
+    claim_results,
+    replay_config,
+    report_options,
+    run_replay,
+    write_summary,
+)
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.folders import expand_folders
@@ -51,18 +62,26 @@ from tailreplay.traces.archive.samples import SAMPLES, write_sample
 from tailreplay.traces.results.client_health import ClientVerdict
 
 __all__ = [
+    "URL",
     "BuiltinSim",
     "CapacityStudy",
     "ClientVerdict",
     "Judged",
+    "LoadBy",
+    "Objective",
+    "OtlpOptions",
     "Percentiles",
     "Record",
     "ReplayArgs",
     "ReplayRun",
     "ReplaySummary",
+    "ScrapeTarget",
     "Search",
+    "Shape",
+    "Speed",
     "TailSummary",
     "Trial",
+    "Users",
     "capacity",
     "objectives",
     "read",
@@ -134,34 +153,71 @@ class ReplayRun:
     results: Path
     """The result archive: one record per request, for ``report`` and ``read``."""
     exit_code: int
-    """As ``replay`` exits: 0 done, 1 stopped early or nothing answered, 130 interrupted."""
+    """As ``replay`` exits: 0 done, 1 stopped early, nothing answered or an SLO missed
+    (or not judged: the client was the bottleneck), 130 interrupted."""
     aborted: str | None
     """Why the run stopped itself (``fail_fast``, ``slo_stop``), else None."""
+    judged: Judged | None = None
+    """The report of the run, as ``replay --report``/``--slo`` make it after the run
+    (written to ``args.report_out``), with the gate's verdict; None when neither
+    ``report_out`` nor ``slos`` was given."""
 
 
 def replay(
     args: ReplayArgs,
     *,
-    out: Path,
+    out: str | Path | None = None,
     sim: BuiltinSim | None = None,
     say: Say | None = None,
 ) -> ReplayRun:
-    """Replay ``args.archives`` as ``tailreplay replay`` would, results to ``out``.
+    """Replay ``args.archives`` (files, or folders as a proxy writes them) as
+    ``tailreplay replay`` would, results to ``out`` (or ``args.out``; neither: a name
+    made in ./replays/, and a folder: a name made in it). An existing result file is
+    refused (``UsageError``) unless ``args.overwrite``.
 
     Without ``args.target`` the run starts the built-in simulator: ``sim`` (profile,
     seed, profile overrides such as ``(("max_num_seqs", 64),)``), else one of
     ``args.sim_profile`` seeded with ``args.seed``. ``args.sim_args``, the command
-    line's raw simulator flags, are not taken here: give ``sim``. ``say`` hears the
-    run's progress and warnings (default: nothing). ``args.report_out``, ``json_out``
-    and ``slos`` are the command's after-run steps: call ``report`` instead."""
+    line's raw simulator flags, are refused here (``ValueError``): give ``sim``.
+    ``say`` hears the run's progress and warnings (default: nothing). After the run,
+    as the command: ``args.report_out`` gets the report, ``args.slos`` are judged
+    (``ReplayRun.judged``, and the exit code), ``args.json_out`` gets the summary."""
     if args.sim_args:
         raise ValueError("sim_args are the command line's; pass sim=BuiltinSim(...) instead")
+    given = _out(out)
+    if given is not None and args.out is not None and given != args.out:
+        raise ValueError(f"out={given} and args.out={args.out} name two result files: give one")
+    # Folders are read as the archives in them, as the command's arguments are.
+    args = replace(args, archives=tuple(_paths(args.archives)), out=given or args.out)
+    hear = say or (lambda line: None)
     builtin = None
     if args.target is None:
         builtin = sim or BuiltinSim(profile=args.sim_profile, seed=args.seed)
-    config = replay_config(args, builtin, out)
-    outcome = run_replay(config, args.workers, say or (lambda line: None))
-    return ReplayRun(outcome.summary, out, outcome.exit_code, outcome.aborted)
+    with claim_results(args) as results:  # one writer, as the command's
+        config = replay_config(args, builtin, results)
+        outcome = run_replay(config, args.workers, hear)
+    judged = _after_run(args, results, outcome.summary, hear)
+    code = outcome.exit_code
+    if code == 0 and judged is not None and args.slos and judged.verdict != "pass":
+        # As ``replay --slo``: 1 missed, 4 not judged.
+        code = NotJudged.exit_code if judged.verdict == "not_judged" else RunFailed.exit_code
+    return ReplayRun(outcome.summary, results, code, outcome.aborted, judged)
+
+
+def _after_run(args: ReplayArgs, results: Path, summary: ReplaySummary, say: Say) -> Judged | None:
+    """``replay``'s steps after the run: the report (``report_out``, or to judge
+    ``slos``), then the ``json_out`` summary with the gate's verdict, written even when
+    the report fails."""
+    result = None
+    try:
+        if args.report_out is not None or (args.slos and args.slo_report):
+            options = replace(report_options(args, results), slo_stop=summary.slo_stop)
+            result = write_report(options, say)
+    finally:
+        if args.json_out is not None:
+            verdict = slo_verdict(result) if result is not None else None
+            write_summary(args.json_out, summary, verdict)
+    return None if result is None else _judged(result)
 
 
 @dataclass(frozen=True)
@@ -219,7 +275,10 @@ def report(
         deltas_out=_out(deltas),
         **more,
     )
-    result = write_report(options, say or (lambda line: None))
+    return _judged(write_report(options, say or (lambda line: None)))
+
+
+def _judged(result: ReportResult) -> Judged:
     verdict = slo_verdict(result)
     client = result.report["client"]
     if verdict is None:  # no objectives: the gate passes unless the client was the limit
@@ -270,4 +329,5 @@ def capacity(study: CapacityStudy, *, say: Say | None = None) -> Search:
     objectives, as ``tailreplay capacity``: ``Search.capacity`` is the highest factor
     that passed (None: not even the lowest tried), ``Search.stopped`` says why a search
     ended early (the client was the bottleneck), ``Search.trials`` holds every trial."""
+    study = replace(study, archives=tuple(_paths(study.archives)))  # folders, as the command
     return run_capacity(study, say or (lambda line: None))

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from tailreplay.errors import UsageError
 
-__all__ = ["open_private", "replaced_whole", "write_whole"]
+__all__ = ["open_private", "refuse_unless_own_file", "replaced_whole", "write_whole"]
 
 
 def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> IO[Any]:
@@ -36,7 +36,7 @@ def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -
             raise UsageError(f"{path}: is a FIFO or socket, not a file") from None
         raise
     try:
-        _refuse_unless_own_file(path, os.fstat(fd))
+        refuse_unless_own_file(path, os.fstat(fd))
         # Truncated only now, after the checks: a file refused is left as it was.
         os.ftruncate(fd, 0)
         os.fchmod(fd, 0o600)
@@ -87,10 +87,10 @@ def _check_replaceable(target: Path) -> None:
         return
     if stat.S_ISLNK(st.st_mode):
         raise UsageError(f"{target}: is a symbolic link; refusing to write through it")
-    _refuse_unless_own_file(target, st)
+    refuse_unless_own_file(target, st)
 
 
-def _refuse_unless_own_file(path: str | os.PathLike[str], st: os.stat_result) -> None:
+def refuse_unless_own_file(path: str | os.PathLike[str], st: os.stat_result) -> None:
     """A plain file with no other hard link, or one line saying what it is instead."""
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
         kind = "has other hard links" if stat.S_ISREG(st.st_mode) else "is not a plain file"

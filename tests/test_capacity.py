@@ -137,7 +137,12 @@ def test_a_search_stopped_before_any_full_verdict_claims_nothing(client_from: fl
     result = search(run, judge, max_factor=16, precision=0.05)
     assert result.stopped is not None and result.capacity is None
     lines = render(result)
-    assert "capacity: not measured (no full replay passed or failed)" in lines
+    # From 4x the coarse 2x trial had passed: said, as what did pass.
+    passed = " (the coarse trial at 2x passed, which only aims the full ones)"
+    assert (
+        "capacity: not measured (no full replay passed or failed)"
+        + (passed if client_from == 4.0 else "")
+    ) in lines
     assert any(line.startswith("stopped: the client was the bottleneck") for line in lines)
     assert to_json(result)["capacity"] is None
     assert "P99 against the load factor" in plot(result)
@@ -350,7 +355,7 @@ def test_a_search_on_fresh_simulators_reports_every_trial(tmp_path: Path) -> Non
         last = done.stderr.strip().splitlines()[-1]
         if result["capacity"] is None:  # nothing measured: not judged, exit 4
             assert done.returncode == 4
-            assert last.startswith("Error: the search stopped before any trial passed: ")
+            assert last.startswith("Error: the search stopped before any ")
         else:  # a lower bound measured: a warning, exit 0
             assert done.returncode == 0 and result["capacity"] < 2
             assert last.startswith("warning: the search stopped: ")
@@ -541,3 +546,36 @@ def test_a_factor_reads_the_same_in_every_line(limit: float) -> None:
     uncertain = any(t.verdict == "uncertain" for t in result.trials)
     legend = [line for line in lines if line.startswith("uncertain: the objective's 95% interval")]
     assert len(legend) == uncertain
+
+
+def test_a_budget_spent_before_a_full_pass_says_what_passed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A coarse pass at 2x, the full window failing at 4x, then the budget: no capacity,
+    and the lines say the coarse 2x passed rather than that nothing did."""
+    from tailreplay.cli.capacity import _finish
+    from tailreplay.errors import RunFailed
+
+    run, judge, calls = _limit_at(3)
+
+    def slow_run(factor: float, attempt: int, coarse: bool) -> Path:
+        if not coarse:  # the first full replay outlasts the budget
+            time.sleep(2.5)
+        return run(factor, attempt, coarse)
+
+    result = search(slow_run, judge, max_factor=16, precision=0.05, budget_s=2.0)
+    assert calls == [(2.0, 0, True), (4.0, 0, False)] and result.capacity is None
+    lines = render(result)
+    assert lines[-2:] == [
+        "capacity: below 4x: no full replay passed (the coarse trial at 2x passed, "
+        "which only aims the full ones)",
+        "broke first: latency:p99<=1000ms",
+    ]
+    assert "stopped: the --budget of 2s was spent; before any full replay passed" in lines
+    with pytest.raises(RunFailed) as failed:
+        _finish(result, None, None, None)
+    assert str(failed.value) == (
+        "the search stopped before any full replay passed (the coarse trial at 2x passed, "
+        "which only aims the full ones): the --budget of 2s was spent"
+    )
+    assert "before any trial passed" not in capsys.readouterr().out

@@ -106,9 +106,9 @@ def test_a_whole_file_output_never_replaces_a_fifo_a_link_or_a_shared_file(
     os.mkfifo(fifo)
     link.symlink_to(victim)
     os.link(victim, hard)
-    out = str(tmp_path / "r.msgpack")
     for path, says in ((fifo, "is not a plain file"), (link, "is a symbolic link"),
                        (hard, "has other hard links")):  # fmt: skip
+        out = str(tmp_path / f"r-{path.name}.msgpack")  # each run's results its own
         result = CliRunner().invoke(cli, ["replay", "--dry-run", "--out", out,
                                           "--json", str(path), str(archive)])  # fmt: skip
         assert result.exit_code == 2 and says in result.stderr, result.stderr
@@ -126,7 +126,7 @@ def test_replays_started_in_one_second_never_share_a_default_file(
 
     from tailreplay.traces.archive.reader import ArchiveReader
 
-    result_file = importlib.import_module("tailreplay.cli.result_file")
+    result_file = importlib.import_module("tailreplay.result_file")
 
     class Frozen(datetime):
         @classmethod

@@ -130,8 +130,8 @@ def test_a_refusing_targets_own_message_reaches_summary_json_and_report(tmp_path
 def _dry(tmp_path: Path, archive: Path, *args: str) -> tuple[list[Any], dict[str, Any], str]:
     out, summary = tmp_path / "dry.msgpack", tmp_path / "dry.json"
     result = CliRunner().invoke(
-        cli, ["replay", "--dry-run", "--out", str(out), "--json", str(summary), *args,
-              str(archive)],
+        cli, ["replay", "--dry-run", "--out", str(out), "--overwrite", "--json", str(summary),
+              *args, str(archive)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return list(ArchiveReader([out])), json.loads(summary.read_text()), result.output

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tailreplay.cli.echo import say, show
+from tailreplay.cli.handling import sigterm_interrupts
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
@@ -213,7 +214,8 @@ def capacity(
     for flag, path in (("--json", json_path), ("--plot", plot_path)):
         if path is not None:
             check_output_file(flag, path, inputs=list(archives))
-    result = run_capacity(study, say)
+    with sigterm_interrupts():  # a trial's replay and simulator are stopped with it
+        result = run_capacity(study, say)
     _finish(result, json_path, plot_path, require)
 
 
@@ -222,7 +224,7 @@ def _finish(
 ) -> None:
     """The table on stdout; the JSON and the chart where asked; exit 1 when the search
     stopped early or the capacity is under ``require``."""
-    from tailreplay.report.capacity import plot, render, to_json
+    from tailreplay.report.capacity import coarse_pass, plot, render, to_json
 
     out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
     for line in render(result):
@@ -232,6 +234,11 @@ def _finish(
     if plot_path is not None:
         write_text(plot_path, plot(result) + "\n")
     if result.capacity is None:
+        if result.stopped is not None and coarse_pass(result):
+            raise NotJudged(
+                f"the search stopped before any full replay passed{coarse_pass(result)}: "
+                f"{result.stopped}"
+            )
         if result.stopped is not None:
             raise NotJudged(f"the search stopped before any trial passed: {result.stopped}")
         lowest = min((t.factor for t in result.trials), default=0.0)

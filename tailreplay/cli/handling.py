@@ -11,7 +11,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import click
@@ -19,7 +19,7 @@ import click
 from tailreplay.errors import EXIT_INPUT, TailreplayError
 from tailreplay.printable import printable
 
-__all__ = ["ARGV", "HandledGroup", "run_standalone", "setup_logging"]
+__all__ = ["ARGV", "HandledGroup", "run_standalone", "setup_logging", "sigterm_interrupts"]
 
 log = logging.getLogger("tailreplay")
 
@@ -30,6 +30,20 @@ def setup_logging(verbose: bool) -> None:
         format="warning: %(message)s" if not verbose else "%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block SIGTERM stops the command as Ctrl-C does: a ``KeyboardInterrupt``,
+    which the command's child processes are stopped by (``tailreplay/child_stop.py``)
+    and which ends it with exit 130. Python's default would end it at once (143),
+    leaving its children running. For commands that run children; a replay takes
+    SIGTERM on its own event loop."""
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _handled(ctx: click.Context, invoke: Callable[[click.Context], Any]) -> Any:

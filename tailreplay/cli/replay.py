@@ -37,10 +37,9 @@ from tailreplay.cli.options import (
 )
 from tailreplay.cli.replay_report import report_after, write_json
 from tailreplay.cli.replay_target import target_options
-from tailreplay.cli.result_file import default_result, drop_if_empty, reserve
 from tailreplay.cli.sim import builtin_sim
 from tailreplay.cli.slo_stop import slo_stop_option
-from tailreplay.output_path import into_folder, is_stdout
+from tailreplay.output_path import is_stdout
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
@@ -185,6 +184,12 @@ input, 130 interrupted.""",
     help="Result archive, or an existing folder to write it in (default "
     "replays/replay-<UTC>.msgpack).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an existing result archive at --out (else refused, exit 2); never "
+    "one another replay is writing.",
+)
 @click.option("--json", "json_out", type=FILE_OUT, help="Write the summary as JSON here.")
 @click.option(
     "--shard",
@@ -295,30 +300,20 @@ def replay(**options: Any) -> None:
 
 def _run(args: ReplayArgs) -> tuple[ReplayConfig, ReplayOutcome]:
     """The run; Ctrl-C before it could take over says so and exits 130."""
-    reserved: Path | None = None  # the default result file, once created
     try:
         # Imported here, inside the Ctrl-C guard: on a busy machine they take a while.
-        from tailreplay.studies.replay import replay_config, run_replay
+        from tailreplay.studies.replay import claim_results, replay_config, run_replay
 
         builtin = None
         if args.target is None:
             builtin = builtin_sim(args.sim_profile, args.seed, args.sim_args)
-        if args.out is not None and not into_folder(args.out):
-            out, named = args.out, True
-        else:  # a name made here, in the folder given or ./replays/
-            out, named = default_result(args.dry_run, args.out), False
-        config = replay_config(args, builtin, out, live=sys.stderr.isatty())
-        given = click.get_current_context().meta.get(ARGV, sys.argv)  # standalone: argv
-        config = replace(config, command=shown_command(given))
-        if not named:
-            reserved = reserve(out)
-            config = replace(config, out=reserved)
-        return config, run_replay(config, args.workers, say)
-    except BaseException as exc:
-        if reserved is not None:
-            drop_if_empty(reserved)  # refused before writing: no empty file left behind
-        if not isinstance(exc, KeyboardInterrupt):
-            raise
+        # Held until the run ends: a second replay given the same --out is refused.
+        with claim_results(args) as out:
+            config = replay_config(args, builtin, out, live=sys.stderr.isatty())
+            given = click.get_current_context().meta.get(ARGV, sys.argv)  # standalone: argv
+            config = replace(config, command=shown_command(given))
+            return config, run_replay(config, args.workers, say)
+    except KeyboardInterrupt:
         # Before the replay could take over Ctrl-C: nothing sent.
         if args.json_out is not None:
             write_json(args.json_out, ReplaySummary.before_start_json())
@@ -330,7 +325,7 @@ def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportRe
     """The report when asked for (``--report``, or ``--slo``), and the ``--json`` summary
     with the gate's verdict; the summary is written even when the report fails."""
     from tailreplay.report.write import slo_verdict
-    from tailreplay.studies.replay import report_options
+    from tailreplay.studies.replay import report_options, summary_document
 
     result = None
     try:
@@ -340,8 +335,7 @@ def _judged(args: ReplayArgs, results: Path, outcome: ReplayOutcome) -> ReportRe
     finally:
         if args.json_out is not None:
             verdict = slo_verdict(result) if result is not None else None
-            document = outcome.summary.to_json()
-            write_json(args.json_out, {**document, **({"slo": verdict} if verdict else {})})
+            write_json(args.json_out, summary_document(outcome.summary, verdict))
     return result
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from tailreplay.cli.echo import say, show, warn
+from tailreplay.cli.handling import sigterm_interrupts
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
@@ -245,7 +246,8 @@ def validate_model(
         lag_limit_s=lag_limit,
         windows=windows,
     )
-    results = run_check(config, say)
+    with sigterm_interrupts():  # each arm's replay and simulator are stopped with it
+        results = run_check(config, say)
     out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
     for line in render(results):
         out(line)

@@ -6,24 +6,30 @@ process or several, and the report's options for judging it after."""
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from tailreplay import eventloop
-from tailreplay.errors import UsageError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.span_process import replay_spans
 from tailreplay.header_rules import header_problem
-from tailreplay.output_path import check_output_file, into_folder
+from tailreplay.output_path import check_output_file, into_folder, write_output
 from tailreplay.prometheus import check_listen
 from tailreplay.replayer.config import ReplayConfig, SpanFactory
 from tailreplay.replayer.local_shards import run_workers
+from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.replayer.request import BodyEdits
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.run import ReplayOutcome, run
 from tailreplay.replayer.schedule import ScheduleConfig, TailCost
+from tailreplay.report.model import SloVerdict
 from tailreplay.report.slo import check_judgeable
 from tailreplay.report.write import ReportOptions
+from tailreplay.result_file import claimed, default_result
 from tailreplay.sim.launcher import BuiltinSim
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.targets import target_model
@@ -31,7 +37,16 @@ from tailreplay.studies.watched_objectives import slo_stop_config
 from tailreplay.traces.archive.ops import time_window
 from tailreplay.traces.archive.reader import ArchiveReader
 
-__all__ = ["REPORT_KINDS", "replay_config", "report_options", "run_replay", "send_headers"]
+__all__ = [
+    "REPORT_KINDS",
+    "claim_results",
+    "replay_config",
+    "report_options",
+    "run_replay",
+    "send_headers",
+    "summary_document",
+    "write_summary",
+]
 
 REPORT_KINDS = {
     ".html": "html_out",
@@ -42,6 +57,18 @@ REPORT_KINDS = {
 """``--report``'s file kinds by suffix: the ``ReportOptions`` field each one sets."""
 
 _HEADER_ENV = "TAILREPLAY_HEADER_"
+
+
+def claim_results(args: ReplayArgs) -> AbstractContextManager[Path]:
+    """The run's result archive, held for it (``tailreplay/result_file.py``): ``--out``
+    (an existing one only with ``--overwrite``), or a name made in the folder ``--out``
+    names, or in ./replays/; its path is what the block gets.
+
+    >>> with claim_results(args) as out: run_replay(replay_config(args, None, out), 1, print)
+    """
+    if args.out is not None and not into_folder(args.out):
+        return claimed(args.out, overwrite=args.overwrite, inputs=args.archives)
+    return claimed(default_result(args.dry_run, args.out), numbered=True)
 
 
 def replay_config(
@@ -187,6 +214,20 @@ def run_replay(config: ReplayConfig, workers: int, say: Callable[[str], None]) -
     if workers > 1:
         return run_workers(config, workers, say)
     return eventloop.run(run(config, say), config.event_loop)
+
+
+def summary_document(summary: ReplaySummary, verdict: SloVerdict | None) -> dict[str, Any]:
+    """``--json``'s document: the run's summary, and with ``--slo`` the gate's verdict."""
+    return {**summary.to_json(), **({"slo": verdict} if verdict else {})}
+
+
+def write_summary(path: Path, summary: ReplaySummary, verdict: SloVerdict | None) -> None:
+    """``--json``'s document to ``path`` (``-``: stdout), whole. ``InputError`` (exit 3)
+    when it cannot be written: the results are written already, and the line says so."""
+    try:
+        write_output(path, json.dumps(summary_document(summary, verdict), indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def report_options(args: ReplayArgs, results: Path) -> ReportOptions:

@@ -127,6 +127,8 @@ class ReplayArgs:
     from_: str | None = field(default=None, metadata=_writes(_one("--from")))
     to: str | None = field(default=None, metadata=_writes(_one("--to")))
     out: Path | None = field(default=None, metadata=_writes(_one("--out")))
+    overwrite: bool = field(default=False, metadata=_writes(_flag("--overwrite")))
+    """Replace an existing result archive at ``out`` (else refused, exit 2)."""
     json_out: Path | None = field(default=None, metadata=_writes(_one("--json")))
     shard: tuple[int, int] = field(
         default=(0, 1), metadata=_writes(_one("--shard", lambda v: f"{v[0]}/{v[1]}"))

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tailreplay.child_stop import stop_child
 from tailreplay.errors import NotMeasured
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.traces.archive.columns import load_columns
 
-__all__ = ["SIM_SLOW_LIMIT", "longest_request", "replay_child", "sim_slowdown"]
+__all__ = ["SIM_SLOW_LIMIT", "STOP_S", "longest_request", "replay_child", "sim_slowdown"]
+
+STOP_S = 1.0
+"""How long an interrupted study gives its child replay to stop before killing it: the
+study's own stop (``capacity`` exits within 2 s of SIGTERM) waits for it."""
 
 SIM_SLOW_LIMIT = 0.05
 """A built-in simulator whose steps took this much longer than its model, summed over a
@@ -35,20 +41,33 @@ def replay_child(args: ReplayArgs, ok: tuple[int, ...] = (0,)) -> None:
         raise ValueError("a child replay's results are read from args.out: set it")
     out, name = args.out, ", ".join(p.name for p in args.archives)
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "tailreplay", "replay", *args.to_argv()]
-    # stderr is read to the end, so a chatty replay cannot block on a full pipe.
-    done = subprocess.run(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False
-    )
-    if done.returncode == 130:
+    code, stderr = _run(args)
+    if code == 130:
         raise KeyboardInterrupt
-    if done.returncode not in ok or not out.exists():
-        why = _why(done.stderr)
-        raise NotMeasured(f"the replay of {name} failed (exit {done.returncode}): {why}")
-    if done.returncode != 0 and not load_columns([out], ["start_ns"]).n:
+    if code not in ok or not out.exists():
+        raise NotMeasured(f"the replay of {name} failed (exit {code}): {_why(stderr)}")
+    if code != 0 and not load_columns([out], ["start_ns"]).n:
         # A replay that ran and failed, unless it sent nothing: then the target failed
         # its preflight (down, wrong), and no trial measures anything.
-        raise NotMeasured(f"the replay of {name} sent nothing: {_why(done.stderr)}")
+        raise NotMeasured(f"the replay of {name} sent nothing: {_why(stderr)}")
+
+
+def _run(args: ReplayArgs) -> tuple[int, str]:
+    """The child replay to its end: its exit code and stderr. Interrupted (Ctrl-C, or
+    SIGTERM taken as one), it is stopped within ``STOP_S`` before the interrupt goes on:
+    asked twice, so it cancels what is in flight and writes its results at once."""
+    cmd = [sys.executable, "-m", "tailreplay", "replay", *args.to_argv()]
+    # stderr to a file, not a pipe: a chatty replay never blocks on it, and waiting for
+    # the child is all an interrupt has to break out of.
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            code = child.wait()
+        except BaseException:
+            stop_child(child, grace_s=STOP_S, again_after_s=0.1)
+            raise
+        err.seek(0)
+        return code, err.read()
 
 
 def _why(stderr: str) -> str:
