@@ -554,7 +554,7 @@ def test_a_budget_spent_before_a_full_pass_says_what_passed(
     """A coarse pass at 2x, the full window failing at 4x, then the budget: no capacity,
     and the lines say the coarse 2x passed rather than that nothing did."""
     from tailreplay.cli.capacity import _finish
-    from tailreplay.errors import RunFailed
+    from tailreplay.errors import NotJudged
 
     run, judge, calls = _limit_at(3)
 
@@ -572,7 +572,7 @@ def test_a_budget_spent_before_a_full_pass_says_what_passed(
         "broke first: latency:p99<=1000ms",
     ]
     assert "stopped: the --budget of 2s was spent; before any full replay passed" in lines
-    with pytest.raises(RunFailed) as failed:
+    with pytest.raises(NotJudged) as failed:
         _finish(result, None, None, None)
     assert str(failed.value) == (
         "the search stopped before any full replay passed (the coarse trial at 2x passed, "

@@ -53,6 +53,7 @@ EXAMPLES = {
     "-o conv.msgpack",
     "traces export mooncake": "tailreplay traces export mooncake capture.msgpack -o trace.jsonl",
     "traces export jsonl": "tailreplay traces export jsonl capture.msgpack -o records.jsonl",
+    "traces export raw": "tailreplay traces export raw results.msgpack -o raw.jsonl",
     "traces export otlp": "tailreplay traces export otlp capture.msgpack "
     "--otlp-endpoint http://127.0.0.1:4318",
     "traces fit": "tailreplay traces fit capture.msgpack -o model.json",
