@@ -101,6 +101,7 @@ class _Args:
     shadow_model_map: tuple[tuple[str, str], ...] = ()
     shadow_forward_auth: bool = False
     shadow_max_inflight: int = 64
+    shadow_max_time: float = 300.0
 
 
 @click.command()
@@ -389,6 +390,7 @@ def _config(args: _Args) -> ProxyConfig:
             model_map=args.shadow_model_map,
             forward_auth=args.shadow_forward_auth,
             max_inflight=args.shadow_max_inflight,
+            max_time_s=args.shadow_max_time,
             secret_names=secret_names,
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
