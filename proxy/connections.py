@@ -38,14 +38,16 @@ import resource
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import HttpParser
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from tailreplay.proxy.forwarding import TrustedProxies
+from tailreplay.proxy.last_request import LastRequestParser
 from tailreplay.proxy.peers import PeerLimits, peer_cap, peer_of
 
 __all__ = [
@@ -303,6 +305,9 @@ class GuardedServer(web.Server):
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
+        # Bytes after a request with Connection: close are dropped, that request served.
+        # (It stands in for aiohttp's parser: the same methods, every one passed on.)
+        handler._parser = cast("HttpParser[Any]", LastRequestParser(handler._parser))
         self.guard.connected(handler, transport)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
