@@ -19,7 +19,8 @@ from aiohttp import web
 from tailreplay.proxy.forwarding import TrustedProxies
 from tailreplay.proxy.peers import STORM_BURST, PeerLimits, peer_cap
 from tests.helpers import metric
-from tests.proxy_helpers import proxy_to, serve_app
+from tests.proxy_helpers import proxy_to, serve_app, start_proxy_process
+from tests.shadow_helpers import stop_proxy
 
 HEAD = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -185,3 +186,49 @@ def test_the_share_and_the_storm_are_counted_per_peer() -> None:
     trusted.add("10.0.0.1")
     assert not trusted.full("10.0.0.1")  # a load balancer carries many clients
     assert not any(trusted.opened("10.0.0.1") for _ in range(100))
+
+
+async def test_the_share_of_a_peer_is_an_option(tmp_path: Path) -> None:
+    """``--max-connections-per-peer 2``: a peer's third connection, with none of its
+    two idle, is refused (a 503, or a reset when the bytes it sent are still unread)
+    and counted; another peer still gets in."""
+    async with _upstream() as upstream:
+        proc, url, admin = start_proxy_process(
+            upstream,
+            tmp_path / "o",
+            "--max-connections",
+            "20",
+            "--max-connections-per-peer",
+            "2",
+            "--drain-timeout",
+            "1s",
+        )
+        try:
+            port = int(url.rsplit(":", 1)[1])
+            held = []
+            for _ in range(2):  # a body in progress each: busy, not idle
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=("127.0.0.2", 0)
+                )
+                writer.write(HEAD + b"{")
+                held.append((reader, writer))
+            await asyncio.sleep(0.5)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=("127.0.0.2", 0)
+            )
+            writer.write(HEAD + b"{")
+            try:
+                answer = await asyncio.wait_for(reader.read(), 10)
+            except ConnectionResetError:
+                answer = b"HTTP/1.1 503 "  # closed with the client's bytes unread
+            assert answer.startswith(b"HTTP/1.1 503 "), answer
+            async with (
+                aiohttp.ClientSession() as s,
+                s.post(url + "/v1/chat/completions", json={"model": "m"}) as r,
+            ):
+                assert r.status == 200
+            assert await metric(admin, "tailreplay_proxy_connections_peer_refused_total") == 1
+            for _, w in [*held, (reader, writer)]:
+                w.close()
+        finally:
+            stop_proxy(proc)
