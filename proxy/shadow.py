@@ -23,9 +23,9 @@ heads, a head within ``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES``
 (``tailreplay/http_connection.py``), an answer of at most ``MAX_ANSWER_BYTES`` and
 ``max_time_s``. A copy past a bound is cut (its connection dropped) and counted in
 ``ShadowCounts.cut``; ``DOWN_AFTER`` copies in a row cut, refused a connection or
-reset, and the shadow is taken for down: copies are dropped without a try for a while, so
-a shadow that attacks with every answer costs a handful of copies per back-off, not
-one per request. All copies' answers together are read at most ``read_rate`` bytes a
+reset, and the shadow is taken for down: copies are dropped without a try for a
+while, so a shadow that attacks with every answer costs a handful of copies per
+back-off, not one per request. All copies' answers together are read at most ``read_rate`` bytes a
 second, each read at most ``RECV_BUFFER`` bytes (the socket's receive buffer: one
 callback never holds the loop for long, and TCP holds the shadow back). A shadow
 that streams faster is paused (its connection stops being read) and the copies so
@@ -67,17 +67,17 @@ log = logging.getLogger("tailreplay.proxy.shadow")
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
 """Not secrets, but the client's account at its provider: not the shadow's business."""
 DOWN_AFTER = 5
-"""Copies in a row refused a connection, reset or cut at a bound, after which the shadow is
-taken for down: copies are dropped (counted) without a try for ``DOWN_S`` seconds,
-doubled while it stays down."""
+"""Copies in a row refused a connection, reset or cut at a bound, after which the
+shadow is taken for down: copies are dropped (counted) without a try for ``DOWN_S``
+seconds, doubled while it stays down."""
 DOWN_S = (1.0, 30.0)
 MAX_ANSWER_BYTES = 16 << 20
 """A copy's answer is cut past this (error ``shadow_too_large``): an LLM's longest
 answers are a few MB; an endless stream would cost the proxy without end."""
 RECV_BUFFER = 16 * 1024
 """The receive buffer of a connection to the shadow: a read hands the parser at most
-about twice this (Linux doubles it), some 0.1 ms of SSE parsing, where the system's
-default let one read of an endless stream hold the loop for milliseconds."""
+about twice this (Linux doubles it), where with the system's default asyncio reads
+up to 256 KiB at once, all parsed and fed to the timeline in one callback."""
 CUT_KINDS = frozenset({"bad_response", "upstream_timeout"})
 """Errors of the shared client that are a bound reached: a head too large or too many
 1xx heads, and a copy past its time (``ShadowConfig.max_time_s``)."""
@@ -300,7 +300,7 @@ class Shadow:
         self._failed_once(f"answers past the proxy's bounds ({why})")
 
     def _failed_once(self, why: str) -> None:
-        """One more copy refused a connection or cut: past ``DOWN_AFTER`` in a row, the
+        """One more copy refused, reset or cut: past ``DOWN_AFTER`` in a row, the
         shadow is down (a dead or hostile shadow then costs a copy nothing but its
         count)."""
         self._failed_in_row += 1
