@@ -1,7 +1,9 @@
 """What a faulty shadow does to production's latency: the same proxy with no shadow,
 and with a share of the requests copied (``--share``, default 10%; 100%: every one)
 to a shadow that is dead (nothing listens), hangs (reads the copy, never answers),
-or answers 500.
+answers 500, or attacks with its answers (``bench/hostile_shadow.py``: a flood of
+``100 Continue``, an endless stream, a slow drip, a reset mid-body, endless headers,
+a 200 MB body).
 
 The upstream is nginx returning a fixed JSON body (or, without nginx, a small
 aiohttp server); with ``--upstream-ms 150``, an aiohttp server that answers each
@@ -11,11 +13,12 @@ sends the chat body at ``--rate`` a second (below what the proxy can serve: the
 load a shadow is meant for) for ``--seconds`` to each proxy in turn; rounds are
 interleaved (one run of each proxy, then the next round, each proxy first in
 turn), so the machine's drift hits every row alike. The table
-gives the medians over the rounds of the P50 and P99, and each P99's ratio to the
-proxy without a shadow.
+gives the medians over the rounds of the P50 and P99, and each one's ratio to the
+proxy without a shadow, and the copies each proxy cut at a bound (read off its
+``/metrics``).
 
     .venv/bin/python bench/shadow_faults.py [--share 10%] [--rate 500] [--seconds 10] [--runs 5]
-        [--upstream-ms 0]
+        [--upstream-ms 0] [--kinds dead,hang,500,flood,endless,drip,reset,headers,huge]
 """
 
 from __future__ import annotations
@@ -27,13 +30,17 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
+from hostile_shadow import KINDS  # bench/hostile_shadow.py
 
 from proxy import BODY, REPLY, ROOT, free_port, nginx, process  # bench/proxy.py
+
+HERE = Path(__file__).resolve().parent
 
 
 def shadow_server(kind: str, port: int) -> None:
@@ -100,6 +107,11 @@ def main() -> None:
     parser.add_argument(
         "--upstream-ms", type=float, default=0, help="answer after this long (0: nginx at once)"
     )
+    parser.add_argument(
+        "--kinds",
+        default=",".join(("dead", "hang", "500", *KINDS)),
+        help="the shadows, comma-separated",
+    )
     args = parser.parse_args()
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
@@ -113,14 +125,21 @@ def main() -> None:
         else:
             fixed = [py, str(ROOT / "bench/proxy.py"), "--fixed", str(up)]
             stack.enter_context(process(fixed, up))
-        shadows = {"dead": f"http://127.0.0.1:{free_port()}"}
-        for kind in ("hang", "500"):
+        shadows: dict[str, str] = {}
+        for kind in args.kinds.split(","):
             port = free_port()
-            stack.enter_context(process([py, __file__, "--shadow-server", kind, str(port)], port))
             shadows[kind] = f"http://127.0.0.1:{port}"
+            if kind == "dead":
+                continue  # nothing listens there
+            if kind in KINDS:
+                command = [py, str(HERE / "hostile_shadow.py"), kind, str(port)]
+            else:
+                command = [py, __file__, "--shadow-server", kind, str(port)]
+            stack.enter_context(process(command, port))
         proxies: dict[str, int] = {}
+        admins: dict[str, int] = {}
         for name, shadow in [("no shadow", None), *shadows.items()]:
-            port = free_port()
+            port, admin = free_port(), free_port()
             command = [
                 py,
                 "-m",
@@ -131,7 +150,7 @@ def main() -> None:
                 "--listen",
                 f"127.0.0.1:{port}",
                 "--admin-listen",
-                "off",
+                f"127.0.0.1:{admin}",
                 "--out",
                 str(tmp / f"cap-{port}"),
                 "--drain-timeout",
@@ -140,7 +159,8 @@ def main() -> None:
             if shadow is not None:
                 command += ["--shadow", shadow, "--shadow-share", args.share]
             stack.enter_context(process(command, port))
-            proxies[name if shadow is None else f"shadow {name}"] = port
+            label = name if shadow is None else f"shadow {name}"
+            proxies[label], admins[label] = port, admin
         for port in proxies.values():  # warm-up
             asyncio.run(open_loop(f"http://127.0.0.1:{port}", args.rate, 1))
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in proxies}
@@ -150,19 +170,34 @@ def main() -> None:
                 url = f"http://127.0.0.1:{proxies[name]}"
                 results[name].append(asyncio.run(open_loop(url, args.rate, args.seconds)))
             order = order[1:] + order[:1]  # each proxy goes first in turn
+        cut = {name: _cut(admins[name]) for name in proxies}
     pace = f"answered after {args.upstream_ms:g} ms" if args.upstream_ms else "answered at once"
     print(
         f"{args.rate:g} POSTs a second for {args.seconds} s (open loop), {pace}; "
         f"--shadow-share {args.share}; median of {args.runs} interleaved runs"
     )
     print()
-    print("| proxy | P50 ms | P99 ms | P99 / no shadow |")
-    print("|---|---:|---:|---:|")
-    base = statistics.median(p99 for _, p99 in results["no shadow"])
+    print("| proxy | P50 ms | P99 ms | P50 / no shadow | P99 / no shadow | copies cut |")
+    print("|---|---:|---:|---:|---:|---:|")
+    base50 = statistics.median(p50 for p50, _ in results["no shadow"])
+    base99 = statistics.median(p99 for _, p99 in results["no shadow"])
     for name, runs in results.items():
         p50 = statistics.median(r[0] for r in runs)
         p99 = statistics.median(r[1] for r in runs)
-        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / base:.2f} |")
+        print(
+            f"| {name} | {p50:.2f} | {p99:.2f} | {p50 / base50:.2f} | {p99 / base99:.2f} "
+            f"| {cut[name]} |"
+        )
+
+
+def _cut(admin: int) -> str:
+    """The proxy's count of copies cut at a bound, from its /metrics ("-": no shadow)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("tailreplay_proxy_shadow_cut_total "):
+            return f"{float(line.split()[1]):,.0f}"
+    return "-"
 
 
 if __name__ == "__main__":

@@ -56,6 +56,9 @@ class ProxyConfig:
     """The longest a client may pause in the middle of a request body."""
     max_connections: int | None = None
     """Client connections at once; None: as many as the open-file limit allows."""
+    max_connections_per_peer: int | None = None
+    """Client connections one peer (client IP) may hold; None: a quarter of the cap, at
+    least 8 (``proxy/peers.py``). Peers in ``trusted_proxies`` are not held to it."""
     tls_cert: Path | None = None
     """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
     tls_key: Path | None = None

@@ -1,6 +1,6 @@
 """Client-connection hygiene: what keeps idle and slow clients from starving the proxy.
 
-Three defences, as nginx and Envoy have them:
+Four defences, as nginx and Envoy have them:
 
 - **Timeouts.** A client has ``idle_timeout_s`` to send a complete request head,
   counted from when it connected or its last response ended (aiohttp's keep-alive
@@ -11,14 +11,19 @@ Three defences, as nginx and Envoy have them:
   trickled a byte at a time is answered 408 in seconds, not after ``--timeout``.
 - **A connection cap** below the open-file limit. Every client connection may
   need an upstream connection too, so the cap is half of what the limit leaves
-  after a reserve for archives, pipes, the admin port and one accept batch. At the cap a new
-  connection evicts the client connection idle the longest (no request in
-  progress; one that connected under ``NEWCOMER_S`` ago only after the next), else
-  the one sending its request body the slowest while under ``MIN_BODY_RATE``; when
-  every connection has a request in flight at a healthy pace the newcomer gets a
-  503 and is closed. A normal client therefore still gets
-  in while thousands of idle or trickling sockets are open, and ``accept()`` never
-  runs out of descriptors.
+  after a reserve for archives, pipes, the admin port and one accept batch. At the
+  cap a new connection evicts the client connection idle the longest (no request
+  in progress; one that connected under ``NEWCOMER_S`` ago only after the next),
+  else the one sending its request body the slowest, above ``MIN_BODY_RATE`` or
+  not (an attacker can always send just above a floor), else that newcomer; a peer
+  reconnecting in a storm gets only the first. A connection whose body is whole
+  (waiting for or receiving its answer) is never closed. Otherwise the newcomer
+  gets a 503 and is closed. A normal client therefore still gets in while
+  thousands of idle or trickling sockets are open, and ``accept()`` never runs out
+  of descriptors.
+- **A cap per peer** (client IP, ``proxy/peers.py``): one peer holds at most its
+  share of the cap; past it, its own longest-idle connection makes room, else its
+  own slowest body, else it gets a 503.
 - **No log flood.** Accept errors (out of descriptors or memory) and malformed
   requests (which aiohttp logs with a traceback each) are counted and logged
   once per ``LOG_EVERY_S``, without a traceback.
@@ -33,12 +38,17 @@ import resource
 import socket
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import HttpParser
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
+
+from tailreplay.proxy.forwarding import TrustedProxies
+from tailreplay.proxy.last_request import LastRequestParser
+from tailreplay.proxy.peers import PeerLimits, peer_cap, peer_of
 
 __all__ = [
     "ACCEPT_BATCH",
@@ -148,9 +158,12 @@ def connection_cap(requested: int | None) -> tuple[int, str | None]:
 
 
 class ConnectionGuard:
-    """Tracks client connections, which are idle, and enforces the cap."""
+    """Tracks client connections, which are idle, and enforces the caps: all told,
+    and per peer (``proxy/peers.py``)."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(
+        self, cap: int, per_peer: int | None = None, trusted: TrustedProxies | None = None
+    ) -> None:
         self.cap = cap
         # handler -> (transport, monotonic time it became idle, or None while busy);
         # insertion order is connection order, and idle ones are re-inserted when
@@ -158,9 +171,15 @@ class ConnectionGuard:
         self._conns: dict[RequestHandler, tuple[asyncio.Transport, float | None]] = {}
         self._bodies: dict[RequestHandler, BodyPace] = {}
         """Connections sending a request body, and how fast."""
+        self._peer: dict[RequestHandler, str] = {}
+        self.peers = PeerLimits(peer_cap(cap, per_peer), trusted or TrustedProxies(()))
         self.evicted = 0
         self.slow_bodies_evicted = 0
         self.refused = 0
+        self.peer_refused = 0
+        """Connections refused because their peer held its share already."""
+        self.storms_refused = 0
+        """Of ``refused``, those of a peer reconnecting in a storm (``proxy/peers.py``)."""
         self.body_timeouts = 0
         self.accept_errors = 0
         self.malformed = 0
@@ -171,18 +190,38 @@ class ConnectionGuard:
         return len(self._conns)
 
     def connected(self, handler: RequestHandler, transport: asyncio.Transport) -> bool:
-        """Admit a new connection, evicting the longest idle one at the cap; False if refused."""
-        if len(self._conns) >= self.cap and not self._evict_one():
+        """Admit a new connection, making room at the caps; False if refused."""
+        peer = peer_of(transport)
+        storming = self.peers.opened(peer)
+        # A share as large as the cap is the cap's to enforce (and count).
+        per_peer = self.peers.per_peer < self.cap
+        if per_peer and self.peers.full(peer) and not self._evict_idle_of(peer):
+            self.peer_refused += 1
+            return self._refuse(transport)
+        if len(self._conns) >= self.cap and not self._evict_one(storming):
             self.refused += 1
-            transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
-            transport.close()
-            return False
+            return self._refuse(transport)
         self._conns[handler] = (transport, time.monotonic())
+        self._peer[handler] = peer
+        self.peers.add(peer)
         return True
 
+    @staticmethod
+    def _refuse(transport: asyncio.Transport) -> bool:
+        transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
+        transport.close()
+        return False
+
     def lost(self, handler: RequestHandler) -> None:
-        self._conns.pop(handler, None)
+        self._forget(handler)
+
+    def _forget(self, handler: RequestHandler) -> tuple[asyncio.Transport, float | None] | None:
+        entry = self._conns.pop(handler, None)
         self._bodies.pop(handler, None)
+        peer = self._peer.pop(handler, None)
+        if peer is not None:
+            self.peers.remove(peer)
+        return entry
 
     def body(self, handler: RequestHandler) -> BodyPace:
         """The pace of the body ``handler`` starts sending now (dropped by ``idle``)."""
@@ -200,34 +239,56 @@ class ConnectionGuard:
         if entry is not None:
             self._conns[handler] = (entry[0], time.monotonic())
 
-    def _evict_one(self) -> bool:
-        """Make room at the cap: the connection idle the longest, unless it connected
-        (or finished its last response) under ``NEWCOMER_S`` ago — a client whose head
-        is still on its way, on a busy machine — in which case a body trickled under
-        the minimum pace goes first."""
+    def _evict_idle_of(self, peer: str) -> bool:
+        """A peer at its share makes room among its own connections: its longest idle,
+        else the one sending its body the slowest."""
+        for handler, (_, since) in self._conns.items():
+            if since is not None and self._peer.get(handler) == peer:
+                return self._close(handler)
+        return self._evict_slowest_body(peer)
+
+    def _close(self, handler: RequestHandler) -> bool:
+        entry = self._forget(handler)
+        if entry is None:
+            return False
+        self.evicted += 1
+        entry[0].close()  # a response just written still flushes first
+        return True
+
+    def _evict_one(self, storming: bool) -> bool:
+        """Make room at the cap, in this order: the connection idle the longest, unless
+        it connected (or finished its last response) under ``NEWCOMER_S`` ago (a
+        client whose head is still on its way, on a busy machine); the one sending its
+        body the slowest; that newcomer. A peer reconnecting in a storm gets only the
+        first: it would push clients out as fast as it reconnects. A connection whose
+        body is whole (waiting for or receiving its answer) is never closed."""
         # Idle entries are in the order they became idle: the first is the oldest.
         oldest = next((h for h, (_, since) in self._conns.items() if since is not None), None)
         if oldest is not None:
-            transport, since = self._conns[oldest]
+            since = self._conns[oldest][1]
             assert since is not None
-            if time.monotonic() - since >= NEWCOMER_S or not self._evict_slowest_body():
-                del self._conns[oldest]
-                self.evicted += 1
-                transport.close()  # a response just written still flushes first
-            return True
-        return self._evict_slowest_body()
-
-    def _evict_slowest_body(self) -> bool:
-        """Close the connection sending its body the slowest, when it is under
-        ``MIN_BODY_RATE`` (judged after ``PACE_JUDGED_AFTER_S``): a client trickling a
-        body holds a slot it has no claim to beside a newcomer."""
-        now = time.monotonic()
-        slow = [(pace.rate(now), h) for h, pace in self._bodies.items() if pace.slow(now)]
-        if not slow:
+            if time.monotonic() - since >= NEWCOMER_S:
+                return self._close(oldest)
+        if storming:
+            self.storms_refused += 1
             return False
-        _, handler = min(slow, key=lambda item: item[0])
-        entry = self._conns.pop(handler, None)
-        self._bodies.pop(handler, None)
+        return self._evict_slowest_body() or (oldest is not None and self._close(oldest))
+
+    def _evict_slowest_body(self, peer: str | None = None) -> bool:
+        """Close the connection sending its body the slowest (judged after
+        ``PACE_JUDGED_AFTER_S``; only ``peer``'s when given), above ``MIN_BODY_RATE`` or
+        not: at the cap, a body sent at a few hundred bytes a second holds a slot a
+        newcomer needs more, and an attacker can always send just above any floor."""
+        now = time.monotonic()
+        judged = [
+            (pace.rate(now), h)
+            for h, pace in self._bodies.items()
+            if pace.judged(now) and (peer is None or self._peer.get(h) == peer)
+        ]
+        if not judged:
+            return False
+        _, handler = min(judged, key=lambda item: item[0])
+        entry = self._forget(handler)
         if entry is None:
             return False
         self.slow_bodies_evicted += 1
@@ -244,6 +305,9 @@ class GuardedServer(web.Server):
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
+        # Bytes after a request with Connection: close are dropped, that request served.
+        # (It stands in for aiohttp's parser: the same methods, every one passed on.)
+        handler._parser = cast("HttpParser[Any]", LastRequestParser(handler._parser))
         self.guard.connected(handler, transport)
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
@@ -279,9 +343,9 @@ class BodyPace:
     def rate(self, now: float) -> float:
         return self.received / max(now - self.started, 1e-9)
 
-    def slow(self, now: float) -> bool:
-        judged = not self.done and now - self.started >= PACE_JUDGED_AFTER_S
-        return judged and self.rate(now) < MIN_BODY_RATE
+    def judged(self, now: float) -> bool:
+        """Whether the body is still coming and has come long enough to be judged."""
+        return not self.done and now - self.started >= PACE_JUDGED_AFTER_S
 
 
 class BodyTooLarge(Exception):

@@ -118,6 +118,18 @@ class _ConnectionCollector(Collector):
             ("evicted", "Idle client connections closed to admit new ones at the cap.", g.evicted),
             ("refused", "Client connections refused with a 503 at the cap.", g.refused),
             (
+                "peer_refused",
+                "Client connections refused with a 503: their peer (client IP) held "
+                "--max-connections-per-peer already, none of them idle.",
+                g.peer_refused,
+            ),
+            (
+                "storms_refused",
+                "Of those refused at the cap, connections of a peer reconnecting in a storm "
+                "(which may push out only long-idle connections).",
+                g.storms_refused,
+            ),
+            (
                 "body_timeouts",
                 "Requests answered 408: a body paused past --body-timeout, under the minimum "
                 "pace, or not whole within --timeout.",
@@ -125,7 +137,8 @@ class _ConnectionCollector(Collector):
             ),
             (
                 "slow_bodies_evicted",
-                "Connections closed at the cap while sending a body under the minimum pace.",
+                "Connections closed at the cap for a newcomer: of those sending a body, the "
+                "slowest.",
                 g.slow_bodies_evicted,
             ),
             ("accept_errors", "Failed accept() calls (no descriptors or memory).", g.accept_errors),

@@ -69,7 +69,10 @@ class RecorderCounts:
     copies_failed: int = 0
     """...and of those, the ones the shadow failed (``shadow.copy_failed``)..."""
     copies_unfinished: int = 0
-    """...and the ones the proxy cut when it stopped, the shadow still answering."""
+    """...and the ones the proxy cut when it stopped, the shadow still answering..."""
+    copies_cut: int = 0
+    """...and the ones cut at a bound (``ShadowCounts.cut``: too many 1xx heads, a head
+    too large, an answer too long or too slow)."""
     copies_not_sent: int = 0
     """Copies the shadow's sender dropped (not served, so not in ``served``): the
     shadow was taken for down, or had ``--shadow-max-inflight`` copies in flight."""
@@ -94,6 +97,8 @@ class RecorderCounts:
         failed = f", {self.copies_failed:,} failed there" if self.copies_failed else ""
         if self.copies_unfinished:
             failed += f", {self.copies_unfinished:,} unfinished when the proxy stopped"
+        if self.copies_cut:
+            failed += f", {self.copies_cut:,} cut at a bound"
         if self.copies_not_sent:
             failed += (
                 f"; {self.copies_not_sent:,} more not sent: the shadow was down or had "
@@ -120,6 +125,7 @@ class RecorderCounts:
             "copies",
             "copies_failed",
             "copies_unfinished",
+            "copies_cut",
             "copies_not_sent",
             "answers",
             "not_found",
@@ -141,6 +147,7 @@ class RecorderClient:
         closed (``proxy/server.py``)."""
         self.copies_failed = 0
         self.copies_unfinished = 0
+        self.copies_cut = 0
         self.copies_not_sent = 0
         self.down: str | None = None
         """Why the recorder is not running, while it is not; None when it is."""
@@ -220,6 +227,7 @@ class RecorderClient:
             copies=self.copies,
             copies_failed=self.copies_failed,
             copies_unfinished=self.copies_unfinished,
+            copies_cut=self.copies_cut,
             copies_not_sent=self.copies_not_sent,
             tokens=[a + b for a, b in zip(r.tokens, s[Stat.TOKENS :], strict=True)],
         )
@@ -378,6 +386,7 @@ class RecorderClient:
             copies=self.copies,
             copies_failed=self.copies_failed,
             copies_unfinished=self.copies_unfinished,
+            copies_cut=self.copies_cut,
             copies_not_sent=self.copies_not_sent,
             tokens=self._retired.tokens,
         )

@@ -32,6 +32,7 @@ from tailreplay.proxy.connections import (
     relisten,
 )
 from tailreplay.proxy.exchange import Exchange
+from tailreplay.proxy.forwarding import TrustedProxies
 from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
 from tailreplay.proxy.shadow import Shadow
@@ -56,7 +57,8 @@ def _guard(config: ProxyConfig) -> ConnectionGuard:
     cap, warning = connection_cap(config.max_connections)
     if warning is not None:
         log.warning("%s", warning)
-    return ConnectionGuard(cap)
+    trusted = TrustedProxies(config.trusted_proxies)
+    return ConnectionGuard(cap, config.max_connections_per_peer, trusted)
 
 
 @asynccontextmanager
@@ -109,6 +111,7 @@ async def start(config: ProxyConfig, *, reuse_port: bool = False) -> AsyncIterat
             c = shadow.counts  # every copy sent has ended, and been recorded
             recorder.copies, recorder.copies_failed = c.sent, c.errors
             recorder.copies_unfinished, recorder.copies_not_sent = c.unfinished, c.dropped
+            recorder.copies_cut = c.cut
         await pool.close()
         if admin_runner is not None:
             await admin_runner.cleanup()

@@ -17,11 +17,20 @@ query parameter whose name the recorder's rule calls a credential
 ``?api-key=``, ...), ``Cookie``, and the OpenAI account headers; ``--shadow-header
 'Authorization: Bearer …'`` gives the shadow its own.
 
-The shadow's answers cost the proxy CPU as production's do, on the same thread: an
-answer is read at most ``MAX_ANSWER_BYTES`` (cut past it), and all copies' answers
-together at most ``read_rate`` bytes a second. A shadow that streams faster is
-paused (its connection stops being read) and the copies so slowed are recorded as
-``shadow_throttled``: their timing is the proxy's pace, not the shadow's.
+The shadow's answers cost the proxy CPU as production's do, on the same thread, so
+whatever the shadow sends is bounded per copy: at most ``MAX_INFORMATIONAL`` 1xx
+heads, a head within ``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES``
+(``tailreplay/http_connection.py``), an answer of at most ``MAX_ANSWER_BYTES`` and
+``max_time_s``. A copy past a bound is cut (its connection dropped) and counted in
+``ShadowCounts.cut``; ``DOWN_AFTER`` copies in a row cut, refused a connection or
+reset, and the shadow is taken for down: copies are dropped without a try for a
+while, so a shadow that attacks with every answer costs a handful of copies per
+back-off, not one per request. All copies' answers together are read at most ``read_rate`` bytes a
+second, each read at most ``RECV_BUFFER`` bytes (the socket's receive buffer: one
+callback never holds the loop for long, and TCP holds the shadow back). A shadow
+that streams faster is paused (its connection stops being read) and the copies so
+slowed are recorded as ``shadow_throttled``: their timing is the proxy's pace, not
+the shadow's.
 
 A streaming chat or completion request asks for usage
 (``stream_options.include_usage``) so that the shadow's tokens are counted.
@@ -58,12 +67,21 @@ log = logging.getLogger("tailreplay.proxy.shadow")
 ACCOUNT_HEADERS = frozenset({"openai-organization", "openai-project"})
 """Not secrets, but the client's account at its provider: not the shadow's business."""
 DOWN_AFTER = 5
-"""Connections refused in a row after which the shadow is taken for down: copies are
-dropped (counted) without a try for ``DOWN_S`` seconds, doubled while it stays down."""
+"""Copies in a row refused a connection, reset or cut at a bound, after which the
+shadow is taken for down: copies are dropped (counted) without a try for ``DOWN_S``
+seconds, doubled while it stays down."""
 DOWN_S = (1.0, 30.0)
 MAX_ANSWER_BYTES = 16 << 20
 """A copy's answer is cut past this (error ``shadow_too_large``): an LLM's longest
 answers are a few MB; an endless stream would cost the proxy without end."""
+RECV_BUFFER = 16 * 1024
+"""The receive buffer of a connection to the shadow: a read hands the parser at most
+about twice this (Linux doubles it), where with the system's default asyncio reads
+up to 256 KiB at once, all parsed and fed to the timeline in one callback."""
+CUT_KINDS = frozenset({"bad_response", "upstream_timeout"})
+"""Errors of the shared client that are a bound reached: a head too large or too many
+1xx heads, and a copy past its time (``ShadowConfig.max_time_s``)."""
+TOO_LARGE = "shadow_too_large"
 _REPLACED = frozenset({"host", "traceparent", "tracestate", "content-length"})
 """Set per copy: the shadow's host (by the pool), the copy's own span, the body's length."""
 
@@ -83,6 +101,9 @@ class ShadowConfig:
     """Copies in flight at once; more are dropped."""
     max_bytes: int = 64 << 20
     """Request bytes held by copies in flight; a copy past it is dropped."""
+    max_time_s: float = 300.0
+    """A copy's whole exchange (connect, send, answer); past it the copy is cut. Under
+    the proxy's ``--timeout`` when that is shorter."""
     read_rate: int = 1 << 20
     """Bytes a second of the copies' answers read, all together; past it the shadow's
     connections are paused. Reading a streamed answer costs the proxy about 6% of a
@@ -106,6 +127,9 @@ class ShadowCounts:
     in_flight: int = 0
     throttled: int = 0
     """Copies whose answer was read slower than it came (``ShadowConfig.read_rate``)."""
+    cut: int = 0
+    """Copies cut at a bound: more than ``MAX_INFORMATIONAL`` 1xx heads, a head past its
+    bounds, an answer past ``MAX_ANSWER_BYTES`` or ``ShadowConfig.max_time_s``."""
 
 
 UNFINISHED = "cancelled"
@@ -153,10 +177,12 @@ class Shadow:
         self._key = sampling_key
         self.record = record
         self.counts = ShadowCounts()
+        timeout_s = min(timeout_s, config.max_time_s)
         self.pool = UpstreamPool(
             timeout_s=timeout_s,
             connect_timeout_s=min(timeout_s, 10.0),
             max_connections=config.max_inflight,
+            recv_buffer=RECV_BUFFER,
         )
         url = config.url
         assert url.host is not None and url.port is not None
@@ -167,7 +193,7 @@ class Shadow:
         self._extra = [(name, value) for name, value in config.headers]
         self._held = 0
         self.budget = ReadBudget(config.read_rate)
-        self._refused = 0
+        self._failed_in_row = 0
         self._down_s = DOWN_S[0]
         self._down_until = 0.0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -232,8 +258,12 @@ class Shadow:
             # No status: the 502 or 504 of an UpstreamError is what the proxy would
             # answer a client, and a copy has none; the shadow said nothing.
             ex.error, ex.status = exc.kind, 0
-            if exc.kind == "upstream_connect":
-                self._refused_once()
+            if exc.kind in CUT_KINDS:
+                self._cut(exc.message)
+            elif exc.kind == "upstream_connect":
+                self._failed_once("refuses connections")
+            else:  # reset or closed: no answer either
+                self._failed_once("resets or closes its answers")
         except asyncio.CancelledError:
             ex.error = ex.error or UNFINISHED  # the proxy stopped before the copy ended
         except Exception:  # a bug here must never reach production's side
@@ -265,22 +295,29 @@ class Shadow:
         kept = [p for p in query.split("&") if not is_secret_name(p.split("=", 1)[0], url=True)]
         return f"{bare}?{'&'.join(kept)}" if kept else bare
 
-    def _refused_once(self) -> None:
-        """One more connection refused: past ``DOWN_AFTER`` in a row, the shadow is down
-        (a dead shadow then costs a copy nothing but its count)."""
-        self._refused += 1
-        if self._refused >= DOWN_AFTER:
+    def _cut(self, why: str) -> None:
+        self.counts.cut += 1
+        self._failed_once(f"answers past the proxy's bounds ({why})")
+
+    def _failed_once(self, why: str) -> None:
+        """One more copy refused, reset or cut: past ``DOWN_AFTER`` in a row, the
+        shadow is down (a dead or hostile shadow then costs a copy nothing but its
+        count)."""
+        self._failed_in_row += 1
+        if self._failed_in_row >= DOWN_AFTER:
             self._down_until = time.monotonic() + self._down_s
             log.warning(
-                "shadow %s refuses connections: copies dropped for %.0f s",
+                "shadow %s %s: copies dropped for %.0f s",
                 redact_url(self._base),
+                why,
                 self._down_s,
             )
             self._down_s = min(self._down_s * 2, DOWN_S[1])
-            self._refused = 0
+            self._failed_in_row = 0
 
     def _answered(self) -> None:
-        self._refused, self._down_s, self._down_until = 0, DOWN_S[0], 0.0
+        """A copy's answer ended within every bound: the shadow is up."""
+        self._failed_in_row, self._down_s, self._down_until = 0, DOWN_S[0], 0.0
 
     def _body(self, path: str, body: bytes, headers: list[tuple[str, str]]) -> bytes:
         """The copy's body: the model mapped, usage asked for on a stream; a compressed
@@ -313,18 +350,19 @@ class Shadow:
         assert ex.req_body is not None
         response = await self.pool.send(self.origin, ex.method, raw_target, headers, ex.req_body)
         reader = _Reader(ex, self.budget, self.counts)
-        self._answered()
         try:
             ex.read_head(response.status, response.headers)
             response.start(reader)
             while not await response.wait():  # paused: the budget, or the answer's cap
                 if reader.cut:
-                    ex.error = "shadow_too_large"
+                    ex.error = TOO_LARGE
+                    self._cut(f"an answer over {MAX_ANSWER_BYTES >> 20} MiB")
                     break
                 await self.budget.turn()
                 response.resume()
             else:
                 ex.duration_ns = time.monotonic_ns() - ex.t0_ns
+                self._answered()
             if reader.throttled:
                 ex.error = ex.error or THROTTLED
         finally:

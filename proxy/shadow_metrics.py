@@ -51,6 +51,12 @@ class ShadowMetrics(Collector):
                 c.errors,
             ),
             (
+                "cut",
+                "Copies cut at a bound: too many 1xx heads, a head too large, an answer "
+                "too long or too slow (docs/shadow.md).",
+                c.cut,
+            ),
+            (
                 "throttled",
                 "Copies whose answer came faster than the shadow's read budget (1 MiB/s).",
                 c.throttled,

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import ssl
 import time
 from collections import deque
@@ -95,8 +96,13 @@ class UpstreamPool:
         keepalive_s: float = 60.0,
         max_idle: int = 256,
         max_connections: int | None = None,
+        recv_buffer: int | None = None,
     ) -> None:
         self.timeout_s = timeout_s
+        self.recv_buffer = recv_buffer
+        """The kernel's receive buffer of each connection (SO_RCVBUF), None: the
+        system's. A small one bounds what one read hands the parser (and so how long
+        one callback holds the loop), and TCP holds a fast sender back at that pace."""
         self.connect_timeout_s = connect_timeout_s
         self.keepalive_s = keepalive_s
         self.max_idle = max_idle
@@ -316,12 +322,14 @@ class UpstreamPool:
         timeout = min(self.connect_timeout_s, max(deadline - loop.time(), 0))
         try:
             async with asyncio.timeout(timeout):
+                where: dict[str, Any] = {"host": origin.host, "port": origin.port}
+                if self.recv_buffer is not None:
+                    where = {"sock": await self._small_socket(loop, origin)}
                 _, conn = await loop.create_connection(
                     lambda: Connection(origin, release=self._release, lost=self._forget),
-                    origin.host,
-                    origin.port,
                     ssl=tls,
                     server_hostname=origin.host if tls else None,
+                    **where,
                 )
         except TimeoutError:
             raise timeout_error() from None
@@ -331,6 +339,23 @@ class UpstreamPool:
             raise UpstreamError("upstream_connect", message, detail=detail) from None
         self._all.add(conn)
         return conn
+
+    async def _small_socket(self, loop: asyncio.AbstractEventLoop, origin: Origin) -> socket.socket:
+        """A socket connected to ``origin`` with ``recv_buffer`` set before the connect
+        (the window offered in the handshake is scaled from it)."""
+        infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+        if not infos:
+            raise OSError(f"cannot resolve {origin.host}")
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer or 0)
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def _release(self, conn: Connection) -> None:
         idle = self._idle.setdefault(conn.origin, [])

@@ -22,12 +22,22 @@ from tailreplay.http_types import (
 
 log = logging.getLogger("tailreplay.http")
 
-__all__ = ["MAX_HEADER_LINES", "MAX_HEAD_BYTES", "Connection", "UpstreamResponse"]
+__all__ = [
+    "MAX_HEADER_LINES",
+    "MAX_HEAD_BYTES",
+    "MAX_INFORMATIONAL",
+    "Connection",
+    "UpstreamResponse",
+]
 
 MAX_HEAD_BYTES = 64 * 1024
 """A response head (status line and header lines) larger than this is refused, as
 nginx refuses an upstream's past ``proxy_buffer_size`` (4-8 KiB by default)."""
 MAX_HEADER_LINES = 256
+MAX_INFORMATIONAL = 8
+"""1xx heads (``100 Continue``, ``103 Early Hints``) taken before an answer's final
+head; a peer sending more is refused. Without a bound, a flood of them costs a parse
+and a callback each, forever, and never counts as a byte of the answer."""
 
 
 class _BadHead(Exception):
@@ -185,6 +195,8 @@ class Connection(asyncio.Protocol):
         self.deadline = math.inf
         """When the response in flight times out (``loop.time()``; the pool watches it)."""
         self._informational = False
+        self._informational_seen = 0
+        """1xx heads read before the answer in flight's final head."""
         self._reason = b""
         self._headers: list[tuple[str, str]] = []
         self._head_bytes = 0
@@ -280,6 +292,9 @@ class Connection(asyncio.Protocol):
             self._informational = True
             if status == 101:
                 raise _BadHead("the upstream switched protocols")
+            self._informational_seen += 1
+            if self._informational_seen > MAX_INFORMATIONAL:
+                raise _HeadTooLarge(f"more than {MAX_INFORMATIONAL} informational responses")
             return
         response.status = status
         response.reason = self._reason.decode("latin-1")
@@ -305,7 +320,7 @@ class Connection(asyncio.Protocol):
         if self._informational:
             self._informational = False
             return
-        self._raw_head = 0
+        self._raw_head = self._informational_seen = 0
         assert self.response is not None
         # Read now: llhttp resets its flags for the next message once this returns.
         self.keep_alive = self.parser.should_keep_alive()

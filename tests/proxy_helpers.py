@@ -131,6 +131,7 @@ def recorder_pid(proxy_pid: int) -> int:
 _EXIT_LINE = re.compile(
     r"archives closed in .*: ([\d,]+) exchanges served(?: \([\d,]+ of them copies to the "
     r"shadow(?:, [\d,]+ failed there)?(?:, [\d,]+ unfinished when the proxy stopped)?"
+    r"(?:, [\d,]+ cut at a bound)?"
     r"(?:; [\d,]+ more not sent: [^)]*)?\))?: "
     r"([\d,]+) records written"
     r"(?: \([\d,]+ shed: [^)]*\))?, ([\d,]+) dropped"

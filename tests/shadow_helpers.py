@@ -90,7 +90,7 @@ def shadow_counts(admin: str) -> dict[str, float]:
     """The proxy's shadow counters and copies in flight, read off its /metrics."""
     text = urllib.request.urlopen(f"{admin}/metrics", timeout=10).read().decode()
     counts = {}
-    for name in ("sent", "dropped", "errors", "in_flight", "throttled"):
+    for name in ("sent", "dropped", "errors", "in_flight", "throttled", "cut"):
         suffix = "" if name == "in_flight" else "_total"
         line = next(
             x for x in text.splitlines() if x.startswith(f"tailreplay_proxy_shadow_{name}{suffix} ")

@@ -175,8 +175,9 @@ async def test_a_client_budget_an_archive_cannot_hold_leaves_the_capture_readabl
     assert [r.max_tokens for r in got] == [None, None, 5, None]
 
 
-async def _trickle(port: int, stop_at: float, lifetimes: list[float]) -> None:
-    """One attacker: a 10 MB body declared, a byte a second sent; again when closed."""
+async def _trickle(port: int, stop_at: float, lifetimes: list[float], source: str) -> None:
+    """One attacker from address ``source``: a 10 MB body declared, a byte a second
+    sent; again when closed."""
     head = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: 10000000\r\n\r\n"
@@ -184,7 +185,9 @@ async def _trickle(port: int, stop_at: float, lifetimes: list[float]) -> None:
     while time.monotonic() < stop_at:
         began = time.monotonic()
         try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(source, 0)
+            )
             writer.write(head)
             while time.monotonic() < stop_at:
                 writer.write(b"{")
@@ -204,8 +207,9 @@ async def _trickle(port: int, stop_at: float, lifetimes: list[float]) -> None:
 
 
 async def test_slow_bodies_cannot_starve_the_proxy_at_its_cap(tmp_path: Path) -> None:
-    """20 sockets trickling a declared 10 MB body at a byte a second, at
-    --max-connections 20: each is closed (408 past its grace and pace, or evicted at
+    """20 sockets trickling a declared 10 MB body at a byte a second, from 20 addresses
+    (127.0.0.2..21: the share of one peer does not bind), at --max-connections 20: each
+    is closed (408 past its grace and pace, or evicted at
     the cap for a newcomer) within the body's grace plus a margin, and a normal client
     sending a request a second is answered."""
 
@@ -223,7 +227,10 @@ async def test_slow_bodies_cannot_starve_the_proxy_at_its_cap(tmp_path: Path) ->
         port = int(proxy.url.rsplit(":", 1)[1])
         stop_at = time.monotonic() + run_s
         lifetimes: list[float] = []
-        attackers = [asyncio.ensure_future(_trickle(port, stop_at, lifetimes)) for _ in range(20)]
+        attackers = [
+            asyncio.ensure_future(_trickle(port, stop_at, lifetimes, f"127.0.0.{2 + i}"))
+            for i in range(20)
+        ]
         await asyncio.sleep(grace_s + 1)  # every slot held
         statuses = []
         connector = aiohttp.TCPConnector(force_close=True)

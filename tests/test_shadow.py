@@ -230,6 +230,7 @@ def test_a_base_url_with_a_query_is_refused(tmp_path: Path, flag: str) -> None:
         (["--shadow-share", "50%"], "--shadow-share shapes the copies sent to --shadow"),
         (["--shadow-share", "10%"], "which is not given: give --shadow URL"),  # the default
         (["--shadow-max-inflight", "64"], "--shadow-max-inflight shapes the copies"),
+        (["--shadow-max-time", "60s"], "--shadow-max-time shapes the copies"),
         (["--shadow-header", "Authorization: Bearer k"], "give --shadow URL"),
     ],
 )

@@ -1,16 +1,24 @@
-"""``proxy --shadow`` with a shadow that is dead, hangs, answers 500 or streams without
-end: production's answers stay byte for byte what its upstream sent, its latency P99
-within 5% of a proxy without a shadow loaded alike, and the copies lost are counted."""
+"""``proxy --shadow`` with a shadow that is dead, hangs, answers 500, streams without
+end or attacks with its answers (``bench/hostile_shadow.py``): production's answers
+stay byte for byte what its upstream sent, its latency beside a proxy without a
+shadow loaded alike, and the copies lost or cut are counted."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from click.testing import CliRunner
 
+from bench.hostile_shadow import KINDS
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import free_port
@@ -147,3 +155,51 @@ def test_copies_are_recorded_with_their_originals_whatever_is_sampled(tmp_path: 
     copies = list(ArchiveReader(files, shadows="only"))
     assert 50 < len(copies) < 150  # the sampled share of 300, not every failed copy
     assert all(c.shadow_of in originals for c in copies)
+
+
+@contextmanager
+def _hostile_shadows() -> Iterator[dict[str, str]]:
+    """Every shadow of ``bench/hostile_shadow.py``, each a process of its own (their
+    floods would otherwise take the test's own client's thread)."""
+    procs: list[subprocess.Popen[bytes]] = []
+    urls: dict[str, str] = {}
+    script = Path(__file__).resolve().parent.parent / "bench" / "hostile_shadow.py"
+    try:
+        for kind in KINDS:
+            port = free_port()
+            procs.append(subprocess.Popen([sys.executable, str(script), kind, str(port)]))
+            urls[kind] = f"http://127.0.0.1:{port}"
+        for url in urls.values():
+            port = int(url.rsplit(":", 1)[1])
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:  # bounded: the shadow listens in a second
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                time.sleep(0.05)
+        yield urls
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_a_hostile_shadow_leaves_production_as_it_was(tmp_path: Path) -> None:
+    """Shadows that flood 1xx heads, stream without end, drip, reset mid-body, send
+    endless headers or a 200 MB body, every request copied: production's answers are
+    byte for byte its upstream's, its latency beside a proxy without a shadow loaded
+    alike (a margin a busy 2-core machine keeps), and the copies cut are counted."""
+    with serve_in_thread(fixed_upstream()) as production, _hostile_shadows() as shadows:
+        p50, p99, counts, outputs = _side_by_side(tmp_path, production, shadows)
+    for name, shadowed50, shadowed99 in zip(KINDS, p50[1:], p99[1:], strict=True):
+        assert shadowed50 <= p50[0] * 1.2 + 0.002, (name, p50)
+        assert shadowed99 <= p99[0] * 2 + 0.005, (name, p99)
+    by_kind = dict(zip(KINDS, counts, strict=True))
+    # A flood of 1xx heads and endless headers: cut at their bound, five in a row, and
+    # the shadow is taken for down (copies dropped, not sent).
+    for kind in ("flood", "headers"):
+        assert by_kind[kind]["cut"] >= 5 and by_kind[kind]["dropped"] > 0, (kind, by_kind)
+    assert by_kind["reset"]["dropped"] > 0, by_kind  # reset five times in a row: down
+    assert by_kind["endless"]["throttled"] >= 1, by_kind
+    cut = int(by_kind["flood"]["cut"])
+    assert f", {cut:,} cut at a bound".encode() in outputs[1 + KINDS.index("flood")]

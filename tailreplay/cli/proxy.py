@@ -86,6 +86,7 @@ class _Args:
     idle_timeout: float
     body_timeout: float
     max_connections: int | None
+    max_connections_per_peer: int | None
     tls_cert: Path | None
     tls_key: Path | None
     drain_timeout: float
@@ -101,6 +102,7 @@ class _Args:
     shadow_model_map: tuple[tuple[str, str], ...] = ()
     shadow_forward_auth: bool = False
     shadow_max_inflight: int = 64
+    shadow_max_time: float = 300.0
 
 
 @click.command()
@@ -223,7 +225,15 @@ class _Args:
     type=click.IntRange(min=1),
     default=None,
     help="Client connections at once (default: what the open-file limit allows); "
-    "at the cap the longest-idle one is closed, or a 503 when none is idle.",
+    "at the cap the longest-idle one is closed, else the one sending its body the "
+    "slowest, or a 503.",
+)
+@click.option(
+    "--max-connections-per-peer",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Client connections one client IP may hold (default: a quarter of "
+    "--max-connections, at least 8); --trusted-proxies are exempt.",
 )
 @click.option(
     "--drain-timeout",
@@ -374,6 +384,7 @@ def _config(args: _Args) -> ProxyConfig:
         idle_timeout_s=args.idle_timeout,
         body_timeout_s=args.body_timeout,
         max_connections=args.max_connections,
+        max_connections_per_peer=args.max_connections_per_peer,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         drain_timeout_s=args.drain_timeout,
@@ -389,6 +400,7 @@ def _config(args: _Args) -> ProxyConfig:
             model_map=args.shadow_model_map,
             forward_auth=args.shadow_forward_auth,
             max_inflight=args.shadow_max_inflight,
+            max_time_s=args.shadow_max_time,
             secret_names=secret_names,
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,

@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 from yarl import URL
 
-from tailreplay.cli.options import HEADER, HTTP_URL, MODEL_MAP, Parsed
+from tailreplay.cli.options import DURATION, HEADER, HTTP_URL, MODEL_MAP, Parsed
 from tailreplay.errors import UsageError
 from tailreplay.same_host import same_deployment
 from tailreplay.sampling import share_threshold
@@ -93,6 +93,14 @@ def shadow_options(f: F) -> F:
             show_default=True,
             help="Copies in flight at once; more are dropped and counted.",
         ),
+        click.option(
+            "--shadow-max-time",
+            type=DURATION,
+            default="300s",
+            show_default=True,
+            help="A copy's whole exchange with the shadow (under --timeout when shorter); "
+            "past it the copy is cut and counted.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -133,6 +141,7 @@ def shadow_config(
     model_map: Iterable[tuple[str, str]],
     forward_auth: bool,
     max_inflight: int,
+    max_time_s: float,
     secret_names: frozenset[str],
     production: Iterable[URL],
     listen: tuple[str, int],
@@ -161,5 +170,6 @@ def shadow_config(
         model_map=tuple(model_map),
         forward_auth=forward_auth,
         max_inflight=max_inflight,
+        max_time_s=max_time_s,
         secret_names=secret_names,
     )
