@@ -169,6 +169,7 @@ async def test_spellings_a_server_reads_as_forwarding_and_cdn_claims_never_pass(
     ]
     async with _through_proxy(tmp_path, None) as (url, upstream, shadow):
         await _send(url, claims)
+        await _shadow_saw(shadow)  # the copy may trail the answer
         for pairs in (upstream[SEEN][0], shadow[SEEN][0]):
             names = {n.lower() for n, _ in pairs}
             assert not names & {n.lower() for n, _ in claims}, pairs
