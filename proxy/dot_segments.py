@@ -2,7 +2,7 @@
 request leaves the upstream's base path.
 
 The proxy appends a request's path to its upstream's (``--upstream
-http://h/tenantA``): ``/../tenantB/v1/chat/completions`` would reach
+http://h/tenantA``): ``/../tenantB/api/generate`` would reach
 ``/tenantA/../tenantB/...``, which the upstream resolves to another tenant's path.
 A ``..`` is one whatever its spelling: ``%2e%2e``, ``%2E.``, and segments cut by an
 encoded slash (``..%2f``), which servers disagree about. So a path is resolved under
@@ -77,8 +77,8 @@ def _resolve(path: str, slash: bool, backslash: bool, params: bool, merge: bool)
 def resolutions(path: str) -> set[str] | None:
     """The path (no query) as every reading resolves it; None when one leaves its root.
 
-    >>> resolutions("/v1/chat/completions")
-    {'/v1/chat/completions'}
+    >>> resolutions("/api/generate")
+    {'/api/generate'}
     >>> resolutions("/v1/%2e%2e/%2E./x") is None
     True
     >>> sorted(resolutions("/v1/x/../models"))
