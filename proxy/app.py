@@ -25,18 +25,9 @@ from aiohttp.web_protocol import RequestHandler
 from tailreplay.dialects import dialect_for, route_label
 from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse
 from tailreplay.probe import PROBE_HEADER
+from tailreplay.proxy.admission import ConnectionGuard
 from tailreplay.proxy.config import ProxyConfig
-from tailreplay.proxy.connections import (
-    LOG_EVERY_S,
-    BodyLimits,
-    BodyTimeout,
-    BodyTooLarge,
-    ConnectionGuard,
-    GuardedServer,
-    RequestLog,
-    read_body,
-    stream_body,
-)
+from tailreplay.proxy.connections import LOG_EVERY_S, GuardedServer, RequestLog
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.dot_segments import PATH_OUTSIDE
 from tailreplay.proxy.exchange import Exchange, Sink
@@ -47,6 +38,13 @@ from tailreplay.proxy.headers import (
     response_headers_downstream,
 )
 from tailreplay.proxy.openai import SseRelay, with_usage_requested
+from tailreplay.proxy.request_body import (
+    BodyLimits,
+    BodyTimeout,
+    BodyTooLarge,
+    read_body,
+    stream_body,
+)
 from tailreplay.proxy.response_head import Framing, relay_head
 from tailreplay.proxy.shadow import Shadow
 from tailreplay.proxy.targets import OutsideBase, Targets
@@ -297,7 +295,7 @@ class _Forwarder:
         ):
             _continue(request)
         config = self.config
-        pace = self.guard.body(request.protocol)
+        pace = self.guard.body(request.protocol, request.content_length, request.content)
         bounds = BodyLimits(config.max_body, config.body_timeout_s, config.timeout_s, pace)
         known = dialect_for(request.raw_path) is not None
         if known or config.bodies != "none":

@@ -14,6 +14,7 @@ refused; from there on, every byte is dropped.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp.http_exceptions import BadHttpMessage
@@ -28,12 +29,16 @@ _NOTHING: tuple[tuple[()], bool, bytes] = ((), False, b"")
 
 
 class LastRequestParser:
-    """Wraps a connection's request parser (aiohttp's ``HttpRequestParser``)."""
+    """Wraps a connection's request parser (aiohttp's ``HttpRequestParser``).
 
-    __slots__ = ("_closed", "_parser")
+    ``watch`` is told of every read fed, and whether a request head was completed by
+    it (the connection guard's view of the connection: ``proxy/admission.py``)."""
 
-    def __init__(self, parser: Any) -> None:
+    __slots__ = ("_closed", "_parser", "_watch")
+
+    def __init__(self, parser: Any, watch: Callable[[bool], None] | None = None) -> None:
         self._parser = parser
+        self._watch = watch
         self._closed = False
         """A request with ``Connection: close`` was parsed whole: nothing more is."""
 
@@ -43,8 +48,12 @@ class LastRequestParser:
     def feed_data(self, data: bytes) -> tuple[Any, bool, bytes]:
         if self._closed:
             return _NOTHING
-        if _CLOSE.search(data) is None:
-            return self._parser.feed_data(data)  # type: ignore[no-any-return]
+        fed = self._parser.feed_data(data) if _CLOSE.search(data) is None else self._in_pieces(data)
+        if self._watch is not None:
+            self._watch(bool(fed[0]))
+        return fed
+
+    def _in_pieces(self, data: bytes) -> tuple[Any, bool, bytes]:
         messages: list[Any] = []
         start = 0
         while start < len(data):

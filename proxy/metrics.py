@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from tailreplay.dialects import ROUTES
 from tailreplay.prometheus import LATENCY_BUCKETS, STATUS_CLASSES, status_class
-from tailreplay.proxy.connections import ConnectionGuard
+from tailreplay.proxy.admission import ConnectionGuard
 from tailreplay.proxy.dot_segments import PATH_OUTSIDE
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.recorder_sink import RecorderClient
@@ -115,18 +115,23 @@ class _ConnectionCollector(Collector):
             value=g.cap,
         )
         for name, doc, value in (
-            ("evicted", "Idle client connections closed to admit new ones at the cap.", g.evicted),
+            (
+                "evicted",
+                "Client connections closed to admit new ones at the cap: silent, idle, or "
+                "sending a head too slowly.",
+                g.evicted,
+            ),
             ("refused", "Client connections refused with a 503 at the cap.", g.refused),
             (
                 "peer_refused",
                 "Client connections refused with a 503: their peer (client IP) held "
-                "--max-connections-per-peer already, none of them idle.",
+                "--max-connections-per-peer already, none of them to push out.",
                 g.peer_refused,
             ),
             (
                 "storms_refused",
                 "Of those refused at the cap, connections of a peer reconnecting in a storm "
-                "(which may push out only long-idle connections).",
+                "(which may push out only silent, long-idle or slow-head connections).",
                 g.storms_refused,
             ),
             (
@@ -138,7 +143,7 @@ class _ConnectionCollector(Collector):
             (
                 "slow_bodies_evicted",
                 "Connections closed at the cap for a newcomer: of those sending a body, the "
-                "slowest.",
+                "one needing the longest to arrive (a second or more).",
                 g.slow_bodies_evicted,
             ),
             ("accept_errors", "Failed accept() calls (no descriptors or memory).", g.accept_errors),

@@ -21,11 +21,11 @@ from aiohttp import web
 
 from tailreplay.errors import UsageError
 from tailreplay.prometheus import metrics_app
+from tailreplay.proxy.admission import ConnectionGuard
 from tailreplay.proxy.app import build_server, upstream_pool
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import (
     ACCEPT_BATCH,
-    ConnectionGuard,
     accept_error_handler,
     connection_cap,
     listening_sockets,
