@@ -75,7 +75,8 @@ BODY_GRACE_S = 0.1
 SLOW_BODY_S = 1.0
 """A body that needs this long or more to arrive, at its pace so far, wastes its slot."""
 LOOK_AHEAD = 8
-"""Fresh or idle connections checked for unread bytes in one choice, at most."""
+"""Choices made for one newcomer, at most: a fresh or idle connection chosen that is
+found with a request arrived unread is passed over, and the choice made again."""
 BODY_SAMPLE = 64
 """Bodies judged in one choice: the longest-running ones (bounded work per newcomer)."""
 
@@ -177,13 +178,13 @@ class ConnectionGuard:
             newcomer = waiting(fd)
             if not self._make_room(own, newcomer, storming):
                 self.peer_refused += 1
-                return self._refuse(transport, fd)
+                return self._refuse(transport, fd, newcomer)
         if self._all.count >= self.cap:
             newcomer = newcomer or waiting(fd)
             if not self._make_room(self._all, newcomer, storming):
                 self.refused += 1
                 self.storms_refused += storming
-                return self._refuse(transport, fd)
+                return self._refuse(transport, fd, newcomer)
         slot = Slot(transport, fd, peer, time.monotonic())
         self._slots[handler] = slot
         self._add(slot)
@@ -283,12 +284,26 @@ class ConnectionGuard:
         return True
 
     def _victim(self, scope: Scope, newcomer: Waiting, storming: bool) -> Slot | None:
-        """The connection ``newcomer`` pushes out of ``scope`` (module docstring)."""
+        """The connection ``newcomer`` pushes out of ``scope`` (module docstring). A
+        fresh or idle one chosen is checked for a request arrived unread (a system
+        call, so only once chosen); one found moves to head or busy, as the parser
+        will soon see it, and the choice is made again."""
+        for _ in range(LOOK_AHEAD):
+            victim = self._choose(scope, newcomer, storming)
+            if victim is None or victim.state is State.HEAD or victim.state is State.BODY:
+                return victim
+            found = waiting(victim.fd)
+            if found is Waiting.NOTHING:
+                return victim
+            self._move(victim, State.BUSY if found is Waiting.HEAD else State.HEAD)
+        return None
+
+    def _choose(self, scope: Scope, newcomer: Waiting, storming: bool) -> Slot | None:
         now = time.monotonic()
         sent = newcomer is not Waiting.NOTHING
-        fresh = self._first_silent(scope, State.FRESH)
-        idle = self._first_silent(scope, State.IDLE)
-        head = scope.first(State.HEAD)  # after the checks above, which may add to it
+        fresh = scope.first(State.FRESH)
+        idle = scope.first(State.IDLE)
+        head = scope.first(State.HEAD)
         wasting: list[tuple[float, Slot]] = []
         if fresh is not None and (sent or now - fresh.at >= NEWCOMER_S):
             wasting.append((now - fresh.at, fresh))
@@ -305,16 +320,6 @@ class ConnectionGuard:
                 return head
             if idle is not None and not storming:
                 return idle
-        return None
-
-    def _first_silent(self, scope: Scope, state: State) -> Slot | None:
-        """The first connection in ``state`` with nothing unread; those found with a
-        request waiting move to head or busy, as the parser will soon see them."""
-        for slot in list(itertools.islice(scope.listed[state], LOOK_AHEAD)):
-            found = waiting(slot.fd)
-            if found is Waiting.NOTHING:
-                return slot
-            self._move(slot, State.BUSY if found is Waiting.HEAD else State.HEAD)
         return None
 
     def _slowest_body(self, scope: Scope, now: float) -> list[tuple[float, Slot]]:
@@ -342,8 +347,9 @@ class ConnectionGuard:
         return [(left, worst)] if left >= SLOW_BODY_S else []
 
     @staticmethod
-    def _refuse(transport: asyncio.Transport, fd: int) -> None:
+    def _refuse(transport: asyncio.Transport, fd: int, newcomer: Waiting) -> None:
         transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
-        discard(fd)
+        if newcomer is not Waiting.NOTHING:
+            discard(fd)
         transport.close()
         return None

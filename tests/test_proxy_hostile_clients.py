@@ -58,6 +58,7 @@ async def test_idle_and_slowloris_clients_cannot_starve_the_proxy(
     # The bound keeps a margin for a busy shared machine; bench/hostile.py reports
     # the real figures (docs/benchmarks.md).
     during, baseline = result.during, result.baseline
+    assert not result.failures, result.failures[:5]
     assert len(during) >= 20
     assert max(during) < max(1.0, 10 * max(baseline)), (max(during), max(baseline))
     assert len(stderr) < 100, "\n".join(stderr[:20])
