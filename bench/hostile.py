@@ -141,8 +141,11 @@ class Prober:
     def results(self) -> tuple[list[float], list[str]]:
         try:
             if not self._results.poll(max(self.deadline - time.monotonic(), 0)):
-                raise RuntimeError("the prober sent no results")
-            times, failures = self._results.recv()
+                raise RuntimeError("the prober sent no results in time")
+            try:
+                times, failures = self._results.recv()
+            except EOFError:
+                raise RuntimeError("the prober ended without sending its results") from None
         finally:
             self._process.join(5)
             if self._process.is_alive():

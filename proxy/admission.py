@@ -35,7 +35,7 @@ held it (or will still hold it) the longest without progress:
 Else a newcomer whose head is whole pushes out the oldest head still coming, else
 (when its peer is not in a storm) the oldest idle connection, however young. Else
 it gets a 503 and is closed, with what it sent read and dropped first, so that the
-close is a FIN and the 503 reaches it.
+close is a FIN and the 503 reaches it; a silent newcomer is closed without one.
 
 Before an idle or fresh connection is pushed out, its socket is checked: one whose
 request has arrived unread is a head (or busy, when whole), not idle.
@@ -348,8 +348,12 @@ class ConnectionGuard:
 
     @staticmethod
     def _refuse(transport: asyncio.Transport, fd: int, newcomer: Waiting) -> None:
-        transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
+        """A 503 for a newcomer that has sent bytes; a silent one is closed without
+        (the accept was deferred until it had been silent for --idle-timeout, which
+        would close it the same way, and a write to a socket costs more than the rest
+        of a refusal: what matters in a flood of them)."""
         if newcomer is not Waiting.NOTHING:
+            transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
             discard(fd)
         transport.close()
         return None
