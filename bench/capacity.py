@@ -61,7 +61,8 @@ def capacity(path: Path, out: Path, slo: str, *extra: str) -> tuple[float, dict]
     began = time.monotonic()
     subprocess.run([sys.executable, "-m", "tailreplay", "capacity", str(path), "--sim-profile",
                     "fast", "--slo", slo, "--window", "1h", "--max", "16x",
-                    "--lag-limit", "50ms", "--out-dir", str(out), "--json", str(report), *extra],
+                    "--lag-limit", "50ms", "--out-dir", str(out), "--overwrite",
+                    "--json", str(report), *extra],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     return time.monotonic() - began, json.loads(report.read_text())
 

@@ -6,8 +6,9 @@ simulator. A prober process sends ``GET /v1/models`` on a new connection every
 50 ms — for 1 s alone (the baseline), then while 2,000 idle sockets and 500
 slowloris clients (a head trickled a line every 0.5 s) connect and are closed by
 the proxy. The prober is a process of its own: in the attackers' process its
-times would be the attackers' event loop holding the GIL, not the proxy. The table gives the prober's latency with and without the attack, the
-ratio between them, and how the attackers' connections ended.
+times would be the attackers' event loop holding the GIL, not the proxy. The
+table gives the prober's latency with and without the attack, the ratio between
+them, and how the attackers' connections ended.
 
 Run: ``.venv/bin/python bench/hostile.py [--runs 3]``. ``tests/test_proxy_hostile_clients.py``
 plays the same scenario (``attack``) with bounds a busy machine cannot miss.

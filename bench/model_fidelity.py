@@ -114,7 +114,7 @@ def main() -> None:
                "--window", args.window, "--windows", str(args.windows), "--seeds", args.seeds,
                "--speed", args.speed,
                "--sim-profile", "fast", f"--sim-arg=--prefill-per-token-ms={args.prefill_ms}",
-               "--out-dir", str(out / "arms"), "--json", str(out / "check.json"),
+               "--out-dir", str(out / "arms"), "--overwrite", "--json", str(out / "check.json"),
                ok=(0, 1))  # fmt: skip  # 1: an arm was client- or simulator-bound (it says which)
 
 

@@ -142,7 +142,12 @@ input, 130 interrupted.""",
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("capacity"),
     show_default=True,
-    help="Where the window and every trial's results go.",
+    help="Where the window and every trial's results go (one run at a time).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace a previous run's files in --out-dir (else such a folder is refused).",
 )
 @click.option(
     "--json",
@@ -181,6 +186,7 @@ def capacity(
     sim_profile: str,
     sim_args: tuple[str, ...],
     out_dir: Path,
+    overwrite: bool,
     json_path: Path | None,
     plot_path: Path | None,
     scrapes: tuple[ScrapeTarget, ...],
@@ -209,6 +215,7 @@ def capacity(
         sweep_step=sweep,
         out_dir=out_dir,
         budget_s=budget,
+        overwrite=overwrite,
     )
     check_study(study)  # makes --out-dir, where the outputs may go: checked after it
     for flag, path in (("--json", json_path), ("--plot", plot_path)):

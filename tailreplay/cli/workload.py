@@ -171,7 +171,12 @@ def synth(
     type=click.Path(path_type=Path, file_okay=False),
     default=Path("validate-model"),
     show_default=True,
-    help="Where the arms' archives and results go.",
+    help="Where the arms' archives and results go (one run at a time).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace a previous run's files in --out-dir (else such a folder is refused).",
 )
 @click.option(
     "--json",
@@ -206,6 +211,7 @@ def validate_model(
     speed: float,
     sim_profile: str,
     out_dir: Path,
+    overwrite: bool,
     json_path: Path | None,
     lag_limit: float,
     sim_args: tuple[str, ...],
@@ -245,6 +251,7 @@ def validate_model(
         speed=speed,
         lag_limit_s=lag_limit,
         windows=windows,
+        overwrite=overwrite,
     )
     with sigterm_interrupts():  # each arm's replay and simulator are stopped with it
         results = run_check(config, say)

@@ -30,6 +30,7 @@ from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.targets import fresh_targets
 from tailreplay.studies.trial import longest_request, replay_child
 from tailreplay.studies.watched_objectives import watchable
+from tailreplay.study_folder import check_folder, claimed_folder
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.ops import copy_records, find_peak, record_filter
 from tailreplay.units import format_duration
@@ -79,6 +80,8 @@ class CapacityStudy:
     """Where the window and every trial's results go."""
     budget_s: float | None = None
     """Wall time after which no trial starts (``--budget``); None: no limit."""
+    overwrite: bool = False
+    """Replace a previous run's files in ``out_dir`` (``--overwrite``); else refused."""
 
 
 def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
@@ -86,6 +89,11 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     within its objectives, with every trial; ``say`` gets the progress lines, e.g.
     ``run_capacity(CapacityStudy((path,), (*parse_objectives(["latency:p99<=2s"]),)), print)``.
     """
+    with claimed_folder(study.out_dir, overwrite=study.overwrite):
+        return _search(study, say)
+
+
+def _search(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     check_study(study)
     window, span_s = busiest_window(list(study.archives), study.window_s, study.out_dir, say)
     trials = _Trials(study, window, span_s)
@@ -114,8 +122,9 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
 def check_study(study: CapacityStudy) -> None:
     """Refuse a study that cannot run (``UsageError``, exit 2) before any replay, and
     make its ``out_dir``: factors out of range, simulator flags with a target, an
-    objective relative to a recording that does not have its figure. ``run_capacity``
-    calls it; calling it again is harmless."""
+    objective relative to a recording that does not have its figure, an ``out_dir``
+    holding a previous run's files without ``overwrite``. ``run_capacity`` calls it;
+    calling it again is harmless."""
     if study.max_factor <= 1:
         raise UsageError("--max must be above 1x")
     if not 0 < study.min_factor < 1:
@@ -123,10 +132,7 @@ def check_study(study: CapacityStudy) -> None:
     if study.target is not None and study.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     check_judgeable(list(study.objectives), list(study.archives))
-    try:
-        study.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {study.out_dir}: {exc.strerror or exc}") from None
+    check_folder(study.out_dir, overwrite=study.overwrite)
 
 
 class _Trials:

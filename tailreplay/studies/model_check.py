@@ -39,6 +39,7 @@ from tailreplay.replayer.speed import Speed
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.targets import fresh_targets
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
+from tailreplay.study_folder import claimed_folder
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.ops import Stop, copy_records, record_filter
 from tailreplay.traces.results.client_health import client_verdict
@@ -78,6 +79,8 @@ class CheckConfig:
     built-in simulator's step times are divided by it)."""
     lag_limit_s: float = 0.025
     """Dispatch lag P99 above this means an arm measured the client."""
+    overwrite: bool = False
+    """Replace a previous run's files in ``out_dir`` (``--overwrite``); else refused."""
     timeout_s: float = 600.0
     windows: int = 1
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
@@ -132,12 +135,14 @@ class ArmResult:
 
 
 def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
-    """Replay every arm and measure it; the exact arm first."""
+    """Replay every arm and measure it; the exact arm first. ``out_dir`` is held for
+    the run (``study_folder.py``)."""
+    with claimed_folder(cfg.out_dir, overwrite=cfg.overwrite):
+        return _run_check(cfg, say)
+
+
+def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args)
-    try:
-        cfg.out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise UsageError(f"--out-dir {cfg.out_dir}: {exc.strerror or exc}") from None
     held = _windows(cfg)
     span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
     say(
