@@ -147,7 +147,15 @@ def test_a_capacity_study_runs_from_python(tmp_path: Path) -> None:
     else:
         assert "client" in result.stopped
     with pytest.raises(UsageError, match="--max"):
-        api.capacity(api.CapacityStudy(archives=(peak,), objectives=(), max_factor=1.0))
+        api.capacity(
+            api.CapacityStudy(
+                archives=(peak,), objectives=(), max_factor=1.0, out_dir=tmp_path / "bad"
+            )
+        )
+    assert not (tmp_path / "bad").exists()  # refused before its folder was made
+    # A second study into the first's folder is refused until asked to replace it.
+    with pytest.raises(UsageError, match="--overwrite"):
+        api.capacity(study)
 
 
 def _python_block(path: Path, after: str) -> str:

@@ -89,12 +89,12 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     within its objectives, with every trial; ``say`` gets the progress lines, e.g.
     ``run_capacity(CapacityStudy((path,), (*parse_objectives(["latency:p99<=2s"]),)), print)``.
     """
+    check_study(study)  # before the folder is made: a study that cannot run leaves none
     with claimed_folder(study.out_dir, overwrite=study.overwrite):
         return _search(study, say)
 
 
 def _search(study: CapacityStudy, say: Callable[[str], None]) -> Search:
-    check_study(study)
     window, span_s = busiest_window(list(study.archives), study.window_s, study.out_dir, say)
     trials = _Trials(study, window, span_s)
     if study.sweep_step is not None:
