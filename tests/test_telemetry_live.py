@@ -81,8 +81,10 @@ def test_a_dead_or_slow_otlp_endpoint_changes_nothing_that_matters(
     assert len(warnings) == 1, err
     assert "Traceback" not in err
     assert traced["completed"] == plain["completed"] == 400
-    # Lag P99 within noise of the run without telemetry (1-2 ms here; CI is busier).
-    assert traced["lag_ms"]["p99"] <= plain["lag_ms"]["p99"] + 10, (plain, traced)
+    # Lag P99 within noise of the run without telemetry (1-2 ms on a quiet machine;
+    # tens under a load average of 7). An export that blocked the dispatch loop would
+    # hold the requests behind it for the whole --otlp-timeout (1 s): far past this.
+    assert traced["lag_ms"]["p99"] <= plain["lag_ms"]["p99"] + 100, (plain, traced)
     assert re.search(r"spans: 0 exported to .*, 400 not delivered", err), err
 
 
