@@ -188,6 +188,28 @@ def test_an_arm_whose_target_failed_more_than_1_percent_is_not_compared() -> Non
     assert "1.0%" in rows[2] and "OVERLOADED: 1.5% of its requests failed (over 1%)" in rows[3]
 
 
+def test_a_target_that_refuses_requests_makes_every_arm_overloaded_exit_4(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    """End to end: simulators that take one request at a time (50 ms a token) and
+    queue one more refuse the rest, so every arm fails far more than 1% of its
+    requests: none is a measure of the model, and the run exits 4 (not judged),
+    saying why."""
+    archive, model, _ = trace
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
+                       "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
+                       "--window", "10s", "--lag-limit", "1s",
+                       "--sim-arg=--max-num-seqs=1", "--sim-arg=--queue-limit=1",
+                       "--sim-arg=--decode-base-ms=50",
+                       "--out-dir", str(tmp_path / "arms"))  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: 3 of 3 arms were overloaded"), last
+    rows = done.stdout.splitlines()[1:4]
+    assert all("OVERLOADED: " in row and "(over 1%)" in row for row in rows), rows
+
+
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
     maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,
              "stream": True} for i in range(n)]  # fmt: skip
