@@ -36,6 +36,7 @@ from urllib.parse import unquote, unquote_plus
 
 from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
+from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
 
 __all__ = [
@@ -243,11 +244,18 @@ def _kept(kind: str, value: str) -> bool:
 
 
 def redact_text(text: str, key: bytes) -> str:
-    """``text`` with credentials, emails, phone and card numbers masked.
+    """``text`` with credentials, emails, phone and card numbers masked: in providers'
+    formats (``provider_keys.py``, matched on the text as it came), then by the rules
+    here.
 
     >>> redact_text("mail bob@example.com, password=hunter2", b"k")
     'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
+    masked = provider_keys().mask(text, lambda kind, v: f"[{kind}:{fingerprint(key, v)}]")
+    return _by_rule(masked, key)
+
+
+def _by_rule(text: str, key: bytes) -> str:
     mask = _TEXT.for_text(text)
     pattern = _TEXT.pattern(mask)
     out: list[str] = []
@@ -267,12 +275,12 @@ def redact_text(text: str, key: bytes) -> str:
             # A name of no credential is searched as text (a key's shape before a
             # colon), and the search goes on from its value, which may hold a key or
             # an assignment of its own (`client = OpenAI(api_key='…')`).
-            name = redact_text(a[1], key) if _has_credential(a[1]) else a[1]
+            name = _by_rule(a[1], key) if _has_credential(a[1]) else a[1]
             out.append(name + a[2])
             pos = m.start() + a.start(3)
             continue
         if a is not None:  # a credential's name: its value masked
-            name = redact_text(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
+            name = _by_rule(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
             out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, a[3])}]")
         else:
             out.append(_masked(kind, value, key))
@@ -287,14 +295,14 @@ def _masked(kind: str, value: str, key: bytes) -> str:
     if _kept(kind, value):
         return value
     if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
-        user = redact_text(u["uuser"], key)  # a token can be the user: https://ghp_…:x@
+        user = _by_rule(u["uuser"], key)  # a token can be the user: https://ghp_…:x@
         return f"//{user}:[SECRET:{fingerprint(key, u['upass'])}]@"
     if kind == "COOKIE" and (c := _COOKIE_NAME.match(value)) is not None:
         return f"{c[0]}[SECRET:{fingerprint(key, value[c.end() :])}]"
     if kind == "MYSQL" and (q := _MYSQL_RE.fullmatch(value)) is not None:
-        return redact_text(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
+        return _by_rule(q["mcmd"], key) + f"[SECRET:{fingerprint(key, q['mval'])}]"
     if kind == "CURL" and (q := _CURL_RE.fullmatch(value)) is not None:
-        return redact_text(q["ccmd"], key) + f"[SECRET:{fingerprint(key, q['cval'])}]"
+        return _by_rule(q["ccmd"], key) + f"[SECRET:{fingerprint(key, q['cval'])}]"
     return f"[{kind}:{fingerprint(key, value)}]"
 
 
@@ -356,14 +364,20 @@ _HINT = re.compile("|".join(map(re.escape, _HINTS)))
 _SHAPE_HINT = re.compile(r"[as][ck][0-9a-f]{32}|[mno][a-z0-9_-]{23,25}\.[a-z0-9_-]{6}\.")
 
 
-def _has_credential(text: str) -> bool:
-    """Whether ``text`` holds a credential or an email (what _TARGET matches)."""
+def _by_rule_found(text: str) -> bool:
+    """Whether ``text`` holds what _TARGET matches."""
     low = text.lower()
     if _HINT.search(low) is None and _SHAPE_HINT.search(low) is None:
         return False
     mask = _TARGET.for_text(text)
     matches = _TARGET.pattern(mask).finditer(text)
     return any(not _kept(_TARGET.kind(m[0], mask), m[0]) for m in matches)
+
+
+def _has_credential(text: str) -> bool:
+    """Whether ``text`` holds a credential or an email: by the rules here, or in a
+    provider's format."""
+    return _by_rule_found(text) or bool(provider_keys().find(text))
 
 
 # ---- names and values: headers, paths, URLs ----
