@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterable
 from urllib.parse import unquote, unquote_plus
 
 from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
+from tailreplay.traces.text.code_values import is_expression
+from tailreplay.traces.text.credential_hints import HINT, SHAPE_HINT
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
@@ -88,8 +90,9 @@ def _assign(named: bool) -> str:
     )
 
 
-# A Cookie or Set-Cookie line in text: every pair on it, as the header is masked whole.
-_COOKIE = r"[CcSs](?<!\w.)(?i:ookie|et-cookie)[\"']?[ \t]*:[ \t]*[^\r\n\"']+"
+# A Cookie or Set-Cookie line in text: every pair on it, as the header is masked whole
+# (from a first character that is no space or quote: `'Cookie': 'http.cookies'` is code).
+_COOKIE = r"[CcSs](?<!\w.)(?i:ookie|et-cookie)[\"']?[ \t]*:[ \t]*(?=[^\s\"'])[^\r\n\"']+"
 _COOKIE_NAME = re.compile(r"(?i)(?:set-)?cookie[\"']?[ \t]*:[ \t]*")
 
 
@@ -271,10 +274,12 @@ def _by_rule(text: str, key: bytes) -> str:
         a = None
         if kind in ("SECRET", "FLAG"):
             a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
-        if a is not None and not is_secret_name(a[1]):
-            # A name of no credential is searched as text (a key's shape before a
-            # colon), and the search goes on from its value, which may hold a key or
-            # an assignment of its own (`client = OpenAI(api_key='…')`).
+        if a is not None and (
+            not is_secret_name(a[1]) or is_expression(a[3], text, m.start(), m.end(), a[2])
+        ):
+            # A name of no credential, or one given code (`key = next(it)`), is searched
+            # as text (a key's shape before a colon), and the search goes on from its
+            # value, which may hold a key or an assignment (`OpenAI(api_key='…')`).
             name = _by_rule(a[1], key) if _has_credential(a[1]) else a[1]
             out.append(name + a[2])
             pos = m.start() + a.start(3)
@@ -306,68 +311,10 @@ def _masked(kind: str, value: str, key: bytes) -> str:
     return f"[{kind}:{fingerprint(key, value)}]"
 
 
-# A lower-cased substring of every match of _TARGET's patterns: most header values and
-# paths hold none, and one search for these (0.4 µs for a request's header values) costs
-# a tenth of one search with the patterns.
-_HINTS = (
-    "bearer",
-    "basic",
-    "pass",
-    "pwd",
-    "secret",
-    "token",
-    "auth",
-    "sess",
-    "key",
-    "sk-",
-    "sk_",
-    "pk-",
-    "pk_",
-    "rk-",
-    "rk_",
-    "akia",
-    "asia",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "glpat-",
-    "xox",
-    "hf_",
-    "aiza",
-    "eyj",
-    "@",
-    "pw",
-    "sid",
-    "sig",
-    "cred",
-    "cookie",
-    "://",
-    "private key",
-    "--",
-    "mysql",
-    "curl",
-    "otp",
-    "npm_",
-    "pypi-",
-    "sg.",
-    "sq0",
-    "-us",
-    ":aa",
-)
-_HINT = re.compile("|".join(map(re.escape, _HINTS)))
-# Twilio's and Discord's formats open on no fixed word. A search of their own: joined
-# with the words above, they would cost the words' search its speed (2.3 µs against
-# 0.7 + 0.1 for a request's header values).
-_SHAPE_HINT = re.compile(r"[as][ck][0-9a-f]{32}|[mno][a-z0-9_-]{23,25}\.[a-z0-9_-]{6}\.")
-
-
 def _by_rule_found(text: str) -> bool:
     """Whether ``text`` holds what _TARGET matches."""
     low = text.lower()
-    if _HINT.search(low) is None and _SHAPE_HINT.search(low) is None:
+    if HINT.search(low) is None and SHAPE_HINT.search(low) is None:
         return False
     mask = _TARGET.for_text(text)
     matches = _TARGET.pattern(mask).finditer(text)

@@ -1,0 +1,187 @@
+"""What code assigns to a credential's name that is no credential: an expression.
+
+``key = next(iter(self))``, ``token = session.get('token')``, ``password =
+input('Password: ')``, ``const apiKey = process.env.OPENAI_API_KEY;``, ``key=len``,
+``self.key = '_local.' + str(id(self))``: the name is a credential's, the value is
+code that computes one. Masking it breaks the program a prompt carries (it no
+longer parses) and hides nothing, so the value is searched as text instead, where
+a key's shape inside it (``OpenAI(api_key='sk-…')``) is still found.
+
+An unquoted value is an expression when it is:
+
+- a call or a subscript (a name, dotted or not, then ``(`` or ``[``), or a bracket
+  opening what is itself judged so (``(fam, pro)``, ``[f(), b]``; not ``[hunter2]``);
+- a dotted path of names without digits (``process.env.X``, ``self._int``);
+- a reference to a variable of a shell, a template or Windows (``$X``, ``${X}``,
+  ``%X%``, ``{{ x }}``), or a printf or ``str.format`` placeholder (``%#x``, ``{}``);
+- a literal or a builtin of a language (``None``, ``null``, ``true``, ``len``,
+  ``lambda``...), a placeholder word (``value``, ``name``: "the key: value pairs"),
+  a number of at most three digits (a flag or a count; a PIN has four) or a hex
+  constant of at most eight digits (``0x08074b50``; a key has 32 or more);
+- a name: one with an underscore (``key_func``), a constant's (``HANDLE``), one a
+  credential is named by (``key=key``, ``lasttoken = token``), or any name without
+  digits where code assigns it: spaces around ``=`` (``key = args``) or a keyword
+  argument (``sort(key=nbits)``);
+- a string prefix before a quote (``b''``, ``r'…'``).
+
+What closes the code around it (``key=None):``) is left aside; a value with no
+letter or digit is no value (``input('Password: ')`` assigns ``)``). A quoted value
+is a string literal, and an expression when an operator follows its closing quote
+(``'a' + b``, ``'%s' % x``, ``'{}'.format``), a setting's word (``'yes'``,
+``'tab'``), a dotted module path (``'http.cookies'``), a version or an OID, or a
+placeholder; one that opens on a comma, a bracket's end or an operator is what
+follows a quote that closed a string (``prompt='Password: ', stream=None``). An
+unquoted word followed by more words is prose (``key: cannot use "" as a name``).
+
+Left masked, so as not to let a password through: a name with digits
+(``hunter2``, and a random token's shape), one changing case more often than a
+camelCase name does (``GQHiUkjkaPdFtHs``), and a plain word assigned as
+configuration is (``password=dragon``, ``password: dragon``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from tailreplay.traces.text.secret_names import is_secret_name
+
+__all__ = ["is_expression"]
+
+_CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
+_PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
+_HEAD = re.compile(r"[\w$.]+")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VARIABLE = re.compile(
+    r"\$\{?[A-Za-z_][\w.]*\}?|%[A-Za-z_]\w*%|\{\{.*|\$\(.*"
+    r"|%[-#0-9.+ ]*[a-zA-Z]|\{[\w.]*(?:![rsa])?(?::[^}]*)?\}"  # printf and format fields
+)
+_SHORT_NUMBER = re.compile(r"\d{1,3}|0[xX][0-9a-fA-F]{1,8}")
+_WORDS = frozenset(
+    [
+        "None",
+        "True",
+        "False",
+        "null",
+        "true",
+        "false",
+        "nil",
+        "undefined",
+        "NULL",
+        "NaN",
+        "len",
+        "str",
+        "int",
+        "float",
+        "bytes",
+        "repr",
+        "id",
+        "hash",
+        "bool",
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "sorted",
+        "lambda",
+        "self",
+        "this",
+        "cls",
+        "super",
+        "value",
+        "val",
+        "item",
+        "data",
+        "obj",
+        "arg",
+        "args",
+        "kwargs",
+        "key",
+        "keys",
+        "name",
+    ]
+)
+_STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf"])
+_OPERATOR_AFTER = re.compile(r"[\"'][ \t]*[-+%*.\[]")
+_PROSE_AFTER = re.compile(r" [a-z]{2,}\b")
+_SETTINGS = frozenset(
+    [
+        "yes",
+        "no",
+        "on",
+        "off",
+        "true",
+        "false",
+        "none",
+        "null",
+        "enabled",
+        "disabled",
+        "default",
+        "auto",
+        "tab",
+        "view",
+        "include",
+        "test",
+        "value",
+        "name",
+        "key",
+    ]
+)
+_VERSION = re.compile(r"\d+(?:\.\d+)+")
+
+
+def _literal(value: str) -> bool:
+    """A string literal that is no credential: a setting's word (``'yes'``, ``'tab'``),
+    a dotted module path (``'http.cookies'``), a version or an OID, a placeholder."""
+    return bool(
+        value.lower() in _SETTINGS
+        or _PATH.fullmatch(value)
+        or _VERSION.fullmatch(value)
+        or _VARIABLE.fullmatch(value)
+    )
+
+
+def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:
+    """Whether ``value``, assigned in ``text`` by ``sep`` to a name starting at
+    ``start``, the value ending at ``end``, is code that computes a value, or no
+    value at all."""
+    if not any(c.isalnum() for c in value):
+        return True
+    if sep[-1:] in "\"'":
+        # What follows a quote that closed a string (`prompt='Password: ', x=1`) is
+        # code, not a value; else a string literal is one unless an operator follows.
+        closed = value.lstrip()[:1] in tuple(",)]};+%*")
+        return closed or _OPERATOR_AFTER.match(text, end) is not None or _literal(value)
+    if value[0] in "([":  # a tuple or a list of what is judged as a value here
+        return is_expression(value[1:], text, start, end, sep)
+    field = _VARIABLE.match(value)  # a placeholder, then what closes the code around it
+    if field is not None and not any(c.isalnum() for c in value[field.end() :]):
+        return True
+    if _CALL.match(value) or _VARIABLE.fullmatch(value):
+        return True
+    if text[end : end + 1] in ("'", '"'):
+        return value.lower() in _STRING_PREFIXES
+    head = _HEAD.match(value)
+    rest = "" if head is None else value[head.end() :]
+    # After a bracket that closes the code around it, anything may follow: `key)[:n]`.
+    if head is None or (rest[:1] not in tuple(")]}") and any(c.isalnum() for c in rest)):
+        return False
+    bare = head[0]
+    if bare.isalpha() and _PROSE_AFTER.match(text, end):
+        return True  # a word in a sentence: `key: cannot use "" as a name`
+    if bare in _WORDS or _PATH.fullmatch(bare) or _SHORT_NUMBER.fullmatch(bare):
+        return True
+    return _NAME.fullmatch(bare) is not None and _code_name(bare, text, start, sep)
+
+
+def _code_name(name: str, text: str, start: int, sep: str) -> bool:
+    """Whether the name ``name`` assigned is a variable of code (module docstring)."""
+    if any(c.isdigit() for c in name):
+        return False  # `hunter2`, and a random token's shape
+    humps = sum(1 for a, b in itertools.pairwise(name) if a.islower() and b.isupper())
+    if humps > 3:
+        return False  # more changes of case than a camelCase name has: `GQHiUkjkaPdFtHs`
+    if "_" in name or (name.isupper() and len(name) > 1) or is_secret_name(name):
+        return True
+    keyword_argument = text[max(start - 1, 0) : start] == "(" or text[:start].endswith(", ")
+    return (sep.startswith(" ") and sep.rstrip().endswith("=")) or keyword_argument
