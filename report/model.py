@@ -398,6 +398,9 @@ class Report(TypedDict):
     slo: NotRequired[SloMatrix]
     partial: NotRequired[Partial]
     """Present when the replay was cut short (``report/partial.py``)."""
+    unrelated: NotRequired[str]
+    """Present, saying why, when objectives relative to the recording face a recorded
+    archive none of whose requests the replay sent."""
     verdict: NotRequired[SloVerdict]
     """The SLO gate's verdict, with objectives (``report/verdict.py``)."""
     """Only when objectives were given."""

@@ -8,8 +8,10 @@ view can say PASS where another says NOT JUDGED:
 - **not judged** when what was measured is not the target under the recorded load:
   the run was cut short (``report/partial.py``; ``--judge-partial`` judges what was
   sent), the replaying client was the bottleneck (its dispatch lag P99 over ``--lag-limit``),
-  or not one objective had a request to be judged on (an objective without data
-  among others that have it counts as missed);
+  not one objective had a request to be judged on (an objective without data
+  among others that have it counts as missed), or objectives relative to the
+  recording face a recorded archive none of whose requests the replay sent (it
+  was replaced since, or is another recording);
 - otherwise **pass** when the score reached ``--slo-min-score`` and every scope
   (``--slo-by``, ``--slo-window``) passed, else **fail**, naming what was missed.
 
@@ -65,6 +67,8 @@ def _not_judged(report: Report, slo: SloMatrix, judge_partial: bool) -> str | No
             f"scheduled requests were never sent (--judge-partial judges the "
             f"{partial['due']:,} due)"
         )
+    if (unrelated := report.get("unrelated")) is not None:
+        return unrelated
     client = report["client"]
     if client is not None and client["client_bound"]:
         return (

@@ -76,7 +76,7 @@ def write_report(
     options: ReportOptions, say: Callable[[str], None] = lambda line: None
 ) -> ReportResult:
     """Build the report and write every requested file; ``say`` gets warnings."""
-    recorded, replayed, shadow = _sides(options, say)
+    recorded, replayed, shadow, unrelated = _sides(options, say)
     _check_outputs(
         options, [Path(p) for p in [*replayed.paths, *(recorded.paths if recorded else [])]]
     )
@@ -90,6 +90,11 @@ def write_report(
     if (partial := cut_short(replayed)) is not None:
         report["partial"] = partial
         report["warnings"].insert(0, partial_line(partial))
+    if unrelated and any(o.relative for o in options.objectives):
+        report["unrelated"] = (
+            "no replayed request comes from the recorded archive, so objectives relative "
+            "to it compare two unrelated runs (was the recording replaced or sliced anew?)"
+        )
     for line in report["warnings"]:
         say(f"warning: {line}")
     engine = engine_report(options.replayed, replayed, options.thresholds)
@@ -177,33 +182,41 @@ def fail_on_slo(result: ReportResult) -> None:
 
 def _sides(
     options: ReportOptions, say: Callable[[str], None]
-) -> tuple[Side | None, Side, Shadow | None]:
+) -> tuple[Side | None, Side, Shadow | None, bool]:
     """The recorded side (when there is one to compare with) and the replayed one; with
-    ``--shadow``, production and the shadow's copies, and what the capture says of it."""
+    ``--shadow``, production and the shadow's copies, and what the capture says of it;
+    and whether the replay came from recorded requests none of which are in the
+    recorded side (a recording replaced since, or another one)."""
     classes = [options.slo_by] if options.slo_by else []
     if options.deltas_out is not None:
         classes.append("model")  # the deltas' model column; no other figure reads it
     if options.shadow:
         if options.recorded:
             raise UsageError("--shadow compares a capture with itself: give no --recorded")
-        return shadow_sides(options.replayed, options.skip_corrupt, classes, options.objectives)
+        return (
+            *shadow_sides(options.replayed, options.skip_corrupt, classes, options.objectives),
+            False,
+        )
     replayed = load_side(options.replayed, skip_corrupt=options.skip_corrupt, classes=classes)
     check_one_run(replayed.paths, replayed.headers)
     recorded_paths = options.recorded
     if recorded_paths is None:
         recorded_paths = _recorded_from_header(replayed, say)
     recorded = None
+    unrelated = False
     if recorded_paths:
         # A relative objective the recording cannot judge is refused, as replay refuses
         # it before sending: one exit code (2) for it in every command.
         check_judgeable(options.objectives, recorded_paths, skip_corrupt=options.skip_corrupt)
-        recorded = _load_recorded(recorded_paths, replayed, options.skip_corrupt, say, classes)
+        recorded, unrelated = _load_recorded(
+            recorded_paths, replayed, options.skip_corrupt, say, classes
+        )
     if recorded is None and any(o.relative for o in options.objectives):
         raise UsageError(
             "an --slo relative to the recording (like 1.2x) needs the recorded archive: "
             "pass --recorded"
         )
-    return recorded, replayed, None
+    return recorded, replayed, None, unrelated
 
 
 def _recorded_from_header(replayed: Side, say: Callable[[str], None]) -> list[Path]:
@@ -227,8 +240,9 @@ def _load_recorded(
     skip_corrupt: bool,
     say: Callable[[str], None],
     classes: Sequence[str],
-) -> Side:
-    """The recorded requests the replay sent (a --limit, window or shard sent a part).
+) -> tuple[Side, bool]:
+    """The recorded requests the replay sent (a --limit, window or shard sent a part),
+    and whether none of the requests it replayed is in ``paths``.
 
     Compared whole, a replay of the first 400 requests would face the percentiles of
     all 2,400. A replay of something else (nothing joins) is compared with all of it.
@@ -238,9 +252,9 @@ def _load_recorded(
     if keys:
         recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
         if recorded.n:
-            return recorded
+            return recorded, False
         say("warning: no replayed request comes from the recorded archive; comparing them whole")
-    return load_side(paths, skip_corrupt=skip_corrupt, classes=classes)
+    return load_side(paths, skip_corrupt=skip_corrupt, classes=classes), bool(keys)
 
 
 def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:

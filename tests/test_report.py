@@ -295,6 +295,30 @@ def test_a_partial_replay_is_compared_with_the_requests_it_sent(tmp_path: Path) 
     assert json.loads((tmp_path / "o.json").read_text())["overall"]["recorded"]["requests"] == N
 
 
+def test_a_relative_slo_against_a_recording_the_replay_did_not_come_from_is_not_judged(
+    tmp_path: Path,
+) -> None:
+    """The replay's requests came from a recording, but none of them is in the archive
+    given (it was replaced, or sliced anew): percentiles relative to it compare two
+    unrelated runs, so the gate says why and exits 4, whatever the figures."""
+    rec, _, recorded, replayed = _pair(tmp_path, factor=1.0)
+    strangers = [{**m, "trace_id": bytes([i % 256, 1]) * 8} for i, m in enumerate(recorded)]
+    other = write_plain(tmp_path / "other.msgpack", strangers)
+    run = write_plain(tmp_path / "run.msgpack", replayed, {**HEADER, "source": "replay"})
+    out = tmp_path / "r.json"
+    code, stdout, err = _report(
+        str(run), "--recorded", str(other), "--slo", "latency:p99<=1.2x", "--json", str(out)
+    )
+    assert code == 4, err
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["state"] == "not_judged"
+    assert "no replayed request comes from the recorded archive" in verdict["reason"]
+    assert "SLO NOT JUDGED" in stdout
+    # The same replay against the recording it came from is judged.
+    code, _, err = _report(str(run), "--recorded", str(rec), "--slo", "latency:p99<=1.2x")
+    assert code == 0, err
+
+
 def test_bootstrap_intervals_match_resampling_and_the_histogram_is_within_1pct() -> None:
     rng = np.random.default_rng(4)
     x = rng.lognormal(5, 1, 2000)
