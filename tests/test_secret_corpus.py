@@ -59,6 +59,12 @@ NAMED: dict[str, Placement] = {
     ),
     "name_value_pair": lambda v: _body({"env": [{"name": "DB_PASSWORD", "value": v}]}),
     "url_userinfo": lambda v: _body(_chat(f"connect to postgres://app:{v}@db.internal:5432/x")),
+    "prompt_percent_encoded": lambda v: _body(
+        _chat("callback ?next=" + quote(f"postgres://app:{v}@db.internal/x", safe=""))
+    ),
+    "prompt_base64_assignment": lambda v: _body(
+        _chat("data:\n  env: " + base64.b64encode(f"client_secret={v}".encode()).decode())
+    ),
     "form": lambda v: redact_body(f"user=bob&client_secret={quote_plus(v)}".encode(), KEY).decode(),
     "multipart": lambda v: redact_body(
         (
@@ -77,6 +83,13 @@ SHAPED_ONLY: dict[str, Placement] = {
         json.dumps(_chat(f"key: {v}")).replace("-", "\\u002d").encode(), KEY
     ).decode(),
     "completion_text": lambda v: redact_text(f"The key you sent, {v}, is revoked.", KEY),
+    "prompt_percent_encoded_bare": lambda v: _body(_chat(f"see ?k={quote(v, safe='')} ok")),
+    "prompt_base64_bare": lambda v: _body(
+        _chat(f"kind: Secret\ndata:\n  x: {base64.b64encode(v.encode()).decode()}\n")
+    ),
+    "prompt_u_escaped": lambda v: _body(
+        _chat("log: " + "".join(f"\\u{ord(c):04x}" if c in "-_." else c for c in v))
+    ),
 }
 
 

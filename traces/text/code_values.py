@@ -46,7 +46,7 @@ import re
 
 from tailreplay.traces.text.secret_names import is_secret_name
 
-__all__ = ["is_expression"]
+__all__ = ["is_expression", "is_plain_literal"]
 
 _CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
 _PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
@@ -128,6 +128,12 @@ _SETTINGS = frozenset(
     ]
 )
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
+
+
+def is_plain_literal(value: str) -> bool:
+    """A string literal that is no credential: what ``_literal`` says, or a constant's
+    name (``'SIG_IGN'``, ``'SELECTED'``)."""
+    return _literal(value) or bool(_NAME.fullmatch(value) and value.isupper() and len(value) > 1)
 
 
 def _literal(value: str) -> bool:

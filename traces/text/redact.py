@@ -37,6 +37,8 @@ from urllib.parse import unquote, unquote_plus
 from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
 from tailreplay.traces.text.code_values import is_expression
 from tailreplay.traces.text.credential_hints import HINT, SHAPE_HINT
+from tailreplay.traces.text.encoded_text import mask_encoded
+from tailreplay.traces.text.pairs_in_text import mask_pairs
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
@@ -195,6 +197,7 @@ _ASSIGN_RE = re.compile(_assign(named=True))
 # the key is what is there.
 _KEY_AT = re.compile("|".join(p for kind, p, _ in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
+_AMPERSAND_RUN = re.compile(r"(?:&(?![\w.\[\]-]*=)[^\s\"'&;,<>\\]+)+")
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
 _CURL_RE = re.compile(_curl(named=True))
@@ -247,13 +250,15 @@ def _kept(kind: str, value: str) -> bool:
 
 
 def redact_text(text: str, key: bytes) -> str:
-    """``text`` with credentials, emails, phone and card numbers masked: in providers'
-    formats (``provider_keys.py``, matched on the text as it came), then by the rules
-    here.
+    """``text`` with credentials, emails, phone and card numbers masked: inside encoded
+    runs (``encoded_text.py``), in providers' formats (``provider_keys.py``, matched on
+    the text as it came), then by the rules here.
 
     >>> redact_text("mail bob@example.com, password=hunter2", b"k")
     'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
+    text = mask_encoded(text, _has_credential, lambda run: f"[SECRET:{fingerprint(key, run)}]")
+    text = mask_pairs(text, lambda value: f"[SECRET:{fingerprint(key, value)}]")
     masked = provider_keys().mask(text, lambda kind, v: f"[{kind}:{fingerprint(key, v)}]")
     return _by_rule(masked, key)
 
@@ -286,7 +291,13 @@ def _by_rule(text: str, key: bytes) -> str:
             continue
         if a is not None:  # a credential's name: its value masked
             name = _by_rule(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
-            out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, a[3])}]")
+            # In text a value runs on past `&` unless a parameter follows (`&user=`):
+            # `password=Tr0ub4dor&WC5IdXYpEH` is one password.
+            more = _AMPERSAND_RUN.match(text, m.end())
+            value = a[3] + (more[0] if more else "")
+            out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, value)}]")
+            pos = m.end() + (more.end() - more.start() if more else 0)
+            continue
         else:
             out.append(_masked(kind, value, key))
         pos = m.end()

@@ -254,14 +254,28 @@ def is_secret_pair(members: Iterable[tuple[Any, Any]]) -> bool:
 def pair_secrets(doc: Any) -> frozenset[str]:
     """The values of name/value pairs whose name is a credential's, anywhere in a
     parsed document: ``{"name": "OPENAI_API_KEY", "value": "…"}`` (environment
-    lists, header lists, secret stores); a value that is a list or an object gives
-    every string in it. Objects may be parsed as ``_Members`` (every member kept)."""
+    lists, header lists, secret stores) and ``["X-Api-Token", "…"]``; a value that
+    is a list or an object gives every string in it. Objects may be parsed as
+    ``_Members`` (every member kept)."""
     found: set[str] = set()
-    for _, members in _nodes(doc):
+    for node, members in _nodes(doc):
         if members is not None and is_secret_pair(members):
             values = [v for k, v in members if isinstance(k, str) and k.lower() in PAIR_VALUES]
             found.update(node for node, _ in _nodes(values) if isinstance(node, str))
+        elif _is_secret_list_pair(node):
+            found.add(node[1])
     return frozenset(found)
+
+
+def _is_secret_list_pair(node: Any) -> bool:
+    """A pair as a list: ``["X-Api-Token", "…"]`` (header lists as many clients write
+    them), whose first string names a credential."""
+    return (
+        isinstance(node, list)
+        and len(node) == 2
+        and all(isinstance(v, str) for v in node)
+        and is_secret_name(node[0])
+    )
 
 
 _Pairs = Iterable[tuple[Any, Any]]
@@ -349,6 +363,8 @@ def _untouched_strings(doc: Any, key: bytes, nested: int) -> int | None:
     kept without walking it literal by literal. None if anything would change."""
     count = 0
     for node, members in _nodes(doc):
+        if _is_secret_list_pair(node):
+            return None
         if isinstance(node, str):
             count += 1
             if _redact_string(node, key, nested, frozenset()) != node:

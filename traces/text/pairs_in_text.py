@@ -1,0 +1,33 @@
+"""Name/value pairs written as a two-item list or tuple in text: code or JSON quoted in
+a prompt (``headers = [("Authorization", "…")]``, ``[["X-Api-Token", "…"]]``). The
+value is a credential's when the name is (``secret_names.py``), as it would be
+under that name in a header or a JSON member."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from tailreplay.traces.text.code_values import is_plain_literal
+from tailreplay.traces.text.secret_names import is_secret_name
+
+__all__ = ["mask_pairs"]
+
+_PAIR = re.compile(
+    r"""[\[(]\s*(["'])(?P<name>[\w.-]{1,64})\1\s*,\s*(["'])(?P<value>(?:(?!\3)[^\\\r\n]|\\.){1,512})\3\s*[\])]"""
+)
+
+
+def mask_pairs(text: str, masked: Callable[[str], str]) -> str:
+    """``text`` with the value of each pair naming a credential replaced by
+    ``masked(value)`` (its quotes and brackets kept)."""
+    if "," not in text or ("(" not in text and "[" not in text):
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        if not is_secret_name(m["name"]) or is_plain_literal(m["value"]):
+            return m[0]  # `('SIG_DFL', 'SIG_IGN')`: a constant is no credential
+        start, end = m.start("value") - m.start(), m.end("value") - m.start()
+        return m[0][:start] + masked(m["value"]) + m[0][end:]
+
+    return _PAIR.sub(one, text)
