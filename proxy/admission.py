@@ -26,14 +26,19 @@ held it (or will still hold it) the longest without progress:
   ``NEWCOMER_S`` for a silent newcomer);
 - an idle one, idle over ``NEWCOMER_S``;
 - a head still coming after ``HEAD_GRACE_S`` (for a newcomer that has sent bytes);
-- a body that at its pace so far needs ``SLOW_BODY_S`` or more to arrive, judged
-  after ``BODY_GRACE_S`` (for a newcomer that has sent bytes, of a peer not
-  reconnecting in a storm). An attacker can always send just above any floor and
-  reconnect before any fixed age: what is left to come, at the pace it comes,
-  tells a 5 MB body at 40 KB/s from a prompt on a slow link.
+- a body that has been coming for ``SLOW_BODY_S`` or more, or at its pace so far
+  needs that long to arrive, judged after ``BODY_GRACE_S`` (for a newcomer that
+  has sent bytes, of a peer not reconnecting in a storm). An attacker can always
+  send just above any floor, reconnect before any fixed age, or slow down as it
+  goes so that what is left, at its pace so far, stays under any bound; it cannot
+  do all three: what is left at the pace it comes tells a declared 5 MB at 40 KB/s
+  from a prompt on a slow link while it is young, and its age tells it afterwards.
 
 Else a newcomer whose head is whole pushes out the oldest head still coming, else
-(when its peer is not in a storm) the oldest idle connection, however young. Else
+(when its peer is not in a storm) an idle connection however young: of the
+longest idle, one of the peer holding the most connections (so that clients
+keeping many connections barely idle cannot make a one-connection keep-alive
+client's the one pushed out). Else
 it gets a 503 and is closed, with what it sent read and dropped first, so that the
 close is a FIN and the 503 reaches it; a silent newcomer is closed without one.
 
@@ -73,7 +78,8 @@ HEAD_GRACE_S = 0.25
 BODY_GRACE_S = 0.1
 """A body's pace is judged after this long (its first read may lag the head)."""
 SLOW_BODY_S = 1.0
-"""A body that needs this long or more to arrive, at its pace so far, wastes its slot."""
+"""A body that has been coming this long, or needs this long to arrive at its pace so
+far, wastes its slot (at the cap: a prompt on a LAN arrives in milliseconds)."""
 LOOK_AHEAD = 8
 """Choices made for one newcomer, at most: a fresh or idle connection chosen that is
 found with a request arrived unread is passed over, and the choice made again."""
@@ -178,13 +184,13 @@ class ConnectionGuard:
             newcomer = waiting(fd)
             if not self._make_room(own, newcomer, storming):
                 self.peer_refused += 1
-                return self._refuse(transport, fd, newcomer)
+                return self._refuse(transport, fd, newcomer, peer)
         if self._all.count >= self.cap:
             newcomer = newcomer or waiting(fd)
             if not self._make_room(self._all, newcomer, storming):
                 self.refused += 1
                 self.storms_refused += storming
-                return self._refuse(transport, fd, newcomer)
+                return self._refuse(transport, fd, newcomer, peer)
         slot = Slot(transport, fd, peer, time.monotonic())
         self._slots[handler] = slot
         self._add(slot)
@@ -319,12 +325,25 @@ class ConnectionGuard:
             if head is not None:
                 return head
             if idle is not None and not storming:
-                return idle
+                return self._idle_of_busiest_peer(scope)
         return None
 
+    def _idle_of_busiest_peer(self, scope: Scope) -> Slot | None:
+        """Of the ``LOOK_AHEAD`` connections idle the longest, one of the peer holding
+        the most connections (the longest idle of its): a client keeping many
+        connections busy cannot make a one-connection client's the one pushed out."""
+        candidates = list(itertools.islice(scope.listed[State.IDLE], LOOK_AHEAD))
+        if not candidates:
+            return None
+        return max(candidates, key=lambda slot: self._peers[slot.peer].count)
+
     def _slowest_body(self, scope: Scope, now: float) -> list[tuple[float, Slot]]:
-        """The body that needs the longest to arrive, if ``SLOW_BODY_S`` or more, among
-        the ``BODY_SAMPLE`` running longest; as (seconds, slot), or nothing."""
+        """The body wasting its slot the most, if ``SLOW_BODY_S`` or more, among the
+        ``BODY_SAMPLE`` running longest; as (seconds, slot), or nothing. A body's waste
+        is the longer of the time it has taken so far and the time the rest needs at
+        its pace: a sender can keep the second just under any bound by slowing down
+        as it goes (what is left, at the pace so far, always half a second), never
+        the first."""
         worst: Slot | None = None
         worst_s = SLOW_BODY_S
         whole: list[Slot] = []
@@ -334,24 +353,28 @@ class ConnectionGuard:
             if pace.done:
                 whole.append(slot)
                 continue
-            if now - pace.started < BODY_GRACE_S:
+            age = now - pace.started
+            if age < BODY_GRACE_S:
                 break  # listed in order of start: the rest are younger still
-            left = pace.time_to_finish(now)
-            if left >= worst_s:
-                worst, worst_s = slot, left
+            wasted = max(age, pace.time_to_finish(now))
+            if wasted >= worst_s:
+                worst, worst_s = slot, wasted
         for slot in whole:
             self._move(slot, State.BUSY)
         if worst is None or worst.pace is None:
             return []
-        left = worst.pace.time_to_finish(now, unread(worst.fd))
-        return [(left, worst)] if left >= SLOW_BODY_S else []
+        age = now - worst.pace.started
+        wasted = max(age, worst.pace.time_to_finish(now, unread(worst.fd)))
+        return [(wasted, worst)] if wasted >= SLOW_BODY_S else []
 
-    @staticmethod
-    def _refuse(transport: asyncio.Transport, fd: int, newcomer: Waiting) -> None:
+    def _refuse(self, transport: asyncio.Transport, fd: int, newcomer: Waiting, peer: str) -> None:
         """A 503 for a newcomer that has sent bytes; a silent one is closed without
         (the accept was deferred until it had been silent for --idle-timeout, which
         would close it the same way, and a write to a socket costs more than the rest
-        of a refusal: what matters in a flood of them)."""
+        of a refusal: what matters in a flood of them). A refusal is the cap's doing,
+        not the peer's: the token its connection took is given back, so that a client
+        refused while others hold every slot is not then taken for a storm."""
+        self.peers.served(peer)
         if newcomer is not Waiting.NOTHING:
             transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
             discard(fd)

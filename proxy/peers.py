@@ -7,11 +7,12 @@ other client out; with it, one peer holds at most ``per_peer`` connections. A pe
 that reconnects in a storm may push nobody out at the cap but long-idle and silent
 connections (``proxy/admission.py``). A storm is told by a token bucket: each
 connection takes a token, ``STORM_RATE`` come back a second up to ``STORM_BURST``,
-and each response a connection of the peer ends returns one. A client without
-keep-alive opens a connection a request and gets a response on each, so it never
-storms however fast it goes; a storm's connections are pushed out or refused
-before they are answered. Peers in ``--trusted-proxies`` (load balancers: their
-connections carry many clients) are held to neither.
+and each response a connection of the peer ends, or a refusal at the cap (the
+cap's doing, not the peer's), returns one. A client without keep-alive opens a
+connection a request and gets a response on each, so it never storms however
+fast it goes; a storm's connections are admitted and then pushed out unanswered.
+Peers in ``--trusted-proxies`` (load balancers: their connections carry many
+clients) are held to neither.
 """
 
 from __future__ import annotations
