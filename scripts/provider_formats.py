@@ -1,23 +1,37 @@
-"""Provider credential formats for redaction, from gitleaks' rule set, as data.
+"""Provider credential formats for redaction, from two public rule sets, as data.
 
-Reads gitleaks' ``config/gitleaks.toml`` (a list of rules, each a regular expression
-in Go's RE2 syntax, the keywords one of which every match holds, and an entropy
-floor) and writes ``traces/text/provider_formats.json``: each rule's facts with
-its expression rewritten for Python's ``re`` (RE2 applies a flag group ``(?i)``
-met mid-expression to the rest of its group, Python only at the start; RE2's ``\\z``
-is Python's ``\\Z``; POSIX classes and a ``[`` inside a class are spelled out).
+Reads gitleaks' ``config/gitleaks.toml`` (MIT: rules each a regular expression in
+Go's RE2 syntax, the keywords one of which every match holds, and an entropy
+floor) and Nosey Parker's built-in rules (Apache 2.0: YAML files, each rule an
+expression in Rust's syntax with examples of what it finds), and writes
+``traces/text/provider_formats.json``: each rule's facts, its expression in RE2's
+syntax (redaction runs them with RE2, in time linear in the text: these rule sets
+are written for linear engines, and Python's backtracking one takes minutes on
+some of them, ``(?:\\s*.*\\s*){0,3}``); Nosey Parker's verbose ones are written
+compact, as RE2 has no ``(?x)``. ``to_python`` spells an expression for Python's
+``re`` (RE2 applies a flag group ``(?i)`` met mid-expression to the rest of its
+group, Python only at the start; RE2's ``\\z`` is Python's ``\\Z``; POSIX classes and
+a ``[`` inside a class are spelled out), for the tests that draw examples from the
+expressions and for finding a Nosey Parker rule's keyword: the longest literal its
+every match holds (or one per branch). Its examples are kept for the tests.
 
-Refresh (the version is recorded in the file; docs/proxy.md, "Redaction"):
+Refresh (the versions are recorded in the file; docs/proxy.md, "Redaction"):
 
-    fetch gitleaks/gitleaks, then
-    git -C <its checkout> show HEAD:config/gitleaks.toml > /tmp/gitleaks.toml
+    fetch gitleaks/gitleaks and praetorian-inc/noseyparker, then
+    git -C <gitleaks> show HEAD:config/gitleaks.toml > /tmp/gitleaks.toml
+    git -C <noseyparker> archive HEAD crates/noseyparker/data/default/builtin/rules \\
+        | tar -x -C /tmp/np
     .venv/bin/python scripts/provider_formats.py /tmp/gitleaks.toml \\
-        --version "$(git -C <its checkout> describe --tags)"
+        --version "$(git -C <gitleaks> describe --tags)" \\
+        --noseyparker /tmp/np/crates/noseyparker/data/default/builtin/rules \\
+        --noseyparker-version "$(git -C <noseyparker> describe --tags)"
 
-Left out: ``generic-api-key`` (any assignment to a name holding "key", "token",
-"secret"...: the name rule in ``traces/text/secret_names.py`` judges those, with
-the code and prose it must leave alone in mind) and rules that match file paths
-only.
+Left out: gitleaks' ``generic-api-key`` and Nosey Parker's generic rules (any
+assignment to a name holding "key", "token", "secret"...: the name rule in
+``traces/text/secret_names.py`` judges those, with the code and prose it must
+leave alone in mind), its rules for identifiers and hashes (no credential: an
+account id, a bucket's name, a password's hash), rules without a literal to
+gate them by, and rules that match file paths only.
 """
 
 from __future__ import annotations
@@ -28,8 +42,14 @@ import re
 import sys
 import tomllib
 from pathlib import Path
+from re import _constants as C
+from re import _parser as P
+from typing import Any
 
-OUT = Path(__file__).resolve().parents[1] / "traces" / "text" / "provider_formats.json"
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "traces" / "text" / "provider_formats.json"
+EXAMPLES = ROOT / "tests" / "data" / "provider_formats_examples.json"
+"""Nosey Parker's examples of each rule, for the tests (not shipped)."""
 LEFT_OUT = {"generic-api-key"}
 _POSIX = {"[:alnum:]": "A-Za-z0-9", "[:alpha:]": "A-Za-z", "[:digit:]": "0-9"}
 
@@ -107,19 +127,36 @@ def to_python(pattern: str) -> str:
     return "".join(out)
 
 
+def re2_bounded(pattern: str) -> str:
+    """``pattern`` with repeats bounded at RE2's limit of 1,000 (``{20,1024}``)."""
+    return re.sub(r"\{(\d+),(\d+)\}", lambda m: f"{{{m[1]},{min(int(m[2]), 1000)}}}", pattern)
+
+
+def _check(pattern: str) -> None:
+    """Raise unless both RE2 (what redaction runs) and Python (what the tests draw
+    examples with) read ``pattern``."""
+    import re2  # the runtime's engine
+
+    try:
+        re2.compile(pattern)
+    except re2.error as exc:
+        raise ValueError(f"RE2 cannot read {pattern!r}: {exc}") from None
+    re.compile(to_python(pattern))
+
+
 def convert(rules: list[dict[str, object]]) -> list[dict[str, object]]:
     formats = []
     for rule in rules:
         rid = str(rule["id"])
         if rid in LEFT_OUT or "regex" not in rule:
             continue
-        pattern = to_python(str(rule["regex"]))
-        re.compile(pattern)  # a rule Python cannot read stops the refresh
+        pattern = re2_bounded(str(rule["regex"]))
+        _check(pattern)  # a rule RE2 (or the tests' Python) cannot read stops the refresh
         allow: list[str] = []
         stopwords: list[str] = []
         for entry in rule.get("allowlists", []) or []:  # type: ignore[attr-defined]
             if entry.get("regexTarget", "secret") == "secret":
-                allow += [to_python(r) for r in entry.get("regexes", [])]
+                allow += [str(r) for r in entry.get("regexes", [])]
             stopwords += entry.get("stopwords", [])
         formats.append(
             {
@@ -138,22 +175,155 @@ def convert(rules: list[dict[str, object]]) -> list[dict[str, object]]:
     return formats
 
 
+def _literal_runs(tree: Any, ignore_case: bool) -> list[list[str]]:
+    """Alternatives of literals one of which every match of ``tree`` holds: each a list
+    of choices (a branch gives several)."""
+    found: list[list[str]] = []
+    run: list[str] = []
+
+    def cut() -> None:
+        if run:
+            found.append(["".join(run).lower() if ignore_case else "".join(run)])
+            run.clear()
+
+    for op, av in tree:
+        if op is C.LITERAL:
+            run.append(chr(av))
+            continue
+        if op is C.SUBPATTERN:
+            _, add, remove, sub = av
+            inner = _literal_runs(sub, (ignore_case or bool(add & re.I)) and not remove & re.I)
+            if len(inner) == 1 and len(inner[0]) == 1 and sub and sub[0][0] is C.LITERAL:
+                run.append(inner[0][0])  # a group of literals continues the run
+                continue
+            cut()
+            found += inner
+            continue
+        cut()
+        if op is C.BRANCH:
+            choices = [_best(_literal_runs(alt, ignore_case)) for alt in av[1]]
+            if all(choices):
+                found.append([c[0] for c in choices if c])
+        elif op in (C.MAX_REPEAT, C.MIN_REPEAT) and av[0] >= 1:
+            found += _literal_runs(av[2], ignore_case)
+    cut()
+    return found
+
+
+def _best(runs: list[list[str]]) -> list[str] | None:
+    """The alternative whose shortest choice is longest (at least 3 characters)."""
+    good = [r for r in runs if min(len(c) for c in r) >= 3]
+    return max(good, key=lambda r: min(len(c) for c in r)) if good else None
+
+
+def keywords_of(pattern: str) -> list[str]:
+    """What gates ``pattern``: the longest literal (or one per branch) its every match
+    holds, lower-cased; none when it has no such literal of 3 characters."""
+    parsed = P.parse(pattern)
+    best = _best(_literal_runs(parsed, bool(parsed.state.flags & re.I)))
+    return sorted({c.lower() for c in best}) if best else []
+
+
+def compact(pattern: str) -> str:
+    """A verbose expression (``(?x)``: whitespace and ``#`` comments ignored) written
+    without that mode, which RE2 does not have; other patterns as they are."""
+    if not re.search(r"\(\?[a-z]*x[a-z]*[):]", pattern):
+        return pattern
+    out: list[str] = []
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c.isspace():
+            i += 1
+            continue
+        elif c == "#":
+            i = pattern.find("\n", i) % (len(pattern) + 1) or len(pattern)
+            continue
+        elif pattern.startswith("(?#", i):  # a comment group
+            i = pattern.index(")", i) + 1
+            continue
+        elif (flags := re.match(r"\(\?([a-z]*)([):])", pattern[i:])) and "x" in flags[1]:
+            rest = flags[1].replace("x", "")
+            if rest or flags[2] == ":":
+                out.append(f"(?{rest}{flags[2]}")
+            i += len(flags[0])
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def noseyparker(folder: Path) -> list[dict[str, object]]:
+    import yaml  # the test extras: this script runs in the project's environment
+
+    formats = []
+    for path in sorted(folder.glob("*.yml")):
+        for rule in yaml.safe_load(path.read_text()).get("rules", []):
+            categories = set(rule.get("categories", []))
+            if "secret" not in categories or categories & {"generic", "hashed"}:
+                continue
+            pattern = re2_bounded(compact(rule["pattern"]))
+            try:
+                _check(pattern)
+            except (re.error, ValueError):
+                continue  # a Rust-only construct: the rule is left out
+            words = keywords_of(to_python(pattern))
+            if not words:
+                continue
+            formats.append(
+                {
+                    "id": rule["id"],
+                    "kind": "SECRET" if "password" in rule["id"] else "KEY",
+                    "regex": pattern,
+                    "keywords": words,
+                    "entropy": 0.0,
+                    "secret_group": -1,  # Nosey Parker captures every secret part
+                    "allow": [],
+                    "stopwords": [],
+                    "examples": [str(e) for e in rule.get("examples", [])],
+                }
+            )
+    return formats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("toml", type=Path, help="gitleaks' config/gitleaks.toml")
     parser.add_argument("--version", required=True, help="gitleaks' `git describe --tags`")
+    parser.add_argument("--noseyparker", type=Path, help="Nosey Parker's builtin/rules folder")
+    parser.add_argument("--noseyparker-version", default="")
     parser.add_argument("-o", "--out", type=Path, default=OUT)
     args = parser.parse_args()
     config = tomllib.loads(args.toml.read_text())
     formats = convert(config["rules"])
+    sources = [f"gitleaks {args.version} (https://github.com/gitleaks/gitleaks, MIT)"]
+    if args.noseyparker is not None:
+        formats += noseyparker(args.noseyparker)
+        sources.append(
+            f"Nosey Parker {args.noseyparker_version} "
+            "(https://github.com/praetorian-inc/noseyparker, Apache 2.0)"
+        )
     document = {
-        "source": "gitleaks config/gitleaks.toml (https://github.com/gitleaks/gitleaks, MIT)",
+        "sources": sources,
         "version": args.version,
-        "global_allow": [to_python(r) for r in config.get("allowlist", {}).get("regexes", [])],
+        "global_allow": list(config.get("allowlist", {}).get("regexes", [])),
         "global_stopwords": config.get("allowlist", {}).get("stopwords", []),
         "formats": formats,
     }
+    examples = {f["id"]: f.pop("examples") for f in formats if "examples" in f}
     args.out.write_text(json.dumps(document, indent=1) + "\n")
+    if examples:
+        EXAMPLES.write_text(
+            json.dumps({"source": sources[-1], "examples": examples}, indent=1) + "\n"
+        )
     print(f"{len(formats)} formats written to {args.out}", file=sys.stderr)
 
 

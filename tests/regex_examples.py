@@ -3,9 +3,9 @@
 
 Repeats take a random count within their bounds (an unbounded one at most 8 past its
 least), a branch or a set a random member, a word boundary or an anchor nothing; any
-character and a class such as ``\\w`` are drawn from ASCII. The result is checked against the
-expression by the caller: an expression with lookarounds or backreferences may
-need another draw.
+character (now and then a space) and a class such as ``\\w`` are drawn from ASCII.
+The result is checked against the expression: an expression with lookarounds or
+backreferences may need another draw.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import re
 import string
+from collections.abc import Callable
 from re import _constants as C
 from re import _parser as P
 from typing import Any
@@ -61,8 +62,8 @@ def _node(op: Any, av: Any, rng: random.Random, flags: int, groups: dict[int, st
         return ch.swapcase() if ignore_case and rng.random() < 0.3 else ch
     if op is C.NOT_LITERAL:
         return rng.choice([c for c in _PRINTABLE if c != chr(av)])
-    if op is C.ANY:
-        return rng.choice(string.ascii_letters + string.digits)
+    if op is C.ANY:  # now and then a space, which a word boundary after it may need
+        return rng.choice(string.ascii_letters + string.digits + "    ")
     if op is C.IN:
         return rng.choice(_set_members(av, ignore_case))
     return _compound(op, av, rng, flags, groups)
@@ -90,13 +91,18 @@ def _compound(op: Any, av: Any, rng: random.Random, flags: int, groups: dict[int
     raise ValueError(f"no example for {op}")
 
 
-def example(pattern: str, seed: int, tries: int = 50) -> str:
-    """A string ``pattern`` matches (searched), drawn with ``seed``."""
-    compiled = re.compile(pattern)
+def example(
+    pattern: str, seed: int, matches: Callable[[str], bool] | None = None, tries: int = 400
+) -> str:
+    """A string ``pattern`` matches (searched), drawn with ``seed``; ``matches`` judges a
+    draw instead of Python's engine (RE2, for an expression Python backtracks on)."""
+    if matches is None:
+        compiled = re.compile(pattern)
+        matches = lambda text: compiled.search(text) is not None  # noqa: E731
     parsed = P.parse(pattern)
     rng = random.Random(seed)
     for _ in range(tries):
         text = _walk(parsed, rng, parsed.state.flags, {})
-        if compiled.search(text):
+        if matches(text):
             return text
     raise ValueError(f"no example found for {pattern!r}")

@@ -8,47 +8,91 @@ from __future__ import annotations
 
 import glob
 import json
+import re
 import sysconfig
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
-from tailreplay.traces.text.provider_keys import _secret_group, provider_keys
+from scripts.provider_formats import to_python
+from tailreplay.traces.text.code_values import is_plain_literal
+from tailreplay.traces.text.provider_keys import ProviderFormat, _secret_groups, provider_keys
 from tailreplay.traces.text.redact import redact_headers, redact_path, redact_text
 from tailreplay.traces.text.redact_bodies import redact_body
 from tests.regex_examples import example
 
 KEY = b"k" * 32
 FORMATS = provider_keys().formats
+PROVIDER_DATA = Path(__file__).resolve().parent / "data" / "provider_formats_examples.json"
 UNDRAWN = {"kubernetes-secret-yaml"}
 """Formats whose expression the example generator cannot satisfy (a lookaround over
 several lines); their credential kinds are covered by the name rule's tests."""
 
 
-def _drawn(index: int) -> tuple[str, str, str]:
-    """(the example, the credential in it, a keyword to place beside it)."""
+def _python(fmt: ProviderFormat) -> re.Pattern[str]:
+    """The format's expression in Python's spelling (the example generator reads it)."""
+    return re.compile(to_python(fmt.pattern.pattern))
+
+
+def _drawn(index: int) -> tuple[str, list[str], str]:
+    """(the example, the credentials in it, a keyword to place beside it). Drawn from
+    the expression in Python's spelling, judged by RE2 as redaction runs it."""
     fmt = FORMATS[index]
-    text = example(fmt.pattern.pattern, index)
+    text = example(_python(fmt).pattern, index, lambda t: fmt.pattern.search(t) is not None)
     m = fmt.pattern.search(text)
     assert m is not None
-    return text, m.group(_secret_group(m, fmt.group)), fmt.keywords[0]
+    secrets = [m.group(g) for g in _secret_groups(m, fmt.pattern, fmt.group)]
+    # A short group is a name or a separator a rule captures beside the secret.
+    return text, [s for s in secrets if len(s) >= 6] or secrets[:1], fmt.keywords[0]
 
 
-def test_the_formats_come_from_a_named_source() -> None:
+def _provider(format_id: str) -> str:
+    """gitleaks names a rule `provider-what`, Nosey Parker `np.provider.N`."""
+    return format_id.split(".")[1] if format_id.startswith("np.") else format_id.split("-")[0]
+
+
+def test_the_formats_come_from_named_sources_with_at_least_150_providers() -> None:
     keys = provider_keys()
-    assert keys.source.startswith("v8.")  # gitleaks' version, from `git describe --tags`
-    providers = {f.id.split("-")[0] for f in FORMATS}
-    assert len(FORMATS) >= 200 and len(providers) >= 120, len(providers)
+    assert keys.source.startswith("gitleaks v8.") and "Nosey Parker v0." in keys.source
+    providers = {_provider(f.id) for f in FORMATS}
+    assert len(FORMATS) >= 300 and len(providers) >= 150, len(providers)
+
+
+NOSEY_PARKER = [
+    (f.id, example)
+    for f in FORMATS
+    if f.id.startswith("np.")
+    for example in json.loads(PROVIDER_DATA.read_text())["examples"].get(f.id, [])
+]
+
+
+@pytest.mark.parametrize(("format_id", "example"), NOSEY_PARKER, ids=[i for i, _ in NOSEY_PARKER])
+def test_nosey_parkers_own_examples_lose_their_credential(format_id: str, example: str) -> None:
+    """Examples written by Nosey Parker's authors (code, configuration, logs): what the
+    rule's last group captures (a password after its user, a key after its account)
+    is gone from the redacted text; an example's placeholder (``aaaa…``, ``password``,
+    ``%nothing%``) is none."""
+    fmt = next(f for f in FORMATS if f.id == format_id)
+    m = fmt.pattern.search(example)
+    assert m is not None
+    out = redact_text(example, KEY)
+    # The secret is the last group a rule captures (after a user, a host, an account).
+    secret = next(g for g in reversed(m.groups()) if g is not None)
+    placeholder = len(set(secret)) < 5 or (secret.isalpha() and secret.islower())
+    if placeholder or is_plain_literal(secret):
+        pytest.skip(f"a placeholder, not a credential: {secret!r}")
+    assert secret not in out, (format_id, secret, out[:300])
 
 
 @pytest.mark.parametrize("index", range(len(FORMATS)), ids=[f.id for f in FORMATS])
 def test_a_credential_of_each_format_is_masked_wherever_it_is(index: int) -> None:
     if FORMATS[index].id in UNDRAWN:
         pytest.skip("no example can be drawn from this expression")
-    text, secret, keyword = _drawn(index)
+    text, secrets, keyword = _drawn(index)
     # A keyword beside it, as a provider's credential is seen (gitleaks opens a
     # format only where one of its keywords is), under no credential's name.
-    prose = f"{keyword} said {text} today"
+    prose = f"{keyword} said\n{text}\ntoday"  # on a line of its own: rules may anchor there
     chat = {"model": "m", "messages": [{"role": "user", "content": prose}]}
     tool = {"tool_calls": [{"function": {"name": "f", "arguments": json.dumps({"note": prose})}}]}
     placed = {
@@ -57,14 +101,14 @@ def test_a_credential_of_each_format_is_masked_wherever_it_is(index: int) -> Non
         "completion": redact_text(prose, KEY),
         "header": "\n".join(v for _, v in redact_headers([("X-Note", prose)], frozenset(), KEY)),
     }
-    if "\n" not in prose:
-        placed["query"] = redact_path(f"/v1/x?note={quote(prose, safe='')}", KEY)
+    placed["query"] = redact_path(f"/v1/x?note={quote(prose, safe='')}", KEY)
     leaked = [
-        where
+        (where, secret[:40])
+        for secret in secrets
         for where, out in placed.items()
         if secret in out or json.dumps(secret)[1:-1] in out or quote(secret, safe="") in out
     ]
-    assert leaked == [], (FORMATS[index].id, secret[:40], leaked)
+    assert leaked == [], (FORMATS[index].id, leaked)
 
 
 def test_the_formats_leave_the_standard_library_alone() -> None:

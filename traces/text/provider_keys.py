@@ -1,13 +1,14 @@
-"""Providers' credential formats found in text: gitleaks' rule set as data
-(``provider_formats.json``, written by ``scripts/provider_formats.py``; its source
-and version are in the file).
+"""Providers' credential formats found in text: gitleaks' and Nosey Parker's rule
+sets as data (``provider_formats.json``, written by ``scripts/provider_formats.py``;
+the sources and their versions are in the file).
 
 Each format is an expression, the keywords one of which its every match holds
 (lower-cased), an entropy floor for what it finds and the values it lets be. A
 text is searched with the formats whose keywords it holds: one pass of an
 expression of every keyword finds those, so a prompt pays for the formats it may
-hold, not for all 220. What a format finds is its first group that took part (or
-the group its rule names), else the whole match; it counts only above the format's entropy floor
+hold, not for all 362. What a format finds is its first group that took part (or
+the group its rule names, or every group for a rule that says so), else the whole
+match; it counts only above the format's entropy floor
 and when no allow-list entry (the rule's or the set's own: placeholders such as
 ``${VAR}``, ``true``, runs of one letter) matches it.
 """
@@ -22,8 +23,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import ahocorasick_rs
+import re2
 
 from tailreplay.traces.text.pattern_set import folded
 
@@ -39,11 +42,12 @@ class ProviderFormat:
     id: str
     kind: str
     """What its masks are called: ``KEY``, or ``SECRET`` for passwords."""
-    pattern: re.Pattern[str]
+    pattern: Any
+    """Compiled by RE2 (``re2._Regexp``): linear in the text, whatever the expression."""
     keywords: tuple[str, ...]
     entropy: float
     group: int
-    allow: tuple[re.Pattern[str], ...]
+    allow: tuple[Any, ...]
     stopwords: tuple[str, ...]
 
 
@@ -62,16 +66,20 @@ def shannon_entropy(text: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
-def _secret_group(m: re.Match[str], named: int) -> int:
-    """The group holding the credential: the rule's, else the first unnamed group that
-    took part in the match (alternatives each have their own; named groups label
-    parts, as the decoded JWT headers of ``jwt-base64``), else the whole match."""
-    if named:
-        return named
-    labels = set(m.re.groupindex.values())
-    return next(
-        (g for g in range(1, m.re.groups + 1) if g not in labels and m.group(g) is not None), 0
-    )
+def _secret_groups(m: Any, pattern: Any, named: int) -> list[int]:
+    """The groups of ``pattern``'s match ``m`` holding credentials: the rule's
+    (``named``); every unnamed group that took part when it says so (``-1``: Nosey
+    Parker's rules capture a user and a password, an account and its key); else the
+    first unnamed group that took part (alternatives each have their own; named
+    groups label parts, as the decoded JWT headers of ``jwt-base64``); else the
+    whole match."""
+    if named > 0:
+        return [named]
+    labels = set(pattern.groupindex.values())
+    taking = [g for g in range(1, pattern.groups + 1) if g not in labels and m.group(g) is not None]
+    if named == -1:
+        return taking or [0]
+    return taking[:1] or [0]
 
 
 class ProviderKeys:
@@ -80,7 +88,7 @@ class ProviderKeys:
     def __init__(
         self,
         formats: list[ProviderFormat],
-        allow: tuple[re.Pattern[str], ...],
+        allow: tuple[Any, ...],
         stopwords: tuple[str, ...],
         source: str,
     ) -> None:
@@ -112,10 +120,10 @@ class ProviderKeys:
         for i in self._opened(text):
             fmt = self.formats[i]
             for m in fmt.pattern.finditer(text):
-                group = _secret_group(m, fmt.group)
-                secret = m.group(group)
-                if secret and self._counts(fmt, secret):
-                    spans.append(Found(m.start(group), m.end(group), fmt.id, fmt.kind))
+                for group in _secret_groups(m, fmt.pattern, fmt.group):
+                    secret = m.group(group)
+                    if secret and self._counts(fmt, secret):
+                        spans.append(Found(m.start(group), m.end(group), fmt.id, fmt.kind))
         spans.sort(key=lambda f: (f.start, -f.end))
         kept: list[Found] = []
         for span in spans:
@@ -159,14 +167,14 @@ def provider_keys() -> ProviderKeys:
         ProviderFormat(
             f["id"],
             f["kind"],
-            re.compile(f["regex"]),
+            re2.compile(f["regex"]),
             tuple(f["keywords"]),
             float(f["entropy"]),
             int(f["secret_group"]),
-            tuple(re.compile(a) for a in f["allow"]),
+            tuple(re2.compile(a) for a in f["allow"]),
             tuple(w.lower() for w in f["stopwords"]),
         )
         for f in doc["formats"]
     ]
-    allow = tuple(re.compile(a) for a in doc["global_allow"])
-    return ProviderKeys(formats, allow, tuple(doc["global_stopwords"]), doc["version"])
+    allow = tuple(re2.compile(a) for a in doc["global_allow"])
+    return ProviderKeys(formats, allow, tuple(doc["global_stopwords"]), "; ".join(doc["sources"]))
