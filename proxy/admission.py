@@ -184,13 +184,15 @@ class ConnectionGuard:
             newcomer = waiting(fd)
             if not self._make_room(own, newcomer, storming):
                 self.peer_refused += 1
-                return self._refuse(transport, fd, newcomer, peer)
+                self._refuse(transport, fd, newcomer, peer)
+                return None
         if self._all.count >= self.cap:
             newcomer = newcomer or waiting(fd)
             if not self._make_room(self._all, newcomer, storming):
                 self.refused += 1
                 self.storms_refused += storming
-                return self._refuse(transport, fd, newcomer, peer)
+                self._refuse(transport, fd, newcomer, peer)
+                return None
         slot = Slot(transport, fd, peer, time.monotonic())
         self._slots[handler] = slot
         self._add(slot)
@@ -379,4 +381,3 @@ class ConnectionGuard:
             transport.write(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
             discard(fd)
         transport.close()
-        return None
