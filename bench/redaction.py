@@ -1,5 +1,7 @@
-"""Redaction: recall on the credential corpus, false positives on the benign corpus,
-and throughput on 4 KB request bodies; beside detect-secrets' plugins when installed.
+"""Redaction: recall on the credential corpus, false positives on the benign corpus and
+on text nobody here wrote (the Python standard library's modules, the machine's
+documentation), and throughput on 4 KB request bodies; beside detect-secrets'
+plugins when installed.
 
 The corpus is tests/secret_corpus.py (324 credentials of 27 kinds, 390 benign values
 in 7 classes). Recall here is for a credential written in free text ("my key is X
@@ -16,10 +18,14 @@ column).
 
 from __future__ import annotations
 
+import ast
+import glob
 import json
 import random
+import re
 import statistics
 import sys
+import sysconfig
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -136,12 +142,68 @@ def _rate(work: Callable[[], object], n: int = 200) -> float:
     return statistics.median(runs)
 
 
+_CREDENTIAL_MASK = re.compile(r"\[(?:SECRET|KEY|BEARER|BASIC|COOKIE|USERINFO):fp:")
+_PERSONAL_MASK = re.compile(r"\[(?:EMAIL|PHONE|CARD):fp:")
+
+
+def _read(paths: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for path in paths:
+        try:
+            out.append((path, Path(path).read_text(encoding="utf-8")))
+        except (UnicodeDecodeError, OSError):
+            continue
+    return out
+
+
+def outside_text() -> None:
+    """Each file sent whole as a prompt: how many come back changed, and why."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    modules = [
+        p
+        for p in sorted(glob.glob(f"{stdlib}/**/*.py", recursive=True))
+        if "site-packages" not in p and "/test/" not in p and "/tests/" not in p
+    ]
+    docs = [
+        p
+        for p in sorted(glob.glob("/usr/share/common-licenses/*"))
+        + sorted(glob.glob("/usr/share/doc/**/*", recursive=True))
+        if Path(p).is_file() and not p.endswith((".gz", ".png", ".jpg", ".svg", ".gif"))
+    ]
+    print("| outside text, each file a prompt | files | credential masked | personal data "
+          "masked | no longer parses |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
+    for label, files, code in (
+        ("Python stdlib modules", modules, True),
+        ("/usr/share docs", docs, False),
+    ):
+        texts = _read(files)
+        outs = [(text, redact_text(text, KEY)) for _, text in texts]
+        credential = sum(bool(_CREDENTIAL_MASK.search(out)) for _, out in outs)
+        personal = sum(bool(_PERSONAL_MASK.search(out)) for _, out in outs)
+        broken = "-"
+        if code:
+            broken = str(sum(out != text and not _parses(out) for text, out in outs))
+        print(f"| {label} | {len(texts):,} | {credential} ({credential / len(texts):.1%}) | "
+              f"{personal} | {broken} |")  # fmt: skip
+    print()
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except SyntaxError:
+        return False
+    return True
+
+
 def main() -> None:
     ds = detect_secrets_finder()
     print(f"corpus: {len(credentials())} credentials, {sum(map(len, benign().values()))} benign")
     print()
     recall(ds)
     false_positives(ds)
+    outside_text()
     throughput(ds)
 
 

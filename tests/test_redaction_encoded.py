@@ -10,6 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from tailreplay.traces.text.redact import redact_text
+from tailreplay.traces.text.redact_bodies import redact_body
 
 KEY = b"k" * 32
 OPENAI = "sk-proj-Ab3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY"
@@ -60,3 +61,13 @@ def test_an_encoded_credential_is_masked(text: str, secret: str) -> None:
 )  # fmt: skip
 def test_encoded_text_without_a_credential_is_left_as_it_came(text: str) -> None:
     assert redact_text(text, KEY) == text
+
+
+def test_a_lone_surrogate_beside_a_credential_is_no_error() -> None:
+    """A JSON ``\\ud800`` decodes to a code point UTF-8 cannot hold; the engines that
+    read UTF-8 must neither fail on it nor let the key beside it through."""
+    key = "gsk_" + "a1B2" * 13
+    assert key not in redact_text(f"lone \ud800 then {key}", KEY)
+    body = b'{"messages":[{"role":"user","content":"a \\ud800 b ' + key.encode() + b'"}]}'
+    out = redact_body(body, KEY)
+    assert key.encode() not in out and b"\\ud800" in out

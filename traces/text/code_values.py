@@ -50,10 +50,12 @@ __all__ = ["is_expression", "is_plain_literal"]
 
 _CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
 _PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
+_FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z_-]*(?:\.[A-Za-z_][A-Za-z_-]*)+")
+"""A dotted name with dashes and no digits: a file (`git-credential-osxkeychain.o`)."""
 _HEAD = re.compile(r"[\w$.]+")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VARIABLE = re.compile(
-    r"\$\{?[A-Za-z_][\w.]*\}?|%[A-Za-z_]\w*%|\{\{.*|\$\(.*"
+    r"\$\{?[A-Za-z_][\w.]*\}?|%[A-Za-z_]\w*%|\{\{.*|\$\(.*|@[A-Za-z_]\w*;?|<[\w .|-]*>"
     r"|%[-#0-9.+ ]*[a-zA-Z]|\{[\w.]*(?:![rsa])?(?::[^}]*)?\}"  # printf and format fields
 )
 _SHORT_NUMBER = re.compile(r"\d{1,3}|0[xX][0-9a-fA-F]{1,8}")
@@ -101,9 +103,9 @@ _WORDS = frozenset(
         "name",
     ]
 )
-_STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf"])
+_STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf", "l"])
 _OPERATOR_AFTER = re.compile(r"[\"'][ \t]*[-+%*.\[]")
-_PROSE_AFTER = re.compile(r" [a-z]{2,}\b")
+_PROSE_AFTER = re.compile(r" [A-Za-z][a-z]+\b")
 _SETTINGS = frozenset(
     [
         "yes",
@@ -154,6 +156,8 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
     if not any(c.isalnum() for c in value):
         return True
     if sep[-1:] in "\"'":
+        if len(value.strip()) < 4:
+            return True  # a markup attribute's letter, `accesskey="n"`: no credential
         # What follows a quote that closed a string (`prompt='Password: ', x=1`) is
         # code, not a value; else a string literal is one unless an operator follows.
         closed = value.lstrip()[:1] in tuple(",)]};+%*")
@@ -173,6 +177,8 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
     if head is None or (rest[:1] not in tuple(")]}") and any(c.isalnum() for c in rest)):
         return False
     bare = head[0]
+    if _FILE_NAME.fullmatch(bare):
+        return True
     if bare.isalpha() and _PROSE_AFTER.match(text, end):
         return True  # a word in a sentence: `key: cannot use "" as a name`
     if bare in _WORDS or _PATH.fullmatch(bare) or _SHORT_NUMBER.fullmatch(bare):
@@ -185,8 +191,8 @@ def _code_name(name: str, text: str, start: int, sep: str) -> bool:
     if any(c.isdigit() for c in name):
         return False  # `hunter2`, and a random token's shape
     humps = sum(1 for a, b in itertools.pairwise(name) if a.islower() and b.isupper())
-    if humps > 3:
-        return False  # more changes of case than a camelCase name has: `GQHiUkjkaPdFtHs`
+    if humps > 3 and humps > len(name) / 5:
+        return False  # changes of case more often than a camelCase name: `GQHiUkjkaPdFtHs`
     if "_" in name or (name.isupper() and len(name) > 1) or is_secret_name(name):
         return True
     keyword_argument = text[max(start - 1, 0) : start] == "(" or text[:start].endswith(", ")
