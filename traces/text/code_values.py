@@ -101,6 +101,13 @@ _WORDS = frozenset(
         "key",
         "keys",
         "name",
+        "new",
+        "await",
+        "async",
+        "typeof",
+        "function",
+        "yield",
+        "not",
     ]
 )
 _STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf", "l"])
