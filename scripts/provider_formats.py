@@ -294,6 +294,44 @@ def noseyparker(folder: Path) -> list[dict[str, object]]:
     return formats
 
 
+OWN: list[dict[str, object]] = [
+    # Formats neither rule set has, written from their issuers' documented prefixes
+    # and the lengths and alphabets of keys they issue (ranges, not one length).
+    {"id": "own.xai.1", "regex": r"\b(xai-[A-Za-z0-9]{60,100})\b", "keywords": ["xai-"]},
+    {"id": "own.replicate.1", "regex": r"\b(r8_[A-Za-z0-9]{30,45})\b", "keywords": ["r8_"]},
+    {
+        "id": "own.langsmith.1",
+        "regex": r"\b(lsv2_(?:pt|sk)_[a-f0-9]{32}_[a-f0-9]{10})\b",
+        "keywords": ["lsv2_"],
+    },
+    {
+        "id": "own.discord.1",
+        "regex": r"(https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]{17,20}/"
+        r"[A-Za-z0-9_-]{60,70})",
+        "keywords": ["/api/webhooks/"],
+    },
+    {"id": "own.stripe.1", "regex": r"\b(whsec_[A-Za-z0-9+/]{24,64})", "keywords": ["whsec_"]},
+    {
+        "id": "own.pinecone.1",
+        "regex": r"\b(pcsk_[A-Za-z0-9]{4,8}_[A-Za-z0-9]{40,80})\b",
+        "keywords": ["pcsk_"],
+    },
+    {"id": "own.supabase.1", "regex": r"\b(sbp_[a-f0-9]{40})\b", "keywords": ["sbp_"]},
+    {"id": "own.mailgun.1", "regex": r"\b(key-[a-f0-9]{32})\b", "keywords": ["key-"]},
+]
+
+
+def own() -> list[dict[str, object]]:
+    """``OWN`` in the file's shape, each checked as the rule sets' are."""
+    formats = []
+    for rule in OWN:
+        _check(str(rule["regex"]))
+        formats.append(
+            {**rule, "kind": "KEY", "entropy": 3.0, "secret_group": 0, "allow": [], "stopwords": []}
+        )
+    return formats
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("toml", type=Path, help="gitleaks' config/gitleaks.toml")
@@ -305,6 +343,8 @@ def main() -> None:
     config = tomllib.loads(args.toml.read_text())
     formats = convert(config["rules"])
     sources = [f"gitleaks {args.version} (https://github.com/gitleaks/gitleaks, MIT)"]
+    formats += own()
+    sources.append("tailreplay's own, from issuers' documentation (scripts/provider_formats.py)")
     if args.noseyparker is not None:
         formats += noseyparker(args.noseyparker)
         sources.append(

@@ -48,8 +48,9 @@ def _drawn(index: int) -> tuple[str, list[str], str]:
 
 
 def _provider(format_id: str) -> str:
-    """gitleaks names a rule `provider-what`, Nosey Parker `np.provider.N`."""
-    return format_id.split(".")[1] if format_id.startswith("np.") else format_id.split("-")[0]
+    """gitleaks names a rule `provider-what`, Nosey Parker `np.provider.N`, ours `own.…`."""
+    dotted = format_id.startswith(("np.", "own."))
+    return format_id.split(".")[1] if dotted else format_id.split("-")[0]
 
 
 def test_the_formats_come_from_named_sources_with_at_least_150_providers() -> None:
