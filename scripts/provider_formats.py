@@ -285,7 +285,7 @@ def noseyparker(folder: Path) -> list[dict[str, object]]:
                     "regex": pattern,
                     "keywords": words,
                     "entropy": 0.0,
-                    "secret_group": -1,  # Nosey Parker captures every secret part
+                    "secret_group": -1,  # Nosey Parker's last group is the secret
                     "allow": [],
                     "stopwords": [],
                     "examples": [str(e) for e in rule.get("examples", [])],

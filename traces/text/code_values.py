@@ -108,6 +108,7 @@ _WORDS = frozenset(
         "function",
         "yield",
         "not",
+        "none",
     ]
 )
 _STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf", "l"])
@@ -183,7 +184,7 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
     # After a bracket that closes the code around it, anything may follow: `key)[:n]`.
     if head is None or (rest[:1] not in tuple(")]}") and any(c.isalnum() for c in rest)):
         return False
-    bare = head[0]
+    bare = head[0].rstrip(".")  # `cert.<span …>`: a member access markup cut short
     if _FILE_NAME.fullmatch(bare):
         return True
     if bare.isalpha() and _PROSE_AFTER.match(text, end):

@@ -69,17 +69,17 @@ def shannon_entropy(text: str) -> float:
 
 def _secret_groups(m: Any, pattern: Any, named: int) -> list[int]:
     """The groups of ``pattern``'s match ``m`` holding credentials: the rule's
-    (``named``); every unnamed group that took part when it says so (``-1``: Nosey
-    Parker's rules capture a user and a password, an account and its key); else the
-    first unnamed group that took part (alternatives each have their own; named
-    groups label parts, as the decoded JWT headers of ``jwt-base64``); else the
-    whole match."""
+    (``named``); the last unnamed group that took part when it says so (``-1``:
+    Nosey Parker's rules capture a host, a user and then the password, an account
+    and then its key); else the first unnamed group that took part (alternatives
+    each have their own; named groups label parts, as the decoded JWT headers of
+    ``jwt-base64``); else the whole match."""
     if named > 0:
         return [named]
     labels = set(pattern.groupindex.values())
     taking = [g for g in range(1, pattern.groups + 1) if g not in labels and m.group(g) is not None]
     if named == -1:
-        return taking or [0]
+        return taking[-1:] or [0]
     return taking[:1] or [0]
 
 

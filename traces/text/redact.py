@@ -197,6 +197,8 @@ _ASSIGN_RE = re.compile(_assign(named=True))
 # the key is what is there.
 _KEY_AT = re.compile("|".join(p for kind, p, _ in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
+_PLACEHOLDER_PASSWORDS = frozenset(["pass", "password", "passwd", "pwd", "secret", "xxx"])
+"""A URL's password that documentation writes in its place: no credential."""
 _AMPERSAND_RUN = re.compile(r"(?:&(?![\w.\[\]-]*=)[^\s\"'&;,<>\\]+)+")
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
@@ -246,6 +248,8 @@ def _kept(kind: str, value: str) -> bool:
         if a is not None:
             found = _KEY_AT.match(value) or _has_credential(a[1]) or _has_credential(a[3])
             return not (is_secret_name(a[1]) or found)
+    if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
+        return u["upass"].lower() in _PLACEHOLDER_PASSWORDS  # `https://user:pass@host`
     return kind == "BASIC" and not _is_basic(value)
 
 
