@@ -121,18 +121,24 @@ def _needed_by_pip() -> list[str]:
     needed = ["pyproject.toml", "setup.py", project["project"]["readme"], "LICENSE", "NOTICE"]
     needed += re.findall(r'"([\w/]+\.c)"', (ROOT / "setup.py").read_text())
     folders = setuptools["package-dir"]
-    for package in setuptools["packages"]:
+
+    def folder(package: str) -> str:
+        """Where a package's files are: its longest mapped prefix's folder, and the rest."""
         prefix = max((p for p in folders if package == p or package.startswith(p + ".")), key=len)
         rest = package[len(prefix) :].lstrip(".").replace(".", "/")
-        needed.append("/".join(filter(None, [folders[prefix], rest])) + "/__init__.py")
+        return "/".join(filter(None, [folders[prefix], rest]))
+
+    for package in setuptools["packages"]:
+        needed.append(folder(package) + "/__init__.py")
     for package, globs in setuptools.get("package-data", {}).items():
-        needed += [f"{folders[package]}/{g}" for g in globs]
+        needed += [f"{folder(package)}/{g}" for g in globs]
     return needed
 
 
 def test_the_build_context_keeps_what_pip_reads() -> None:
     needed = _needed_by_pip()
     assert "traces/archive/_colscan.c" in needed and "traces/peak.msgpack" in needed
+    assert "traces/text/provider_formats.json" in needed
     assert "tailreplay/cli/__init__.py" in needed and "proxy/__init__.py" in needed
     assert all((ROOT / path).exists() for path in needed)
     assert [path for path in needed if left_out(path)] == []
