@@ -340,12 +340,9 @@ class ConnectionGuard:
         return max(candidates, key=lambda slot: self._peers[slot.peer].count)
 
     def _slowest_body(self, scope: Scope, now: float) -> list[tuple[float, Slot]]:
-        """The body wasting its slot the most, if ``SLOW_BODY_S`` or more, among the
-        ``BODY_SAMPLE`` running longest; as (seconds, slot), or nothing. A body's waste
-        is the longer of the time it has taken so far and the time the rest needs at
-        its pace: a sender can keep the second just under any bound by slowing down
-        as it goes (what is left, at the pace so far, always half a second), never
-        the first."""
+        """The body wasting its slot the most (``BodyPace.wasted``), if ``SLOW_BODY_S``
+        or more, among the ``BODY_SAMPLE`` running longest; as (seconds, slot), or
+        nothing."""
         worst: Slot | None = None
         worst_s = SLOW_BODY_S
         whole: list[Slot] = []
@@ -355,18 +352,16 @@ class ConnectionGuard:
             if pace.done:
                 whole.append(slot)
                 continue
-            age = now - pace.started
-            if age < BODY_GRACE_S:
+            if now - pace.started < BODY_GRACE_S:
                 break  # listed in order of start: the rest are younger still
-            wasted = max(age, pace.time_to_finish(now))
+            wasted = pace.wasted(now)
             if wasted >= worst_s:
                 worst, worst_s = slot, wasted
         for slot in whole:
             self._move(slot, State.BUSY)
         if worst is None or worst.pace is None:
             return []
-        age = now - worst.pace.started
-        wasted = max(age, worst.pace.time_to_finish(now, unread(worst.fd)))
+        wasted = worst.pace.wasted(now, unread(worst.fd))
         return [(wasted, worst)] if wasted >= SLOW_BODY_S else []
 
     def _refuse(self, transport: asyncio.Transport, fd: int, newcomer: Waiting, peer: str) -> None:

@@ -78,6 +78,12 @@ class BodyPace:
             return math.inf
         return owed * max(now - self.started, 1e-6) / arrived
 
+    def wasted(self, now: float, pending: int = 0) -> float:
+        """Seconds of its slot the body wastes: the longer of the time it has taken so
+        far and the time the rest needs at its pace. A sender can keep the second
+        under any bound by slowing down as it goes, never the first."""
+        return max(now - self.started, self.time_to_finish(now, pending))
+
 
 class BodyLimits:
     """The bounds of one request body: ``limit`` bytes, ``timeout_s`` between reads,

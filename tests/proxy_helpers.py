@@ -149,6 +149,23 @@ def exit_line_counts(stdout: bytes) -> tuple[int, int, int]:
 
 
 @asynccontextmanager
+async def held_upstream(release: asyncio.Event, *routes: tuple[str, str]) -> AsyncIterator[str]:
+    """An upstream whose every answer (``{"ok": true}`` on each (method, path) of
+    ``routes``) waits for ``release``, at most 20 s: its requests hold their
+    connections busy until then."""
+
+    async def held(request: web.Request) -> web.Response:
+        await asyncio.wait_for(release.wait(), 20)  # bounded
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    for method, path in routes:
+        app.router.add_route(method, path, held)
+    async with serve_app(app) as url:
+        yield url
+
+
+@asynccontextmanager
 async def echo_upstream() -> AsyncIterator[str]:
     """An upstream that reads any chat request (up to 32 MiB) and answers "ok" at once."""
 

@@ -17,7 +17,7 @@ from tailreplay.sim.launcher import sim_process
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
 from tests.helpers import free_port, metric
-from tests.proxy_helpers import proxy_to, records, serve_app
+from tests.proxy_helpers import held_upstream, proxy_to, records, serve_app
 
 QUICK = PROFILES["default"].with_overrides(decode_base_ms=2.0, output_mean=4.0)
 
@@ -118,15 +118,8 @@ async def test_at_the_cap_an_idle_connection_makes_room_and_a_busy_one_does_not(
     tmp_path: Path,
 ) -> None:
     release = asyncio.Event()
-
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.wait_for(release.wait(), 20)  # bounded
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_get("/slow", slow)
     async with (
-        serve_app(app) as upstream,
+        held_upstream(release, ("GET", "/slow")) as upstream,
         proxy_to(upstream, tmp_path / "o", max_connections=2) as proxy,
     ):
         port = int(proxy.url.rsplit(":", 1)[1])

@@ -20,7 +20,7 @@ from aiohttp import web
 from tailreplay.proxy.forwarding import TrustedProxies
 from tailreplay.proxy.peers import STORM_BURST, PeerLimits, peer_cap
 from tests.helpers import metric
-from tests.proxy_helpers import proxy_to, serve_app, start_proxy_process
+from tests.proxy_helpers import held_upstream, proxy_to, serve_app, start_proxy_process
 from tests.shadow_helpers import stop_proxy
 
 HEAD = (
@@ -226,15 +226,8 @@ async def test_the_share_of_a_peer_is_an_option(tmp_path: Path) -> None:
     others waiting for an answer, is refused with a 503 it can read (what it sent is
     drained first, so the close is no reset) and counted; another peer still gets in."""
     release = asyncio.Event()
-
-    async def slow(request: web.Request) -> web.Response:
-        await asyncio.wait_for(release.wait(), 20)  # bounded
-        return web.json_response({"ok": True})
-
-    app = web.Application()
-    app.router.add_post("/slow", slow)
-    app.router.add_post("/v1/chat/completions", slow)
-    async with serve_app(app) as upstream:
+    routes = [("POST", "/slow"), ("POST", "/v1/chat/completions")]
+    async with held_upstream(release, *routes) as upstream:
         proc, url, admin = start_proxy_process(
             upstream,
             tmp_path / "o",

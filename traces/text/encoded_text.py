@@ -52,10 +52,14 @@ def _base64(run: str) -> str | None:
     return text if text and printable == len(text) else None
 
 
+def _decode_escapes(text: str) -> str:
+    return _ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
+
+
 def _unescaped(text: str, judge: Callable[[str], bool]) -> str:
     """``text`` with its ``\\u`` escapes decoded where that shows a credential: whole
     when it held none before, else line by line."""
-    decoded = _ESCAPE.sub(lambda m: chr(int(m[1], 16)), text)
+    decoded = _decode_escapes(text)
     if decoded == text or not judge(decoded):
         return text
     if not judge(text):
@@ -63,7 +67,7 @@ def _unescaped(text: str, judge: Callable[[str], bool]) -> str:
     lines = text.split("\n")
     for i, line in enumerate(lines):
         if "\\u" in line:
-            plain = _ESCAPE.sub(lambda m: chr(int(m[1], 16)), line)
+            plain = _decode_escapes(line)
             if judge(plain) and not judge(line):
                 lines[i] = plain
     return "\n".join(lines)
