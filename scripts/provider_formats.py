@@ -51,6 +51,12 @@ OUT = ROOT / "traces" / "text" / "provider_formats.json"
 EXAMPLES = ROOT / "tests" / "data" / "provider_formats_examples.json"
 """Nosey Parker's examples of each rule, for the tests (not shipped)."""
 LEFT_OUT = {"generic-api-key"}
+_CODE_END = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
+_PROSE_END = r"""(?:[\x60'"\s;,.:)\]}>/|&]|\\[nr]|$)"""
+"""gitleaks ends most rules where code ends a value (a quote, a space, ``;``); a
+credential in prose or a URL ends also at a comma, a full stop, a colon, a closing
+bracket, ``/``, ``|`` or ``&`` ("the key ltai…, is revoked"). The rule's body has its
+exact length and alphabet either way."""
 _POSIX = {"[:alnum:]": "A-Za-z0-9", "[:alpha:]": "A-Za-z", "[:digit:]": "0-9"}
 
 
@@ -150,7 +156,7 @@ def convert(rules: list[dict[str, object]]) -> list[dict[str, object]]:
         rid = str(rule["id"])
         if rid in LEFT_OUT or "regex" not in rule:
             continue
-        pattern = re2_bounded(str(rule["regex"]))
+        pattern = re2_bounded(str(rule["regex"])).replace(_CODE_END, _PROSE_END)
         _check(pattern)  # a rule RE2 (or the tests' Python) cannot read stops the refresh
         allow: list[str] = []
         stopwords: list[str] = []

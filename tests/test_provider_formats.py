@@ -21,6 +21,7 @@ from tailreplay.traces.text.provider_keys import ProviderFormat, _secret_groups,
 from tailreplay.traces.text.redact import redact_headers, redact_path, redact_text
 from tailreplay.traces.text.redact_bodies import redact_body
 from tests.regex_examples import example
+from tests.test_secret_corpus import NAMED, SHAPED_ONLY, _applies, _leaks
 
 KEY = b"k" * 32
 FORMATS = provider_keys().formats
@@ -125,3 +126,53 @@ def test_the_formats_leave_the_standard_library_alone() -> None:
         if hits:
             found[path] = [h.format for h in hits]
     assert found == {}
+
+
+PLACEMENTS = sorted(NAMED) + sorted(SHAPED_ONLY)
+_URL_RESERVED = re.compile(r"[/?#@\s\"'<>%]")
+"""What a URL's password cannot hold as it is: a client percent-encodes it."""
+
+
+def _placed_value(
+    placement: str, fmt: ProviderFormat, text: str, secret: str, keyword: str
+) -> str | None:
+    """What a placement is given for one credential, or None where it cannot go: under
+    a credential's name, the credential alone (its quotes aside: a value is what they
+    hold); anywhere else, beside its format's keyword, on its own line where the format
+    anchors to lines (``^``, ``$``). A header, a URL or a path holds no line break, and a
+    URL's password nothing it would have to encode."""
+    if placement in NAMED:
+        value = secret.strip("\"'")
+        if re.search(r"[\s\\]", value) or len(value) < 6:
+            return None  # a fragment a format captures beside the credential
+        if placement.startswith(("url", "prompt_percent")) and _URL_RESERVED.search(value):
+            return None
+        return value
+    inline = f"{keyword} {text}"
+    value = inline if fmt.pattern.search(inline + " x") else f"{keyword}\n{text}\n"
+    return value if _applies(placement, value) else None
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_each_formats_credential_is_masked_in_every_placement_of_the_corpus(
+    placement: str,
+) -> None:
+    """Every placement of tests/test_secret_corpus.py (headers and query parameters
+    under neutral names, JSON at depth, prompts, tool arguments, forms, pair lists,
+    and the credential percent-encoded, base64-encoded and ``\\u``-escaped inside a
+    prompt), for a credential of each format (``_placed_value``)."""
+    place = NAMED.get(placement) or SHAPED_ONLY[placement]
+    leaked, placed = [], 0
+    for index, fmt in enumerate(FORMATS):
+        if fmt.id in UNDRAWN:
+            continue
+        text, secrets, keyword = _drawn(index)
+        for secret in secrets:
+            value = _placed_value(placement, fmt, text, secret, keyword)
+            if value is None:
+                continue
+            placed += 1
+            if _leaks(secret.strip("\"'"), place(value)):
+                leaked.append((fmt.id, secret[:24]))
+    assert leaked == [], f"{len(leaked)} leaked in {placement}: {leaked[:8]}"
+    assert placed >= len(FORMATS) // 2, placed

@@ -35,6 +35,26 @@ CREDENTIAL_MASK = re.compile(r"\[(?:SECRET|KEY):fp:")
         "Explain the key: value pairs in a dict",
         "print(f'{name}(key={self._key!r})')",
         "ISBN 978-0-306-40615-7, ISBN-13: 9780306406157",
+        "key = 'PYTHONCASEOK'",
+        "key0 = 305419896",
+        'AuthenticationInstant="2002-04-18T16:56:53Z"',
+        "auth_header = 'Authorization'",
+        'print("shlex: token=EOF")',
+        "'Set-Cookie: fig=newton\\r\\nSet-Cookie: sugar=wafer'",
+        'apt::key::gpgcommand "<STRING>";',
+        "git-credential-osxkeychain.o: git-credential-osxkeychain.c",
+        "'sid_et': 'sid_ET.UTF-8',",
+        "key = key in cache ? cache[key] : null",
+        "Files: contrib/command-not-found/pk-command-not-found.c",
+        "const password = 'Password used to generate key';",
+        "- password:     The password for the authentication.",
+        "const session = new inspector.Session();",
+        "const myURL = new URL('https://abc:xyz@example.com');",
+        "cvs://:pserver:anoncvs@sources.redhat.com:/cvs/src",
+        "echo machine git login username password password",
+        "mngr->getKey = xmlSecKeysMngrGetKey;",
+        '"PWD": "/home/bob/src",',
+        "self.hide_cookie2 = hide_cookie2",
     ],
 )
 def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> None:
@@ -50,6 +70,12 @@ def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> No
         'client = OpenAI(api_key="sk-proj-abcdefghijklmnopqrstuvwx")',
         "OPENAI_API_KEY=abcdefgh12345678",
         "token = GQHiUkjkad2y4oGnScGPtHs",
+        "X-Custom-Auth: rczsEIHVtxH",
+        "session_token: rrkzaV$Kn!yCe6V$o",
+        "key = 8f14e45fceea167a5a36dedd4bea2543",
+        "Cookie: session=abc123; theme=dark",
+        "auth = Bearer abc",
+        "git clone https://bob:S3cr3tPassw0rd@git.internal/repo",
     ],
 )
 def test_credentials_code_and_configuration_hold_are_still_masked(text: str) -> None:
@@ -67,9 +93,9 @@ def _texts(paths: list[str]) -> dict[str, str]:
 
 
 def test_the_standard_library_keeps_its_code() -> None:
-    """Every fourth module: at most 3% changed by a credential's mask (the full set,
-    in bench/redaction.py: 14 of 799, mostly example passwords in docstrings), and
-    every module changed at all (emails of authors are masked: personal data) still
+    """Every fourth module: at most 1% changed by a credential's mask (the full set,
+    in bench/redaction.py: 2 of 799, example passwords in docstrings), and every
+    module changed at all (emails of authors are masked: personal data) still
     parses."""
     stdlib = sysconfig.get_paths()["stdlib"]
     paths = sorted(glob.glob(f"{stdlib}/**/*.py", recursive=True))
@@ -87,8 +113,25 @@ def test_the_standard_library_keeps_its_code() -> None:
             ast.parse(out)
         except SyntaxError:
             broken.append(path)
-    assert len(masked) <= len(texts) * 0.03, masked
+    assert len(masked) <= len(texts) * 0.01, masked
     assert broken == [], broken
+
+
+def test_the_machines_documentation_is_left_alone() -> None:
+    """Every third readable file under /usr/share/doc (changelogs, READMEs, HTML and
+    Markdown with code, Makefiles, examples): at most 1% changed by a credential's
+    mask (the full set, in bench/redaction.py: 13 of 2,844, example passwords and
+    keys written as such)."""
+    paths = [
+        p
+        for p in sorted(glob.glob("/usr/share/doc/**/*", recursive=True))
+        if Path(p).is_file() and not p.endswith((".gz", ".png", ".jpg", ".svg", ".gif"))
+    ]
+    texts = _texts(paths[::3])
+    if len(texts) < 100:
+        pytest.skip(f"only {len(texts)} readable documents under /usr/share/doc here")
+    masked = [p for p, t in texts.items() if CREDENTIAL_MASK.search(redact_text(t, KEY))]
+    assert len(masked) <= len(texts) * 0.01, masked
 
 
 def test_licence_texts_are_left_alone() -> None:

@@ -41,15 +41,17 @@ configuration is (``password=dragon``, ``password: dragon``).
 
 from __future__ import annotations
 
-import itertools
 import re
 
 from tailreplay.traces.text.secret_names import is_secret_name
+from tailreplay.traces.text.secret_values import changes_case_randomly, looks_made
 
 __all__ = ["is_expression", "is_plain_literal"]
 
 _CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
 _PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
+_KEYWORD_LEAD = re.compile(r"(?:new|await|yield|typeof|not|lambda)[ \t]+[A-Za-z_$]")
+"""An operator word before a name: `new Password('…')`, `await subtle.generateKey(…)`."""
 _FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z_-]*(?:\.[A-Za-z_][A-Za-z_-]*)+")
 """A dotted name with dashes and no digits: a file (`git-credential-osxkeychain.o`)."""
 _HEAD = re.compile(r"[\w$.]+")
@@ -112,7 +114,7 @@ _WORDS = frozenset(
     ]
 )
 _STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf", "l"])
-_OPERATOR_AFTER = re.compile(r"[\"'][ \t]*[-+%*.\[]")
+_OPERATOR_AFTER = re.compile(r"[\"'][ \t]*(?:-(?!-)|[+%*.\[])")  # `' --verbose` is a flag
 _PROSE_AFTER = re.compile(r" [A-Za-z][a-z]+\b")
 _SETTINGS = frozenset(
     [
@@ -151,10 +153,16 @@ def _literal(value: str) -> bool:
     a dotted module path (``'http.cookies'``), a version or an OID, a placeholder."""
     return bool(
         value.lower() in _SETTINGS
-        or _PATH.fullmatch(value)
+        or _dotted(value)
         or _VERSION.fullmatch(value)
         or _VARIABLE.fullmatch(value)
     )
+
+
+def _dotted(value: str) -> bool:
+    """A dotted path of names (``process.env.X``, ``self._int``, ``np.float64``), not a
+    token with a dot in it (``l7y1e8.z4nouiysoi853jcq``, a Kubernetes bootstrap token)."""
+    return _PATH.fullmatch(value) is not None and not looks_made(value)
 
 
 def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:
@@ -175,7 +183,7 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
     field = _VARIABLE.match(value)  # a placeholder, then what closes the code around it
     if field is not None and not any(c.isalnum() for c in value[field.end() :]):
         return True
-    if _CALL.match(value) or _VARIABLE.fullmatch(value):
+    if _CALL.match(value) or _VARIABLE.fullmatch(value) or _KEYWORD_LEAD.match(value):
         return True
     if text[end : end + 1] in ("'", '"'):
         return value.lower() in _STRING_PREFIXES
@@ -189,7 +197,7 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
         return True
     if bare.isalpha() and _PROSE_AFTER.match(text, end):
         return True  # a word in a sentence: `key: cannot use "" as a name`
-    if bare in _WORDS or _PATH.fullmatch(bare) or _SHORT_NUMBER.fullmatch(bare):
+    if bare in _WORDS or _dotted(bare) or _SHORT_NUMBER.fullmatch(bare):
         return True
     return _NAME.fullmatch(bare) is not None and _code_name(bare, text, start, sep)
 
@@ -198,8 +206,7 @@ def _code_name(name: str, text: str, start: int, sep: str) -> bool:
     """Whether the name ``name`` assigned is a variable of code (module docstring)."""
     if any(c.isdigit() for c in name):
         return False  # `hunter2`, and a random token's shape
-    humps = sum(1 for a, b in itertools.pairwise(name) if a.islower() and b.isupper())
-    if humps > 3 and humps > len(name) / 5:
+    if changes_case_randomly(name):
         return False  # changes of case more often than a camelCase name: `GQHiUkjkaPdFtHs`
     if "_" in name or (name.isupper() and len(name) > 1) or is_secret_name(name):
         return True

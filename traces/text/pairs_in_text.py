@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from tailreplay.traces.text.code_values import is_plain_literal
 from tailreplay.traces.text.secret_names import is_secret_name
+from tailreplay.traces.text.secret_values import is_secret_value
 
 __all__ = ["mask_pairs"]
 
@@ -25,7 +26,8 @@ def mask_pairs(text: str, masked: Callable[[str], str]) -> str:
         return text
 
     def one(m: re.Match[str]) -> str:
-        if not is_secret_name(m["name"]) or is_plain_literal(m["value"]):
+        name, value = m["name"], m["value"]
+        if not is_secret_name(name) or is_plain_literal(value) or not is_secret_value(name, value):
             return m[0]  # `('SIG_DFL', 'SIG_IGN')`: a constant is no credential
         start, end = m.start("value") - m.start(), m.end("value") - m.start()
         return m[0][:start] + masked(m["value"]) + m[0][end:]

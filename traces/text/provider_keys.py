@@ -29,6 +29,7 @@ import ahocorasick_rs
 import re2
 
 from tailreplay.traces.text.pattern_set import folded
+from tailreplay.traces.text.secret_values import PLACEHOLDERS
 
 __all__ = ["Found", "ProviderFormat", "ProviderKeys", "provider_keys", "shannon_entropy"]
 
@@ -157,6 +158,8 @@ class ProviderKeys:
         if fmt.entropy and shannon_entropy(secret) < fmt.entropy:
             return False
         low = secret.lower()
+        if low in PLACEHOLDERS:  # `password password` in a .netrc example
+            return False
         if any(word in low for word in (*fmt.stopwords, *self._stopwords)):
             return False
         # As gitleaks does, an allow-list expression found anywhere in the secret lets it be.

@@ -42,6 +42,7 @@ from tailreplay.traces.text.pairs_in_text import mask_pairs
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
+from tailreplay.traces.text.secret_values import PLACEHOLDERS, is_secret_value, looks_made
 
 __all__ = [
     "fingerprint",
@@ -86,9 +87,12 @@ def _assign(named: bool) -> str:
     headers, parameters and JSON; else its value is redacted as text of its own. With
     ``named``, the three parts are the groups ``aname``, ``asep`` and ``aval``."""
     n, s, v = ("?P<aname>", "?P<asep>", "?P<aval>") if named else ("?:", "?:", "?:")
+    # `:=` and `=>` (PHP's and Ruby's pairs) assign; `::` (a scope,
+    # `apt::key::gpgcommand`) and `==` do not.
+    sep = r"(?::=|=>|[:=](?![:=]))"
     return (
         rf"({n}[A-Za-z_-](?<![\w.-].)(?=[\w.-]*+[\"']?[ \t]*[:=])[A-Za-z0-9_.-]*+)"
-        rf"({s}[\"']?[ \t]*[:=][ \t]*[\"']?){_MASKED}({v}{_QUOTED}|{_NOT_OPEN}{_SCHEME}{_VALUE})"
+        rf"({s}[\"']?[ \t]*{sep}[ \t]*[\"']?){_MASKED}({v}{_QUOTED}|{_NOT_OPEN}{_SCHEME}{_VALUE})"
     )
 
 
@@ -109,7 +113,9 @@ def _flag(named: bool) -> str:
     """A command line's long option and its value (`--password X`): masked when
     ``is_secret_name`` says so of the option's name."""
     n, s, v = ("?P<fname>", "?P<fsep>", "?P<fval>") if named else ("?:", "?:", "?:")
-    return rf"({n}-(?<![\w-].)-[A-Za-z][\w-]{{0,40}})({s}[ \t]+){_MASKED}({v}[^\s\"'-]\S*)"
+    # A quoted value runs to its closing quote: `--password 'correct horse'`.
+    value = r"(?<=[\"'])[^\"'\r\n]+|(?<![\"'])[^\s\"'-]\S*"
+    return rf"({n}-(?<![\w-].)-[A-Za-z][\w-]{{0,40}})({s}[ \t]+[\"']?){_MASKED}({v}{value})"
 
 
 def _mysql(named: bool) -> str:
@@ -133,13 +139,16 @@ def _curl(named: bool) -> str:
 # before it, `scheme:` reads as a name assigned a value, and that value is searched.
 _USERINFO = r"//(?P<uuser>[^\s/?#@:\"'<>]*):(?P<upass>[^\s/?#@\"'<>]+)@"
 _DIGITS = tuple("0123456789")
+_WORDS_JOINED = r"[a-z]{1,12}(?:[-_][a-z]{1,12})*(?![\w-])"
 _CREDENTIAL_KINDS: tuple[Kind, ...] = (
     ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}", ("bearer",)),
     ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}", ("basic",)),
     ("COOKIE", _COOKIE, ("ookie",)),
     ("USERINFO", _USERINFO, ("@",)),
     ("SECRET", _assign(named=False), (":", "=")),
-    ("KEY", rf"[spr]{_B}k[-_][A-Za-z0-9_-]{{16,}}", ("k-", "k_")),  # OpenAI, Anthropic, Stripe
+    # OpenAI, Anthropic, Stripe: not short lower-case words joined, as a file's name is
+    # (`pk-spawn-polkit-agent.c`, `sk_predefined_gamma.h`).
+    ("KEY", rf"[spr]{_B}k[-_](?!{_WORDS_JOINED})[A-Za-z0-9_-]{{16,}}", ("k-", "k_")),
     ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b", ("AKIA", "ASIA")),  # AWS access key ids
     (
         "KEY",
@@ -197,8 +206,6 @@ _ASSIGN_RE = re.compile(_assign(named=True))
 # the key is what is there.
 _KEY_AT = re.compile("|".join(p for kind, p, _ in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
-_PLACEHOLDER_PASSWORDS = frozenset(["pass", "password", "passwd", "pwd", "secret", "xxx"])
-"""A URL's password that documentation writes in its place: no credential."""
 _AMPERSAND_RUN = re.compile(r"(?:&(?![\w.\[\]-]*=)[^\s\"'&;,<>\\]+)+")
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
@@ -247,9 +254,15 @@ def _kept(kind: str, value: str) -> bool:
         a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
         if a is not None:
             found = _KEY_AT.match(value) or _has_credential(a[1]) or _has_credential(a[3])
-            return not (is_secret_name(a[1]) or found)
+            return not ((is_secret_name(a[1]) and is_secret_value(a[1], a[3])) or found)
     if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
-        return u["upass"].lower() in _PLACEHOLDER_PASSWORDS  # `https://user:pass@host`
+        # `https://user:pass@host`, `https://a:b@host`; no user and a colon after it
+        # is CVS's `:pserver:user@host`, a method and a user.
+        password = u["upass"]
+        cvs = not u["uuser"] and ":" in password
+        return cvs or len(password) < 3 or password.lower() in PLACEHOLDERS
+    if kind == "COOKIE" and (c := _COOKIE_NAME.match(value)) is not None:
+        return not looks_made(value[c.end() :])  # `Set-Cookie: fig=newton`, `cookie: %s`
     return kind == "BASIC" and not _is_basic(value)
 
 
@@ -284,7 +297,9 @@ def _by_rule(text: str, key: bytes) -> str:
         if kind in ("SECRET", "FLAG"):
             a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
         if a is not None and (
-            not is_secret_name(a[1]) or is_expression(a[3], text, m.start(), m.end(), a[2])
+            not is_secret_name(a[1])
+            or not is_secret_value(a[1], a[3])
+            or is_expression(a[3], text, m.start(), m.end(), a[2])
         ):
             # A name of no credential, or one given code (`key = next(it)`), is searched
             # as text (a key's shape before a colon), and the search goes on from its
@@ -397,8 +412,10 @@ def _redact_piece(piece: str, mask: Callable[[str], str], plus: bool) -> str:
 def _redact_target(target: str, mask: Callable[[str], str]) -> str:
     """Path segments (and their ``;`` parameters) and query parameters (``&`` or ``;``),
     each masked on its own; every other byte is kept as it was."""
-    if "=" not in target and not _has_credential(unquote(target)):
-        return target  # the usual case: no parameters, nothing shaped like a credential
+    # The usual case: no parameters, nothing shaped like a credential in any segment
+    # (each decoded on its own, as each is judged: `%2F` inside one is no separator).
+    if "=" not in target and not _has_credential("\n".join(map(unquote, target.split("/")))):
+        return target
     path, sep, query = target.partition("?")
     segments = (
         "".join(_redact_piece(p, mask, False) if p != ";" else p for p in re.split(r"(;)", s))

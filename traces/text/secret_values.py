@@ -1,0 +1,183 @@
+"""Whether a value that text assigns to a credential's name is a credential.
+
+A name says what a value would hold (``secret_names.py``); text then says whether it
+does. Two kinds of names ask different things of their value:
+
+- **Chosen secrets**: a name with ``password``, ``passwd``, ``passphrase``,
+  ``passcode``, ``pwd``, ``pw``, ``pass``, ``secret``, ``credential`` or ``cred`` in
+  it, a key or token an API's by its name (``api_key``, ``OPENAI_API_KEY``,
+  ``access_token``), or an HTTP header's name (``curl -H 'X-Auth-Token: …'``, as
+  the header itself is masked). People choose these, or paste them as they were given, so any
+  word can be one (``password: dragon``, ``OPENAI_API_KEY=abc123``).
+- **Made secrets**: every other credential's name (``key``, ``token``, ``auth``,
+  ``cookie``, ``session``, ``sid``, ``signature``, ``otp``…). Machines make these,
+  so a value is one only when it looks made: a run of 6 characters or more that
+  mixes letters and digits, changes case as no word does (``GQHiUkjkaPdFtHs``), or
+  is 16 digits or more. ``key = 'PYTHONCASEOK'``, ``key0 = 305419896``,
+  ``AuthenticationInstant="2002-04-18T16:56:53Z"``, ``auth_header =
+  'Authorization'``, ``token=EOF`` and ``Set-Cookie: fig=newton`` hold none.
+
+A value after an authorization scheme (``Bearer …``, ``Token …``) is a credential
+under either kind of name. Neither kind takes as one:
+
+- a value that opens on a word of a sentence (``password: The password for the
+  authentication``);
+- a path (``PWD=/home/bob``);
+- the name again, as a Makefile's rule, a locale table or a sentence writes it
+  (``git-credential-osxkeychain: git-credential-osxkeychain.o``, ``'sid_et':
+  'sid_ET.UTF-8'``, ``password = 'Password used to generate key'``);
+- a placeholder (``password password`` in a ``.netrc`` example).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from tailreplay.traces.text.secret_names import name_words
+
+__all__ = ["PLACEHOLDERS", "changes_case_randomly", "is_secret_value", "looks_made"]
+
+PLACEHOLDERS = frozenset(
+    ["pass", "password", "passwd", "pwd", "secret", "xxx", "xxxx", "xyz", "123", "changeme"]
+)
+"""Values documentation writes in a credential's place."""
+
+_CHOSEN = re.compile(
+    r"[a-z0-9]*(?:password|passwd|passphrase|passcode|secret|credential)s?|(?:pwd|pw|pass|creds?)"
+)
+# Runs of the alphabets made credentials are written in (base64 and its URL form, hex).
+_RUN = re.compile(r"[A-Za-z0-9+/%]{6,}={0,2}")
+_OWNERS = frozenset(["api", "access", "secret", "private", "client", "signing", "ssh", "auth"])
+_OWNERS |= frozenset(["bearer", "oauth", "refresh", "csrf", "session", "app", "master"])
+"""Words before ``key`` or ``token`` that say it is an API's credential (``api_key``,
+``OPENAI_API_KEY``, ``access_token``): any value, as a password's name takes."""
+_HEADER_NAME = re.compile(r"(?:[Xx]-[\w-]+|[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]*)+)")
+"""An HTTP header's name (``Ocp-Apim-Subscription-Key``, ``X-Auth-Token``): a header
+line quoted in text (``curl -H '…: value'``) is taken as the header is, any value."""
+_API_CREDENTIALS = frozenset(["key", "keys", "token", "tokens"])
+_SCHEME = re.compile(r"(?i:bearer|basic|token|bot|ssws|key|apikey|digest)")
+_SENTENCE_OPENERS = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "your",
+        "my",
+        "our",
+        "their",
+        "his",
+        "her",
+        "its",
+        "this",
+        "that",
+        "to",
+        "for",
+        "of",
+        "in",
+        "is",
+        "are",
+        "was",
+        "be",
+        "will",
+        "must",
+        "should",
+        "can",
+        "see",
+        "if",
+        "when",
+        "not",
+    ]
+)
+_WORD = re.compile(r"[^\s,;&<>()\[\]{}\"'=:\\]{8,}")
+_NUMBERED = re.compile(r"[A-Za-z]+[0-9]{1,2}")
+"""A word numbered (``cookie2``, ``python3``, ``key1``): no run a machine made."""
+_CAPITALS_INSIDE = re.compile(r"[a-z][A-Z].*[A-Z][a-z]")
+"""Two capitals inside a word that mixes them half and half: ``rczsEIHVtxH``."""
+_LONE_SMALL = re.compile(r"[A-Z][a-z][A-Z]")
+_PATH = re.compile(r"(?:~|\.{1,2})?/[\w.-]*(?:/[\w.-]*)*|[A-Za-z]:\\[\w .\\-]*")
+
+
+def changes_case_randomly(word: str) -> bool:
+    """Letters that change from lower to upper case more often than a camelCase name
+    does, with a lone small letter between capitals, which a name's words never are
+    (``GQHiUkjkaPdFtHs``, not ``getKeyValueFromStore`` or ``xmlSecKeysMngrGetKey``)."""
+    humps = sum(1 for a, b in itertools.pairwise(word) if a.islower() and b.isupper())
+    return humps > 3 and humps > len(word) / 5 and _LONE_SMALL.search(word) is not None
+
+
+def looks_made(value: str) -> bool:
+    """Whether ``value`` holds what a machine made (or a password generator): a run of
+    6 letters and digits or more mixing both, or of 16 digits or more; a word of 8
+    characters or more mixing three of small and capital letters, digits and symbols
+    (``rrkzaV$Kn!yCe6V$o``); or letters as much capitals as small ones in places no
+    name puts them (``rczsEIHVtxH``, not ``getKeyValueFromStore``).
+
+    >>> [looks_made(v) for v in ("GQHiUkjkad2y4oGnScGPtHs", "PYTHONCASEOK", "305419896")]
+    [True, False, False]
+    """
+    for run in _RUN.findall(value):
+        letters = any(c.isalpha() for c in run)
+        if letters and any(c.isdigit() for c in run) and not _NUMBERED.fullmatch(run):
+            return True
+        if not letters and sum(c.isdigit() for c in run) >= 16:
+            return True
+        if letters and _few_vowels(run):
+            return True
+    return any(_mixed(word) for word in _WORD.findall(value))
+
+
+def _few_vowels(run: str) -> bool:
+    """16 letters or more with under a quarter vowels: drawn at random (a fifth of the
+    alphabet), not words (``PYTHONCASEOK``, ``getKeyValueFromStore``: a third)."""
+    letters = [c for c in run.lower() if c.isalpha()]
+    return len(letters) >= 16 and sum(c in "aeiou" for c in letters) * 4 < len(letters)
+
+
+def _mixed(word: str) -> bool:
+    small = sum(c.islower() for c in word)
+    capitals = sum(c.isupper() for c in word)
+    digits = sum(c.isdigit() for c in word)
+    inside = word[1:-1]  # `$Version` is a variable's name
+    symbols = len(inside) - sum(c.isalnum() or c in "-_./" for c in inside)
+    if sum(n > 0 for n in (small, capitals, digits, symbols)) >= 3:
+        return True
+    if capitals * 10 <= (small + capitals) * 3:
+        return False
+    return changes_case_randomly(word) or _CAPITALS_INSIDE.search(word) is not None
+
+
+def is_secret_value(name: str, value: str) -> bool:
+    """Whether ``value``, assigned in text to ``name`` (a credential's name), is a
+    credential (module docstring).
+
+    >>> is_secret_value("password", "dragon"), is_secret_value("key", "PYTHONCASEOK")
+    (True, False)
+    """
+    bare = value.strip().strip("\"'").strip()
+    if not bare or bare.lower() in PLACEHOLDERS or _PATH.fullmatch(bare):
+        return False
+    if _names_itself(name.strip("\"'").lower(), bare.lower()):
+        return False  # `hide_cookie2 = hide_cookie2`, `'sid_et': 'sid_ET.UTF-8'`
+    first = bare.split()[0]
+    if _SCHEME.fullmatch(first) and first != bare:
+        return True  # `Bearer abc`, `Token …`: a credential by what precedes it
+    if first.lower() in _SENTENCE_OPENERS:
+        return False
+    words = name_words(name)
+    if any(_CHOSEN.fullmatch(w) for w in words) or _HEADER_NAME.fullmatch(name):
+        return True
+    if words and words[-1] in _API_CREDENTIALS and _OWNERS.intersection(words[:-1]):
+        return True
+    return looks_made(bare)
+
+
+def _names_itself(name: str, value: str) -> bool:
+    """Whether ``value`` opens on its name again (or the name's last member, or the
+    name without its file extension), then ends or goes on past a word's end."""
+    stem, dot, last = name.rpartition(".")
+    owns = [name, *((stem, last) if dot else ())]
+    return any(
+        len(own) >= 3 and value.startswith(own) and not value[len(own) : len(own) + 1].isalnum()
+        for own in owns
+    )
