@@ -55,6 +55,9 @@ CREDENTIAL_MASK = re.compile(r"\[(?:SECRET|KEY):fp:")
         "mngr->getKey = xmlSecKeysMngrGetKey;",
         '"PWD": "/home/bob/src",',
         "self.hide_cookie2 = hide_cookie2",
+        "RegEnumKey = win32api.RegEnumKey",
+        "                Public-Key: (2048 bit)",
+        "tool --smtp-auth=none --verbose",
     ],
 )
 def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> None:
@@ -76,6 +79,9 @@ def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> No
         "Cookie: session=abc123; theme=dark",
         "auth = Bearer abc",
         "git clone https://bob:S3cr3tPassw0rd@git.internal/repo",
+        "export OPENAI_API_KEY=l7y1e8.z4nouiysoi853jcq",
+        "tool --password 'hunter2' --verbose",
+        "$db = ['password' => 'hunter2'];",
     ],
 )
 def test_credentials_code_and_configuration_hold_are_still_masked(text: str) -> None:

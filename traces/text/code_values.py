@@ -44,12 +44,13 @@ from __future__ import annotations
 import re
 
 from tailreplay.traces.text.secret_names import is_secret_name
-from tailreplay.traces.text.secret_values import changes_case_randomly, looks_made
+from tailreplay.traces.text.secret_values import changes_case_randomly
 
 __all__ = ["is_expression", "is_plain_literal"]
 
 _CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
 _PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
+_DIGIT_RUN = re.compile(r"\d+")
 _KEYWORD_LEAD = re.compile(r"(?:new|await|yield|typeof|not|lambda)[ \t]+[A-Za-z_$]")
 """An operator word before a name: `new Password('…')`, `await subtle.generateKey(…)`."""
 _FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z_-]*(?:\.[A-Za-z_][A-Za-z_-]*)+")
@@ -160,9 +161,15 @@ def _literal(value: str) -> bool:
 
 
 def _dotted(value: str) -> bool:
-    """A dotted path of names (``process.env.X``, ``self._int``, ``np.float64``), not a
-    token with a dot in it (``l7y1e8.z4nouiysoi853jcq``, a Kubernetes bootstrap token)."""
-    return _PATH.fullmatch(value) is not None and not looks_made(value)
+    """A dotted path of names (``process.env.X``, ``self._int``, ``np.float64``,
+    ``win32api.RegEnumKey``), not a token with a dot in it (``l7y1e8.z4nouiysoi853jcq``,
+    a Kubernetes bootstrap token): a name holds one run of digits at most."""
+    if _PATH.fullmatch(value) is None:
+        return False
+    return not any(
+        len(_DIGIT_RUN.findall(part)) > 1 or changes_case_randomly(part)
+        for part in value.split(".")
+    )
 
 
 def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:

@@ -22,7 +22,7 @@ under either kind of name. Neither kind takes as one:
 
 - a value that opens on a word of a sentence (``password: The password for the
   authentication``);
-- a path (``PWD=/home/bob``);
+- a path (``PWD=/home/bob``), or a remark in brackets (``Public-Key: (2048 bit)``);
 - the name again, as a Makefile's rule, a locale table or a sentence writes it
   (``git-credential-osxkeychain: git-credential-osxkeychain.o``, ``'sid_et':
   'sid_ET.UTF-8'``, ``password = 'Password used to generate key'``);
@@ -157,6 +157,8 @@ def is_secret_value(name: str, value: str) -> bool:
     bare = value.strip().strip("\"'").strip()
     if not bare or bare.lower() in PLACEHOLDERS or _PATH.fullmatch(bare):
         return False
+    if bare[0] == "(":
+        return False  # a remark, `Public-Key: (2048 bit)`; code's would be an expression
     if _names_itself(name.strip("\"'").lower(), bare.lower()):
         return False  # `hide_cookie2 = hide_cookie2`, `'sid_et': 'sid_ET.UTF-8'`
     first = bare.split()[0]
