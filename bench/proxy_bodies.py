@@ -127,17 +127,82 @@ def layout_runs(args: argparse.Namespace, layout: str) -> dict[tuple[str, str], 
     return results
 
 
+def paced_script(script: Path, rate: int, path: Path) -> Path:
+    """``script`` sending ``rate`` requests a second in all: each of wrk's 50
+    connections waits 50/rate s before its next request (wrk's ``delay()``; the
+    answer's own time is added, so the rate reached is a little lower)."""
+    path.write_text(script.read_text() + f"function delay() return {50_000 / rate:.3f} end\n")
+    return path
+
+
+def paced_runs(args: argparse.Namespace) -> dict[tuple[str, int], list[Result]]:
+    """``--bodies redacted`` at each of ``args.paced`` rates, every process on both
+    cores: the share of records written whole at rates below the proxy's full one."""
+    args.wrk_cpus = None
+    results: dict[tuple[str, int], list[Result]] = {}
+    with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        up = free_port()
+        if shutil.which("nginx"):
+            upstream = nginx(tmp, 1, free_port(), up, fixed=up)
+        else:
+            upstream = [sys.executable, "bench/proxy.py", "--fixed", str(up)]
+        stack.enter_context(process(upstream, up))
+        for kind in ("chats", "prompts"):
+            script = chat_bodies.wrk_script(kind, tmp / f"{kind}.lua")
+            port, admin = free_port(), free_port()
+            command = tailreplay_proxy(port, up, tmp / f"{kind}-paced")
+            command[command.index("off")] = f"127.0.0.1:{admin}"
+            pid = stack.enter_context(process([*command, "--bodies", "redacted"], port))
+            served = _served(wrk_output(f"http://127.0.0.1:{port}", 1, script))
+            for rate in args.paced:
+                paced = paced_script(script, rate, tmp / f"{kind}-{rate}.lua")
+                for _ in range(args.runs):
+                    result = run((port, admin, pid), paced, args, served)
+                    results.setdefault((kind, rate), []).append(result)
+                    served += result[1]
+    return results
+
+
+def paced_report(args: argparse.Namespace, results: dict[tuple[str, int], list[Result]]) -> None:
+    print(
+        f"`--bodies redacted` at a paced rate (wrk -t2 -c50 -d{args.seconds}s, each "
+        f"connection's requests spaced); median of {args.runs} runs\n"
+    )
+    print("| bodies | rate asked | requests/s | written whole | shed | dropped | CPU µs/request |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for (kind, rate), runs in results.items():
+        rps = statistics.median(r[0] for r in runs)
+        served = sum(r[1] for r in runs)
+        written, shed, dropped = (sum(r[i] for r in runs) for i in (2, 3, 4))
+        cpu = statistics.median(r[5] for r in runs)
+        print(
+            f"| {kind} | {rate:,} | {rps:,.0f} | {(written - shed) / served:.1%} | "
+            f"{shed / served:.1%} | {dropped / served:.1%} | {cpu:.0f} |"
+        )
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--paced",
+        type=lambda text: [int(r) for r in text.split(",")],
+        default=[],
+        help="also these rates (requests/s, comma-separated) with --bodies redacted",
+    )
+    parser.add_argument("--paced-only", action="store_true", help="skip the full-rate table")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench/proxy_bodies.py needs wrk: apt-get install -y wrk nginx-light")
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("bench/proxy_bodies.py needs two cores")
-    results = {layout: layout_runs(args, layout) for layout in LAYOUTS}
-    report(args, results)
+    if args.paced:
+        paced_report(args, paced_runs(args))
+    if not args.paced_only:
+        report(args, {layout: layout_runs(args, layout) for layout in LAYOUTS})
 
 
 def report(

@@ -20,6 +20,10 @@ import re
 from collections.abc import Callable
 from urllib.parse import unquote_plus
 
+import re2
+
+from tailreplay.traces.text.pattern_set import for_re2
+
 __all__ = ["LONGEST", "mask_encoded"]
 
 LONGEST = 8192
@@ -27,6 +31,10 @@ LONGEST = 8192
 
 _PERCENT = re.compile(r"%[0-9A-Fa-f]{2}")
 _BASE64 = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{16,}={0,2}(?![\w+/=-])")
+_BASE64_GATE = re2.compile(r"[A-Za-z0-9+/_-]{16}")
+"""Whether ``_BASE64`` can match at all: RE2 scans 4 KB of prose in a tenth of the
+time Python's engine takes to try ``_BASE64`` at every character, and most text
+(prose, code) holds no run of 16."""
 _ESCAPE = re.compile(r"\\u([0-9A-Fa-f]{4})")
 _QUOTED_PRINTABLE = re.compile(r"=3D")
 _RUN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.~+-%")
@@ -110,6 +118,8 @@ def mask_encoded(text: str, judge: Callable[[str], bool], masked: Callable[[str]
     for gate, escape, decode in _ESCAPED_RUNS:
         if gate in text:
             text = _replaced(text, _runs(text, escape), decode, judge, masked)
+    if _BASE64_GATE.search(for_re2(text)) is None:
+        return text
     return _BASE64.sub(lambda m: _judged(m[0], _base64, judge, masked), text)
 
 

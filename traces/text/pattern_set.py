@@ -15,7 +15,17 @@ import functools
 import re
 from collections.abc import Iterable, Sequence
 
-__all__ = ["Kind", "PatternSet", "folded"]
+__all__ = ["Kind", "PatternSet", "folded", "for_re2"]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def for_re2(text: str) -> str:
+    """``text`` as RE2 can search it: RE2 reads UTF-8, which a lone surrogate (a JSON
+    ``\\ud800`` decoded) has none of; each is searched as U+FFFD, one character for
+    one, so positions keep."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
 
 Kind = tuple[str, str, tuple[str, ...]]
 """(kind, pattern, gates): a pattern, the kind of what it finds, and the literals

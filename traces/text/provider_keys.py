@@ -28,13 +28,12 @@ from typing import Any
 import ahocorasick_rs
 import re2
 
-from tailreplay.traces.text.pattern_set import folded
+from tailreplay.traces.text.pattern_set import folded, for_re2
 from tailreplay.traces.text.secret_values import PLACEHOLDERS
 
 __all__ = ["Found", "ProviderFormat", "ProviderKeys", "provider_keys", "shannon_entropy"]
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _MASK = re.compile(r"\[[A-Z]+:fp:[0-9a-f]{16}\]|fp:[0-9a-f]{16}")
 """A mask made by the rules before this pass: what it covers is masked already."""
 
@@ -118,10 +117,7 @@ class ProviderKeys:
 
     def find(self, text: str) -> list[Found]:
         """The credentials in ``text``, left to right, none overlapping another."""
-        if not text.isascii():
-            # A lone surrogate (a JSON `\\ud800` decoded) has no UTF-8, which both
-            # engines read: each is searched as U+FFFD, one character for one.
-            text = _SURROGATE.sub("\ufffd", text)
+        text = for_re2(text)  # the keywords' automaton reads UTF-8 too
         spans: list[Found] = []
         for i in self._opened(text):
             fmt = self.formats[i]
