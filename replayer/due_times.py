@@ -1,5 +1,5 @@
 """When each request of the schedule is due: its recorded offset from the first start
-(each tick's requests spread over the tick when the clock is quantised), dilated by
+(each tick's requests placed in the tick when the clock is quantised), dilated by
 the speed; copies of ``--amplify`` a few milliseconds apart, or spread in the tick."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 from collections import OrderedDict
 
 from tailreplay.replayer.speed import Shape
-from tailreplay.replayer.ticks import Ticks, spread_fraction, tick_floor, tick_phase
+from tailreplay.replayer.ticks import Ticks, place_fraction, tick_floor, tick_phase
 
 __all__ = ["AMPLIFY_JITTER_S", "DueTimes", "u64"]
 
@@ -31,7 +31,7 @@ class DueTimes:
 
     When the schedule spreads ticks, a request's recorded time is the start of its
     tick plus a fraction of the tick from the seed and the copy's place among its
-    tick's copies (``ticks.spread_fraction``; every shard counts every record)."""
+    tick's copies (``ticks.place_fraction``; every shard counts every record)."""
 
     def __init__(
         self,
@@ -41,8 +41,12 @@ class DueTimes:
         speed: Shape,
         seed: bytes,
         copies: int,
+        *,
+        placement: str = "random",
     ) -> None:
         self.copies = copies
+        self.placement = placement
+        """How a tick's requests are placed in it (``ticks.PLACEMENTS``)."""
         """The most copies of one record (``--amplify`` rounded up)."""
         self.first = first_start_ns
         self.span_s = span_s
@@ -91,6 +95,7 @@ class DueTimes:
                 return self._earliest
             jitter = u64(key, self.seed, bytes([copy % 256])) / 2**64
             return self._earliest + AMPLIFY_JITTER_S * jitter
-        u = spread_fraction(self._phase, self._index * self.copies + copy)
+        place = self._index * self.copies + copy
+        u = place_fraction(self.placement, self._start, self._phase, self.seed, place)
         recorded_ns = self._start - self.first + u * self.ticks.tick_ns
         return self.speed.replay_offset(recorded_ns / 1e9, self.span_s)

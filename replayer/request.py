@@ -197,7 +197,7 @@ class RequestBuilder:
             return self._from_body(record.req_body, method, path, budget)
         if method != "POST" or dialect is None:
             # A call without a body (``GET /v1/models``); a POST no dialect could
-            # rebuild never gets here (``schedule.rebuildable``).
+            # rebuild never gets here (``rebuildable.py``).
             return RequestSpec(method, path, None, False, None)
         tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
         overhead = self.prompts.overhead if dialect.chat_prompt else 0

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tailreplay.dialects import dialect_for
 from tailreplay.errors import InputError
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
+from tailreplay.replayer.rebuildable import UNBUILDABLE, rebuildable, unbuildable
 from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
 from tailreplay.traces.archive.columns import Columns, load_columns
@@ -84,13 +84,15 @@ class ScheduleConfig:
     skip_corrupt: bool = False
     tail_cost: TailCost = DEFAULT_TAIL_COST
     max_context: int | None = None
+    """The target's context in tokens, when known: a stretched budget is cut so that
+    input + budget fits it (never below the recorded budget)."""
     drop_retries: bool = False
     """Leave out records that are recorded retries (``attempt`` >= 2): the replay's own
     client retries, or none (``--retries policy`` or ``off``)."""
-    """The target's context in tokens, when known: a stretched budget is cut so that
-    input + budget fits it (never below the recorded budget)."""
     spread_ticks: bool | None = None
     """Spread each tick's requests over the tick (None: when the timestamps are quantised)."""
+    tick_placement: str = "random"
+    """How a spread tick's requests are placed in it (``ticks.PLACEMENTS``)."""
     per_file: tuple[int, ...] | None = None
     """Read no more than the first that many records of each file (``Plan.per_file`` of
     a plan made before, so processes that plan apart replay the same records)."""
@@ -128,7 +130,7 @@ class Plan:
     """The records each file held when the plan first read it. Every later read stops
     there, so a file still being written (a live capture) replays as it was then."""
     refused: int = 0
-    """Records left out because they cannot be rebuilt (``rebuildable``)."""
+    """Records left out because they cannot be rebuilt (``rebuildable.py``)."""
     due_within: int | None = None
     """With ``ScheduleConfig.within_s``: the records due before it (at their recorded
     times dilated; spreading ticks moves a few across it)."""
@@ -178,49 +180,16 @@ def _load(config: ScheduleConfig, name: str, per_file: Sequence[int] | None) -> 
     return load_columns(config.paths, [name], skip_corrupt=config.skip_corrupt, limits=per_file)
 
 
-def rebuildable(method: str | None, path: str | None, has_body: bool) -> bool:
-    """Whether a record can be sent again: with its body, as recorded; without one, as a
-    synthetic request of its dialect, or as a call without a body (``GET /v1/models``).
-    A POST to a route no dialect serves, kept without its body, cannot: sending it
-    empty would measure nothing the recording did."""
-    if has_body or (method or "POST").upper() != "POST":
-        return True
-    return path is None or dialect_for(path) is not None
-
-
-def _unbuildable(config: ScheduleConfig, per_file: Sequence[int]) -> Array | None:
-    """The records ``rebuildable`` refuses, as a mask; None when there are none."""
-    cols = load_columns(
-        config.paths,
-        ["path", "method"],
-        presence_only=["req_body"],
-        skip_corrupt=config.skip_corrupt,
-        limits=per_file,
-    )
-    paths, methods = cols["path"], cols["method"]
-    has_path, has_method, has_body = (cols.present[n] for n in ("path", "method", "req_body"))
-    posts = ~has_method | (methods == "POST")
-    candidates = np.flatnonzero(posts & has_path & ~has_body)
-    if candidates.size == 0:
-        return None
-    unknown = {p for p in set(paths[candidates]) if dialect_for(p) is None}
-    if not unknown:
-        return None
-    refused = np.zeros(len(paths), dtype=bool)
-    refused[candidates] = [p in unknown for p in paths[candidates]]
-    return refused if refused.any() else None
-
-
 def _window(cols: Columns, config: ScheduleConfig) -> tuple[np.ndarray | None, int]:
     """The replayed records as a mask (None when every record is replayed), and how
-    many records in the window cannot be rebuilt (``rebuildable``): left out."""
+    many records in the window cannot be rebuilt (``rebuildable.py``): left out."""
     starts = cols["start_ns"]
     left_out = None
     if config.drop_retries:
         attempts = _load(config, "attempt", cols.per_file)
         retries = attempts.present["attempt"] & (attempts["attempt"] >= 2)
         left_out = retries if retries.any() else None
-    refused = _unbuildable(config, cols.per_file)
+    refused = unbuildable(config.paths, config.skip_corrupt, cols.per_file)
     unwindowed = config.start_ns is None and config.end_ns is None and config.limit is None
     if unwindowed and refused is None:
         return (None if left_out is None else ~left_out), 0
@@ -293,9 +262,6 @@ def plan(config: ScheduleConfig) -> Plan:
     return _with_ticks(the_plan, ticks, last_start, config.spread_ticks)
 
 
-_UNBUILDABLE = "POSTs to routes no dialect serves, captured without their bodies"
-
-
 def _nothing_to_replay(config: ScheduleConfig, refused: int) -> str:
     given = [
         flag
@@ -309,7 +275,7 @@ def _nothing_to_replay(config: ScheduleConfig, refused: int) -> str:
     if config.drop_retries:
         given.append("--retries")
     if refused:
-        given.append(f"{refused:,} {_UNBUILDABLE}")
+        given.append(f"{refused:,} {UNBUILDABLE}")
     if given:
         return f"no records to replay (none left after {', '.join(given)})"
     return "no records to replay: the archives hold none"
@@ -420,7 +386,13 @@ def schedule(
     seed = config.seed.to_bytes(8, "big", signed=True)
     spread = the_plan.ticks if the_plan.spread_ns is not None else None
     due_at = DueTimes(
-        the_plan.first_start_ns, the_plan.span_s, spread, config.speed, seed, whole + bool(frac)
+        the_plan.first_start_ns,
+        the_plan.span_s,
+        spread,
+        config.speed,
+        seed,
+        whole + bool(frac),
+        placement=config.tick_placement,
     )
     heap: list[tuple[float, int, Planned]] = []
     order = 0

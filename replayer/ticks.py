@@ -3,9 +3,11 @@
 Many public traces floor arrival times to a tick (1 s, 3 s): most gaps between
 consecutive requests are 0 and each tick's requests share one timestamp. Replayed
 as recorded, every tick is one instant burst the real service never saw. The plan
-pass finds the tick on the start_ns column; the schedule then spreads each tick's
-requests evenly over the tick from a seeded phase (``spread_fraction``), so shards
-agree and the count per tick is the recording's. A jittered clock's stamps belong
+pass finds the tick on the start_ns column; the schedule then places each tick's
+requests in the tick (``place_fraction``): by default each at a seeded random
+point, as requests that arrive at random within the tick would be; or evenly
+(``--tick-placement even``). Every shard draws the same, and the count per tick is
+the recording's. A jittered clock's stamps belong
 to their nearest grid point (``Ticks.grid``), so each tick spreads over the real
 tick, not over the jitter.
 
@@ -21,9 +23,11 @@ from tailreplay.traces.workload.clock import MIN_TICK_NS, TIE_SHARE, Ticks, dete
 
 __all__ = [
     "MIN_TICK_NS",
+    "PLACEMENTS",
     "TIE_SHARE",
     "Ticks",
     "detect_ticks",
+    "place_fraction",
     "spread_fraction",
     "spread_line",
     "spread_tick",
@@ -108,3 +112,28 @@ def spread_fraction(phase: float, place: int) -> float:
     millisecond), where independent draws put two of a 3 s tick's 20 requests in one
     millisecond once every 16 ticks. Every shard and every run computes the same."""
     return (phase + place * GOLDEN) % 1.0
+
+
+PLACEMENTS = ("random", "even")
+"""How a tick's requests are placed in it. ``random`` (the default): each at its own
+seeded draw, uniform over the tick. The clock hid when in the tick each request
+came; independent uniform draws assume the least about it, and keep what arrivals
+at random have within a tick: bunches and gaps, so a queue meets the bursts a real
+arrival process brings (on a 3 s-tick log, the sends' index of dispersion at 1 s
+is that of random arrivals, about 1, where even placement reads 0.39). ``even``:
+golden-ratio steps from a seeded phase (``spread_fraction``), no two closer than
+0.38/n of the tick: the smoothest reading, which understates a tail that bursts
+make."""
+
+
+def place_fraction(
+    placement: str, tick_start_ns: int, phase: float, seed: bytes, place: int
+) -> float:
+    """Where in the tick starting at ``tick_start_ns`` the request at ``place`` goes, in
+    [0, 1) (``PLACEMENTS``; ``phase`` is the tick's ``tick_phase``)."""
+    if placement == "even":
+        return spread_fraction(phase, place)
+    tick = tick_start_ns.to_bytes(8, "big", signed=True)
+    parts = b"\x00".join((tick, seed, place.to_bytes(8, "big")))
+    digest = hashlib.blake2b(parts, digest_size=8, person=b"tick-place").digest()
+    return int.from_bytes(digest, "big") / 2**64

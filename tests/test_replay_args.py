@@ -33,7 +33,8 @@ def _every_option(tmp_path: Path) -> list[str]:
     pem.write_text("not read here")
     return [
         "--target", "http://127.0.0.1:9/v1", "--speed", "1x,2x@30s", "--amplify", "1.5x",
-        "--no-spread-ticks", "--tail-stretch", "1.6", "--tail-quantile", "0.95",
+        "--no-spread-ticks", "--tick-placement", "even", "--tail-stretch", "1.6",
+        "--tail-quantile", "0.95",
         "--tail-cost", "input=0.05,output=8", "--max-context", "8192", "--no-force-lengths",
         "--header", "Authorization: Bearer x", "--header", "X-A: b", "--model-map", "a=b",
         "--body-set", "temperature=0", "--body-set", "user=replay", "--body-drop", "tools",

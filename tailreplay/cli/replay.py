@@ -41,6 +41,7 @@ from tailreplay.cli.sim import builtin_sim
 from tailreplay.cli.slo_stop import slo_stop_option
 from tailreplay.output_path import is_stdout
 from tailreplay.replayer.replay_summary import ReplaySummary
+from tailreplay.replayer.ticks import PLACEMENTS
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
@@ -91,6 +92,15 @@ input, 130 interrupted.""",
     help="Spread each tick's requests over the tick when the archive's timestamps were "
     "logged in coarse ticks (1 s, 3 s: many requests share each timestamp), by a draw "
     "from --seed; the count per tick is kept. Default: on when such a clock is detected.",
+)
+@click.option(
+    "--tick-placement",
+    type=click.Choice(PLACEMENTS),
+    default="random",
+    show_default=True,
+    help="Where in its tick a spread request goes: random (each at its own draw from "
+    "--seed, as requests arriving at random in the tick would) or even (evenly spaced "
+    "from a drawn phase: smoother than any real arrival process).",
 )
 @click.option(
     "--tail-stretch",

@@ -152,6 +152,7 @@ def _schedule(
         tail_cost=tail_cost,
         max_context=max_context,
         spread_ticks=args.spread_ticks,
+        tick_placement=args.tick_placement,
         drop_retries=args.retries != "recorded",
         within_s=args.duration if args.users is None else None,
     )

@@ -100,6 +100,7 @@ class ReplayArgs:
     spread_ticks: bool | None = field(
         default=None, metadata=_writes(_switch("--spread-ticks", "--no-spread-ticks"))
     )
+    tick_placement: str = field(default="random", metadata=_writes(_one("--tick-placement")))
     tail_stretch: float = field(default=1.8, metadata=_writes(_one("--tail-stretch", repr)))
     tail_quantile: float = field(default=0.99, metadata=_writes(_one("--tail-quantile", repr)))
     tail_cost: tuple[float, float] | None = field(
