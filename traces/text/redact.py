@@ -66,7 +66,11 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 # ``\b`` or group would make it try every pattern in full at every character); the
 # word boundary is checked just after that first character, by ``(?<!\w.)``.
 _B = r"(?<!\w.)"
-_VALUE = r"[^\s\"'&;,<>\\]+"
+# A value is read 256 characters at most: a name the rule keeps has its value searched
+# again as text, and an unbounded value there would read the rest of the text once per
+# assignment in it (`a:b@a:b@…`, quadratic). A credential's value is masked to the end
+# of its run (``_VALUE_REST``).
+_VALUE = r"[^\s\"'&;,<>\\]{1,256}"
 # An authorization scheme (`Token`, `Bot`, `SSWS`…) and its credential are one value.
 _SCHEME = (
     r"(?:(?i:bearer|basic|token|bot|ssws|key|apikey|digest)[ \t]+(?=[A-Za-z0-9._~+/=])"
@@ -206,6 +210,8 @@ _ASSIGN_RE = re.compile(_assign(named=True))
 # the key is what is there.
 _KEY_AT = re.compile("|".join(p for kind, p, _ in _CREDENTIAL_KINDS if kind == "KEY"))
 _USERINFO_RE = re.compile(_USERINFO)
+_VALUE_REST = re.compile(r"(?<![\"'])[^\s\"'&;,<>\\]*")
+"""What follows a value read to ``_VALUE``'s bound (nothing after a closing quote)."""
 _AMPERSAND_RUN = re.compile(r"(?:&(?![\w.\[\]-]*=)[^\s\"'&;,<>\\]+)+")
 _FLAG_RE = re.compile(_flag(named=True))
 _MYSQL_RE = re.compile(_mysql(named=True))
@@ -310,12 +316,13 @@ def _by_rule(text: str, key: bytes) -> str:
             continue
         if a is not None:  # a credential's name: its value masked
             name = _by_rule(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
-            # In text a value runs on past `&` unless a parameter follows (`&user=`):
-            # `password=Tr0ub4dor&WC5IdXYpEH` is one password.
-            more = _AMPERSAND_RUN.match(text, m.end())
-            value = a[3] + (more[0] if more else "")
+            # The value to the end of its run, then on past `&` unless a parameter
+            # follows (`&user=`): `password=Tr0ub4dor&WC5IdXYpEH` is one password.
+            end = m.end() if kind != "SECRET" else _VALUE_REST.match(text, m.end()).end()
+            more = _AMPERSAND_RUN.match(text, end)
+            value = text[m.start() + a.start(3) : more.end() if more else end]
             out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, value)}]")
-            pos = m.end() + (more.end() - more.start() if more else 0)
+            pos = more.end() if more else end
             continue
         else:
             out.append(_masked(kind, value, key))
