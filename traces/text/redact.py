@@ -318,7 +318,8 @@ def _by_rule(text: str, key: bytes) -> str:
             name = _by_rule(a[1], key) if kind == "SECRET" else a[1]  # a key can be a name
             # The value to the end of its run, then on past `&` unless a parameter
             # follows (`&user=`): `password=Tr0ub4dor&WC5IdXYpEH` is one password.
-            end = m.end() if kind != "SECRET" else _VALUE_REST.match(text, m.end()).end()
+            rest = _VALUE_REST.match(text, m.end()) if kind == "SECRET" else None
+            end = rest.end() if rest else m.end()
             more = _AMPERSAND_RUN.match(text, end)
             value = text[m.start() + a.start(3) : more.end() if more else end]
             out.append(f"{name}{a[2]}[SECRET:{fingerprint(key, value)}]")

@@ -264,6 +264,7 @@ def pair_secrets(doc: Any) -> frozenset[str]:
             found.update(node for node, _ in _nodes(values) if isinstance(node, str))
         elif _is_secret_list_pair(node):
             found.add(node[1])
+    found.discard("")  # nothing to hide, and every other empty string would be masked
     return frozenset(found)
 
 
