@@ -12,7 +12,7 @@ from pathlib import Path
 from yarl import URL
 
 from tailreplay.errors import UsageError
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["PROTOCOLS", "OtlpOptions"]
 

@@ -16,7 +16,7 @@ from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.proxy.shadow import ShadowConfig
 from tailreplay.sampling import new_key
 from tailreplay.traces.archive.format import make_header
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
 

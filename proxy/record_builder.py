@@ -33,8 +33,9 @@ from tailreplay.traces.results.metrics import is_error
 from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats
-from tailreplay.traces.text.redact import fingerprint, redact_headers, redact_path
+from tailreplay.traces.text.redact import fingerprint
 from tailreplay.traces.text.redact_bodies import redact_body
+from tailreplay.traces.text.redact_targets import redact_headers, redact_path
 from tailreplay.traces.text.tokens import encode_parts, estimate_tokens, get
 
 __all__ = [

@@ -57,7 +57,7 @@ from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
 from tailreplay.sampling import in_share, sample_point, share_threshold
 from tailreplay.tracecontext import new_span_id
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.traces.text.secret_names import is_secret_name
 
 __all__ = ["ACCOUNT_HEADERS", "MAX_ANSWER_BYTES", "Shadow", "ShadowConfig", "ShadowCounts"]

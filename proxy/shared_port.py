@@ -29,7 +29,7 @@ from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.recorder_sink import RecorderCounts
 from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["merge_metrics", "run_workers"]
 

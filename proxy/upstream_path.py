@@ -13,7 +13,7 @@ from __future__ import annotations
 from yarl import URL
 
 from tailreplay.proxy.exchange import Exchange
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["MIN_ANSWERS", "AnswerCounts", "not_found_note", "v1_warning"]
 

@@ -10,7 +10,7 @@ from tailreplay.replayer.schedule import Plan
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.archive.writer import ArchiveWriter
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["result_writer"]
 

@@ -46,7 +46,7 @@ from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["ReplayOutcome", "run"]
 

@@ -51,12 +51,16 @@ OUT = ROOT / "traces" / "text" / "provider_formats.json"
 EXAMPLES = ROOT / "tests" / "data" / "provider_formats_examples.json"
 """Nosey Parker's examples of each rule, for the tests (not shipped)."""
 LEFT_OUT = {"generic-api-key"}
+_NP_SECRET_GROUP = {"np.postgres.1": 2, "np.mongodb.1": 2}
+"""Nosey Parker's last group is the secret (after a host, a user, an account), but a
+database URI's groups are its user, its password and then its host."""
 _CODE_END = r"""(?:[\x60'"\s;]|\\[nr]|$)"""
-_PROSE_END = r"""(?:[\x60'"\s;,.:)\]}>/|&]|\\[nr]|$)"""
-"""gitleaks ends most rules where code ends a value (a quote, a space, ``;``); a
-credential in prose or a URL ends also at a comma, a full stop, a colon, a closing
-bracket, ``/``, ``|`` or ``&`` ("the key ltai…, is revoked"). The rule's body has its
-exact length and alphabet either way."""
+_PROSE_END = r"""(?:[^A-Za-z0-9_+=-]|$)"""
+"""gitleaks ends most rules where code ends a value (a quote, a space, ``;``); in
+prose, Markdown, a URL or text in any script it ends at any character a token is not
+made of ("the key ltai…, is revoked", ``**hvs.…**``, ``/v1/keys/…/x``, CJK text's
+full-width colon and full stop).
+The rule's body has its exact length and alphabet either way."""
 _POSIX = {"[:alnum:]": "A-Za-z0-9", "[:alpha:]": "A-Za-z", "[:digit:]": "0-9"}
 
 
@@ -291,7 +295,7 @@ def noseyparker(folder: Path) -> list[dict[str, object]]:
                     "regex": pattern,
                     "keywords": words,
                     "entropy": 0.0,
-                    "secret_group": -1,  # Nosey Parker's last group is the secret
+                    "secret_group": _NP_SECRET_GROUP.get(rule["id"], -1),
                     "allow": [],
                     "stopwords": [],
                     "examples": [str(e) for e in rule.get("examples", [])],

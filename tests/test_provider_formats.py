@@ -18,8 +18,9 @@ import pytest
 from scripts.provider_formats import to_python
 from tailreplay.traces.text.code_values import is_plain_literal
 from tailreplay.traces.text.provider_keys import ProviderFormat, _secret_groups, provider_keys
-from tailreplay.traces.text.redact import redact_headers, redact_path, redact_text
+from tailreplay.traces.text.redact import redact_text
 from tailreplay.traces.text.redact_bodies import redact_body
+from tailreplay.traces.text.redact_targets import redact_headers, redact_path
 from tests.regex_examples import example
 from tests.test_secret_corpus import NAMED, SHAPED_ONLY, _applies, _leaks
 
@@ -79,8 +80,9 @@ def test_nosey_parkers_own_examples_lose_their_credential(format_id: str, exampl
     m = fmt.pattern.search(example)
     assert m is not None
     out = redact_text(example, KEY)
-    # The secret is the last group a rule captures (after a user, a host, an account).
-    secret = next(g for g in reversed(m.groups()) if g is not None)
+    # The secret is the group redaction takes: the last a rule captures (after a user,
+    # a host, an account), a database URI's password.
+    secret = m.group(_secret_groups(m, fmt.pattern, fmt.group)[0])
     placeholder = len(set(secret)) < 5 or (secret.isalpha() and secret.islower())
     if placeholder or is_plain_literal(secret):
         pytest.skip(f"a placeholder, not a credential: {secret!r}")

@@ -58,6 +58,20 @@ CREDENTIAL_MASK = re.compile(r"\[(?:SECRET|KEY):fp:")
         "RegEnumKey = win32api.RegEnumKey",
         "                Public-Key: (2048 bit)",
         "tool --smtp-auth=none --verbose",
+        "private_key: CertificateIssuerPrivateKeyTypes,",
+        "beta_key = key if isinstance(key, (bytes,)) else key.encode()",
+        'in a "Set-Cookie:" line. The data should be',
+        "'authorization: basic ...' header",
+        "credential: disallow Carriage Returns",
+        "postgresql://user:password@localhost:5432/mydb",
+        "-K PASS_MAX_DAYS =-1",
+        "os.getenv('PASSWORD_MIN_LENGTH', '12')",
+        "apiKey: string;",
+        "OPENAI_API_KEY=your-api-key-here",
+        "X-Session-Token-Ttl: 3600",
+        "GET /v1/items?password_reset=1&next_page_token=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA3",
+        "X-Note: sdk-api-key:17",
+        "username, have_password, password = userinfo.partition(b':')",
     ],
 )
 def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> None:
@@ -82,6 +96,11 @@ def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> No
         "export OPENAI_API_KEY=l7y1e8.z4nouiysoi853jcq",
         "tool --password 'hunter2' --verbose",
         "$db = ['password' => 'hunter2'];",
+        "请使用是sk_live_51HxQ2eLkdIs8aW3bC9dE0fG1hJ2kL3mN4请保密",
+        "**hvs.CAESIJaB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3aB3**",
+        "AZURE_DEVOPS_PAT=a8k2m4n5p7q9r1s3t5u7v9w1x3y5z7b2c4d6e8f0g2h4i6j8",
+        "postgresql://user:S3cretPw0rd@localhost:5432/mydb",
+        "export DB_PASSWORD=ec(esMqzS",
     ],
 )
 def test_credentials_code_and_configuration_hold_are_still_masked(text: str) -> None:

@@ -16,8 +16,9 @@ from urllib.parse import quote, quote_plus
 
 import pytest
 
-from tailreplay.traces.text.redact import redact_headers, redact_path, redact_text
+from tailreplay.traces.text.redact import redact_text
 from tailreplay.traces.text.redact_bodies import redact_body, redact_value
+from tailreplay.traces.text.redact_targets import redact_headers, redact_path
 from tests.secret_corpus import benign, credentials
 
 KEY = b"k" * 32

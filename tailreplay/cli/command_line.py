@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from tailreplay.traces.text.redact import redact_text, redact_url
+from tailreplay.traces.text.redact import redact_text
+from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["shown_command"]
 

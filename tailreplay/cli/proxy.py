@@ -32,7 +32,7 @@ from tailreplay.cli.proxy_shadow import (
 )
 from tailreplay.errors import InputError, TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.units import parse_duration, parse_host_port, parse_http_url
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from tailreplay.cli.options import DURATION, HEADER, HTTP_URL, MODEL_MAP, Parsed
 from tailreplay.errors import UsageError
 from tailreplay.same_host import same_deployment
 from tailreplay.sampling import share_threshold
-from tailreplay.traces.text.redact import redact_url
+from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.units import host_port
 
 if TYPE_CHECKING:  # imported when a shadow is configured: every command loads this module

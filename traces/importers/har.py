@@ -21,7 +21,7 @@ from tailreplay.errors import InputError
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.importers.rows import ImportReport, Place, stable_id
 from tailreplay.traces.importers.text_input import json_document
-from tailreplay.traces.text.redact import redact_headers, redact_path
+from tailreplay.traces.text.redact_targets import redact_headers, redact_path
 
 __all__ = ["read"]
 

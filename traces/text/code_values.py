@@ -51,6 +51,9 @@ __all__ = ["is_expression", "is_plain_literal"]
 _CALL = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*[(\[]")
 _PATH = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
 _DIGIT_RUN = re.compile(r"\d+")
+_TYPE_NAME = re.compile(r"(?:[A-Z][a-z]+){2,}")
+"""A class's name in CapWords, without digits: a type where an annotation gives one."""
+_AFTER_TYPE = frozenset(["", ",", ";", ")", "=", "\n", "\r", " "])
 _KEYWORD_LEAD = re.compile(r"(?:new|await|yield|typeof|not|lambda)[ \t]+[A-Za-z_$]")
 """An operator word before a name: `new Password('…')`, `await subtle.generateKey(…)`."""
 _FILE_NAME = re.compile(r"[A-Za-z_][A-Za-z_-]*(?:\.[A-Za-z_][A-Za-z_-]*)+")
@@ -112,6 +115,13 @@ _WORDS = frozenset(
         "yield",
         "not",
         "none",
+        "string",
+        "number",
+        "boolean",
+        "any",
+        "unknown",
+        "object",
+        "void",
     ]
 )
 _STRING_PREFIXES = frozenset(["b", "r", "u", "f", "rb", "br", "fr", "rf", "l"])
@@ -172,25 +182,26 @@ def _dotted(value: str) -> bool:
     )
 
 
-def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:
+def is_expression(
+    value: str, text: str, start: int, end: int, sep: str, *, header: bool = False
+) -> bool:
     """Whether ``value``, assigned in ``text`` by ``sep`` to a name starting at
     ``start``, the value ending at ``end``, is code that computes a value, or no
-    value at all."""
+    value at all. A ``header``'s line (``X-Api-Key: …``) calls nothing: a bracket in
+    its value is the value's."""
     if not any(c.isalnum() for c in value):
         return True
     if sep[-1:] in "\"'":
-        if len(value.strip()) < 4:
-            return True  # a markup attribute's letter, `accesskey="n"`: no credential
-        # What follows a quote that closed a string (`prompt='Password: ', x=1`) is
-        # code, not a value; else a string literal is one unless an operator follows.
-        closed = value.lstrip()[:1] in tuple(",)]};+%*")
-        return closed or _OPERATOR_AFTER.match(text, end) is not None or _literal(value)
+        return _quoted_expression(value, text, start, end, sep)
     if value[0] in "([":  # a tuple or a list of what is judged as a value here
-        return is_expression(value[1:], text, start, end, sep)
+        return is_expression(value[1:], text, start, end, sep, header=header)
     field = _VARIABLE.match(value)  # a placeholder, then what closes the code around it
     if field is not None and not any(c.isalnum() for c in value[field.end() :]):
         return True
-    if _CALL.match(value) or _VARIABLE.fullmatch(value) or _KEYWORD_LEAD.match(value):
+    cut = text[end : end + 1] in _CUT  # the bracket's contents go on past the value
+    if not header and _call(value, cut):
+        return True
+    if _VARIABLE.fullmatch(value) or _KEYWORD_LEAD.match(value):
         return True
     if text[end : end + 1] in ("'", '"'):
         return value.lower() in _STRING_PREFIXES
@@ -206,13 +217,41 @@ def is_expression(value: str, text: str, start: int, end: int, sep: str) -> bool
         return True  # a word in a sentence: `key: cannot use "" as a name`
     if bare in _WORDS or _dotted(bare) or _SHORT_NUMBER.fullmatch(bare):
         return True
-    return _NAME.fullmatch(bare) is not None and _code_name(bare, text, start, sep)
+    return _NAME.fullmatch(bare) is not None and _code_name(bare, text, start, end, sep)
 
 
-def _code_name(name: str, text: str, start: int, sep: str) -> bool:
+_CUT = frozenset("\"',;&<>\\")
+"""What ends an unquoted value other than a space: a value ended by one is cut short."""
+
+
+def _call(value: str, cut: bool) -> bool:
+    """A call or a subscript: a name, then a bracket that closes, or whose contents go
+    on past where the value was ``cut`` (`input(` before `'Password: '`,
+    `partition(b` before `':'`); `ec(esMqzS`, never closed, is a password."""
+    opened = _CALL.match(value)
+    if opened is None:
+        return False
+    return cut or opened.end() == len(value) or any(c in value for c in ")]")
+
+
+def _quoted_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:
+    """``is_expression`` of a value in quotes: a string literal, or what follows one."""
+    if start > 0 and text[start - 1] == sep[-1] and sep[0] != sep[-1]:
+        return True  # the quote closes a quoted name: `"Set-Cookie:" line`, no value
+    if len(value.strip()) < 4:
+        return True  # a markup attribute's letter, `accesskey="n"`: no credential
+    # What follows a quote that closed a string (`prompt='Password: ', x=1`) is
+    # code, not a value; else a string literal is one unless an operator follows.
+    closed = value.lstrip()[:1] in tuple(",)]};+%*")
+    return closed or _OPERATOR_AFTER.match(text, end) is not None or _literal(value)
+
+
+def _code_name(name: str, text: str, start: int, end: int, sep: str) -> bool:
     """Whether the name ``name`` assigned is a variable of code (module docstring)."""
     if any(c.isdigit() for c in name):
         return False  # `hunter2`, and a random token's shape
+    if sep.strip() == ":" and _TYPE_NAME.fullmatch(name) and text[end : end + 1] in _AFTER_TYPE:
+        return True  # an annotation: `private_key: CertificateIssuerPrivateKeyTypes,`
     if changes_case_randomly(name):
         return False  # changes of case more often than a camelCase name: `GQHiUkjkaPdFtHs`
     if "_" in name or (name.isupper() and len(name) > 1) or is_secret_name(name):

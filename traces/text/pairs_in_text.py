@@ -38,8 +38,10 @@ def mask_pairs(text: str, masked: Callable[[str], str]) -> str:
 
     def one(m: re.Match[str]) -> str:
         name, value = m["name"], m["value"]
-        if not is_secret_name(name) or is_plain_literal(value) or not is_secret_value(name, value):
+        if not is_secret_name(name) or is_plain_literal(value):
             return m[0]  # `('SIG_DFL', 'SIG_IGN')`: a constant is no credential
+        if not is_secret_value(name, value, quoted=True):
+            return m[0]
         start, end = m.start("value") - m.start(), m.end("value") - m.start()
         return m[0][:start] + masked(m["value"]) + m[0][end:]
 

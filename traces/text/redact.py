@@ -31,10 +31,7 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Callable, Iterable
-from urllib.parse import unquote, unquote_plus
 
-from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
 from tailreplay.traces.text.code_values import is_expression
 from tailreplay.traces.text.credential_hints import HINT, SHAPE_HINT
 from tailreplay.traces.text.encoded_text import mask_encoded
@@ -42,17 +39,14 @@ from tailreplay.traces.text.pairs_in_text import mask_pairs
 from tailreplay.traces.text.pattern_set import Kind, PatternSet
 from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
-from tailreplay.traces.text.secret_values import PLACEHOLDERS, is_secret_value, looks_made
+from tailreplay.traces.text.secret_values import (
+    PLACEHOLDERS,
+    is_header_name,
+    is_secret_value,
+    looks_made,
+)
 
-__all__ = [
-    "fingerprint",
-    "is_secret_name",
-    "redact_form",
-    "redact_headers",
-    "redact_path",
-    "redact_text",
-    "redact_url",
-]
+__all__ = ["fingerprint", "has_credential", "is_secret_name", "redact_text"]
 
 
 def fingerprint(key: bytes, value: str | bytes) -> str:
@@ -65,7 +59,10 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 # that the regex engine rejects a position with one comparison per pattern (a leading
 # ``\b`` or group would make it try every pattern in full at every character); the
 # word boundary is checked just after that first character, by ``(?<!\w.)``.
-_B = r"(?<!\w.)"
+# ASCII word characters only: a key glued to text in another script (`密钥是sk_live_…`)
+# starts and ends where its ASCII does.
+_B = r"(?<![A-Za-z0-9_].)"
+_E = r"(?![A-Za-z0-9_])"
 # A value is read 256 characters at most: a name the rule keeps has its value searched
 # again as text, and an unbounded value there would read the rest of the text once per
 # assignment in it (`a:b@a:b@…`, quadratic). A credential's value is masked to the end
@@ -143,40 +140,41 @@ def _curl(named: bool) -> str:
 # before it, `scheme:` reads as a name assigned a value, and that value is searched.
 _USERINFO = r"//(?P<uuser>[^\s/?#@:\"'<>]*):(?P<upass>[^\s/?#@\"'<>]+)@"
 _DIGITS = tuple("0123456789")
-_WORDS_JOINED = r"[a-z]{1,12}(?:[-_][a-z]{1,12})*(?![\w-])"
+_WORDS_JOINED = r"[a-z]{1,12}[0-9]{0,5}(?:[-_][a-z]{1,12}[0-9]{0,5})*(?![\w-])"
 _CREDENTIAL_KINDS: tuple[Kind, ...] = (
     ("BEARER", rf"[Bb]{_B}(?i:earer)\s+[A-Za-z0-9._~+/=-]{{8,}}", ("bearer",)),
     ("BASIC", rf"[Bb]{_B}(?i:asic)\s+[A-Za-z0-9+/]{{8,}}={{0,2}}", ("basic",)),
     ("COOKIE", _COOKIE, ("ookie",)),
     ("USERINFO", _USERINFO, ("@",)),
     ("SECRET", _assign(named=False), (":", "=")),
-    # OpenAI, Anthropic, Stripe: not short lower-case words joined, as a file's name is
-    # (`pk-spawn-polkit-agent.c`, `sk_predefined_gamma.h`).
+    # OpenAI, Anthropic, Stripe: not short lower-case words (each maybe numbered) joined,
+    # as a file's or an algorithm's name is (`pk-spawn-polkit-agent.c`,
+    # `sk_predefined_gamma.h`, `sk-ecdsa-sha2-nistp256@openssh.com`).
     ("KEY", rf"[spr]{_B}k[-_](?!{_WORDS_JOINED})[A-Za-z0-9_-]{{16,}}", ("k-", "k_")),
-    ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}\b", ("AKIA", "ASIA")),  # AWS access key ids
+    ("KEY", rf"A{_B}(?:KIA|SIA)[0-9A-Z]{{16}}{_E}", ("AKIA", "ASIA")),  # AWS access key ids
     (
         "KEY",
-        rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}\b|ithub_pat_[A-Za-z0-9_]{{22,}})",
+        rf"g{_B}(?:h[pousr]_[A-Za-z0-9]{{30,}}{_E}|ithub_pat_[A-Za-z0-9_]{{22,}})",
         ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),  # GitHub
     ("KEY", rf"g{_B}lpat-[A-Za-z0-9_-]{{20,}}", ("glpat-",)),  # GitLab
     ("KEY", rf"x{_B}ox[abprs]-[A-Za-z0-9-]{{10,}}", ("xox",)),  # Slack
-    ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}\b", ("hf_",)),  # Hugging Face
+    ("KEY", rf"h{_B}f_[A-Za-z0-9]{{30,}}{_E}", ("hf_",)),  # Hugging Face
     ("KEY", rf"A{_B}Iza[0-9A-Za-z_-]{{35}}", ("AIza",)),  # Google
     (
         "KEY",
-        rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\b",
+        rf"e{_B}yJ[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}\.[A-Za-z0-9_-]{{8,}}{_E}",
         ("eyJ",),
     ),  # JWTs
     # Vendors' formats after detect-secrets' plugins (sendgrid, twilio, mailchimp,
     # telegram_token, square_oauth, discord, pypi_token), rewritten to open on a literal
     # character as the others do; npm's from its documented `npm_` prefix.
-    ("KEY", rf"n{_B}pm_[A-Za-z0-9]{{36}}\b", ("npm_",)),  # npm
+    ("KEY", rf"n{_B}pm_[A-Za-z0-9]{{36}}{_E}", ("npm_",)),  # npm
     ("KEY", rf"p{_B}ypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{{50,}}", ("pypi-",)),  # PyPI
     ("KEY", rf"S{_B}G\.[A-Za-z0-9_-]{{22}}\.[A-Za-z0-9_-]{{43}}", ("SG.",)),  # SendGrid
     # Twilio account SIDs and API keys
-    ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}\b", ("AC", "AK", "SC", "SK")),
-    ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}\b", ("-us",)),  # Mailchimp
+    ("KEY", rf"[AS]{_B}[CK][0-9a-f]{{32}}{_E}", ("AC", "AK", "SC", "SK")),
+    ("KEY", rf"[0-9a-f]{_B}[0-9a-f]{{31}}-us\d{{1,2}}{_E}", ("-us",)),  # Mailchimp
     ("KEY", rf"\d{_B}\d{{7,9}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])", (":AA",)),  # Telegram bots
     ("KEY", rf"b{_B}ot\d{{8,10}}:AA[0-9A-Za-z_-]{{33}}(?![\w-])", (":AA",)),  # in a Bot API path
     ("KEY", rf"s{_B}q0(?:atp|csp)-[0-9A-Za-z_-]{{22,43}}", ("sq0",)),  # Square
@@ -259,8 +257,8 @@ def _kept(kind: str, value: str) -> bool:
     if kind in ("SECRET", "FLAG"):
         a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
         if a is not None:
-            found = _KEY_AT.match(value) or _has_credential(a[1]) or _has_credential(a[3])
-            return not ((is_secret_name(a[1]) and is_secret_value(a[1], a[3])) or found)
+            found = _KEY_AT.match(value) or has_credential(a[1]) or has_credential(a[3])
+            return not (_assigned_credential(a, value, 0, len(value)) or found)
     if kind == "USERINFO" and (u := _USERINFO_RE.match(value)) is not None:
         # `https://user:pass@host`, `https://a:b@host`; no user and a colon after it
         # is CVS's `:pserver:user@host`, a method and a user.
@@ -272,6 +270,18 @@ def _kept(kind: str, value: str) -> bool:
     return kind == "BASIC" and not _is_basic(value)
 
 
+def _assigned_credential(a: re.Match[str], text: str, start: int, end: int) -> bool:
+    """Whether the assignment ``a`` (name, separator, value; found at ``start:end`` of
+    ``text``) gives a credential's name a credential: not code (a header's line is
+    none), not a value of no credential's look (``secret_values.py``)."""
+    name, sep, value = a[1], a[2], a[3]
+    return (
+        is_secret_name(name)
+        and is_secret_value(name, value, quoted=sep[-1:] in ("'", '"'))
+        and not is_expression(value, text, start, end, sep, header=is_header_name(name))
+    )
+
+
 def redact_text(text: str, key: bytes) -> str:
     """``text`` with credentials, emails, phone and card numbers masked: inside encoded
     runs (``encoded_text.py``), in providers' formats (``provider_keys.py``, matched on
@@ -280,7 +290,7 @@ def redact_text(text: str, key: bytes) -> str:
     >>> redact_text("mail bob@example.com, password=hunter2", b"k")
     'mail [EMAIL:fp:…], password=[SECRET:fp:…]'
     """
-    text = mask_encoded(text, _has_credential, lambda run: f"[SECRET:{fingerprint(key, run)}]")
+    text = mask_encoded(text, has_credential, lambda run: f"[SECRET:{fingerprint(key, run)}]")
     text = mask_pairs(text, lambda value: f"[SECRET:{fingerprint(key, value)}]")
     masked = provider_keys().mask(text, lambda kind, v: f"[{kind}:{fingerprint(key, v)}]")
     return _by_rule(masked, key)
@@ -302,15 +312,11 @@ def _by_rule(text: str, key: bytes) -> str:
         a = None
         if kind in ("SECRET", "FLAG"):
             a = (_ASSIGN_RE if kind == "SECRET" else _FLAG_RE).fullmatch(value)
-        if a is not None and (
-            not is_secret_name(a[1])
-            or not is_secret_value(a[1], a[3])
-            or is_expression(a[3], text, m.start(), m.end(), a[2])
-        ):
+        if a is not None and not _assigned_credential(a, text, m.start(), m.end()):
             # A name of no credential, or one given code (`key = next(it)`), is searched
             # as text (a key's shape before a colon), and the search goes on from its
             # value, which may hold a key or an assignment (`OpenAI(api_key='…')`).
-            name = _by_rule(a[1], key) if _has_credential(a[1]) else a[1]
+            name = _by_rule(a[1], key) if has_credential(a[1]) else a[1]
             out.append(name + a[2])
             pos = m.start() + a.start(3)
             continue
@@ -359,128 +365,7 @@ def _by_rule_found(text: str) -> bool:
     return any(not _kept(_TARGET.kind(m[0], mask), m[0]) for m in matches)
 
 
-def _has_credential(text: str) -> bool:
+def has_credential(text: str) -> bool:
     """Whether ``text`` holds a credential or an email: by the rules here, or in a
     provider's format."""
     return _by_rule_found(text) or bool(provider_keys().find(text))
-
-
-# ---- names and values: headers, paths, URLs ----
-
-
-def redact_headers(
-    headers: Iterable[tuple[str, str]],
-    extra: frozenset[str],
-    key: bytes,
-    clean: CleanValues | None = None,
-) -> list[tuple[str, str]]:
-    """Headers as recorded (names lower-cased): a credential's name, an ``extra`` name,
-    or a value holding a credential shape or an email, and the value becomes a
-    fingerprint. With ``clean`` (kept for one ``extra``), each pair not known clean is
-    judged on its own and remembered when it is."""
-    out = [(name.lower(), value) for name, value in headers]
-    if clean is not None:
-        known = clean.headers
-        return [pair if pair in known else _header(pair, extra, key, clean) for pair in out]
-    secret = [is_secret_name(name, extra) for name, _ in out]
-    # One search over every other value (the usual case: nothing), then each if needed.
-    rest = "\n".join(v for (_, v), s in zip(out, secret, strict=True) if not s)
-    if rest and _has_credential(rest):
-        secret = [s or _has_credential(v) for (_, v), s in zip(out, secret, strict=True)]
-    return [
-        (name, fingerprint(key, value) if s else value)
-        for (name, value), s in zip(out, secret, strict=True)
-    ]
-
-
-def _header(
-    pair: tuple[str, str], extra: frozenset[str], key: bytes, clean: CleanValues
-) -> tuple[str, str]:
-    name, value = pair
-    if is_secret_name(name, extra) or (value and _has_credential(value)):
-        return name, fingerprint(key, value)
-    if len(value) <= REMEMBERED_LEN:
-        clean.remember(clean.headers, pair)
-    return pair
-
-
-def _redact_piece(piece: str, mask: Callable[[str], str], plus: bool) -> str:
-    """One ``name=value`` parameter or path segment: the value masked if the name is a
-    credential's or the (percent-decoded) text holds a credential or an email."""
-    decode = unquote_plus if plus else unquote
-    name, eq, value = piece.partition("=")
-    if eq and is_secret_name(decode(name), url=True):
-        return f"{name}={mask(decode(value))}" if value else piece
-    text = decode(value if eq else piece)
-    if text and _has_credential(text):
-        return f"{name}={mask(text)}" if eq else mask(text)
-    return piece
-
-
-def _redact_target(target: str, mask: Callable[[str], str]) -> str:
-    """Path segments (and their ``;`` parameters) and query parameters (``&`` or ``;``),
-    each masked on its own; every other byte is kept as it was."""
-    # The usual case: no parameters, nothing shaped like a credential in any segment
-    # (each decoded on its own, as each is judged: `%2F` inside one is no separator).
-    if "=" not in target and not _has_credential("\n".join(map(unquote, target.split("/")))):
-        return target
-    path, sep, query = target.partition("?")
-    segments = (
-        "".join(_redact_piece(p, mask, False) if p != ";" else p for p in re.split(r"(;)", s))
-        for s in path.split("/")
-    )
-    path = "/".join(segments)
-    if sep:
-        query = "".join(
-            _redact_piece(p, mask, True) if p not in ("&", ";") else p
-            for p in re.split(r"([&;])", query)
-        )
-    return path + sep + query
-
-
-def redact_path(path: str, key: bytes, clean: CleanValues | None = None) -> str:
-    """A request target as recorded: credentials in path segments and query parameters
-    fingerprinted (a target ``clean`` knows is kept as it is).
-
-    >>> redact_path("/v1/x;api_key=abc?a=1;token=def", b"k")
-    '/v1/x;api_key=fp:…?a=1;token=fp:…'
-    """
-    if clean is not None and path in clean.paths:
-        return path
-    out = _redact_target(path, lambda value: fingerprint(key, value))
-    if clean is not None and out == path and len(path) <= REMEMBERED_LEN:
-        clean.remember(clean.paths, path)
-    return out
-
-
-def redact_form(form: str, key: bytes) -> str:
-    """A form-encoded body (``a=1&user[password]=…``) as recorded: each field judged as
-    a query parameter is, a masked value written ``[SECRET:fp:…]``.
-
-    >>> redact_form("user=bob&user[password]=hunter2", b"k")
-    'user=bob&user[password]=[SECRET:fp:…]'
-    """
-
-    def mask(value: str) -> str:
-        return f"[SECRET:{fingerprint(key, value)}]"
-
-    return "".join(
-        _redact_piece(p, mask, True) if p not in ("&", ";") else p
-        for p in re.split(r"([&;])", form)
-    )
-
-
-def redact_url(url: str) -> str:
-    """A URL fit for a log line: user and password, and credentials in the path and
-    query, replaced by ``***``.
-
-    >>> redact_url("http://user:pw@127.0.0.1:8000/v1?key=abc")
-    'http://***@127.0.0.1:8000/v1?key=***'
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return _redact_target(url, lambda _: "***")
-    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    authority, target = rest[:cut], rest[cut:]
-    _userinfo, at, host = authority.rpartition("@")
-    return f"{scheme}://{'***@' if at else ''}{host}{_redact_target(target, lambda _: '***')}"

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from tailreplay.traces.text.redact import redact_form, redact_text
+from tailreplay.traces.text.redact import redact_text
 from tailreplay.traces.text.redact_json import (
     PAIR_VALUES,
     is_secret_pair,
@@ -21,6 +21,7 @@ from tailreplay.traces.text.redact_json import (
     redact_near_json,
     user_fingerprint,
 )
+from tailreplay.traces.text.redact_targets import redact_form
 from tailreplay.traces.text.secret_names import USER_FIELDS, is_secret_name
 
 __all__ = ["redact_body", "redact_value"]

@@ -10,8 +10,11 @@ credential when one of its words is a credential word (``auth``, ``password``,
 ending a compound: ``oauth``, ``clientsecret``, ``phpsessid``, ``passwords``) or
 when its *last* word is ``key`` or ``token`` (``x-goog-api-key``, ``apiKey``,
 ``access_token``, but not ``token_count`` or ``x-ratelimit-remaining-tokens``), or
-is a list of keys (``apiKeys``, ``secret_keys``). A short allowlist of
-non-secret names stays readable (``READABLE``).
+is a list of keys (``apiKeys``, ``secret_keys``). A name whose last word says
+something about a credential rather than holding it (``_ATTRIBUTES``:
+``PASS_MAX_DAYS``, ``X-Session-Token-Ttl``, ``auth_type``, ``token_url``) holds
+none, and a short allowlist stays readable (``READABLE``: rate-limit headers,
+idempotency keys, a list's page tokens).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = ["READABLE", "URL_ONLY", "USER_FIELDS", "is_secret_name", "name_words"
 
 READABLE = re.compile(
     r"(?:x-|anthropic-)?ratelimit-[a-z0-9-]*|(?:x-)?idempotency-key|prompt-cache-key"
+    r"|(?:next-)?page-token|next-token|continuation-token|sync-token"  # a list's cursor
 )
 """Names (words joined by ``-``) that the rule would mask but that hold no secret."""
 
@@ -37,7 +41,7 @@ error code."""
 _STRONG = re.compile(
     r"[a-z0-9]*(?:auth|authorization|authentication|password|passwd|passphrase|passcode"
     r"|secret|credential|cookie|signature|session|sessid|sessionid)s?"
-    r"|(?:pwd|pw|pass|sig|sid|otp|totp|hotp|cred)s?"  # whole words only: not `sacred`
+    r"|(?:pwd|pw|pass|sig|sid|otp|totp|hotp|cred|pat)s?"  # whole words only: not `sacred`
 )
 _WEAK = re.compile(r"[a-z0-9]*(?:key|token)")  # a credential only as the name's last word
 # Lists of keys (`apiKeys`, `secret_keys`) and of tokens (`refresh_tokens`), where
@@ -48,6 +52,18 @@ _TOKEN_OWNERS = frozenset({"api", "access", "refresh", "bearer", "oauth", "csrf"
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SEPARATORS = re.compile(r"[^a-z0-9]+")
 _VERSION = re.compile(r"v?\d+")
+_ATTRIBUTES = frozenset(
+    [
+        *("ttl", "expiry", "expires", "expiration", "expire", "lifetime", "age", "timeout"),
+        *("length", "len", "size", "min", "max", "days", "hours", "minutes", "seconds"),
+        *("count", "type", "kind", "method", "mode", "policy", "hint", "prompt", "label"),
+        *("field", "reset", "url", "uri", "endpoint", "path", "file", "dir", "header"),
+        *("enabled", "required", "version", "format", "algorithm", "alg", "scheme"),
+    ]
+)
+"""A last word that names something about a credential, not the credential
+(``PASS_MAX_DAYS``, ``X-Session-Token-Ttl``, ``password_reset``, ``auth_type``,
+``token_url``)."""
 _VALUE_WORDS = frozenset({"value", "val", "string", "str", "data", "b64", "base64", "hex", "raw"})
 
 
@@ -86,6 +102,8 @@ def is_secret_name(name: str, extra: frozenset[str] = frozenset(), *, url: bool 
         return True
     last = words[-1]
     owner = words[-2] if len(words) > 1 else ""
+    if owner and last in _ATTRIBUTES:
+        return False
     if last in _KEY_LISTS or (last == "keys" and owner in _KEY_OWNERS):
         return True
     if last == "tokens" and owner in _TOKEN_OWNERS:

@@ -17,11 +17,16 @@ does. Two kinds of names ask different things of their value:
   ``AuthenticationInstant="2002-04-18T16:56:53Z"``, ``auth_header =
   'Authorization'``, ``token=EOF`` and ``Set-Cookie: fig=newton`` hold none.
 
-A value after an authorization scheme (``Bearer …``, ``Token …``) is a credential
-under either kind of name. Neither kind takes as one:
+A value after an authorization scheme (``Bearer …``; after ``Token``, ``Key`` or
+``Bot``, words too, only what looks made) is a credential under either kind of
+name. Neither kind takes as one:
 
 - a value that opens on a word of a sentence (``password: The password for the
-  authentication``);
+  authentication``), or words after a word, unquoted, that look made by no machine
+  (``credential: disallow Carriage Returns``; ``password: 'correct horse'`` is
+  quoted);
+- a placeholder (``your-api-key-here``, ``<token>``, ``****``) or a number of at most
+  three digits (a count, a flag);
 - a path (``PWD=/home/bob``), or a remark in brackets (``Public-Key: (2048 bit)``);
 - the name again, as a Makefile's rule, a locale table or a sentence writes it
   (``git-credential-osxkeychain: git-credential-osxkeychain.o``, ``'sid_et':
@@ -36,7 +41,13 @@ import re
 
 from tailreplay.traces.text.secret_names import name_words
 
-__all__ = ["PLACEHOLDERS", "changes_case_randomly", "is_secret_value", "looks_made"]
+__all__ = [
+    "PLACEHOLDERS",
+    "changes_case_randomly",
+    "is_header_name",
+    "is_secret_value",
+    "looks_made",
+]
 
 PLACEHOLDERS = frozenset(
     ["pass", "password", "passwd", "pwd", "secret", "xxx", "xxxx", "xyz", "123", "changeme"]
@@ -57,6 +68,13 @@ _HEADER_NAME = re.compile(r"(?:[Xx]-[\w-]+|[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]
 line quoted in text (``curl -H '…: value'``) is taken as the header is, any value."""
 _API_CREDENTIALS = frozenset(["key", "keys", "token", "tokens"])
 _SCHEME = re.compile(r"(?i:bearer|basic|token|bot|ssws|key|apikey|digest)")
+_WORD_SCHEMES = frozenset(["key", "token", "bot"])
+_PLACEHOLDER = re.compile(
+    r"(?i)^(?:your|my)[-_ ]|[-_ ]here$|^<[^<>]*>$|^x{4,}$|^\*{3,}$|^\.{3,}$|placeholder"
+    r"|changeme|replace[-_]?me|^dummy|redacted"
+)
+"""What documentation and examples write in a credential's place."""
+_SHORT_NUMBER = re.compile(r"-?\d{1,3}")
 _SENTENCE_OPENERS = frozenset(
     [
         "the",
@@ -147,7 +165,7 @@ def _mixed(word: str) -> bool:
     return changes_case_randomly(word) or _CAPITALS_INSIDE.search(word) is not None
 
 
-def is_secret_value(name: str, value: str) -> bool:
+def is_secret_value(name: str, value: str, *, quoted: bool = False) -> bool:
     """Whether ``value``, assigned in text to ``name`` (a credential's name), is a
     credential (module docstring).
 
@@ -157,21 +175,36 @@ def is_secret_value(name: str, value: str) -> bool:
     bare = value.strip().strip("\"'").strip()
     if not bare or bare.lower() in PLACEHOLDERS or _PATH.fullmatch(bare):
         return False
+    if _PLACEHOLDER.search(bare) or _SHORT_NUMBER.fullmatch(bare):
+        return False  # `your-api-key-here`, `<token>`, `****`; a count or a flag: `17`
     if bare[0] == "(":
         return False  # a remark, `Public-Key: (2048 bit)`; code's would be an expression
     if _names_itself(name.strip("\"'").lower(), bare.lower()):
         return False  # `hide_cookie2 = hide_cookie2`, `'sid_et': 'sid_ET.UTF-8'`
-    first = bare.split()[0]
-    if _SCHEME.fullmatch(first) and first != bare:
-        return True  # `Bearer abc`, `Token …`: a credential by what precedes it
+    first, _, rest = bare.partition(" ")
+    rest = rest.strip()
+    if rest and _SCHEME.fullmatch(first):
+        # `Bearer abc`: a credential by what precedes it; `key`, `token` and `bot` in
+        # small letters are words too (`key if …`), so what follows must look made.
+        if first in _WORD_SCHEMES:  # capitalised, a header's scheme: `Key fk_…`
+            return looks_made(rest)
+        return any(c.isalnum() for c in rest) and not _PLACEHOLDER.search(rest)
     if first.lower() in _SENTENCE_OPENERS:
         return False
+    if rest and not quoted and not looks_made(rest):
+        # Words after words, unquoted: a sentence (`credential: disallow Carriage Returns`).
+        return False
     words = name_words(name)
-    if any(_CHOSEN.fullmatch(w) for w in words) or _HEADER_NAME.fullmatch(name):
+    if any(_CHOSEN.fullmatch(w) for w in words) or is_header_name(name):
         return True
     if words and words[-1] in _API_CREDENTIALS and _OWNERS.intersection(words[:-1]):
         return True
     return looks_made(bare)
+
+
+def is_header_name(name: str) -> bool:
+    """An HTTP header's name (``_HEADER_NAME``): its line in text is a header's, not code."""
+    return _HEADER_NAME.fullmatch(name) is not None
 
 
 def _names_itself(name: str, value: str) -> bool:
