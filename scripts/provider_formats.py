@@ -306,7 +306,9 @@ def noseyparker(folder: Path) -> list[dict[str, object]]:
 
 OWN: list[dict[str, object]] = [
     # Formats neither rule set has, written from their issuers' documented prefixes
-    # and the lengths and alphabets of keys they issue (ranges, not one length).
+    # and the lengths and alphabets of keys they issue (ranges, not one length): an
+    # AWS session token opens on the base64 of its own header, a Google refresh token
+    # on `1//0`, a Braintree access token on `access_token$`.
     {"id": "own.xai.1", "regex": r"\b(xai-[A-Za-z0-9]{60,100})\b", "keywords": ["xai-"]},
     {"id": "own.replicate.1", "regex": r"\b(r8_[A-Za-z0-9]{30,45})\b", "keywords": ["r8_"]},
     {
@@ -328,6 +330,49 @@ OWN: list[dict[str, object]] = [
     },
     {"id": "own.supabase.1", "regex": r"\b(sbp_[a-f0-9]{40})\b", "keywords": ["sbp_"]},
     {"id": "own.mailgun.1", "regex": r"\b(key-[a-f0-9]{32})\b", "keywords": ["key-"]},
+    {"id": "own.circleci.1", "regex": r"\b(CCIPAT_[A-Za-z0-9_]{30,80})\b", "keywords": ["ccipat_"]},
+    {"id": "own.buildkite.1", "regex": r"\b(bkua_[A-Za-z0-9]{40})\b", "keywords": ["bkua_"]},
+    {
+        "id": "own.resend.1",
+        "regex": r"\b(re_[A-Za-z0-9]{8}_[A-Za-z0-9]{20,32})\b",
+        "keywords": ["re_"],
+    },
+    {"id": "own.notion.1", "regex": r"\b(ntn_[A-Za-z0-9]{40,50})\b", "keywords": ["ntn_"]},
+    {"id": "own.figma.1", "regex": r"\b(figd_[A-Za-z0-9_-]{36,64})", "keywords": ["figd_"]},
+    {
+        "id": "own.hubspot.1",
+        "regex": r"\b(pat-(?:na|eu|ap)[0-9]-[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}"
+        r"-[a-f0-9]{12})\b",
+        "keywords": ["pat-na", "pat-eu", "pat-ap"],
+    },
+    {
+        "id": "own.tailscale.1",
+        "regex": r"\b(tskey-(?:auth|api|client|webhook|scim)-[A-Za-z0-9]{6,}-[A-Za-z0-9]{20,})",
+        "keywords": ["tskey-"],
+    },
+    {"id": "own.contentful.1", "regex": r"\b(CFPAT-[A-Za-z0-9_-]{40,50})", "keywords": ["cfpat-"]},
+    {
+        "id": "own.mapbox.1",
+        "regex": r"\b(sk\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,})",
+        "keywords": ["sk.eyj"],
+    },
+    {"id": "own.google.1", "regex": r"(1//0[A-Za-z0-9_-]{40,})", "keywords": ["1//0"]},
+    {
+        "id": "own.aws.1",
+        "regex": r"\b((?:IQoJb3JpZ2luX2Vj|FwoGZXIvYXdz)[A-Za-z0-9+/=]{100,})",
+        "keywords": ["iqojb3jpz2lux2vj", "fwogzxivyxdz"],
+    },
+    {
+        "id": "own.plaid.1",
+        "regex": r"\b(access-(?:sandbox|development|production)-[0-9a-f]{8}-[0-9a-f]{4}"
+        r"-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\b",
+        "keywords": ["access-sandbox-", "access-development-", "access-production-"],
+    },
+    {
+        "id": "own.braintree.1",
+        "regex": r"(access_token\$(?:production|sandbox)\$[0-9a-z]{16}\$[0-9a-f]{32})",
+        "keywords": ["access_token$"],
+    },
 ]
 
 

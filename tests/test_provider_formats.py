@@ -149,6 +149,8 @@ def _placed_value(
             return None  # a fragment a format captures beside the credential
         if placement.startswith(("url", "prompt_percent")) and _URL_RESERVED.search(value):
             return None
+        if placement == "prompt_cli" and value.startswith("-"):
+            return None  # a command line takes a value opening on a dash for an option
         return value
     inline = f"{keyword} {text}"
     value = inline if fmt.pattern.search(inline + " x") else f"{keyword}\n{text}\n"
