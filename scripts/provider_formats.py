@@ -337,7 +337,12 @@ OWN: list[dict[str, object]] = [
         "regex": r"\b(re_[A-Za-z0-9]{8}_[A-Za-z0-9]{20,32})\b",
         "keywords": ["re_"],
     },
-    {"id": "own.notion.1", "regex": r"\b(ntn_[A-Za-z0-9]{40,50})\b", "keywords": ["ntn_"]},
+    {"id": "own.notion.1", "regex": r"\b(ntn_[A-Za-z0-9]{40,60})\b", "keywords": ["ntn_"]},
+    {
+        "id": "own.airtable.1",
+        "regex": r"\b(pat[A-Za-z0-9]{14}\.[a-f0-9]{64})\b",
+        "keywords": ["pat"],
+    },
     {"id": "own.figma.1", "regex": r"\b(figd_[A-Za-z0-9_-]{36,64})", "keywords": ["figd_"]},
     {
         "id": "own.hubspot.1",

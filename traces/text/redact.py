@@ -267,6 +267,8 @@ def _kept(kind: str, value: str) -> bool:
         return cvs or len(password) < 3 or password.lower() in PLACEHOLDERS
     if kind == "COOKIE" and (c := _COOKIE_NAME.match(value)) is not None:
         return not looks_made(value[c.end() :])  # `Set-Cookie: fig=newton`, `cookie: %s`
+    if kind == "CURL" and (q := _CURL_RE.fullmatch(value)) is not None:
+        return q["cval"].rpartition(":")[2].lower() in PLACEHOLDERS  # `curl -u name:password`
     return kind == "BASIC" and not _is_basic(value)
 
 

@@ -25,8 +25,10 @@ name. Neither kind takes as one:
   authentication``), or words after a word, unquoted, that look made by no machine
   (``credential: disallow Carriage Returns``; ``password: 'correct horse'`` is
   quoted);
-- a placeholder (``your-api-key-here``, ``<token>``, ``****``) or a number of at most
-  three digits (a count, a flag);
+- a placeholder (``your-api-key-here``, ``<token>``, ``****``, ``foo``) or a number of
+  at most three digits (a count, a flag);
+- under a made secret's name, a value with brackets, braces or a backslash: a
+  pattern or code (``_HEX_PAT = "[0-9A-Fa-f]{1,4}"``), which no token holds;
 - a path (``PWD=/home/bob``), or a remark in brackets (``Public-Key: (2048 bit)``);
 - the name again, as a Makefile's rule, a locale table or a sentence writes it
   (``git-credential-osxkeychain: git-credential-osxkeychain.o``, ``'sid_et':
@@ -50,7 +52,10 @@ __all__ = [
 ]
 
 PLACEHOLDERS = frozenset(
-    ["pass", "password", "passwd", "pwd", "secret", "xxx", "xxxx", "xyz", "123", "changeme"]
+    [
+        *("pass", "password", "passwd", "pwd", "secret", "changeme"),
+        *("xxx", "xxxx", "xyz", "123", "foo", "bar", "baz", "qux"),
+    ]
 )
 """Values documentation writes in a credential's place."""
 
@@ -199,6 +204,8 @@ def is_secret_value(name: str, value: str, *, quoted: bool = False) -> bool:
         return True
     if words and words[-1] in _API_CREDENTIALS and _OWNERS.intersection(words[:-1]):
         return True
+    if any(c in bare for c in "[]{}\\"):
+        return False  # a pattern or code (`_HEX_PAT = "[0-9A-Fa-f]{1,4}"`): no token holds one
     return looks_made(bare)
 
 
