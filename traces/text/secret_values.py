@@ -7,33 +7,34 @@ does. Two kinds of names ask different things of their value:
   ``passcode``, ``pwd``, ``pw``, ``pass``, ``secret``, ``credential`` or ``cred`` in
   it, a key or token an API's by its name (``api_key``, ``OPENAI_API_KEY``,
   ``access_token``), or an HTTP header's name (``curl -H 'X-Auth-Token: …'``, as
-  the header itself is masked). People choose these, or paste them as they were given, so any
-  word can be one (``password: dragon``, ``OPENAI_API_KEY=abc123``).
+  the header itself is masked). People choose these, or paste them as they were
+  given, so any word can be one (``password: dragon``, ``OPENAI_API_KEY=abc123``).
 - **Made secrets**: every other credential's name (``key``, ``token``, ``auth``,
-  ``cookie``, ``session``, ``sid``, ``signature``, ``otp``…). Machines make these,
-  so a value is one only when it looks made: a run of 6 characters or more that
-  mixes letters and digits, changes case as no word does (``GQHiUkjkaPdFtHs``), or
-  is 16 digits or more. ``key = 'PYTHONCASEOK'``, ``key0 = 305419896``,
-  ``AuthenticationInstant="2002-04-18T16:56:53Z"``, ``auth_header =
-  'Authorization'``, ``token=EOF`` and ``Set-Cookie: fig=newton`` hold none.
+  ``cookie``, ``session``, ``sid``, ``signature``, ``otp``, ``pat``…). Machines make
+  these, so a value is one only when it looks made (``looks_made``): a run of 6
+  characters or more mixing letters and digits, 16 digits or more, a word mixing
+  three of small and capital letters, digits and symbols, letters changing case as
+  no word does (``GQHiUkjkaPdFtHs``), or 16 letters with few vowels. ``key =
+  'PYTHONCASEOK'``, ``key0 = 305419896``, ``AuthenticationInstant="2002-04-18T16:56:53Z"``,
+  ``auth_header = 'Authorization'``, ``token=EOF`` and ``Set-Cookie: fig=newton``
+  hold none. Nor does a value with brackets, braces or a backslash: a pattern or
+  code (``_HEX_PAT = "[0-9A-Fa-f]{1,4}"``), which no token holds.
 
-A value after an authorization scheme (``Bearer …``; after ``Token``, ``Key`` or
-``Bot``, words too, only what looks made) is a credential under either kind of
-name. Neither kind takes as one:
+A value after an authorization scheme (``Bearer …``, ``Token …``; after ``key``,
+``token`` or ``bot`` in small letters, words too, only what looks made) is a
+credential under either kind of name. Neither kind takes as one:
 
 - a value that opens on a word of a sentence (``password: The password for the
   authentication``), or words after a word, unquoted, that look made by no machine
   (``credential: disallow Carriage Returns``; ``password: 'correct horse'`` is
   quoted);
-- a placeholder (``your-api-key-here``, ``<token>``, ``****``, ``foo``) or a number of
-  at most three digits (a count, a flag);
-- under a made secret's name, a value with brackets, braces or a backslash: a
-  pattern or code (``_HEX_PAT = "[0-9A-Fa-f]{1,4}"``), which no token holds;
+- a placeholder (``your-api-key-here``, ``<token>``, ``****``, ``foo``, ``password
+  password`` in a ``.netrc`` example) or a number of at most three digits (a count,
+  a flag);
 - a path (``PWD=/home/bob``), or a remark in brackets (``Public-Key: (2048 bit)``);
 - the name again, as a Makefile's rule, a locale table or a sentence writes it
   (``git-credential-osxkeychain: git-credential-osxkeychain.o``, ``'sid_et':
-  'sid_ET.UTF-8'``, ``password = 'Password used to generate key'``);
-- a placeholder (``password password`` in a ``.netrc`` example).
+  'sid_ET.UTF-8'``, ``password = 'Password used to generate key'``).
 """
 
 from __future__ import annotations
@@ -131,8 +132,9 @@ def changes_case_randomly(word: str) -> bool:
 
 def looks_made(value: str) -> bool:
     """Whether ``value`` holds what a machine made (or a password generator): a run of
-    6 letters and digits or more mixing both, or of 16 digits or more; a word of 8
-    characters or more mixing three of small and capital letters, digits and symbols
+    6 letters and digits or more mixing both (not a word numbered: ``cookie2``), of
+    16 digits or more, or of 16 letters with few vowels; a word of 8 characters or
+    more mixing three of small and capital letters, digits and symbols
     (``rrkzaV$Kn!yCe6V$o``); or letters as much capitals as small ones in places no
     name puts them (``rczsEIHVtxH``, not ``getKeyValueFromStore``).
 
@@ -158,6 +160,7 @@ def _few_vowels(run: str) -> bool:
 
 
 def _mixed(word: str) -> bool:
+    """A word of ``looks_made``'s: three kinds of characters, or capitals at random."""
     small = sum(c.islower() for c in word)
     capitals = sum(c.isupper() for c in word)
     digits = sum(c.isdigit() for c in word)
