@@ -88,8 +88,14 @@ def headline(report: Report, slo: SloMatrix | None) -> str:
         )
     verdict = report.get("verdict")
     if slo is not None and slo["rows"] and verdict is not None:
-        line += f"; SLO {_STATE[verdict['state']]} (score {slo['score']:.2f}, needs "
-        line += f"{slo['min_score']:.2f})"
+        if verdict["state"] == "not_judged":
+            # A score over figures that cannot be judged would read as a pass: the
+            # reason instead (the client-bound one is said above already).
+            why = "" if client is not None and client["client_bound"] else verdict["reason"]
+            line += f"; SLO {_STATE['not_judged']}" + (f": {why}" if why else "")
+        else:
+            line += f"; SLO {_STATE[verdict['state']]} (score {slo['score']:.2f}, needs "
+            line += f"{slo['min_score']:.2f})"
     return line
 
 
