@@ -3,11 +3,13 @@ proxy process, in every body mode with ``--otlp-capture-content``: none reaches 
 archive (its request bodies aside in ``full`` mode, kept by the user's choice), the
 proxy's output, ``/metrics`` or the spans.
 
-Each format's credential goes in one streamed chat request, beside one of its
-format's keywords: in the prompt, in a tool call's arguments, and (on one line) in a
-header and a query parameter under names of no credential. The upstream streams the
-prompt back three characters an event, so the answer holds the credential split
-across events, as a model repeating it would send it.
+Each format's credential goes in two chat requests, beside one of its format's
+keywords: in the prompt, in a tool call's arguments, and (on one line) in a header
+and a query parameter under names of no credential. The upstream answers with the
+prompt: once streamed, three characters an event, so the answer holds the
+credential split across events (the proxy counts a streamed answer's tokens and
+keeps no text of it), once whole, which the span's ``gen_ai.output.messages``
+carries.
 """
 
 from __future__ import annotations
@@ -50,10 +52,16 @@ def _placed() -> list[tuple[str, list[str], str, str | None]]:
 PLACED = _placed()
 
 
-async def _streamed_echo(request: web.Request) -> web.StreamResponse:
-    """The prompt back as an OpenAI chat stream, ``PIECE`` characters an event."""
+async def _echo(request: web.Request) -> web.StreamResponse:
+    """The prompt back: whole, or as an OpenAI chat stream, ``PIECE`` characters an
+    event."""
     body = await request.json()
     text = " ".join(m["content"] for m in body["messages"] if m.get("content"))
+    if not body.get("stream"):
+        message = {"role": "assistant", "content": text}
+        usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        return web.json_response({"choices": [choice], "usage": usage})
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for i in range(0, len(text), PIECE):
@@ -65,7 +73,7 @@ async def _streamed_echo(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def _request(prompt: str, note: str | None) -> tuple[str, dict[str, str], bytes]:
+def _request(prompt: str, note: str | None, stream: bool) -> tuple[str, dict[str, str], bytes]:
     headers = {"Content-Type": "application/json"}
     path = "/v1/chat/completions"
     if note is not None:
@@ -75,7 +83,7 @@ def _request(prompt: str, note: str | None) -> tuple[str, dict[str, str], bytes]
     tool_call = {"id": "c", "type": "function", "function": function}
     body = {
         "model": "m",
-        "stream": True,
+        "stream": stream,
         "max_tokens": 4,
         "messages": [
             {"role": "user", "content": prompt},
@@ -98,14 +106,16 @@ def _without_request_bodies(out: Path) -> bytes:
 async def test_no_providers_credential_leaves_the_proxy(tmp_path: Path, bodies: str) -> None:
     out = tmp_path / "out"
     app = web.Application()
-    app.router.add_post("/v1/chat/completions", _streamed_echo)
+    app.router.add_post("/v1/chat/completions", _echo)
     limit = asyncio.Semaphore(8)
     async with serve_app(app) as upstream, receiver() as otlp:
+        # --shed-after off: every record whole (a shed one carries no prompt to check).
         args = ["--bodies", bodies, "--otlp-endpoint", otlp.url, "--otlp-capture-content"]
+        args += ["--shed-after", "off"]
         async with _proxy(upstream, out, args) as (url, admin), aiohttp.ClientSession() as s:
 
-            async def send(prompt: str, note: str | None) -> str:
-                path, headers, body = _request(prompt, note)
+            async def send(prompt: str, note: str | None, stream: bool) -> str:
+                path, headers, body = _request(prompt, note, stream)
                 async with (
                     limit,
                     s.post(URL(url + path, encoded=True), data=body, headers=headers) as r,
@@ -113,10 +123,11 @@ async def test_no_providers_credential_leaves_the_proxy(tmp_path: Path, bodies: 
                     assert r.status == 200, await r.text()
                     return (await r.read()).decode()
 
-            answers = await asyncio.gather(*(send(p, n) for _, _, p, n in PLACED))
+            sent = [(p, n, stream) for _, _, p, n in PLACED for stream in (True, False)]
+            answers = await asyncio.gather(*(send(*one) for one in sent))
             async with s.get(admin + "/metrics") as r:
                 metrics = await r.read()
-        await _wait_for_spans(otlp, len(PLACED))
+        await _wait_for_spans(otlp, len(sent))
 
     archive = b"".join(p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file())
     outputs = {
@@ -136,9 +147,13 @@ async def test_no_providers_credential_leaves_the_proxy(tmp_path: Path, bodies: 
         }
     )
     assert not leaks, f"{len(leaks)} leaks: {', '.join(leaks[:12])}"
-    # The test could fail: every answer was streamed in pieces (the credential split
-    # across events), every request is recorded and exported, content included.
-    assert all(a.count("data: ") > 10 for a in answers)
-    assert len(records(out)) == len(PLACED) and len(otlp.spans) >= len(PLACED)
-    spans = b"".join(otlp.raw)
-    assert spans.count(b":fp:") >= 2 * len(PLACED)  # the prompt's and the answer's
+    # The test could fail: the streamed answers came in pieces (the credential split
+    # across events), every request is recorded and exported, its content included:
+    # every prompt holds a credential, so every span's prompt holds a mask, and so
+    # does every whole answer's.
+    assert all(a.count("data: ") > 10 for a in answers[::2])
+    assert len(records(out)) == len(sent) and len(otlp.spans) >= len(sent)
+    prompts = [str(s.attributes.get("gen_ai.input.messages", "")) for s in otlp.spans]
+    outputs_seen = [str(s.attributes.get("gen_ai.output.messages", "")) for s in otlp.spans]
+    assert sum(":fp:" in p for p in prompts) == len(sent)
+    assert sum(":fp:" in a for a in outputs_seen) == len(PLACED)
