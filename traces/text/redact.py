@@ -58,9 +58,9 @@ def fingerprint(key: bytes, value: str | bytes) -> str:
 # Patterns for text. Each starts with one literal character or character class, so
 # that the regex engine rejects a position with one comparison per pattern (a leading
 # ``\b`` or group would make it try every pattern in full at every character); the
-# word boundary is checked just after that first character, by ``(?<!\w.)``.
-# ASCII word characters only: a key glued to text in another script (`密钥是sk_live_…`)
-# starts and ends where its ASCII does.
+# word boundary is checked just after that first character, by ``_B``, and after a
+# key by ``_E``: of ASCII word characters only, so a key glued to text in another
+# script (`密钥是sk_live_…`) starts and ends where its ASCII does.
 _B = r"(?<![A-Za-z0-9_].)"
 _E = r"(?![A-Za-z0-9_])"
 # A value is read 256 characters at most: a name the rule keeps has its value searched
