@@ -72,6 +72,7 @@ CREDENTIAL_MASK = re.compile(r"\[(?:SECRET|KEY):fp:")
         "GET /v1/items?password_reset=1&next_page_token=CiAKGjBpNDd2Nmp2Zml2cXRwYjBpOXA3",
         "X-Note: sdk-api-key:17",
         "username, have_password, password = userinfo.partition(b':')",
+        "        passwd = unquote(passwd or '')",
     ],
 )
 def test_code_and_prose_that_name_a_credential_stay_as_they_are(code: str) -> None:

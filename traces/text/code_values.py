@@ -198,7 +198,11 @@ def is_expression(
     field = _VARIABLE.match(value)  # a placeholder, then what closes the code around it
     if field is not None and not any(c.isalnum() for c in value[field.end() :]):
         return True
-    cut = text[end : end + 1] in _CUT  # the bracket's contents go on past the value
+    # The bracket's contents go on past the value: cut at a quote or a comma, or closed
+    # later on its line (`unquote(passwd or '')`).
+    line_end = text.find("\n", end, end + 200)
+    rest_of_line = text[end : line_end if line_end >= 0 else end + 200]
+    cut = text[end : end + 1] in _CUT or ")" in rest_of_line or "]" in rest_of_line
     if not header and _call(value, cut):
         return True
     if _VARIABLE.fullmatch(value) or _KEYWORD_LEAD.match(value):
