@@ -94,26 +94,47 @@ def pin_recorder(proxy_pid: int, cpu: int) -> None:
     raise RuntimeError(f"no recorder under the proxy {proxy_pid}")
 
 
+def start_upstream(tmp: Path, stack: ExitStack, pin: list[str]) -> int:
+    """The fixed responder (nginx, or bench/proxy.py's without it); its port."""
+    up = free_port()
+    if shutil.which("nginx"):
+        upstream = nginx(tmp, 1, free_port(), up, fixed=up)
+    else:
+        upstream = [sys.executable, "bench/proxy.py", "--fixed", str(up)]
+    stack.enter_context(process([*pin, *upstream], up))
+    return up
+
+
+def start_proxy(
+    tmp: Path, stack: ExitStack, up: int, name: str, bodies: str, pin: list[str]
+) -> tuple[int, int, int]:
+    """``tailreplay proxy --bodies bodies`` in front of ``up``: (port, admin port, pid)."""
+    port, admin = free_port(), free_port()
+    command = tailreplay_proxy(port, up, tmp / name)
+    command[command.index("off")] = f"127.0.0.1:{admin}"
+    pid = stack.enter_context(process([*pin, *command, "--bodies", bodies], port))
+    return port, admin, pid
+
+
+def totals(runs: list[Result]) -> tuple[float, int, int, int, int, float]:
+    """(median requests/s, served, written, shed, dropped, median CPU µs) of runs."""
+    written, shed, dropped = (sum(r[i] for r in runs) for i in (2, 3, 4))
+    rps, cpu = statistics.median(r[0] for r in runs), statistics.median(r[5] for r in runs)
+    return rps, sum(r[1] for r in runs), written, shed, dropped, cpu
+
+
 def layout_runs(args: argparse.Namespace, layout: str) -> dict[tuple[str, str], list[Result]]:
     pin = ["taskset", "-c", "0"] if layout == "own core" else []
     args.wrk_cpus = "0" if pin else None
     results: dict[tuple[str, str], list[Result]] = {case: [] for case in CASES}
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        up = free_port()
-        if shutil.which("nginx"):
-            upstream = nginx(tmp, 1, free_port(), up, fixed=up)
-        else:
-            upstream = [sys.executable, "bench/proxy.py", "--fixed", str(up)]
-        stack.enter_context(process([*pin, *upstream], up))
+        up = start_upstream(tmp, stack, pin)
         kinds = ("chats", "prompts")
         scripts = {kind: chat_bodies.wrk_script(kind, tmp / f"{kind}.lua") for kind in kinds}
         targets, served = {}, {}
         for kind, bodies in CASES:
-            port, admin = free_port(), free_port()
-            command = tailreplay_proxy(port, up, tmp / f"{kind}-{bodies}")
-            command[command.index("off")] = f"127.0.0.1:{admin}"
-            pid = stack.enter_context(process([*pin, *command, "--bodies", bodies], port))
+            port, admin, pid = start_proxy(tmp, stack, up, f"{kind}-{bodies}", bodies, pin)
             if pin:
                 pin_recorder(pid, 1)
             targets[kind, bodies] = (port, admin, pid)
@@ -142,18 +163,10 @@ def paced_runs(args: argparse.Namespace) -> dict[tuple[str, int], list[Result]]:
     results: dict[tuple[str, int], list[Result]] = {}
     with tempfile.TemporaryDirectory() as tmpdir, ExitStack() as stack:
         tmp = Path(tmpdir)
-        up = free_port()
-        if shutil.which("nginx"):
-            upstream = nginx(tmp, 1, free_port(), up, fixed=up)
-        else:
-            upstream = [sys.executable, "bench/proxy.py", "--fixed", str(up)]
-        stack.enter_context(process(upstream, up))
+        up = start_upstream(tmp, stack, [])
         for kind in ("chats", "prompts"):
             script = chat_bodies.wrk_script(kind, tmp / f"{kind}.lua")
-            port, admin = free_port(), free_port()
-            command = tailreplay_proxy(port, up, tmp / f"{kind}-paced")
-            command[command.index("off")] = f"127.0.0.1:{admin}"
-            pid = stack.enter_context(process([*command, "--bodies", "redacted"], port))
+            port, admin, pid = start_proxy(tmp, stack, up, f"{kind}-paced", "redacted", [])
             served = _served(wrk_output(f"http://127.0.0.1:{port}", 1, script))
             for rate in args.paced:
                 paced = paced_script(script, rate, tmp / f"{kind}-{rate}.lua")
@@ -172,10 +185,7 @@ def paced_report(args: argparse.Namespace, results: dict[tuple[str, int], list[R
     print("| bodies | rate asked | requests/s | written whole | shed | dropped | CPU µs/request |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for (kind, rate), runs in results.items():
-        rps = statistics.median(r[0] for r in runs)
-        served = sum(r[1] for r in runs)
-        written, shed, dropped = (sum(r[i] for r in runs) for i in (2, 3, 4))
-        cpu = statistics.median(r[5] for r in runs)
+        rps, served, written, shed, dropped, cpu = totals(runs)
         print(
             f"| {kind} | {rate:,} | {rps:,.0f} | {(written - shed) / served:.1%} | "
             f"{shed / served:.1%} | {dropped / served:.1%} | {cpu:.0f} |"
@@ -217,11 +227,7 @@ def report(
     print("|---|---|---|---:|---:|---:|---:|---:|")
     for layout in LAYOUTS:
         for kind, bodies in CASES:
-            runs = results[layout][kind, bodies]
-            rps = statistics.median(r[0] for r in runs)
-            served = sum(r[1] for r in runs)
-            written, shed, dropped = (sum(r[i] for r in runs) for i in (2, 3, 4))
-            cpu = statistics.median(r[5] for r in runs)
+            rps, served, written, shed, dropped, cpu = totals(results[layout][kind, bodies])
             print(
                 f"| {layout} | {kind} | {bodies} | {rps:,.0f} | {written / served:.1%} | "
                 f"{shed / served:.1%} | {dropped / served:.1%} | {cpu:.0f} |"

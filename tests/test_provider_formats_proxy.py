@@ -15,13 +15,11 @@ carries.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from urllib.parse import quote
 
 import aiohttp
-import msgpack
 import pytest
 from aiohttp import web
 from yarl import URL
@@ -30,6 +28,7 @@ from tests.otlp_receiver import receiver
 from tests.proxy_helpers import records, serve_app
 from tests.test_provider_formats import FORMATS, UNDRAWN, _drawn
 from tests.test_redaction_corpus import _proxy, _wait_for_spans, forms
+from tests.test_secret_corpus_proxy import _without_bodies
 
 PIECE = 3  # characters of the answer an SSE event carries
 
@@ -93,15 +92,6 @@ def _request(prompt: str, note: str | None, stream: bool) -> tuple[str, dict[str
     return path, headers, json.dumps(body).encode()
 
 
-def _without_request_bodies(out: Path) -> bytes:
-    return b"".join(
-        msgpack.packb(
-            {k: v for k, v in dataclasses.asdict(r).items() if k != "req_body"}, default=str
-        )
-        for r in records(out)
-    )
-
-
 @pytest.mark.parametrize("bodies", ["none", "redacted", "full"])
 async def test_no_providers_credential_leaves_the_proxy(tmp_path: Path, bodies: str) -> None:
     out = tmp_path / "out"
@@ -131,7 +121,7 @@ async def test_no_providers_credential_leaves_the_proxy(tmp_path: Path, bodies: 
 
     archive = b"".join(p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file())
     outputs = {
-        "archive": _without_request_bodies(out) if bodies == "full" else archive,
+        "archive": _without_bodies(out) if bodies == "full" else archive,
         "stdout": (tmp_path / "stdout.txt").read_bytes(),
         "stderr": (tmp_path / "stderr.txt").read_bytes(),
         "/metrics": metrics,

@@ -198,12 +198,7 @@ def is_expression(
     field = _VARIABLE.match(value)  # a placeholder, then what closes the code around it
     if field is not None and not any(c.isalnum() for c in value[field.end() :]):
         return True
-    # The bracket's contents go on past the value: cut at a quote or a comma, or closed
-    # later on its line (`unquote(passwd or '')`).
-    line_end = text.find("\n", end, end + 200)
-    rest_of_line = text[end : line_end if line_end >= 0 else end + 200]
-    cut = text[end : end + 1] in _CUT or ")" in rest_of_line or "]" in rest_of_line
-    if not header and _call(value, cut):
+    if not header and _call(value, text, end):
         return True
     if _VARIABLE.fullmatch(value) or _KEYWORD_LEAD.match(value):
         return True
@@ -228,14 +223,21 @@ _CUT = frozenset("\"',;&<>\\")
 """What ends an unquoted value other than a space: a value ended by one is cut short."""
 
 
-def _call(value: str, cut: bool) -> bool:
+def _call(value: str, text: str, end: int) -> bool:
     """A call or a subscript: a name, then a bracket that closes, or whose contents go
-    on past where the value was ``cut`` (`input(` before `'Password: '`,
-    `partition(b` before `':'`); `ec(esMqzS`, never closed, is a password."""
+    on past the value, ending at ``end`` of ``text``: cut at a quote or a comma
+    (`input(` before `'Password: '`, `partition(b` before `':'`) or closed later on
+    its line (`unquote(passwd or '')`); `ec(esMqzS`, never closed, is a password."""
     opened = _CALL.match(value)
     if opened is None:
         return False
-    return cut or opened.end() == len(value) or any(c in value for c in ")]")
+    if opened.end() == len(value) or any(c in value for c in ")]"):
+        return True
+    if text[end : end + 1] in _CUT:
+        return True
+    line_end = text.find("\n", end, end + 200)
+    rest_of_line = text[end : line_end if line_end >= 0 else end + 200]
+    return ")" in rest_of_line or "]" in rest_of_line
 
 
 def _quoted_expression(value: str, text: str, start: int, end: int, sep: str) -> bool:

@@ -41,6 +41,7 @@ from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
 from tailreplay.traces.text.secret_values import (
     PLACEHOLDERS,
+    SCHEME_WORDS,
     is_header_name,
     is_secret_value,
     looks_made,
@@ -70,7 +71,7 @@ _E = r"(?![A-Za-z0-9_])"
 _VALUE = r"[^\s\"'&;,<>\\]{1,256}"
 # An authorization scheme (`Token`, `Bot`, `SSWS`…) and its credential are one value.
 _SCHEME = (
-    r"(?:(?i:bearer|basic|token|bot|ssws|key|apikey|digest)[ \t]+(?=[A-Za-z0-9._~+/=])"
+    rf"(?:{SCHEME_WORDS}[ \t]+(?=[A-Za-z0-9._~+/=])"
     r"|[A-Za-z][A-Za-z0-9-]{0,15}[ \t]+(?=[A-Za-z0-9._~+/=][A-Za-z0-9._~+/=-]{7}))?"
 )
 # A mask already made is not masked again; a PEM block is masked whole, as a key.

@@ -46,6 +46,7 @@ from tailreplay.traces.text.secret_names import name_words
 
 __all__ = [
     "PLACEHOLDERS",
+    "SCHEME_WORDS",
     "changes_case_randomly",
     "is_header_name",
     "is_secret_value",
@@ -73,7 +74,9 @@ _HEADER_NAME = re.compile(r"(?:[Xx]-[\w-]+|[A-Z][A-Za-z0-9]*(?:-[A-Z][A-Za-z0-9]
 """An HTTP header's name (``Ocp-Apim-Subscription-Key``, ``X-Auth-Token``): a header
 line quoted in text (``curl -H '…: value'``) is taken as the header is, any value."""
 _API_CREDENTIALS = frozenset(["key", "keys", "token", "tokens"])
-_SCHEME = re.compile(r"(?i:bearer|basic|token|bot|ssws|key|apikey|digest)")
+SCHEME_WORDS = r"(?i:bearer|basic|token|bot|ssws|key|apikey|digest)"
+"""The authorization schemes a credential follows in a header's value or in text."""
+_SCHEME = re.compile(SCHEME_WORDS)
 _WORD_SCHEMES = frozenset(["key", "token", "bot"])
 _PLACEHOLDER = re.compile(
     r"(?i)^(?:your|my)[-_ ]|[-_ ]here$|^<[^<>]*>$|^x{4,}$|^\*{3,}$|^\.{3,}$|placeholder"
