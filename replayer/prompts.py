@@ -1,16 +1,16 @@
 """Synthetic prompts: exactly N tokens, with the recorded prefix sharing.
 
 Records captured without bodies keep only their token counts and prefix hashes.
-We rebuild a prompt from words that are each one cl100k_base token with their
-leading space (" the", " model", ...), so a prompt of N words is N tokens — BPE
-never merges across those spaces. Block i of a prompt (512 tokens, as the proxy
+We rebuild a prompt from words that are each one token with their leading space
+(" the", " model", ...) in cl100k_base and o200k_base, so a prompt of N words is
+N tokens: BPE never merges across those spaces. Block i of a prompt (512 tokens, as the proxy
 hashed them) is drawn from the record's i-th prefix hash (and --seed), so records
 that shared a prefix in production share the same prefix text here, and a target's
 prefix cache sees the recorded sharing; blocks past the recorded hashes are drawn
 from the record's own id, so they match no other record's.
 
-A 100k-token prompt (~650 KB) takes about 2 ms to build: the draws are SHAKE-128
-output (one byte a word), made into text by one numpy gather; whole shared blocks
+A 100k-token prompt (~650 KB) takes 2-3 ms to build: the draws are SHAKE-128
+output (two bytes a word), made into text by numpy gathers; whole shared blocks
 are kept and reused.
 
 Given the recorded prompt's token entropy (``prompt_entropy_mbits``), the blocks are
@@ -18,8 +18,9 @@ drawn from fewer words, as many as make a prompt of that length come out at that
 entropy (``vocabulary``); a block drawn from a prefix hash takes the vocabulary of
 the record's entropy and length a little rounded (``shared_vocabulary``), so the
 records that shared a prefix, asking for about the same, still share its text.
-Every word equally likely, the most a prompt reaches is log2(211 words) = 7.7 bits
-a token; real prose and code run 8-10.
+The words are 8,192 (``single_token_words``): every word equally likely, a prompt
+reaches up to 13 bits a token, as long as it is long enough to (n tokens hold at
+most log2 n bits); real prose and code run 8-10.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -47,29 +50,11 @@ BLOCK_TOKENS = 512
 BLOCK_CACHE_BYTES = 32 * 2**20
 """Text of prefix blocks kept for reuse (~3.3 KB a block: about 10,000 blocks)."""
 _WIDTH = 16
-"""Bytes of the widest candidate word with its leading space, and then some."""
-_SMALL_DRAW = 80
-"""Draws up to this many bytes are made into words by a join; longer ones by numpy."""
+"""Bytes of the widest word with its leading space, and then some."""
+_SMALL_DRAW = 40
+"""Prompts up to this many words are made by a join; longer ones by numpy."""
 _MIN_CORRECTION, _MAX_CORRECTION = 0.5, 2.0
-_CANDIDATES = (  # noqa: SIM905 - reads better as text
-    "time year people way day man thing woman life child world school state family "
-    "student group country problem hand part place case week company system program "
-    "question work government number night point home water room mother area money story "
-    "fact month lot right study book eye job word business issue side kind head house "
-    "service friend father power hour game line end member law car city community name "
-    "president team minute idea kid body information back parent face others level "
-    "office door health person art war history party result change morning reason "
-    "research girl guy moment air teacher force education foot boy age policy music "
-    "market sense nation plan college interest death experience effect use class control "
-    "care field development role effort rate heart drug show leader light voice wife "
-    "police mind price report decision son view relationship town road arm difference "
-    "value building action model season society tax director position player record "
-    "paper space ground form event official matter center couple site project activity "
-    "star table need court oil situation cost industry figure street image phone data "
-    "picture practice piece land product doctor wall patient worker news test movie "
-    "north love support technology step baby computer type attention film tree source "
-    "organization hair window evidence population site training memory river field sound "
-).split()
+_WORDS_FILE = Path(__file__).with_name("single_token_words.txt")
 
 
 @dataclass
@@ -94,14 +79,15 @@ class EntropyTally:
         )
 
 
-def _rows(table: np.ndarray) -> list[bytes]:
-    """A word table's rows as bytes, the NUL padding gone."""
-    return [row.rstrip(b"\0") for row in table.tolist()]
-
-
-_SLOTS = 256
-"""A draw is one byte: 256 slots, each picking one word."""
-_EXTRA_STEP = 4
+_SLOTS = 2**16
+"""A draw is two bytes: 65,536 slots, each picking one word."""
+_DRAW = np.dtype("<u2")
+_NATIVE_DRAW = sys.byteorder == "little"
+"""Whether a memoryview reads the draws as ``_DRAW`` does (for short prompts)."""
+_FRACTIONAL_BELOW = 64
+"""Vocabularies of fewer words than this also come in fractions of a word (see
+``_index``): between 64 and 65 words the entropy steps by 0.02 bit already."""
+_EXTRA_STEP = 1024
 """Slots moved to one more word at a time between V words and V + 1 (see ``_index``)."""
 
 
@@ -110,50 +96,90 @@ def whole_vocabulary() -> int:
     return len(single_token_words()) * _SLOTS
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def _index(code: int) -> np.ndarray:
-    """Per byte value, the word it picks in vocabulary ``code`` = V * 256 + extra: byte
-    b picks word b % V, but for the first ``extra`` bytes, which pick word V. Between
-    V words (extra 0) and about V + 1 words evenly (extra 256 / (V + 1)), the entropy
-    grows by small steps: at 2.5 bits, 5 words give 2.32 and 6 give 2.58."""
+    """Per draw value, the word it picks in vocabulary ``code`` = V * 65536 + extra:
+    value b picks word b % V, but for the first ``extra`` values, which pick word V.
+    Between V words (extra 0) and about V + 1 words evenly (extra 65536 / (V + 1)),
+    the entropy grows by small steps: at 2.5 bits, 5 words give 2.32 and 6 give
+    2.58. 128 KB each, the 64 most recent kept."""
     size, extra = divmod(code, _SLOTS)
-    index = np.arange(_SLOTS) % size
+    index = np.arange(_SLOTS, dtype=np.uint16) % size
     index[:extra] = size
     return index
 
 
+def _slot_counts(size: int, extra: int) -> np.ndarray:
+    """How many of the 65,536 values pick each word in ``_index(size * 65536 + extra)``:
+    word j < V is picked by the values b >= extra with b % V == j, word V by extra."""
+    q, r = divmod(_SLOTS, size)
+    qe, re_ = divmod(extra, size)
+    j = np.arange(size)
+    counts = q - qe + (j < r).astype(np.int64) - (j < re_)
+    return np.append(counts, extra)
+
+
 @functools.cache
 def _codes() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Every vocabulary code, its entropy and its number of words."""
+    """Every vocabulary code, its entropy and its number of words. Whole vocabularies
+    of V words in closed form: 65536 = qV + r values give r words (q + 1) / 65536 of
+    the draws and the rest q / 65536."""
     words = len(single_token_words())
-    codes = [
-        size * _SLOTS + extra
-        for size in range(1, words + 1)
-        for extra in range(0, (_SLOTS // (size + 1) if size < words else 0) + 1, _EXTRA_STEP)
+    size = np.arange(1, words + 1)
+    q, r = np.divmod(_SLOTS, size)
+    p_more, p_less = (q + 1) / _SLOTS, q / _SLOTS
+    whole = -(r * p_more * np.log2(p_more) + (size - r) * p_less * np.log2(p_less))
+    fractions = [
+        (v, extra)
+        for v in range(1, min(_FRACTIONAL_BELOW, words))
+        for extra in range(_EXTRA_STEP, _SLOTS // (v + 1) + 1, _EXTRA_STEP)
     ]
-    entropies = [entropy_bits_of(np.bincount(_index(c), minlength=words + 1)) for c in codes]
-    support = [c // _SLOTS + (c % _SLOTS > 0) for c in codes]
-    return np.array(codes), np.array(entropies), np.array(support)
+    codes = np.concatenate([size * _SLOTS, [v * _SLOTS + e for v, e in fractions]])
+    entropies = np.concatenate([whole, [entropy_bits_of(_slot_counts(v, e)) for v, e in fractions]])
+    support = np.concatenate([size, [v + 1 for v, _ in fractions]])
+    return codes.astype(np.int64), entropies, support
+
+
+@functools.cache
+def _poisson_c_log_c() -> tuple[np.ndarray, np.ndarray]:
+    """log(λ) on a grid from 1e-4 to 1e3, and E[c log2 c] / λ for c ~ Poisson(λ) at each."""
+    lam = np.geomspace(1e-4, 1e3, 281)
+    c = np.arange(3000.0)  # λ = 1000 plus 60 standard deviations
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(c[1:]))])
+    c_log2_c = c * np.log2(np.maximum(c, 1))
+    pmf = np.exp(c * np.log(lam)[:, None] - lam[:, None] - log_factorial)
+    return np.log(lam), (pmf * c_log2_c).sum(axis=1) / lam
+
+
+def _shortfall(support: np.ndarray, n: int) -> np.ndarray:
+    """On average, by how many bits the token entropy of n draws from ``support``
+    equally likely words falls short of log2(support). The empirical entropy is
+    log2 n - (1/n) Σ c_j log2 c_j over the words' counts c_j, each about
+    Poisson(λ = n / support); past the grid's ends, E[c log2 c] / λ is λ (only pairs
+    repeat) or log2 λ + 1 / (2 λ ln 2) (Miller-Madow)."""
+    log_lam, mean = _poisson_c_log_c()
+    lam = n / support
+    inside = np.interp(np.log(lam), log_lam, mean)
+    g = np.where(lam < 1e-4, lam, inside)
+    g = np.where(lam > 1e3, np.log2(lam) + 1 / (2 * lam * math.log(2)), g)
+    shortfall: np.ndarray = np.log2(support) - math.log2(n) + g
+    return shortfall
 
 
 @functools.lru_cache(maxsize=4096)
 def vocabulary(entropy_bits: float, tokens: int) -> int:
     """The vocabulary code (``_index``) that gives a prompt of ``tokens`` words the
-    token entropy ``entropy_bits``: the empirical entropy of n draws falls short of the
-    distribution's by about (V - 1) / (2 n ln 2) bits (Miller-Madow), so a short
-    prompt needs more words than 2^H. That estimate grows with V only up to V = 2n, so
-    no more words than that are considered (and a prompt of n tokens cannot reach more
-    than log2 n bits anyway).
+    token entropy ``entropy_bits`` on average. The empirical entropy of n draws falls
+    short of the distribution's (``_shortfall``: about (V - 1) / (2 n ln 2) bits while
+    n is many times V, up to log2(V / n) once V passes n), so a short prompt needs more
+    words than 2^H, and a prompt of n tokens reaches at most log2 n bits.
 
-    >>> [vocabulary(b, 10_000) // 256 for b in (3.0, 2.5)], vocabulary(0.5, 10) // 256
-    ([8, 5], 1)
+    >>> [vocabulary(b, 10_000) // 65536 for b in (3.0, 2.5, 10.0)], vocabulary(0.5, 10) // 65536
+    ([8, 5, 1082], 1)
     """
     codes, base, support = _codes()
-    n = max(tokens, 1)
-    expected = base - (support - 1) / (2 * n * math.log(2))
-    usable = support <= 2 * n
-    gaps = np.where(usable, np.abs(expected - entropy_bits), np.inf)
-    return int(codes[int(np.argmin(gaps))])
+    expected = base - _shortfall(support, max(tokens, 1))
+    return int(codes[int(np.argmin(np.abs(expected - entropy_bits)))])
 
 
 SHARED_BITS_STEP = 0.05
@@ -179,10 +205,11 @@ def shared_vocabulary(entropy_bits: float, tokens: int) -> int:
 
 @functools.cache
 def single_token_words() -> tuple[str, ...]:
-    """The candidate words, each one token with a leading space in the default
-    encoding (cl100k_base): tests/test_synthetic_prompts.py checks every one against
-    the tokenizer, so a replay starts without building it (about 0.5 s)."""
-    return tuple(sorted(set(_CANDIDATES)))
+    """The words prompts are drawn from, the most common first: 8,192 of them, each one
+    token with a leading space in cl100k_base and in o200k_base
+    (``scripts/single_token_words.py`` chose them; tests/test_synthetic_prompts.py
+    checks every one against the tokenizer, so a replay starts without building it)."""
+    return tuple(_WORDS_FILE.read_text(encoding="ascii").split())
 
 
 CHAT_OVERHEAD_TOKENS = 3
@@ -204,20 +231,15 @@ class PromptMaker:
         self.correction = 1.0
         self._samples = 0
         self.overhead = CHAT_OVERHEAD_TOKENS
-        # Byte b of a draw picks word b % len(words), each with its leading space, padded
-        # with NULs to one width: a gather and one deletion make the text (no Python loop).
+        # Each word with its leading space, padded with NULs to one width: a gather and one
+        # deletion make the text (no Python loop).
         assert max(len(w) for w in self.words) < _WIDTH
-        self._table = np.array(
-            [(" " + self.words[b % len(self.words)]).encode() for b in range(256)],
-            dtype=f"S{_WIDTH}",
-        )
-        self._row_list = _rows(self._table)
+        self._table = np.array([(" " + w).encode() for w in self.words], dtype=f"S{_WIDTH}")
+        self._rows = [(" " + w).encode() for w in self.words]
         """The table's rows as bytes, for prompts too short to be worth numpy."""
-        self._row_lists: dict[int, list[bytes]] = {}
         self._seed = seed.to_bytes(8, "big", signed=True)
         self._blocks: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self.cached_bytes = 0
-        self._tables: dict[int, np.ndarray] = {}
         self.entropy = EntropyTally()
         """Entropy asked for and achieved, over the prompts drawn to one."""
 
@@ -270,7 +292,7 @@ class PromptMaker:
         counts = np.zeros(n + 1, dtype=np.int64)
         for draws, index in ((own, _index(size_v)), (shared, _index(size_h))):
             if draws:
-                picks = np.frombuffer(b"".join(draws), dtype=np.uint8)
+                picks = np.frombuffer(b"".join(draws), dtype=_DRAW)
                 counts += np.bincount(index[picks], minlength=n + 1)
         return entropy_bits_of(counts)
 
@@ -279,34 +301,25 @@ class PromptMaker:
         return self.prompt(tokens, prefix_hashes, salt).decode("ascii")
 
     def _draw(self, key: bytes, size: int) -> bytes:
-        """``size`` bytes, each picking one word, from the seed and the block's key."""
-        return hashlib.shake_128(self._seed + key).digest(size)
+        """``size`` draws of two bytes, each picking one word, from the seed and the
+        block's key."""
+        return hashlib.shake_128(self._seed + key).digest(size * _DRAW.itemsize)
 
-    def _words(self, draws: list[bytes], size_v: int | None = None) -> bytes:
-        """The draws made into words: byte b picks word ``_index(size_v)[b]``."""
+    def _words(self, draws: list[bytes], size_v: int) -> bytes:
+        """The draws made into words: value b picks word ``_index(size_v)[b]``."""
         if not draws:
             return b""
         joined = b"".join(draws)
-        whole = size_v in (None, whole_vocabulary())
-        if len(joined) <= _SMALL_DRAW:  # a join beats numpy's fixed cost on short prompts
-            words = self._row_list if whole else self._rows_of(size_v or 0)
-            return b"".join(map(words.__getitem__, joined))
-        picks = np.frombuffer(joined, dtype=np.uint8)
-        table = self._table if whole else self._table_of(size_v or 0)
-        return table[picks].tobytes().translate(None, b"\0")
-
-    def _rows_of(self, size_v: int) -> list[bytes]:
-        """``_table_of(size_v)``'s rows as bytes (the join's twin of the table)."""
-        rows = self._row_lists.get(size_v)
-        if rows is None:
-            rows = self._row_lists[size_v] = _rows(self._table_of(size_v))
-        return rows
-
-    def _table_of(self, size_v: int) -> np.ndarray:
-        table: np.ndarray | None = self._tables.get(size_v)
-        if table is None:  # one per vocabulary size: 211 at most, ~3.4 KB each
-            table = self._tables[size_v] = self._table[_index(size_v)]
-        return table
+        if len(joined) <= _SMALL_DRAW * _DRAW.itemsize and _NATIVE_DRAW:
+            # A join beats numpy's fixed cost on short prompts: ``_index`` by arithmetic.
+            size, extra = divmod(size_v, _SLOTS)
+            rows = self._rows
+            return b"".join(
+                [rows[size if b < extra else b % size] for b in memoryview(joined).cast("H")]
+            )
+        picks = _index(size_v)[np.frombuffer(joined, dtype=_DRAW)]
+        text: bytes = self._table[picks].tobytes()
+        return text.translate(None, b"\0")
 
     def _shared_block(self, block: int, size_v: int) -> bytes:
         """A whole block drawn from prefix hash ``block`` among ``size_v`` words, kept

@@ -49,7 +49,10 @@ async def test_the_proxy_keeps_a_prompts_entropy_not_its_text(tmp_path: Path) ->
     assert b"the cat sat" not in raw
 
 
-@pytest.mark.parametrize(("bits", "tokens"), [(2.5, 400), (4.0, 1000), (6.5, 3000)])
+@pytest.mark.parametrize(
+    ("bits", "tokens"),
+    [(2.5, 400), (4.0, 1000), (6.5, 3000), (9.0, 1000), (10.0, 2000), (12.0, 20_000)],
+)
 def test_synthetic_prompts_are_drawn_to_the_recorded_entropy(bits: float, tokens: int) -> None:
     maker = PromptMaker(seed=1)
     text = maker.prompt(tokens, None, b"record-1", bits).decode()

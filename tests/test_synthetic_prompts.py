@@ -9,6 +9,8 @@ same record always gets the same prompt.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -117,16 +119,35 @@ def test_records_of_one_tick_and_their_copies_share_no_text(tmp_path: Path) -> N
 
 
 def test_the_words_and_the_chat_overhead_are_the_tokenizers() -> None:
-    # Kept as constants so that a replay starts without building the tokenizer: each
-    # word is one token with its leading space, and one user message adds exactly
+    # Kept as data so that a replay starts without building the tokenizer: each word is
+    # one token with its leading space in both encodings, the list is what
+    # scripts/single_token_words.py makes of them, and one user message adds exactly
     # CHAT_OVERHEAD_TOKENS around its content, as cl100k_base counts them.
-    enc = get()
     words = prompts.single_token_words()
-    assert len(words) >= 64 and len(set(words)) == len(words)
-    split = [w for w in words if len(enc.encode_ordinary(" " + w)) != 1]
-    assert not split, f"not one token each: {split}"
+    assert len(words) == 8192 == len(set(words))
+    for encoding in ("cl100k_base", "o200k_base"):
+        enc = get(encoding)
+        split = [w for w in words if len(enc.encode_ordinary(" " + w)) != 1]
+        assert not split, f"not one token each in {encoding}: {split[:10]}"
+    script = Path(__file__).parent.parent / "scripts" / "single_token_words.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
     one = count_tokens(chat_text([{"role": "user", "content": "x"}]))
     assert one - 1 == prompts.CHAT_OVERHEAD_TOKENS == PromptMaker(0).overhead
+
+
+def test_a_prompt_of_many_words_is_as_many_tokens_at_every_entropy() -> None:
+    enc, maker = get(), PromptMaker(5)
+    for bits in (0.0, 3.0, 9.0, 13.0):
+        for tokens in (1, 39, 41, 5_000):
+            text = maker.prompt(tokens, [11, 12], b"r", bits).decode("ascii")
+            assert len(enc.encode_ordinary(text)) == tokens, (bits, tokens)
+    # Short prompts are joined word by word, longer ones gathered by numpy: the same
+    # draws (SHAKE's output is a stream) make the same words either way.
+    short, long = (maker.prompt(n, None, b"r").split() for n in (40, 41))
+    assert short == long[:40]
 
 
 def test_bodies_made_from_one_kept_frame_differ_only_in_their_prompt() -> None:
