@@ -17,7 +17,9 @@ COMMIT``) — measured side by side.
 Then an SSE run: 100 concurrent streams through each proxy, with the added
 time to first token (P50/P99 over direct), and through bench/raw_forwarder.py —
 bytes passed through, no HTTP beyond a Content-Length: the floor for any
-forwarder written in Python on asyncio, on this machine.
+forwarder written in Python on asyncio, on this machine — and bench/aiohttp_floor.py,
+the proxy's way of passing an exchange on (aiohttp's server, its own upstream
+client and relay) with nothing recorded: the floor of a proxy on aiohttp's server.
 
 Needs wrk (``apt-get install -y wrk nginx-light``). Run: ``.venv/bin/python bench/proxy.py``,
 or against a baseline commit:
@@ -395,9 +397,12 @@ def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, floa
         up = free_port()
         stack.enter_context(process([py, __file__, "--sse", str(up)], up))
         targets = {"direct": up}
-        raw, bare, tr = free_port(), free_port(), free_port()
+        raw, floor, bare, tr = free_port(), free_port(), free_port(), free_port()
         stack.enter_context(
             process([py, str(ROOT / "bench/raw_forwarder.py"), str(raw), str(up)], raw)
+        )
+        stack.enter_context(
+            process([py, str(ROOT / "bench/aiohttp_floor.py"), str(floor), str(up)], floor)
         )
         stack.enter_context(
             process(
@@ -408,6 +413,7 @@ def sse_runs(args: argparse.Namespace, have_nginx: bool) -> list[tuple[str, floa
         stack.enter_context(process(tailreplay_proxy(tr, up, tmp / "cap"), tr))
         targets |= {
             "raw asyncio pass-through (floor)": raw,
+            "aiohttp server, nothing recorded (floor)": floor,
             "bare forwarder": bare,
             "tailreplay (recording)": tr,
         }
