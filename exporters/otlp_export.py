@@ -21,6 +21,7 @@ from tailreplay.errors import NotMeasured
 from tailreplay.exporters.otlp import OtlpOptions, SyncBatches, Telemetry
 from tailreplay.exporters.spans import RecordSpans
 from tailreplay.tracecontext import new_span_id
+from tailreplay.traces.archive.capture_header import CaptureHeader
 from tailreplay.traces.archive.columns import Columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
@@ -103,9 +104,9 @@ def _emit(spans: RecordSpans, record: Record, shift_ns: int, rename: bool) -> No
 def _server(header: dict[str, Any]) -> tuple[str, int] | None:
     """``server.address``/``port`` of an archive's spans, as live spans carry them: the
     proxy's listener for a capture, the target for a replay's results."""
-    listen = (header.get("capture") or {}).get("listen")
-    if isinstance(listen, list) and len(listen) == 2:
-        return str(listen[0]), int(listen[1])
+    capture = CaptureHeader.read(header)
+    if capture is not None and capture.listen is not None:
+        return capture.listen
     upstream = header.get("upstream")
     if is_replay(header) and isinstance(upstream, str):
         url = URL(upstream)
@@ -114,8 +115,8 @@ def _server(header: dict[str, Any]) -> tuple[str, int] | None:
 
 
 def _live(header: dict[str, Any]) -> bool:
-    capture = header.get("capture") or {}
-    return bool(ReplayHeader.read(header).otlp_live or capture.get("otlp_live"))
+    capture = CaptureHeader.read(header)
+    return bool(ReplayHeader.read(header).otlp_live or (capture and capture.otlp_live))
 
 
 def _check(batches: SyncBatches | None, telemetry: Telemetry, sent: int, where: str) -> None:

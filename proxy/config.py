@@ -15,6 +15,7 @@ from yarl import URL
 from tailreplay.proxy.exchange import ServerSpans
 from tailreplay.proxy.shadow import ShadowConfig
 from tailreplay.sampling import new_key
+from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.text.redact_targets import redact_url
 
@@ -121,21 +122,17 @@ def archive_header(config: ProxyConfig) -> dict[str, Any]:
     return make_header(
         "proxy",
         upstream=_shown(config.upstream),
-        capture={
-            **(
-                {"shadow": {"target": _shown(shadow.url), "share": shadow.share}}
-                if shadow is not None
-                else {}
-            ),
-            "bodies": config.bodies,
-            "sample": config.sample,
-            "redact_headers": sorted(config.redact_headers),
-            "timeout_s": config.timeout_s,
-            "shed_after_s": config.shed_after_s,
-            "routes": {r.prefix: _shown(r.upstream) for r in config.routes},
-            "trusted_proxies": [str(n) for n in config.trusted_proxies],
-            "listen": [config.listen_host, config.listen_port],
+        capture=CaptureHeader(
+            shadow=Shadow(_shown(shadow.url), shadow.share) if shadow is not None else None,
+            bodies=config.bodies,
+            sample=config.sample,
+            redact_headers=tuple(sorted(config.redact_headers)),
+            timeout_s=config.timeout_s,
+            shed_after_s=config.shed_after_s,
+            routes={r.prefix: _shown(r.upstream) for r in config.routes},
+            trusted_proxies=tuple(str(n) for n in config.trusted_proxies),
+            listen=(config.listen_host, config.listen_port),
             # Spans went out live: `traces export otlp` then sends these as new spans.
-            "otlp_live": config.spans is not None,
-        },
+            otlp_live=config.spans is not None,
+        ).to_map(),
     )

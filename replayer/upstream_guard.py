@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tailreplay.same_host import same_deployment
+from tailreplay.traces.archive.capture_header import CaptureHeader
 
 __all__ = ["archive_upstreams", "same_deployment"]
 
@@ -20,8 +21,7 @@ def archive_upstreams(header: Mapping[str, Any]) -> list[str]:
     out = []
     if isinstance(header.get("upstream"), str):
         out.append(header["upstream"])
-    capture = header.get("capture")
-    routes = capture.get("routes") if isinstance(capture, dict) else None
-    if isinstance(routes, dict):
-        out += [u for u in routes.values() if isinstance(u, str)]
+    capture = CaptureHeader.read(header)
+    if capture is not None and capture.routes is not None:
+        out += capture.routes.values()
     return out

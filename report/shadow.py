@@ -29,7 +29,8 @@ from tailreplay.report.model import Report, Shadow
 from tailreplay.report.shadow_share import survey
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check_judgeable
-from tailreplay.traces.archive.validate import capture_shadow, shadows_named
+from tailreplay.traces.archive.capture_header import shadows_named
+from tailreplay.traces.archive.validate import capture_shadow
 
 __all__ = ["shadow_of_capture", "shadow_sides", "shadow_words"]
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from tailreplay.dialects import dialect_for
 from tailreplay.sampling import in_share, share_threshold, unkeyed_point
+from tailreplay.traces.archive.capture_header import CaptureHeader
 from tailreplay.traces.archive.reader import ArchiveReader
 
 __all__ = ["THROTTLED", "ShareCheck", "survey"]
@@ -105,8 +106,8 @@ def _sample_threshold(headers: Sequence[Mapping[str, Any]]) -> int | None:
     """The share ``--sample`` kept by trace id, from the first header naming one under
     1; None when every trace was kept."""
     for header in headers:
-        capture = header.get("capture")
-        sample = capture.get("sample") if isinstance(capture, Mapping) else None
-        if isinstance(sample, int | float) and not isinstance(sample, bool) and 0 < sample < 1:
+        capture = CaptureHeader.read(header)
+        sample = capture.sample if capture is not None else None
+        if sample is not None and 0 < sample < 1:
             return share_threshold(float(sample))
     return None

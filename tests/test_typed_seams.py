@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.replayer.replay_summary import ReplaySummary
+from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow, shadows_named
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.archive.validate import header_problems
@@ -61,11 +62,7 @@ OTHER_MEANINGS = {
         "report/shards.py": "the shards table's column",
         "report/tables.py": "the shards table's column",
     },
-    "otlp_live": {
-        "proxy/config.py": "the capture map's field",
-        "traces/archive/validate.py": "the capture map's field",
-        "exporters/otlp_export.py": "the capture map's field",
-    },
+    "otlp_live": {"traces/archive/capture_header.py": "the capture map's field"},
     "command": {"tailreplay/studies/job_manifest.py": "a Kubernetes container's field"},
     "seed": {"traces/workload/fit.py": "a synthesis's field"},
     "lag_limit_ms": {
@@ -160,3 +157,65 @@ def test_a_dry_runs_header_and_summary_go_through_their_types(tmp_path: Path) ->
     required -= {"extra"}
     assert required <= document.keys()
     assert document["dry_run"] is True and document["tail"]["factor"] == 1.8
+
+
+CAPTURE_HOME = "traces/archive/capture_header.py"
+
+
+def _capture_lookups() -> list[str]:
+    """Places outside the capture header's module that look its map up by name:
+    ``h.get("capture")`` or ``h["capture"]``."""
+    out = []
+    for folder in PRODUCT:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text())):
+                key = None
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    if node.func.attr == "get" and node.args:
+                        key = node.args[0]
+                elif isinstance(node, ast.Subscript):
+                    key = node.slice
+                if isinstance(key, ast.Constant) and key.value == "capture" and rel != CAPTURE_HOME:
+                    out.append(f"{rel}:{node.lineno}")
+    return out
+
+
+def test_the_capture_map_is_read_through_its_type_alone() -> None:
+    found = _capture_lookups()
+    assert not found, "read the capture map through CaptureHeader:\n" + "\n".join(found)
+
+
+def test_a_capture_header_reads_back_what_the_proxy_wrote(tmp_path: Path) -> None:
+    capture = CaptureHeader(
+        bodies="all",
+        sample=0.5,
+        redact_headers=("authorization", "x-api-key"),
+        timeout_s=600.0,
+        shed_after_s=0.5,
+        routes={"/v2": "http://127.0.0.1:9001"},
+        trusted_proxies=("10.0.0.0/8",),
+        listen=("127.0.0.1", 8080),
+        otlp_live=False,
+        shadow=Shadow("http://127.0.0.1:9002", 0.1),
+    )
+    header = msgpack.unpackb(msgpack.packb({"capture": capture.to_map()}))
+    assert header_problems(header) == []
+    assert CaptureHeader.read(header) == capture
+    assert CaptureHeader.read({"capture": {}}) == CaptureHeader()
+    assert CaptureHeader.read({"source": "import"}) is None
+    assert shadows_named([header, {"capture": {}}, {}]) == [
+        "http://127.0.0.1:9002 at 10%",
+        "no shadow",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("listen", ["h"]), ("sample", 2.0), ("timeout_s", float("nan")), ("routes", {"/": 1})],
+)
+def test_a_damaged_capture_field_is_named_and_read_as_absent(key: str, value: object) -> None:
+    header = {"capture": {key: value}}
+    assert any(p.startswith(f"capture.{key} must be") for p in header_problems(header))
+    capture = CaptureHeader.read(header)
+    assert capture is not None and getattr(capture, key) is None

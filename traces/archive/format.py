@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from tailreplay.traces.archive.capture_header import KEY as CAPTURE_KEY
 from tailreplay.version import __version__
 
 __all__ = [
@@ -82,7 +83,7 @@ def make_header(
     if upstream is not None:
         header["upstream"] = upstream
     if capture is not None:
-        header["capture"] = capture
+        header[CAPTURE_KEY] = capture
     if ordered:
         header["ordered"] = True
     if extra:

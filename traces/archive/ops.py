@@ -19,11 +19,12 @@ import numpy as np
 from tailreplay.errors import InputError, UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.traces.archive.batch_writer import write_archive
+from tailreplay.traces.archive.capture_header import raw as raw_capture
+from tailreplay.traces.archive.capture_header import shadows_named
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader
-from tailreplay.traces.archive.validate import shadows_named
 from tailreplay.units import parse_time
 
 __all__ = [
@@ -129,7 +130,7 @@ def copy_records(
     header = make_header(
         source,
         upstream=first.get("upstream"),
-        capture=first.get("capture"),
+        capture=raw_capture(first),
         ordered=True,
         extra={"inputs": [p.name for p in in_paths], **(extra_header or {})},
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from tailreplay.errors import UsageError
 from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.capture_header import CaptureHeader
 from tailreplay.traces.archive.scan import FileScan
 from tailreplay.units import parse_size
 
@@ -49,9 +50,9 @@ def window_ns(header: dict[str, Any]) -> int:
     """How far back in start time a record of this file can come: 0 for ordered files."""
     if header.get("ordered") is True:
         return 0
-    timeout_s = (header.get("capture") or {}).get("timeout_s")
-    if isinstance(timeout_s, int | float):  # checked finite and in range with the header
-        return int(timeout_s * 1e9) + 60 * 10**9
+    capture = CaptureHeader.read(header)
+    if capture is not None and capture.timeout_s is not None:
+        return int(capture.timeout_s * 1e9) + 60 * 10**9
     return DEFAULT_REORDER_WINDOW_NS
 
 

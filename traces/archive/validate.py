@@ -13,9 +13,12 @@ does not know are ignored, whatever they hold.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from tailreplay.traces.archive.capture_header import CAPTURE_CHECKS, SHADOW_CHECKS
+from tailreplay.traces.archive.capture_header import KEY as CAPTURE_KEY
+from tailreplay.traces.archive.capture_header import raw as raw_capture
 from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR_LEN
 from tailreplay.traces.archive.record import FIELDS
 from tailreplay.traces.archive.replay_header import REPLAY_CHECKS
@@ -356,20 +359,6 @@ def record_problem(m: Any) -> str | None:
 # ---- headers ----------------------------------------------------------------------
 
 
-def _listen(v: Any) -> bool:
-    return (
-        type(v) is list
-        and len(v) == 2
-        and type(v[0]) is str
-        and type(v[1]) is int
-        and 0 <= v[1] < 65536
-    )
-
-
-def _routes(v: Any) -> bool:
-    return type(v) is dict and all(type(k) is str and type(u) is str for k, u in v.items())
-
-
 _HEADER_CHECKS: dict[str, tuple[Check, str]] = {
     "created_ns": (lambda v: type(v) is int and 0 <= v < 1 << 63, "an int in 0..2^63-1"),
     "source": (is_str, "a str"),
@@ -379,22 +368,8 @@ _HEADER_CHECKS: dict[str, tuple[Check, str]] = {
     "ordered": (lambda v: type(v) is bool, "a bool"),
     "inputs": (is_strs, "an array of str"),
     **REPLAY_CHECKS,
-    "capture": (lambda v: type(v) is dict, "a map"),
+    CAPTURE_KEY: (lambda v: type(v) is dict, "a map"),
     "peak": (lambda v: type(v) is dict, "a map"),
-}
-_CAPTURE_CHECKS: dict[str, tuple[Check, str]] = {
-    "bodies": (is_str, "a str"),
-    "sample": (number(0, 1), "a finite number in 0..1"),
-    "redact_headers": (is_strs, "an array of str"),
-    "timeout_s": (number(0, 1e9), "a finite number of seconds in 0..1e9"),
-    "routes": (_routes, "a map of str to str"),
-    "listen": (_listen, "[host, port]"),
-    "otlp_live": (lambda v: type(v) is bool, "a bool"),
-    "shadow": (lambda v: type(v) is dict, "a map"),
-}
-_SHADOW_CHECKS: dict[str, tuple[Check, str]] = {
-    "target": (is_str, "a str"),
-    "share": (lambda v: number(0, 1)(v) and v > 0, "a finite number over 0, at most 1"),
 }
 _PEAK_CHECKS: dict[str, tuple[Check, str]] = {
     "window_s": (number(0, 1e12), "a finite number in 0..1e12"),
@@ -418,13 +393,13 @@ def header_problems(header: dict[str, Any]) -> list[str]:
     are the reader's to check): one phrase per damaged field, e.g.
     ``capture.timeout_s must be a finite number of seconds in 0..1e9 (got nan)``."""
     out = _problems(header, _HEADER_CHECKS, "")
-    for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
+    for key, checks in ((CAPTURE_KEY, CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
         sub = header.get(key)
         if type(sub) is dict:
             out += _problems(sub, checks, f"{key}.")
     shadow = capture_shadow(header)
     if shadow is not None:
-        out += _problems(shadow, _SHADOW_CHECKS, "capture.shadow.")
+        out += _problems(shadow, SHADOW_CHECKS, "capture.shadow.")
     deep = [k for k, v in header.items() if type(v) in _NESTS and not _shallow(v)]
     return out + [f"{k} nests arrays and maps deeper than {MAX_NESTING} levels" for k in deep]
 
@@ -437,44 +412,23 @@ def clean_header(header: dict[str, Any]) -> dict[str, Any]:
         if (k not in _HEADER_CHECKS or _valid(v, k, _HEADER_CHECKS))
         and (type(v) not in _NESTS or _shallow(v))
     }
-    for key, checks in (("capture", _CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
+    for key, checks in ((CAPTURE_KEY, CAPTURE_CHECKS), ("peak", _PEAK_CHECKS)):
         sub = out.get(key)
         if type(sub) is dict:
             out[key] = {k: v for k, v in sub.items() if k not in checks or _valid(v, k, checks)}
     shadow = capture_shadow(out)
     if shadow is not None:
-        out["capture"]["shadow"] = {
-            k: v
-            for k, v in shadow.items()
-            if k not in _SHADOW_CHECKS or _valid(v, k, _SHADOW_CHECKS)
+        out[CAPTURE_KEY]["shadow"] = {
+            k: v for k, v in shadow.items() if k not in SHADOW_CHECKS or _valid(v, k, SHADOW_CHECKS)
         }
     return out
 
 
 def capture_shadow(header: Mapping[str, Any]) -> dict[str, Any] | None:
     """``capture.shadow`` (``proxy --shadow``: its target and share), when a map."""
-    capture = header.get("capture")
-    shadow = capture.get("shadow") if type(capture) is dict else None
+    capture = raw_capture(header)
+    shadow = capture.get("shadow") if capture is not None else None
     return shadow if type(shadow) is dict else None
-
-
-def shadows_named(headers: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The distinct shadows the captures among ``headers`` copied to, each as
-    "TARGET at SHARE%" or "no shadow" (a capture made without ``--shadow``); a header
-    that is not a capture's names none. More than one: the files cannot share one
-    header's account of their copies."""
-    named = set()
-    for header in headers:
-        if type(header.get("capture")) is not dict:
-            continue
-        shadow = capture_shadow(header)
-        if shadow is None:
-            named.add("no shadow")
-            continue
-        share = shadow.get("share")
-        share_text = f"{share * 100:.12g}%" if isinstance(share, int | float) else "?"
-        named.add(f"{shadow.get('target')} at {share_text}")
-    return sorted(named)
 
 
 def _valid(value: Any, key: str, checks: dict[str, tuple[Check, str]]) -> bool:
