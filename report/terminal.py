@@ -18,6 +18,7 @@ from rich.text import Text
 
 from tailreplay.printable import printable
 from tailreplay.report.table import ReportTable
+from tailreplay.traces.results.stats import StatsSummary
 from tailreplay.units import format_ns
 
 __all__ = ["describe_header", "describe_record", "print_report", "print_stats", "stderr_console"]
@@ -89,7 +90,7 @@ def _fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
-def print_stats(summary: dict[str, Any], console: Console | None = None) -> None:
+def print_stats(summary: StatsSummary, console: Console | None = None) -> None:
     """The ``traces stats`` report: totals, a percentile table and the bucket table."""
     console = console or _console()
     rate = summary["rate_rps"]
@@ -124,14 +125,13 @@ def print_stats(summary: dict[str, Any], console: Console | None = None) -> None
     table.add_column("metric")
     for name in ("p50", "p95", "p99", "p99.9"):
         table.add_column(name, justify="right")
-    for key, label in (
-        ("latency_ms", "latency ms"),
-        ("ttft_ms", "TTFT ms"),
-        ("tpot_ms", "TPOT ms"),
-        ("input_tokens", "input tokens"),
-        ("output_tokens", "output tokens"),
+    for p, label in (
+        (summary["latency_ms"], "latency ms"),
+        (summary["ttft_ms"], "TTFT ms"),
+        (summary["tpot_ms"], "TPOT ms"),
+        (summary["input_tokens"], "input tokens"),
+        (summary["output_tokens"], "output tokens"),
     ):
-        p = summary[key]
         if p is None:
             table.add_row(label, "-", "-", "-", "-")
         else:

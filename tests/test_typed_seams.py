@@ -19,6 +19,7 @@ from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow, shad
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.traces.archive.validate import header_problems
+from tailreplay.traces.results.stats import BucketStats, ClockSummary, StatsSummary
 from tests.helpers import chat_archive
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,3 +220,16 @@ def test_a_damaged_capture_field_is_named_and_read_as_absent(key: str, value: ob
     assert any(p.startswith(f"capture.{key} must be") for p in header_problems(header))
     capture = CaptureHeader.read(header)
     assert capture is not None and getattr(capture, key) is None
+
+
+def test_traces_stats_json_is_its_typed_summary_key_for_key(tmp_path: Path) -> None:
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 30, gap_ms=20, seed=5)
+    done = CliRunner().invoke(cli, ["traces", "stats", "--json", str(archive)])
+    assert done.exit_code == 0, done.output
+    document = json.loads(done.stdout)
+    assert document.keys() == StatsSummary.__annotations__.keys()
+    assert document["clock"].keys() == ClockSummary.__annotations__.keys()
+    for bucket in document["buckets"]:
+        assert bucket.keys() == BucketStats.__annotations__.keys()
+    assert document["records"] == 30 and sum(b["count"] for b in document["buckets"]) == 30

@@ -18,8 +18,7 @@ share of gaps that are 0).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +32,9 @@ __all__ = [
     "DEFAULT_BUCKETS",
     "STATS_FIELDS",
     "STATS_PRESENCE",
+    "BucketStats",
+    "ClockSummary",
+    "StatsSummary",
     "bucket_bounds",
     "bucket_label",
     "requests",
@@ -57,6 +59,56 @@ STATS_FIELDS = (
 )
 STATS_PRESENCE = ("shed",)
 """Fields ``summarize`` needs only to know are set: load with ``presence_only=``."""
+
+Percentiles = dict[str, float]
+"""Named percentiles (``p50``, ``p95``, ``p99``, ``p999``) of one figure."""
+
+
+class ClockSummary(TypedDict):
+    """The clock the start times were logged on (``traces.workload.clock.Clock``)."""
+
+    tick_s: float | None
+    tie_share: float
+    jitter_s: float
+    described: str
+
+
+class BucketStats(TypedDict):
+    """One input-length bucket of the generations."""
+
+    range: str
+    """``<50``, ``50-256``, ``>=2048``, or ``unknown`` (no input token count)."""
+    count: int
+    latency_ms: Percentiles | None
+    rate_rps: float | None
+    """The bucket's share of the arrival rate."""
+    error_rate: float | None
+
+
+class StatsSummary(TypedDict):
+    """What ``traces stats --json`` writes, key for key (the module's docstring says
+    what each figure counts)."""
+
+    records: int
+    shed: int
+    """Records the proxy's recorder shed its prompt's body and statistics from."""
+    duration_s: float
+    rate_rps: float | None
+    clock: ClockSummary
+    idle_calls: dict[str, int]
+    shadow_copies: int
+    error_rate: float | None
+    cancelled: int
+    latency_ms: Percentiles | None
+    latency_from_due_ms: Percentiles | None
+    """A replay's results only: latency counted from each request's due time."""
+    ttft_ms: Percentiles | None
+    ttft_content_ms: Percentiles | None
+    tpot_ms: Percentiles | None
+    input_tokens: Percentiles | None
+    output_tokens: Percentiles | None
+    buckets: list[BucketStats]
+
 
 Array = npt.NDArray[Any]
 
@@ -128,7 +180,7 @@ def bucket_label(lo: int | None, hi: int | None) -> str:
     return f"{lo}-{hi}"
 
 
-def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> dict[str, Any]:
+def summarize(cols: Columns, buckets: Sequence[int] = DEFAULT_BUCKETS) -> StatsSummary:
     """The ``stats --json`` object for ``cols`` (loaded with STATS_FIELDS and STATS_PRESENCE)."""
     n = cols.n
     start = cols["start_ns"]
@@ -170,10 +222,15 @@ def _error_rate(failed: npt.NDArray[np.bool_], cut: npt.NDArray[np.bool_]) -> fl
     return float((failed & ~cut).sum()) / judged if judged else None
 
 
-def _clock(start_ns: Any) -> dict[str, Any]:
+def _clock(start_ns: Any) -> ClockSummary:
     """The clock the start times were logged on (``traces.workload.clock``)."""
     clock = detect(start_ns)
-    return {**asdict(clock), "described": clock.describe()}
+    return {
+        "tick_s": clock.tick_s,
+        "tie_share": clock.tie_share,
+        "jitter_s": clock.jitter_s,
+        "described": clock.describe(),
+    }
 
 
 def _buckets(
@@ -182,7 +239,7 @@ def _buckets(
     reqs: tuple[Requests, npt.NDArray[np.bool_]],
     edges: Sequence[int],
     rate_rps: float | None,
-) -> list[dict[str, Any]]:
+) -> list[BucketStats]:
     """Per input-length bucket, over the generations (``keep``: their requests and which
     the client cut); each bucket's rate is its share of every record's."""
     tokens = cols["input_tokens"][keep]
@@ -206,7 +263,7 @@ def _bucket_row(
     sel: npt.NDArray[np.bool_],
     reqs: tuple[Requests, npt.NDArray[np.bool_]],
     rate_each: float | None,
-) -> dict[str, Any]:
+) -> BucketStats:
     count = int(sel.sum())
     requests, cut = reqs
     return {
