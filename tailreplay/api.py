@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from yarl import URL
 
@@ -60,6 +60,7 @@ from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.samples import SAMPLES, write_sample
 from tailreplay.traces.results.client_health import ClientVerdict
+from tailreplay.traces.results.stats import DEFAULT_BUCKETS
 
 __all__ = [
     "URL",
@@ -249,15 +250,25 @@ def report(
     markdown: str | Path | None = None,
     json: str | Path | None = None,
     deltas: str | Path | None = None,
+    slo_by: str | None = None,
+    slo_window_s: float | None = None,
+    judge_partial: bool = False,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    thresholds: dict[str, float] | None = None,
+    skip_corrupt: bool = False,
+    seed: int = 0,
+    shadow: bool = False,
     say: Say | None = None,
-    **more: Any,
 ) -> Judged:
     """Recorded against replayed, as ``tailreplay report``: ``results`` (one file, a
     run's shards or their folder), against ``recorded`` (default: the archives the
     results' header names), judged by ``slos``; written to ``html``, ``markdown``,
-    ``json`` and the per-request CSV ``deltas`` where given. ``more``: the other
-    fields of ``report.write.ReportOptions`` (``slo_by``, ``slo_window_s``,
-    ``buckets``, ``skip_corrupt``...)."""
+    ``json`` and the per-request CSV ``deltas`` where given. As the command's
+    options: ``slo_by`` and ``slo_window_s`` judge the objectives per class and per
+    window too, ``judge_partial`` judges a run cut short, ``buckets`` are the input
+    length buckets' edges, ``thresholds`` the findings' on the target's metrics,
+    ``skip_corrupt`` reads past damage, ``seed`` the bootstrap's; ``shadow`` compares
+    a capture's shadow copies with production (``shadow_report``)."""
     if isinstance(slos, str | bytes):  # a str is a sequence too: of one-letter objectives
         raise TypeError(f"slos is a list of objectives: [{slos!r}], not {slos!r}")
     if isinstance(min_score, bool) or not isinstance(min_score, int | float):
@@ -273,7 +284,14 @@ def report(
         markdown_out=_out(markdown),
         json_out=_out(json),
         deltas_out=_out(deltas),
-        **more,
+        slo_by=slo_by,
+        slo_window_s=slo_window_s,
+        judge_partial=judge_partial,
+        buckets=buckets,
+        thresholds=thresholds,
+        skip_corrupt=skip_corrupt,
+        seed=seed,
+        shadow=shadow,
     )
     return _judged(write_report(options, say or (lambda line: None)))
 
@@ -303,13 +321,19 @@ def shadow_report(
     markdown: str | Path | None = None,
     json: str | Path | None = None,
     deltas: str | Path | None = None,
+    slo_by: str | None = None,
+    slo_window_s: float | None = None,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    thresholds: dict[str, float] | None = None,
+    skip_corrupt: bool = False,
+    seed: int = 0,
     say: Say | None = None,
-    **more: Any,
 ) -> Judged:
     """Production against the shadow on the same requests, as ``tailreplay report
     --shadow``: ``capture`` (one file, or a proxy's files or their folder) was made
     with ``proxy --shadow``; a relative objective (``ttft:p99<=1.1x``) is relative to production.
-    ``Judged.result.report["shadow"]`` names the shadow and the share copied."""
+    ``Judged.result.report["shadow"]`` names the shadow and the share copied. The other
+    arguments are ``report``'s."""
     return report(
         capture,
         slos=slos,
@@ -318,9 +342,14 @@ def shadow_report(
         markdown=markdown,
         json=json,
         deltas=deltas,
-        say=say,
+        slo_by=slo_by,
+        slo_window_s=slo_window_s,
+        buckets=buckets,
+        thresholds=thresholds,
+        skip_corrupt=skip_corrupt,
+        seed=seed,
         shadow=True,
-        **more,
+        say=say,
     )
 
 

@@ -5,6 +5,7 @@ their keys."""
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 from dataclasses import fields
 from pathlib import Path
@@ -13,6 +14,7 @@ import msgpack
 import pytest
 from click.testing import CliRunner
 
+from tailreplay import api
 from tailreplay.cli import cli
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow, shadows_named
@@ -233,3 +235,17 @@ def test_traces_stats_json_is_its_typed_summary_key_for_key(tmp_path: Path) -> N
     for bucket in document["buckets"]:
         assert bucket.keys() == BucketStats.__annotations__.keys()
     assert document["records"] == 30 and sum(b["count"] for b in document["buckets"]) == 30
+
+
+def test_every_api_function_names_its_arguments() -> None:
+    # A typo in a keyword must be a TypeError at the call, not an option silently
+    # dropped or passed on to a dataclass with another name for it.
+    loose = [
+        name
+        for name in api.__all__
+        if inspect.isfunction(fn := getattr(api, name))
+        and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    ]
+    assert not loose
+    with pytest.raises(TypeError):
+        api.report("r.msgpack", slo_windows=60)  # type: ignore[call-arg]
