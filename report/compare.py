@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -283,14 +282,9 @@ def _errors(side: Side) -> list[ErrorKind]:
 
 def _replay_settings(side: Side) -> ReplaySettings:
     header = side.headers[0] if side.headers else {}
-    kept = ("source", "upstream", "created_ns", "tool_version")
-    settings: ReplaySettings = {k: header[k] for k in kept if k in header}
-    replay = ReplayHeader.read(header)
     # Merged shards' results have a header each: name the shard only when they agree
     # (``shards`` has every one).
-    if len({r.shard for r in side.replays}) > 1:
-        replay = replace(replay, shard=None)
-    return {**settings, **replay.settings()}
+    return ReplayHeader.settings(header, one_shard=len({r.shard for r in side.replays}) <= 1)
 
 
 def _values(side: Side, sel: Mask) -> dict[Metric, Array]:

@@ -9,7 +9,7 @@ to measure".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
+from typing import Generic, Literal, NotRequired, TypeAlias, TypedDict, TypeVar
 
 from tailreplay.report.gate_model import (
     Partial,
@@ -20,6 +20,7 @@ from tailreplay.report.gate_model import (
     SloScope,
     SloVerdict,
 )
+from tailreplay.traces.archive.replay_header import ReplaySettings
 from tailreplay.traces.results.client_health import ClientVerdict
 from tailreplay.traces.results.metrics import METRICS, Metric
 
@@ -341,10 +342,6 @@ class Cdf(TypedDict):
 
     pct: list[float]
     ms: list[float]
-
-
-ReplaySettings: TypeAlias = dict[str, Any]
-"""The replay's header values (speed, upstream, ...), copied through as they are."""
 
 
 class SeriesSummary(TypedDict):

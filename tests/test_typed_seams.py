@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import msgpack
@@ -19,7 +19,7 @@ from tailreplay.cli import cli
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow, shadows_named
 from tailreplay.traces.archive.reader import read_header
-from tailreplay.traces.archive.replay_header import ReplayHeader
+from tailreplay.traces.archive.replay_header import ReplayHeader, ReplaySettings
 from tailreplay.traces.archive.validate import header_problems
 from tailreplay.traces.results.stats import BucketStats, ClockSummary, StatsSummary
 from tests.helpers import chat_archive
@@ -249,3 +249,19 @@ def test_every_api_function_names_its_arguments() -> None:
     assert not loose
     with pytest.raises(TypeError):
         api.report("r.msgpack", slo_windows=60)  # type: ignore[call-arg]
+
+
+def test_the_reports_replay_settings_are_their_typed_record(tmp_path: Path) -> None:
+    archive = tmp_path / "a.msgpack"
+    chat_archive(archive, 20, gap_ms=50, seed=3)
+    out = tmp_path / "r.msgpack"
+    args = ["replay", "--dry-run", "--speed", "2x", "--tail-stretch", "1.5", "--out", str(out)]
+    done = CliRunner().invoke(cli, [*args, str(archive)])
+    assert done.exit_code == 0, done.output
+    settings = api.report(out).result.report["replay"]
+    assert settings.keys() <= ReplaySettings.__annotations__.keys()
+    assert {"source", "speed", "tail_stretch", "seed", "command"} <= settings.keys()
+    header = ReplayHeader.read(read_header(out))
+    assert ReplayHeader.read(settings) == replace(
+        header, archives=(), workers=None, start_at_ns=None, lag_limit_ms=None, otlp_live=None
+    )

@@ -10,17 +10,42 @@ field), so every field may be absent: each has the value a reader assumes then.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, TypedDict, cast
 
 from tailreplay.traces.archive.value_checks import Check, is_str, number
 
-__all__ = ["REPLAY_CHECKS", "ReplayHeader", "is_replay"]
+__all__ = ["REPLAY_CHECKS", "ReplayHeader", "ReplaySettings", "is_replay"]
 
 
 def is_replay(header: Mapping[str, Any]) -> bool:
     """Whether a file holds a replay's results (source ``replay``, ``replay:dry-run``)."""
     return str(header.get("source", "")).startswith("replay")
+
+
+class ReplaySettings(TypedDict, total=False):
+    """What the report names of the run (``report["replay"]``, key for key): the result
+    archive's origin, and the ``ReplayHeader`` fields that describe the schedule."""
+
+    source: str
+    upstream: str
+    created_ns: int
+    tool_version: str
+    speed: str
+    speed_mean: float
+    tail_stretch: float
+    tail_quantile: float
+    amplify: float
+    shard: list[int]
+    users: str
+    seed: int
+    command: list[str]
+    builtin: str
+    scheduled: int
+
+
+_ORIGIN = ("source", "upstream", "created_ns", "tool_version")
+"""The common header's fields among the settings (``format.make_header``)."""
 
 
 @dataclass(frozen=True)
@@ -69,23 +94,19 @@ class ReplayHeader:
         """N of ``--shard i/N`` (1 when unsharded or unknown)."""
         return self.shard[1] if self.shard is not None else 1
 
-    def settings(self) -> dict[str, Any]:
-        """What the report names of the run (``report["replay"]``): speed, tail, copies,
-        shard; read back with ``read``."""
-        shown = (
-            "speed",
-            "speed_mean",
-            "tail_stretch",
-            "tail_quantile",
-            "amplify",
-            "shard",
-            "users",
-            "seed",
-            "command",
-            "builtin",
-            "scheduled",
+    @staticmethod
+    def settings(header: Mapping[str, Any], *, one_shard: bool = True) -> ReplaySettings:
+        """What the report names of the run in this (validated) header: where the result
+        came from, speed, tail, copies, shard (only when ``one_shard``: a merged result's
+        shards each name theirs); read back with ``read``."""
+        replay = ReplayHeader.read(header)
+        if not one_shard:
+            replay = replace(replay, shard=None)
+        shown = ReplaySettings.__annotations__.keys()
+        origin = {k: header[k] for k in _ORIGIN if k in header}
+        return cast(
+            ReplaySettings, origin | {k: v for k, v in replay.to_map().items() if k in shown}
         )
-        return {k: v for k, v in self.to_map().items() if k in shown}
 
     def differs_from(self, other: ReplayHeader) -> tuple[str, Any, Any] | None:
         """The first setting in which two result files are not shards of one run: the
