@@ -44,6 +44,7 @@ from tailreplay.replayer.summary import ResultCollector, lag_percentiles, mark_u
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
 from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
+from tailreplay.shared_options import ADVISED_TAIL_STRETCH
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.text.redact_targets import redact_url
@@ -230,10 +231,11 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
             f"{sc.max_context:,}-token context as recorded (the longest {the_plan.longest:,} "
             "tokens): the target will refuse them"
         )
-    if not 1.5 <= sc.tail_stretch <= 2.0 and sc.tail_stretch != 1.0:
-        weak = sc.tail_stretch < 1.5
+    low, high = ADVISED_TAIL_STRETCH
+    if not low <= sc.tail_stretch <= high and sc.tail_stretch != 1.0:
+        weak = sc.tail_stretch < low
         why = "too weak to keep the tail's pressure" if weak else "it distorts the workload"
-        say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside 1.5-2.0 ({why})")
+        say(f"warning: --tail-stretch {sc.tail_stretch:g} is outside {low:g}-{high:g} ({why})")
 
 
 def _dry_run(

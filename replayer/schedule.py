@@ -18,11 +18,12 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tailreplay.errors import InputError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
 from tailreplay.replayer.rebuildable import UNBUILDABLE, rebuildable, unbuildable
 from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
+from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH
 from tailreplay.traces.archive.columns import Columns, load_columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
@@ -74,8 +75,8 @@ class ScheduleConfig:
     paths: Sequence[str | os.PathLike[str]]
     speed: Shape = field(default_factory=lambda: Speed(1.0, 1.0))
     amplify: float = 1.0
-    tail_stretch: float = 1.8
-    tail_quantile: float = 0.99
+    tail_stretch: float = TAIL_STRETCH.default
+    tail_quantile: float = TAIL_QUANTILE.default
     start_ns: int | None = None
     end_ns: int | None = None
     limit: int | None = None
@@ -99,6 +100,16 @@ class ScheduleConfig:
     within_s: float | None = None
     """``--duration`` of an open-loop replay: the plan counts the records due before it
     (``Plan.due_within``), so the run says what it will send."""
+
+    def __post_init__(self) -> None:
+        # The command line's options refuse these already; the API's callers meet the
+        # same range here.
+        for setting, value in (
+            (TAIL_STRETCH, self.tail_stretch),
+            (TAIL_QUANTILE, self.tail_quantile),
+        ):
+            if not setting.admits(value):
+                raise UsageError(f"{setting.flag} {value!r}: must be {setting.range_text()}")
 
 
 @dataclass(frozen=True)

@@ -192,7 +192,7 @@ BAD_HEADERS = [
     ({"created_ns": "yesterday"}, "created_ns must be an int in 0..2^63-1 (got str)"),
     ({"ordered": 1}, "ordered must be a bool (got 1)"),
     ({"upstream": 5}, "upstream must be a str (got 5)"),
-    ({"tail_stretch": math.nan}, "tail_stretch must be a finite number in 0..1e6 (got nan)"),
+    ({"tail_stretch": math.nan}, "tail_stretch must be a finite number, 1<=x<=4 (got nan)"),
     ({"inputs": ["a", 1]}, "inputs must be an array of str (got list)"),
 ]
 

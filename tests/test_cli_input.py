@@ -71,7 +71,7 @@ def test_import_and_synth_do_not_write_over_their_source(archive: Path, tmp_path
     "args",
     [
         ["replay", "--dry-run", "--tail-quantile", "nan"],
-        ["replay", "--dry-run", "--tail-stretch", "inf"],
+        ["replay", "--dry-run", "--tail-stretch", "nan"],
         ["replay", "--dry-run", "--trace-sample", "nan"],
         ["report", "--replay-only", "--slo", "latency:p99<=1s", "--slo-min-score", "nan"],
     ],

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tailreplay import shared_options as shared
 from tailreplay.cli.echo import say, show
 from tailreplay.cli.handling import sigterm_interrupts
 from tailreplay.cli.options import (
@@ -17,6 +18,7 @@ from tailreplay.cli.options import (
     HTTP_URL,
     archive_args,
     scrape_option,
+    setting_option,
     write_text,
 )
 from tailreplay.errors import NotJudged, RunFailed
@@ -110,13 +112,7 @@ input, 130 interrupted.""",
     default=10.0,
     help="Wait between trials against a --target.  [default: 10s]",
 )
-@click.option(
-    "--tail-stretch",
-    type=click.FloatRange(1.0, 4.0),
-    default=1.8,
-    show_default=True,
-    help="As replay's: the recorded P99's requests get this much more demand.",
-)
+@setting_option(shared.TAIL_STRETCH)
 @click.option(
     "--lag-limit",
     type=DURATION,

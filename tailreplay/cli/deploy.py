@@ -19,7 +19,8 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tailreplay.cli.options import HTTP_URL, Parsed
+from tailreplay import shared_options as shared
+from tailreplay.cli.options import HTTP_URL, SPEED_TEXT, Parsed, setting_option
 from tailreplay.errors import UsageError
 from tailreplay.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
@@ -137,7 +138,7 @@ def _start_in(text: str, flag: str) -> float:
     help="The image built from deploy/Dockerfile.",
 )
 @click.option("--target", type=HTTP_URL, help="Base URL to replay at, as the pods reach it.")
-@click.option("--speed", default="1x", show_default=True, help="As replay's --speed.")
+@setting_option(shared.SPEED, type=SPEED_TEXT)
 @click.option(
     "--ttl",
     type=Parsed("duration", _seconds),

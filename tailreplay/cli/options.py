@@ -31,6 +31,7 @@ from tailreplay.output_path import FolderPath, check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.replayer.users import parse_users
+from tailreplay.shared_options import Setting
 from tailreplay.units import (
     parse_buckets,
     parse_duration,
@@ -55,6 +56,7 @@ __all__ = [
     "SHARD",
     "SIZE",
     "SPEED",
+    "SPEED_TEXT",
     "TAIL_COST",
     "FiniteRange",
     "Parsed",
@@ -69,6 +71,7 @@ __all__ = [
     "output_file",
     "output_option",
     "scrape_option",
+    "setting_option",
     "skip_corrupt_option",
     "slo_options",
     "write_text",
@@ -107,6 +110,19 @@ class FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{number} is not a finite number.", param, ctx)
         return number
+
+
+def setting_option(setting: Setting[Any], type: _ParamType | None = None) -> Callable[[F], F]:
+    """The click option of a shared setting (``tailreplay.shared_options``): its flag,
+    default and help, and its range unless ``type`` parses the value."""
+    if type is None:
+        type = FiniteRange(
+            setting.low, setting.high, min_open=setting.low_open, max_open=setting.high_open
+        )
+    option: Callable[[F], F] = click.option(
+        setting.flag, type=type, default=setting.default, show_default=True, help=setting.help
+    )
+    return option
 
 
 def _flag(param: click.Parameter | None) -> str:
@@ -189,6 +205,15 @@ def _file_out(text: str, flag: str) -> Path:
 FILE_OUT = Parsed("file", _file_out)
 FACTOR = Parsed("factor", parse_factor)
 SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
+
+
+def _speed_text(text: str, flag: str) -> str:
+    parse_speed(text)  # refuses what replay would
+    return text
+
+
+SPEED_TEXT = Parsed("speed", _speed_text)
+"""``--speed`` checked as replay parses it, and kept as given (for a command line)."""
 DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
 SIZE = Parsed("size", lambda text, flag: parse_size(text))
 HOST_PORT = Parsed("host:port", parse_host_port)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from tailreplay import shared_options as shared
 from tailreplay.cli.command_line import shown_command
 from tailreplay.cli.echo import say, show
 from tailreplay.cli.handling import ARGV
@@ -24,7 +25,6 @@ from tailreplay.cli.options import (
     MODEL_MAP,
     SHARD,
     SPEED,
-    FiniteRange,
     Parsed,
     archive_args,
     client_options,
@@ -32,6 +32,7 @@ from tailreplay.cli.options import (
     otlp_from_params,
     otlp_options,
     scrape_option,
+    setting_option,
     skip_corrupt_option,
     slo_options,
 )
@@ -71,14 +72,7 @@ input, 130 interrupted.""",
 @click.option(
     "--target", type=HTTP_URL, help="Base URL to replay at (default: the built-in simulator)."
 )
-@click.option(
-    "--speed",
-    type=SPEED,
-    default="1x",
-    show_default=True,
-    help="2x, 200%, 0.5x; a ramp 1x..4x; steps 1x,2x,3x@2m (each the next 2 minutes "
-    "of replay time, the last to the end); pulses 1x+10x:5s/60s (5 s at 10x every 60 s).",
-)
+@setting_option(shared.SPEED, type=SPEED)
 @click.option(
     "--amplify",
     type=FACTOR,
@@ -102,20 +96,8 @@ input, 130 interrupted.""",
     "--seed, as requests arriving at random in the tick would) or even (evenly spaced "
     "from a drawn phase: smoother than any real arrival process).",
 )
-@click.option(
-    "--tail-stretch",
-    type=FiniteRange(min=1),
-    default=1.8,
-    show_default=True,
-    help="Output budget factor for the tail (1 turns it off).",
-)
-@click.option(
-    "--tail-quantile",
-    type=FiniteRange(0, 1, min_open=True, max_open=True),
-    default=0.99,
-    show_default=True,
-    help="Where the tail starts.",
-)
+@setting_option(shared.TAIL_STRETCH)
+@setting_option(shared.TAIL_QUANTILE)
 @click.option(
     "--force-lengths/--no-force-lengths",
     default=True,

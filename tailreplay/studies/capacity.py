@@ -23,6 +23,7 @@ from tailreplay.replayer.speed import Speed
 from tailreplay.report.capacity import Search, Trial
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
+from tailreplay.shared_options import TAIL_STRETCH
 from tailreplay.sim.profiles import DEFAULT_PROFILE
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -71,7 +72,7 @@ class CapacityStudy:
     """Replays of an uncertain trial before it counts as not passing."""
     drain_s: float = 10.0
     """The wait between trials against a given ``target``."""
-    tail_stretch: float = 1.8
+    tail_stretch: float = TAIL_STRETCH.default
     lag_limit_s: float = 0.005
     scrapes: tuple[ScrapeTarget, ...] = ()
     sweep_step: float | None = None
@@ -129,6 +130,10 @@ def check_study(study: CapacityStudy) -> None:
         raise UsageError("--max must be above 1x")
     if not 0 < study.min_factor < 1:
         raise UsageError("--min must be above 0 and under 1x")
+    if not TAIL_STRETCH.admits(study.tail_stretch):
+        raise UsageError(
+            f"{TAIL_STRETCH.flag} {study.tail_stretch!r}: must be {TAIL_STRETCH.range_text()}"
+        )
     if study.target is not None and study.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     check_judgeable(list(study.objectives), list(study.archives))

@@ -25,6 +25,7 @@ from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Shape, parse_speed
 from tailreplay.replayer.users import Users
 from tailreplay.report.slo import Objective
+from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH
 from tailreplay.units import host_port
 
 __all__ = ["ReplayArgs"]
@@ -101,8 +102,12 @@ class ReplayArgs:
         default=None, metadata=_writes(_switch("--spread-ticks", "--no-spread-ticks"))
     )
     tick_placement: str = field(default="random", metadata=_writes(_one("--tick-placement")))
-    tail_stretch: float = field(default=1.8, metadata=_writes(_one("--tail-stretch", repr)))
-    tail_quantile: float = field(default=0.99, metadata=_writes(_one("--tail-quantile", repr)))
+    tail_stretch: float = field(
+        default=TAIL_STRETCH.default, metadata=_writes(_one(TAIL_STRETCH.flag, repr))
+    )
+    tail_quantile: float = field(
+        default=TAIL_QUANTILE.default, metadata=_writes(_one(TAIL_QUANTILE.flag, repr))
+    )
     tail_cost: tuple[float, float] | None = field(
         default=None,
         metadata=_writes(_one("--tail-cost", lambda v: f"input={v[0]!r},output={v[1]!r}")),

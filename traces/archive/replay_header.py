@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypedDict, cast
 
+from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH, Setting
 from tailreplay.traces.archive.value_checks import Check, is_str, number
 
 __all__ = ["REPLAY_CHECKS", "ReplayHeader", "ReplaySettings", "is_replay"]
@@ -152,6 +153,10 @@ class ReplayHeader:
         return cls(**values)
 
 
+def _admitted(setting: Setting[float]) -> Check:
+    return lambda v: type(v) in (int, float) and setting.admits(v)
+
+
 def _strs(v: Any) -> bool:
     return type(v) in (list, tuple) and all(type(s) is str for s in v)
 
@@ -174,8 +179,8 @@ def _phase_seconds(v: Any) -> bool:
 REPLAY_CHECKS: dict[str, tuple[Check, str]] = {
     "archives": (_strs, "an array of str"),
     "speed": (is_str, "a str"),
-    "tail_stretch": (number(0, 1e6), "a finite number in 0..1e6"),
-    "tail_quantile": (number(0, 1), "a finite number in 0..1"),
+    "tail_stretch": (_admitted(TAIL_STRETCH), f"a finite number, {TAIL_STRETCH.range_text()}"),
+    "tail_quantile": (_admitted(TAIL_QUANTILE), f"a finite number, {TAIL_QUANTILE.range_text()}"),
     "amplify": (number(0, 1e6), "a finite number in 0..1e6"),
     "speed_mean": (number(0, 1e6), "a finite number in 0..1e6"),
     "phase_seconds": (_phase_seconds, "a map of str to seconds in 0..1e12"),
