@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("traces", "proxy", "replayer", "sim", "exporters", "report")
 LAYER = {"core": 0, "traces": 1, "proxy": 2, "replayer": 2, "sim": 2, "exporters": 2,
          "report": 2, "studies": 3, "api": 4, "cli": 4}  # fmt: skip
-MAX_MODULE_LINES = 500
-"""Lines of a module as ``ruff format`` writes it (``make check`` holds the format)."""
+MAX_MODULE_LINES = 800
+"""Lines of a module as ``ruff format`` writes it (``make check`` holds the format):
+room for one concept whole (docs/architecture.md, "When to split a module")."""
 MAX_FMT_SKIPS = 10
 """``# fmt: skip`` markers in the product: only where a table reads better aligned."""
 
@@ -135,9 +136,13 @@ def test_no_module_imports_itself_back() -> None:
     assert not wrong, "\n".join(wrong)
 
 
-@pytest.mark.parametrize(("path", "module"), [pytest.param(p, m, id=m) for p, m in _modules()])
-def test_modules_stay_small(path: Path, module: str) -> None:
-    assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES, f"{module}: split it by concern"
+def test_modules_stay_small() -> None:
+    over = [
+        f"{module}: {lines} lines"
+        for path, module in _modules()
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not over, "split each by concern:\n" + "\n".join(over)
 
 
 def test_lines_are_not_packed_to_pass_the_gates() -> None:
