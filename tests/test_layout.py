@@ -21,8 +21,6 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("traces", "proxy", "replayer", "sim", "exporters", "report")
 LAYER = {"core": 0, "traces": 1, "proxy": 2, "replayer": 2, "sim": 2, "exporters": 2,

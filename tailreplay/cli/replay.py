@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -25,6 +27,7 @@ from tailreplay.cli.options import (
     MODEL_MAP,
     SHARD,
     SPEED,
+    TAIL_COST,
     Parsed,
     archive_args,
     client_options,
@@ -36,13 +39,12 @@ from tailreplay.cli.options import (
     skip_corrupt_option,
     slo_options,
 )
-from tailreplay.cli.replay_report import report_after, write_json
-from tailreplay.cli.replay_target import target_options
 from tailreplay.cli.sim import builtin_sim
-from tailreplay.cli.slo_stop import slo_stop_option
-from tailreplay.output_path import is_stdout
+from tailreplay.errors import InputError
+from tailreplay.output_path import is_stdout, write_output
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.replayer.ticks import PLACEMENTS
+from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.units import parse_time
 from tailreplay.version import __version__
@@ -50,9 +52,66 @@ from tailreplay.version import __version__
 if TYPE_CHECKING:
     from tailreplay.replayer.config import ReplayConfig
     from tailreplay.replayer.run import ReplayOutcome
-    from tailreplay.report.write import ReportResult
+    from tailreplay.report.write import ReportOptions, ReportResult
 
 __all__ = ["parse_replay_args", "replay"]
+
+F = TypeVar("F", bound=Callable[..., object])
+
+# What replay knows of its target before the run (studies/targets.py turns these
+# into the pieces the replay takes).
+_TARGET_OPTIONS = [
+    click.option(
+        "--sim-profile",
+        type=click.Choice(sorted(PROFILES)),
+        default=DEFAULT_PROFILE,
+        show_default=True,
+        help="Profile of the built-in simulator when there is no --target (as `tailreplay "
+        "sim --profile`; fast: an H100-class deployment, which traces like the shipped peak "
+        "need). Its context and KV cache are sized to the trace's longest request.",
+    ),
+    click.option(
+        "--sim-arg",
+        "sim_args",
+        multiple=True,
+        help="An argument for the built-in simulator (repeatable; as `tailreplay sim` takes "
+        "it), e.g. --sim-arg=--max-model-len=200000; wins over the sizing.",
+    ),
+    click.option(
+        "--tail-cost",
+        type=TAIL_COST,
+        help="input=MS,output=MS: the cost per token that ranks the tail when the archive "
+        "records no latencies [default: the simulator profile's prefill and decode step].",
+    ),
+    click.option(
+        "--max-context",
+        type=click.IntRange(min=1),
+        help="The target's context in tokens: a tail budget is cut so input + output fits.",
+    ),
+]
+
+
+def target_options(f: F) -> F:
+    """``--sim-profile``, ``--sim-arg``, ``--tail-cost`` and ``--max-context``."""
+    for option in reversed(_TARGET_OPTIONS):
+        f = option(f)
+    return f
+
+
+def slo_stop_option(f: F) -> F:
+    """``--slo-stop``, and the hidden ``--no-slo-report`` of callers that judge the
+    results themselves (``capacity``: its trials need the stop, not the report)."""
+    f = click.option("--no-slo-report", "slo_report", flag_value=False, default=True, hidden=True)(
+        f
+    )
+    return click.option(
+        "--slo-stop",
+        type=click.Choice(["now", "after-sending"]),
+        help="Stop once a --slo objective on latency, TTFT or error rate is missed whatever "
+        "the rest of the run does (enough requests already over its limit): now, sending no "
+        "more; or after-sending, once the whole schedule is sent. Requests in flight are "
+        "cancelled; the exit code is 1.",
+    )(f)
 
 
 @click.command(
@@ -338,3 +397,36 @@ def parse_replay_args(argv: list[str]) -> ReplayArgs:
     params = dict(ctx.params)
     params["otlp"] = otlp_from_params(params)
     return ReplayArgs(**params)
+
+
+# What replay writes after its run: the summary as JSON (--json) and the report of
+# recorded against replayed (--report, --slo).
+
+
+def write_json(path: Path, summary: dict[str, Any]) -> None:
+    try:
+        write_output(path, json.dumps(summary, indent=2) + "\n")
+    except OSError as exc:  # the results archive is written; say so rather than lose it
+        raise InputError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def report_after(
+    options: ReportOptions, path: Path | None, json_out: Path | None = None
+) -> ReportResult:
+    """The report of the run just done; the SLO lines on stdout (on stderr when
+    ``json_out`` is stdout), and the file's name when one was written (``path``,
+    already in ``options``)."""
+    # Imported on use: every command imports this module, few write a report.
+    from tailreplay.report.tables import slo_tables
+    from tailreplay.report.terminal import print_report, stderr_console
+    from tailreplay.report.write import write_report
+
+    result = write_report(options, say=lambda line: click.echo(line, err=True))
+    to_stderr = is_stdout(json_out)  # stdout holds the --json document alone
+    console = stderr_console() if to_stderr else None
+    verdict = result.report.get("verdict")
+    tables = slo_tables(result.slo, verdict) if result.slo else []
+    print_report(result.headline, tables, console)
+    if path is not None:
+        click.echo(f"report: {path}", err=to_stderr)
+    return result
