@@ -6,6 +6,9 @@ dialect serves (``/v1/chat/completions``, ``/v1/messages``, ...), ``/v1/models``
 ``other``; a bounded set however many paths clients sent. A replayed request counts
 in its recorded original's route (joined on trace and span id), so both columns of
 a row hold the same requests; one without an original, in its own path's.
+
+``route_tables`` renders the rows: per route and side, requests, error rate, latency
+and TTFT P50/P99, beside the report's table by input length.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.dialects import ROUTES, route_label
-from tailreplay.report.model import SideName
+from tailreplay.report.model import Report, SideName, is_replay, side_items, side_label
 from tailreplay.report.side import Side
+from tailreplay.report.table import ReportTable, ms, pct, quantile_value
 
-__all__ = ["route_masks"]
+__all__ = ["route_masks", "route_tables"]
 
 Array = npt.NDArray[Any]
 Mask = npt.NDArray[np.bool_]
@@ -52,3 +56,40 @@ def route_masks(
     # Ties keep ROUTES' order, so the rows of a run come out the same every time.
     present = sorted(np.flatnonzero(counts), key=lambda i: -int(counts[i]))
     return [(ROUTES[i], {name: c == i for name, c in codes.items()}) for i in present]
+
+
+_COLUMNS = [
+    "route",
+    "side",
+    "requests",
+    "errors",
+    "latency P50 ms",
+    "latency P99 ms",
+    "TTFT P50 ms",
+    "TTFT P99 ms",
+]
+
+
+def route_tables(report: Report) -> list[ReportTable]:
+    """The table of ``report["routes"]``; none for one route, whose row would repeat the
+    overview (the JSON keeps it)."""
+    if len(report["routes"]) < 2:
+        return []
+    note = "route: the request's path when a dialect serves it (or /v1/models), else other"
+    if is_replay(report):
+        note += "; a replayed request counts in the route of its recorded original"
+    t = ReportTable("By route", list(_COLUMNS), note=note)
+    for row in report["routes"]:
+        for n, (side, s) in enumerate(side_items(row)):
+            lat, ttft = s["metrics"].get("latency"), s["metrics"].get("ttft")
+            t.rows.append(
+                [
+                    row["route"] if n == 0 else "",
+                    side_label(report, side),
+                    f"{s['requests']:,}",
+                    pct(s["error_rate"]),
+                    *(ms(quantile_value(lat, q)) for q in ("p50", "p99")),
+                    *(ms(quantile_value(ttft, q)) for q in ("p50", "p99")),
+                ]
+            )
+    return [t]

@@ -26,7 +26,7 @@ from tailreplay.report.model import (
     side_label,
 )
 from tailreplay.report.quantiles import QUANTILES
-from tailreplay.report.route_table import route_tables
+from tailreplay.report.routes import route_tables
 from tailreplay.report.shadow import shadow_words
 from tailreplay.report.table import ReportTable, ms, num, pct, quantile_value
 from tailreplay.traces.archive.replay_header import ReplayHeader
