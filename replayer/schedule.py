@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import numpy.typing as npt
 
+from tailreplay.dialects import dialect_for
 from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
-from tailreplay.replayer.rebuildable import UNBUILDABLE, rebuildable, unbuildable
 from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
 from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH
@@ -68,6 +69,50 @@ DEFAULT_TAIL_COST = TailCost(input_ms=0.0125, output_ms=6.04)
 """The built-in simulator's default profile (``fast``): prefill costs 0.0125 ms a prompt
 token, and each output token one decode step, 6 ms + 0.04 ms for the sequence itself
 (``replay`` derives it from the profile; a test holds the two equal)."""
+
+
+# Which records a replay can send again, and which it must leave out: a POST to a
+# route no dialect serves, captured without its body, would go out empty and measure
+# nothing the recording did.
+
+UNBUILDABLE = "POSTs to routes no dialect serves, captured without their bodies"
+"""How the records ``rebuildable`` refuses are named in messages."""
+
+
+def rebuildable(method: str | None, path: str | None, has_body: bool) -> bool:
+    """Whether a record can be sent again: with its body, as recorded; without one, as a
+    synthetic request of its dialect, or as a call without a body (``GET /v1/models``).
+    A POST to a route no dialect serves, kept without its body, cannot: sending it
+    empty would measure nothing the recording did."""
+    if has_body or (method or "POST").upper() != "POST":
+        return True
+    return path is None or dialect_for(path) is not None
+
+
+def unbuildable(
+    paths: Sequence[str | os.PathLike[str]], skip_corrupt: bool, per_file: Sequence[int]
+) -> npt.NDArray[np.bool_] | None:
+    """The records of ``paths`` (the first ``per_file`` of each) that ``rebuildable``
+    refuses, as a mask; None when there are none."""
+    cols = load_columns(
+        paths,
+        ["path", "method"],
+        presence_only=["req_body"],
+        skip_corrupt=skip_corrupt,
+        limits=per_file,
+    )
+    targets, methods = cols["path"], cols["method"]
+    has_path, has_method, has_body = (cols.present[n] for n in ("path", "method", "req_body"))
+    posts = ~has_method | (methods == "POST")
+    candidates = np.flatnonzero(posts & has_path & ~has_body)
+    if candidates.size == 0:
+        return None
+    unknown = {p for p in set(targets[candidates]) if dialect_for(p) is None}
+    if not unknown:
+        return None
+    refused = np.zeros(len(targets), dtype=bool)
+    refused[candidates] = [p in unknown for p in targets[candidates]]
+    return refused if refused.any() else None
 
 
 @dataclass(frozen=True)
@@ -141,7 +186,7 @@ class Plan:
     """The records each file held when the plan first read it. Every later read stops
     there, so a file still being written (a live capture) replays as it was then."""
     refused: int = 0
-    """Records left out because they cannot be rebuilt (``rebuildable.py``)."""
+    """Records left out because they cannot be rebuilt (``rebuildable``)."""
     due_within: int | None = None
     """With ``ScheduleConfig.within_s``: the records due before it (at their recorded
     times dilated; spreading ticks moves a few across it)."""
@@ -193,7 +238,7 @@ def _load(config: ScheduleConfig, name: str, per_file: Sequence[int] | None) -> 
 
 def _window(cols: Columns, config: ScheduleConfig) -> tuple[np.ndarray | None, int]:
     """The replayed records as a mask (None when every record is replayed), and how
-    many records in the window cannot be rebuilt (``rebuildable.py``): left out."""
+    many records in the window cannot be rebuilt (``rebuildable``): left out."""
     starts = cols["start_ns"]
     left_out = None
     if config.drop_retries:
