@@ -40,7 +40,7 @@ from tailreplay.replayer.replay_summary import Percentiles, ReplaySummary, TailS
 from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Shape, Speed, parse_speed
 from tailreplay.replayer.users import Users
-from tailreplay.report.capacity import Search, Trial
+from tailreplay.report.capacity_result import Search, Trial
 from tailreplay.report.slo import Objective, parse_objectives
 from tailreplay.report.write import ReportOptions, ReportResult, slo_verdict, write_report
 from tailreplay.sim.launcher import BuiltinSim

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tailreplay.report.capacity import Check, Trial, Verdict, plot, render, to_json
+from tailreplay.report.capacity_result import Check, Trial, Verdict, plot, render, to_json
 from tailreplay.studies.capacity_search import search
 from tests.helpers import write_plain
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.cli.capacity import _finish
 from tailreplay.errors import NotJudged, RunFailed
-from tailreplay.report.capacity import Check, Search, Trial, trial_line
+from tailreplay.report.capacity_result import Check, Search, Trial, trial_line
 from tailreplay.traces.archive.reader import ArchiveReader
 
 

@@ -18,7 +18,7 @@ from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.workload.burstiness import index_of_dispersion
 from tailreplay.traces.workload.fit import fit, synthesize
 from tailreplay.traces.workload.hmm import Mmpp
-from tailreplay.traces.workload.model import Workload
+from tailreplay.traces.workload.workload_model import Workload
 from tests.helpers import write_plain
 
 T0 = 1_700_000_000 * 10**9

@@ -181,7 +181,7 @@ def test_a_capacity_trial_cut_short_counts_its_cancelled_requests_as_lower_bound
 ) -> None:
     """``capacity`` judges a trial stopped after sending: the cancelled requests are
     not errors, their time in flight is their latency, and the verdict is a failure."""
-    from tailreplay.report.capacity import Search, render
+    from tailreplay.report.capacity_result import Search, render
     from tailreplay.report.slo import parse_objectives
     from tailreplay.studies.capacity_judge import judge
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from yarl import URL
 
     from tailreplay.replayer.scrape import ScrapeTarget
-    from tailreplay.report.capacity import Search
+    from tailreplay.report.capacity_result import Search
     from tailreplay.studies.capacity import LoadBy
 
 __all__ = ["capacity"]
@@ -227,7 +227,7 @@ def _finish(
 ) -> None:
     """The table on stdout; the JSON and the chart where asked; exit 1 when the search
     stopped early or the capacity is under ``require``."""
-    from tailreplay.report.capacity import coarse_pass, plot, render, to_json
+    from tailreplay.report.capacity_result import coarse_pass, plot, render, to_json
 
     out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
     for line in render(result):

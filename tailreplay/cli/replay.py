@@ -58,7 +58,7 @@ __all__ = ["parse_replay_args", "replay"]
 
 F = TypeVar("F", bound=Callable[..., object])
 
-# What replay knows of its target before the run (studies/targets.py turns these
+# What replay knows of its target before the run (studies/target_setup.py turns these
 # into the pieces the replay takes).
 _TARGET_OPTIONS = [
     click.option(

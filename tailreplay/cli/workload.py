@@ -90,7 +90,7 @@ def synth(
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
     from tailreplay.traces.workload.fit import synthesize
-    from tailreplay.traces.workload.model import Workload
+    from tailreplay.traces.workload.workload_model import Workload
 
     if rate is not None and scale is not None:
         raise UsageError("give --rate or --scale, not both")
@@ -220,7 +220,7 @@ def validate_model(
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import NotJudged
     from tailreplay.studies.model_check import CheckConfig, render, run_check, to_json
-    from tailreplay.traces.workload.model import Workload
+    from tailreplay.traces.workload.workload_model import Workload
 
     if json_path is not None:
         check_output_file("--json", json_path, inputs=[archive, model_path])

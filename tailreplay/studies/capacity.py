@@ -20,7 +20,7 @@ from yarl import URL
 from tailreplay.errors import EXIT_NOT_MEASURED, UsageError
 from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Speed
-from tailreplay.report.capacity import Search, Trial
+from tailreplay.report.capacity_result import Search, Trial
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
@@ -28,7 +28,7 @@ from tailreplay.sim.profiles import DEFAULT_PROFILE
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.targets import fresh_targets
+from tailreplay.studies.target_setup import fresh_targets
 from tailreplay.studies.trial import longest_request, replay_child
 from tailreplay.studies.watched_objectives import watchable
 from tailreplay.study_folder import check_folder, claimed_folder

@@ -17,7 +17,7 @@ is their time in flight, a lower bound, and they are not errors. Its latency
 percentiles are lower bounds, its TTFT leaves them out, and its verdict is a
 failure.
 
-The verdict and figures are ``report.capacity``'s types, which the command prints.
+The verdict and figures are ``report.capacity_result``'s types, which the command prints.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tailreplay.report.capacity import Check, Trial, Verdict
+from tailreplay.report.capacity_result import Check, Trial, Verdict
 from tailreplay.report.compare import compare
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tailreplay.report.capacity import Check, Search, Trial, broke_first, trial_line
+from tailreplay.report.capacity_result import Check, Search, Trial, broke_first, trial_line
 from tailreplay.units import format_duration, round_factor
 
 __all__ = ["COARSE_SHARE", "MAX_TRIALS", "search", "sweep"]

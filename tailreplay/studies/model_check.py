@@ -37,7 +37,7 @@ from yarl import URL
 from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.speed import Speed
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.targets import fresh_targets
+from tailreplay.studies.target_setup import fresh_targets
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.study_folder import claimed_folder
 from tailreplay.traces.archive.columns import load_columns
@@ -48,7 +48,7 @@ from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, reques
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.workload.clock import on_ticks
 from tailreplay.traces.workload.fit import synthesize
-from tailreplay.traces.workload.model import Workload
+from tailreplay.traces.workload.workload_model import Workload
 
 __all__ = ["ArmResult", "CheckConfig", "pooled", "ranking_line", "run_check"]
 

@@ -32,7 +32,7 @@ from tailreplay.report.write import ReportOptions
 from tailreplay.result_file import claimed, default_result
 from tailreplay.sim.launcher import BuiltinSim
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.targets import target_model
+from tailreplay.studies.target_setup import target_model
 from tailreplay.studies.watched_objectives import slo_stop_config
 from tailreplay.traces.archive.ops import time_window
 from tailreplay.traces.archive.reader import ArchiveReader

@@ -10,7 +10,7 @@ a Kolmogorov-Smirnov distance above ``KS_WARN``, or an index of dispersion more
 than ``IDC_WARN`` off the recording's — above all a model less bursty than
 Poisson for traffic that is burstier. ``fit`` prints them and ``synth`` repeats
 them, so a poor model is never used silently (docs/fit.md). The model's type, file
-and checks are in ``model.py``.
+and checks are in ``workload_model.py``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
-from tailreplay.traces.workload.model import Workload
 from tailreplay.traces.workload.model_checks import MAX_RATE
 from tailreplay.traces.workload.renewal import Dist
+from tailreplay.traces.workload.workload_model import Workload
 
 __all__ = ["IDC_WARN", "KS_WARN", "fit", "synthesize"]
 

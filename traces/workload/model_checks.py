@@ -5,7 +5,7 @@ what it must be (``arrivals.mmpp.bin_s must be a number of seconds in 1..1e6 (go
 1e-308)``), never a crash, a hang or an archive nobody can read. The ranges hold
 every model ``traces fit`` writes, with room to spare, and keep synthesis bounded:
 no value can make a bin hold more arrivals than memory does, stop time advancing,
-or overflow the arithmetic that turns rates into times. ``model.py`` applies them.
+or overflow the arithmetic that turns rates into times. ``workload_model.py`` applies them.
 """
 
 from __future__ import annotations
