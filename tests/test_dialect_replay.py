@@ -28,6 +28,7 @@ from tailreplay.dialects import dialect_for
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
+from tests.helpers import UNBOUND
 from tests.proxy_helpers import start_proxy_process
 
 ROUNDS = 4
@@ -81,12 +82,22 @@ def _replay(capture: Path, tmp: Path) -> tuple[list[Record], dict[bytes, Record]
     with sim_process(SIM) as staging:
         result = CliRunner().invoke(
             cli,
-            ["replay", "--speed", "1x", "--target", staging, "--out", str(out), str(capture)],
+            [
+                "replay",
+                "--speed",
+                "1x",
+                "--target",
+                staging,
+                "--out",
+                str(out),
+                *UNBOUND,
+                str(capture),
+            ],
         )
-    assert result.exit_code in (0, 1), result.output  # 1: judged client-bound when busy
+    assert result.exit_code == 0, result.output
     assert "never sent" not in result.output and "empty" not in result.output
     reported = CliRunner().invoke(cli, ["report", str(out), "--json", str(report)])
-    assert reported.exit_code in (0, 1), reported.output
+    assert reported.exit_code == 0, reported.output
     return list(ArchiveReader([out])), recorded, json.loads(report.read_text())
 
 
@@ -123,7 +134,7 @@ def test_the_report_has_a_row_per_route_and_deltas_name_path_and_model(
     deltas = tmp_path / "deltas.csv"
     out = tmp_path / "r.msgpack"
     done = CliRunner().invoke(cli, ["report", str(out), "--deltas", str(deltas)])
-    assert done.exit_code in (0, 1), done.output
+    assert done.exit_code == 0, done.output
     header, *rows = deltas.read_text().splitlines()
     assert "path" in header.split(",") and "model" in header.split(",")
     assert any(",/v1/embeddings," in row and ",emb," in row for row in rows)
