@@ -22,7 +22,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> api.ReplayRun:
     """The shipped peak's first 200 requests at 10x (about 3 s of sending)."""
     tmp = tmp_path_factory.mktemp("api")
     peak = api.sample("peak", tmp / "peak.msgpack")
-    args = api.ReplayArgs(archives=(peak,), speed=api.speed("10x"), limit=200)
+    # A test of the API's behaviour: late sends on a busy machine must not make the
+    # client the limit (tests.helpers.UNBOUND).
+    args = api.ReplayArgs(archives=(peak,), speed=api.speed("10x"), limit=200, lag_limit=3600.0)
     return api.replay(args, out=tmp / "results.msgpack")
 
 
@@ -36,14 +38,9 @@ def test_a_replay_from_python_returns_its_summary(run: api.ReplayRun) -> None:
 
 
 def test_an_slo_gates_the_run_from_a_test(run: api.ReplayRun) -> None:
-    """A generous gate passes, an impossible one fails naming its objective; a run whose
-    client was the bottleneck (a busy machine) is not judged, either way."""
+    """A generous gate passes, an impossible one fails naming its objective."""
     generous = api.report(run.results, slos=["latency:p99<=120000ms", "error_rate<=5%"])
     impossible = api.report(run.results, slos=["latency:p99<=0.001ms"])
-    bound = run.summary.client is not None and run.summary.client["client_bound"]
-    if bound:
-        assert generous.passed is None and impossible.passed is None
-        return
     assert generous.passed is True and generous.missed == []
     assert impossible.passed is False and impossible.missed == ["latency:p99<=0.001ms"]
     # The summary and the report read the same figure.
