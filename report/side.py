@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.report.column_memory import joined
 from tailreplay.report.idle_calls import IdleCalls
 from tailreplay.report.request_keys import KEY, KeyIndex
 from tailreplay.report.side_columns import FLAGS, INTS, FilePart, SideRead, side_fields
@@ -181,8 +182,8 @@ def _joined(parts: list[FilePart], read: SideRead, reader: ArchiveReader) -> Sid
             coded[name], labels[name] = _labelled(
                 columns.pop(name), read.strings, strip_query=name == "path"
             )
-        else:  # not read: every request absent
-            coded[name], labels[name] = np.full(n, -1, dtype=np.int64), []
+        else:  # not read: every request absent (-1 seen n times: a read-only view, no memory)
+            coded[name], labels[name] = np.broadcast_to(np.int64(-1), (n,)), []
     itl, idle = LogHistogram(), IdleCalls()
     error_kinds: dict[str, int] = {}
     error_messages: dict[str, str] = {}
@@ -208,15 +209,14 @@ def _joined(parts: list[FilePart], read: SideRead, reader: ArchiveReader) -> Sid
 
 
 def _columns(parts: list[FilePart], labelled: Sequence[str]) -> dict[str, Array]:
-    """Each column of the parts joined, its pieces let go before the next is joined."""
+    """Each column of the parts joined, the parts' let go before the next is joined."""
     empty = {name: np.zeros(0, dtype=np.int64) for name in (*INTS, *labelled)}
     empty |= {name: np.zeros(0, dtype=np.bool_) for name in (*FLAGS, "keyed")}
     empty["key"] = np.zeros(0, dtype=KEY)
     out: dict[str, Array] = {}
     for name, none in empty.items():
-        pieces = [piece for part in parts for piece in part.columns.pop(name, [])]
-        out[name] = np.concatenate(pieces) if pieces else none
-        del pieces
+        columns = [part.columns.pop(name) for part in parts if name in part.columns]
+        out[name] = joined(columns, none.dtype) if columns else none
     return out
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.openai_api import generates_nothing
+from tailreplay.report.column_memory import GrowingColumn
 from tailreplay.report.idle_calls import IdleCalls
 from tailreplay.report.request_keys import KEY, KEY_SIZE, KeyIndex
 from tailreplay.traces.archive.column_chunks import ChunkFields, ColumnChunk, Strings
@@ -112,7 +113,7 @@ class FilePart:
     """The kept requests of one file, reduced chunk by chunk."""
 
     read: SideRead
-    columns: dict[str, list[Array]] = field(default_factory=dict)
+    columns: dict[str, GrowingColumn] = field(default_factory=dict)
     itl: LogHistogram = field(default_factory=LogHistogram)
     idle: IdleCalls = field(default_factory=IdleCalls)
     error_kinds: dict[str, int] = field(default_factory=dict)
@@ -137,7 +138,8 @@ class FilePart:
             columns[name] = _or_absent(chunk, name)
         columns["key"], columns["keyed"] = key, keyed
         for name, values in columns.items():
-            self.columns.setdefault(name, []).append(values[rows])
+            column = self.columns.setdefault(name, GrowingColumn(values.dtype))
+            column.append(values, rows, chunk.expected)
 
     def _gaps(self, chunk: ColumnChunk, ok: Mask) -> None:
         """The inter-token gaps of the successful requests into the histogram."""

@@ -44,9 +44,9 @@ Array = npt.NDArray[Any]
 Mask = npt.NDArray[np.bool_]
 
 _TEXT = frozenset({STR, TOKEN, TARGET})
-_SCAN_RECORDS = 1 << 16
+_SCAN_RECORDS = 1 << 14
 """Records a chunk of the C scanner holds at most (its buffers stay a few MiB)."""
-_SCAN_ITEMS = 1 << 21
+_SCAN_ITEMS = 1 << 20
 _PY_RECORDS = 4096
 _PY_BYTES = 32 << 20
 """Records and bytes (``FileScan.cost``) a chunk of the careful reader holds at most."""
@@ -114,6 +114,8 @@ class ColumnChunk:
     items: dict[str, Array]
     record: Callable[[int], dict[str, Any]]
     """The whole map of record ``i``, for a field read rarely (a failed request's message)."""
+    expected: int = 0
+    """About how many records the whole file holds, from its size (0: not known)."""
 
 
 class Part(Protocol):
@@ -148,9 +150,10 @@ def read_parts(
 def _scanned_into(part: Part, path: Path, fields: ChunkFields, strings: Strings) -> bool:
     """Feed ``part`` the C scanner's chunks of ``path``; False when it gave up on the file."""
     names = (*fields.valued, *fields.presence)
+    size = path.stat().st_size  # of the stream a compressed file holds: at least that
 
     def take(scanned: Scanned) -> None:
-        part.add(_scanned_chunk(scanned, names, fields))
+        part.add(_scanned_chunk(scanned, names, fields, size))
 
     return scan_file(
         path,
@@ -163,9 +166,12 @@ def _scanned_into(part: Part, path: Path, fields: ChunkFields, strings: Strings)
     )
 
 
-def _scanned_chunk(scanned: Scanned, names: tuple[str, ...], fields: ChunkFields) -> ColumnChunk:
+def _scanned_chunk(
+    scanned: Scanned, names: tuple[str, ...], fields: ChunkFields, size: int
+) -> ColumnChunk:
     values, present, bins, items = {}, {}, {}, {}
     n = scanned.count
+    expected = size * n // max(scanned.end - int(scanned.starts[0]), 1) if n else 0
     for j, name in enumerate(names):
         present[name] = scanned.present[:, j].view(np.bool_)
         if j >= len(fields.valued):
@@ -177,7 +183,7 @@ def _scanned_chunk(scanned: Scanned, names: tuple[str, ...], fields: ChunkFields
         values[name] = scanned.values[:, j]
         if kind == INTS:
             items[name] = np.frombuffer(scanned.extras[j], dtype=np.int64)
-    return ColumnChunk(n, values, present, bins, items, scanned.record)
+    return ColumnChunk(n, values, present, bins, items, scanned.record, expected)
 
 
 def _careful_chunks(scan: FileScan, fields: ChunkFields, strings: Strings) -> Iterator[ColumnChunk]:
