@@ -69,17 +69,16 @@ class KeyIndex:
         rows = np.flatnonzero(keyed) if keyed is not None else np.arange(len(keys))
         ids = _hash(keys[rows])
         order = np.argsort(ids, kind="stable")  # equal keys keep their order: last is last
-        sorted_ids = ids[order]
-        sorted_keys = keys[rows[order]]
-        run = sorted_ids[1:] == sorted_ids[:-1]
-        self.hashed = not bool((run & ~same_keys(sorted_keys[1:], sorted_keys[:-1])).any())
-        if not self.hashed:
-            order = np.argsort(keys[rows], kind="stable")
-            sorted_keys = keys[rows[order]]
-            sorted_ids = sorted_keys
-        self._ids = sorted_ids
-        self._keys = sorted_keys
         self._rows = rows[order]
+        self._ids = ids[order]
+        del ids, order
+        run = np.flatnonzero(self._ids[1:] == self._ids[:-1])
+        ahead, behind = keys[self._rows[run]], keys[self._rows[run + 1]]
+        self.hashed = bool(same_keys(ahead, behind).all())
+        if not self.hashed:
+            self._rows = rows[np.argsort(keys[rows], kind="stable")]
+            self._ids = keys[self._rows]
+        self._keys = keys  # looked up through ``_rows``: the caller's, not a sorted copy
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -95,7 +94,7 @@ class KeyIndex:
         at = np.searchsorted(self._ids, ids, side="right") - 1
         hit = at >= 0
         at = np.maximum(at, 0)
-        hit &= same_keys(self._keys[at], keys)
+        hit &= same_keys(self._keys[self._rows[at]], keys)
         if keyed is not None:
             hit &= keyed
         found[hit] = self._rows[at[hit]]
