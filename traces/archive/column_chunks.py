@@ -150,7 +150,7 @@ def read_parts(
 def _scanned_into(part: Part, path: Path, fields: ChunkFields, strings: Strings) -> bool:
     """Feed ``part`` the C scanner's chunks of ``path``; False when it gave up on the file."""
     names = (*fields.valued, *fields.presence)
-    size = path.stat().st_size  # of the stream a compressed file holds: at least that
+    size = path.stat().st_size  # a compressed file's: an estimate short of its records
 
     def take(scanned: Scanned) -> None:
         part.add(_scanned_chunk(scanned, names, fields, size))
@@ -176,9 +176,9 @@ def _scanned_chunk(
         present[name] = scanned.present[:, j].view(np.bool_)
         if j >= len(fields.valued):
             continue
-        kind, _, size = FIELD_SPECS[name]
+        kind, _, width = FIELD_SPECS[name]
         if kind == BIN:
-            bins[name] = np.frombuffer(scanned.extras[j], dtype=np.uint8).reshape(n, size)
+            bins[name] = np.frombuffer(scanned.extras[j], dtype=np.uint8).reshape(n, width)
             continue
         values[name] = scanned.values[:, j]
         if kind == INTS:
