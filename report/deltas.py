@@ -24,13 +24,9 @@ WORST = 10
 
 
 def join(recorded: Side, replayed: Side) -> Array:
-    """For each replayed request, the index of its recorded original, or -1."""
-    where = {key: i for i, key in enumerate(recorded.key) if key is not None}
-    return np.fromiter(
-        (where.get(key, -1) if key is not None else -1 for key in replayed.key),
-        dtype=np.int64,
-        count=replayed.n,
-    )
+    """For each replayed request, the index of its recorded original (the last, when a
+    key repeats), or -1."""
+    return recorded.key_index().find(replayed.key, replayed.keyed)
 
 
 def deltas(recorded: Side, replayed: Side, join: Array) -> Deltas:
@@ -72,7 +68,7 @@ def _delta_figures(recorded: Side, replayed: Side, join: Array, idx: Array) -> D
     rows: list[SlowDown] = []
     for i in worst:
         j = int(join[i])
-        key = replayed.key[i] or b""
+        key = replayed.key_of(int(i)) or b""
         rows.append(
             {
                 "trace_id": key[:16].hex(),
@@ -125,7 +121,7 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
 
     for i in np.flatnonzero(joined >= 0):
         j = int(joined[i])
-        key = replayed.key[i] or b""
+        key = replayed.key_of(int(i)) or b""
         rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
         both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
         yield (

@@ -12,14 +12,18 @@ Which calls generate nothing is ``tailreplay.openai_api.generates_nothing``'s to
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from tailreplay.openai_api import call_name
 from tailreplay.report.model import IdleRow
+from tailreplay.report.request_keys import KEY
+
+Array = npt.NDArray[Any]
+Mask = npt.NDArray[np.bool_]
 
 __all__ = ["IdleCalls"]
 
@@ -28,7 +32,7 @@ __all__ = ["IdleCalls"]
 class _Path:
     requests: int = 0
     errors: int = 0
-    durations_ns: array[int] = field(default_factory=lambda: array("q"))
+    durations_ns: list[Array] = field(default_factory=list)
 
 
 @dataclass
@@ -36,26 +40,36 @@ class IdleCalls:
     """Per path (without its query string): how many, how many failed, how long."""
 
     paths: dict[str, _Path] = field(default_factory=dict)
-    keys: set[bytes] = field(default_factory=set)
-    """The calls' identities: a recorded side is read for the replayed ones too."""
+    key_parts: list[Array] = field(default_factory=list)
+    """The calls' identities (``request_keys.KEY``): a recorded side is read for the
+    replayed ones too."""
 
-    def add(
-        self, method: str, path: Any, failed: bool, duration_ns: Any, key: bytes | None
-    ) -> None:
-        if key is not None:
-            self.keys.add(key)
-        name = call_name(method, path)
-        row = self.paths.setdefault(name, _Path())
-        row.requests += 1
-        row.errors += failed
-        if not failed and type(duration_ns) is int and duration_ns >= 0:
-            row.durations_ns.append(duration_ns)
+    @property
+    def keys(self) -> Array:
+        return np.concatenate(self.key_parts) if self.key_parts else np.zeros(0, dtype=KEY)
+
+    def add(self, method: str, path: Any, failed: Mask, duration_ns: Array) -> None:
+        """Calls of one method and path: whether each failed, and its duration (-1: none)."""
+        row = self.paths.setdefault(call_name(method, path), _Path())
+        row.requests += int(failed.size)
+        row.errors += int(failed.sum())
+        row.durations_ns.append(duration_ns[~failed & (duration_ns >= 0)])
+
+    def merge(self, other: IdleCalls) -> None:
+        """Add the calls ``other`` holds (read after these)."""
+        for name, p in other.paths.items():
+            row = self.paths.setdefault(name, _Path())
+            row.requests += p.requests
+            row.errors += p.errors
+            row.durations_ns += p.durations_ns
+        self.key_parts += other.key_parts
 
     def rows(self) -> list[IdleRow]:
         """Per path, most called first: requests, errors, latency P50 and P99 (ms)."""
         out: list[IdleRow] = []
         for name, p in sorted(self.paths.items(), key=lambda kv: (-kv[1].requests, kv[0])):
-            ms = np.frombuffer(p.durations_ns, dtype=np.int64) / 1e6 if p.durations_ns else None
+            durations = np.concatenate(p.durations_ns) if p.durations_ns else np.zeros(0)
+            ms = durations / 1e6 if durations.size else None
             out.append(
                 {
                     "call": name,

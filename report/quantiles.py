@@ -48,10 +48,12 @@ def estimates(
     if n == 0:
         return None
     rng = rng if rng is not None else np.random.default_rng(0)
-    ordered = np.sort(values.astype(np.float64))
+    ordered = np.sort(values.astype(np.float64, copy=False))
+    # One call for every percentile: numpy partitions the values once, not once each.
+    at: Array = np.percentile(ordered, list(which.values())) if which else np.zeros(0)
     out = {}
-    for name, pct in which.items():
-        value = float(np.percentile(ordered, pct))
+    for (name, pct), point in zip(which.items(), at, strict=True):
+        value = float(point)
         if n == 1:
             out[name] = Estimate(value, value, value)
             continue

@@ -26,6 +26,7 @@ import numpy as np
 from tailreplay.errors import UsageError
 from tailreplay.report.deltas import join
 from tailreplay.report.model import Report, Shadow
+from tailreplay.report.request_keys import KeyIndex, keys_of
 from tailreplay.report.shadow_share import survey
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check_judgeable
@@ -73,11 +74,13 @@ def shadow_sides(
             "proxy --shadow, or the shadow answered nothing)"
         )
     _one_shadow(copies.headers)
-    per_original = Counter(k for k in copies.key if k is not None)
+    per_original = Counter(copies.keys())
     shadow = shadow_of_capture(copies.headers)
     check = survey(paths, skip_corrupt, shadow["share"])
     keys = set(per_original) - check.throttled
-    production = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
+    production = load_side(
+        paths, skip_corrupt=skip_corrupt, keep=KeyIndex(keys_of(keys)), classes=classes
+    )
     if not production.n:
         raise UsageError(_no_pairs(copies.n, len(check.throttled), len(per_original)))
     check_judgeable(objectives, paths, skip_corrupt=skip_corrupt, baseline="production")
@@ -88,7 +91,7 @@ def shadow_sides(
             "(the proxy's read budget for copies): left out with their originals, their "
             "timing is the proxy's"
         )
-    if orphans := len(keys - set(production.key)):
+    if orphans := len(keys - set(production.keys())):
         notes.append(
             f"{orphans:,} of {len(keys):,} copied requests have no production "
             "record in these files (a slice or --sample left them out): compared without them"
@@ -103,9 +106,12 @@ def shadow_sides(
             "twice?): each is compared with its original"
         )
     if orphans or check.throttled:
-        joined = {k for k in production.key if k is not None}
         copies = load_side(
-            paths, skip_corrupt=skip_corrupt, classes=classes, shadows="only", keep=joined
+            paths,
+            skip_corrupt=skip_corrupt,
+            classes=classes,
+            shadows="only",
+            keep=production.key_index(),
         )
     if "model" in classes:
         copies = _of_originals_model(production, copies)

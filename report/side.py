@@ -1,7 +1,7 @@
 """One side of a report: the per-request columns of a recorded or a replayed archive.
 
-Read in one pass over the records' maps. Scalars go into numpy arrays; the
-inter-token gaps, which run to hundreds per request, go straight into a
+Read a chunk of columns at a time (``report/side_columns.py``): scalars go into numpy
+arrays; the inter-token gaps, which run to hundreds per request, go straight into a
 ``LogHistogram`` so memory stays flat however long the capture.
 """
 
@@ -9,41 +9,31 @@ from __future__ import annotations
 
 import gc
 import os
-from array import array
-from collections.abc import Callable, Iterable, Sequence, Set
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.openai_api import generates_nothing
+from tailreplay.report.column_memory import joined
 from tailreplay.report.idle_calls import IdleCalls
+from tailreplay.report.request_keys import KEY, KeyIndex
+from tailreplay.report.side_columns import FLAGS, INTS, FilePart, SideRead, side_fields
+from tailreplay.traces.archive.column_chunks import Strings, read_parts
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
 from tailreplay.traces.results.log_histogram import LogHistogram
-from tailreplay.traces.results.metrics import Requests, is_error
+from tailreplay.traces.results.metrics import Requests
 
 __all__ = ["Side", "load_side"]
 
 Array = npt.NDArray[Any]
-_GAP_FLUSH = 1 << 20
-_INTS = (
-    "start_ns",
-    "duration_ns",
-    "ttfb_ns",
-    "ttft_content_ns",
-    "ttst_ns",
-    "input_tokens",
-    "output_tokens",
-    "lag_ns",
-    "shard",
-)
+Mask = npt.NDArray[np.bool_]
 LABELS = ("phase", "model", "path", "session")
 """String fields kept as codes (an int per request, -1 when absent) into a label list."""
 _ALWAYS = ("phase", "path")
 """The ``LABELS`` every side reads: the phase table's and the route table's."""
-_FLAGS = ("stream", "error", "tail", "estimated", "retry", "cancelled")
 
 
 @dataclass
@@ -51,7 +41,8 @@ class Side:
     """Equal-length arrays (one entry per request, in file order) plus the gap histogram.
 
     Times are ns; a missing integer is -1; ``key`` is the request's identity: the
-    (trace id, span id) of the recorded exchange, for a replay the original's.
+    (trace id, span id) of the recorded exchange, for a replay the original's, for a
+    shadow copy the production span's.
     """
 
     paths: list[str]
@@ -85,7 +76,10 @@ class Side:
     cancelled: Array
     """Cancelled by the replayer in flight (Ctrl-C, ``--slo-stop``): a failed exchange
     (``error`` is set too), which ``capacity`` counts at its time in flight."""
-    key: list[bytes | None]
+    key: Array
+    """``request_keys.KEY`` items: the original's (trace id, span id), zeros where
+    ``keyed`` is false (a record without the ids)."""
+    keyed: Mask
     itl_us: LogHistogram
     warnings: list[str] = field(default_factory=list)
     error_kinds: dict[str, int] = field(default_factory=dict)
@@ -131,12 +125,25 @@ class Side:
         """The replay settings of every file's header (defaults where a file has none)."""
         return [ReplayHeader.read(h) for h in self.headers]
 
+    def key_of(self, i: int) -> bytes | None:
+        """Request ``i``'s key as bytes (None: it has none)."""
+        return self.key[i].tobytes() if self.keyed[i] else None
+
+    def keys(self) -> list[bytes]:
+        """The keys of the requests that have one, in order, as bytes."""
+        keys: list[bytes] = self.key[self.keyed].tolist()
+        return keys
+
+    def key_index(self) -> KeyIndex:
+        """Where each of the side's keys last occurs."""
+        return KeyIndex(self.key, self.keyed)
+
 
 def load_side(
     paths: Iterable[str | os.PathLike[str]],
     *,
     skip_corrupt: bool = False,
-    keep: Set[bytes] | None = None,
+    keep: KeyIndex | None = None,
     classes: Sequence[str] = (),
     shadows: str = "skip",
 ) -> Side:
@@ -146,182 +153,88 @@ def load_side(
 
     ``classes`` names the ``LABELS`` fields to read besides the phase and the path
     (``--slo-by``, the deltas' model); the others are left absent (-1), since each costs
-    the read loop a dictionary look-up a record. ``"path"`` among them also keeps the
-    calls that generate nothing with the rest (``--slo-by path`` judges them)."""
+    the read a string look-up a record. ``"path"`` among them also keeps the calls that
+    generate nothing with the rest (``--slo-by path`` judges them)."""
     reader = ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file", shadows=shadows)
-    columns = _Columns()
     for name in classes:
         if name not in LABELS:
             raise ValueError(f"{name!r} is not one of {LABELS}")
-        columns.coded.setdefault(name, _Coded())
-    idle = None if "path" in classes else IdleCalls()
-    _read(reader, keep, columns, idle)
-    coded, labels = columns.labelled()
+    labelled = tuple(name for name in LABELS if name in _ALWAYS or name in classes)
+    read = SideRead(Strings(), labelled, keep, shadows, idle="path" not in classes)
+    was_enabled = gc.isenabled()
+    gc.disable()  # the careful reader's maps cannot form cycles: no collector passes
+    try:
+        parts = read_parts(reader, side_fields(labelled), lambda: FilePart(read), read.strings)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return _joined(parts, read, reader)
+
+
+def _joined(parts: list[FilePart], read: SideRead, reader: ArchiveReader) -> Side:
+    """The side the files' parts make, in file order."""
+    columns = _columns(parts, read.labelled)
+    coded: dict[str, Array] = {}
+    labels: dict[str, list[str]] = {}
+    n = columns["start_ns"].size
+    for name in LABELS:
+        if name in read.labelled:
+            coded[name], labels[name] = _labelled(
+                columns.pop(name), read.strings, strip_query=name == "path"
+            )
+        else:  # not read: every request absent (-1 seen n times: a read-only view, no memory)
+            coded[name], labels[name] = np.broadcast_to(np.int64(-1), (n,)), []
+    itl, idle = LogHistogram(), IdleCalls()
+    error_kinds: dict[str, int] = {}
+    error_messages: dict[str, str] = {}
+    for part in parts:
+        itl.merge(part.itl)
+        idle.merge(part.idle)
+        for kind, count in part.error_kinds.items():
+            error_kinds[kind] = error_kinds.get(kind, 0) + count
+        for kind, message in part.error_messages.items():
+            error_messages.setdefault(kind, message)
     return Side(
         paths=[str(p) for p in reader.paths],
         headers=reader.headers,
-        key=columns.keys,
-        itl_us=columns.itl,
+        itl_us=itl,
         warnings=reader.warnings(),
-        error_kinds=columns.error_kinds,
-        error_messages=columns.error_messages,
+        error_kinds=error_kinds,
+        error_messages=error_messages,
         labels=labels,
-        idle=idle or IdleCalls(),
-        **columns.arrays(),
+        idle=idle,
+        **columns,
         **coded,
     )
 
 
-@dataclass
-class _Columns:
-    """A side's columns while its records are read: typed arrays, cheap to append to."""
-
-    ints: dict[str, array[int]] = field(default_factory=lambda: {k: array("q") for k in _INTS})
-    flags: dict[str, array[int]] = field(default_factory=lambda: {k: array("b") for k in _FLAGS})
-    keys: list[bytes | None] = field(default_factory=list)
-    itl: LogHistogram = field(default_factory=LogHistogram)
-    error_kinds: dict[str, int] = field(default_factory=dict)
-    error_messages: dict[str, str] = field(default_factory=dict)
-    coded: dict[str, _Coded] = field(default_factory=lambda: {k: _Coded() for k in _ALWAYS})
-    """Each ``LABELS`` field read (``_ALWAYS``, and those asked for), coded as it is read."""
-
-    def failed(self, m: dict[str, Any]) -> None:
-        """Count a failed record's kind; keep the first message of each kind."""
-        kind = m.get("error") or f"http_{m.get('status', 0)}"
-        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
-        message = m.get("error_message")
-        if message and kind not in self.error_messages:
-            self.error_messages[kind] = message
-
-    def arrays(self) -> dict[str, Array]:
-        """Every column of ``_INTS`` (int64) and ``_FLAGS`` (bool) as a numpy array."""
-        ints = {
-            name: np.frombuffer(col, dtype=np.int64) if col else np.zeros(0, np.int64)
-            for name, col in self.ints.items()
-        }
-        flags = {
-            name: np.frombuffer(col, dtype=np.int8).astype(bool) if col else np.zeros(0, bool)
-            for name, col in self.flags.items()
-        }
-        return {**ints, **flags}
-
-    def labelled(self) -> tuple[dict[str, Array], dict[str, list[str]]]:
-        """Each ``LABELS`` field coded (int64, -1: absent), and its labels."""
-        coded: dict[str, Array] = {}
-        labels: dict[str, list[str]] = {}
-        for name in LABELS:
-            column = self.coded.get(name)
-            if column is None:  # not read: every request absent
-                n = len(self.keys)
-                coded[name], labels[name] = np.full(n, -1, dtype=np.int64), []
-            else:
-                coded[name], labels[name] = column.done(strip_query=name == "path")
-        return coded, labels
+def _columns(parts: list[FilePart], labelled: Sequence[str]) -> dict[str, Array]:
+    """Each column of the parts joined, the parts' let go before the next is joined."""
+    empty = {name: np.zeros(0, dtype=np.int64) for name in (*INTS, *labelled)}
+    empty |= {name: np.zeros(0, dtype=np.bool_) for name in (*FLAGS, "keyed")}
+    empty["key"] = np.zeros(0, dtype=KEY)
+    out: dict[str, Array] = {}
+    for name, none in empty.items():
+        columns = [part.columns.pop(name) for part in parts if name in part.columns]
+        out[name] = joined(columns, none.dtype) if columns else none
+    return out
 
 
-@dataclass
-class _Coded:
-    """One ``LABELS`` field while records are read: per record the index of its value
-    among the distinct strings in first-seen order (-1: absent or not a string). Coded
-    as each record comes, so memory grows with the distinct values, not the records
-    (a record's string is a fresh object: keeping it would cost ~70 bytes a record)."""
-
-    first: dict[str, int] = field(default_factory=dict)
-    codes: array[int] = field(default_factory=lambda: array("q"))
-
-    def done(self, *, strip_query: bool) -> tuple[Array, list[str]]:
-        """The codes as int64 and their labels; paths are classed without their query
-        string, each distinct path stripped once."""
-        codes = np.frombuffer(self.codes, dtype=np.int64) if self.codes else np.zeros(0, np.int64)
-        if not strip_query:
-            return codes, list(self.first)
-        bare: dict[str, int] = {}
-        remap = [bare.setdefault(v.split("?", 1)[0], len(bare)) for v in self.first]
-        # Code -1 picks the appended -1.
-        return np.array([*remap, -1], dtype=np.int64)[codes], list(bare)
-
-
-def _key(get: Callable[[str], Any]) -> bytes | None:
-    """A record's identity: its original's (trace id, span id) in a replay or a shadow
-    copy (``shadow_of``: the production span it copied), else its own."""
-    trace, span = get("orig_trace_id"), get("orig_span_id")
-    if trace is None:
-        trace, span = get("trace_id"), get("shadow_of") or get("span_id")
-    return trace + span if type(trace) is bytes and type(span) is bytes else None
-
-
-def _idle(get: Callable[[str], Any], idle: IdleCalls, key: bytes | None) -> bool:
-    """Whether the record generates nothing; if so, counted in ``idle``."""
-    method, path = get("method"), get("path")
-    if not generates_nothing(method, path):
-        return False
-    idle.add(method, path, is_error(get("status"), get("error")), get("duration_ns"), key)
-    return True
-
-
-def _read(
-    reader: ArchiveReader, keep: Set[bytes] | None, columns: _Columns, idle: IdleCalls | None
-) -> None:
-    """Append the records of ``reader`` (those whose key is in ``keep``) to ``columns``;
-    with ``idle``, the calls that generate nothing to it instead."""
-    ints, flags, keys, itl = columns.ints, columns.flags, columns.keys, columns.itl
-    gaps = array("q")
-    # Unrolled, with the collector paused (none of these maps can form a cycle): this
-    # loop is most of a report's time, ~2 µs a record.
-    starts, durations, ttfbs = (ints[k].append for k in ("start_ns", "duration_ns", "ttfb_ns"))
-    contents, seconds = ints["ttft_content_ns"].append, ints["ttst_ns"].append
-    inputs, outputs, lags = (ints[k].append for k in ("input_tokens", "output_tokens", "lag_ns"))
-    shards = ints["shard"].append
-    # ``_ALWAYS`` (the phase and route tables); the others when a caller asks for them.
-    labelled = [(c.codes.append, c.first, name) for name, c in columns.coded.items()]
-    stream, failed, tail = (flags[k].append for k in ("stream", "error", "tail"))
-    estimated, retry = flags["estimated"].append, flags["retry"].append
-    cancelled = flags["cancelled"].append
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for m in reader.iter_maps():
-            if None in m.values():  # nil means absent (docs/archive-format.md)
-                m = {k: v for k, v in m.items() if v is not None}
-            get = m.get
-            key = _key(get)
-            if (keep is not None and key not in keep) or (
-                idle is not None and _idle(get, idle, key)
-            ):
-                continue
-            keys.append(key)
-            starts(get("start_ns", -1))
-            durations(get("duration_ns", -1))
-            ttfb = get("ttfb_ns", -1)
-            ttfbs(ttfb)
-            contents(get("ttft_content_ns", -1))
-            inputs(get("input_tokens", -1))
-            outputs(get("output_tokens", -1))
-            lags(get("lag_ns", -1))
-            shards(get("shard", -1))
-            for append, first, name in labelled:
-                value = get(name)
-                append(first.setdefault(value, len(first)) if type(value) is str else -1)
-            bad = is_error(get("status"), get("error"))
-            failed(bad)
-            if bad:
-                columns.failed(m)
-            stream(get("stream") is True)
-            tail(get("tail") is True)
-            estimated(get("tokens_source") == "estimate")
-            retry((get("attempt") or 0) > 1)
-            cancelled(bad and get("error") == "cancelled")
-            chunk_gaps = get("chunk_gaps_us")
-            seconds(ttfb + chunk_gaps[0] * 1000 if chunk_gaps and ttfb >= 0 else -1)
-            if chunk_gaps and not bad:
-                gaps.extend(chunk_gaps)
-                if more := get("chunk_gaps_more"):
-                    itl.add_bins(more)
-                if len(gaps) >= _GAP_FLUSH:
-                    itl.add(np.frombuffer(gaps, dtype=np.int64))
-                    gaps = array("q")
-    finally:
-        if was_enabled:
-            gc.enable()
-    if gaps:
-        itl.add(np.frombuffer(gaps, dtype=np.int64))
+def _labelled(raw: Array, strings: Strings, *, strip_query: bool) -> tuple[Array, list[str]]:
+    """A string field's codes (-1: absent) renumbered by the order the side's requests
+    first name each value, and those values; paths are classed without their query
+    string, each distinct path stripped once."""
+    named = raw >= 0
+    distinct, first, which = np.unique(raw[named], return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(distinct.size, dtype=np.int64)
+    rank[order] = np.arange(distinct.size)
+    codes = np.full(raw.size, -1, dtype=np.int64)
+    codes[named] = rank[which.reshape(-1)]
+    values = [strings.text(int(code)) for code in distinct[order]]
+    if not strip_query:
+        return codes, values
+    bare: dict[str, int] = {}
+    remap = [bare.setdefault(v.split("?", 1)[0], len(bare)) for v in values]
+    # Code -1 picks the appended -1.
+    return np.array([*remap, -1], dtype=np.int64)[codes], list(bare)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file, write_output
 from tailreplay.private import open_private
@@ -21,6 +23,7 @@ from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
 from tailreplay.report.model import Report, Shadow, SloMatrix, SloVerdict
 from tailreplay.report.partial import cut_short, partial_line
+from tailreplay.report.request_keys import KeyIndex
 from tailreplay.report.run_table import run_table
 from tailreplay.report.shadow import shadow_of_capture, shadow_sides
 from tailreplay.report.shards import check_one_run, missing_shards
@@ -248,13 +251,14 @@ def _load_recorded(
     all 2,400. A replay of something else (nothing joins) is compared with all of it.
     """
     # The calls that generate nothing were replayed too: their originals are read apart.
-    keys = {k for k in replayed.key if k is not None} | replayed.idle.keys
-    if keys:
-        recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keys, classes=classes)
+    keys = np.concatenate([replayed.key[replayed.keyed], replayed.idle.keys])
+    if keys.size:
+        keep = KeyIndex(keys)
+        recorded = load_side(paths, skip_corrupt=skip_corrupt, keep=keep, classes=classes)
         if recorded.n:
             return recorded, False
         say("warning: no replayed request comes from the recorded archive; comparing them whole")
-    return load_side(paths, skip_corrupt=skip_corrupt, classes=classes), bool(keys)
+    return load_side(paths, skip_corrupt=skip_corrupt, classes=classes), bool(keys.size)
 
 
 def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:

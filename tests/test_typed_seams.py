@@ -61,7 +61,7 @@ OTHER_MEANINGS = {
         "traces/archive/validate.py": "the result record's field",
         "exporters/spans.py": "the result record's field",
         "traces/results/raw_export.py": "the result record's field",
-        "report/side.py": "the result record's field",
+        "report/side_columns.py": "the result record's field",
         "report/shards.py": "the shards table's column",
         "report/tables.py": "the shards table's column",
     },

@@ -15,14 +15,16 @@
  * then re-reads that file with the pure-Python reader, which owns every verdict,
  * error and warning. So this scanner never accepts a record Python rejects.
  *
- * scan(data, offset, names, nvalued, specs, limits[, max_records[, strings]])
- *     -> (end, count, values, present, status)
+ * scan(data, offset, names, nvalued, specs, limits[, max_records[, strings[, max_items]]])
+ *     -> (end, count, values, present, status, extras, starts)
  *   data     a bytes-like object holding record maps from ``offset`` on
  *   names    a tuple of field names (bytes), each one of the specs; names[0] must
  *            be b"start_ns"
  *   nvalued  names[:nvalued] are fields whose values are copied: ints and bools as
- *            they are, str fields (kinds 2, 6, 7) as their index in ``strings``;
- *            the rest are presence-only (value left 0)
+ *            they are, str fields (kinds 2, 6, 7) as their index in ``strings``,
+ *            arrays of ints (kind 4) as their length, their items in ``extras``; bin
+ *            fields of a fixed size (kind 3, hi > 0) go to ``extras`` only; the rest
+ *            are presence-only (value left 0)
  *   specs    a tuple of (name, kind, lo, hi) per record field: kind 0 int in
  *            lo..hi, 1 bool, 2 str, 3 bin (of exactly hi bytes when hi > 0),
  *            4 array of ints in lo..hi, 5 array of [name, value] headers (each name
@@ -33,13 +35,20 @@
  *   strings  a dict (bytes -> int) that str values are looked up in and added to,
  *            numbered in order of first sight; None (the default) copies no str
  *            value. A scan with strings holds the GIL throughout.
+ *   max_items  after the record that brings an array field's items to this many,
+ *            stop as after max_records (bounds the memory a call's items take)
  *   end      offset just past the last record scanned
  *   count    records scanned
  *   values   bytes: count * len(names) native int64, row-major (0 where absent)
  *   present  bytes: count * len(names) flags (1 where the record has the field)
  *   status   0 = reached the end of data cleanly, 1 = stopped at ``end``
  *            (an incomplete, damaged, invalid or unsupported object there), 2 = stopped
- *            after max_records (call again from ``end``; bounds the memory a call uses)
+ *            after max_records or max_items (call again from ``end``; bounds the
+ *            memory a call uses)
+ *   extras   a tuple of bytes, one per valued name: for a fixed-size bin field,
+ *            count * hi bytes (each record's value, zeros where absent); for an array
+ *            of ints, its items as native int64, record after record; b"" otherwise
+ *   starts   bytes: count native int64, the offset in ``data`` where each record begins
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -104,7 +113,33 @@ typedef struct {
     const uint8_t *last; /* this field's last string in this call, and its index */
     uint64_t last_len;
     int64_t last_code;
+    Py_ssize_t extra; /* index into the extras of a copied bin or array field, or -1 */
 } spec_t;
+
+/* A growing byte buffer (an extra's bytes). Raw allocation: the scan may run without
+ * the GIL. */
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} grow_t;
+
+static int grow_reserve(grow_t *g, size_t more) {
+    if (g->n + more <= g->cap) return 0;
+    size_t cap = g->cap ? g->cap : 4096;
+    while (cap < g->n + more) cap *= 2;
+    uint8_t *p = PyMem_RawRealloc(g->p, cap);
+    if (!p) return -1;
+    g->p = p;
+    g->cap = cap;
+    return 0;
+}
+
+static int grow_put(grow_t *g, const void *src, size_t len) {
+    if (grow_reserve(g, len) < 0) return -1;
+    memcpy(g->p + g->n, src, len);
+    g->n += len;
+    return 0;
+}
 
 static int need(cursor *c, uint64_t n) { return (uint64_t)(c->end - c->p) >= n; }
 
@@ -170,14 +205,15 @@ static int read_str(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t 
     return read_raw_str(c, lim, s, len) < 0 || !utf8_ok(*s, *len) ? -1 : 0;
 }
 
-/* A bin object's length. 0 = got it (skipped), -1 = not a bin or too long. */
-static int read_bin(cursor *c, const limits_t *lim, uint64_t *len) {
+/* A bin object's bytes and length. 0 = got it (consumed), -1 = not a bin or too long. */
+static int read_bin(cursor *c, const limits_t *lim, const uint8_t **s, uint64_t *len) {
     if (!need(c, 1)) return -1;
     uint8_t t = *c->p;
     int h = t == 0xc4 ? 1 : t == 0xc5 ? 2 : t == 0xc6 ? 4 : 0;
     if (!h || !need(c, 1 + h)) return -1;
     uint64_t n = be(c->p + 1, h);
     if (n > lim->max_bin || !need(c, 1 + h + n)) return -1;
+    *s = c->p + 1 + h;
     *len = n;
     c->p += 1 + h + n;
     return 0;
@@ -244,7 +280,7 @@ static int skip(cursor *c, const limits_t *lim, int depth) {
     const uint8_t *s;
     if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) { c->p++; return 0; }
     if ((t & 0xe0) == 0xa0 || (t >= 0xd9 && t <= 0xdb)) return read_str(c, lim, &s, &n);
-    if (t >= 0xc4 && t <= 0xc6) return read_bin(c, lim, &n);
+    if (t >= 0xc4 && t <= 0xc6) return read_bin(c, lim, &s, &n);
     switch (t) {
     case 0xcc: case 0xd0: n = 1; break;
     case 0xcd: case 0xd1: n = 2; break;
@@ -269,7 +305,7 @@ static int skip(cursor *c, const limits_t *lim, int depth) {
             uint64_t klen;
             if (!need(c, 1)) return -1;
             uint8_t k = *c->p; /* map keys: str or bin only (strict_map_key) */
-            int r = (k >= 0xc4 && k <= 0xc6) ? read_bin(c, lim, &klen) : read_str(c, lim, &s, &klen);
+            int r = (k >= 0xc4 && k <= 0xc6) ? read_bin(c, lim, &s, &klen) : read_str(c, lim, &s, &klen);
             if (r < 0 || skip(c, lim, depth + 1) < 0) return -1;
         }
         return 0;
@@ -316,9 +352,11 @@ static int str_value(PyObject *strings, spec_t *s, const uint8_t *str, uint64_t 
 }
 
 /* Check one value of a known field against its spec; *out gets an int or bool value,
- * or a str's index. 0 = valid (consumed), -1 = anything else. */
+ * a str's index or an array's length. A copied bin's bytes go to ``slot`` (reserved in
+ * its extra), a copied array's items to the end of its extra ``g``. 0 = valid
+ * (consumed), -1 = anything else (or out of memory: the file is then left to Python). */
 static int check_value(cursor *c, const limits_t *lim, spec_t *s, PyObject *strings,
-                       int64_t *out) {
+                       grow_t *g, uint8_t *slot, int64_t *out) {
     int neg;
     uint64_t mag, n, i;
     const uint8_t *str;
@@ -340,12 +378,21 @@ static int check_value(cursor *c, const limits_t *lim, spec_t *s, PyObject *stri
         if (read_str(c, lim, &str, &n) < 0 || !target_ok(str, n)) return -1;
         return str_value(strings, s, str, n, out);
     case K_BIN:
-        if (read_bin(c, lim, &n) < 0) return -1;
-        return s->hi && n != s->hi ? -1 : 0;
+        if (read_bin(c, lim, &str, &n) < 0 || (s->hi && n != s->hi)) return -1;
+        if (slot) memcpy(slot, str, n);
+        return 0;
     case K_INTS:
-        if (read_len(c, lim, 0, &n) < 0) return -1;
-        for (i = 0; i < n; i++)
+        if (read_len(c, lim, 0, &n) < 0 || (g && grow_reserve(g, n * sizeof(int64_t)) < 0))
+            return -1;
+        for (i = 0; i < n; i++) {
             if (read_int(c, &neg, &mag) != 1 || !in_range(neg, mag, s)) return -1;
+            if (g) {
+                int64_t v = neg ? -(int64_t)mag : (int64_t)mag;
+                memcpy(g->p + g->n, &v, sizeof v);
+                g->n += sizeof v;
+            }
+        }
+        *out = (int64_t)n;
         return 0;
     case K_PAIRS:
         if (read_len(c, lim, 0, &n) < 0) return -1;
@@ -376,6 +423,8 @@ typedef struct {
     Py_ssize_t ns, nf, start_col;
     const limits_t *lim;
     PyObject *strings; /* NULL: no str value is copied (and the GIL may be released) */
+    grow_t *extras;    /* one per valued name (used by copied bin and array fields) */
+    size_t max_items;  /* stop once an array field's extra holds this many items */
     Py_ssize_t hints[256];
     const uint8_t *unknown[256]; /* this record's keys that no spec names (a map holds <= 256) */
     uint64_t unknown_len[256];
@@ -390,12 +439,27 @@ static int unknown_repeated(const scan_ctx *x, Py_ssize_t n, const uint8_t *key,
     return 0;
 }
 
-/* Scan one record into (row, mark). 0 = a valid record, -1 = stop before it. */
+/* Reserve a zeroed slot in each copied bin field's extra for this record (its value, or
+ * zeros where it has none). 0 = done, -1 = out of memory. */
+static int reserve_slots(scan_ctx *x) {
+    for (Py_ssize_t j = 0; j < x->ns; j++) {
+        spec_t *s = &x->specs[j];
+        if (s->extra < 0 || s->kind != K_BIN) continue;
+        grow_t *g = &x->extras[s->extra];
+        if (grow_reserve(g, s->hi) < 0) return -1;
+        memset(g->p + g->n, 0, s->hi);
+        g->n += s->hi;
+    }
+    return 0;
+}
+
+/* Scan one record into (row, mark) and the extras. 0 = a valid record, -1 = stop
+ * before it (the caller takes back what it added to the extras). */
 static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
     const uint8_t *begin = c->p;
     uint64_t pairs;
     c->objects = 0;
-    if (read_len(c, x->lim, 1, &pairs) < 0) return -1;
+    if (read_len(c, x->lim, 1, &pairs) < 0 || reserve_slots(x) < 0) return -1;
     memset(row, 0, sizeof(int64_t) * x->nf);
     memset(mark, 0, x->nf);
     int has_start = 0;
@@ -420,7 +484,10 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
         seen |= (uint64_t)1 << j;
         if (need(c, 1) && *c->p == 0xc0) { c->p++; continue; } /* nil: absent */
         int64_t v = 0;
-        if (check_value(c, x->lim, &x->specs[j], x->strings, &v) < 0) return -1;
+        spec_t *s = &x->specs[j];
+        grow_t *g = s->extra >= 0 ? &x->extras[s->extra] : NULL;
+        uint8_t *slot = g && s->kind == K_BIN ? g->p + g->n - s->hi : NULL;
+        if (check_value(c, x->lim, s, x->strings, g, slot, &v) < 0) return -1;
         Py_ssize_t col = x->specs[j].column;
         if (col == x->start_col) has_start = 1;
         if (col >= 0) { row[col] = v; mark[col] = 1; }
@@ -429,16 +496,36 @@ static int scan_record(cursor *c, scan_ctx *x, int64_t *row, uint8_t *mark) {
     return 0;
 }
 
-/* Scan records into rows [*count, cap). Returns 0 at the end of data, 1 when stopped
- * by an incomplete, invalid or unsupported object, 2 when the buffers are full. Runs
- * without the GIL unless str values are copied. */
+/* Whether an array field's extra holds max_items items or more. */
+static int items_full(const scan_ctx *x) {
+    for (Py_ssize_t j = 0; j < x->ns; j++) {
+        const spec_t *s = &x->specs[j];
+        if (s->extra >= 0 && s->kind == K_INTS &&
+            x->extras[s->extra].n / sizeof(int64_t) >= x->max_items)
+            return 1;
+    }
+    return 0;
+}
+
+/* Scan records into rows [*count, cap), noting where each begins. Returns 0 at the end
+ * of data, 1 when stopped by an incomplete, invalid or unsupported object, 2 when the
+ * buffers are full, 3 when an array field's items reached max_items. Runs without the
+ * GIL unless str values are copied. */
 static int scan_rows(cursor *c, const uint8_t **done, scan_ctx *x, int64_t *values,
-                     uint8_t *present, Py_ssize_t cap, Py_ssize_t *count) {
+                     uint8_t *present, int64_t *starts, const uint8_t *base, Py_ssize_t cap,
+                     Py_ssize_t *count) {
+    size_t kept[MAX_FIELDS];
     while (c->p < c->end) {
         if (*count == cap) return 2;
-        if (scan_record(c, x, values + *count * x->nf, present + *count * x->nf) < 0) return 1;
+        for (Py_ssize_t i = 0; i < x->nf; i++) kept[i] = x->extras[i].n;
+        starts[*count] = c->p - base;
+        if (scan_record(c, x, values + *count * x->nf, present + *count * x->nf) < 0) {
+            for (Py_ssize_t i = 0; i < x->nf; i++) x->extras[i].n = kept[i];
+            return 1;
+        }
         *done = c->p;
         (*count)++;
+        if (items_full(x)) return 3;
     }
     return 0;
 }
@@ -458,7 +545,7 @@ static int parse_specs(PyObject *names, Py_ssize_t nvalued, int strings, PyObjec
         PyObject *row = PyTuple_GET_ITEM(table, j);
         if (!PyTuple_Check(row) || !PyArg_ParseTuple(row, "y#iLK", &name, &len, &kind, &lo, &hi))
             goto bad;
-        specs[j] = (spec_t){name, len, kind, (int64_t)lo, (uint64_t)hi, -1, 0, NULL, 0, 0};
+        specs[j] = (spec_t){name, len, kind, (int64_t)lo, (uint64_t)hi, -1, 0, NULL, 0, 0, -1};
     }
     for (Py_ssize_t i = 0; i < nf; i++) {
         PyObject *o = PyTuple_GET_ITEM(names, i);
@@ -472,6 +559,8 @@ static int parse_specs(PyObject *names, Py_ssize_t nvalued, int strings, PyObjec
         specs[j].column = i;
         int text = specs[j].kind == K_STR || specs[j].kind == K_TOKEN || specs[j].kind == K_TARGET;
         specs[j].interned = strings && text && i < nvalued;
+        int fixed_bin = specs[j].kind == K_BIN && specs[j].hi > 0;
+        if (i < nvalued && (fixed_bin || specs[j].kind == K_INTS)) specs[j].extra = i;
     }
     return 0;
 bad:
@@ -479,73 +568,108 @@ bad:
     return -1;
 }
 
+/* The extras of the valued names as a tuple of bytes (b"" where a name has none). */
+static PyObject *extras_tuple(const grow_t *extras, Py_ssize_t nvalued) {
+    PyObject *out = PyTuple_New(nvalued);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < nvalued; i++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)extras[i].p, (Py_ssize_t)extras[i].n);
+        if (!b) { Py_DECREF(out); return NULL; }
+        PyTuple_SET_ITEM(out, i, b);
+    }
+    return out;
+}
+
+static void free_extras(grow_t *extras, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) PyMem_RawFree(extras[i].p);
+}
+
 static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *args) {
     Py_buffer buf;
-    Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX, ns;
+    Py_ssize_t offset, nvalued, max_records = PY_SSIZE_T_MAX, max_items = PY_SSIZE_T_MAX, ns;
     PyObject *names, *table, *strings = Py_None;
     limits_t lim;
     spec_t specs[MAX_FIELDS];
-    if (!PyArg_ParseTuple(args, "y*nO!nO!(KKKKKK)|nO", &buf, &offset, &PyTuple_Type, &names,
+    grow_t extras[MAX_FIELDS] = {{0}};
+    if (!PyArg_ParseTuple(args, "y*nO!nO!(KKKKKK)|nOn", &buf, &offset, &PyTuple_Type, &names,
                           &nvalued, &PyTuple_Type, &table, &lim.max_str, &lim.max_bin,
                           &lim.max_array, &lim.max_map, &lim.max_record, &lim.max_objects,
-                          &max_records, &strings))
+                          &max_records, &strings, &max_items))
         return NULL;
     Py_ssize_t nf = PyTuple_GET_SIZE(names);
     if (strings == Py_None) strings = NULL;
     if ((strings && !PyDict_CheckExact(strings)) ||
         parse_specs(names, nvalued, strings != NULL, table, specs, &ns) < 0 || nvalued < 1 ||
-        nvalued > nf || offset < 0 || offset > buf.len || max_records < 1) {
+        nvalued > nf || offset < 0 || offset > buf.len || max_records < 1 || max_items < 1) {
         PyBuffer_Release(&buf);
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad arguments to scan()");
         return NULL;
     }
-    scan_ctx x = {specs, ns, nf, 0, &lim, strings, {0}};
+    scan_ctx x = {specs, ns, nf, 0, &lim, strings, extras, (size_t)max_items, {0}};
     for (int k = 0; k < 256; k++) x.hints[k] = -1;
 
     Py_ssize_t cap = max_records < 4096 ? max_records : 4096, count = 0;
     int64_t *values = PyMem_Malloc(sizeof(int64_t) * nf * cap);
     uint8_t *present = PyMem_Malloc(nf * cap);
-    cursor c = {(const uint8_t *)buf.buf + offset, (const uint8_t *)buf.buf + buf.len, 0};
+    int64_t *starts = PyMem_Malloc(sizeof(int64_t) * cap);
+    const uint8_t *base = (const uint8_t *)buf.buf;
+    cursor c = {base + offset, base + buf.len, 0};
     const uint8_t *done = c.p;
     int status;
     for (;;) {
-        if (!values || !present) goto nomem;
+        if (!values || !present || !starts) goto nomem;
         if (strings) {
-            status = scan_rows(&c, &done, &x, values, present, cap, &count);
+            status = scan_rows(&c, &done, &x, values, present, starts, base, cap, &count);
         } else {
             Py_BEGIN_ALLOW_THREADS
-            status = scan_rows(&c, &done, &x, values, present, cap, &count);
+            status = scan_rows(&c, &done, &x, values, present, starts, base, cap, &count);
             Py_END_ALLOW_THREADS
         }
-        if (status != 2 || count >= max_records) break;
+        int items_done = status == 3; /* the caller calls again, as after max_records */
+        if (items_done) status = 2;
+        if (status != 2 || items_done || count >= max_records) break;
         cap = cap * 2 > max_records ? max_records : cap * 2; /* grow (needs the GIL), go on */
         int64_t *nv = PyMem_Realloc(values, sizeof(int64_t) * nf * cap);
         if (nv) values = nv;
         uint8_t *npres = PyMem_Realloc(present, nf * cap);
         if (npres) present = npres;
-        if (!nv || !npres) goto nomem;
+        int64_t *nstarts = PyMem_Realloc(starts, sizeof(int64_t) * cap);
+        if (nstarts) starts = nstarts;
+        if (!nv || !npres || !nstarts) goto nomem;
     }
 
-    Py_ssize_t end = done - (const uint8_t *)buf.buf;
+    Py_ssize_t end = done - base;
     PyBuffer_Release(&buf);
     PyObject *v = PyBytes_FromStringAndSize((const char *)values, sizeof(int64_t) * nf * count);
     PyObject *p = PyBytes_FromStringAndSize((const char *)present, nf * count);
+    PyObject *st = PyBytes_FromStringAndSize((const char *)starts, sizeof(int64_t) * count);
+    PyObject *ex = extras_tuple(extras, nvalued);
     PyMem_Free(values);
     PyMem_Free(present);
-    if (!v || !p) { Py_XDECREF(v); Py_XDECREF(p); return NULL; }
-    return Py_BuildValue("nnNNi", end, count, v, p, status);
+    PyMem_Free(starts);
+    free_extras(extras, nf);
+    if (!v || !p || !st || !ex) {
+        Py_XDECREF(v);
+        Py_XDECREF(p);
+        Py_XDECREF(st);
+        Py_XDECREF(ex);
+        return NULL;
+    }
+    return Py_BuildValue("nnNNiNN", end, count, v, p, status, ex, st);
 
 nomem:
     PyBuffer_Release(&buf);
     PyMem_Free(values);
     PyMem_Free(present);
+    PyMem_Free(starts);
+    free_extras(extras, nf);
     return PyErr_NoMemory();
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, offset, names, nvalued, specs, limits[, max_records[, strings]])"
-     " -> (end, count, values, present, status)"},
+     "scan(data, offset, names, nvalued, specs, limits[, max_records[, strings[, max_items]]])"
+     " -> (end, count, values, present, status, extras, starts)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,22 +14,21 @@ from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import ArchiveError
 from tailreplay.traces.archive import format as fmt
+from tailreplay.traces.archive.column_scan import Scanned, scan_file
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import BOOL_FIELDS, FIELDS, INT_FIELDS
-from tailreplay.traces.archive.scan import FileScan, changed_while_read, open_chunks
-from tailreplay.traces.archive.validate import COLSCAN_SPECS, FIELD_SPECS, STR, TARGET, TOKEN
-from tailreplay.traces.archive.zstd_read import Chunk
+from tailreplay.traces.archive.scan import FileScan, changed_while_read
+from tailreplay.traces.archive.validate import FIELD_SPECS, STR, TARGET, TOKEN
 
 try:
     from tailreplay.traces.archive import _colscan  # type: ignore[attr-defined]
@@ -219,29 +218,21 @@ def _scan_file(
     path: Path, names: list[str], nvalued: int
 ) -> tuple[dict[str, Array], dict[str, Mask]] | None:
     """Columns of one clean file via the C scanner, or None to use the Python path."""
-    keys = tuple(f.encode() for f in names)
     strings: dict[bytes, int] | None = {} if _TEXT.intersection(names[:nvalued]) else None
     chunks: dict[str, list[Array]] = {f: [] for f in names[:nvalued]}
     masks: dict[str, list[Mask]] = {f: [] for f in names}
 
-    def take(vals: bytes, pres: bytes, count: int) -> None:
-        # Columns per chunk of at most _CHUNK_RECORDS, so the raw buffers stay small.
-        v = np.frombuffer(vals, dtype=np.int64).reshape(count, len(keys))
-        p = np.frombuffer(pres, dtype=np.uint8).reshape(count, len(keys))
+    def take(part: Scanned) -> None:
+        # Columns per call of at most _CHUNK_RECORDS, so the raw buffers stay small.
         for j, name in enumerate(names):
-            masks[name].append(p[:, j].astype(bool))
+            masks[name].append(part.present[:, j].astype(bool))
             if j < nvalued:
-                col = v[:, j].copy()
+                col = part.values[:, j].copy()
                 chunks[name].append(col.astype(bool) if name in BOOL_FIELDS else col)
 
-    # Chunked reads, not mmap: mapped file pages count as the process's memory, and
-    # a 5M-record archive is hundreds of MB.
-    stream = open_chunks(path, chunk_size=8 << 20)
-    try:
-        ok = _scan_chunks(stream, keys, nvalued, take, strings)
-    finally:
-        stream.close()
-    if not ok or stream.damage is not None:  # damaged compressed data: Python reports it
+    if not scan_file(
+        path, tuple(names), nvalued, take, strings=strings, max_records=_CHUNK_RECORDS
+    ):
         return None
     values, present = _join(chunks), _join(masks, np.bool_)
     for name in names[:nvalued]:
@@ -273,64 +264,3 @@ def _join(parts: dict[str, list[Array]], empty: type = np.int64) -> dict[str, Ar
             out[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         del pieces
     return out
-
-
-def _header_end(data: Any) -> int | None:
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=fmt.MAX_RECORD_BYTES)
-    unpacker.feed(data[: min(len(data), 1 << 20)])
-    try:
-        unpacker.unpack()
-    except (msgpack.OutOfData, ValueError):
-        return None
-    offset: int = unpacker.tell()
-    return offset
-
-
-_LIMITS = (
-    fmt.MAX_STR_LEN,
-    fmt.MAX_BIN_LEN,
-    fmt.MAX_ARRAY_LEN,
-    fmt.MAX_MAP_LEN,
-    fmt.MAX_RECORD_BYTES,
-    fmt.MAX_RECORD_OBJECTS,
-)
-
-
-def _scan_chunks(
-    chunks: Iterator[Chunk],
-    keys: tuple[bytes, ...],
-    nvalued: int,
-    take: Callable[[bytes, bytes, int], None],
-    strings: dict[bytes, int] | None,
-) -> bool:
-    # A chunk is scanned where it lies; only a record split across chunks is copied
-    # (into ``pending``, which grows in place while a big record comes in).
-    pending = bytearray()
-    header_read = False
-    for chunk in chunks:
-        if pending:
-            pending += chunk
-        buf: Chunk = pending if pending else chunk
-        offset = 0
-        if not header_read:
-            end = _header_end(buf)
-            if end is None:
-                if buf is chunk:
-                    pending = bytearray(chunk)
-                if len(pending) > fmt.MAX_RECORD_BYTES:
-                    return False
-                continue
-            header_read, offset = True, end
-        status = 2
-        while status == 2:
-            offset, count, vals, pres, status = _colscan.scan(
-                buf, offset, keys, nvalued, COLSCAN_SPECS, _LIMITS, _CHUNK_RECORDS, strings
-            )
-            take(vals, pres, count)
-        if buf is pending:
-            del pending[:offset]
-        elif offset < len(chunk):
-            pending = bytearray(memoryview(chunk)[offset:])
-        if len(pending) > fmt.MAX_RECORD_BYTES:
-            return False  # not a record split across chunks: damage; let Python report it
-    return header_read and not pending

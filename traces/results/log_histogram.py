@@ -22,6 +22,15 @@ __all__ = ["LogHistogram"]
 
 Array = npt.NDArray[Any]
 _LOG = float(np.log(GROWTH))
+_PER_VALUE = 1 << 20
+"""Integers below this are counted per value (a count array of at most 8 MiB)."""
+
+
+def _bins(positive: Array) -> Array:
+    """The bin of each positive value (float64); bin 0 holds values below 1 (all the
+    same to a µs clock)."""
+    bins: Array = np.maximum(np.floor(np.log(positive) / _LOG).astype(np.int64) + 1, 0)
+    return bins
 
 
 class LogHistogram:
@@ -38,14 +47,41 @@ class LogHistogram:
         return int(self.counts.sum()) + self.zeros
 
     def add(self, values: Array) -> None:
+        values = np.asarray(values)
+        if values.dtype.kind in "iu" and values.size:
+            # Integers (µs gaps) below a bound are counted per value first, and each
+            # distinct value binned once: a fraction of the logarithms, same bins.
+            small = values < _PER_VALUE
+            if small.all() and values.min() >= 0:
+                self._add_per_value(np.bincount(values))
+                return
+            if values.min() >= 0:
+                self._add_per_value(np.bincount(values[small]))
+                values = values[~small]
         values = np.asarray(values, dtype=np.float64)
         positive = values[values > 0]
         self.zeros += int(values.size - positive.size)
         if positive.size == 0:
             return
-        # Bin 0 holds values below 1 (all the same to a µs clock).
-        bins = np.maximum(np.floor(np.log(positive) / _LOG).astype(np.int64) + 1, 0)
-        self._count(np.bincount(bins))
+        self._count(np.bincount(_bins(positive)))
+
+    def _add_per_value(self, per_value: Array) -> None:
+        """Add ``per_value[v]`` values of ``v``, for each integer ``v``."""
+        self.zeros += int(per_value[:1].sum())
+        if per_value.size < 2:
+            return
+        bins = _bins(np.arange(1, per_value.size, dtype=np.float64))
+        # Bins grow with the value: sum each run of equal bins, exactly (integers).
+        starts = np.flatnonzero(np.diff(bins, prepend=-1))
+        counts = np.zeros(int(bins[-1]) + 1, dtype=np.int64)
+        counts[bins[starts]] = np.add.reduceat(per_value[1:].astype(np.int64), starts)
+        self._count(counts)
+
+    def merge(self, other: LogHistogram) -> None:
+        """Add every value ``other`` holds."""
+        self.zeros += other.zeros
+        if other.counts.size:
+            self._count(other.counts.copy())
 
     def add_bins(self, flat: Sequence[int]) -> None:
         """Recorded bins, ``[bin, count, ...]`` (bin -1: values of 0); a lone last
