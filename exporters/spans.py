@@ -27,8 +27,8 @@ from tailreplay.dialects import operation_name
 from tailreplay.exporters.otlp import OtlpOptions, Telemetry
 from tailreplay.sampling import ARCHIVE_KEY, TraceSampler, new_key
 from tailreplay.traces.archive.record import Record
+from tailreplay.traces.results.figures import is_error, percentiles
 from tailreplay.traces.results.log_histogram import LogHistogram
-from tailreplay.traces.results.metrics import is_error, percentiles
 from tailreplay.traces.text.redact import redact_text
 from tailreplay.traces.text.redact_bodies import redact_value
 

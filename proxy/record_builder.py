@@ -29,7 +29,7 @@ from tailreplay.sampling import RunningP99, TraceSampler, sample_point
 from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
-from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.results.figures import is_error
 from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats

@@ -24,8 +24,8 @@ from tailreplay.replayer.replay_summary import (
 from tailreplay.replayer.schedule import Plan, ScheduleConfig
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.results.client_health import verdict_line
+from tailreplay.traces.results.figures import Metric, Requests, is_error, metric_values, percentiles
 from tailreplay.traces.results.log_histogram import LogHistogram
-from tailreplay.traces.results.metrics import Metric, Requests, is_error, metric_values, percentiles
 
 __all__ = ["ResultCollector", "mark_unsent", "summary_lines"]
 
@@ -75,7 +75,7 @@ def _int(value: int | None) -> int:
 @dataclass
 class ResultCollector:
     """The replay's figures so far, a few compact arrays: each request's columns of the
-    shared metric definitions (tailreplay.traces.results.metrics), and every dispatch lag."""
+    shared metric definitions (tailreplay.traces.results.figures), and every dispatch lag."""
 
     tail_stretch: float
     tail_quantile: float

@@ -57,7 +57,7 @@ from tailreplay.traces.results.client_health import (
     client_verdict,
     verdict_line,
 )
-from tailreplay.traces.results.metrics import metric_values
+from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import DEFAULT_BUCKETS, bucket_bounds, bucket_label
 from tailreplay.units import parse_factor
 

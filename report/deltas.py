@@ -15,7 +15,7 @@ from tailreplay.printable import printable
 from tailreplay.report.model import DeltaFigures, Deltas, SlowDown
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.report.side import Side
-from tailreplay.traces.results.metrics import percentiles
+from tailreplay.traces.results.figures import percentiles
 
 __all__ = ["DELTA_COLUMNS", "WORST", "delta_rows", "deltas", "join"]
 

@@ -31,7 +31,7 @@ import numpy as np
 from tailreplay.engine_metrics import scrape_path
 from tailreplay.report.model import EngineReport, Finding
 from tailreplay.report.side import Side
-from tailreplay.traces.results.metrics import per_request
+from tailreplay.traces.results.figures import per_request
 
 __all__ = ["THRESHOLDS", "EngineReport", "engine_report", "findings", "parse_thresholds"]
 

@@ -22,7 +22,7 @@ from tailreplay.report.gate_model import (
 )
 from tailreplay.traces.archive.replay_header import ReplaySettings
 from tailreplay.traces.results.client_health import ClientVerdict
-from tailreplay.traces.results.metrics import METRICS, Metric
+from tailreplay.traces.results.figures import METRICS, Metric
 
 __all__ = [
     "METRICS",

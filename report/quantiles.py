@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.traces.results.metrics import PERCENTILES
+from tailreplay.traces.results.figures import PERCENTILES
 
 __all__ = ["QUANTILES", "Estimate", "estimates"]
 

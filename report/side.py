@@ -23,8 +23,8 @@ from tailreplay.report.side_columns import FLAGS, INTS, FilePart, SideRead, side
 from tailreplay.traces.archive.column_chunks import Strings, read_parts
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader, is_replay
+from tailreplay.traces.results.figures import Requests
 from tailreplay.traces.results.log_histogram import LogHistogram
-from tailreplay.traces.results.metrics import Requests
 
 __all__ = ["Side", "load_side"]
 
@@ -102,7 +102,7 @@ class Side:
 
     @property
     def requests(self) -> Requests:
-        """The columns the shared metric definitions read (tailreplay.traces.results.metrics)."""
+        """The columns the shared metric definitions read (tailreplay.traces.results.figures)."""
         return Requests(
             duration_ns=self.duration_ns,
             ttfb_ns=self.ttfb_ns,

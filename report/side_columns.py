@@ -21,8 +21,8 @@ from tailreplay.report.column_memory import GrowingColumn
 from tailreplay.report.idle_calls import IdleCalls
 from tailreplay.report.request_keys import KEY, KEY_SIZE, KeyIndex
 from tailreplay.traces.archive.column_chunks import ChunkFields, ColumnChunk, Strings
+from tailreplay.traces.results.figures import error_mask
 from tailreplay.traces.results.log_histogram import LogHistogram
-from tailreplay.traces.results.metrics import error_mask
 
 __all__ = ["FLAGS", "INTS", "FilePart", "SideRead", "side_fields"]
 

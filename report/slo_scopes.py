@@ -29,7 +29,7 @@ from tailreplay.report.compare import summarize
 from tailreplay.report.model import PerSide, ScopeRow, SideSummary, SloScope
 from tailreplay.report.side import Side
 from tailreplay.report.slo import Objective, cell
-from tailreplay.traces.results.metrics import per_request
+from tailreplay.traces.results.figures import per_request
 
 __all__ = ["MIN_REQUESTS", "by_class", "by_window", "goodput"]
 

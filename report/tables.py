@@ -27,7 +27,7 @@ from tailreplay.report.model import (
 )
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.report.routes import route_tables
-from tailreplay.report.shadow import shadow_words
+from tailreplay.report.shadow_report import shadow_words
 from tailreplay.report.table import ReportTable, ms, num, pct, quantile_value
 from tailreplay.traces.archive.replay_header import ReplayHeader
 

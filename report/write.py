@@ -25,7 +25,7 @@ from tailreplay.report.model import Report, Shadow, SloMatrix, SloVerdict
 from tailreplay.report.partial import cut_short, partial_line
 from tailreplay.report.request_keys import KeyIndex
 from tailreplay.report.run_table import run_table
-from tailreplay.report.shadow import shadow_of_capture, shadow_sides
+from tailreplay.report.shadow_report import shadow_of_capture, shadow_sides
 from tailreplay.report.shards import check_one_run, missing_shards
 from tailreplay.report.side import Side, load_side
 from tailreplay.report.slo import Objective, check, check_judgeable

@@ -1,5 +1,5 @@
 """Every view of the same records gives the same figures: `traces stats`, `report` and the
-replay's summary read one set of definitions (tailreplay.traces.results.metrics)."""
+replay's summary read one set of definitions (tailreplay.traces.results.figures)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ from tailreplay.study_folder import claimed_folder
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.ops import Stop, copy_records, record_filter
 from tailreplay.traces.results.client_health import client_verdict
-from tailreplay.traces.results.metrics import metric_values
+from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.workload.clock import on_ticks

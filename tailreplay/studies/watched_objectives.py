@@ -9,7 +9,7 @@ from typing import cast
 from tailreplay.errors import UsageError
 from tailreplay.replayer.slo_stop import SloStop, Watched, WatchedMetric
 from tailreplay.report.slo import Objective
-from tailreplay.traces.results.metrics import PERCENTILES
+from tailreplay.traces.results.figures import PERCENTILES
 
 __all__ = ["slo_stop_config", "watchable"]
 

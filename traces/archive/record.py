@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.results.figures import is_error
 
 __all__ = [
     "BOOL_FIELDS",

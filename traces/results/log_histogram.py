@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.log_bins import GROWTH, bin_middle
-from tailreplay.traces.results.metrics import PERCENTILES
+from tailreplay.traces.results.figures import PERCENTILES
 
 __all__ = ["LogHistogram"]
 

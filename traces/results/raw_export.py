@@ -4,7 +4,7 @@ What the report summarises, request by request, for a tool of the user's own:
 when the request was due and sent, when its first and every later token event came,
 when it ended, its status, tokens and attempt. Times are unix nanoseconds as
 integers (``start_ns`` is the record's; a replay's ``due_ns`` and ``sent_ns``),
-durations milliseconds as floats. The figures follow ``traces/results/metrics.py``:
+durations milliseconds as floats. The figures follow ``traces/results/figures.py``:
 ``latency_ms`` is start to the last byte, ``ttft_ms`` start to the first token event
 (streamed answers only), ``token_ns`` the arrival of each token event
 (``chunk_gaps_us`` summed from the first; microsecond steps). A stream of more than
@@ -27,7 +27,7 @@ from typing import Any
 from tailreplay.openai_api import generates_nothing
 from tailreplay.private import open_private, replaced_whole
 from tailreplay.traces.archive.reader import ArchiveReader
-from tailreplay.traces.results.metrics import is_error
+from tailreplay.traces.results.figures import is_error
 
 __all__ = ["export_raw", "raw_line"]
 

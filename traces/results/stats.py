@@ -1,6 +1,6 @@
 """Summary statistics of an archive: the figures ``tailreplay traces stats`` prints.
 
-Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.results.metrics``'s (the
+Latency, TTFT, TPOT and the error rate are ``tailreplay.traces.results.figures``'s (the
 definitions every view shares); token percentiles are over successful records. Calls
 that generate nothing (``GET /v1/models``, tokenizer routes:
 ``tailreplay.openai_api.generates_nothing``) are in no figure but ``records``,
@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from tailreplay.openai_api import call_name, generates_nothing
 from tailreplay.traces.archive.columns import Columns
-from tailreplay.traces.results.metrics import Requests, error_mask, metric_values, percentiles
+from tailreplay.traces.results.figures import Requests, error_mask, metric_values, percentiles
 from tailreplay.traces.workload.clock import detect
 
 __all__ = [
