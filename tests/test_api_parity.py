@@ -63,10 +63,16 @@ def test_a_replay_from_python_reads_every_option_and_writes_every_output(
         slos=api.objectives("error_rate<=100%"),
         json_out=tmp_path / "summary.json",
         out=tmp_path / "results.msgpack",
+        lag_limit=3600.0,  # behaviour, not timing: a busy machine's late sends are no verdict
     )
     run = api.replay(judged)
     reported = api.replay(
-        _Watched(archives=(capture,), speed=api.speed("10x"), report_out=tmp_path / "r.html"),
+        _Watched(
+            archives=(capture,),
+            speed=api.speed("10x"),
+            report_out=tmp_path / "r.html",
+            lag_limit=3600.0,
+        ),
         out=tmp_path / "reported.msgpack",
     )
     ignored = FIELDS - _Watched.seen
@@ -76,8 +82,8 @@ def test_a_replay_from_python_reads_every_option_and_writes_every_output(
     assert sum(1 for _ in api.read(run.results)) == 30
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["requests"] == 30 and "slo" in summary
-    assert run.judged is not None and summary["slo"]["passed"] == run.judged.passed
-    assert run.exit_code == (0 if run.judged.passed else 1)
+    assert run.judged is not None and summary["slo"]["passed"] is run.judged.passed is True
+    assert run.exit_code == 0
     assert (tmp_path / "r.html").read_text().lstrip().lower().startswith("<!doctype html")
     assert reported.judged is not None and reported.judged.missed == []
 
