@@ -143,6 +143,27 @@ def test_modules_stay_small() -> None:
     assert not over, "split each by concern:\n" + "\n".join(over)
 
 
+SHARED_NAMES = {
+    "metrics.py": {"proxy/metrics.py", "replayer/metrics.py", "sim/metrics.py"},
+    "config.py": {"proxy/config.py", "replayer/config.py"},
+    "server.py": {"proxy/server.py", "sim/server.py"},
+    "replay.py": {"tailreplay/cli/replay.py", "tailreplay/studies/replay.py"},
+    "capacity.py": {"tailreplay/cli/capacity.py", "tailreplay/studies/capacity.py"},
+}
+"""Names a module shares on purpose: docs/architecture.md, "Names shared on purpose"."""
+
+
+def test_no_two_modules_share_a_name_unless_the_docs_say_why() -> None:
+    by_name: dict[str, set[str]] = {}
+    for path, _ in _modules():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(path.name, set()).add(path.relative_to(ROOT).as_posix())
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert shared == SHARED_NAMES
+    documented = (ROOT / "docs/architecture.md").read_text()
+    assert all(f"`{name}`" in documented for name in SHARED_NAMES)
+
+
 def test_lines_are_not_packed_to_pass_the_gates() -> None:
     """A ``# fmt: skip`` keeps lines joined that ruff would split: kept only for
     aligned tables, each with its reason on the line above."""
