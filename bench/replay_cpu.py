@@ -49,7 +49,7 @@ def replay_cpu(url: str, archive: Path, tmp: Path, loop: str, requests: int, rat
     """Microseconds of CPU a request, beyond the dry run of the same archive."""
     base = [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--tail-stretch",
             "1", "--event-loop", loop, "--out", str(tmp / "r.msgpack"),
-            "--json", str(tmp / "s.json")]  # fmt: skip
+            "--json", str(tmp / "s.json"), "--overwrite"]  # fmt: skip
     before = _children_cpu()
     subprocess.run([*base, "--dry-run", str(archive)], check=True, capture_output=True)
     dry = _children_cpu() - before
