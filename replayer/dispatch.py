@@ -64,6 +64,11 @@ wake-up is the kernel's work and the hypervisor's), and it comes tens of
 microseconds late."""
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
+_BURST_MOST = 8
+"""Requests started (their tasks made) at most before the dispatcher yields, when each
+next one is due already..."""
+_BURST_S = 0.0002
+"""...and for at most this long."""
 
 
 class SpanSink(Protocol):
@@ -164,7 +169,7 @@ class Dispatcher:
         t0_wall_ns: int,
         timer: PreciseTimer | None,
     ) -> None:
-        stats = self.stats
+        stats, burst = self.stats, Burst(_BURST_MOST, _BURST_S)
         wake = WakeMargin(first=_FIRST_MARGIN_S, widest=_SPIN_S, share=_SPIN_SHARE)
         ahead = self.ahead = Lookahead(
             items, self.builder, max_items=self.lookahead_items, max_bytes=self.lookahead_bytes
@@ -198,7 +203,7 @@ class Dispatcher:
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             now = clock()
-            delay, self.yielded_s = due - now, self.yielded_s + now - yield_from
+            self.yielded_s += now - yield_from
             if self.stopping.is_set():
                 break
             stats.due += 1
@@ -214,9 +219,11 @@ class Dispatcher:
             cell: list[asyncio.Task[None]] = []  # the task, for it to leave _tasks by
             cell.append(loop.create_task(self._one(item, spec, due, intended_ns, cell)))
             self._tasks.add(cell[0])
-            if delay <= 0:
-                # Behind schedule (or a tie): let the new task start sending now, rather
-                # than queueing a burst of tasks that would all start late.
+            # Yield, so that the new task sends now, before anything else is built or
+            # started; but when the next request is due already (behind schedule, or a
+            # tie), start a few first: each yield is a turn of the loop (a poll, the
+            # answers read since), which a backlog pays a request each.
+            if not burst.hold(ahead.next_due_s(), clock() - t0):
                 await asyncio.sleep(0)
 
     async def run_users(
@@ -444,6 +451,31 @@ class Dispatcher:
         if self.spans is not None:
             body = spec.body if self.spans.capture_content else None
             self.spans.emit(result, request_body=body)
+
+
+class Burst:
+    """Whether the dispatcher starts the next request before it yields: only when that
+    one is due already, for at most ``most`` requests in a row and ``seconds`` since
+    the first of them (a request built when taken can take milliseconds)."""
+
+    def __init__(self, most: int, seconds: float) -> None:
+        self.most, self.seconds = most, seconds
+        self.held = 0
+        """Requests started since the last yield."""
+        self._since = 0.0
+
+    def hold(self, next_due_s: float | None, now_s: float) -> bool:
+        """True: start the request due at ``next_due_s`` (None: none left) before
+        yielding, the clock reading ``now_s`` (both on the schedule's offsets)."""
+        due = next_due_s is not None and next_due_s <= now_s
+        late = self.held and now_s - self._since > self.seconds
+        if not due or self.held >= self.most or late:
+            self.held = 0
+            return False
+        if not self.held:
+            self._since = now_s
+        self.held += 1
+        return True
 
 
 def _gap_s(item: Planned, after: Planned | None) -> float:
