@@ -25,6 +25,7 @@ from time import monotonic as clock
 from time import monotonic_ns
 from typing import Any, Protocol
 
+from tailreplay.replayer.backlog import Burst
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
@@ -64,6 +65,10 @@ wake-up is the kernel's work and the hypervisor's), and it comes tens of
 microseconds late."""
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
+_BUILDS_S = 0.0001
+"""Builds ahead run back to back for this long at most before the dispatcher yields:
+answers in flight are read at least that often, and a build of a short prompt (a few
+microseconds) does not cost a turn of the loop of its own."""
 _BURST_MOST = 8
 """Requests started (their tasks made) at most before the dispatcher yields, when each
 next one is due already..."""
@@ -189,9 +194,12 @@ class Dispatcher:
             # goes to building the requests after this one, a build at a time, each
             # only if it should end in time.
             margin = _SPIN_S if timer is None else wake.at(due)
+            turned = clock()
             while (delay := due - clock() - margin) > 0 and not self.stopping.is_set():
                 if ahead.build_ahead(delay - _BUILD_MARGIN_S):
-                    await asyncio.sleep(0)  # responses in flight are read between builds
+                    if clock() - turned >= _BUILDS_S:
+                        await asyncio.sleep(0)  # responses in flight are read between builds
+                        turned = clock()
                 elif timer is None or delay > _STEP_S + _SPIN_S:
                     await asyncio.sleep(min(delay, _STEP_S))
                 elif delay < _SHORTEST_SLEEP_S:
@@ -451,31 +459,6 @@ class Dispatcher:
         if self.spans is not None:
             body = spec.body if self.spans.capture_content else None
             self.spans.emit(result, request_body=body)
-
-
-class Burst:
-    """Whether the dispatcher starts the next request before it yields: only when that
-    one is due already, for at most ``most`` requests in a row and ``seconds`` since
-    the first of them (a request built when taken can take milliseconds)."""
-
-    def __init__(self, most: int, seconds: float) -> None:
-        self.most, self.seconds = most, seconds
-        self.held = 0
-        """Requests started since the last yield."""
-        self._since = 0.0
-
-    def hold(self, next_due_s: float | None, now_s: float) -> bool:
-        """True: start the request due at ``next_due_s`` (None: none left) before
-        yielding, the clock reading ``now_s`` (both on the schedule's offsets)."""
-        due = next_due_s is not None and next_due_s <= now_s
-        late = self.held and now_s - self._since > self.seconds
-        if not due or self.held >= self.most or late:
-            self.held = 0
-            return False
-        if not self.held:
-            self._since = now_s
-        self.held += 1
-        return True
 
 
 def _gap_s(item: Planned, after: Planned | None) -> float:
