@@ -10,7 +10,8 @@ commit's (``--baseline-python``, an interpreter with that commit installed:
 ``--runs``: the replay's own lag P50 / P99, requests dropped, and its CPU as a share
 of one core over the dispatch's span (from t0 until everything is sent; start-up
 and the answers after it left out: the summary's ``client.cpu_share``); then the
-runs whose lag P99 was over 0.5 ms, and the host's steal during the runs where any.
+runs whose lag P99 was over 0.5 ms; and where any, the most that a run's dispatching
+thread waited for a CPU (other processes held the cores) and the host stole.
 
 Needs nginx. Run: ``.venv/bin/python bench/dispatch_wait.py``.
 """
@@ -62,6 +63,7 @@ def replay(
         "dropped": s["dropped"],
         "cpu": client.get("cpu_share") or 0.0,
         "steal": client.get("steal_share") or 0.0,
+        "queued": client.get("cpu_wait_share") or 0.0,
     }
 
 
@@ -111,9 +113,10 @@ def main() -> None:
 def _cell(runs: list[Run]) -> str:
     med = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     over = sum(r["p99"] > OVER_MS for r in runs)
-    steal = max(r["steal"] for r in runs)
+    steal, queued = max(r["steal"] for r in runs), max(r["queued"] for r in runs)
     cell = (f"{med['p50']:.2f} / {med['p99']:.2f}, {med['dropped']:,.0f}, "
             f"{med['cpu'] * 100:.0f}%, {over} of {len(runs)}")  # fmt: skip
+    cell += f", queued {queued * 100:.0f}%" if queued >= 0.01 else ""
     return cell + (f", steal {steal * 100:.1f}%" if steal >= 0.0005 else "")
 
 
@@ -122,8 +125,9 @@ def report(
 ) -> None:
     print(f"{args.seconds:g} s per rate; nginx; {args.workers} process(es) on {args.event_loop}; "
           f"median of {args.runs} runs each, alternating: lag P50 / P99 ms, dropped, CPU "
-          f"(% of a core, over the dispatch), runs over {OVER_MS} ms of lag P99, the "
-          "host's steal at most, where any")  # fmt: skip
+          f"(% of a core, over the dispatch), runs over {OVER_MS} ms of lag P99; where "
+          "any, at most: the replay's wait for a CPU (queued) and the host's steal, as "
+          "shares of the run")  # fmt: skip
     print()
     print("| rate/s |" + "".join(f" {name} |" for name in names))
     print("|---:|" + "---|" * len(names))
