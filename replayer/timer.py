@@ -68,9 +68,9 @@ class WakeMargin:
         self, *, first: float, widest: float, share: float, deviations: float = 2.0
     ) -> None:
         self.widest, self.share, self.deviations = widest, share, deviations
-        self.late = first / 2
+        self.late = first / 2 if deviations else first
         """The smoothed lateness of the wake-ups (seconds)."""
-        self.deviation = first / (2 * deviations)
+        self.deviation = first / (2 * deviations) if deviations else 0.0
         """Its smoothed mean deviation: ``late + deviations * deviation`` starts at ``first``."""
         self.gap: float | None = None
         """The smoothed time between due times; None until two have been seen."""

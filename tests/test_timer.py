@@ -172,3 +172,12 @@ def test_the_mean_gap_follows_the_rate_and_ignores_a_step_back() -> None:
     assert m.gap is not None and m.gap < 0.0001
     m.woke(0.005)
     assert m.at(101.0) == pytest.approx(0.25 * m.gap)
+
+
+def test_without_deviations_the_margin_is_the_smoothed_lateness() -> None:
+    m = WakeMargin(first=0.00025, widest=0.0015, share=0.25, deviations=0)
+    assert m.at(100.0) == pytest.approx(0.00025)
+    for i in range(1, 200):
+        m.at(100.0 + i / 500)
+        m.woke(0.00006 if i % 2 else 0.0001)
+    assert m.at(100.4) == pytest.approx(0.00008, abs=0.00001)  # the mean, no deviation
