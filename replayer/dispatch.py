@@ -25,13 +25,14 @@ from time import monotonic as clock
 from time import monotonic_ns
 from typing import Any, Protocol
 
+from tailreplay.replayer.backlog import Burst
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.sessions import SessionFeeder
-from tailreplay.replayer.timer import PreciseTimer, WakeWindow
+from tailreplay.replayer.timer import PreciseTimer, WakeMargin
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -47,14 +48,32 @@ log = logging.getLogger("tailreplay.replay")
 # each send and measures its lag to the microsecond.
 _SPIN_S = 0.0015
 """How far off the loop's own timers may fire: the last wait before a send without a
-timerfd, and the margin a step of a long sleep on them keeps before the timerfd's."""
+timerfd, the widest margin with one, and the margin a step of a long sleep on the
+loop's timers keeps before the timerfd's."""
 _STEP_S = 0.25
 """The longest sleep at a time: a stop is seen within it."""
-_YIELD_S = 0.00025
-"""How long before due the dispatcher stops waiting on the timerfd and yields, while
-its wake-ups come on time (``timer.WakeWindow``: up to _SPIN_S while they do not)."""
+_FIRST_MARGIN_S = 0.00025
+"""How long before due the timerfd wakes the dispatcher until its wake-ups are measured
+(``timer.WakeMargin``)."""
+_SPIN_SHARE = 0.25
+"""The widest margin, as a share of the mean time between sends: however late the host
+wakes the replay, the busy wait it adds stays under this share of a core."""
+_SHORTEST_SLEEP_S = 0.0001
+"""A sleep shorter than this is not taken: the dispatcher yields instead. Waking from it
+costs more CPU than the yield (a process that sleeps lets its vCPU halt, and each
+wake-up is the kernel's work and the hypervisor's), and it comes tens of
+microseconds late."""
 _BUILD_MARGIN_S = 0.0005
 """Room left after a build ahead for the estimate to be wrong."""
+_BUILDS_S = 0.0001
+"""Builds ahead run back to back for this long at most before the dispatcher yields:
+answers in flight are read at least that often, and a build of a short prompt (a few
+microseconds) does not cost a turn of the loop of its own."""
+_BURST_MOST = 8
+"""Requests started (their tasks made) at most before the dispatcher yields, when each
+next one is due already..."""
+_BURST_S = 0.0002
+"""...and for at most this long."""
 
 
 class SpanSink(Protocol):
@@ -155,36 +174,44 @@ class Dispatcher:
         t0_wall_ns: int,
         timer: PreciseTimer | None,
     ) -> None:
-        stats, wake = self.stats, WakeWindow(_YIELD_S, _SPIN_S)
+        stats, burst = self.stats, Burst(_BURST_MOST, _BURST_S)
+        wake = WakeMargin(first=_FIRST_MARGIN_S, widest=_SPIN_S, share=_SPIN_SHARE)
         ahead = self.ahead = Lookahead(
             items, self.builder, max_items=self.lookahead_items, max_bytes=self.lookahead_bytes
         )
         while (taken := ahead.take()) is not None:
             item, spec = taken
             due = t0 + item.due_s
-            # Sleep until `window` before the absolute due time, then yield to the loop
+            # Sleep until `margin` before the absolute due time, then yield to the loop
             # (a busy wait) until due, so a send lands within tens of microseconds of it.
             # The last sleep is on a timerfd (``timer.py``; the loop's own timers fire up
             # to a millisecond off, epoll and libuv counting whole ms), so it is the one
-            # wake-up a request costs; it comes an iteration of the loop late. The window
-            # is _YIELD_S, wider while wake-ups come late (``WakeWindow``); without a
-            # timerfd, _SPIN_S. Longer sleeps go in _STEP_S steps, so that a stop (Ctrl-C)
-            # is seen across a long lull. Time to spare goes to building the requests
-            # after this one, a build at a time, each only if it should end in time.
-            window = _SPIN_S if timer is None else wake.at(due)
-            while (delay := due - clock() - window) > 0 and not self.stopping.is_set():
+            # wake-up a request costs. Its margin is how late the wake-ups have come
+            # (``WakeMargin``): the busy wait is what is left of it, a few tens of
+            # microseconds on a quiet host, bounded by a share of the time between sends
+            # on a busy one; without a timerfd, _SPIN_S. Longer sleeps go in _STEP_S
+            # steps, so that a stop (Ctrl-C) is seen across a long lull. Time to spare
+            # goes to building the requests after this one, a build at a time, each
+            # only if it should end in time.
+            margin = _SPIN_S if timer is None else wake.at(due)
+            turned = clock()
+            while (delay := due - clock() - margin) > 0 and not self.stopping.is_set():
                 if ahead.build_ahead(delay - _BUILD_MARGIN_S):
-                    await asyncio.sleep(0)  # responses in flight are read between builds
+                    if clock() - turned >= _BUILDS_S:
+                        await asyncio.sleep(0)  # responses in flight are read between builds
+                        turned = clock()
                 elif timer is None or delay > _STEP_S + _SPIN_S:
                     await asyncio.sleep(min(delay, _STEP_S))
+                elif delay < _SHORTEST_SLEEP_S:
+                    break
                 else:
-                    await timer.wait_until(due - window)
-                    wake.woke(clock() - (due - window))
+                    await timer.wait_until(due - margin)
+                    wake.woke(clock() - (due - margin))
             yield_from = clock()
             while clock() < due and not self.stopping.is_set():
                 await asyncio.sleep(0)
             now = clock()
-            delay, self.yielded_s = due - now, self.yielded_s + now - yield_from
+            self.yielded_s += now - yield_from
             if self.stopping.is_set():
                 break
             stats.due += 1
@@ -200,9 +227,11 @@ class Dispatcher:
             cell: list[asyncio.Task[None]] = []  # the task, for it to leave _tasks by
             cell.append(loop.create_task(self._one(item, spec, due, intended_ns, cell)))
             self._tasks.add(cell[0])
-            if delay <= 0:
-                # Behind schedule (or a tie): let the new task start sending now, rather
-                # than queueing a burst of tasks that would all start late.
+            # Yield, so that the new task sends now, before anything else is built or
+            # started; but when the next request is due already (behind schedule, or a
+            # tie), start a few first: each yield is a turn of the loop (a poll, the
+            # answers read since), which a backlog pays a request each.
+            if not burst.hold(ahead.next_due_s(), clock() - t0):
                 await asyncio.sleep(0)
 
     async def run_users(

@@ -14,7 +14,6 @@ milliseconds (docs/benchmarks.md, "Replay dispatch capacity").
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any, NamedTuple
 
@@ -88,25 +87,38 @@ class LoopWatch:
         """Until ``until`` is set, or cancelled (a closed loop, or a stop)."""
         await asyncio.sleep(max(self._start - time.monotonic(), 0.0))
         self._first = _Readings.now()
+        loop = asyncio.get_running_loop()
+        # One waiter for ``until`` for the whole span, and a tick a future and a timer:
+        # the watch wakes the replay 50 times a second, so a tick is kept cheap (a
+        # wait_for of the event made a task and raised through a cancellation each).
+        sent = None if self._until is None else loop.create_task(self._until.wait())
+        tick: asyncio.Future[None] | None = None
+
+        def wake(_: object = None) -> None:
+            if tick is not None and not tick.done():
+                tick.set_result(None)
+
+        if sent is not None:
+            sent.add_done_callback(wake)
         try:
-            while self._until is None or not self._until.is_set():
+            while sent is None or not sent.done():
                 # time.monotonic, as the dispatch's lags: uvloop's loop.time() counts
                 # whole ms. The tick ends early when everything is sent, so the span does.
                 due = time.monotonic() + _TICK_S
-                await self._tick()
+                tick = loop.create_future()
+                timer = loop.call_later(_TICK_S, wake)
+                try:
+                    await tick
+                finally:
+                    timer.cancel()
                 late = time.monotonic() - due
                 if late >= _STALL_S:
                     self.stalls += 1
                     self.worst_s = max(self.worst_s, late)
         finally:
             self._last = _Readings.now()
-
-    async def _tick(self) -> None:
-        if self._until is None:
-            await asyncio.sleep(_TICK_S)
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._until.wait(), _TICK_S)
+            if sent is not None:
+                sent.cancel()
 
     def _span(self) -> tuple[_Readings, _Readings] | None:
         """The readings at the span's ends (its end now, while it lasts); None before

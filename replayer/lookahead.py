@@ -108,6 +108,14 @@ class Lookahead:
         self.built_on_take += 1
         return upcoming, self._build(upcoming)
 
+    def next_due_s(self) -> float | None:
+        """When the request ``take`` gives next is due (``Planned.due_s``), built or not;
+        None after the last."""
+        if self._ready:
+            return self._ready[0][0].due_s
+        upcoming = self._peek()
+        return None if upcoming is None else upcoming.due_s
+
     def build_ahead(self, time_left_s: float) -> bool:
         """Build the next request if there is room and its build should end within
         ``time_left_s``; False when nothing was built (full, at the end, or no time)."""

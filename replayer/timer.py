@@ -13,12 +13,16 @@ while it waits; the loop reads responses meanwhile as it would anyway. Where the
 is no timerfd (not Linux), ``PreciseTimer.open`` returns None and the caller yields
 as before.
 
-How long before due to stop waiting and yield instead (``WakeWindow``) adapts to how
-late the wake-ups come. On a virtual machine a process that sleeps lets its vCPU
-halt, and the host may give that core to another guest: most wake-ups are
-~0.1 ms late, but while the host is busy some are milliseconds late, and they come
-in bursts. A yield keeps the vCPU running, so after a late wake-up the window widens
-to cover it, and narrows back as wake-ups come on time.
+How long before due the timer wakes the dispatcher (``WakeMargin``) is measured:
+a wake-up comes some tens of microseconds after its instant (the loop's poll
+returning, the task resuming), so the timer is armed that much before due and the
+dispatcher yields to the loop (a busy wait) for what is left. On a virtual machine a
+process that sleeps lets its vCPU halt, and the host may give that core to another
+guest: while the host is busy, wake-ups come milliseconds late, in bursts. The
+margin follows the lateness of the last wake-ups, so a burst widens it (the yield
+keeps the vCPU running) and it narrows as wake-ups come on time again; it is
+bounded by a share of the time between sends, so however late the host wakes the
+replay, the busy wait costs at most that share of a core.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import ctypes
 import os
 import sys
 
-__all__ = ["PreciseTimer", "WakeWindow"]
+__all__ = ["PreciseTimer", "WakeMargin"]
 
 _CLOCK_MONOTONIC = 1
 _TFD_TIMER_ABSTIME = 1
@@ -42,44 +46,52 @@ class _Itimerspec(ctypes.Structure):
     _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
 
 
-class WakeWindow:
-    """How long before each send the dispatcher stops sleeping and yields busily.
+class WakeMargin:
+    """How long before each send the timer wakes the dispatcher, which then yields busily
+    until due.
 
-    ``narrowest`` while wake-ups come on time. A wake-up more than ``narrowest``
-    late (one whose send would have left late at the narrowest window) widens the
-    window to twice its lateness, up to ``widest``, or keeps it that wide; the
-    widening halves every ``half_life_s`` after the last late wake-up. A late
-    wake-up costs at most its own send, and a host that keeps waking the replay
-    late costs the CPU of a busy yield for as long as it does: on a quiet machine
-    the window stays narrow and the wait nearly free; on a busy shared one it is
-    wide, and costs what a yield before every send does. A wake-up's lateness
-    includes the loop's other callbacks run before it, so a replay short of CPU
-    widens the window too; by then its sends are closer together than the window.
-    Measured against a fixed window and a yield in docs/benchmarks.md, "The last
-    wait before each send".
+    The margin is the wake-ups' typical lateness plus twice its typical deviation, both
+    smoothed as TCP smooths a round trip time (RFC 6298: a mean moving an eighth of the
+    way to each sample, a mean deviation a quarter of the way): on a quiet host about
+    the 90th percentile of the lateness, so most sends leave within the yield's
+    microseconds of due and the rest a fraction of the lateness late. A burst of late
+    wake-ups widens it within a wake-up or two, and it narrows over the next tens once
+    they come on time again. It is at most ``widest``, and at most ``share`` of the
+    mean time between sends (smoothed over the last ``_GAPS``): the busy wait's CPU,
+    averaged over sends, stays under ``share`` of a core however late the wake-ups.
+    Measured against the yield in docs/benchmarks.md, "The last wait before each send".
     """
 
-    def __init__(self, narrowest: float, widest: float, *, half_life_s: float = 1.0) -> None:
-        self.narrowest, self.widest, self.half_life_s = narrowest, widest, half_life_s
-        self._extra = 0.0  # the widening, as of self._at
-        self._at = 0.0
+    _GAPS = 32
 
-    def at(self, now: float) -> float:
-        """The window for a send due at ``now``. Due times ascend; one that steps back
-        (a record past the reorder window) leaves the window as it is."""
-        if now > self._at:
-            if self._extra:
-                self._extra *= 0.5 ** ((now - self._at) / self.half_life_s)
-                if self._extra < 1e-6:
-                    self._extra = 0.0
-            self._at = now
-        return self.narrowest + self._extra
+    def __init__(
+        self, *, first: float, widest: float, share: float, deviations: float = 2.0
+    ) -> None:
+        self.widest, self.share, self.deviations = widest, share, deviations
+        self.late = first / 2 if deviations else first
+        """The smoothed lateness of the wake-ups (seconds)."""
+        self.deviation = first / (2 * deviations) if deviations else 0.0
+        """Its smoothed mean deviation: ``late + deviations * deviation`` starts at ``first``."""
+        self.gap: float | None = None
+        """The smoothed time between due times; None until two have been seen."""
+        self._due: float | None = None
+
+    def at(self, due: float) -> float:
+        """The margin for a send due at ``due``. Due times ascend; one that steps back (a
+        record past the reorder window) leaves the mean gap as it is."""
+        if self._due is not None and due >= self._due:
+            gap = due - self._due
+            self.gap = gap if self.gap is None else self.gap + (gap - self.gap) / self._GAPS
+        if self._due is None or due > self._due:
+            self._due = due
+        margin = min(self.late + self.deviations * self.deviation, self.widest)
+        return margin if self.gap is None else min(margin, self.share * self.gap)
 
     def woke(self, late_s: float) -> None:
-        """A wake-up came ``late_s`` after its instant (for the send due at the last
-        ``at``)."""
-        if late_s > self.narrowest:
-            self._extra = max(self._extra, min(2 * late_s, self.widest) - self.narrowest)
+        """A wake-up came ``late_s`` after the instant it was armed for."""
+        late_s = max(late_s, 0.0)
+        self.deviation += (abs(late_s - self.late) - self.deviation) / 4
+        self.late += (late_s - self.late) / 8
 
 
 class PreciseTimer:

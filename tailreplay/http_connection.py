@@ -272,10 +272,14 @@ class Connection(asyncio.Protocol):
         self._grow(len(status))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._grow(len(name) + len(value) + 4)
-        if len(self._headers) >= MAX_HEADER_LINES:
+        # _grow's test, inline: a response's every header line comes through here.
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise _HeadTooLarge(f"a response head over {MAX_HEAD_BYTES // 1024} KiB")
+        headers = self._headers
+        if len(headers) >= MAX_HEADER_LINES:
             raise _HeadTooLarge(f"a response head of more than {MAX_HEADER_LINES} header lines")
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def _grow(self, size: int) -> None:
         self._head_bytes += size

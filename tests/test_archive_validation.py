@@ -24,11 +24,11 @@ from click.testing import CliRunner, Result
 
 from tailreplay.cli import cli
 from tailreplay.errors import ArchiveCorrupt
-from tailreplay.traces.archive import columns
+from tailreplay.traces.archive import columns, validate
 from tailreplay.traces.archive import format as fmt
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.reader import ArchiveReader
-from tailreplay.traces.archive.validate import record_problem
+from tailreplay.traces.archive.validate import record_problem, target_ok, token_ok
 from tests.helpers import HEADER, write_plain
 
 T0 = 1_700_000_000 * 10**9
@@ -316,3 +316,18 @@ def test_a_top_level_key_that_is_not_a_string_is_damage_to_every_reader(tmp_path
         result = _invoke(*args)
         assert result.exit_code == 3, (name, result.output)
         assert "a key that is not a string (bytes b'k')" in result.stderr, (name, result.stderr)
+
+
+def test_methods_and_paths_found_good_are_remembered_and_bad_ones_never() -> None:
+    # The same answers the second time (from the set of good ones), and a refusal is
+    # looked at afresh each time.
+    for _ in range(2):
+        assert token_ok("POST") and target_ok("/v1/chat/completions?x=1")
+        assert not token_ok("PO ST") and not token_ok("") and not token_ok(None)
+        assert not target_ok("//evil.example/x") and not target_ok("/a b")
+        assert not target_ok("/a\r\nHost: x") and not target_ok(b"/v1")
+    assert "//evil.example/x" not in validate._GOOD_TARGETS
+    # A file of distinct paths cannot grow the set without bound.
+    for i in range(3 * validate._GOOD_MAX):
+        assert target_ok(f"/v1/chat/completions?page={i}")
+    assert len(validate._GOOD_TARGETS) <= validate._GOOD_MAX

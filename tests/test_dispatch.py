@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tailreplay.replayer.backlog import Burst
 from tailreplay.replayer.dispatch import Dispatcher
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
@@ -223,6 +224,34 @@ async def test_lag_is_measured_from_the_absolute_start_so_a_stall_is_caught_up()
     calls = h.transport.calls
     assert [c.ids[0] for c in calls] == [it.record.trace_id for it in items]
     assert all(c.at >= h.t0 + it.due_s for c, it in zip(calls, items, strict=True))
+
+
+def test_a_burst_holds_the_yield_only_while_the_next_request_is_due_already() -> None:
+    b = Burst(3, 0.0002)
+    assert not b.hold(1.0005, 1.0)  # the next is not due yet: yield, so this one sends now
+    assert not b.hold(None, 1.0)  # none left
+    # Behind schedule: three started, then a yield, and again.
+    assert [b.hold(0.5, 1.0) for _ in range(8)] == [True, True, True, False] * 2
+    assert b.hold(1.0, 1.0)  # a tie is due already
+    assert not b.hold(1.1, 1.0)  # the tie ends: yield, and start afresh
+    assert b.held == 0
+
+
+def test_a_burst_ends_after_its_time_whatever_its_count() -> None:
+    b = Burst(8, 0.0002)
+    assert b.hold(0.5, 1.0)
+    assert b.hold(0.5, 1.0001)
+    assert not b.hold(0.5, 1.0003)  # 0.3 ms since the first held: the tasks made go now
+    assert b.hold(0.5, 1.0004)
+
+
+async def test_behind_schedule_every_request_still_goes_in_due_order() -> None:
+    # 200 requests due at once (a tie, or a backlog): started in bursts, sent in order.
+    items = [planned(i, 0.0) for i in range(200)]
+    h = Harness(FakeTransport(), max_inflight=256)
+    await h.replay(items)
+    assert [c.ids[0] for c in h.transport.calls] == [it.record.trace_id for it in items]
+    assert h.dispatcher.stats.sent == 200
 
 
 # --- 2. max_inflight: wait up to drop_after_s, then drop -----------------------------------

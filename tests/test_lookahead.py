@@ -109,3 +109,18 @@ async def test_a_burst_of_long_prompts_leaves_on_time_when_built_ahead() -> None
     on = await _burst_lags(256)
     assert off.max() > 20  # 23 builds of ~650 KB each, however fast the machine
     assert on.max() < off.max() / 3, (on.max(), off.max())
+
+
+def test_the_next_due_time_is_known_without_building_it() -> None:
+    items = [_long(i, i * 0.5, tokens=50) for i in range(3)]
+    ahead = Lookahead(iter(items), _builder(), max_items=8, max_bytes=2**30)
+    assert ahead.next_due_s() == 0.0
+    assert ahead.held[0] == 0  # read from the schedule, not built
+    taken = ahead.take()
+    assert taken is not None and taken[0] is items[0]
+    assert ahead.build_ahead(60.0)
+    assert ahead.next_due_s() == 0.5  # the one built
+    ahead.take()
+    assert ahead.next_due_s() == 1.0
+    ahead.take()
+    assert ahead.next_due_s() is None and ahead.take() is None

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tailreplay.replayer.timer import PreciseTimer, WakeWindow
+from tailreplay.replayer.timer import PreciseTimer, WakeMargin
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux")
 
@@ -79,36 +79,105 @@ async def test_a_cancelled_wait_leaves_the_next_one_exact() -> None:
         timer.close()
 
 
-def test_the_window_stays_narrow_while_wake_ups_come_within_it() -> None:
-    w = WakeWindow(0.00025, 0.0015)
-    for i in range(3000):  # 3 s at 1,000/s, wake-ups 0.05-0.25 ms late
-        assert w.at(100.0 + i / 1000) == 0.00025
-        w.woke(0.00005 + 0.0002 * (i % 5) / 4)
+def _margin() -> WakeMargin:
+    return WakeMargin(first=0.00025, widest=0.0015, share=0.25)
 
 
-def test_a_late_wake_up_widens_the_window_and_it_narrows_after() -> None:
-    w = WakeWindow(0.00025, 0.0015)
-    w.at(100.0)
-    w.woke(0.0006)  # its send left 0.35 ms late
-    assert w.at(100.0) == pytest.approx(0.0012)  # twice the wake-up's lateness
-    w.woke(0.0003)  # a smaller one keeps the window as wide
-    assert w.at(100.0) == pytest.approx(0.0012)
-    w.woke(0.01)  # a 10 ms stall: as wide as it goes
-    assert w.at(100.0) == pytest.approx(0.0015)
-    assert w.at(101.0) == pytest.approx(0.00025 + 0.00125 / 2)  # half the widening a second
-    assert w.at(99.0) == pytest.approx(0.00025 + 0.00125 / 2)  # a step back changes nothing
-    assert w.at(130.0) == 0.00025  # back to narrow
+def _on_time(m: WakeMargin, rate: int, sends: int, start: int = 0) -> None:
+    """``sends`` wake-ups at ``rate``, each 0.06 ms late (a quiet host's median)."""
+    for i in range(start, start + sends):
+        m.at(100.0 + i / rate)
+        m.woke(0.00006)
 
 
-@pytest.mark.parametrize("rate", [100, 1000])
-@pytest.mark.parametrize("late_s", [0.0006, 0.001, 0.0014])
-def test_a_burst_that_lasts_costs_its_first_send_only(rate: int, late_s: float) -> None:
-    # Every wake-up late by the same amount for 10 s: once the window covers it, the
-    # wake-ups it absorbs keep it wide, so no send is late again.
-    w = WakeWindow(0.00025, 0.0015)
+def test_the_margin_starts_at_first_and_settles_on_the_wake_ups_lateness() -> None:
+    m = _margin()
+    assert m.at(100.0) == pytest.approx(0.00025)
+    _on_time(m, 500, 2000, start=1)
+    # The same lateness every time: no deviation left, the margin is that lateness.
+    assert m.at(104.002) == pytest.approx(0.00006, abs=1e-9)
+
+
+def test_on_a_quiet_host_the_margin_covers_most_wake_ups_and_costs_little() -> None:
+    # Lateness as a quiet host gives it: 0.05-0.1 ms, one in twenty 0.15 ms.
+    late = [0.00005 + 0.00005 * (i % 7) / 6 for i in range(20)]
+    late[-1] = 0.00015
+    m, covered, spun = _margin(), 0, 0.0
+    for i in range(5000):
+        margin = m.at(100.0 + i / 500)
+        s = late[i % 20]
+        covered += s <= margin
+        spun += max(margin - s, 0.0)
+        m.woke(s)
+    assert covered / 5000 > 0.85  # most sends leave on time...
+    assert spun / 5000 < 0.00006  # ...for under 0.06 ms of busy wait each (3% at 500/s)
+
+
+@pytest.mark.parametrize(
+    ("rate", "late_s"), [(100, 0.0006), (100, 0.0014), (200, 0.0006), (200, 0.0012)]
+)
+def test_a_burst_of_late_wake_ups_costs_its_first_sends_only(rate: int, late_s: float) -> None:
+    m = _margin()
+    _on_time(m, rate, rate)  # 1 s on time
     late_sends = 0
-    for i in range(10 * rate):
-        window = w.at(100.0 + i / rate)
-        late_sends += late_s - window > 0
-        w.woke(late_s)
-    assert late_sends == 1
+    for i in range(rate, 3 * rate):  # then 2 s of wake-ups all late_s late
+        late_sends += late_s > m.at(100.0 + i / rate)
+        m.woke(late_s)
+    assert late_sends <= 2
+
+
+def test_after_a_burst_the_margin_narrows_again() -> None:
+    m = _margin()
+    for i in range(50):
+        m.at(100.0 + i / 200)
+        m.woke(0.001)
+    assert m.at(100.25) > 0.0009
+    _on_time(m, 200, 100, start=51)
+    assert m.at(100.755) < 0.0001
+
+
+def test_one_late_wake_up_widens_the_margin_for_a_few_tens_of_sends() -> None:
+    m = _margin()
+    _on_time(m, 200, 200)
+    m.woke(0.0014)  # a wake-up 1.4 ms late, alone
+    wider = []
+    for i in range(200, 300):
+        wider.append(m.at(100.0 + i / 200) - 0.00006)
+        m.woke(0.00006)
+    assert wider[0] > 0.0008  # the next send covers most of as late a wake-up
+    assert sum(w > 0.00005 for w in wider) < 30
+    assert sum(wider) < 0.008  # under 8 ms of busy wait in all, over 0.5 s
+
+
+@pytest.mark.parametrize("rate", [100, 500, 2000, 8000])
+def test_however_late_the_wake_ups_the_busy_wait_is_a_share_of_the_time_between_sends(
+    rate: int,
+) -> None:
+    m = _margin()
+    for i in range(3 * rate):  # every wake-up 5 ms late
+        margin = m.at(100.0 + i / rate)
+        m.woke(0.005)
+    assert margin == pytest.approx(min(0.25 / rate, 0.0015))
+
+
+def test_the_mean_gap_follows_the_rate_and_ignores_a_step_back() -> None:
+    m = _margin()
+    for i in range(200):
+        m.at(100.0 + i / 1000)
+    assert m.gap == pytest.approx(0.001)
+    m.at(50.0)  # a record out of order, due long before
+    assert m.gap == pytest.approx(0.001)
+    for _ in range(200):  # ties (a tick's requests at one instant) shrink it
+        m.at(101.0)
+    assert m.gap is not None and m.gap < 0.0001
+    m.woke(0.005)
+    assert m.at(101.0) == pytest.approx(0.25 * m.gap)
+
+
+def test_without_deviations_the_margin_is_the_smoothed_lateness() -> None:
+    m = WakeMargin(first=0.00025, widest=0.0015, share=0.25, deviations=0)
+    assert m.at(100.0) == pytest.approx(0.00025)
+    for i in range(1, 200):
+        m.at(100.0 + i / 500)
+        m.woke(0.00006 if i % 2 else 0.0001)
+    assert m.at(100.4) == pytest.approx(0.00008, abs=0.00001)  # the mean, no deviation

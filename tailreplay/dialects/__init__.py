@@ -48,7 +48,9 @@ def _bare(path: str | None) -> str:
 
 def dialect_for(path: str | None) -> Dialect | None:
     """The dialect serving a request path (its query ignored), or None: unknown."""
-    return _BY_ROUTE.get(_bare(path))
+    # A route as it is (the usual case) needs no cutting: routes hold no query or end "/".
+    found = _BY_ROUTE.get(path) if path is not None else None
+    return found if found is not None else _BY_ROUTE.get(_bare(path))
 
 
 _BY_NAME = {d.name: d for d in DIALECTS}

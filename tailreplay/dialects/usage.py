@@ -32,6 +32,8 @@ _COUNTS = (
     ("reasoning_tokens", _REASONING),
 )
 """Each count's paths in a usage object: a key, or a key and one under it."""
+_PLAIN = frozenset({"prompt_tokens", "completion_tokens", "total_tokens"})
+"""A usage object's keys when it has chat's counts and nothing else."""
 
 
 def count(value: Any) -> int | None:
@@ -57,6 +59,12 @@ class Usage:
     def update(self, fields: dict[str, Any]) -> None:
         """Set what one usage object reports under OpenAI's names; counts it does not
         report stay as they were."""
+        if fields.keys() <= _PLAIN:
+            # Chat's usage without details (most servers'): its two counts by name.
+            for name in ("prompt_tokens", "completion_tokens"):
+                if (value := count(fields.get(name))) is not None:
+                    setattr(self, name, value)
+            return
         for name, paths in _COUNTS:
             for path in paths:
                 value = fields.get(path[0])

@@ -35,9 +35,9 @@ STEAL_NOTED = 0.005
 replay at 1,000/s took its lag P99 from under 0.2 ms to 5.7 ms (docs/benchmarks.md)."""
 WAIT_NOTED = 0.05
 """Run-queue wait worth naming: 5% of the run's wall time. The dispatcher yields busily
-for the last 0.25 ms before each send (up to 1.5 ms while wake-ups come late), and a
-thread that spins waits its turn whenever another wants the CPU, so a healthy replay
-at 1,000/s beside its responder waits ~3%."""
+for the last tens of microseconds before each send (longer while wake-ups come late),
+and a thread that spins waits its turn whenever another wants the CPU, so a healthy
+replay beside its responder waits a few percent."""
 SATURATED = 0.9
 """A replay process this busy with its requests (CPU over the dispatch's wall time, its
 busy wait until due times left out) is the cause itself."""
@@ -53,7 +53,7 @@ class ClientVerdict(TypedDict):
     """The replayer process's CPU time over wall time (1.0: a whole core)."""
     cpu_busy_share: float | None
     """...less its busy wait until due times: the CPU its requests took, which is what
-    saturates a replay (its yield before each send spins whatever the load)."""
+    saturates a replay."""
     cpu_wait_share: float | None
     """The dispatching thread's time ready to run but waiting for a CPU, over wall time."""
     steal_share: float | None
