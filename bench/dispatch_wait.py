@@ -6,7 +6,8 @@ process (``--workers``), alternating the arms run by run: this checkout's
 dispatcher; the same with the timerfd turned off (``--yield``: it yields to the loop
 for the last 1.5 ms before each send, as where there is no timerfd); and another
 commit's (``--baseline-python``, an interpreter with that commit installed:
-``bench/baseline_env.sh COMMIT``). Printed per rate and arm, the median over
+``bench/baseline_env.sh COMMIT``); and with ``--floor``, a bare asyncio Protocol
+paced by the same timerfd (``PACED_FLOOR``). Printed per rate and arm, the median over
 ``--runs``: the replay's own lag P50 / P99, requests dropped, and its CPU as a share
 of one core over the dispatch's span (from t0 until everything is sent; start-up
 and the answers after it left out: the summary's ``client.cpu_share``); then the
@@ -30,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import even_archive
+from replay_cpu import _chat_body
 
 from proxy import free_port, nginx_conf, process
 
@@ -38,6 +40,51 @@ import tailreplay.replayer.timer as timer
 timer.PreciseTimer.open = classmethod(lambda cls, loop: None)
 """
 OVER_MS = 0.5
+PACED_FLOOR = """
+import asyncio, json, sys, time, httptools
+from tailreplay.replayer.timer import PreciseTimer
+port, rate, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+body = sys.stdin.buffer.read()
+request = (b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n"
+           b"Content-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n%b"
+           % (len(body), body))
+class Client(asyncio.Protocol):
+    def __init__(self):
+        self.parser, self.busy, self.sent = httptools.HttpResponseParser(self), False, 0
+    def connection_made(self, transport):
+        self.transport = transport
+    def data_received(self, data):
+        self.parser.feed_data(data)
+    def on_message_complete(self):
+        self.busy = False
+async def main():
+    loop = asyncio.get_running_loop()
+    n = int(rate * seconds)
+    clients = [(await loop.create_connection(Client, "127.0.0.1", port))[1]
+               for _ in range(n // 900 + 8)]  # each under nginx's keepalive_requests
+    timer, lags, k = PreciseTimer.open(loop), [], 0
+    t0 = time.monotonic() + 0.1
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    for i in range(n):
+        due = t0 + i / rate
+        await timer.wait_until(due)
+        while clients[k % len(clients)].busy or clients[k % len(clients)].sent >= 900:
+            k += 1
+            if k % len(clients) == 0:
+                await asyncio.sleep(0)
+        lags.append(time.monotonic() - due)
+        c = clients[k % len(clients)]
+        c.busy, c.sent, k = True, c.sent + 1, k + 1
+        c.transport.write(request)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    lags.sort()
+    print(json.dumps({"p50": lags[n // 2] * 1e3, "p99": lags[int(n * 0.99)] * 1e3,
+                      "dropped": 0, "cpu": cpu / wall, "steal": 0.0, "queued": 0.0}))
+asyncio.run(main())
+"""
+"""A bare asyncio Protocol with httptools paced by the same timerfd, a wake-up a
+request: what the machine charges a process that sends alone, at the rate, and waits
+for nothing else (its CPU from its first wait to its last send)."""
 
 Run = dict[str, float]
 """One replay: lag P50 and P99 (ms), dropped, CPU share of a core, steal share."""
@@ -67,6 +114,16 @@ def replay(
     }
 
 
+def paced_floor(port: int, rate: int, args: argparse.Namespace) -> Run:
+    """One run of the paced floor (``PACED_FLOOR``), with the replay's request body."""
+    out = subprocess.run(
+        [sys.executable, "-c", PACED_FLOOR, str(port), str(rate), str(args.seconds)],
+        input=_chat_body(), check=True, capture_output=True,
+    )  # fmt: skip
+    run: Run = json.loads(out.stdout)
+    return run
+
+
 def arms(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[str, dict[str, str]]]:
     """Each arm's name: its interpreter and environment."""
     here = dict(os.environ)
@@ -80,6 +137,9 @@ def arms(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[str, dict[str, 
     return out
 
 
+FLOOR = "floor: bare Protocol"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rates", default="500,2000,8000")
@@ -90,6 +150,8 @@ def main() -> None:
     parser.add_argument("--baseline-python", help="an interpreter with another commit installed")
     parser.add_argument("--yield", dest="yield_arm", action="store_true",
                         help="also the yield without a timerfd")  # fmt: skip
+    parser.add_argument("--floor", action="store_true",
+                        help="also a bare Protocol paced by the timerfd")  # fmt: skip
     args = parser.parse_args()
     rows: list[tuple[int, dict[str, list[Run]]]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -106,8 +168,10 @@ def main() -> None:
                 for _ in range(args.runs):
                     for name, (py, env) in tried.items():
                         got[name].append(replay(py, url, archive, tmp, args, env))
+                    if args.floor:
+                        got.setdefault(FLOOR, []).append(paced_floor(port, rate, args))
                 rows.append((rate, got))
-    report(args, list(tried), rows)
+    report(args, [*tried, *([FLOOR] if args.floor else [])], rows)
 
 
 def _cell(runs: list[Run]) -> str:
