@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.dialects import dialect_for
-from tailreplay.errors import InputError, UsageError
+from tailreplay.errors import InputError
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
 from tailreplay.replayer.speed import Shape, Speed
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
@@ -149,12 +149,8 @@ class ScheduleConfig:
     def __post_init__(self) -> None:
         # The command line's options refuse these already; the API's callers meet the
         # same range here.
-        for setting, value in (
-            (TAIL_STRETCH, self.tail_stretch),
-            (TAIL_QUANTILE, self.tail_quantile),
-        ):
-            if not setting.admits(value):
-                raise UsageError(f"{setting.flag} {value!r}: must be {setting.range_text()}")
+        TAIL_STRETCH.refuse_outside(self.tail_stretch)
+        TAIL_QUANTILE.refuse_outside(self.tail_quantile)
 
 
 @dataclass(frozen=True)

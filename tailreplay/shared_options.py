@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from tailreplay.errors import UsageError
+
 __all__ = ["ADVISED_TAIL_STRETCH", "SPEED", "TAIL_QUANTILE", "TAIL_STRETCH", "Setting"]
 
 T = TypeVar("T")
@@ -42,6 +44,12 @@ class Setting(Generic[T]):
         return not (
             self.high is not None and (value > self.high or (self.high_open and value == self.high))
         )
+
+    def refuse_outside(self, value: float) -> None:
+        """Raise ``UsageError`` (exit 2) naming the flag and its range when ``value`` is
+        outside it: how a config built from Python meets the command line's check."""
+        if not self.admits(value):
+            raise UsageError(f"{self.flag} {value!r}: must be {self.range_text()}")
 
     def range_text(self) -> str:
         """The range as an error or a check names it: ``1..4``, ``0<x<1``."""

@@ -130,10 +130,7 @@ def check_study(study: CapacityStudy) -> None:
         raise UsageError("--max must be above 1x")
     if not 0 < study.min_factor < 1:
         raise UsageError("--min must be above 0 and under 1x")
-    if not TAIL_STRETCH.admits(study.tail_stretch):
-        raise UsageError(
-            f"{TAIL_STRETCH.flag} {study.tail_stretch!r}: must be {TAIL_STRETCH.range_text()}"
-        )
+    TAIL_STRETCH.refuse_outside(study.tail_stretch)
     if study.target is not None and study.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     check_judgeable(list(study.objectives), list(study.archives))
