@@ -235,7 +235,7 @@ def at_exact_rate(
     stretch, and the stretched time is floored onto the grid as the recording's clock
     floored it. Stretching the grid points themselves and flooring them would empty
     a grid point every ``1 / (stretch - 1)`` ticks (or double one when shrinking): a
-    Poisson arm stretched 2% had an index of dispersion of 1.2 at the tick, not 1."""
+    Poisson arm stretched 2% had an index of dispersion of 1.6 at the tick, not 1."""
     parts, n = [], 0
     for batch, _ in times:
         parts.append(batch)
