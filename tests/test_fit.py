@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -64,12 +65,69 @@ def test_fit_recovers_known_parameters(tmp_path: Path) -> None:
     assert m["models"] == {"big": 0.75, "small": 0.25}
     assert m["arrivals"]["kind"] == "renewal"  # Weibull gaps: it reproduces the burstiness
     assert not any("Poisson" in w or "length" in w for w in m["warnings"]), m["warnings"]
+    assert "lengths, first half -> second: mean input tokens" in out and "within noise" in out
     # The lengths come back: Gamma(2, 300) has mean 600, Gamma(1.5, 80) 120.
     synth = tmp_path / "s.msgpack"
     assert _run("synth", str(model), "-o", str(synth), "--count", "20000")[0] == 0
     records = list(ArchiveReader([synth]))
     assert np.mean([r.input_tokens for r in records]) == pytest.approx(600, rel=0.04)
     assert np.mean([r.output_tokens for r in records]) == pytest.approx(120, rel=0.04)
+
+
+def _drifting(path: Path, n: int = 20_000) -> Path:
+    """Poisson arrivals at 20 req/s; input tokens Gamma(2, 300) over the first half of
+    the span and Gamma(2, 200) over the second (means 600 and 400); outputs alike."""
+    rng = np.random.default_rng(5)
+    starts = T0 + np.cumsum(rng.exponential(1 / 20, n) * 1e9).astype(np.int64)
+    late = np.arange(n) >= n // 2
+    inputs = np.ceil(rng.gamma(2.0, np.where(late, 200.0, 300.0))).astype(int)
+    outputs = np.ceil(rng.gamma(1.5, 80.0, n)).astype(int)
+    maps = [
+        {"start_ns": int(s), "trace_id": rng.bytes(16), "span_id": rng.bytes(8),
+         "path": "/v1/chat/completions", "input_tokens": int(a), "output_tokens": int(b)}
+        for s, a, b in zip(starts, inputs, outputs, strict=True)
+    ]  # fmt: skip
+    return write_plain(path, maps)
+
+
+def test_a_drift_of_the_length_mix_is_reported_and_its_recent_half_drawn(
+    tmp_path: Path,
+) -> None:
+    archive = _drifting(tmp_path / "a.msgpack")
+    model = tmp_path / "m.json"
+    code, out, err = _run("fit", str(archive), "-o", str(model))
+    assert code == 0, err
+    said = re.search(r"mean input tokens ([\d,]+) -> ([\d,]+) \(([-+]\d+)%, noise ±(\d+)%\)", out)
+    assert said is not None, out
+    first, second = (int(said[k].replace(",", "")) for k in (1, 2))
+    assert first == pytest.approx(600, rel=0.04) and second == pytest.approx(400, rel=0.04)
+    assert int(said[3]) == pytest.approx(-33, abs=3) and int(said[4]) < 10
+    assert "the halves differ beyond their noise" in out
+    assert "`synth --lengths recent`" in err  # the warning, where a script sees it
+    m = json.loads(model.read_text())
+    assert m["length_drift"]["input_means"] == pytest.approx([600, 400], rel=0.04)
+    means = {}
+    for which in ("all", "recent"):
+        synth = tmp_path / f"{which}.msgpack"
+        args = ["synth", str(model), "-o", str(synth), "--count", "20000", "--lengths", which]
+        assert _run(*args)[0] == 0
+        means[which] = np.mean([r.input_tokens for r in ArchiveReader([synth])])
+    assert means["all"] == pytest.approx(500, rel=0.05)
+    assert means["recent"] == pytest.approx(400, rel=0.05)
+
+
+def test_a_model_with_malformed_recent_lengths_is_refused_in_one_line(tmp_path: Path) -> None:
+    archive = _drifting(tmp_path / "a.msgpack", n=2_000)
+    model = tmp_path / "m.json"
+    assert _run("fit", str(archive), "-o", str(model))[0] == 0
+    m = json.loads(model.read_text())
+    m["recent_lengths"]["weights"] = [2.0]
+    model.write_text(json.dumps(m))
+    code, _, err = _run("synth", str(model), "-o", str(tmp_path / "s.msgpack"), "--count", "5")
+    assert code == 3
+    assert err.strip().splitlines()[-1].endswith(
+        "malformed workload model (recent_lengths.weights must be 1 to 8 shares summing to 1)"
+    )
 
 
 def test_synth_at_a_new_rate_and_length_keeps_the_shape(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
+from tailreplay.traces.workload.drift import LengthDrift, length_drift
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model_checks import MAX_RATE
 from tailreplay.traces.workload.renewal import Dist
@@ -83,6 +84,7 @@ def fit(
         )
     pick = _subset(np.flatnonzero(usable), rng)
     lengths = fit_lengths(inputs[pick], outputs[pick], rng)
+    drift, recent = _recent(starts[both][usable], inputs[usable], outputs[usable], rng)
     models, route = _shares([str(p) for p in paths], skip_corrupt)
     duration_s = float(starts[-1] - starts[0]) / 1e9
     return Workload(
@@ -94,8 +96,27 @@ def fit(
         stream_share=float(cols.where("stream").mean()) if cols.present["stream"].any() else 1.0,
         models=models,
         paths=route,
-        warnings=_warnings(arrivals, lengths, duration_s),
+        warnings=_warnings(arrivals, lengths, duration_s)
+        + ([drift.describe()] if drift is not None and drift.drifted else []),
+        length_drift=drift,
+        recent_lengths=recent,
     )
+
+
+def _recent(
+    starts: Array, inputs: Array, outputs: Array, rng: np.random.Generator
+) -> tuple[LengthDrift | None, Lengths | None]:
+    """The drift of the lengths between the span's halves, and the lengths fitted to
+    its second half (both None when the halves hold too few requests to tell)."""
+    order = np.argsort(starts, kind="stable")
+    starts, inputs, outputs = starts[order], inputs[order], outputs[order]
+    drift = length_drift(starts, inputs, outputs)
+    if drift is None:
+        return None, None
+    middle = starts[0] + (starts[-1] - starts[0]) / 2
+    second = np.flatnonzero(starts >= middle)
+    pick = _subset(second, rng)
+    return drift, fit_lengths(inputs[pick], outputs[pick], rng)
 
 
 def _warnings(a: Arrivals, n: Lengths, duration_s: float) -> list[str]:
@@ -160,6 +181,7 @@ def synthesize(
     flat: bool = False,
     arrivals: str = "model",
     exact_rate: bool = False,
+    lengths: str = "all",
 ) -> int:
     """Write a synthetic archive drawn from ``workload``; returns the records written.
 
@@ -171,6 +193,8 @@ def synthesize(
     gives the same requests in the same order, only their times differ.
     ``exact_rate`` (with ``count``): the times are stretched so that their mean rate
     is ``rate_rps`` exactly, not only on average over draws (``at_exact_rate``).
+    ``lengths="recent"`` draws the request lengths fitted to the second half of the
+    recording's span (``Workload.recent_lengths``), for a mix that drifted.
     """
     if count is None and duration_s is None:
         raise UsageError("give --count or --duration (or both) to bound the synthesis")
@@ -193,6 +217,7 @@ def synthesize(
         bounds.append(int(rate * duration_s * 1.2) + 10)  # 20% over the mean: bursts
     if min(bounds) > MAX_SYNTH:
         raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
+    workload = replace(workload, lengths=workload.lengths_for(lengths))
     model = workload.arrivals
     if arrivals == "poisson":
         model = replace(model, kind="renewal", renewal=Dist("gamma", 1.0, 1.0))
@@ -205,6 +230,7 @@ def synthesize(
             "rate_rps": rate,
             "seed": seed,
             "arrivals": arrivals,
+            "lengths": lengths,
         },
     )
     # Separate streams: the request shapes do not depend on the arrival process drawn.

@@ -20,6 +20,7 @@ from tailreplay.traces.workload.lengths import MAX_COMPONENTS
 
 if TYPE_CHECKING:
     from tailreplay.traces.workload.arrivals import Arrivals
+    from tailreplay.traces.workload.drift import LengthDrift
     from tailreplay.traces.workload.hmm import Mmpp
     from tailreplay.traces.workload.lengths import Lengths
     from tailreplay.traces.workload.renewal import Dist
@@ -69,14 +70,23 @@ def unencodable(data: Any) -> str | None:
     return None
 
 
-def workload_problem(top: dict[str, Any], arrivals: Arrivals, lengths: Lengths) -> str | None:
+def workload_problem(
+    top: dict[str, Any],
+    arrivals: Arrivals,
+    lengths: Lengths,
+    recent: Lengths | None = None,
+    drift: LengthDrift | None = None,
+) -> str | None:
     """The first thing wrong with a model (one phrase naming the field), or None:
-    ``top`` holds its top-level values by name (``records``, ``rate_rps``, ...)."""
+    ``top`` holds its top-level values by name (``records``, ``rate_rps``, ...);
+    ``recent`` and ``drift`` are the second half's lengths and the halves' drift."""
     return (
         _top_problem(top)
         or _arrivals_problem(arrivals)
         or _mmpp_problem(arrivals.mmpp)
         or _lengths_problem(lengths)
+        or (_lengths_problem(recent, "recent_lengths") if recent is not None else None)
+        or (_drift_problem(drift) if drift is not None else None)
     )
 
 
@@ -330,7 +340,26 @@ def _long_run_rate(m: Mmpp) -> float:
     return rate if math.isfinite(rate) else math.nan
 
 
-def _lengths_problem(n: Lengths) -> str | None:
+def _drift_problem(d: LengthDrift) -> str | None:
+    means = [*d.input_means, *d.output_means] if isinstance(d.input_means, list) else []
+    pairs = isinstance(d.output_means, list) and len(means) == 4
+    return _first(
+        [
+            (
+                pairs and all(_within(x, 0, MAX_TOKENS) for x in means),
+                f"length_drift's means must be two pairs of numbers within 0..{MAX_TOKENS}",
+                _UNSHOWN,
+            ),
+            (
+                _within(d.input_noise, 0, math.inf) and _within(d.output_noise, 0, math.inf),
+                "length_drift's noise must be numbers >= 0",
+                _UNSHOWN,
+            ),
+        ]
+    )
+
+
+def _lengths_problem(n: Lengths, name: str = "lengths") -> str | None:
     w = n.weights
     k = len(w) if isinstance(w, list) else 0
     bounds = (n.min_input, n.max_input, n.min_output, n.max_output)
@@ -341,33 +370,33 @@ def _lengths_problem(n: Lengths) -> str | None:
                 1 <= k <= MAX_COMPONENTS
                 and all(_within(x, 0, 1) for x in w)
                 and abs(sum(w) - 1) < 1e-6,
-                f"lengths.weights must be 1 to {MAX_COMPONENTS} shares summing to 1",
+                f"{name}.weights must be 1 to {MAX_COMPONENTS} shares summing to 1",
                 _UNSHOWN,
             ),
             (
                 _array_ok(n.means, (k, 2), _LOG_TOKENS),
-                "lengths.means must be a pair of numbers within ±50 (log tokens) a component",
+                f"{name}.means must be a pair of numbers within ±50 (log tokens) a component",
                 _UNSHOWN,
             ),
             (
                 _covariances_ok(n.covariances, k),
-                "lengths.covariances must be a positive-definite 2x2 matrix a component, "
+                f"{name}.covariances must be a positive-definite 2x2 matrix a component, "
                 "within ±1e4",
                 _UNSHOWN,
             ),
             (
                 ints and 1 <= n.min_input <= n.max_input < MAX_TOKENS,
-                f"lengths.min_input and max_input must be ints, 1 <= min <= max < {MAX_TOKENS}",
+                f"{name}.min_input and max_input must be ints, 1 <= min <= max < {MAX_TOKENS}",
                 _UNSHOWN,
             ),
             (
                 ints and 1 <= n.min_output <= n.max_output < MAX_TOKENS,
-                f"lengths.min_output and max_output must be ints, 1 <= min <= max < {MAX_TOKENS}",
+                f"{name}.min_output and max_output must be ints, 1 <= min <= max < {MAX_TOKENS}",
                 _UNSHOWN,
             ),
             (
                 type(n.ks_input) in (int, float) and type(n.ks_output) in (int, float),
-                "lengths.ks_input and ks_output must be numbers",
+                f"{name}.ks_input and ks_output must be numbers",
                 _UNSHOWN,
             ),
         ]
