@@ -125,8 +125,12 @@ def test_a_model_with_malformed_recent_lengths_is_refused_in_one_line(tmp_path: 
     model.write_text(json.dumps(m))
     code, _, err = _run("synth", str(model), "-o", str(tmp_path / "s.msgpack"), "--count", "5")
     assert code == 3
-    assert err.strip().splitlines()[-1].endswith(
-        "malformed workload model (recent_lengths.weights must be 1 to 8 shares summing to 1)"
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "malformed workload model (recent_lengths.weights must be 1 to 8 shares summing to 1)"
+        )
     )
 
 
