@@ -104,6 +104,10 @@ class ArmResult:
     client_bound: bool = False
     sim_slowdown: float | None = None
     """How much longer than modelled the built-in simulator's steps took (None: not one)."""
+    cached_tokens: float | None = None
+    """Mean prompt tokens a request that the target answered found in its prefix cache
+    (its usage's cached tokens; None: no answer said): a synthetic arm that shares
+    fewer prefixes than the traffic makes every prefill heavier than the real one."""
 
     @property
     def sim_bound(self) -> bool:
@@ -212,6 +216,7 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
                 sim_slowdown=max(
                     (r.sim_slowdown for r in arms if r.sim_slowdown is not None), default=None
                 ),
+                cached_tokens=_cached_tokens(files),
             )
         )
     return out
@@ -282,7 +287,15 @@ def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: fl
         idc=[index_of_dispersion(sched, w) for w in WINDOWS_S],
         lag_p99_ms=verdict["lag_p99_ms"],
         client_bound=verdict["client_bound"],
+        cached_tokens=_cached_tokens([out]),
     )
+
+
+def _cached_tokens(results: list[Path]) -> float | None:
+    """Mean cached prompt tokens over the answers in ``results`` that report them."""
+    cols = load_columns(results, ["cached_tokens"])
+    cached = cols.where("cached_tokens")
+    return float(cached.mean()) if cached.size else None
 
 
 def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
@@ -343,7 +356,7 @@ def render(results: list[ArmResult]) -> list[str]:
     head = (
         f"{'arm':<16}{'requests':>9}{'errors':>7}{'rate':>7}  {'latency P50/P95/P99 ms':<24}"
         f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
-        f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}"
+        f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}{'cached':>8}"
     )
     lines = [head]
     for r in results:
@@ -367,9 +380,10 @@ def render(results: list[ArmResult]) -> list[str]:
             )
             continue
         idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
+        cached = "-" if r.cached_tokens is None else f"{r.cached_tokens:,.0f}"
         lines.append(
             row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"
-            f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}"
+            f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}{cached:>8}"
         )
     for kind, figures in errors(results).items():
         parts = []
