@@ -17,6 +17,8 @@ from collections.abc import Callable
 from tailreplay.dialects import Dialect, dialect_for
 from tailreplay.dialects.base import RequestFields
 from tailreplay.dialects.usage import Usage
+from tailreplay.http.retry_after import retry_after_s
+from tailreplay.http.sse import flat_bins
 from tailreplay.openai_api import decode_fields, parse_usage, read_answer, response_problem
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.content_coding import decode_body, named_codings
@@ -24,9 +26,7 @@ from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
 from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.proxy.retries import RetryLinker
-from tailreplay.retry_after import retry_after_s
 from tailreplay.sampling import RunningP99, TraceSampler, sample_point
-from tailreplay.sse import flat_bins
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.figures import is_error

@@ -16,7 +16,7 @@ import dataclasses
 import time
 
 from tailreplay.errors import NotMeasured
-from tailreplay.probe import PROBE_HEADER
+from tailreplay.http.header_rules import PROBE_HEADER
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.results import target_message
 from tailreplay.replayer.schedule import Planned

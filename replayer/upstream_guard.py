@@ -1,6 +1,6 @@
 """The guard that keeps a replay off production: a target that is the deployment an
 archive was captured from is refused (``--allow-upstream`` to mean it). Two URLs are
-one deployment as ``tailreplay.same_host`` judges it; the upstreams are every one an
+one deployment as ``tailreplay.http.same_host`` judges it; the upstreams are every one an
 archive names: its header's ``upstream`` and the proxy's path routes
 (``capture.routes``).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tailreplay.same_host import same_deployment
+from tailreplay.http.same_host import same_deployment
 from tailreplay.traces.archive.capture_header import CaptureHeader
 
 __all__ = ["archive_upstreams", "same_deployment"]
