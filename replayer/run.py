@@ -28,7 +28,7 @@ from tailreplay.replayer.config import ReplayConfig, Say
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
-from tailreplay.replayer.preflight import FailFast, probe
+from tailreplay.replayer.preflight import FailFast, archive_upstreams, probe, same_deployment
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.replay_summary import ReplaySummary
@@ -43,7 +43,6 @@ from tailreplay.replayer.start import freeze_heap, start_times
 from tailreplay.replayer.summary import ResultCollector, lag_percentiles, mark_unsent
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
-from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
 from tailreplay.shared_options import ADVISED_TAIL_STRETCH
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
@@ -183,7 +182,7 @@ def _stopped_before_sending(
 
 def _check_target(config: ReplayConfig, target: str) -> None:
     """Refuse to replay at the deployment the archive was captured from, however its
-    host is spelled (``replayer/upstream_guard.py``)."""
+    host is spelled (``replayer/preflight.py``)."""
     if config.allow_upstream:
         return
     for path in config.schedule.paths:
