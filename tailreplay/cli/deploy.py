@@ -307,7 +307,7 @@ def _check_parses(spec: JobSpec) -> None:
 
 
 def _comment(spec: JobSpec) -> str:
-    from tailreplay.replayer.start import LATE_START_S
+    from tailreplay.replayer.run import LATE_START_S
 
     return (
         f"tailreplay deploy job (tailreplay {__version__}): {spec.shards} shards of "
