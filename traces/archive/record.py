@@ -91,8 +91,8 @@ class Record:
     ``base``, ``pulse``); absent for a constant speed or a ramp."""
     attempt: int | None = None
     """A retry's attempt (2 for the first retry, ...): in a capture, a request the proxy
-    recognised as one (``proxy/retries.py``); in replay results under ``--retries
-    policy``, every attempt's, the first's 1. Absent: a first attempt..."""
+    recognised as one (``RetryLinker``, ``proxy/record_builder.py``); in replay results
+    under ``--retries policy``, every attempt's, the first's 1. Absent: a first attempt..."""
     retry_of: bytes | None = None
     """...and for a retry, the span id of the attempt it retried."""
     shadow_of: bytes | None = None
