@@ -31,12 +31,11 @@ from tailreplay.sampling import RunningP99, TraceSampler, sample_point
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.figures import is_error
-from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.memo import SizedMemo
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.redact import fingerprint
 from tailreplay.traces.text.redact_bodies import redact_body
-from tailreplay.traces.text.redact_targets import redact_headers, redact_path
+from tailreplay.traces.text.redact_targets import CleanValues, redact_headers, redact_path
 from tailreplay.traces.text.tokens import encode_parts, estimate_tokens, get
 
 __all__ = [
