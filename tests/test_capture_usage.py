@@ -184,7 +184,7 @@ async def test_the_simulator_thinks_like_a_reasoning_model(tmp_path: Path) -> No
 
 async def test_capture_and_replay_measure_the_same_inter_token_gaps(tmp_path: Path) -> None:
     """An upstream that sends one token event every 10 ms: the recorded and the replayed
-    inter-token latency are both 10 ms, measured by one routine (tailreplay/sse.py)."""
+    inter-token latency are both 10 ms, measured by one routine (tailreplay/http/sse.py)."""
 
     async def tokens(request: web.Request) -> web.StreamResponse:
         await request.read()

@@ -228,7 +228,7 @@ async def test_replay_sends_an_unknown_route_as_recorded_or_refuses_it_with_a_co
 
 
 def _feed(dialect_path: str, stream: bytes, step: int) -> tuple[int, int, bool, int]:
-    from tailreplay.sse import StreamTimeline
+    from tailreplay.http.sse import StreamTimeline
 
     dialect = dialect_for(dialect_path)
     assert dialect is not None

@@ -23,8 +23,7 @@ from typing import Any
 
 import pytest
 
-from tailreplay.replayer.backlog import Burst
-from tailreplay.replayer.dispatch import Dispatcher
+from tailreplay.replayer.dispatch import Burst, Dispatcher
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.schedule import Planned

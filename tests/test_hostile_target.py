@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tailreplay.http_connection import MAX_HEAD_BYTES, MAX_HEADER_LINES
+from tailreplay.http.connection import MAX_HEAD_BYTES, MAX_HEADER_LINES
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import MAX_BODY_BYTES, HttpTransport, Outcome
 from tests.helpers import metric

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.dialects import dialect_named
 from tailreplay.exporters.spans import span_attributes
-from tailreplay.sse import EXACT_GAPS, StreamTimeline, flat_bins
+from tailreplay.http.sse import EXACT_GAPS, StreamTimeline, flat_bins
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 client the proxy and the replayer share (tailreplay/http_client.py)
+"""The HTTP/1.1 client the proxy and the replayer share (tailreplay/http/client.py)
 against HTTP's less common shapes.
 
 Each test puts a real server on 127.0.0.1 behind the proxy — aiohttp where it can
@@ -24,7 +24,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from tailreplay.http_client import Origin, UpstreamPool
+from tailreplay.http.client import Origin, UpstreamPool
 from tailreplay.sim.server import SimConfig, serve
 from tests.fixed_upstream import WORDS, fixed_app
 from tests.helpers import metric

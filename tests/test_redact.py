@@ -12,10 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tailreplay.cli import cli
-from tailreplay.traces.text.clean_values import CleanValues
 from tailreplay.traces.text.redact import fingerprint, is_secret_name, redact_text
 from tailreplay.traces.text.redact_bodies import redact_body, redact_value
-from tailreplay.traces.text.redact_targets import redact_headers, redact_path, redact_url
+from tailreplay.traces.text.redact_targets import (
+    CleanValues,
+    redact_headers,
+    redact_path,
+    redact_url,
+)
 
 KEY = b"k" * 32
 _FP = re.compile(r"fp:[0-9a-f]{16}")

@@ -1,4 +1,4 @@
-"""The replayer's transport on the shared HTTP/1.1 client (tailreplay/http_client.py):
+"""The replayer's transport on the shared HTTP/1.1 client (tailreplay/http/client.py):
 TLS verified against the trust store, --connections as a hard cap, compressed streams
 read, and headers that could split a request refused before anything is sent."""
 
@@ -18,7 +18,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
+from tailreplay.http.client import Origin, UpstreamError, UpstreamPool
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.replayer.transport import HttpTransport
 from tailreplay.traces.archive.reader import ArchiveReader

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tailreplay.http.retry_after import retry_after_s
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.transport import Outcome
-from tailreplay.retry_after import retry_after_s
 from tailreplay.traces.archive.reader import ArchiveReader
 from tests.helpers import write_plain
 

@@ -74,7 +74,7 @@ OTHER_MEANINGS = {
     },
     "scheduled": {
         "replayer/replay_summary.py": "the summary's field (the same count, as the run ended)",
-        "report/partial.py": "the report's partial map's field",
+        "report/write.py": "the report's partial map's field",
         "report/tables.py": "the report's partial map's field",
         "report/verdict.py": "the report's partial map's field",
     },

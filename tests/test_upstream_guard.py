@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from tailreplay.cli import cli
-from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
+from tailreplay.replayer.preflight import archive_upstreams, same_deployment
 from tests.helpers import free_port, write_plain
 
 T0 = 1_700_000_000 * 10**9

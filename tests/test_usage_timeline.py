@@ -9,8 +9,8 @@ import pickle
 import pytest
 
 from tailreplay.dialects import dialect_for, dialect_named
+from tailreplay.http.sse import StreamTimeline
 from tailreplay.openai_api import ResponseTap, parse_usage, read_answer, response_problem
-from tailreplay.sse import StreamTimeline
 
 OPENAI = {
     "prompt_tokens": 1200,

@@ -241,7 +241,7 @@ class _ShortThenFull:
 
 
 def test_a_short_write_is_finished_or_raises_never_lost() -> None:
-    from tailreplay.traces.archive.whole_writes import WholeWrites
+    from tailreplay.traces.archive.writer import WholeWrites
 
     sink = _ShortThenFull()
     assert WholeWrites(sink).write(b"0123456789") == 10  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from click.core import ParameterSource
 from tailreplay import shared_options as shared
 from tailreplay.cli.options import HTTP_URL, SPEED_TEXT, Parsed, setting_option
 from tailreplay.errors import UsageError
-from tailreplay.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
     ARCHIVES_MOUNT,
     MAX_SHARDS,
@@ -307,7 +307,7 @@ def _check_parses(spec: JobSpec) -> None:
 
 
 def _comment(spec: JobSpec) -> str:
-    from tailreplay.replayer.start import LATE_START_S
+    from tailreplay.replayer.run import LATE_START_S
 
     return (
         f"tailreplay deploy job (tailreplay {__version__}): {spec.shards} shards of "

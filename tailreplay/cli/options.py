@@ -26,7 +26,7 @@ import click
 from tailreplay.errors import UsageError
 from tailreplay.eventloop import EVENT_LOOPS
 from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
-from tailreplay.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem
 from tailreplay.output_path import FolderPath, check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
@@ -147,7 +147,7 @@ def _shard(text: str, flag: str) -> tuple[int, int]:
 
 
 def _header(text: str, flag: str) -> tuple[str, str]:
-    """``Name: value``, by the rule of ``tailreplay/header_rules.py``."""
+    """``Name: value``, by the rule of ``tailreplay/http/header_rules.py``."""
     name, sep, value = (part.strip() for part in text.partition(":"))
     # The text is not echoed: without its colon, a credential's value may be all of it.
     if not sep:

@@ -12,7 +12,7 @@ from yarl import URL
 
 from tailreplay.cli.options import DURATION, HEADER, HTTP_URL, MODEL_MAP, Parsed
 from tailreplay.errors import UsageError
-from tailreplay.same_host import same_deployment
+from tailreplay.http.same_host import same_deployment
 from tailreplay.sampling import share_threshold
 from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.units import host_port

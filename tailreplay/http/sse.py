@@ -19,8 +19,8 @@ and inter-token gaps mean one thing on both sides:
   previous one. Events completed by the same read arrived together (the network
   or the server's buffering coalesced them): all but the first of them get 0.
   The first ``EXACT_GAPS`` are kept as they are; the gaps after them are counted in
-  ``more``, by 1% bins (``tailreplay/log_bins.py``; 0 gaps by the key -1), so a
-  stream of any length costs the same memory and its ITL percentiles stay within 1%.
+  ``more``, by 1% bins (``bin_of``; 0 gaps by the key -1), so a stream of any
+  length costs the same memory and its ITL percentiles stay within 1%.
 
 ``tokens`` counts token events: one per generated token for servers that send a
 token an event (OpenAI, vLLM, SGLang, llama.cpp), fewer when a server batches.
@@ -28,17 +28,44 @@ token an event (OpenAI, vLLM, SGLang, llama.cpp), fewer when a server batches.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from tailreplay.dialects import Dialect, dialect_named
 from tailreplay.dialects.base import NOT_TOKEN, REASONING
-from tailreplay.log_bins import bin_of
 
-__all__ = ["EXACT_GAPS", "StreamTimeline", "flat_bins", "split_events"]
+__all__ = [
+    "EXACT_GAPS",
+    "GROWTH",
+    "StreamTimeline",
+    "bin_middle",
+    "bin_of",
+    "flat_bins",
+    "split_events",
+]
 
 EXACT_GAPS = 4096
 """Gaps kept one by one: every answer of up to 4,097 tokens, whole (the usual)."""
+
+# The gaps past the exact ones are counted in bins 1% wide (relative), which keep a
+# long series in constant memory with its percentiles within 1%. Bin ``b >= 1`` holds
+# values ``v`` with ``1.01^(b-1) <= v < 1.01^b``; bin 0 holds values in (0, 1); a
+# value of 0 (tokens that arrived in one read) has no bin, it is counted apart. The
+# report's histogram (``traces/results/log_histogram.py``) reads them into the same bins.
+GROWTH = 1.01
+_LOG = math.log(GROWTH)
+
+
+def bin_of(value: float) -> int:
+    """The bin of a positive ``value``; ``bin_of(1) == 1``, ``bin_of(1000) == 695``."""
+    return max(math.floor(math.log(value) / _LOG) + 1, 0)
+
+
+def bin_middle(b: int) -> float:
+    """The geometric middle of bin ``b``: what a percentile read off it reports."""
+    return 0.5 if b == 0 else GROWTH ** (b - 0.5)
+
 
 _BOUNDARY = re.compile(rb"\r\n\r\n|\r\n\r(?=[^\n])|\r\n\n|\r\r\n|\r\r|\n\r\n|\n\r(?=[^\n])|\n\n")
 """A blank line: two line ends, each CRLF, CR or LF (the SSE specification's three),

@@ -11,14 +11,20 @@ would make the request malformed or unlinked, so they are refused.
 
 Nothing here echoes a value, nor a name the rule does not know: a credential given
 without its colon, or before it, may be all of it.
+
+The header tailreplay adds to a request of its own is here too: ``PROBE_HEADER``, on
+the replayer's probe of its target, which the proxy forwards but never records, so a
+replay through the proxy captures the replayed traffic and not the check that the
+target answers (docs/proxy.md).
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NAME", "header_problem"]
+__all__ = ["MAX_NAME", "PROBE_HEADER", "header_problem"]
 
+PROBE_HEADER = "X-Tailreplay-Preflight"
 MAX_NAME = 256
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # What the HTTP client writes each of them from.

@@ -1,6 +1,9 @@
-"""One HTTP/1.1 connection of the shared client (``tailreplay.http_client``): an
+"""One HTTP/1.1 connection of the shared client (``tailreplay.http.client``): an
 asyncio Protocol with an llhttp parser (httptools), and the response in flight on
-it, whose body bytes go to a consumer inside the callback that read them.
+it, whose body bytes go to a consumer inside the callback that read them; and what
+the pool shares with its connections: where a request goes (``Origin``), what
+failing to talk to it raises, and what takes a body as it arrives. The pool imports
+the connection, and nothing here imports back.
 """
 
 from __future__ import annotations
@@ -9,16 +12,9 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
+from typing import NamedTuple, TypeAlias
 
 import httptools
-
-from tailreplay.http_types import (
-    BodyConsumer,
-    Origin,
-    StaleConnection,
-    UpstreamError,
-    timeout_error,
-)
 
 log = logging.getLogger("tailreplay.http")
 
@@ -26,9 +22,55 @@ __all__ = [
     "MAX_HEADER_LINES",
     "MAX_HEAD_BYTES",
     "MAX_INFORMATIONAL",
+    "BodyConsumer",
     "Connection",
+    "Origin",
+    "StaleConnection",
+    "UpstreamError",
     "UpstreamResponse",
+    "timeout_error",
 ]
+
+BodyConsumer: TypeAlias = Callable[[bytes], bool]
+"""Takes body bytes as they arrive; returns False to stop reading until resumed."""
+
+
+class Origin(NamedTuple):
+    scheme: str
+    host: str
+    port: int
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 literal
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+class UpstreamError(Exception):
+    """Talking to the upstream failed; ``kind`` is the record's error name.
+
+    ``message`` is for the client and never names the upstream (its address is the
+    operator's business); ``detail`` is for the proxy's log.
+    """
+
+    def __init__(self, kind: str, message: str, status: int = 502, detail: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.detail = detail
+
+
+def timeout_error() -> UpstreamError:
+    """The error of an exchange past the pool's timeout (connect or answer)."""
+    return UpstreamError("upstream_timeout", "the upstream did not answer in time", 504)
+
+
+class StaleConnection(Exception):
+    """A reused connection was closed before any answer: safe to send again. The
+    connection fails its response with it; the pool catches it and never lets it out."""
+
 
 MAX_HEAD_BYTES = 64 * 1024
 """A response head (status line and header lines) larger than this is refused, as

@@ -7,7 +7,7 @@ With it, every SSE event went parser → StreamReader → a task resumed → the
 and opening a request built a dozen objects (request, response, timer, trace
 hooks, cookie filter); at 100 concurrent streams the proxy added 3 to 4 ms to the
 P99 time to first token (bench/proxy.py). Here each connection is an
-asyncio Protocol with an llhttp parser (httptools; ``http_connection``) that hands body
+asyncio Protocol with an llhttp parser (httptools; ``connection``) that hands body
 bytes to the relay inside the callback that read them: an event goes from the
 upstream socket to the client's with no task switch.
 
@@ -33,8 +33,14 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
-from tailreplay.http_connection import Connection, UpstreamResponse
-from tailreplay.http_types import Origin, StaleConnection, UpstreamError, timeout_error
+from tailreplay.http.connection import (
+    Connection,
+    Origin,
+    StaleConnection,
+    UpstreamError,
+    UpstreamResponse,
+    timeout_error,
+)
 
 __all__ = [
     "Origin",
