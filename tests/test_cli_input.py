@@ -122,6 +122,7 @@ def test_a_port_out_of_range_is_a_usage_error(args: list[str]) -> None:
         ("Transfer-Encoding: chunked", "written by the HTTP client for each request's body"),
         ("Connection: close", "Connection is written by the HTTP client for the connection"),
         ("traceparent: 00-x", "traceparent is set for each request"),
+        ("x-tailreplay-preflight: 1", "marks tailreplay's own preflight request"),
     ],
 )
 @pytest.mark.parametrize("command", [["replay", str(PEAK)], ["proxy"]])

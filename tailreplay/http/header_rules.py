@@ -67,6 +67,9 @@ def header_problem(name: str, value: str) -> str | None:
         return f"{name} is written by the HTTP client for {_FRAMING[lower]}"
     if lower in _PER_REQUEST:
         return f"{name} is set for each request (it links the request to its original)"
+    if lower == PROBE_HEADER.lower():
+        # On every request, a proxy in front of the target would record none of them.
+        return f"{name} marks tailreplay's own preflight request, which a capture leaves out"
     # The name is not echoed either: a credential typed before a colon would be it.
     if not value:
         return "the value is empty (an unset variable?)"
