@@ -1,0 +1,361 @@
+"""``tailreplay sim calibrate``: fit an ``EngineProfile`` to the results of a replay, so
+the simulator can stand in for the engine that answered them (a digital twin).
+
+The simulator's time model (``sim/batching.py``) is what is fitted. An engine step
+lasts ``decode_base_ms + decode_per_seq_ms * batch`` for the sequences decoding, plus
+``prefill_base_ms + prefill_per_token_ms * tokens`` when prompts are prefilled in it;
+every sequence in the step gets its token at the step's end, a sequence whose prefill
+ends in it its first. From the results alone (``calibration_data``):
+
+- a request decodes from its first token to its last, so the batch at an instant is
+  the number of requests whose decode spans it (``batch_sizes``);
+- each inter-token gap is one step. The gaps whose step ended with another request's
+  first token also held a prefill; the others (clean) give the decode cost against
+  the batch (``fit_decode``);
+- a request's prefill ran in the step that ended with its first token, which began
+  at the first token any request received after it was sent (or at its send, when
+  the engine was idle): that step's length less its decode cost is its prefill time,
+  and the lower envelope of those times against the tokens computed (input less
+  cached) gives the prefill cost (``fit_prefill``);
+- the limits where the data show them (``calibration_limits``).
+
+How well the fitted model explains its own input: each request's TTFT and latency
+predicted from the batches it met, against what it measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tailreplay.sim.calibration_data import Observed, UnusableResults, read_results
+from tailreplay.sim.calibration_fits import (
+    Array,
+    LineFit,
+    batch_sizes,
+    fit_decode,
+    fit_prefill,
+    prefill_steps,
+    prefills_ending,
+    with_prefill,
+)
+from tailreplay.sim.calibration_limits import Limits, fit_limits
+from tailreplay.sim.profiles import EngineProfile, fit_context
+
+__all__ = [
+    "MIN_REQUESTS",
+    "Calibration",
+    "Residuals",
+    "Timeline",
+    "calibrate",
+    "calibrate_observed",
+    "explain",
+]
+
+MIN_REQUESTS = 30
+"""Streamed answers a calibration needs at the least."""
+MIN_CLEAN_PREFILLS = 30
+"""Prefills alone in their step needed to fit on them only (else on every request)."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The engine's steps as the results show them: when each request's prefill step
+    began and ended, and the batch each step decoded."""
+
+    first_s: Array
+    """Each request's first token (NaN: not streamed)."""
+    step_start_s: Array
+    """When the step that prefilled each request began."""
+    step_batch: Array
+    """How many requests that step decoded."""
+    gap_batch: Array
+    """For each gap: how many requests its step decoded..."""
+    gap_clean: Array
+    """...and whether that step held no other request's prefill (and the gap is not 0:
+    two tokens read together)."""
+    alone: Array
+    """Requests whose prefill step held no other request's prefill."""
+
+    @classmethod
+    def of(cls, o: Observed) -> Timeline:
+        first = o.start_s + o.ttft_s
+        gap_end = o.gap_start_s + o.gap_s
+        gap_batch = batch_sizes(first, o.last_token_s, o.gap_start_s + o.gap_s / 2)
+        clean = (o.gap_s > 0) & ~with_prefill(o.gap_start_s, o.gap_s, first)
+        # Every token any request received ends a step; the first one after a request
+        # was sent ends the step it arrived in, so its own step began there.
+        ends = np.unique(np.concatenate([first[~np.isnan(first)], gap_end]))
+        after = np.searchsorted(ends, o.start_s, "right")
+        next_end = np.where(after < len(ends), ends[np.minimum(after, len(ends) - 1)], np.inf)
+        # A step end received with its own first token is that step's, not an earlier one.
+        step_start = np.where(next_end < first - _SAME_READ_S, next_end, o.start_s)
+        step_batch = batch_sizes(first, o.last_token_s, (step_start + first) / 2)
+        alone = prefills_ending(first, first - step_start, first) <= 1
+        return cls(first, step_start, step_batch, gap_batch, clean, alone)
+
+
+_SAME_READ_S = 0.001
+"""Tokens of one step are received within this of each other (one write, one read)."""
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """|predicted - measured| / measured over the requests, for TTFT and latency."""
+
+    ttft_median: float
+    ttft_p90: float
+    ttft_requests: int
+    latency_median: float
+    latency_p90: float
+    latency_requests: int
+    """Streams whose every gap is exact (a stream past ``EXACT_GAPS`` has binned ones)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted profile and its account of itself: what was fitted from what, what was
+    kept from the base, the load it was fitted at and how well it explains its input."""
+
+    profile: EngineProfile
+    base: str
+    fitted: dict[str, str]
+    not_fitted: dict[str, str]
+    files: tuple[str, ...]
+    requests: int
+    streamed: int
+    failed: int
+    rate_rps: float
+    mean_concurrency: float
+    batch_range: tuple[int, int]
+    served_model: str | None
+    residuals: Residuals
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """The profile file: every ``EngineProfile`` field at the top (so
+        ``tailreplay sim --profile FILE`` reads it), then ``fitted``, ``not_fitted`` and
+        ``calibration``."""
+        return {
+            **asdict(self.profile),
+            "fitted": self.fitted,
+            "not_fitted": self.not_fitted,
+            "calibration": {
+                "files": list(self.files),
+                "base": self.base,
+                "requests": self.requests,
+                "streamed": self.streamed,
+                "failed": self.failed,
+                "rate_rps": round(self.rate_rps, 3),
+                "mean_concurrency": round(self.mean_concurrency, 2),
+                "batch_sizes": list(self.batch_range),
+                "served_model": self.served_model,
+                "residuals": {k: _rounded(v) for k, v in asdict(self.residuals).items()},
+                "warnings": list(self.warnings),
+            },
+        }
+
+
+def _rounded(value: float | int) -> float | int:
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def calibrate(paths: Sequence[str | os.PathLike[str]], base: EngineProfile) -> Calibration:
+    """Fit ``base``'s time and capacity parameters to the results in ``paths``.
+
+    >>> calibrate(["results.msgpack"], profile("fast")).profile.decode_base_ms
+    """
+    return calibrate_observed(read_results(paths), base)
+
+
+def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
+    """``calibrate`` on results already read. Raises ``UnusableResults`` (one line:
+    what cannot be fitted and why) when they cannot give the time model."""
+    streamed = int(o.streamed.sum())
+    if not streamed:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: no streamed answers ({len(o.start_s):,} answered): "
+            "without first-token times and inter-token gaps neither prefill nor decode "
+            "cost can be fitted; replay with streaming requests"
+        )
+    if streamed < MIN_REQUESTS:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: {streamed} streamed answers; a calibration needs at "
+            f"least {MIN_REQUESTS} to fit prefill and decode costs"
+        )
+    t = Timeline.of(o)
+    decode = _decode_fit(o, t)
+    prefill = _prefill_fit(o, t, decode, base.max_batched_tokens)
+    limits = fit_limits(o, t.gap_batch, _queued(o, t, prefill, decode), base)
+    fitted_profile = _profile(base, prefill, decode, limits, o)
+    residuals = explain(o, t, fitted_profile)
+    return Calibration(
+        profile=fitted_profile,
+        base=base.name,
+        fitted=_fitted_notes(prefill, decode) | limits.fitted,
+        not_fitted=limits.not_fitted,
+        files=o.files,
+        requests=o.requests,
+        streamed=streamed,
+        failed=o.failed,
+        rate_rps=_rate(o),
+        mean_concurrency=_concurrency(o),
+        batch_range=(int(decode.x_range[0]), int(decode.x_range[1])),
+        served_model=limits.served_model,
+        residuals=residuals,
+        warnings=limits.warnings,
+    )
+
+
+def _decode_fit(o: Observed, t: Timeline) -> LineFit:
+    fit = fit_decode(t.gap_batch[t.gap_clean], o.gap_s[t.gap_clean] * 1e3)
+    if fit is None:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: the inter-token gaps saw fewer than two batch sizes "
+            "with enough gaps each: the decode cost against the batch cannot be fitted "
+            "(replay at a load that varies the number of requests decoding at once)"
+        )
+    return fit
+
+
+def _prefill_fit(o: Observed, t: Timeline, decode: LineFit, chunk: int) -> LineFit:
+    """The prefill fit on each streamed request's prefill step less its decode, from
+    the requests whose prefill was alone in its step when there are enough of them."""
+    decode_ms = np.where(t.step_batch > 0, decode.base + decode.slope * t.step_batch, 0.0)
+    prefill_ms = (o.ttft_s - (t.step_start_s - o.start_s)) * 1e3 - decode_ms
+    tokens = o.uncached_tokens
+    alone = t.alone & o.streamed
+    use = alone if alone.sum() >= MIN_CLEAN_PREFILLS else o.streamed
+    fit = fit_prefill(tokens[use], prefill_ms[use], chunk)
+    if fit is None:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: the streamed requests' prompts do not vary in size "
+            "(or fewer than 10 have any): the prefill cost per token cannot be fitted"
+        )
+    return fit
+
+
+def _queued(o: Observed, t: Timeline, prefill: LineFit, decode: LineFit) -> Array:
+    """Streamed requests that waited in the queue: their first token came more than two
+    steps after their modelled prefill step would have ended."""
+    step_ms = decode.base + decode.slope * t.step_batch
+    modelled = prefill.base + prefill.slope * o.uncached_tokens + step_ms
+    took = (o.ttft_s - (t.step_start_s - o.start_s)) * 1e3
+    queued: Array = o.streamed & (took - modelled > 2 * step_ms)
+    return queued
+
+
+def _profile(
+    base: EngineProfile, prefill: LineFit, decode: LineFit, limits: Limits, o: Observed
+) -> EngineProfile:
+    p = base.with_overrides(
+        name="calibrated",
+        prefill_base_ms=round(max(prefill.base, 0.0), 4),
+        prefill_per_token_ms=round(max(prefill.slope, 0.0), 6),
+        decode_base_ms=round(max(decode.base, 0.0), 4),
+        decode_per_seq_ms=round(max(decode.slope, 0.0), 6),
+        **limits.overrides,
+    )
+    longest = int((o.input_tokens + o.output_tokens).max())
+    # Sized to serve what it was fitted on, as replay sizes the built-in target.
+    return replace(p, max_model_len=fit_context(p, longest).max_model_len)
+
+
+def _fitted_notes(prefill: LineFit, decode: LineFit) -> dict[str, str]:
+    lo, hi = (int(x) for x in prefill.x_range)
+    blo, bhi = (int(x) for x in decode.x_range)
+    on_prefill = (
+        f"lower envelope (20% quantile regression) of {prefill.points:,} requests' "
+        f"prefill step less its decode, against {lo:,}..{hi:,} uncached input tokens"
+    )
+    on_decode = (
+        f"least squares through the median clean inter-token gap at each batch size "
+        f"{blo}..{bhi} ({decode.points:,} gaps)"
+    )
+    return {
+        "prefill_base_ms": on_prefill + " (intercept: weakly identified, about ±5 ms)",
+        "prefill_per_token_ms": on_prefill,
+        "decode_base_ms": on_decode,
+        "decode_per_seq_ms": on_decode,
+    }
+
+
+def _rate(o: Observed) -> float:
+    span = float(o.start_s.max() - o.start_s.min())
+    return (len(o.start_s) - 1) / span if span > 0 else 0.0
+
+
+def _concurrency(o: Observed) -> float:
+    """Requests in flight on average, from their first send to the last answer's end
+    (Little's law: the summed latencies over that span)."""
+    span = float(o.end_s.max() - o.start_s.min())
+    return float((o.end_s - o.start_s).sum()) / span if span > 0 else 0.0
+
+
+def explain(o: Observed, t: Timeline, p: EngineProfile) -> Residuals:
+    """Each streamed request's TTFT and latency as ``p`` predicts them from the steps it
+    met, against the measured ones.
+
+    Predicted TTFT: the wait until its prefill step began (as measured), plus that
+    step: its prefill, the prefills of the requests whose first token came with its
+    own, and the decode of the batch. Predicted latency: that TTFT plus, for each gap,
+    the decode of its step's batch and the prefills whose first tokens ended it.
+    """
+    streamed = o.streamed
+    first = t.first_s
+    tokens = o.uncached_tokens
+    steps = prefill_steps(tokens, p.max_batched_tokens)
+    own = p.prefill_base_ms * steps + p.prefill_per_token_ms * tokens
+    prefill_ms = np.where(streamed, own, 0.0)
+    shared = _prefills_ms_ending(first, first - t.step_start_s, first, prefill_ms) - prefill_ms
+    step_decode = np.where(t.step_batch > 0, _decode_ms(p, t.step_batch), 0.0)
+    wait_ms = (t.step_start_s - o.start_s) * 1e3
+    ttft_pred = wait_ms + prefill_ms + shared + step_decode
+    gap_end = o.gap_start_s + o.gap_s
+    ending = _prefills_ms_ending(gap_end, o.gap_s, first, prefill_ms)
+    gap_pred = _decode_ms(p, t.gap_batch) + ending
+    decode_pred = np.bincount(o.gap_request, weights=gap_pred, minlength=len(o.start_s))
+    latency_pred = ttft_pred + decode_pred
+    ttft_err = _relative(ttft_pred[streamed], o.ttft_s[streamed] * 1e3)
+    whole = o.complete
+    latency_err = _relative(latency_pred[whole], (o.end_s - o.start_s)[whole] * 1e3)
+    return Residuals(
+        ttft_median=_pct(ttft_err, 50),
+        ttft_p90=_pct(ttft_err, 90),
+        ttft_requests=len(ttft_err),
+        latency_median=_pct(latency_err, 50),
+        latency_p90=_pct(latency_err, 90),
+        latency_requests=len(latency_err),
+    )
+
+
+def _decode_ms(p: EngineProfile, batch: Array) -> Array:
+    out: Array = p.decode_base_ms + p.decode_per_seq_ms * batch
+    return out
+
+
+def _prefills_ms_ending(end: Array, window: Array, first: Array, prefill_ms: Array) -> Array:
+    """The summed prefill cost of the requests whose first token came within ``window / 2``
+    of each ``end`` (the prefills that shared that step)."""
+    ok = ~np.isnan(first)
+    order = np.argsort(first[ok])
+    firsts, costs = first[ok][order], prefill_ms[ok][order]
+    summed = np.concatenate([[0.0], np.cumsum(costs)])
+    lo = np.searchsorted(firsts, end - window / 2, "right")
+    hi = np.searchsorted(firsts, end + window / 2, "left")
+    out: Array = summed[hi] - summed[lo]
+    return out
+
+
+def _relative(predicted: Array, measured: Array) -> Array:
+    ok = measured > 0
+    out: Array = np.abs(predicted[ok] - measured[ok]) / measured[ok]
+    return out
+
+
+def _pct(values: Array, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
