@@ -54,6 +54,7 @@ __all__ = [
     "calibrate",
     "calibrate_observed",
     "explain",
+    "summary_lines",
 ]
 
 MIN_REQUESTS = 30
@@ -359,3 +360,27 @@ def _relative(predicted: Array, measured: Array) -> Array:
 
 def _pct(values: Array, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def summary_lines(c: Calibration) -> list[str]:
+    """What ``tailreplay sim calibrate`` prints: the fit, what it kept, how well it
+    explains its own input."""
+    p, r = c.profile, c.residuals
+    lo, hi = c.batch_range
+    kept = ", ".join(c.not_fitted)
+    model = c.served_model if c.served_model is not None else f"none named ({p.served_model})"
+    return [
+        f"fitted on {c.streamed:,} streamed answers of {c.requests:,} requests "
+        f"({c.failed:,} failed) at {c.rate_rps:.2f} req/s, mean concurrency "
+        f"{c.mean_concurrency:.1f}, batch sizes {lo}..{hi}; served model {model}",
+        f"prefill {p.prefill_base_ms:.2f} ms + {p.prefill_per_token_ms:.5f} ms/token; "
+        f"decode {p.decode_base_ms:.2f} ms + {p.decode_per_seq_ms:.4f} ms/sequence",
+        f"limits: max_num_seqs {p.max_num_seqs}"
+        f"{'' if 'max_num_seqs' in c.fitted else ' (not fitted: at least the most seen)'}, "
+        f"prefix caching {'on' if p.prefix_caching else 'off'}, block size {p.block_size}",
+        f"not fitted (kept from {c.base}): {kept}",
+        f"explains its input: |predicted - measured| / measured TTFT median "
+        f"{r.ttft_median:.1%}, P90 {r.ttft_p90:.1%} ({r.ttft_requests:,} requests); "
+        f"latency median {r.latency_median:.1%}, P90 {r.latency_p90:.1%} "
+        f"({r.latency_requests:,} requests)",
+    ]

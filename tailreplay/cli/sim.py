@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
+from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.options import HOST_PORT
 from tailreplay.errors import UsageError
+from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.units import host_port
 
 if TYPE_CHECKING:
     from tailreplay.sim.launcher import BuiltinSim
 
-__all__ = ["builtin_sim", "sim"]
+__all__ = ["builtin_sim", "calibrate", "sim"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,6 +48,16 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
 }
 
 
+class _Profile(click.Choice):  # type: ignore[type-arg]  # generic since click 8.5
+    """A built-in profile's name, or the path of a profile's JSON file
+    (``tailreplay sim calibrate`` writes one)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value not in self.choices and os.path.isfile(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
 def _with_overrides(f: F) -> F:
     for flag, (name, kind) in reversed(_OVERRIDES.items()):
         f = click.option(
@@ -52,7 +66,12 @@ def _with_overrides(f: F) -> F:
     return f
 
 
-@click.command()
+# A group that runs the simulator when no subcommand is given; its example is its own
+# (the command line's examples are its leaves').
+@click.group(
+    invoke_without_command=True,
+    epilog="\b\nExample:\n  tailreplay sim --listen 127.0.0.1:8000 --profile fast",
+)
 @click.option(
     "--listen",
     type=HOST_PORT,
@@ -63,10 +82,11 @@ def _with_overrides(f: F) -> F:
 @click.option(
     "--profile",
     "profile_name",
-    type=click.Choice(sorted(PROFILES)),
+    type=_Profile(sorted(PROFILES)),
     default=DEFAULT_PROFILE,
     show_default=True,
-    help="fast: an 8B model on one H100; default: the same on one 24 GB GPU.",
+    help="fast: an 8B model on one H100; default: the same on one 24 GB GPU; or the path "
+    "of a profile's JSON file (`sim calibrate` writes one).",
 )
 @click.option(
     "--seed", default=0, show_default=True, help="Seed for output lengths, text and faults."
@@ -96,7 +116,10 @@ def _with_overrides(f: F) -> F:
     help="Stop when the process with this pid is no longer the parent (the launcher's).",
 )
 @_with_overrides
+@click.pass_context
 def sim(
+    ctx: click.Context,
+    /,
     listen: tuple[str, int],
     profile_name: str,
     seed: int,
@@ -109,6 +132,8 @@ def sim(
     **overrides: Any,
 ) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from tailreplay.sim.faults import Faults
     from tailreplay.sim.launcher import READY_PREFIX
     from tailreplay.sim.profiles import profile
@@ -120,10 +145,15 @@ def sim(
     try:
         if no_prefix_cache:
             overrides["prefix_caching"] = False
-        chosen = profile(profile_name).with_overrides(**overrides)
+        base = profile(profile_name)
+        chosen = base.with_overrides(**overrides)
         faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if profile_name not in PROFILES and chosen.served_model != base.served_model:
+        warn(
+            [f"{profile_name} was fitted to {base.served_model!r}; serving {chosen.served_model!r}"]
+        )
     config = SimConfig(
         profile=chosen, seed=seed, host=host, port=port, faults=faults, parent_pid=parent_pid
     )
@@ -141,6 +171,39 @@ def sim(
         ) from None
 
 
+@sim.command(name="calibrate")
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "-o",
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The fitted profile (JSON, 0600), for `tailreplay sim --profile FILE`.",
+)
+@click.option(
+    "--base",
+    type=click.Choice(sorted(PROFILES)),
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="The profile whose values stand where the results cannot fit one.",
+)
+def calibrate(results: tuple[Path, ...], out: Path, base: str) -> None:
+    """Fit the simulator's profile to a replay's results: prefill and decode costs from
+    the streamed answers' first tokens and inter-token gaps, and the limits they show."""
+    from tailreplay.private import write_whole
+    from tailreplay.sim.calibrate import calibrate as fit
+    from tailreplay.sim.calibrate import summary_lines
+    from tailreplay.sim.profiles import profile
+
+    check_output_file("-o", out, inputs=results)
+    calibration = fit(results, profile(base))
+    write_whole(out, json.dumps(calibration.to_json(), indent=2) + "\n")
+    for line in summary_lines(calibration):
+        show(line)
+    warn(list(calibration.warnings))
+    say(f"wrote {out}")
+
+
 def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
     """``replay``'s built-in target, with its ``--sim-arg`` values checked by this
     command's own parser (a wrong one is exit 2 before anything runs).
@@ -151,7 +214,7 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
     from tailreplay.sim.launcher import BuiltinSim
 
     try:
-        ctx = sim.make_context("sim", list(sim_args), help_option_names=[])
+        ctx = sim.make_context("sim", list(sim_args), help_option_names=[], allow_extra_args=False)
     except click.ClickException as exc:
         why = exc.format_message()
         raise UsageError(f"invalid --sim-arg {' '.join(sim_args)!r}: {why}") from None
