@@ -216,8 +216,8 @@ def _decode_fit(o: Observed, t: Timeline) -> LineFit:
     fit = fit_decode(t.gap_batch[t.gap_clean], o.gap_s[t.gap_clean] * 1e3)
     if fit is None:
         raise UnusableResults(
-            f"{', '.join(o.files)}: the inter-token gaps saw fewer than two batch sizes "
-            "with enough gaps each: the decode cost against the batch cannot be fitted "
+            f"{', '.join(o.files)}: the inter-token gaps saw fewer than three batch "
+            "sizes with enough gaps each: the decode cost against the batch cannot be fitted "
             "(replay at a load that varies the number of requests decoding at once)"
         )
     return fit

@@ -25,6 +25,7 @@ from scipy import optimize, sparse  # type: ignore[import-untyped]
 
 __all__ = [
     "DECODE_MIN_GAPS",
+    "DECODE_MIN_SIZES",
     "PREFILL_QUANTILE",
     "LineFit",
     "batch_sizes",
@@ -40,6 +41,8 @@ Array = npt.NDArray[Any]
 
 DECODE_MIN_GAPS = 20
 """A batch size enters the decode fit when at least this many clean gaps saw it."""
+DECODE_MIN_SIZES = 3
+"""Batch sizes the decode line needs (two would fit any two medians exactly)."""
 PREFILL_QUANTILE = 0.2
 """The lower envelope's quantile: the line 20% of the prefill times lie below."""
 PREFILL_MAX_POINTS = 20_000
@@ -105,11 +108,11 @@ def fit_decode(batch: Array, gap_ms: Array, min_count: int = DECODE_MIN_GAPS) ->
     size's step time (a median: a few gaps stretched by the network or the client
     move it little); a least-squares line through the medians, each weighted by its
     count, gives ``decode_base_ms`` (intercept) and ``decode_per_seq_ms`` (slope).
-    None when fewer than two batch sizes have enough gaps.
+    None when fewer than ``DECODE_MIN_SIZES`` batch sizes have enough gaps.
     """
     sizes, counts = np.unique(batch, return_counts=True)
     keep = sizes[(counts >= min_count) & (sizes > 0)]
-    if len(keep) < 2:
+    if len(keep) < DECODE_MIN_SIZES:
         return None
     medians = np.array([np.median(gap_ms[batch == s]) for s in keep])
     weights = np.array([np.sum(batch == s) for s in keep], dtype=float)

@@ -1,0 +1,235 @@
+"""`tailreplay sim calibrate`: a replay against a simulator with a hidden profile, and
+the profile fitted from its results; the estimators on synthetic data with known
+parameters; unusable results and bad options as one line and their exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tailreplay.cli import cli
+from tailreplay.sim.calibrate import calibrate
+from tailreplay.sim.calibration_fits import (
+    batch_sizes,
+    fit_block_size,
+    fit_decode,
+    fit_prefill,
+    prefills_ending,
+    with_prefill,
+)
+from tailreplay.sim.launcher import sim_process
+from tailreplay.sim.profiles import PROFILES, load_profile, profile
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
+from tests.helpers import sim_slowdown_between, sim_steps
+
+T0 = 1_700_000_000 * 10**9
+
+# The hidden profile: the fast profile with its costs scaled by factors the fit is not
+# told. Steps of 15-30 ms keep a busy machine's timer jitter (~1 ms) small against them.
+HIDDEN = {
+    "prefill_base_ms": 4.0 * 2.5,
+    "prefill_per_token_ms": 0.0125 * 3,
+    "decode_base_ms": 6.0 * 2.5,
+    "decode_per_seq_ms": 0.04 * 7.5,
+}
+
+
+def _window(path: Path, seconds: float, rate_from: float, rate_to: float, seed: int) -> int:
+    """A recorded window of streamed chat requests: arrivals whose rate ramps from
+    ``rate_from`` to ``rate_to`` per second (so the batch grows from 1 to a few dozen),
+    prompts of 30..3,000 tokens (log-uniform), answers of 40..120 tokens."""
+    rng = np.random.default_rng(seed)
+    t, times = 0.0, []
+    while (t := t + rng.exponential(1 / rate_to)) < seconds:
+        if rng.random() < (rate_from + (rate_to - rate_from) * t / seconds) / rate_to:
+            times.append(t)
+    with ArchiveWriter(path, header=make_header("test")) as writer:
+        for at in times:
+            out = int(rng.integers(40, 121))
+            writer.append(
+                Record(
+                    start_ns=T0 + int(at * 1e9),
+                    method="POST",
+                    path="/v1/chat/completions",
+                    model="twin-model",
+                    stream=True,
+                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(3000)))),
+                    output_tokens=out,
+                    max_tokens=out,
+                    status=200,
+                    duration_ns=10**9,
+                )
+            )
+    return len(times)
+
+
+def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
+    window, results = tmp_path / "window.msgpack", tmp_path / "results.msgpack"
+    _window(window, seconds=20.0, rate_from=1.0, rate_to=14.0, seed=11)
+    hidden = [f"--{k.replace('_', '-')}={v}" for k, v in HIDDEN.items()]
+    with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as url:
+        before = sim_steps(url)
+        done = subprocess.run(
+            [sys.executable, "-m", "tailreplay", "replay", str(window), "--target", url,
+             "--out", str(results), "--tail-stretch", "1", "--seed", "5"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        slowdown = max(sim_slowdown_between(before, sim_steps(url)), 0.0)
+    assert done.returncode == 0, done.stderr[-2000:]
+    fitted = calibrate([results], profile("fast"))
+    p = fitted.profile
+    got = {k: getattr(p, k) for k in HIDDEN}
+    errors = {k: got[k] / v - 1 for k, v in HIDDEN.items()}
+    print(f"recovery errors: {errors}; simulator steps {slowdown:.1%} longer than modelled")
+    # A simulator that ran late (a busy machine) took longer steps than its model: the
+    # fit measures the steps taken, so the bound above widens by how much longer.
+    for name in ("prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms"):
+        assert -0.10 <= errors[name] <= 0.10 + slowdown, (name, got[name], HIDDEN[name])
+    # The prefill's base is the intercept of a line through prefills of 30..3,000 tokens
+    # (38..123 ms at the hidden cost): a 10 ms intercept is a few percent of what is
+    # measured, where the decode subtracted from each prefill step and the jitter of the
+    # step boundaries land, so it is held to ±60%.
+    assert abs(errors["prefill_base_ms"]) <= 0.6 + slowdown, got["prefill_base_ms"]
+    assert p.served_model == "twin-model" and fitted.served_model == "twin-model"
+    assert p.prefix_caching and fitted.batch_range[0] == 1 and fitted.batch_range[1] >= 20
+    assert fitted.residuals.ttft_median < 0.25 and fitted.residuals.latency_median < 0.25
+
+
+# -- the estimators on synthetic data with known parameters ---------------------------
+
+
+def test_batch_sizes_count_the_decodes_spanning_each_instant() -> None:
+    first = np.array([0.0, 1.0, 2.0, np.nan])
+    last = np.array([3.0, 1.5, 4.0, np.nan])
+    assert batch_sizes(first, last, np.array([0.5, 1.2, 2.5, 3.5, 5.0])).tolist() == [1, 2, 2, 1, 0]
+
+
+def test_a_gap_ending_with_another_first_token_held_a_prefill() -> None:
+    # Gaps of 20 ms ending at 0.02, 0.04, 0.06; a first token 0.5 ms after the second's end.
+    starts, gaps = np.array([0.0, 0.02, 0.04]), np.full(3, 0.02)
+    assert with_prefill(starts, gaps, np.array([0.0405])).tolist() == [False, True, False]
+    assert prefills_ending(
+        np.array([0.04]), np.array([0.02]), np.array([0.04, 0.041])
+    ).tolist() == [2]
+
+
+def test_fit_decode_recovers_a_line_through_noisy_gaps_with_outliers() -> None:
+    rng = np.random.default_rng(1)
+    batch = rng.integers(1, 60, 20_000)
+    gaps = 12.0 + 0.25 * batch + rng.normal(0, 1.0, len(batch))
+    stretched = rng.random(len(batch)) < 0.1  # a tenth of the gaps held a late read
+    gaps[stretched] += rng.exponential(30, stretched.sum())
+    fit = fit_decode(batch, gaps)
+    assert fit is not None
+    assert fit.base == pytest.approx(12.0, rel=0.05) and fit.slope == pytest.approx(0.25, rel=0.05)
+    assert fit.x_range == (1.0, 59.0)
+
+
+def test_fit_decode_needs_three_batch_sizes() -> None:
+    assert fit_decode(np.full(100, 4), np.full(100, 10.0)) is None
+    assert fit_decode(np.array([1] * 100 + [2] * 100 + [3] * 5), np.full(205, 10.0)) is None
+    assert fit_decode(np.array([1] * 100 + [2] * 100 + [3] * 20), np.full(220, 10.0)) is not None
+
+
+def test_fit_prefill_finds_the_lower_envelope() -> None:
+    rng = np.random.default_rng(2)
+    tokens = np.exp(rng.uniform(np.log(20), np.log(6000), 800)).astype(int)
+    true = 8.0 * np.ceil(tokens / 2048) + 0.05 * tokens
+    measured = true + rng.normal(0, 0.3, len(tokens))
+    shared = rng.random(len(tokens)) < 0.6  # others' prefills and late admissions: only more
+    measured[shared] += rng.exponential(40, shared.sum())
+    fit = fit_prefill(tokens, measured, chunk=2048)
+    assert fit is not None
+    assert fit.slope == pytest.approx(0.05, rel=0.03) and fit.base == pytest.approx(8.0, abs=1.5)
+    assert fit_prefill(np.full(50, 100), np.full(50, 9.0), chunk=2048) is None
+
+
+def test_block_size_is_the_common_divisor_of_the_hits() -> None:
+    assert fit_block_size(np.array([0, 32, 48, 160, 16 * 7, 64, -1])) == 16
+    assert fit_block_size(np.array([0, 32, 64])) is None  # too few hits to say
+
+
+# -- unusable results and bad options: one line, exit 3 and 2 --------------------------
+
+
+def _results(path: Path, n: int, stream: bool) -> Path:
+    with ArchiveWriter(path, header=make_header("replay")) as writer:
+        for i in range(n):
+            writer.append(
+                Record(
+                    start_ns=T0 + i * 10**9,  # one at a time: a batch of 1
+                    status=200,
+                    stream=stream,
+                    input_tokens=100 + i,
+                    output_tokens=20,
+                    duration_ns=300_000_000,
+                    ttfb_ns=50_000_000 if stream else None,
+                    chunk_gaps_us=[12_000] * 19 if stream else None,
+                )
+            )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("n", "stream", "says"),
+    [
+        (200, False, "no streamed answers"),
+        (12, True, "12 streamed answers; a calibration needs at least 30"),
+        (200, True, "fewer than three batch sizes"),
+    ],
+)
+def test_unusable_results_are_one_line_and_exit_3(
+    tmp_path: Path, n: int, stream: bool, says: str
+) -> None:
+    results = _results(tmp_path / "r.msgpack", n, stream)
+    done = CliRunner().invoke(
+        cli, ["sim", "calibrate", str(results), "-o", str(tmp_path / "p.json")]
+    )
+    assert done.exit_code == 3, done.output
+    assert says in done.output and "Traceback" not in done.output
+    assert len(done.output.strip().splitlines()) == 1
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--base", "huge"], 2, "'huge' is not one of"),
+        (["-o", "/no/such/dir/p.json"], 2, "no such directory"),
+        ([], 2, "Missing option '-o'"),
+    ],
+)
+def test_bad_options_exit_2(tmp_path: Path, args: list[str], code: int, says: str) -> None:
+    results = _results(tmp_path / "r.msgpack", 40, True)
+    out = [] if args and args[0] == "-o" or not args else ["-o", str(tmp_path / "p.json")]
+    done = CliRunner().invoke(cli, ["sim", "calibrate", str(results), *out, *args])
+    assert done.exit_code == code, done.output
+    assert says in done.output and "Traceback" not in done.output
+
+
+def test_a_file_that_is_no_archive_exits_3(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.msgpack"
+    junk.write_bytes(b"not msgpack at all")
+    done = CliRunner().invoke(cli, ["sim", "calibrate", str(junk), "-o", str(tmp_path / "p.json")])
+    assert done.exit_code == 3 and "Traceback" not in done.output
+
+
+def test_a_profile_file_round_trips_and_a_bad_one_exits_3(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    fast = PROFILES["fast"]
+    good.write_text(json.dumps({**asdict(fast), "fitted": {}, "calibration": {}}))
+    assert load_profile(good) == fast and profile(str(good)) == fast
+    bad.write_text(json.dumps({**asdict(fast), "decode_base_ms": "fast"}))
+    done = CliRunner().invoke(cli, ["sim", "--profile", str(bad), "--listen", "127.0.0.1:0"])
+    assert done.exit_code == 3 and "'decode_base_ms' must be a float" in done.output
+    done = CliRunner().invoke(cli, ["sim", "--profile", str(tmp_path / "none.json")])
+    assert done.exit_code == 2 and "is not one of" in done.output
