@@ -210,7 +210,7 @@ def test_unusable_results_are_one_line_and_exit_3(
 )
 def test_bad_options_exit_2(tmp_path: Path, args: list[str], code: int, says: str) -> None:
     results = _results(tmp_path / "r.msgpack", 40, True)
-    out = [] if args and args[0] == "-o" or not args else ["-o", str(tmp_path / "p.json")]
+    out = [] if not args or args[0] == "-o" else ["-o", str(tmp_path / "p.json")]
     done = CliRunner().invoke(cli, ["sim", "calibrate", str(results), *out, *args])
     assert done.exit_code == code, done.output
     assert says in done.output and "Traceback" not in done.output
