@@ -34,19 +34,20 @@ from tests.helpers import sim_slowdown_between, sim_steps
 T0 = 1_700_000_000 * 10**9
 
 # The hidden profile: the fast profile with its costs scaled by factors the fit is not
-# told. Steps of 15-30 ms keep a busy machine's timer jitter (~1 ms) small against them.
+# told. Steps of 30-60 ms keep a busy machine's timer jitter (~1 ms) small against them,
+# and the simulator's own CPU (a few streams' tokens written per step) low.
 HIDDEN = {
     "prefill_base_ms": 4.0 * 2.5,
-    "prefill_per_token_ms": 0.0125 * 3,
-    "decode_base_ms": 6.0 * 2.5,
-    "decode_per_seq_ms": 0.04 * 7.5,
+    "prefill_per_token_ms": 0.0125 * 4,
+    "decode_base_ms": 6.0 * 5,
+    "decode_per_seq_ms": 0.04 * 15,
 }
 
 
 def _window(path: Path, seconds: float, rate_from: float, rate_to: float, seed: int) -> int:
     """A recorded window of streamed chat requests: arrivals whose rate ramps from
     ``rate_from`` to ``rate_to`` per second (so the batch grows from 1 to a few dozen),
-    prompts of 30..3,000 tokens (log-uniform), answers of 40..120 tokens."""
+    prompts of 30..3,000 tokens (log-uniform), answers of 20..60 tokens."""
     rng = np.random.default_rng(seed)
     t, times = 0.0, []
     while (t := t + rng.exponential(1 / rate_to)) < seconds:
@@ -54,7 +55,7 @@ def _window(path: Path, seconds: float, rate_from: float, rate_to: float, seed: 
             times.append(t)
     with ArchiveWriter(path, header=make_header("test")) as writer:
         for at in times:
-            out = int(rng.integers(40, 121))
+            out = int(rng.integers(20, 61))
             writer.append(
                 Record(
                     start_ns=T0 + int(at * 1e9),
@@ -79,10 +80,25 @@ def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as url:
         before = sim_steps(url)
         done = subprocess.run(
-            [sys.executable, "-m", "tailreplay", "replay", str(window), "--target", url,
-             "--out", str(results), "--tail-stretch", "1", "--seed", "5"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tailreplay",
+                "replay",
+                str(window),
+                "--target",
+                url,
+                "--out",
+                str(results),
+                "--tail-stretch",
+                "1",
+                "--seed",
+                "5",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         slowdown = max(sim_slowdown_between(before, sim_steps(url)), 0.0)
     assert done.returncode == 0, done.stderr[-2000:]
     fitted = calibrate([results], profile("fast"))
@@ -95,10 +111,11 @@ def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     for name in ("prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms"):
         assert -0.10 <= errors[name] <= 0.10 + slowdown, (name, got[name], HIDDEN[name])
     # The prefill's base is the intercept of a line through prefills of 30..3,000 tokens
-    # (38..123 ms at the hidden cost): a 10 ms intercept is a few percent of what is
-    # measured, where the decode subtracted from each prefill step and the jitter of the
-    # step boundaries land, so it is held to ±60%.
-    assert abs(errors["prefill_base_ms"]) <= 0.6 + slowdown, got["prefill_base_ms"]
+    # (12..160 ms at the hidden cost): a 10 ms intercept is a small part of what is
+    # measured, where the decode subtracted from each prefill step and the client's
+    # timing of the step boundaries land, so it is weakly identified: within 2-12% on a
+    # quiet machine, 63% off with two busy loops beside the test. Held to ±80% (2-18 ms).
+    assert abs(errors["prefill_base_ms"]) <= 0.8 + slowdown, got["prefill_base_ms"]
     assert p.served_model == "twin-model" and fitted.served_model == "twin-model"
     assert p.prefix_caching and fitted.batch_range[0] == 1 and fitted.batch_range[1] >= 20
     assert fitted.residuals.ttft_median < 0.25 and fitted.residuals.latency_median < 0.25
@@ -233,3 +250,31 @@ def test_a_profile_file_round_trips_and_a_bad_one_exits_3(tmp_path: Path) -> Non
     assert done.exit_code == 3 and "'decode_base_ms' must be a float" in done.output
     done = CliRunner().invoke(cli, ["sim", "--profile", str(tmp_path / "none.json")])
     assert done.exit_code == 2 and "is not one of" in done.output
+
+
+def test_serving_a_fitted_profile_under_another_model_name_warns(tmp_path: Path) -> None:
+    fitted = tmp_path / "fitted.json"
+    fitted.write_text(json.dumps({**asdict(PROFILES["fast"]), "served_model": "twin-model"}))
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailreplay.sim",
+            "--listen",
+            "127.0.0.1:0",
+            "--profile",
+            str(fitted),
+            "--served-model",
+            "other",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().startswith("tailreplay sim listening on ")
+    finally:
+        child.terminate()
+        _, stderr = child.communicate(timeout=20)
+    assert f"warning: {fitted} was fitted to 'twin-model'; serving 'other'" in stderr
