@@ -105,7 +105,8 @@ def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     p = fitted.profile
     got = {k: getattr(p, k) for k in HIDDEN}
     errors = {k: got[k] / v - 1 for k, v in HIDDEN.items()}
-    print(f"recovery errors: {errors}; simulator steps {slowdown:.1%} longer than modelled")
+    print(f"recovery errors: {errors}; batch sizes {fitted.batch_range}; residuals")
+    print(f"{fitted.residuals}; simulator steps {slowdown:.1%} longer than modelled")
     # A simulator that ran late (a busy machine) took longer steps than its model: the
     # fit measures the steps taken, so the bound above widens by how much longer.
     for name in ("prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms"):
