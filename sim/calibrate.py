@@ -13,8 +13,9 @@ ends in it its first. From the results alone (``calibration_data``):
   first token also held a prefill; the others (clean) give the decode cost against
   the batch (``fit_decode``);
 - a request's prefill ran in the step that ended with its first token, which began
-  at the first token any request received after it was sent (or at its send, when
-  the engine was idle): that step's length less its decode cost is its prefill time,
+  at the step end before it (the last token any request received before), or at its
+  send when that came later (an idle engine): that step's length less its decode
+  cost is its prefill time,
   and the lower envelope of those times against the tokens computed (input less
   cached) gives the prefill cost (``fit_prefill``);
 - the limits where the data show them (``calibration_limits``).
@@ -54,6 +55,7 @@ __all__ = [
     "calibrate",
     "calibrate_observed",
     "explain",
+    "step_ends",
     "summary_lines",
 ]
 
@@ -71,7 +73,9 @@ class Timeline:
     first_s: Array
     """Each request's first token (NaN: not streamed)."""
     step_start_s: Array
-    """When the step that prefilled each request began."""
+    """When the step that prefilled each request began..."""
+    step_end_s: Array
+    """...and ended (its first token, or an earlier token of that step)."""
     step_batch: Array
     """How many requests that step decoded."""
     gap_batch: Array
@@ -88,20 +92,39 @@ class Timeline:
         gap_end = o.gap_start_s + o.gap_s
         gap_batch = batch_sizes(first, o.last_token_s, o.gap_start_s + o.gap_s / 2)
         clean = (o.gap_s > 0) & ~with_prefill(o.gap_start_s, o.gap_s, first)
-        # Every token any request received ends a step; the first one after a request
-        # was sent ends the step it arrived in, so its own step began there.
-        ends = np.unique(np.concatenate([first[~np.isnan(first)], gap_end]))
-        after = np.searchsorted(ends, o.start_s, "right")
-        next_end = np.where(after < len(ends), ends[np.minimum(after, len(ends) - 1)], np.inf)
-        # A step end received with its own first token is that step's, not an earlier one.
-        step_start = np.where(next_end < first - _SAME_READ_S, next_end, o.start_s)
-        step_batch = batch_sizes(first, o.last_token_s, (step_start + first) / 2)
-        alone = prefills_ending(first, first - step_start, first) <= 1
-        return cls(first, step_start, step_batch, gap_batch, clean, alone)
+        typical = float(np.median(o.gap_s[o.gap_s > 0])) if np.any(o.gap_s > 0) else np.inf
+        ends = step_ends(np.concatenate([first[~np.isnan(first)], gap_end]), typical)
+        # The step that ended with a request's first token began at the step end before
+        # it, or at the request's send when that came later (the engine was idle).
+        at = np.where(np.isnan(first), 0, np.searchsorted(ends, first, "right") - 1)
+        previous = np.where(at >= 1, ends[np.maximum(at - 1, 0)], -np.inf)
+        step_start = np.where(np.isnan(first), np.nan, np.maximum(o.start_s, previous))
+        step_end = np.maximum(ends[np.maximum(at, 0)], step_start)
+        step_batch = batch_sizes(first, o.last_token_s, (step_start + step_end) / 2)
+        # Another prefill shared the step when its first token came within half a step
+        # of this one's (half the step, or of a typical gap when the step was longer).
+        window = np.minimum(first - step_start, typical)
+        alone = prefills_ending(first, window, first) <= 1
+        return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone)
 
 
-_SAME_READ_S = 0.001
-"""Tokens of one step are received within this of each other (one write, one read)."""
+STEP_SPLIT = 0.3
+"""Token receptions more than this share of a typical gap apart belong to different
+steps: a step's tokens reach the client over a few ms (one write per stream, read in
+turn), the next step's a whole step later."""
+
+
+def step_ends(receptions: Array, typical_gap_s: float) -> Array:
+    """When each engine step ended, as the client saw it: the first of each run of
+    token receptions no more than ``STEP_SPLIT`` of a typical gap apart.
+
+    >>> step_ends(np.array([0.0, 0.001, 0.02, 0.0205, 0.04]), 0.02).tolist()
+    [0.0, 0.02, 0.04]
+    """
+    times = np.sort(receptions)
+    new = np.concatenate([[True], np.diff(times) > STEP_SPLIT * typical_gap_s])
+    out: Array = times[new]
+    return out
 
 
 @dataclass(frozen=True)
@@ -161,15 +184,16 @@ class Calibration:
         }
 
 
-def _rounded(value: float | int) -> float | int:
-    return round(value, 4) if isinstance(value, float) else value
+def _rounded(value: float | int) -> float | int | None:
+    """A residual for JSON: rounded, and None where there was nothing to measure."""
+    if isinstance(value, float):
+        return round(value, 4) if np.isfinite(value) else None
+    return value
 
 
 def calibrate(paths: Sequence[str | os.PathLike[str]], base: EngineProfile) -> Calibration:
-    """Fit ``base``'s time and capacity parameters to the results in ``paths``.
-
-    >>> calibrate(["results.msgpack"], profile("fast")).profile.decode_base_ms
-    """
+    """Fit ``base``'s time and capacity parameters to the results in ``paths``, e.g.
+    ``calibrate(["results.msgpack"], profile("fast")).profile.decode_base_ms``."""
     return calibrate_observed(read_results(paths), base)
 
 
@@ -191,7 +215,7 @@ def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
     t = Timeline.of(o)
     decode = _decode_fit(o, t)
     prefill = _prefill_fit(o, t, decode, base.max_batched_tokens)
-    limits = fit_limits(o, t.gap_batch, _queued(o, t, prefill, decode), base)
+    limits = fit_limits(o, t.gap_batch, _queued(o, t, decode), base)
     fitted_profile = _profile(base, prefill, decode, limits, o)
     residuals = explain(o, t, fitted_profile)
     return Calibration(
@@ -227,7 +251,7 @@ def _prefill_fit(o: Observed, t: Timeline, decode: LineFit, chunk: int) -> LineF
     """The prefill fit on each streamed request's prefill step less its decode, from
     the requests whose prefill was alone in its step when there are enough of them."""
     decode_ms = np.where(t.step_batch > 0, decode.base + decode.slope * t.step_batch, 0.0)
-    prefill_ms = (o.ttft_s - (t.step_start_s - o.start_s)) * 1e3 - decode_ms
+    prefill_ms = (t.step_end_s - t.step_start_s) * 1e3 - decode_ms
     tokens = o.uncached_tokens
     alone = t.alone & o.streamed
     use = alone if alone.sum() >= MIN_CLEAN_PREFILLS else o.streamed
@@ -240,13 +264,11 @@ def _prefill_fit(o: Observed, t: Timeline, decode: LineFit, chunk: int) -> LineF
     return fit
 
 
-def _queued(o: Observed, t: Timeline, prefill: LineFit, decode: LineFit) -> Array:
-    """Streamed requests that waited in the queue: their first token came more than two
-    steps after their modelled prefill step would have ended."""
+def _queued(o: Observed, t: Timeline, decode: LineFit) -> Array:
+    """Streamed requests that waited in the queue: their prefill step began more than
+    two steps after they were sent (one admitted at once waits out one step at most)."""
     step_ms = decode.base + decode.slope * t.step_batch
-    modelled = prefill.base + prefill.slope * o.uncached_tokens + step_ms
-    took = (o.ttft_s - (t.step_start_s - o.start_s)) * 1e3
-    queued: Array = o.streamed & (took - modelled > 2 * step_ms)
+    queued: Array = o.streamed & ((t.step_start_s - o.start_s) * 1e3 > 2 * step_ms)
     return queued
 
 
@@ -302,23 +324,29 @@ def explain(o: Observed, t: Timeline, p: EngineProfile) -> Residuals:
     met, against the measured ones.
 
     Predicted TTFT: the wait until its prefill step began (as measured), plus that
-    step: its prefill, the prefills of the requests whose first token came with its
-    own, and the decode of the batch. Predicted latency: that TTFT plus, for each gap,
-    the decode of its step's batch and the prefills whose first tokens ended it.
+    step: its prefill, the prefill tokens of the requests whose first token came with
+    its own, and the decode of the batch. Predicted latency: that TTFT plus, for each
+    gap, the decode of its step's batch and the prefill of the requests whose first
+    tokens ended it (a step pays the prefill base once).
     """
     streamed = o.streamed
     first = t.first_s
     tokens = o.uncached_tokens
     steps = prefill_steps(tokens, p.max_batched_tokens)
-    own = p.prefill_base_ms * steps + p.prefill_per_token_ms * tokens
-    prefill_ms = np.where(streamed, own, 0.0)
-    shared = _prefills_ms_ending(first, first - t.step_start_s, first, prefill_ms) - prefill_ms
+    # A step pays the prefill base once, however many prompts it prefills.
+    own = np.where(streamed, p.prefill_base_ms * steps + p.prefill_per_token_ms * tokens, 0.0)
+    extra = np.where(
+        streamed, p.prefill_base_ms * (steps - 1) + p.prefill_per_token_ms * tokens, 0.0
+    )
+    window = first - t.step_start_s
+    shared = _prefills_ms_ending(first, window, first, extra) - extra
     step_decode = np.where(t.step_batch > 0, _decode_ms(p, t.step_batch), 0.0)
     wait_ms = (t.step_start_s - o.start_s) * 1e3
-    ttft_pred = wait_ms + prefill_ms + shared + step_decode
+    ttft_pred = wait_ms + own + shared + step_decode
     gap_end = o.gap_start_s + o.gap_s
-    ending = _prefills_ms_ending(gap_end, o.gap_s, first, prefill_ms)
-    gap_pred = _decode_ms(p, t.gap_batch) + ending
+    ending = _prefills_ms_ending(gap_end, o.gap_s, first, extra)
+    any_prefill = prefills_ending(gap_end, o.gap_s, first) > 0
+    gap_pred = _decode_ms(p, t.gap_batch) + ending + p.prefill_base_ms * any_prefill
     decode_pred = np.bincount(o.gap_request, weights=gap_pred, minlength=len(o.start_s))
     latency_pred = ttft_pred + decode_pred
     ttft_err = _relative(ttft_pred[streamed], o.ttft_s[streamed] * 1e3)

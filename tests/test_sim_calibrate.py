@@ -176,6 +176,78 @@ def test_block_size_is_the_common_divisor_of_the_hits() -> None:
     assert fit_block_size(np.array([0, 32, 64])) is None  # too few hits to say
 
 
+def _engine_timeline(
+    rng: np.random.Generator, known: dict[str, float], cap: int, n: int = 500
+) -> list[Record]:
+    """Results of the simulator's time model run offline (no clock): arrivals ramping
+    from 1 to 40 per second, each step admitting what arrived before it (up to
+    ``cap`` running), prefilling the admitted prompts and decoding the rest; every
+    token at the step's end, as ``sim/batching.py`` hands them out."""
+    arrivals = np.sort(rng.uniform(0, 1, n) ** 0.5) * 25.0  # the rate grows linearly
+    tokens = np.exp(rng.uniform(np.log(30), np.log(3000), n)).astype(int)
+    outputs = rng.integers(20, 61, n)
+    times: list[list[float]] = [[] for _ in range(n)]
+    running: list[int] = []
+    t, due = 0.0, 0
+    while due < n or running:
+        if not running and arrivals[due] > t:
+            t = float(arrivals[due])
+        admitted = []
+        while due < n and arrivals[due] <= t and len(running) + len(admitted) < cap:
+            admitted.append(due)
+            due += 1
+        cost = 0.0
+        if running:
+            cost += known["decode_base_ms"] + known["decode_per_seq_ms"] * len(running)
+        if admitted:
+            cost += known["prefill_base_ms"]
+            cost += known["prefill_per_token_ms"] * float(tokens[admitted].sum())
+        t += cost / 1000
+        for j in running + admitted:
+            times[j].append(t)
+        running = [j for j in running + admitted if len(times[j]) < outputs[j]]
+    return [
+        Record(
+            start_ns=T0 + int(arrivals[j] * 1e9),
+            model="offline",
+            stream=True,
+            status=200,
+            input_tokens=int(tokens[j]),
+            cached_tokens=0,
+            output_tokens=int(outputs[j]),
+            ttfb_ns=int((times[j][0] - arrivals[j]) * 1e9),
+            duration_ns=int((times[j][-1] - arrivals[j]) * 1e9) + 500_000,
+            chunk_gaps_us=[round(g * 1e6) for g in np.diff(times[j])],
+        )
+        for j in range(n)
+    ]
+
+
+def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
+    known = {
+        "prefill_base_ms": 8.0,
+        "prefill_per_token_ms": 0.04,
+        "decode_base_ms": 20.0,
+        "decode_per_seq_ms": 0.5,
+    }
+    results = tmp_path / "offline.msgpack"
+    with ArchiveWriter(results, header=make_header("replay")) as writer:
+        for record in _engine_timeline(np.random.default_rng(4), known, cap=24):
+            writer.append(record)
+    # Prompts of up to 3,000 tokens take one step under fast's 8,192-token chunks, as
+    # they do here.
+    fitted = calibrate([results], profile("fast"))
+    p = fitted.profile
+    for name, value in known.items():
+        assert getattr(p, name) == pytest.approx(value, rel=0.01), name
+    # The batch filled and requests queued behind it: the limit is fitted.
+    assert p.max_num_seqs == 24 and "max_num_seqs" in fitted.fitted
+    assert "kv_tokens" in fitted.not_fitted and p.kv_tokens == PROFILES["fast"].kv_tokens
+    assert p.served_model == "offline" and p.block_size == 16  # no hits: the base's
+    # Without a clock's jitter the model explains its own input to the microsecond.
+    assert fitted.residuals.latency_median < 0.01 and fitted.residuals.ttft_median < 0.01
+
+
 # -- unusable results and bad options: one line, exit 3 and 2 --------------------------
 
 
