@@ -261,6 +261,31 @@ def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
     assert fitted.residuals.latency_median < 0.01 and fitted.residuals.ttft_median < 0.01
 
 
+def test_the_command_writes_the_profile_and_says_how_well_it_fits(tmp_path: Path) -> None:
+    results, out = tmp_path / "offline.msgpack", tmp_path / "profile.json"
+    known = {
+        "prefill_base_ms": 8.0,
+        "prefill_per_token_ms": 0.04,
+        "decode_base_ms": 20.0,
+        "decode_per_seq_ms": 0.5,
+    }
+    with ArchiveWriter(results, header=make_header("replay")) as writer:
+        for record in _engine_timeline(np.random.default_rng(5), known, cap=24):
+            writer.append(record)
+    args = ["sim", "calibrate", str(results), "-o", str(out), "--base", "default"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert "explains its input:" in done.output and "decode 20.00 ms + 0.5000" in done.output
+    assert out.stat().st_mode & 0o777 == 0o600
+    written = json.loads(out.read_text())
+    assert written["calibration"]["files"] == [str(results)]
+    assert written["calibration"]["served_model"] == "offline"
+    assert written["calibration"]["base"] == "default"
+    assert written["not_fitted"]["queue_limit"] and written["queue_limit"] == 256
+    loaded = load_profile(out)  # the file is a profile as it stands
+    assert loaded.decode_per_seq_ms == pytest.approx(0.5, rel=0.01) and loaded.max_num_seqs == 24
+
+
 # -- unusable results and bad options: one line, exit 3 and 2 --------------------------
 
 
