@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,8 @@ class Observed:
     """The model names the requests carried, most common first, with their counts."""
     gaps_dropped: bool
     """Some streams' gaps were left out (``MAX_GAPS``)."""
+    warnings: tuple[str, ...] = ()
+    """What the archive reader met (torn tails, records out of order)."""
 
     @property
     def streamed(self) -> Array:
@@ -121,7 +123,8 @@ def read_results(paths: Iterable[str | os.PathLike[str]]) -> Observed:
             f"{', '.join(files)}: no answered request with a latency and input tokens "
             f"({requests:,} records, {failed:,} failed)"
         )
-    return _observed(cols, tuple(files), requests, failed, models, kept_gaps >= MAX_GAPS)
+    observed = _observed(cols, tuple(files), requests, failed, models, kept_gaps >= MAX_GAPS)
+    return replace(observed, warnings=tuple(reader.warnings()))
 
 
 def _take(cols: _Columns, r: Record, room: int) -> int:

@@ -45,8 +45,9 @@ DECODE_MIN_SIZES = 3
 """Batch sizes the decode line needs (two would fit any two medians exactly)."""
 PREFILL_QUANTILE = 0.2
 """The lower envelope's quantile: the line 20% of the prefill times lie below."""
-PREFILL_MAX_POINTS = 20_000
-"""Requests the quantile regression takes at most (an even subsample beyond)."""
+PREFILL_MAX_POINTS = 5_000
+"""Requests the quantile regression takes at most (an even subsample, by prompt size,
+beyond): its linear programme takes about a second at that size."""
 BLOCK_MIN_HITS = 5
 """Answers with cached tokens needed before their common divisor says a block size."""
 
@@ -148,8 +149,9 @@ def fit_prefill(
     if len(x) < 10 or x.min() == x.max():
         return None
     if len(x) > PREFILL_MAX_POINTS:
-        pick = np.linspace(0, len(x) - 1, PREFILL_MAX_POINTS).astype(int)
-        x, y = x[np.argsort(x)][pick], y[np.argsort(x)][pick]
+        order = np.argsort(x, kind="stable")
+        pick = order[np.linspace(0, len(x) - 1, PREFILL_MAX_POINTS).astype(int)]
+        x, y = x[pick], y[pick]
     steps = prefill_steps(x, chunk)
     base, per_token = _quantile_line(np.column_stack([steps, x]), y, quantile)
     return LineFit(base, per_token, len(x), (float(x.min()), float(x.max())))

@@ -65,7 +65,7 @@ def fit_limits(o: Observed, gap_batch: Array, queued: Array, base: EngineProfile
     overrides: dict[str, Any] = {}
     fitted: dict[str, str] = {}
     not_fitted: dict[str, str] = {}
-    warnings: list[str] = []
+    warnings: list[str] = list(o.warnings)
     for part in (
         _max_num_seqs(o, gap_batch, queued, base),
         _prefix_cache(o),
