@@ -52,12 +52,19 @@ def test_a_window_that_overloads_the_profile_is_replayed_on_a_sized_simulator(
     # within 3%, which says nothing of the models.
     rng = np.random.default_rng(3)
     times = np.sort(rng.random(1_200) * 60.0)
-    maps = [{"start_ns": T0 + round(t * 1e9), "input_tokens": int(rng.integers(6_000, 10_000)),
-             "output_tokens": int(rng.integers(20, 60)), "stream": True} for t in times]  # fmt: skip
+    maps = [
+        {
+            "start_ns": T0 + round(t * 1e9),
+            "input_tokens": int(rng.integers(6_000, 10_000)),
+            "output_tokens": int(rng.integers(20, 60)),
+            "stream": True,
+        }
+        for t in times
+    ]
     archive = write_plain(tmp_path / "heavy.msgpack", maps)
     model = tmp_path / "m.json"
-    fitted = subprocess.run([sys.executable, "-m", "tailreplay", "traces", "fit", str(archive),
-                             "-o", str(model)], capture_output=True, text=True, check=False)  # fmt: skip
+    fit = [sys.executable, "-m", "tailreplay", "traces", "fit", str(archive), "-o", str(model)]
+    fitted = subprocess.run(fit, capture_output=True, text=True, check=False)
     assert fitted.returncode == 0, fitted.stderr
     out = tmp_path / "v.json"
     done = subprocess.run(
