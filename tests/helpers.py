@@ -17,6 +17,11 @@ from typing import Any
 import msgpack
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+"""The repository's root: tests/ mirrors the packages, so a test finds files from here."""
+DATA = REPO / "tests" / "data"
+"""Public traces and samples the tests read, byte for byte (tests/data/README.md)."""
+
 HEADER = {
     "format": "tailreplay",
     "version": 1,
