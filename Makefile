@@ -40,7 +40,7 @@ test-perf: $(STAMP)
 # memory checks (4M records in one window, 60 MB records: under 500 MB). About 15
 # minutes.
 fuzz: $(STAMP)
-	TAILREPLAY_FUZZ_EXAMPLES=2800 TAILREPLAY_FUZZ_TABLE=$(VENV)/fuzz-table.md $(BIN)/python -m pytest -q tests/test_archive_fuzz.py tests/test_import_fuzz.py
+	TAILREPLAY_FUZZ_EXAMPLES=2800 TAILREPLAY_FUZZ_TABLE=$(VENV)/fuzz-table.md $(BIN)/python -m pytest -q tests/traces/archive/test_archive_fuzz.py tests/traces/importers/test_import_fuzz.py
 	cat $(VENV)/fuzz-table.md
 	$(BIN)/python bench/read_memory.py --check
 
@@ -86,12 +86,12 @@ $(PHOENIX_STAMP):
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix
 	touch $(PHOENIX_STAMP)
 
-# Headless Chromium opens the HTML report in tests/test_report_browser.py.
+# Headless Chromium opens the HTML report in tests/report/test_report_browser.py.
 /usr/bin/chromium:
 	apt-get install -y --no-install-recommends chromium >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null)
 
-# nginx is the upstream that resolves paths in tests/test_proxy_base_path.py.
+# nginx is the upstream that resolves paths in tests/proxy/test_proxy_base_path.py.
 /usr/sbin/nginx:
 	apt-get install -y --no-install-recommends nginx-light >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends nginx-light >/dev/null)
