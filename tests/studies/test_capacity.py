@@ -16,7 +16,7 @@ import pytest
 
 from tailreplay.report.capacity_result import Check, Trial, Verdict, plot, render, to_json
 from tailreplay.studies.capacity_search import search
-from tests.helpers import write_plain
+from tests.helpers import UNBOUND, write_plain
 
 T0 = 1_700_000_000 * 10**9
 
@@ -330,15 +330,20 @@ def _window(tmp_path: Path, span_s: float) -> tuple[Path, int]:
 
 
 def _capacity(
-    archive: Path, out: Path, *extra: str, slo: str = "latency:p99<=1500ms", max_factor: str = "8x"
+    archive: Path,
+    out: Path,
+    *extra: str,
+    slo: str = "latency:p99<=1500ms",
+    max_factor: str = "8x",
+    lag_limit: str = "100ms",
 ) -> subprocess.CompletedProcess[str]:
     """One ``capacity`` run on fresh built-in simulators, its JSON and plot in ``out``."""
-    # The subject is the search on a real target: a lag limit generous enough that a
-    # busy machine's replayer is not what is measured at these few hundred req/s.
+    # The subject is the search on a real target: a lag limit generous enough that the
+    # replayer is not what is measured at these few hundred req/s.
     return subprocess.run(
         [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--sim-profile", "fast",
          "--slo", slo, "--window", "1h", "--max", max_factor, "--precision", "10%",
-         "--lag-limit", "100ms", "--out-dir", str(out), "--json", str(out / "cap.json"),
+         "--lag-limit", lag_limit, "--out-dir", str(out), "--json", str(out / "cap.json"),
          "--plot", str(out / "cap.svg"), "--require", "1x", *extra],
         capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
@@ -346,20 +351,15 @@ def _capacity(
 
 def test_a_search_on_fresh_simulators_reports_every_trial(tmp_path: Path) -> None:
     """The whole command on fresh built-in simulators, with an objective no load here
-    can miss: a coarse trial at 2x, then the full window at --max, which passes."""
+    can miss: a coarse trial at 2x, then the full window at --max, which passes. No lag
+    limit: a busy machine's late sends are no verdict on the search
+    (``test_a_client_bound_trial_stops_the_search_without_a_claim_past_it`` has that)."""
     archive, n = _window(tmp_path, 10.0)
-    done = _capacity(archive, tmp_path / "o", slo="latency:p99<=60s", max_factor="2x")
+    done = _capacity(
+        archive, tmp_path / "o", slo="latency:p99<=60s", max_factor="2x", lag_limit=UNBOUND[1]
+    )
     result = json.loads((tmp_path / "o" / "cap.json").read_text())
-    if result["stopped"] is not None:  # a machine too busy to send on time: said
-        assert "the client was the bottleneck" in result["stopped"]
-        last = done.stderr.strip().splitlines()[-1]
-        if result["capacity"] is None:  # nothing measured: not judged, exit 4
-            assert done.returncode == 4
-            assert last.startswith("Error: the search stopped before any ")
-        else:  # a lower bound measured: a warning, exit 0
-            assert done.returncode == 0 and result["capacity"] < 2
-            assert last.startswith("warning: the search stopped: ")
-        return
+    assert result["stopped"] is None, result["stopped"]
     assert done.returncode == 0, done.stderr
     assert result["capacity"] == 2 and result["interval"] == [2, None]
     assert result["broke_first"] is None
@@ -422,7 +422,7 @@ def test_a_given_target_is_searched_with_drains_between_trials(tmp_path: Path) -
         done = subprocess.run(
             [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--target", url,
              "--slo", "latency:p99<=1500ms", "--window", "1h", "--max", "4x",
-             "--precision", "50%", "--drain", "0.5s", "--lag-limit", "100ms",
+             "--precision", "50%", "--drain", "0.5s", *UNBOUND,
              "--out-dir", str(tmp_path / "out"), "--json", str(tmp_path / "cap.json")],
             capture_output=True, text=True, timeout=600, check=False,
         )  # fmt: skip
@@ -430,10 +430,8 @@ def test_a_given_target_is_searched_with_drains_between_trials(tmp_path: Path) -
     result = json.loads((tmp_path / "cap.json").read_text())
     assert result["trials"] and all(t["requests"] > 0 for t in result["trials"])
     assert "capacity: " in done.stdout
-    if result["stopped"] is not None:  # a machine too busy to send on time: said, exit 4
-        assert done.returncode == 4 and "the client was the bottleneck" in result["stopped"]
-    else:
-        assert done.returncode == 0, done.stderr
+    assert result["stopped"] is None, result["stopped"]
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--min", "1x"), ("--min", "0x"), ("--max", "1x")])
