@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.workload.prefixes import PrefixDraw, fit_prefixes
-from tests.helpers import write_plain
+from tests.helpers import DATA, write_plain
 
-MOONCAKE = Path(__file__).resolve().parent / "data/mooncake_fast25/conversation_trace.jsonl"
+MOONCAKE = DATA / "mooncake_fast25" / "conversation_trace.jsonl"
 T0 = 1_700_000_000 * 10**9
 
 
