@@ -334,3 +334,32 @@ def test_one_window_that_cannot_rank_the_models_says_so() -> None:
     assert ranking_line(clear) == (
         "ranked on one window: the model is closer on latency P99 (|5%| against |50%|)"
     )
+
+
+def test_each_arm_says_what_it_found_in_the_prefix_cache(tmp_path: Path) -> None:
+    # Every prompt starts with the same two 512-token blocks (a system prompt) and
+    # goes on with blocks of its own: each arm's requests find those 1,024 tokens in
+    # the simulator's prefix cache, the synthetic arms through the model's prefixes.
+    rng = np.random.default_rng(6)
+    times = np.sort(rng.random(320) * 40.0)
+    maps = []
+    for k, t in enumerate(times):
+        blocks = int(rng.integers(3, 7))
+        own = range(100 * k + 3, 100 * k + blocks + 1)
+        maps.append(
+            {
+                "start_ns": T0 + round(t * 1e9),
+                "input_tokens": 512 * blocks,
+                "output_tokens": int(rng.integers(4, 12)),
+                "stream": True,
+                "prefix_hashes": [1, 2, *own],
+            }
+        )
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    model = tmp_path / "m.json"
+    assert _tailreplay("traces", "fit", str(archive), "-o", str(model)).returncode == 0
+    done, out = _validate(tmp_path, archive, model, *UNBOUND)
+    assert out.exists(), done.stderr
+    assert done.stdout.splitlines()[0].split()[-1] == "cached"
+    for arm in json.loads(out.read_text())["arms"]:
+        assert 1_000 <= arm["cached_tokens"] <= 1_100, arm
