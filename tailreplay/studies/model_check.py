@@ -36,8 +36,14 @@ from yarl import URL
 
 from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.speed import Speed
+from tailreplay.sim.profiles import profile
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.target_setup import fresh_targets
+from tailreplay.studies.target_setup import (
+    SERVED_LOAD,
+    fresh_targets,
+    serving_factor,
+    timed_sim_args,
+)
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.study_folder import claimed_folder
 from tailreplay.traces.archive.columns import load_columns
@@ -146,7 +152,6 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
 
 
 def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
-    fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args)
     held = _windows(cfg)
     span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
     say(
@@ -174,6 +179,8 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
             )
             arms.append((kind, draw, path))
     longest = longest_request([a[2] for a in arms])
+    faster = _sized(cfg, [w[0] for w in held], longest, say)
+    fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args, faster)
     results = []
     for kind, seed, path in arms:
         say(f"replaying {_name(kind, seed)} ...")
@@ -185,6 +192,41 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         result.sim_slowdown = slowdown
         results.append(result)
     return results + pooled(results, cfg.out_dir)
+
+
+PEAK_S = 30.0
+"""The stretch whose rate a simulator is sized to serve (``_sized``)."""
+
+
+def _sized(cfg: CheckConfig, exact: list[Path], longest: int, say: Callable[[str], None]) -> float:
+    """How much faster than its profile the built-in simulator runs (1 with --target, or
+    where --sim-arg sets a step time): enough that the held-out windows' busiest
+    ``PEAK_S`` asks ``SERVED_LOAD`` of its capacity, so that the exact arm is served and
+    every arm's P99 is one of served requests, not of the ones an overloaded target
+    had room for."""
+    if cfg.target is not None or timed_sim_args(cfg.sim_args):
+        return 1.0
+    cols = load_columns(exact, ["input_tokens", "output_tokens"])
+    starts, _ = on_ticks(cols["start_ns"])
+    seconds = (starts - starts.min()) / 1e9
+    peak = float(np.bincount((seconds // PEAK_S).astype(np.int64)).max()) / PEAK_S
+    span = float(seconds.max())
+    if span < PEAK_S:  # a window shorter than the stretch: its own rate
+        peak = starts.size / max(span, 1.0)
+    p = profile(cfg.sim_profile)
+    inputs, outputs = cols.where("input_tokens"), cols.where("output_tokens")
+    lengths = (
+        float(inputs.mean()) if inputs.size else 1.0,
+        float(outputs.mean()) if outputs.size else p.output_mean,
+    )
+    faster = serving_factor(cfg.sim_profile, longest, peak * cfg.speed, lengths)
+    if faster > 1.0:
+        say(
+            f"simulator: profile {cfg.sim_profile} with its steps {faster:.2f}x as fast, so that "
+            f"the window's busiest {PEAK_S:g} s ({peak * cfg.speed:.1f} req/s at this speed) "
+            f"asks {SERVED_LOAD:.0%} of its capacity (--sim-arg step times to size it yourself)"
+        )
+    return faster
 
 
 def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:

@@ -6,7 +6,7 @@ processes the studies run (a capacity trial, a validate-model arm) and the pods 
 sharded job: no caller spells a replay's flags by hand.
 
 Each field is named as click names the option and defaults to what click gives when
-the option is left out (``tests/test_replay_args.py`` holds the two together, and
+the option is left out (``tests/studies/test_replay_args.py`` holds the two together, and
 every field's round trip through ``to_argv`` and the real parser).
 """
 

@@ -36,6 +36,7 @@ from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_t
 from tailreplay.traces.workload.drift import LengthDrift, length_drift
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model_checks import MAX_RATE
+from tailreplay.traces.workload.prefixes import FIT_REQUESTS, PrefixDraw, PrefixReuse, fit_prefixes
 from tailreplay.traces.workload.renewal import Dist
 from tailreplay.traces.workload.workload_model import Workload
 
@@ -85,7 +86,7 @@ def fit(
     pick = _subset(np.flatnonzero(usable), rng)
     lengths = fit_lengths(inputs[pick], outputs[pick], rng)
     drift, recent = _recent(starts[both][usable], inputs[usable], outputs[usable], rng)
-    models, route = _shares([str(p) for p in paths], skip_corrupt)
+    models, route, prefixes = _shares([str(p) for p in paths], skip_corrupt)
     duration_s = float(starts[-1] - starts[0]) / 1e9
     return Workload(
         records=cols.n,
@@ -100,6 +101,7 @@ def fit(
         + ([drift.describe()] if drift is not None and drift.drifted else []),
         length_drift=drift,
         recent_lengths=recent,
+        prefix_reuse=prefixes,
     )
 
 
@@ -153,20 +155,29 @@ def _subset(values: Array, rng: np.random.Generator) -> Array:
     return picked
 
 
-def _shares(paths: list[str], skip_corrupt: bool) -> tuple[dict[str, float], dict[str, float]]:
+def _shares(
+    paths: list[str], skip_corrupt: bool
+) -> tuple[dict[str, float], dict[str, float], PrefixReuse | None]:
+    """The shares of models and routes, and the prompts' prefix reuse (from the first
+    ``FIT_REQUESTS`` records with ``prefix_hashes``, put in time order)."""
     from tailreplay.traces.archive.reader import ArchiveReader
 
     models: Counter[str] = Counter()
     routes: Counter[str] = Counter()
+    hashed: list[tuple[int, list[int]]] = []
     for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file").iter_maps():
         models[str(m.get("model") or "")] += 1
         routes[str(m.get("path") or DEFAULT_ROUTE)] += 1
+        hashes = m.get("prefix_hashes")
+        if hashes and len(hashed) < FIT_REQUESTS:
+            hashed.append((int(m["start_ns"]), hashes))
 
     def share(c: Counter[str]) -> dict[str, float]:
         total = sum(c.values())
         return {k: v / total for k, v in c.most_common()}
 
-    return share(models), share(routes)
+    hashed.sort(key=lambda pair: pair[0])
+    return share(models), share(routes), fit_prefixes([h for _, h in hashed])
 
 
 def synthesize(
@@ -239,7 +250,11 @@ def synthesize(
     if exact_rate and count is not None:
         within_rng = np.random.default_rng([seed, 2])
         times = at_exact_rate(times, count, rate, model.clock.tick_s, within_rng)
-    records = _records(workload, times, shapes_rng, t0, duration_s, count)
+    # The prefixes, in request order on a stream of their own: the n-th request shares
+    # the same blocks whatever arrival process is drawn beside it.
+    reuse = workload.prefix_reuse
+    prefixes = PrefixDraw(reuse, np.random.default_rng([seed, 3])) if reuse is not None else None
+    records = _records(workload, times, shapes_rng, t0, duration_s, count, prefixes)
     return write_archive(out, header, records)
 
 
@@ -286,6 +301,7 @@ def _records(
     t0: int,
     duration_s: float | None,
     count: int | None,
+    prefixes: PrefixDraw | None,
 ) -> Iterator[Record]:
     end = duration_s if duration_s is not None else math.inf
     limit = count if count is not None else MAX_SYNTH
@@ -306,6 +322,7 @@ def _records(
                 stream=stream,
                 input_tokens=inputs,
                 output_tokens=outputs,
+                prefix_hashes=prefixes.hashes(inputs) if prefixes is not None else None,
             )
             n += 1
         if horizon >= end:

@@ -10,6 +10,7 @@ or overflow the arithmetic that turns rates into times. ``workload_model.py`` ap
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -17,16 +18,20 @@ import numpy as np
 
 from tailreplay.traces.workload.hmm import MAX_STATES
 from tailreplay.traces.workload.lengths import MAX_COMPONENTS
+from tailreplay.traces.workload.prefixes import MAX_ROOT_BLOCKS, MAX_ROOTS, QUANTILES
 
 if TYPE_CHECKING:
     from tailreplay.traces.workload.arrivals import Arrivals
     from tailreplay.traces.workload.drift import LengthDrift
     from tailreplay.traces.workload.hmm import Mmpp
     from tailreplay.traces.workload.lengths import Lengths
+    from tailreplay.traces.workload.prefixes import PrefixReuse
     from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["MAX_RATE", "MAX_TOKENS", "unencodable", "workload_problem"]
 
+HISTORY_BOUND = 1e9
+"""A fitted distance between requests that share a prefix (in requests) is at most this."""
 MAX_RATE = 1_000_000.0
 """Requests per second a synthesis may ask for: beyond any replayable workload."""
 MAX_TOKENS = 2**31
@@ -76,6 +81,7 @@ def workload_problem(
     lengths: Lengths,
     recent: Lengths | None = None,
     drift: LengthDrift | None = None,
+    prefixes: PrefixReuse | None = None,
 ) -> str | None:
     """The first thing wrong with a model (one phrase naming the field), or None:
     ``top`` holds its top-level values by name (``records``, ``rate_rps``, ...);
@@ -87,6 +93,7 @@ def workload_problem(
         or _lengths_problem(lengths)
         or (_lengths_problem(recent, "recent_lengths") if recent is not None else None)
         or (_drift_problem(drift) if drift is not None else None)
+        or (_prefix_problem(prefixes) if prefixes is not None else None)
     )
 
 
@@ -338,6 +345,53 @@ def _long_run_rate(m: Mmpp) -> float:
     except (ValueError, np.linalg.LinAlgError):
         return math.nan
     return rate if math.isfinite(rate) else math.nan
+
+
+def _prefix_problem(p: PrefixReuse) -> str | None:
+    roots = p.root_shares if isinstance(p.root_shares, list) else None
+    blocks = p.root_blocks if isinstance(p.root_blocks, list) else None
+    return _first(
+        [
+            (
+                type(p.requests) is int and p.requests >= 0,
+                "prefix_reuse.requests must be an int >= 0",
+                p.requests,
+            ),
+            (
+                roots is not None
+                and blocks is not None
+                and len(roots) == len(blocks) <= MAX_ROOTS
+                and all(_within(x, 0, 1) for x in roots)
+                and sum(roots) <= 1 + 1e-6
+                and all(type(b) is int and 1 <= b <= MAX_ROOT_BLOCKS for b in blocks),
+                f"prefix_reuse.root_shares and root_blocks must be at most {MAX_ROOTS} "
+                f"shares summing to at most 1, with as many lengths of 1..{MAX_ROOT_BLOCKS} "
+                "blocks",
+                _UNSHOWN,
+            ),
+            (
+                _within(p.parent_share, 0, 1) and _within(p.seen_share, 0, 1),
+                "prefix_reuse.parent_share and seen_share must be within 0..1",
+                _UNSHOWN,
+            ),
+            (
+                _points(p.distances, 1, HISTORY_BOUND) and _points(p.reuse, 0, 1),
+                f"prefix_reuse.distances must be {QUANTILES} ascending numbers within "
+                f"1..{HISTORY_BOUND:g} and reuse {QUANTILES} within 0..1 (or both empty)",
+                _UNSHOWN,
+            ),
+        ]
+    )
+
+
+def _points(values: Any, low: float, high: float) -> bool:
+    """Quantile points: none, or ``QUANTILES`` ascending numbers within low..high."""
+    if not isinstance(values, list):
+        return False
+    if not values:
+        return True
+    ok = len(values) == QUANTILES and all(_within(v, low, high) for v in values)
+    return ok and all(a <= b for a, b in itertools.pairwise(values))
 
 
 def _drift_problem(d: LengthDrift) -> str | None:

@@ -19,6 +19,7 @@ from tailreplay.traces.workload.drift import LengthDrift
 from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.traces.workload.lengths import Lengths
 from tailreplay.traces.workload.model_checks import unencodable, workload_problem
+from tailreplay.traces.workload.prefixes import PrefixReuse
 from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["MODEL_VERSION", "Workload", "check_workload"]
@@ -44,6 +45,8 @@ class Workload:
     recent_lengths: Lengths | None = None
     """The lengths fitted to the second half of the span alone (``synth --lengths
     recent``); None where the halves hold too few requests to compare."""
+    prefix_reuse: PrefixReuse | None = None
+    """How the prompts share prefixes; None where the records carry no prefix hashes."""
 
     def lengths_for(self, which: str) -> Lengths:
         """The lengths to draw from: ``all`` of the span, or its ``recent`` half."""
@@ -99,7 +102,12 @@ class Workload:
                 a[key] = Dist(**a[key]) if a.get(key) is not None else None
             values["arrivals"] = Arrivals(**a)
             values["lengths"] = Lengths(**values["lengths"])
-            for key, kind in (("recent_lengths", Lengths), ("length_drift", LengthDrift)):
+            parts = (
+                ("recent_lengths", Lengths),
+                ("length_drift", LengthDrift),
+                ("prefix_reuse", PrefixReuse),
+            )
+            for key, kind in parts:
                 if values.get(key) is not None:
                     values[key] = kind(**values[key])
             workload = cls(**values)
@@ -130,6 +138,8 @@ class Workload:
         ]
         if self.length_drift is not None:
             lines.append(self.length_drift.describe())
+        if self.prefix_reuse is not None:
+            lines.append(self.prefix_reuse.describe())
         if a.rate_profile is not None:
             lo, hi = min(a.rate_profile), max(a.rate_profile)
             lines.append(
@@ -166,8 +176,10 @@ def _num(x: float | None) -> str:
 
 def check_workload(w: Workload, where: str) -> None:
     """Raise InputError with the first thing wrong with ``w`` (read from ``where``)."""
-    parts = ("arrivals", "lengths", "recent_lengths", "length_drift")
+    parts = ("arrivals", "lengths", "recent_lengths", "length_drift", "prefix_reuse")
     top = {f.name: getattr(w, f.name) for f in fields(w) if f.name not in parts}
-    problem = workload_problem(top, w.arrivals, w.lengths, w.recent_lengths, w.length_drift)
+    problem = workload_problem(
+        top, w.arrivals, w.lengths, w.recent_lengths, w.length_drift, w.prefix_reuse
+    )
     if problem is not None:
         raise InputError(f"{where}: malformed workload model ({problem})")
