@@ -3,8 +3,8 @@ field fitted where the results show it, else kept from the base profile with the
 reason it could not be fitted.
 
 - ``max_num_seqs``: the most requests seen decoding at once, when requests queued
-  behind that batch (their first token came more than two steps after their prefill
-  step would have ended); without such a queue the most seen is only a lower bound.
+  behind that batch (their prefill step began more than two steps after they were
+  sent); without such a queue the most seen is only a lower bound.
 - ``prefix_caching``, ``block_size``: answers that report cached tokens come from an
   engine with a prefix cache; a hit is whole blocks, so the block size is the common
   divisor of the hits.
