@@ -12,12 +12,12 @@ ends in it its first. From the results alone (``calibration_data``):
 - each inter-token gap is one step. The gaps whose step ended with another request's
   first token also held a prefill; the others (clean) give the decode cost against
   the batch (``fit_decode``);
-- a request's prefill ran in the step that ended with its first token, which began
-  at the step end before it (the last token any request received before), or at its
-  send when that came later (an idle engine): that step's length less its decode
-  cost is its prefill time,
-  and the lower envelope of those times against the tokens computed (input less
-  cached) gives the prefill cost (``fit_prefill``);
+- every request's token receptions, grouped into steps (``step_ends``), say when
+  each step ended. A request's prefill ran in the step that ended with its first
+  token, which began where the step before it ended, or at the request's send when
+  that came later (an idle engine): that step's length less its decode cost is its
+  prefill time, and the lower envelope of those times against the tokens computed
+  (input less cached) gives the prefill cost (``fit_prefill``);
 - the limits where the data show them (``calibration_limits``).
 
 How well the fitted model explains its own input: each request's TTFT and latency
