@@ -1,0 +1,164 @@
+"""A twin of a target: calibrated from one replay, does it predict the others?
+
+A recorded window of streamed chat requests (prompts of 30..3,000 tokens, answers of
+20..60, arrivals ramping so the batch grows from one to a few dozen) is replayed
+against the real target at the calibration load L (``--speed 1x``), and
+``tailreplay sim calibrate`` fits a profile from those results: the twin. Then the
+window is replayed at each of ``--loads`` (L times each: ``--speed``) against the real
+target and against the built-in simulator running the fitted profile, and the P50 and
+P99 of TTFT and latency are compared, with the twin's relative error.
+
+The real target is ``--target URL`` (an engine already running: llama.cpp's server,
+vLLM), or by default the built-in simulator with a hidden profile (the ``fast``
+profile's costs scaled by factors the fit is not told), which checks the whole path
+(replay, calibration, twin) where the answer is known.
+
+    .venv/bin/python bench/twin.py --loads 0.5,1,1.5,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from tailreplay.sim.launcher import sim_process
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.writer import ArchiveWriter
+from tailreplay.traces.results.figures import metric_values
+from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
+
+T0 = 1_700_000_000 * 10**9
+HIDDEN = {
+    "prefill-base-ms": 4.0 * 2.5,
+    "prefill-per-token-ms": 0.0125 * 4,
+    "decode-base-ms": 6.0 * 5,
+    "decode-per-seq-ms": 0.04 * 15,
+}
+"""The real target's costs when it is the built-in simulator: ``fast``'s, scaled."""
+FIGURES = (("ttft", "TTFT"), ("latency", "latency"))
+
+
+def window(path: Path, seconds: float, rate_to: float, seed: int) -> int:
+    """The recorded window: arrivals ramping from 1/s to ``rate_to``/s over ``seconds``."""
+    rng = np.random.default_rng(seed)
+    t, times = 0.0, []
+    while (t := t + rng.exponential(1 / rate_to)) < seconds:
+        if rng.random() < (1 + (rate_to - 1) * t / seconds) / rate_to:
+            times.append(t)
+    with ArchiveWriter(path, header=make_header("bench-twin")) as writer:
+        for at in times:
+            out = int(rng.integers(20, 61))
+            writer.append(
+                Record(
+                    start_ns=T0 + int(at * 1e9),
+                    method="POST",
+                    path="/v1/chat/completions",
+                    model="twin-model",
+                    stream=True,
+                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(3000)))),
+                    output_tokens=out,
+                    max_tokens=out,
+                )
+            )
+    return len(times)
+
+
+@contextlib.contextmanager
+def real_target(url: str | None) -> Iterator[str]:
+    """The given target, or a built-in simulator with the hidden profile."""
+    if url is not None:
+        yield url
+        return
+    hidden = [f"--{name}={value}" for name, value in HIDDEN.items()]
+    with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as started:
+        yield started
+
+
+def replay(archive: Path, out: Path, speed: float, target: list[str]) -> None:
+    """One replay at ``speed``. Its prompts are drawn on a seed of the speed's own: a
+    real target serves every load in turn and keeps its prefix cache from one to the
+    next, which the same prompts again would hit, where each twin starts empty."""
+    seed = str(round(speed * 1000))
+    cmd = [sys.executable, "-m", "tailreplay", "replay", str(archive), *target,
+           "--speed", f"{speed:g}x", "--out", str(out), "--overwrite", "--tail-stretch", "1",
+           "--seed", seed, "--lag-limit", "1h"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 4):  # 4: an SLO or health verdict, the results stand
+        sys.exit(f"replay at {speed:g}x exited {done.returncode}: {done.stderr[-500:]}")
+
+
+def figures(results: Path) -> dict[str, tuple[float, float]]:
+    """P50 and P99 (ms) of TTFT and latency."""
+    cols = load_columns([results], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
+    values = metric_values(requests(cols))
+    return {
+        name: tuple(float(v) for v in np.percentile(values[name], [50, 99]))  # type: ignore[misc]
+        for name, _ in FIGURES
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", help="the real engine's URL (default: a hidden simulator)")
+    ap.add_argument("--loads", default="0.5,1,1.5,2", help="multiples of the calibration load")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--rate", type=float, default=14.0, help="arrivals a second at the end")
+    args = ap.parse_args()
+    loads = [float(x) for x in args.loads.split(",")]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        archive = tmp / "window.msgpack"
+        n = window(archive, args.seconds, args.rate, seed=11)
+        real: dict[float, dict[str, tuple[float, float]]] = {}
+        with real_target(args.target) as url:
+            for load in sorted({1.0, *loads}):
+                replay(archive, tmp / f"real-{load:g}.msgpack", load, ["--target", url])
+                real[load] = figures(tmp / f"real-{load:g}.msgpack")
+        profile = tmp / "twin.json"
+        subprocess.run(
+            [sys.executable, "-m", "tailreplay", "sim", "calibrate",
+             str(tmp / "real-1.msgpack"), "-o", str(profile)],
+            check=True,
+        )  # fmt: skip
+        twin: dict[float, dict[str, tuple[float, float]]] = {}
+        for load in loads:
+            out = tmp / f"twin-{load:g}.msgpack"
+            replay(archive, out, load, [f"--sim-arg=--profile={profile}"])
+            twin[load] = figures(out)
+    report(args, n, loads, real, twin)
+
+
+def report(
+    args: argparse.Namespace,
+    n: int,
+    loads: list[float],
+    real: dict[float, dict[str, tuple[float, float]]],
+    twin: dict[float, dict[str, tuple[float, float]]],
+) -> None:
+    what = args.target or "the built-in simulator with a hidden profile"
+    print(f"{n} requests over {args.seconds:g} s (1 to {args.rate:g} req/s), real target: "
+          f"{what}; the twin calibrated at 1x; ms, real / twin (twin's error)")  # fmt: skip
+    print()
+    head = "".join(f" {label} P50 | {label} P99 |" for _, label in FIGURES)
+    print(f"| load |{head}")
+    print("|---:|" + "---|" * 2 * len(FIGURES))
+    for load in loads:
+        cells = []
+        for name, _ in FIGURES:
+            for k in (0, 1):
+                r, t = real[load][name][k], twin[load][name][k]
+                cells.append(f" {r:,.0f} / {t:,.0f} ({t / r - 1:+.0%}) |")
+        print(f"| {load:g}x |" + "".join(cells))
+
+
+if __name__ == "__main__":
+    main()
