@@ -15,7 +15,6 @@ the OTLP flags (which hand the command one ``otlp: OtlpOptions``); and
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -23,23 +22,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from tailreplay import option_values as values
+from tailreplay.declared import Text
 from tailreplay.errors import UsageError
 from tailreplay.eventloop import EVENT_LOOPS
 from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
-from tailreplay.header_rules import header_problem
-from tailreplay.output_path import FolderPath, check_output_file
+from tailreplay.output_path import check_output_file
 from tailreplay.replayer.scrape import parse_scrape
 from tailreplay.replayer.speed import parse_speed
 from tailreplay.replayer.users import parse_users
 from tailreplay.shared_options import Setting
-from tailreplay.units import (
-    parse_buckets,
-    parse_duration,
-    parse_factor,
-    parse_host_port,
-    parse_http_url,
-    parse_size,
-)
+from tailreplay.units import parse_duration
 
 __all__ = [
     "BODY_DROP",
@@ -92,6 +85,13 @@ class Parsed(_ParamType):
     def __init__(self, name: str, parse: Callable[[str, str], Any]) -> None:
         self.name = name
         self._parse = parse
+        self.text = Text(name, parse)
+        """The neutral declaration of the same reading (``tailreplay/declared.py``)."""
+
+    @classmethod
+    def of(cls, text: Text) -> Parsed:
+        """The click type of a declared reading."""
+        return cls(text.name, text.parse)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
@@ -131,79 +131,8 @@ def _flag(param: click.Parameter | None) -> str:
     return param.opts[0] if param.opts else f"<{param.name}>"
 
 
-def _pair(text: str, flag: str, *, value_required: bool) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    key, value = key.strip(), value.strip()
-    if not sep or not key or (value_required and not value):
-        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE")
-    return key, value
-
-
-def _shard(text: str, flag: str) -> tuple[int, int]:
-    i, sep, n = text.partition("/")
-    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
-        raise UsageError(f"invalid {flag} {text!r}: use i/N with 0 <= i < N, e.g. 0/4")
-    return int(i), int(n)
-
-
-def _header(text: str, flag: str) -> tuple[str, str]:
-    """``Name: value``, by the rule of ``tailreplay/header_rules.py``."""
-    name, sep, value = (part.strip() for part in text.partition(":"))
-    # The text is not echoed: without its colon, a credential's value may be all of it.
-    if not sep:
-        raise UsageError(f"invalid {flag}: use 'Name: value' (no ':' found)")
-    if (problem := header_problem(name, value)) is not None:
-        raise UsageError(f"invalid {flag}: {problem}")
-    return name, value
-
-
-def _tail_cost(text: str, flag: str) -> tuple[float, float]:
-    """``input=MS,output=MS``: milliseconds per input and per output token."""
-    costs: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, value = (p.strip() for p in part.partition("="))
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if not sep or key not in ("input", "output") or not math.isfinite(number) or number < 0:
-            break
-        costs[key] = number
-    else:
-        if costs.keys() == {"input", "output"} and any(costs.values()):
-            return costs["input"], costs["output"]
-    raise UsageError(
-        f"invalid {flag} {text!r}: use input=MS,output=MS (ms per token, >= 0, "
-        "not both 0), e.g. input=0.05,output=8"
-    )
-
-
-def _body_set(text: str, flag: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE, e.g. temperature=0")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value  # a bare word is a string: --body-set user=replay
-
-
-def _body_drop(key: str, flag: str) -> str:
-    if not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {key!r}: give a key, e.g. tools")
-    return key
-
-
-def _file_out(text: str, flag: str) -> Path:
-    """A file to write; a name ending in '/' is a folder (``FolderPath``), which
-    ``check_output_file`` refuses with its reason, where a plain ``Path`` would have
-    named a file without the '/'. Not checked against the disk here: ``deploy`` parses
-    a job's arguments on another machine."""
-    return FolderPath(text) if text.endswith("/") and text != "/" else Path(text)
-
-
-FILE_OUT = Parsed("file", _file_out)
-FACTOR = Parsed("factor", parse_factor)
+FILE_OUT = Parsed.of(values.FILE_OUT)
+FACTOR = Parsed.of(values.FACTOR)
 SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
 
 
@@ -214,19 +143,19 @@ def _speed_text(text: str, flag: str) -> str:
 
 SPEED_TEXT = Parsed("speed", _speed_text)
 """``--speed`` checked as replay parses it, and kept as given (for a command line)."""
-DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
-SIZE = Parsed("size", lambda text, flag: parse_size(text))
-HOST_PORT = Parsed("host:port", parse_host_port)
-HTTP_URL = Parsed("url", parse_http_url)
-KEY_VALUE = Parsed("key=value", functools.partial(_pair, value_required=False))
-MODEL_MAP = Parsed("a=b", functools.partial(_pair, value_required=True))
-SHARD = Parsed("i/n", _shard)
-HEADER = Parsed("name: value", _header)
-BUCKETS = Parsed("edges", lambda text, flag: parse_buckets(text))
-TAIL_COST = Parsed("input=ms,output=ms", _tail_cost)
+DURATION = Parsed.of(values.DURATION)
+SIZE = Parsed.of(values.SIZE)
+HOST_PORT = Parsed.of(values.HOST_PORT)
+HTTP_URL = Parsed.of(values.HTTP_URL)
+KEY_VALUE = Parsed.of(values.KEY_VALUE)
+MODEL_MAP = Parsed.of(values.MODEL_MAP)
+SHARD = Parsed.of(values.SHARD)
+HEADER = Parsed.of(values.HEADER)
+BUCKETS = Parsed.of(values.BUCKETS)
+TAIL_COST = Parsed.of(values.TAIL_COST)
 SCRAPE = Parsed("URL[@1s]", lambda text, flag: parse_scrape(text))
-BODY_SET = Parsed("key=value", _body_set)
-BODY_DROP = Parsed("key", _body_drop)
+BODY_SET = Parsed.of(values.BODY_SET)
+BODY_DROP = Parsed.of(values.BODY_DROP)
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
