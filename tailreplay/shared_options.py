@@ -3,17 +3,38 @@ and help.
 
 ``replay``, ``capacity`` and ``deploy job`` (through the replay it runs in each pod)
 take ``--speed``, ``--tail-stretch`` and ``--tail-quantile``; the configs take their
-defaults from here, the command line's options are made from here
-(``cli/options.setting_option``), and a result archive's header is checked against
-the same range (``traces/archive/replay_header.py``). So a value one command takes,
-every command takes, and an archive that records it reads back.
+defaults from here, each command's typed options declare their fields with these
+(``tailreplay/declared.py``), its click options are generated from those, and a
+result archive's header is checked against the same range
+(``traces/archive/replay_header.py``). So a value one command takes, every command
+takes, and an archive that records it reads back. ``--target`` and ``--skip-corrupt``
+are declared here too, for every command that reads archives or replays them.
 """
 
 from __future__ import annotations
 
 from tailreplay.declared import Setting
+from tailreplay.option_values import HTTP_URL
 
-__all__ = ["ADVISED_TAIL_STRETCH", "SPEED", "TAIL_QUANTILE", "TAIL_STRETCH", "Setting"]
+__all__ = [
+    "ADVISED_TAIL_STRETCH",
+    "SKIP_CORRUPT",
+    "SPEED",
+    "TAIL_QUANTILE",
+    "TAIL_STRETCH",
+    "TARGET",
+    "Setting",
+]
+
+TARGET: Setting[None] = Setting("--target", None, kind=HTTP_URL)
+"""The deployment a replay runs against; each command says in its help what it is
+without one (``replace(TARGET, help=...)``)."""
+SKIP_CORRUPT: Setting[bool] = Setting(
+    "--skip-corrupt",
+    False,
+    "Skip damaged regions (reporting how many bytes) instead of stopping.",
+    is_flag=True,
+)
 
 
 SPEED: Setting[str] = Setting(

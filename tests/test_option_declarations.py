@@ -15,6 +15,8 @@ from tailreplay.cli import cli
 from tailreplay.cli.option_fields import click_type
 from tailreplay.declared import Setting, declarations
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
+from tailreplay.studies.capacity_args import CapacityArgs
+from tailreplay.studies.replay_args import ReplayArgs
 
 OTLP = {"otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_ca", "otlp_cert",
         "otlp_key", "otlp_insecure", "otlp_timeout", "resource_attrs", "trace_sample",
@@ -24,6 +26,8 @@ OTLP = {"otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_ca", "otlp_cert"
 COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     # command: (its declared options, the option sets it takes besides, minimal argv)
     "proxy": ([ProxyOptions, ShadowOptions], OTLP, ["--upstream", "http://127.0.0.1:9"]),
+    "replay": ([ReplayArgs], OTLP | {"version"}, ["a.msgpack"]),
+    "capacity": ([CapacityArgs], set(), ["a.msgpack", "--slo", "latency:p99<=1s"]),
 }
 
 
@@ -70,7 +74,7 @@ def test_each_parameter_is_its_declaration(path: str) -> None:
     for name, setting in _declared(path).items():
         param = params[name]
         assert _same_type(param, setting), name
-        assert param.multiple == setting.multiple, name
+        assert param.multiple == (setting.multiple and not setting.argument), name
         assert param.required == setting.required, name
         default = None if param.default is click.core.UNSET else param.default
         assert default == (None if setting.is_flag and not setting.default else setting.default)
@@ -93,7 +97,7 @@ def test_a_fields_default_is_what_the_parser_gives(path: str) -> None:
     _, _, argv = COMMANDS[path]
     parsed = _command(path).make_context(path, list(argv)).params
     for name, setting in _declared(path).items():
-        if not set(setting.flags) & set(argv):
+        if not setting.argument and not set(setting.flags) & set(argv):
             assert parsed[name] == setting.value(), name
 
 

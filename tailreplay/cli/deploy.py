@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -20,7 +21,8 @@ import click
 from click.core import ParameterSource
 
 from tailreplay import shared_options as shared
-from tailreplay.cli.options import HTTP_URL, SPEED_TEXT, Parsed, setting_option
+from tailreplay.cli.option_fields import click_param
+from tailreplay.cli.options import HTTP_URL, SPEED_TEXT, Parsed
 from tailreplay.errors import UsageError
 from tailreplay.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
@@ -138,7 +140,7 @@ def _start_in(text: str, flag: str) -> float:
     help="The image built from deploy/Dockerfile.",
 )
 @click.option("--target", type=HTTP_URL, help="Base URL to replay at, as the pods reach it.")
-@setting_option(shared.SPEED, type=SPEED_TEXT)
+@click_param("speed", replace(shared.SPEED, kind=SPEED_TEXT.text))
 @click.option(
     "--ttl",
     type=Parsed("duration", _seconds),

@@ -5,19 +5,73 @@ and help. A command takes the parsed values back as that dataclass (``take``).""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from tailreplay.cli.options import FiniteRange, Parsed
 from tailreplay.declared import Choice, PathKind, Setting, Text, declarations
 
-__all__ = ["click_param", "click_type", "declared_options", "take"]
+__all__ = [
+    "FiniteRange",
+    "Parsed",
+    "click_param",
+    "click_type",
+    "declared_options",
+    "param_flag",
+    "take",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 D = TypeVar("D")
+
+
+if TYPE_CHECKING:
+    _ParamType = click.ParamType[Any, Any]  # generic since click 8.5
+else:
+    _ParamType = click.ParamType
+
+
+class Parsed(_ParamType):
+    """A click type over one of tailreplay's parsers, called as ``parse(text, flag)``."""
+
+    def __init__(self, name: str, parse: Callable[[str, str], Any]) -> None:
+        self.name = name
+        self._parse = parse
+        self.text = Text(name, parse)
+        """The neutral declaration of the same reading (``tailreplay/declared.py``)."""
+
+    @classmethod
+    def of(cls, text: Text) -> Parsed:
+        """The click type of a declared reading."""
+        return cls(text.name, text.parse)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value  # a default already of the parsed type
+        try:
+            return self._parse(value, param_flag(param))
+        except ValueError as exc:  # a parser's own words, as one usage line
+            self.fail(str(exc), param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses nan and inf (which compare false to any bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number.", param, ctx)
+        return number
+
+
+def param_flag(param: click.Parameter | None) -> str:
+    """The flag a message names for ``param``."""
+    if param is None:
+        return "value"
+    return param.opts[0] if param.opts else f"<{param.name}>"
 
 
 def click_type(setting: Setting[Any]) -> Any:
@@ -67,8 +121,11 @@ def click_param(name: str, setting: Setting[Any]) -> Callable[[F], F]:
     if setting.off is not None:
         flags[-1] = f"{flags[-1]}/{setting.off}"
     extra: dict[str, Any] = {}
-    if setting.default is not None and not (setting.is_flag and setting.default is False):
-        extra["default"] = setting.default  # else click's own: no value, or a flag's False
+    # Else click's own: no value, or a flag's False. A boolean pair's None (neither flag
+    # given) is said, as click would make it False.
+    given = setting.default is not None and not (setting.is_flag and setting.default is False)
+    if given or setting.off is not None:
+        extra["default"] = setting.default
     if setting.is_flag and setting.flag_value is True:
         extra["is_flag"] = True
     elif setting.is_flag:

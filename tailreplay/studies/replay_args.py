@@ -5,28 +5,46 @@ in code. ``to_argv`` writes one back as ``replay``'s own arguments, for the chil
 processes the studies run (a capacity trial, a validate-model arm) and the pods of a
 sharded job: no caller spells a replay's flags by hand.
 
-Each field is named as click names the option and defaults to what click gives when
-the option is left out (``tests/test_replay_args.py`` holds the two together, and
-every field's round trip through ``to_argv`` and the real parser).
+Each field declares its option (``tailreplay/declared.py``): the command's click
+options are generated from these fields, in their order, and a field's default is the
+declared one read as the parser reads it (``tests/test_option_declarations.py``;
+``tests/test_replay_args.py`` holds every field's round trip through ``to_argv`` and
+the real parser). Options other commands or the replayer's configs share are declared
+where those meet (``shared_options``, ``replayer/settings.py``, ``report/slo.py``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from yarl import URL
 
+from tailreplay import shared_options as shared
+from tailreplay.declared import Choice, Kind, Setting, Text, declared
 from tailreplay.exporters.otlp_options import OtlpOptions
+from tailreplay.option_values import (
+    BODY_DROP,
+    BODY_SET,
+    DURATION,
+    FILE_OUT,
+    HEADER,
+    HOST_PORT,
+    MODEL_MAP,
+    TAIL_COST,
+)
+from tailreplay.replayer import settings
 from tailreplay.replayer.scrape import ScrapeTarget
-from tailreplay.replayer.speed import Shape, parse_speed
+from tailreplay.replayer.speed import Shape
 from tailreplay.replayer.users import Users
-from tailreplay.report.slo import Objective
-from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH
-from tailreplay.units import host_port
+from tailreplay.report.slo import SLO, SLO_BY, SLO_MIN_SCORE, SLO_WINDOW, Objective
+from tailreplay.sim.profiles import SIM_ARG, SIM_PROFILE
+from tailreplay.traces.archive.folders import ARCHIVES
+from tailreplay.traces.results.client_health import LAG_LIMIT
+from tailreplay.units import host_port, parse_time
 
 __all__ = ["ReplayArgs"]
 
@@ -87,109 +105,242 @@ def _otlp_argv(o: OtlpOptions) -> list[str]:
     return out
 
 
+def _time(text: str, flag: str) -> int | None:
+    return parse_time(text) if text.strip() else None
+
+
+def _given(flag: str, help: str, kind: Kind | None = None, **more: Any) -> Setting[None]:
+    """An option without a default value."""
+    return Setting(flag, None, help, kind=kind, **more)
+
+
+def _switch_of(setting: Setting[Any]) -> _Argv:
+    assert setting.off is not None
+    return _switch(setting.flag, setting.off)
+
+
+def _is(flag: str, help: str) -> Setting[bool]:
+    return Setting(flag, False, help, is_flag=True)
+
+
+_TARGET = replace(shared.TARGET, help="Base URL to replay at (default: the built-in simulator).")
+
+
 @dataclass(frozen=True)
 class ReplayArgs:
-    """``replay``'s options, parsed: one field per option, named as click names it."""
+    """``replay``'s options, parsed: one field per option, named as click names it,
+    declared in the order ``--help`` lists them."""
 
-    archives: tuple[Path, ...] = ()
+    archives: tuple[Path, ...] = declared(ARCHIVES)
     """The archives to replay (``replay``'s arguments, written last)."""
-    target: URL | None = field(default=None, metadata=_writes(_one("--target")))
-    speed: Shape = field(
-        default_factory=lambda: parse_speed("1x"), metadata=_writes(_one("--speed"))
+    target: URL | None = declared(_TARGET, argv=_one("--target"))
+    speed: Shape = declared(settings.SPEED, argv=_one("--speed"))
+    amplify: float = declared(settings.AMPLIFY, argv=_one("--amplify", lambda v: f"{v!r}x"))
+    spread_ticks: bool | None = declared(
+        settings.SPREAD_TICKS, argv=_switch_of(settings.SPREAD_TICKS)
     )
-    amplify: float = field(default=1.0, metadata=_writes(_one("--amplify", lambda v: f"{v!r}x")))
-    spread_ticks: bool | None = field(
-        default=None, metadata=_writes(_switch("--spread-ticks", "--no-spread-ticks"))
+    tick_placement: str = declared(settings.TICK_PLACEMENT, argv=_one("--tick-placement"))
+    tail_stretch: float = declared(shared.TAIL_STRETCH, argv=_one(shared.TAIL_STRETCH.flag, repr))
+    tail_quantile: float = declared(
+        shared.TAIL_QUANTILE, argv=_one(shared.TAIL_QUANTILE.flag, repr)
     )
-    tick_placement: str = field(default="random", metadata=_writes(_one("--tick-placement")))
-    tail_stretch: float = field(
-        default=TAIL_STRETCH.default, metadata=_writes(_one(TAIL_STRETCH.flag, repr))
+    force_lengths: bool = declared(settings.FORCE_LENGTHS, argv=_switch_of(settings.FORCE_LENGTHS))
+    headers: tuple[tuple[str, str], ...] = declared(
+        _given(
+            "--header",
+            "'Name: value' to send (repeatable); also TAILREPLAY_HEADER_<NAME>.",
+            HEADER,
+            multiple=True,
+        ),
+        argv=_each("--header", lambda v: f"{v[0]}: {v[1]}"),
     )
-    tail_quantile: float = field(
-        default=TAIL_QUANTILE.default, metadata=_writes(_one(TAIL_QUANTILE.flag, repr))
+    model_maps: tuple[tuple[str, str], ...] = declared(
+        _given("--model-map", "A=B: send model B where A was recorded.", MODEL_MAP, multiple=True),
+        argv=_each("--model-map", lambda v: f"{v[0]}={v[1]}"),
     )
-    tail_cost: tuple[float, float] | None = field(
-        default=None,
-        metadata=_writes(_one("--tail-cost", lambda v: f"input={v[0]!r},output={v[1]!r}")),
+    body_sets: tuple[tuple[str, Any], ...] = declared(
+        _given(
+            "--body-set",
+            "KEY=VALUE to set in every JSON body, last of all (repeatable); VALUE is JSON "
+            "(0, true, {...}) or else a string; KEY may be dotted, e.g. "
+            "stream_options.include_usage.",
+            BODY_SET,
+            multiple=True,
+        ),
+        argv=_each("--body-set", lambda v: f"{v[0]}={json.dumps(v[1])}"),
     )
-    max_context: int | None = field(default=None, metadata=_writes(_one("--max-context")))
-    force_lengths: bool = field(
-        default=True, metadata=_writes(_switch("--force-lengths", "--no-force-lengths"))
+    body_drops: tuple[str, ...] = declared(
+        _given("--body-drop", "KEY to remove from every JSON body.", BODY_DROP, multiple=True),
+        argv=_each("--body-drop"),
     )
-    headers: tuple[tuple[str, str], ...] = field(
-        default=(), metadata=_writes(_each("--header", lambda v: f"{v[0]}: {v[1]}"))
+    max_inflight: int = declared(settings.MAX_INFLIGHT, argv=_one("--max-inflight"))
+    connections: int = declared(settings.CONNECTIONS, argv=_one("--connections"))
+    timeout: float = declared(settings.TIMEOUT, argv=_one("--timeout", _seconds))
+    duration: float | None = declared(
+        _given(
+            "--duration",
+            "Send only what is due within this much replay time (e.g. 10m); the summary "
+            "says how many were never sent.",
+            DURATION,
+        ),
+        argv=_one("--duration", _seconds),
     )
-    model_maps: tuple[tuple[str, str], ...] = field(
-        default=(), metadata=_writes(_each("--model-map", lambda v: f"{v[0]}={v[1]}"))
+    limit: int | None = declared(
+        _given("--limit", "Replay only the first N records.", int, low=0), argv=_one("--limit")
     )
-    body_sets: tuple[tuple[str, Any], ...] = field(
-        default=(), metadata=_writes(_each("--body-set", lambda v: f"{v[0]}={json.dumps(v[1])}"))
+    from_: str | None = declared(
+        _given("--from", "Start of the window (ISO-8601, unix s, or +DURATION)."),
+        argv=_one("--from"),
     )
-    body_drops: tuple[str, ...] = field(default=(), metadata=_writes(_each("--body-drop")))
-    max_inflight: int = field(default=4096, metadata=_writes(_one("--max-inflight")))
-    connections: int = field(default=1024, metadata=_writes(_one("--connections")))
-    timeout: float = field(default=300.0, metadata=_writes(_one("--timeout", _seconds)))
-    limit: int | None = field(default=None, metadata=_writes(_one("--limit")))
-    from_: str | None = field(default=None, metadata=_writes(_one("--from")))
-    to: str | None = field(default=None, metadata=_writes(_one("--to")))
-    out: Path | None = field(default=None, metadata=_writes(_one("--out")))
-    overwrite: bool = field(default=False, metadata=_writes(_flag("--overwrite")))
+    to: str | None = declared(_given("--to", "End of the window (exclusive)."), argv=_one("--to"))
+    out: Path | None = declared(
+        _given(
+            "--out",
+            "Result archive, or an existing folder to write it in (default "
+            "replays/replay-<UTC>.msgpack).",
+            FILE_OUT,
+            short="-o",
+            aliases=("--output",),
+        ),
+        argv=_one("--out"),
+    )
+    overwrite: bool = declared(
+        _is(
+            "--overwrite",
+            "Replace an existing result archive at --out (else refused, exit 2); never "
+            "one another replay is writing.",
+        ),
+        argv=_flag("--overwrite"),
+    )
     """Replace an existing result archive at ``out`` (else refused, exit 2)."""
-    json_out: Path | None = field(default=None, metadata=_writes(_one("--json")))
-    shard: tuple[int, int] = field(
-        default=(0, 1), metadata=_writes(_one("--shard", lambda v: f"{v[0]}/{v[1]}"))
+    json_out: Path | None = declared(
+        _given("--json", "Write the summary as JSON here.", FILE_OUT), argv=_one("--json")
     )
-    start_at: int | None = field(
-        default=None, metadata=_writes(_one("--start-at", lambda v: repr(v / 1e9)))
+    shard: tuple[int, int] = declared(
+        settings.SHARD_OF, argv=_one("--shard", lambda v: f"{v[0]}/{v[1]}")
+    )
+    start_at: int | None = declared(
+        _given(
+            "--start-at",
+            "Common start (ISO-8601 or unix s) for sharded replays.",
+            Text("time", _time),
+        ),
+        argv=_one("--start-at", lambda v: repr(v / 1e9)),
     )
     """Unix ns."""
-    allow_upstream: bool = field(default=False, metadata=_writes(_flag("--allow-upstream")))
-    new_trace_ids: bool = field(default=False, metadata=_writes(_flag("--new-trace-ids")))
-    dry_run: bool = field(default=False, metadata=_writes(_flag("--dry-run")))
-    seed: int = field(default=0, metadata=_writes(_one("--seed")))
-    sim_profile: str = field(default="fast", metadata=_writes(_one("--sim-profile")))
-    sim_args: tuple[str, ...] = field(
-        default=(), metadata=_writes(lambda v: [f"--sim-arg={a}" for a in v])
+    allow_upstream: bool = declared(
+        _is("--allow-upstream", "Allow replaying at the captured upstream itself."),
+        argv=_flag("--allow-upstream"),
     )
-    skip_corrupt: bool = field(default=False, metadata=_writes(_flag("--skip-corrupt")))
-    scrapes: tuple[ScrapeTarget, ...] = field(
-        default=(), metadata=_writes(_each("--scrape", lambda s: f"{s.url}@{s.interval_s!r}s"))
+    new_trace_ids: bool = declared(
+        _is("--new-trace-ids", "Start new traces instead of spans in the recorded ones."),
+        argv=_flag("--new-trace-ids"),
     )
-    users: Users | None = field(default=None, metadata=_writes(_one("--users")))
-    think: float | None = field(
-        default=0.0,
-        metadata=_writes(_one("--think", lambda v: "recorded" if v is None else _seconds(v))),
+    dry_run: bool = declared(
+        _is("--dry-run", "Write the schedule as a result archive; send nothing."),
+        argv=_flag("--dry-run"),
+    )
+    seed: int = declared(settings.SEED, argv=_one("--seed"))
+    sim_profile: str = declared(SIM_PROFILE, argv=_one("--sim-profile"))
+    sim_args: tuple[str, ...] = declared(
+        replace(
+            SIM_ARG,
+            help="An argument for the built-in simulator (repeatable; as `tailreplay sim` "
+            "takes it), e.g. --sim-arg=--max-model-len=200000; wins over the sizing.",
+        ),
+        argv=lambda v: [f"--sim-arg={a}" for a in v],
+    )
+    tail_cost: tuple[float, float] | None = declared(
+        _given(
+            "--tail-cost",
+            "input=MS,output=MS: the cost per token that ranks the tail when the archive "
+            "records no latencies [default: the simulator profile's prefill and decode step].",
+            TAIL_COST,
+        ),
+        argv=_one("--tail-cost", lambda v: f"input={v[0]!r},output={v[1]!r}"),
+    )
+    max_context: int | None = declared(
+        _given(
+            "--max-context",
+            "The target's context in tokens: a tail budget is cut so input + output fits.",
+            int,
+            low=1,
+        ),
+        argv=_one("--max-context"),
+    )
+    skip_corrupt: bool = declared(shared.SKIP_CORRUPT, argv=_flag("--skip-corrupt"))
+    scrapes: tuple[ScrapeTarget, ...] = declared(
+        settings.SCRAPE, argv=_each("--scrape", lambda s: f"{s.url}@{s.interval_s!r}s")
+    )
+    users: Users | None = declared(settings.USERS, argv=_one("--users"))
+    think: float | None = declared(
+        settings.THINK, argv=_one("--think", lambda v: "recorded" if v is None else _seconds(v))
     )
     """Seconds; None: the recorded gap."""
-    retries: str = field(default="recorded", metadata=_writes(_one("--retries")))
-    max_attempts: int = field(default=3, metadata=_writes(_one("--max-attempts")))
-    client_aborts: str = field(default="replay", metadata=_writes(_one("--client-aborts")))
-    metrics_listen: tuple[str, int] | None = field(
-        default=None, metadata=_writes(_one("--metrics-listen", lambda v: host_port(*v)))
+    retries: str = declared(settings.RETRIES, argv=_one("--retries"))
+    max_attempts: int = declared(settings.MAX_ATTEMPTS, argv=_one("--max-attempts"))
+    client_aborts: str = declared(settings.CLIENT_ABORTS, argv=_one("--client-aborts"))
+    metrics_listen: tuple[str, int] | None = declared(
+        _given(
+            "--metrics-listen",
+            "HOST:PORT to serve Prometheus metrics on while the replay runs.",
+            HOST_PORT,
+        ),
+        argv=_one("--metrics-listen", lambda v: host_port(*v)),
     )
-    metrics_linger: float = field(default=0.0, metadata=_writes(_one("--metrics-linger", _seconds)))
-    lag_limit: float = field(default=0.005, metadata=_writes(_one("--lag-limit", _seconds)))
+    metrics_linger: float = declared(
+        settings.METRICS_LINGER, argv=_one("--metrics-linger", _seconds)
+    )
+    lag_limit: float = declared(LAG_LIMIT, argv=_one("--lag-limit", _seconds))
     """Seconds."""
-    preflight: bool = field(
-        default=True, metadata=_writes(_switch("--preflight", "--no-preflight"))
+    preflight: bool = declared(settings.PREFLIGHT, argv=_switch_of(settings.PREFLIGHT))
+    fail_fast: int = declared(settings.FAIL_FAST, argv=_one("--fail-fast"))
+    report_out: Path | None = declared(
+        _given(
+            "--report",
+            "After the run, write the report (recorded against replayed) here: .html, .md "
+            "or .json by the suffix. Also written after Ctrl-C.",
+            FILE_OUT,
+        ),
+        argv=_one("--report"),
     )
-    fail_fast: int = field(default=20, metadata=_writes(_one("--fail-fast")))
-    duration: float | None = field(default=None, metadata=_writes(_one("--duration", _seconds)))
-    report_out: Path | None = field(default=None, metadata=_writes(_one("--report")))
-    slos: list[Objective] = field(
-        default_factory=list, metadata=_writes(_each("--slo", lambda o: o.text))
+    slos: list[Objective] = declared(SLO, argv=_each("--slo", lambda o: o.text))
+    slo_min_score: float = declared(SLO_MIN_SCORE, argv=_one("--slo-min-score", repr))
+    slo_window: float | None = declared(SLO_WINDOW, argv=_one("--slo-window", _seconds))
+    slo_by: str | None = declared(SLO_BY, argv=_one("--slo-by"))
+    slo_stop: str | None = declared(
+        _given(
+            "--slo-stop",
+            "Stop once a --slo objective on latency, TTFT or error rate is missed whatever "
+            "the rest of the run does (enough requests already over its limit): now, sending "
+            "no more; or after-sending, once the whole schedule is sent. Requests in flight "
+            "are cancelled; the exit code is 1.",
+            Choice(("now", "after-sending")),
+        ),
+        argv=_one("--slo-stop"),
     )
-    slo_min_score: float = field(default=1.0, metadata=_writes(_one("--slo-min-score", repr)))
-    slo_by: str | None = field(default=None, metadata=_writes(_one("--slo-by")))
-    slo_window: float | None = field(default=None, metadata=_writes(_one("--slo-window", _seconds)))
-    slo_stop: str | None = field(default=None, metadata=_writes(_one("--slo-stop")))
-    slo_report: bool = field(
-        default=True, metadata=_writes(lambda v: [] if v else ["--no-slo-report"])
+    slo_report: bool = declared(
+        Setting("--no-slo-report", True, is_flag=True, flag_value=False, hidden=True),
+        argv=lambda v: [] if v else ["--no-slo-report"],
     )
     """False: a caller judges the results itself (``capacity``'s trials)."""
-    workers: int = field(default=1, metadata=_writes(_one("--workers")))
-    event_loop: str = field(default="asyncio", metadata=_writes(_one("--event-loop")))
+    workers: int = declared(
+        Setting(
+            "--workers",
+            1,
+            "Processes on this machine, one shard each, merged into one result "
+            "(one process keeps a 1 ms lag P99 to 5,000-7,000 requests/s on 2 shared cores, "
+            "docs/benchmarks.md).",
+            kind=int,
+            low=1,
+            high=64,
+            show_default=True,
+        ),
+        argv=_one("--workers"),
+    )
+    event_loop: str = declared(settings.EVENT_LOOP, argv=_one("--event-loop"))
     otlp: OtlpOptions = field(default_factory=OtlpOptions, metadata=_writes(_otlp_argv))
+    """The OTLP flags, an option set of their own (``cli/options.otlp_options``)."""
 
     def to_argv(self) -> list[str]:
         """``replay``'s arguments for these options: each option that differs from its
