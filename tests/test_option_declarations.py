@@ -12,6 +12,7 @@ import pytest
 from yarl import URL
 
 from tailreplay.cli import cli
+from tailreplay.cli.deploy import JobArgs
 from tailreplay.cli.option_fields import click_type
 from tailreplay.declared import Setting, declarations
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     "proxy": ([ProxyOptions, ShadowOptions], OTLP, ["--upstream", "http://127.0.0.1:9"]),
     "replay": ([ReplayArgs], OTLP | {"version"}, ["a.msgpack"]),
     "capacity": ([CapacityArgs], set(), ["a.msgpack", "--slo", "latency:p99<=1s"]),
+    "deploy job": ([JobArgs], set(), ["/archives/a.msgpack", "--shards", "2"]),
 }
 
 
