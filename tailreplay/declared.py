@@ -98,7 +98,7 @@ class Setting(Generic[T]):
     hidden: bool = False
     required: bool = False
     argument: bool = False
-    """Positional arguments (one or more, a tuple), not an option."""
+    """A positional argument, not an option (with ``multiple``: one or more, a tuple)."""
     show_default: bool | str = False
     """Help shows the default (True), or this text as the default."""
     metavar: str | None = None
@@ -112,7 +112,7 @@ class Setting(Generic[T]):
 
     def value(self) -> Any:
         """The default as the command gets it: read as a given value is."""
-        if self.multiple or self.argument:
+        if self.multiple:
             given: Any = self.default or ()
             raw: Any = tuple(self.read(v) for v in given)
         else:

@@ -17,6 +17,7 @@ from tailreplay.cli.option_fields import click_type
 from tailreplay.declared import Setting, declarations
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
 from tailreplay.studies.capacity_args import CapacityArgs
+from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
 
 OTLP = {"otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_ca", "otlp_cert",
@@ -30,6 +31,7 @@ COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     "replay": ([ReplayArgs], OTLP | {"version"}, ["a.msgpack"]),
     "capacity": ([CapacityArgs], set(), ["a.msgpack", "--slo", "latency:p99<=1s"]),
     "deploy job": ([JobArgs], set(), ["/archives/a.msgpack", "--shards", "2"]),
+    "traces validate-model": ([ValidateModelArgs], set(), ["a.msgpack", "--model", "m.json"]),
 }
 
 
@@ -76,7 +78,10 @@ def test_each_parameter_is_its_declaration(path: str) -> None:
     for name, setting in _declared(path).items():
         param = params[name]
         assert _same_type(param, setting), name
-        assert param.multiple == (setting.multiple and not setting.argument), name
+        if isinstance(param, click.Argument):
+            assert param.nargs == (-1 if setting.multiple else 1), name
+        else:
+            assert param.multiple == setting.multiple, name
         assert param.required == setting.required, name
         default = None if param.default is click.core.UNSET else param.default
         assert default == (None if setting.is_flag and not setting.default else setting.default)

@@ -129,7 +129,7 @@ class JobArgs:
     declared in the order ``--help`` lists them (``tailreplay/declared.py``)."""
 
     archives: tuple[str, ...] = declared(
-        Setting("archives", None, argument=True, required=True, metavar="ARCHIVE...")
+        Setting("archives", None, argument=True, multiple=True, required=True, metavar="ARCHIVE...")
     )
     shards: int = declared(
         Setting(

@@ -110,7 +110,7 @@ def click_param(name: str, setting: Setting[Any]) -> Callable[[F], F]:
     if setting.argument:
         argument: Callable[[F], F] = click.argument(
             name,
-            nargs=-1,
+            nargs=-1 if setting.multiple else 1,
             required=setting.required,
             type=click_type(setting),
             callback=_finish(setting),

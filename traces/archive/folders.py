@@ -49,6 +49,7 @@ ARCHIVES: Setting[None] = Setting(
     None,
     kind=PathKind(),
     argument=True,
+    multiple=True,
     required=True,
     finish=lambda paths: tuple(expand_folders(paths)),
 )
