@@ -14,8 +14,10 @@ from yarl import URL
 from tailreplay.cli import cli
 from tailreplay.cli.deploy import JobArgs
 from tailreplay.cli.option_fields import click_type
+from tailreplay.cli.sim import PROFILE_OVERRIDES
 from tailreplay.declared import Setting, declarations
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
+from tailreplay.sim.settings import SimArgs
 from tailreplay.studies.capacity_args import CapacityArgs
 from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
@@ -32,6 +34,7 @@ COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     "capacity": ([CapacityArgs], set(), ["a.msgpack", "--slo", "latency:p99<=1s"]),
     "deploy job": ([JobArgs], set(), ["/archives/a.msgpack", "--shards", "2"]),
     "traces validate-model": ([ValidateModelArgs], set(), ["a.msgpack", "--model", "m.json"]),
+    "sim": ([SimArgs], {name for name, _ in PROFILE_OVERRIDES.values()}, []),
 }
 
 

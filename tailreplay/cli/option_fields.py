@@ -91,6 +91,8 @@ def click_type(setting: Setting[Any]) -> Any:
             return click.INT
         low, high = (None if b is None else int(b) for b in (setting.low, setting.high))
         return click.IntRange(low, high, min_open=setting.low_open, max_open=setting.high_open)
+    if kind is float and not setting.has_range:
+        return click.FLOAT
     if kind is float or setting.has_range:
         return FiniteRange(
             setting.low, setting.high, min_open=setting.low_open, max_open=setting.high_open

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from tailreplay.cli.options import HOST_PORT
+from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.errors import UsageError
-from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
+from tailreplay.sim.settings import SimArgs
 from tailreplay.units import host_port
 
 if TYPE_CHECKING:
     from tailreplay.sim.launcher import BuiltinSim
 
-__all__ = ["builtin_sim", "sim"]
+__all__ = ["PROFILE_OVERRIDES", "builtin_sim", "sim"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Profile parameters that can be overridden from the command line: flag -> (field, type).
-_OVERRIDES: dict[str, tuple[str, type]] = {
+PROFILE_OVERRIDES: dict[str, tuple[str, type]] = {
     "--max-num-seqs": ("max_num_seqs", int),
     "--kv-tokens": ("kv_tokens", int),
     "--max-model-len": ("max_model_len", int),
@@ -45,7 +45,7 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
 
 
 def _with_overrides(f: F) -> F:
-    for flag, (name, kind) in reversed(_OVERRIDES.items()):
+    for flag, (name, kind) in reversed(PROFILE_OVERRIDES.items()):
         f = click.option(
             flag, name, type=kind, default=None, help=f"Override the profile's {name}."
         )(f)
@@ -53,79 +53,35 @@ def _with_overrides(f: F) -> F:
 
 
 @click.command()
-@click.option(
-    "--listen",
-    type=HOST_PORT,
-    default="127.0.0.1:8000",
-    show_default=True,
-    help="HOST:PORT (port 0: any free port).",
-)
-@click.option(
-    "--profile",
-    "profile_name",
-    type=click.Choice(sorted(PROFILES)),
-    default=DEFAULT_PROFILE,
-    show_default=True,
-    help="fast: an 8B model on one H100; default: the same on one 24 GB GPU.",
-)
-@click.option(
-    "--seed", default=0, show_default=True, help="Seed for output lengths, text and faults."
-)
-@click.option("--fault-error-rate", default=0.0, help="Share of requests answered with 500.")
-@click.option("--fault-stall-ms", default=0.0, help="Delay before each request's first token.")
-@click.option("--fault-reset-rate", default=0.0, help="Share of streams reset mid-way.")
-@click.option(
-    "--nice",
-    type=click.IntRange(0, 19),
-    default=0,
-    show_default=True,
-    help="Lower this process's CPU priority (replay's built-in target uses 5, so on a busy "
-    "machine the replayer's timing comes first).",
-)
-@click.option(
-    "--no-prefix-cache",
-    is_flag=True,
-    help="Turn the prefix cache off: every prompt is prefilled in full, and usage "
-    "reports no cached_tokens.",
-)
-@click.option(
-    "--exit-with-parent",
-    "parent_pid",
-    type=int,
-    hidden=True,
-    help="Stop when the process with this pid is no longer the parent (the launcher's).",
-)
+@declared_options(SimArgs)
 @_with_overrides
-def sim(
-    listen: tuple[str, int],
-    profile_name: str,
-    seed: int,
-    fault_error_rate: float,
-    fault_stall_ms: float,
-    fault_reset_rate: float,
-    nice: int,
-    no_prefix_cache: bool,
-    parent_pid: int | None,
-    **overrides: Any,
-) -> None:
+def sim(**options: Any) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
     from tailreplay.sim.faults import Faults
     from tailreplay.sim.launcher import READY_PREFIX
     from tailreplay.sim.profiles import profile
     from tailreplay.sim.server import SimConfig, run
 
-    host, port = listen
-    if nice:
-        os.nice(nice)
+    args, overrides = take(SimArgs, options), options  # what is left: the profile's fields
+    host, port = args.listen
+    if args.nice:
+        os.nice(args.nice)
     try:
-        if no_prefix_cache:
+        if args.no_prefix_cache:
             overrides["prefix_caching"] = False
-        chosen = profile(profile_name).with_overrides(**overrides)
-        faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
+        chosen = profile(args.profile_name).with_overrides(**overrides)
+        faults = Faults(
+            args.fault_error_rate, args.fault_stall_ms, args.fault_reset_rate, args.seed
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     config = SimConfig(
-        profile=chosen, seed=seed, host=host, port=port, faults=faults, parent_pid=parent_pid
+        profile=chosen,
+        seed=args.seed,
+        host=host,
+        port=port,
+        faults=faults,
+        parent_pid=args.parent_pid,
     )
 
     def ready(url: str) -> None:
@@ -160,7 +116,7 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
         for name, value in ctx.params.items()
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     }
-    fields = {name for name, _ in _OVERRIDES.values()}
+    fields = {name for name, _ in PROFILE_OVERRIDES.values()}
     return BuiltinSim(
         profile=given.get("profile_name", profile_name),
         seed=seed,
