@@ -104,6 +104,9 @@ class Setting(Generic[T]):
     metavar: str | None = None
     finish: Callable[[Any], Any] | None = None
     """Turns the read value (a tuple when ``multiple``) into what the command gets."""
+    name: str | None = None
+    """The command line's name for the value when it is not the field's: a field of an
+    option set several commands take, whose name one of their own options has."""
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -173,9 +176,14 @@ def declared(setting: Setting[Any], **metadata: Any) -> Any:
     return field(default_factory=setting.value, metadata=kept)
 
 
-def declarations(cls: type) -> list[tuple[str, Setting[Any]]]:
-    """The declared fields of the dataclass ``cls``, in order: (name, setting)."""
-    return [(f.name, f.metadata[_SETTING]) for f in fields(cls) if _SETTING in f.metadata]
+def declarations(cls: type, *, unless: str | None = None) -> list[tuple[str, Setting[Any]]]:
+    """The declared fields of the dataclass ``cls``, in order: (field name, setting);
+    ``unless``: not those whose metadata holds this key."""
+    return [
+        (f.name, f.metadata[_SETTING])
+        for f in fields(cls)
+        if _SETTING in f.metadata and (unless is None or unless not in f.metadata)
+    ]
 
 
 def default_of(cls: type, name: str) -> Any:

@@ -16,21 +16,17 @@ from tailreplay.cli.deploy import JobArgs
 from tailreplay.cli.option_fields import click_type
 from tailreplay.cli.sim import PROFILE_OVERRIDES
 from tailreplay.declared import Setting, declarations
+from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
 from tailreplay.sim.settings import SimArgs
 from tailreplay.studies.capacity_args import CapacityArgs
 from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
 
-OTLP = {"otlp_endpoint", "otlp_protocol", "otlp_headers", "otlp_ca", "otlp_cert",
-        "otlp_key", "otlp_insecure", "otlp_timeout", "resource_attrs", "trace_sample",
-        "otlp_capture_content", "gen_ai_provider"}  # fmt: skip
-"""The OTLP flags: one option set (``cli/options.otlp_options``), not a command's own."""
-
 COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     # command: (its declared options, the option sets it takes besides, minimal argv)
-    "proxy": ([ProxyOptions, ShadowOptions], OTLP, ["--upstream", "http://127.0.0.1:9"]),
-    "replay": ([ReplayArgs], OTLP | {"version"}, ["a.msgpack"]),
+    "proxy": ([ProxyOptions, ShadowOptions, OtlpOptions], set(), ["--upstream", "http://x:9"]),
+    "replay": ([ReplayArgs, OtlpOptions], {"version"}, ["a.msgpack"]),
     "capacity": ([CapacityArgs], set(), ["a.msgpack", "--slo", "latency:p99<=1s"]),
     "deploy job": ([JobArgs], set(), ["/archives/a.msgpack", "--shards", "2"]),
     "traces validate-model": ([ValidateModelArgs], set(), ["a.msgpack", "--model", "m.json"]),
@@ -47,8 +43,9 @@ def _command(path: str) -> click.Command:
 
 
 def _declared(path: str) -> dict[str, Setting[Any]]:
+    """The command's declared parameters, by the name click gives each."""
     classes, _, _ = COMMANDS[path]
-    return {name: s for cls in classes for name, s in declarations(cls)}
+    return {s.name or name: s for cls in classes for name, s in declarations(cls)}
 
 
 @pytest.mark.parametrize("path", sorted(COMMANDS))

@@ -149,12 +149,13 @@ def click_param(name: str, setting: Setting[Any]) -> Callable[[F], F]:
     return option
 
 
-def declared_options(cls: type) -> Callable[[F], F]:
-    """Every declared field of ``cls`` as a click parameter, in the fields' order."""
+def declared_options(cls: type, *, unless: str | None = None) -> Callable[[F], F]:
+    """Every declared field of ``cls`` as a click parameter, in the fields' order
+    (``unless``: but those whose metadata holds this key)."""
 
     def decorate(f: F) -> F:
-        for name, setting in reversed(declarations(cls)):
-            f = click_param(name, setting)(f)
+        for name, setting in reversed(declarations(cls, unless=unless)):
+            f = click_param(setting.name or name, setting)(f)
         return f
 
     return decorate
@@ -162,6 +163,8 @@ def declared_options(cls: type) -> Callable[[F], F]:
 
 def take(cls: Callable[..., D], options: dict[str, Any]) -> D:
     """``cls`` built from the values of its declared fields, taken out of a command's
-    keyword arguments (what is left is the command's other options)."""
-    names = [name for name, _ in declarations(cls)]  # type: ignore[arg-type]
-    return cls(**{name: options.pop(name) for name in names})
+    keyword arguments (what is left is the command's other options); a field the
+    command does not take keeps its default."""
+    found = declarations(cls)  # type: ignore[arg-type]
+    names = {field: setting.name or field for field, setting in found}
+    return cls(**{field: options.pop(name) for field, name in names.items() if name in options})

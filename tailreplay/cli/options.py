@@ -23,10 +23,17 @@ from typing import Any, TypeVar
 import click
 
 from tailreplay import option_values as values
-from tailreplay.cli.option_fields import FiniteRange, Parsed, click_param, param_flag
+from tailreplay.cli.option_fields import (
+    FiniteRange,
+    Parsed,
+    click_param,
+    declared_options,
+    param_flag,
+    take,
+)
 from tailreplay.declared import Setting
 from tailreplay.errors import UsageError
-from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
+from tailreplay.exporters.otlp_options import LIVE_TRAFFIC, OtlpOptions
 from tailreplay.output_path import check_output_file
 from tailreplay.replayer.settings import SCRAPE
 from tailreplay.replayer.speed import parse_speed
@@ -156,87 +163,13 @@ SLO_OPTIONS: list[tuple[str, Setting[Any]]] = [
 ]
 """The SLO options as every command that judges a run names them."""
 
-_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-_OTLP_OPTIONS = [
-    click.option(
-        "--otlp-endpoint",
-        help="Send spans here, e.g. http://127.0.0.1:4318/v1/traces or "
-        "http://127.0.0.1:4317 (gRPC); also OTEL_EXPORTER_OTLP_ENDPOINT.",
-    ),
-    click.option(
-        "--otlp-protocol",
-        type=click.Choice(PROTOCOLS),
-        help="Default: OTEL_EXPORTER_OTLP_PROTOCOL, else gRPC for port 4317, else HTTP.",
-    ),
-    click.option(
-        "--otlp-header",
-        "otlp_headers",
-        type=KEY_VALUE,
-        multiple=True,
-        help="K=V sent with every export (repeatable), e.g. authorization=Bearer ...",
-    ),
-    click.option("--otlp-ca", type=_PEM, help="CA certificate (PEM) to trust."),
-    click.option("--otlp-cert", type=_PEM, help="Client certificate (PEM) for mTLS."),
-    click.option("--otlp-key", type=_PEM, help="Client private key (PEM) for mTLS."),
-    click.option(
-        "--otlp-insecure",
-        is_flag=True,
-        help="gRPC without TLS (as OTEL_EXPORTER_OTLP_INSECURE); OTLP/HTTP follows "
-        "the endpoint's scheme.",
-    ),
-    click.option(
-        "--otlp-timeout", type=DURATION, default="5s", show_default=True, help="Per export request."
-    ),
-    click.option(
-        "--resource",
-        "resource_attrs",
-        type=KEY_VALUE,
-        multiple=True,
-        help="K=V resource attribute (repeatable), e.g. deployment.environment=staging.",
-    ),
-]
-_LIVE_TRAFFIC_OPTIONS = [
-    click.option(
-        "--trace-sample",
-        type=FiniteRange(0, 1, min_open=True),
-        default=1.0,
-        show_default=True,
-        help="Share of traces to export (by trace id; errors and the tail always).",
-    ),
-    click.option(
-        "--otlp-capture-content",
-        is_flag=True,
-        help="Put prompt and completion text in spans (off: they may hold personal data).",
-    ),
-    click.option(
-        "--gen-ai-provider",
-        default="openai",
-        show_default=True,
-        help="gen_ai.provider.name on spans.",
-    ),
-]
-
 
 def otlp_from_params(kwargs: dict[str, Any]) -> OtlpOptions:
     """Take the OTLP flags out of a command's keyword arguments, as one OtlpOptions."""
-    cert, key = kwargs.pop("otlp_cert"), kwargs.pop("otlp_key")
-    if (cert is None) != (key is None):
+    otlp = take(OtlpOptions, kwargs)
+    if (otlp.cert is None) != (otlp.key is None):
         raise UsageError("--otlp-cert and --otlp-key go together (mTLS needs both)")
-    return OtlpOptions(
-        endpoint=kwargs.pop("otlp_endpoint"),
-        protocol=kwargs.pop("otlp_protocol"),
-        headers=tuple(kwargs.pop("otlp_headers")),
-        ca=kwargs.pop("otlp_ca"),
-        cert=cert,
-        key=key,
-        insecure=kwargs.pop("otlp_insecure"),
-        resource=tuple(kwargs.pop("resource_attrs")),
-        timeout_s=kwargs.pop("otlp_timeout"),
-        trace_sample=kwargs.pop("trace_sample", 1.0),
-        capture_content=kwargs.pop("otlp_capture_content", False),
-        provider_name=kwargs.pop("gen_ai_provider", "openai"),
-    )
+    return otlp
 
 
 def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
@@ -252,10 +185,8 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
             kwargs["otlp"] = otlp_from_params(kwargs)
             return func(*args, **kwargs)
 
-        options = _OTLP_OPTIONS + (_LIVE_TRAFFIC_OPTIONS if spans_of_live_traffic else [])
-        for option in reversed(options):
-            wrapper = option(wrapper)
-        return wrapper  # type: ignore[return-value]
+        unless = None if spans_of_live_traffic else LIVE_TRAFFIC
+        return declared_options(OtlpOptions, unless=unless)(wrapper)  # type: ignore[return-value]
 
     return decorate
 
