@@ -8,7 +8,7 @@ the fields' order, and a field's default is the declared default read as a given
 value is (``Setting.value``). Nothing here imports click: the packages below the
 command line read the same declarations for their own defaults (``default_of``).
 
->>> timeout: float = declared(Setting("--timeout", "600s", "Upstream timeout.", kind=DURATION))
+>>> wait: float = declared(Setting("--wait", "90s", "How long to wait.", kind=DURATION))
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class Setting(Generic[T]):
     """One option as every command that takes it declares it.
 
     ``default`` is what the command gets when the option is left out, written as a user
-    would type it (``"600s"``) or as the value itself (``1.8``); None: no value.
+    would type it (``"90s"``) or as the value itself (``2.5``); None: no value.
     """
 
     flag: str

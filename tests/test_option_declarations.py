@@ -5,6 +5,9 @@ default is what the real parser gives when the option is left out."""
 
 from __future__ import annotations
 
+import tokenize
+from pathlib import Path
+from token import NUMBER
 from typing import Any
 
 import click
@@ -18,10 +21,15 @@ from tailreplay.cli.sim import PROFILE_OVERRIDES
 from tailreplay.declared import Setting, declarations
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
+from tailreplay.replayer.config import ReplayConfig
+from tailreplay.replayer.schedule import ScheduleConfig
 from tailreplay.sim.settings import SimArgs
 from tailreplay.studies.capacity_args import CapacityArgs
 from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
+
+PRODUCT = ("tailreplay", "traces", "proxy", "replayer", "exporters", "report", "sim")
+ROOT = Path(__file__).resolve().parents[1]
 
 COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     # command: (its declared options, the option sets it takes besides, minimal argv)
@@ -56,8 +64,19 @@ def test_a_parameter_for_every_declared_field_and_none_besides(path: str) -> Non
     assert set(names) - sets == set(_declared(path))
 
 
-_FACTS = ("name", "min", "max", "min_open", "max_open", "choices", "exists", "file_okay",
-          "dir_okay", "path_type", "text")  # fmt: skip
+_FACTS = [
+    "name",
+    "min",
+    "max",
+    "min_open",
+    "max_open",
+    "choices",
+    "exists",
+    "file_okay",
+    "dir_okay",
+    "path_type",
+    "text",
+]
 
 
 def _facts(kind: Any) -> tuple[Any, ...]:
@@ -108,15 +127,134 @@ def test_a_fields_default_is_what_the_parser_gives(path: str) -> None:
             assert parsed[name] == setting.value(), name
 
 
-def test_a_configs_defaults_are_its_options() -> None:
+def _configs() -> list[tuple[str, object, object, dict[str, str]]]:
+    """Each config beside the options that set it: (name, config, options, {config's
+    field: option's field}), both at their defaults."""
     from tailreplay.proxy.config import ProxyConfig
     from tailreplay.proxy.shadow import ShadowConfig
+    from tailreplay.sim.server import SimConfig
+    from tailreplay.studies.capacity import CapacityStudy
+    from tailreplay.studies.model_check import CheckConfig
+    from tailreplay.traces.workload.workload_model import Workload
 
-    config = ProxyConfig(upstream=URL("http://127.0.0.1:9"))
-    options, shadow = ProxyOptions(upstream=config.upstream), ShadowOptions()
-    assert (config.listen_host, config.listen_port) == options.listen
-    assert (config.timeout_s, config.rotate_bytes, config.shed_after_s) == (
-        options.timeout, options.rotate_size, options.shed_after)  # fmt: skip
-    copy = ShadowConfig(url=config.upstream)
-    assert (copy.share, copy.max_inflight, copy.max_time_s) == (
-        shadow.shadow_share, shadow.shadow_max_inflight, shadow.shadow_max_time)  # fmt: skip
+    url = URL("http://127.0.0.1:9")
+    replay = ReplayArgs()
+    return [
+        (
+            "proxy",
+            ProxyConfig(upstream=url),
+            ProxyOptions(upstream=url),
+            {
+                "out_dir": "out_dir",
+                "prefix": "prefix",
+                "rotate_bytes": "rotate_size",
+                "rotate_interval_s": "rotate_interval",
+                "compress": "compress",
+                "bodies": "bodies",
+                "sample": "sample",
+                "inject_usage": "inject_usage",
+                "max_body": "max_body",
+                "timeout_s": "timeout",
+                "idle_timeout_s": "idle_timeout",
+                "body_timeout_s": "body_timeout",
+                "drain_timeout_s": "drain_timeout",
+                "workers": "workers",
+                "shed_after_s": "shed_after",
+            },
+        ),
+        (
+            "shadow",
+            ShadowConfig(url=url),
+            ShadowOptions(),
+            {
+                "share": "shadow_share",
+                "max_inflight": "shadow_max_inflight",
+                "max_time_s": "shadow_max_time",
+                "forward_auth": "shadow_forward_auth",
+            },
+        ),
+        (
+            "schedule",
+            ScheduleConfig(paths=[]),
+            replay,
+            {
+                "speed": "speed",
+                "amplify": "amplify",
+                "tail_stretch": "tail_stretch",
+                "tail_quantile": "tail_quantile",
+                "shard": "shard",
+                "seed": "seed",
+                "skip_corrupt": "skip_corrupt",
+                "spread_ticks": "spread_ticks",
+                "tick_placement": "tick_placement",
+            },
+        ),
+        (
+            "replay",
+            ReplayConfig(schedule=ScheduleConfig(paths=[])),
+            replay,
+            {
+                "force_lengths": "force_lengths",
+                "max_inflight": "max_inflight",
+                "connections": "connections",
+                "timeout_s": "timeout",
+                "metrics_linger_s": "metrics_linger",
+                "preflight": "preflight",
+                "fail_fast": "fail_fast",
+                "think_s": "think",
+                "event_loop": "event_loop",
+            },
+        ),
+        (
+            "capacity",
+            CapacityStudy((), ()),
+            CapacityArgs(slos=[]),
+            {
+                "sim_profile": "sim_profile",
+                "by": "by",
+                "window_s": "window",
+                "min_factor": "min_factor",
+                "max_factor": "max_factor",
+                "precision": "precision",
+                "repeats": "repeats",
+                "drain_s": "drain",
+                "tail_stretch": "tail_stretch",
+                "lag_limit_s": "lag_limit",
+                "out_dir": "out_dir",
+            },
+        ),
+        (
+            "validate-model",
+            CheckConfig(Path(), Workload.__new__(Workload), Path()),
+            ValidateModelArgs(archive=Path(), model_path=Path()),
+            {
+                "sim_profile": "sim_profile",
+                "offset_s": "offset",
+                "seeds": "seeds",
+                "speed": "speed",
+                "lag_limit_s": "lag_limit",
+                "windows": "windows",
+            },
+        ),
+        ("sim", SimConfig(), SimArgs(), {"seed": "seed"}),
+    ]
+
+
+def test_a_configs_defaults_are_its_options() -> None:
+    for name, config, options, pairs in _configs():
+        for ours, theirs in pairs.items():
+            assert getattr(config, ours) == getattr(options, theirs), (name, ours)
+    replay = ReplayConfig(schedule=ScheduleConfig(paths=[]))
+    assert replay.lag_limit_ms == ReplayArgs().lag_limit * 1000
+    assert replay.replay_aborts == (ReplayArgs().client_aborts == "replay")
+
+
+def test_the_tail_stretch_default_is_written_once() -> None:
+    """``1.8`` as a number in the product's code: the declaration alone."""
+    found = []
+    for folder in PRODUCT:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            with path.open("rb") as f:
+                tokens = tokenize.tokenize(f.readline)
+                found += [path.name for t in tokens if t.type == NUMBER and t.string == "1.8"]
+    assert found == ["shared_options.py"]

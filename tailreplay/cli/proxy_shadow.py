@@ -3,8 +3,8 @@ guard that keeps the copies off production itself."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -20,8 +20,6 @@ if TYPE_CHECKING:  # imported when a shadow is configured: every command loads t
     from tailreplay.proxy.shadow import ShadowConfig
 
 __all__ = ["base_url", "refuse_without_shadow", "shadow_config"]
-
-F = TypeVar("F", bound=Callable[..., object])
 
 
 def refuse_without_shadow(ctx: click.Context) -> None:
