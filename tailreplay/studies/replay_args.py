@@ -24,7 +24,7 @@ from typing import Any
 from yarl import URL
 
 from tailreplay import shared_options as shared
-from tailreplay.declared import Choice, Kind, Setting, Text, declared
+from tailreplay.declared import Choice, Kind, Setting, Text, declarations, declared
 from tailreplay.exporters.otlp_options import OtlpOptions
 from tailreplay.option_values import (
     BODY_DROP,
@@ -48,60 +48,51 @@ from tailreplay.units import host_port, parse_time
 
 __all__ = ["ReplayArgs"]
 
-_Argv = Callable[[Any], list[str]]
-
 
 def _seconds(v: float) -> str:
     return f"{v!r}s"
 
 
-def _one(flag: str, text: Callable[[Any], str] = str) -> _Argv:
-    """``flag VALUE`` for a set option."""
-    return lambda v: [flag, text(v)]
+def _written(setting: Setting[Any], text: Callable[[Any], str], value: Any) -> list[str]:
+    """``setting``'s flag for ``value`` (not its default), as the parser reads it back."""
+    if setting.is_flag:
+        return [setting.flag]
+    if setting.off is not None:  # a boolean pair (--preflight/--no-preflight)
+        return [setting.flag if value else setting.off]
+    values = value if setting.multiple else [value]
+    # A value that starts with "-" (--sim-arg=--max-num-seqs=8) would read as a flag.
+    return [a for v in values for a in _given_as(setting.flag, text(v))]
 
 
-def _each(flag: str, text: Callable[[Any], str] = str) -> _Argv:
-    """``flag VALUE`` per value of a repeatable option."""
-    return lambda values: [a for v in values for a in (flag, text(v))]
+def _given_as(flag: str, text: str) -> list[str]:
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
-def _switch(on: str, off: str) -> _Argv:
-    """A boolean pair (``--preflight/--no-preflight``)."""
-    return lambda v: [on if v else off]
-
-
-def _flag(flag: str) -> _Argv:
-    return lambda v: [flag] if v else []
-
-
-def _writes(argv: _Argv) -> dict[str, _Argv]:
-    """A field's metadata: how its value is written back as ``replay``'s arguments."""
+def _writes(argv: Callable[[Any], list[str]]) -> dict[str, Callable[[Any], list[str]]]:
+    """The metadata of a field that is no declared option: how its value is written back
+    as ``replay``'s arguments."""
     return {"argv": argv}
 
 
+_OTLP_TEXT: dict[str, Callable[[Any], str]] = {"timeout_s": _seconds, "trace_sample": repr}
+"""How an OTLP value is written where ``str`` would not read back the same."""
+
+
 def _otlp_argv(o: OtlpOptions) -> list[str]:
-    """The ``--otlp-*`` flags, those set."""
-    out: list[str] = []
-    for flag, value in (
-        ("--otlp-endpoint", o.endpoint),
-        ("--otlp-protocol", o.protocol),
-        ("--otlp-ca", o.ca),
-        ("--otlp-cert", o.cert),
-        ("--otlp-key", o.key),
-    ):
-        if value is not None:
-            out += [flag, str(value)]
-    out += [a for k, v in o.headers for a in ("--otlp-header", f"{k}={v}")]
-    out += [a for k, v in o.resource for a in ("--resource", f"{k}={v}")]
-    out += ["--otlp-insecure"] if o.insecure else []
+    """The OTLP flags (their declarations, ``exporters/otlp_options.py``) of the values
+    that differ from the defaults."""
     defaults = OtlpOptions()
-    if o.timeout_s != defaults.timeout_s:
-        out += ["--otlp-timeout", _seconds(o.timeout_s)]
-    if o.trace_sample != defaults.trace_sample:
-        out += ["--trace-sample", repr(o.trace_sample)]
-    out += ["--otlp-capture-content"] if o.capture_content else []
-    if o.provider_name != defaults.provider_name:
-        out += ["--gen-ai-provider", o.provider_name]
+    out: list[str] = []
+    for name, setting in declarations(OtlpOptions):
+        value = getattr(o, name)
+        if value == getattr(defaults, name):
+            continue
+        if setting.is_flag:
+            out.append(setting.flag)
+        elif setting.multiple:  # K=V pairs
+            out += [a for k, v in value for a in (setting.flag, f"{k}={v}")]
+        else:
+            out += [setting.flag, _OTLP_TEXT.get(name, str)(value)]
     return out
 
 
@@ -112,11 +103,6 @@ def _time(text: str, flag: str) -> int | None:
 def _given(flag: str, help: str, kind: Kind | None = None, **more: Any) -> Setting[None]:
     """An option without a default value."""
     return Setting(flag, None, help, kind=kind, **more)
-
-
-def _switch_of(setting: Setting[Any]) -> _Argv:
-    assert setting.off is not None
-    return _switch(setting.flag, setting.off)
 
 
 def _is(flag: str, help: str) -> Setting[bool]:
@@ -133,18 +119,14 @@ class ReplayArgs:
 
     archives: tuple[Path, ...] = declared(ARCHIVES)
     """The archives to replay (``replay``'s arguments, written last)."""
-    target: URL | None = declared(_TARGET, argv=_one("--target"))
-    speed: Shape = declared(settings.SPEED, argv=_one("--speed"))
-    amplify: float = declared(settings.AMPLIFY, argv=_one("--amplify", lambda v: f"{v!r}x"))
-    spread_ticks: bool | None = declared(
-        settings.SPREAD_TICKS, argv=_switch_of(settings.SPREAD_TICKS)
-    )
-    tick_placement: str = declared(settings.TICK_PLACEMENT, argv=_one("--tick-placement"))
-    tail_stretch: float = declared(shared.TAIL_STRETCH, argv=_one(shared.TAIL_STRETCH.flag, repr))
-    tail_quantile: float = declared(
-        shared.TAIL_QUANTILE, argv=_one(shared.TAIL_QUANTILE.flag, repr)
-    )
-    force_lengths: bool = declared(settings.FORCE_LENGTHS, argv=_switch_of(settings.FORCE_LENGTHS))
+    target: URL | None = declared(_TARGET)
+    speed: Shape = declared(settings.SPEED)
+    amplify: float = declared(settings.AMPLIFY, text=lambda v: f"{v!r}x")
+    spread_ticks: bool | None = declared(settings.SPREAD_TICKS)
+    tick_placement: str = declared(settings.TICK_PLACEMENT)
+    tail_stretch: float = declared(shared.TAIL_STRETCH, text=repr)
+    tail_quantile: float = declared(shared.TAIL_QUANTILE, text=repr)
+    force_lengths: bool = declared(settings.FORCE_LENGTHS)
     headers: tuple[tuple[str, str], ...] = declared(
         _given(
             "--header",
@@ -152,11 +134,11 @@ class ReplayArgs:
             HEADER,
             multiple=True,
         ),
-        argv=_each("--header", lambda v: f"{v[0]}: {v[1]}"),
+        text=lambda v: f"{v[0]}: {v[1]}",
     )
     model_maps: tuple[tuple[str, str], ...] = declared(
         _given("--model-map", "A=B: send model B where A was recorded.", MODEL_MAP, multiple=True),
-        argv=_each("--model-map", lambda v: f"{v[0]}={v[1]}"),
+        text=lambda v: f"{v[0]}={v[1]}",
     )
     body_sets: tuple[tuple[str, Any], ...] = declared(
         _given(
@@ -167,15 +149,14 @@ class ReplayArgs:
             BODY_SET,
             multiple=True,
         ),
-        argv=_each("--body-set", lambda v: f"{v[0]}={json.dumps(v[1])}"),
+        text=lambda v: f"{v[0]}={json.dumps(v[1])}",
     )
     body_drops: tuple[str, ...] = declared(
         _given("--body-drop", "KEY to remove from every JSON body.", BODY_DROP, multiple=True),
-        argv=_each("--body-drop"),
     )
-    max_inflight: int = declared(settings.MAX_INFLIGHT, argv=_one("--max-inflight"))
-    connections: int = declared(settings.CONNECTIONS, argv=_one("--connections"))
-    timeout: float = declared(settings.TIMEOUT, argv=_one("--timeout", _seconds))
+    max_inflight: int = declared(settings.MAX_INFLIGHT)
+    connections: int = declared(settings.CONNECTIONS)
+    timeout: float = declared(settings.TIMEOUT, text=_seconds)
     duration: float | None = declared(
         _given(
             "--duration",
@@ -183,16 +164,13 @@ class ReplayArgs:
             "says how many were never sent.",
             DURATION,
         ),
-        argv=_one("--duration", _seconds),
+        text=_seconds,
     )
-    limit: int | None = declared(
-        _given("--limit", "Replay only the first N records.", int, low=0), argv=_one("--limit")
-    )
+    limit: int | None = declared(_given("--limit", "Replay only the first N records.", int, low=0))
     from_: str | None = declared(
         _given("--from", "Start of the window (ISO-8601, unix s, or +DURATION)."),
-        argv=_one("--from"),
     )
-    to: str | None = declared(_given("--to", "End of the window (exclusive)."), argv=_one("--to"))
+    to: str | None = declared(_given("--to", "End of the window (exclusive)."))
     out: Path | None = declared(
         _given(
             "--out",
@@ -202,7 +180,6 @@ class ReplayArgs:
             short="-o",
             aliases=("--output",),
         ),
-        argv=_one("--out"),
     )
     overwrite: bool = declared(
         _is(
@@ -210,45 +187,36 @@ class ReplayArgs:
             "Replace an existing result archive at --out (else refused, exit 2); never "
             "one another replay is writing.",
         ),
-        argv=_flag("--overwrite"),
     )
     """Replace an existing result archive at ``out`` (else refused, exit 2)."""
-    json_out: Path | None = declared(
-        _given("--json", "Write the summary as JSON here.", FILE_OUT), argv=_one("--json")
-    )
-    shard: tuple[int, int] = declared(
-        settings.SHARD_OF, argv=_one("--shard", lambda v: f"{v[0]}/{v[1]}")
-    )
+    json_out: Path | None = declared(_given("--json", "Write the summary as JSON here.", FILE_OUT))
+    shard: tuple[int, int] = declared(settings.SHARD_OF, text=lambda v: f"{v[0]}/{v[1]}")
     start_at: int | None = declared(
         _given(
             "--start-at",
             "Common start (ISO-8601 or unix s) for sharded replays.",
             Text("time", _time),
         ),
-        argv=_one("--start-at", lambda v: repr(v / 1e9)),
+        text=lambda v: repr(v / 1e9),
     )
     """Unix ns."""
     allow_upstream: bool = declared(
         _is("--allow-upstream", "Allow replaying at the captured upstream itself."),
-        argv=_flag("--allow-upstream"),
     )
     new_trace_ids: bool = declared(
         _is("--new-trace-ids", "Start new traces instead of spans in the recorded ones."),
-        argv=_flag("--new-trace-ids"),
     )
     dry_run: bool = declared(
         _is("--dry-run", "Write the schedule as a result archive; send nothing."),
-        argv=_flag("--dry-run"),
     )
-    seed: int = declared(settings.SEED, argv=_one("--seed"))
-    sim_profile: str = declared(SIM_PROFILE, argv=_one("--sim-profile"))
+    seed: int = declared(settings.SEED)
+    sim_profile: str = declared(SIM_PROFILE)
     sim_args: tuple[str, ...] = declared(
         replace(
             SIM_ARG,
             help="An argument for the built-in simulator (repeatable; as `tailreplay sim` "
             "takes it), e.g. --sim-arg=--max-model-len=200000; wins over the sizing.",
-        ),
-        argv=lambda v: [f"--sim-arg={a}" for a in v],
+        )
     )
     tail_cost: tuple[float, float] | None = declared(
         _given(
@@ -257,7 +225,7 @@ class ReplayArgs:
             "records no latencies [default: the simulator profile's prefill and decode step].",
             TAIL_COST,
         ),
-        argv=_one("--tail-cost", lambda v: f"input={v[0]!r},output={v[1]!r}"),
+        text=lambda v: f"input={v[0]!r},output={v[1]!r}",
     )
     max_context: int | None = declared(
         _given(
@@ -266,35 +234,32 @@ class ReplayArgs:
             int,
             low=1,
         ),
-        argv=_one("--max-context"),
     )
-    skip_corrupt: bool = declared(shared.SKIP_CORRUPT, argv=_flag("--skip-corrupt"))
+    skip_corrupt: bool = declared(shared.SKIP_CORRUPT)
     scrapes: tuple[ScrapeTarget, ...] = declared(
-        settings.SCRAPE, argv=_each("--scrape", lambda s: f"{s.url}@{s.interval_s!r}s")
+        settings.SCRAPE, text=lambda s: f"{s.url}@{s.interval_s!r}s"
     )
-    users: Users | None = declared(settings.USERS, argv=_one("--users"))
+    users: Users | None = declared(settings.USERS)
     think: float | None = declared(
-        settings.THINK, argv=_one("--think", lambda v: "recorded" if v is None else _seconds(v))
+        settings.THINK, text=lambda v: "recorded" if v is None else _seconds(v)
     )
     """Seconds; None: the recorded gap."""
-    retries: str = declared(settings.RETRIES, argv=_one("--retries"))
-    max_attempts: int = declared(settings.MAX_ATTEMPTS, argv=_one("--max-attempts"))
-    client_aborts: str = declared(settings.CLIENT_ABORTS, argv=_one("--client-aborts"))
+    retries: str = declared(settings.RETRIES)
+    max_attempts: int = declared(settings.MAX_ATTEMPTS)
+    client_aborts: str = declared(settings.CLIENT_ABORTS)
     metrics_listen: tuple[str, int] | None = declared(
         _given(
             "--metrics-listen",
             "HOST:PORT to serve Prometheus metrics on while the replay runs.",
             HOST_PORT,
         ),
-        argv=_one("--metrics-listen", lambda v: host_port(*v)),
+        text=lambda v: host_port(*v),
     )
-    metrics_linger: float = declared(
-        settings.METRICS_LINGER, argv=_one("--metrics-linger", _seconds)
-    )
-    lag_limit: float = declared(LAG_LIMIT, argv=_one("--lag-limit", _seconds))
+    metrics_linger: float = declared(settings.METRICS_LINGER, text=_seconds)
+    lag_limit: float = declared(LAG_LIMIT, text=_seconds)
     """Seconds."""
-    preflight: bool = declared(settings.PREFLIGHT, argv=_switch_of(settings.PREFLIGHT))
-    fail_fast: int = declared(settings.FAIL_FAST, argv=_one("--fail-fast"))
+    preflight: bool = declared(settings.PREFLIGHT)
+    fail_fast: int = declared(settings.FAIL_FAST)
     report_out: Path | None = declared(
         _given(
             "--report",
@@ -302,12 +267,11 @@ class ReplayArgs:
             "or .json by the suffix. Also written after Ctrl-C.",
             FILE_OUT,
         ),
-        argv=_one("--report"),
     )
-    slos: list[Objective] = declared(SLO, argv=_each("--slo", lambda o: o.text))
-    slo_min_score: float = declared(SLO_MIN_SCORE, argv=_one("--slo-min-score", repr))
-    slo_window: float | None = declared(SLO_WINDOW, argv=_one("--slo-window", _seconds))
-    slo_by: str | None = declared(SLO_BY, argv=_one("--slo-by"))
+    slos: list[Objective] = declared(SLO, text=lambda o: o.text)
+    slo_min_score: float = declared(SLO_MIN_SCORE, text=repr)
+    slo_window: float | None = declared(SLO_WINDOW, text=_seconds)
+    slo_by: str | None = declared(SLO_BY)
     slo_stop: str | None = declared(
         _given(
             "--slo-stop",
@@ -317,11 +281,9 @@ class ReplayArgs:
             "are cancelled; the exit code is 1.",
             Choice(("now", "after-sending")),
         ),
-        argv=_one("--slo-stop"),
     )
     slo_report: bool = declared(
-        Setting("--no-slo-report", True, is_flag=True, flag_value=False, hidden=True),
-        argv=lambda v: [] if v else ["--no-slo-report"],
+        Setting("--no-slo-report", True, is_flag=True, flag_value=False, hidden=True)
     )
     """False: a caller judges the results itself (``capacity``'s trials)."""
     workers: int = declared(
@@ -336,9 +298,8 @@ class ReplayArgs:
             high=64,
             show_default=True,
         ),
-        argv=_one("--workers"),
     )
-    event_loop: str = declared(settings.EVENT_LOOP, argv=_one("--event-loop"))
+    event_loop: str = declared(settings.EVENT_LOOP)
     otlp: OtlpOptions = field(default_factory=OtlpOptions, metadata=_writes(_otlp_argv))
     """The OTLP flags, an option set of their own (``cli/options.otlp_options``)."""
 
@@ -349,9 +310,12 @@ class ReplayArgs:
         argv: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            # Every option has its writer; the archives, arguments, come last.
-            if "argv" in f.metadata and value != getattr(defaults, f.name):
+            if value == getattr(defaults, f.name):
+                continue
+            if "argv" in f.metadata:
                 argv += f.metadata["argv"](value)
+            elif not (setting := f.metadata["setting"]).argument:  # those come last
+                argv += _written(setting, f.metadata.get("text", str), value)
         paths = [str(p) for p in self.archives]
         # A path that starts with "-" would read as an option.
         return [*argv, *(["--"] if any(p.startswith("-") for p in paths) else []), *paths]
