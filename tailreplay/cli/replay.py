@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from tailreplay.report.write import ReportOptions, ReportResult
 
 __all__ = ["parse_replay_args", "replay"]
-
-F = TypeVar("F", bound=Callable[..., object])
 
 
 @click.command(
