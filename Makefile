@@ -21,13 +21,15 @@ $(STAMP): pyproject.toml setup.py traces/archive/_colscan.c
 # (e2e-real, test-telemetry) and the timing figures of `test-perf`; -rs lists any skip
 # with its reason. Debian's chromium (for the HTML report's browser test) and nginx (an
 # upstream that resolves paths) are installed if missing. These tests hold on a busy
-# machine: where a run's timing depends on the machine, the test accepts the tool's own
-# verdict that the machine was the limit.
+# machine: they assert behaviour (counts, exit codes, records, order, a client verdict
+# that agrees with the lag it reports), never how fast the machine is right now, which
+# is a `perf` test's to assert.
 test: $(STAMP) /usr/bin/chromium /usr/sbin/nginx
 	$(BIN)/python -m pytest -q -rs -m 'not perf' --ignore=tests/e2e --ignore=tests/telemetry
 
-# The timing figures themselves (marked `perf`): dispatch lag, simulator fidelity,
-# capacity against a sweep. They want a quiet machine, so they run apart from `test`
+# The timing figures themselves (marked `perf`): dispatch lag (beside a large heap, by
+# two workers, in load steps), simulator fidelity and queueing, the tail stretch's
+# effect, a late shard's verdict, validate-model's comparison, capacity against a sweep. They want a quiet machine, so they run apart from `test`
 # (and after it, in .ci/run). About 4 minutes.
 test-perf: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m perf --ignore=tests/e2e --ignore=tests/telemetry
@@ -40,7 +42,7 @@ test-perf: $(STAMP)
 # memory checks (4M records in one window, 60 MB records: under 500 MB). About 15
 # minutes.
 fuzz: $(STAMP)
-	TAILREPLAY_FUZZ_EXAMPLES=2800 TAILREPLAY_FUZZ_TABLE=$(VENV)/fuzz-table.md $(BIN)/python -m pytest -q tests/test_archive_fuzz.py tests/test_import_fuzz.py
+	TAILREPLAY_FUZZ_EXAMPLES=2800 TAILREPLAY_FUZZ_TABLE=$(VENV)/fuzz-table.md $(BIN)/python -m pytest -q tests/traces/archive/test_archive_fuzz.py tests/traces/importers/test_import_fuzz.py
 	cat $(VENV)/fuzz-table.md
 	$(BIN)/python bench/read_memory.py --check
 
@@ -86,12 +88,12 @@ $(PHOENIX_STAMP):
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix
 	touch $(PHOENIX_STAMP)
 
-# Headless Chromium opens the HTML report in tests/test_report_browser.py.
+# Headless Chromium opens the HTML report in tests/report/test_report_browser.py.
 /usr/bin/chromium:
 	apt-get install -y --no-install-recommends chromium >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends chromium >/dev/null)
 
-# nginx is the upstream that resolves paths in tests/test_proxy_base_path.py.
+# nginx is the upstream that resolves paths in tests/proxy/test_proxy_base_path.py.
 /usr/sbin/nginx:
 	apt-get install -y --no-install-recommends nginx-light >/dev/null \
 	  || (apt-get update >/dev/null && apt-get install -y --no-install-recommends nginx-light >/dev/null)

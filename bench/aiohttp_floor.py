@@ -3,7 +3,7 @@
 What ``tailreplay proxy`` does to pass an exchange on, and nothing of what it does
 to record it: aiohttp's low-level server (``web.Server``, a task a request, as the
 proxy runs it), the request's body read whole, the proxy's own upstream client
-(``tailreplay/http_client.py``: the body pushed to a callback as it is read) and
+(``tailreplay/http/client.py``: the body pushed to a callback as it is read) and
 the response head and chunks written to the client's transport from that
 callback (``proxy/response_head.py``). No admission rules, no header policy, no
 timing, no tap, no recorder. Between bench/raw_forwarder.py (bytes passed on
@@ -20,7 +20,7 @@ import sys
 
 from aiohttp import web
 
-from tailreplay.http_client import UpstreamPool, split_url
+from tailreplay.http.client import UpstreamPool, split_url
 from tailreplay.proxy.response_head import relay_head
 
 HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length"})

@@ -10,7 +10,7 @@ times would be the attackers' event loop holding the GIL, not the proxy. The
 table gives the prober's latency with and without the attack, the ratio between
 them, and how the attackers' connections ended.
 
-Run: ``.venv/bin/python bench/hostile.py [--runs 3]``. ``tests/test_proxy_hostile_clients.py``
+Run: ``.venv/bin/python bench/hostile.py [--runs 3]``. ``tests/proxy/test_proxy_hostile_clients.py``
 plays the same scenario (``attack``) with bounds a busy machine cannot miss.
 """
 

@@ -20,6 +20,14 @@ to one 30-minute draw and validated against another (``--window`` of it, or
 ``--windows`` consecutive windows pooled: one window's P99 is one draw of it).
 
     .venv/bin/python bench/model_fidelity.py --trace weibull --tick 1 --window 10m --seeds 3
+
+``--trace mooncake`` takes Mooncake's FAST'25 conversation trace (tests/data: an hour,
+12,031 requests of 12,000 tokens on average, with ``hash_ids``) the same way as
+Azure's, on the ``fast`` profile as ``validate-model`` sizes it to the held-out
+window (no ``--prefill-ms`` unless given): the table's ``cached`` column is the
+prompt tokens each arm found in the simulator's prefix cache.
+
+    .venv/bin/python bench/model_fidelity.py --trace mooncake --window 3m --seeds 2 --speed 2x
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ from tailreplay.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = ROOT / "tests/data/mooncake_fast25/conversation_trace.jsonl"
 
 
 def tailreplay(*args: str, ok: tuple[int, ...] = (0,)) -> None:
@@ -83,7 +92,7 @@ def known_draw(path: Path, trace: str, tick: float, minutes: float, seed: int) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", choices=["azure", "mmpp", "weibull"], default="azure")
+    ap.add_argument("--trace", choices=["azure", "mooncake", "mmpp", "weibull"], default="azure")
     ap.add_argument("--tick", type=float, default=3.0, help="Known processes' tick (s); 0: exact.")
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
@@ -91,7 +100,8 @@ def main() -> None:
                     help="Held-out windows of --window, pooled (known processes: the held-out "
                     "draw is made long enough).")  # fmt: skip
     ap.add_argument("--speed", default="4x")
-    ap.add_argument("--prefill-ms", default="0.08", help="The simulator's prefill per token.")
+    ap.add_argument("--prefill-ms", help="The simulator's prefill per token (azure and the "
+                    "known processes: 0.08; mooncake: as validate-model sizes it).")  # fmt: skip
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
     args = ap.parse_args()
     out = args.out_dir
@@ -99,21 +109,25 @@ def main() -> None:
     conv, first, second = (out / f"{n}.msgpack" for n in ("conv", "first", "second"))
     for path in (conv, first, second):
         path.unlink(missing_ok=True)
-    if args.trace != "azure":
+    if args.trace in ("azure", "mooncake"):
+        source = CONV if args.trace == "azure" else MOONCAKE
+        half = "+29m" if args.trace == "azure" else "+30m"
+        tailreplay("traces", "import", args.trace, str(source), "-o", str(conv))
+        tailreplay("traces", "slice", str(conv), "--to", half, "-o", str(first))
+        tailreplay("traces", "slice", str(conv), "--from", half, "-o", str(second))
+    else:
         known_draw(first, args.trace, args.tick, 30, seed=1)
         minutes = parse_duration(args.window) / 60 * args.windows
         known_draw(second, args.trace, args.tick, max(30, math.ceil(minutes) + 1), seed=2)
-    else:
-        tailreplay("traces", "import", "azure", str(CONV), "-o", str(conv))
-        tailreplay("traces", "slice", str(conv), "--to", "+29m", "-o", str(first))
-        tailreplay("traces", "slice", str(conv), "--from", "+29m", "-o", str(second))
+    prefill = args.prefill_ms or (None if args.trace == "mooncake" else "0.08")
+    sim_args = [] if prefill is None else [f"--sim-arg=--prefill-per-token-ms={prefill}"]
     model = out / "model.json"
     model.unlink(missing_ok=True)
     tailreplay("traces", "fit", str(first), "-o", str(model))
     tailreplay("traces", "validate-model", str(second), "--model", str(model),
                "--window", args.window, "--windows", str(args.windows), "--seeds", args.seeds,
                "--speed", args.speed,
-               "--sim-profile", "fast", f"--sim-arg=--prefill-per-token-ms={args.prefill_ms}",
+               "--sim-profile", "fast", *sim_args,
                "--out-dir", str(out / "arms"), "--overwrite", "--json", str(out / "check.json"),
                ok=(0, 1))  # fmt: skip  # 1: an arm was client- or simulator-bound (it says which)
 

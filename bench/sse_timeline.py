@@ -1,12 +1,13 @@
 """The stream timeline's cost per SSE event, against another commit's in the same run.
 
 Every streamed answer the proxy relays and every one the replayer measures goes
-through ``tailreplay.sse.StreamTimeline.feed``, chunk by chunk. This times it on a
+through ``tailreplay.http.sse.StreamTimeline.feed``, chunk by chunk. This times it on a
 chat stream of 1,000 one-token events, each arriving as its own read (the usual
 case), with LF and with CRLF line ends, and on the same stream cut into 7-byte
-reads; the baseline is ``tailreplay/sse.py`` as of ``--baseline`` (it must take a
-``Dialect``, as this one does). Median of ``--runs`` runs, each the best of 5
-repeats; the ratio is this tree's over the baseline's.
+reads; the baseline is ``tailreplay/http/sse.py`` (``tailreplay/sse.py`` in older
+commits) as of ``--baseline`` (it must take a ``Dialect``, as this one does).
+Median of ``--runs`` runs, each the best of 5 repeats; the ratio is this tree's over
+the baseline's.
 
     .venv/bin/python bench/sse_timeline.py --baseline 945496a --runs 5
 """
@@ -24,20 +25,24 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from tailreplay import sse
 from tailreplay.dialects import dialect_named
+from tailreplay.http import sse
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = dialect_named("chat")
 
 
 def _baseline(commit: str, work: Path) -> ModuleType:
-    source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{commit}:tailreplay/sse.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    for where in ("tailreplay/http/sse.py", "tailreplay/sse.py"):
+        shown = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{commit}:{where}"],
+            capture_output=True,
+            text=True,
+        )
+        if shown.returncode == 0:
+            break
+    shown.check_returncode()
+    source = shown.stdout
     path = work / "sse_baseline.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("sse_baseline", path)

@@ -1,7 +1,7 @@
 """The forwarding handler: one request in, the same request upstream, the response back.
 
 Streams both ways: the response goes to the client chunk by chunk as it arrives,
-written from the upstream connection's read callback (``tailreplay/http_client.py``), so
+written from the upstream connection's read callback (``tailreplay/http/client.py``), so
 time to first token is the upstream's plus a socket write; bytes pass as they are
 both ways (no decompression: a compressed request body is the recorder's to decode,
 ``proxy/content_coding.py``). Only configured upstreams are ever contacted
@@ -23,8 +23,8 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
 
 from tailreplay.dialects import dialect_for, route_label
-from tailreplay.http_client import UpstreamError, UpstreamPool, UpstreamResponse
-from tailreplay.probe import PROBE_HEADER
+from tailreplay.http.client import UpstreamError, UpstreamPool, UpstreamResponse
+from tailreplay.http.header_rules import PROBE_HEADER
 from tailreplay.proxy.admission import ConnectionGuard
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.connections import LOG_EVERY_S, GuardedServer, RequestLog

@@ -14,8 +14,8 @@ from operator import attrgetter
 from typing import Any, Protocol
 
 from tailreplay.dialects import dialect_for
+from tailreplay.http.sse import StreamTimeline
 from tailreplay.openai_api import ResponseTap
-from tailreplay.sse import StreamTimeline
 from tailreplay.traces.archive.record import Record
 
 __all__ = ["Exchange", "ServerSpans", "Sink"]
@@ -45,7 +45,7 @@ class Exchange:
     """SSE: the first answer token, when reasoning came before it."""
     duration_ns: int | None = None
     timeline: StreamTimeline | None = None
-    """SSE responses: the token timeline (tailreplay.sse)."""
+    """SSE responses: the token timeline (tailreplay.http.sse)."""
     bytes_in: int = 0
     bytes_out: int = 0
     error: str | None = None
@@ -56,7 +56,7 @@ class Exchange:
     retry_after: str | None = None
     """The upstream's ``Retry-After`` header, as sent."""
     probe: bool = False
-    """The replayer's preflight (``tailreplay.probe``): forwarded, never recorded."""
+    """The replayer's preflight (``PROBE_HEADER``): forwarded, never recorded."""
     shadow_of: bytes | None = None
     """A copy sent to ``--shadow`` (``proxy/shadow.py``): the span id of the production
     exchange it copied."""

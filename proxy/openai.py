@@ -18,8 +18,8 @@ from typing import Any
 
 from tailreplay.dialects import dialect_for
 from tailreplay.dialects.base import RequestFields
+from tailreplay.http.sse import split_events
 from tailreplay.openai_api import decode_fields
-from tailreplay.sse import split_events
 
 __all__ = [
     "RequestInfo",

@@ -1,6 +1,6 @@
 """The head of a relayed response, written by the proxy itself.
 
-The upstream's headers arrive as a list (``tailreplay/http_client.py``); aiohttp's
+The upstream's headers arrive as a list (``tailreplay/http/client.py``); aiohttp's
 response object would turn them into a multidict, prepare it and serialise it
 again, about 6 µs a request (bench/proxy.py). Here they are joined once, with the
 framing rules aiohttp applies (RFC 9112 §6):

@@ -13,9 +13,11 @@ import logging
 import os
 import signal
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 
 from aiohttp import web
 
@@ -37,10 +39,17 @@ from tailreplay.proxy.metrics import ProxyMetrics
 from tailreplay.proxy.recorder_sink import RecorderClient, RecorderCounts
 from tailreplay.proxy.shadow import Shadow
 from tailreplay.proxy.shadow_metrics import ShadowMetrics
-from tailreplay.proxy.tls import server_context
 from tailreplay.units import host_port
 
-__all__ = ["RunningProxy", "bind_admin", "bind_listen", "run", "serve_sockets", "start"]
+__all__ = [
+    "RunningProxy",
+    "bind_admin",
+    "bind_listen",
+    "run",
+    "serve_sockets",
+    "server_context",
+    "start",
+]
 
 log = logging.getLogger("tailreplay.proxy")
 
@@ -191,6 +200,34 @@ def bind_admin(config: ProxyConfig) -> list[socket.socket]:
     except OSError as exc:
         where = host_port(config.admin_host, config.admin_port)
         raise UsageError(f"--admin-listen {where}: {exc.strerror or exc}") from None
+
+
+# The listener's TLS (``--tls-cert``): so the proxy can stand where an HTTPS endpoint stood.
+#
+# Modern settings only (Mozilla's "intermediate" profile): TLS 1.2 and 1.3, forward-
+# secret AEAD ciphers, no compression, no renegotiation. HTTP/1.1 is offered by
+# ALPN, which is what the OpenAI SDKs and curl speak.
+
+_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"  # TLS 1.2; TLS 1.3's suites are all AEAD
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context for ``cert`` (PEM, with its chain) and ``key``; one line if unusable."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(_CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    context.set_alpn_protocols(["http/1.1"])
+    try:
+        context.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise UsageError(f"--tls-cert/--tls-key: {exc.filename}: no such file") from None
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+        message = f"--tls-cert {cert} / --tls-key {key}: cannot use them ({reason})"
+        raise UsageError(message) from None
+    return context
 
 
 async def _serve(

@@ -20,7 +20,7 @@ query parameter whose name the recorder's rule calls a credential
 The shadow's answers cost the proxy CPU as production's do, on the same thread, so
 whatever the shadow sends is bounded per copy: at most ``MAX_INFORMATIONAL`` 1xx
 heads, a head within ``MAX_HEAD_BYTES`` and ``MAX_HEADER_LINES``
-(``tailreplay/http_connection.py``), an answer of at most ``MAX_ANSWER_BYTES`` and
+(``tailreplay/http/connection.py``), an answer of at most ``MAX_ANSWER_BYTES`` and
 ``max_time_s``. A copy past a bound is cut (its connection dropped) and counted in
 ``ShadowCounts.cut``; ``DOWN_AFTER`` copies in a row cut, refused a connection or
 reset, and the shadow is taken for down: copies are dropped without a try for a
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from yarl import URL
 
 from tailreplay.declared import default_of
-from tailreplay.http_client import Origin, UpstreamError, UpstreamPool
+from tailreplay.http.client import Origin, UpstreamError, UpstreamPool
 from tailreplay.openai_api import response_problem
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange

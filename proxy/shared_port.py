@@ -25,7 +25,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from tailreplay.errors import RunFailed, TailreplayError
-from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
+from tailreplay.http.client import UpstreamError, UpstreamPool, split_url
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.recorder_sink import RecorderCounts
 from tailreplay.proxy.server import bind_admin, bind_listen, serve_sockets

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from yarl import URL
 
-from tailreplay.http_client import Origin
+from tailreplay.http.client import Origin
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.dot_segments import resolutions
 

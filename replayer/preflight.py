@@ -1,4 +1,5 @@
-"""Failing fast on a wrong target: a probe before the schedule starts, and a guard after.
+"""Failing fast on a wrong target: a probe before the schedule starts, and a guard after;
+and refusing the one target a replay must not reach, production.
 
 A replay of a busy recording runs for minutes; a target that is down, a server
 answering HTML 404s, or a wrong path must not cost that long to find out. Before
@@ -8,23 +9,33 @@ recorded request could reuse), asking for one output token — must get an API
 answer; while the replay runs, the first ``FailFast.first`` results
 all failing the same way stop it. Both end the run with one line naming the
 cause (``NotMeasured``, exit 5).
+
+A target that is the deployment an archive was captured from is refused
+(``--allow-upstream`` to mean it). Two URLs are one deployment as
+``tailreplay.http.same_host`` judges it; the upstreams are every one an archive names
+(``archive_upstreams``): its header's ``upstream`` and the proxy's path routes
+(``capture.routes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from tailreplay.errors import NotMeasured
-from tailreplay.probe import PROBE_HEADER
+from tailreplay.http.header_rules import PROBE_HEADER
+from tailreplay.http.same_host import same_deployment
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.results import target_message
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome, Transport
 from tailreplay.tracecontext import new_span_id, new_trace_id
+from tailreplay.traces.archive.capture_header import CaptureHeader
 from tailreplay.traces.archive.record import Record
 
-__all__ = ["PROBE_HEADER", "FailFast", "probe"]
+__all__ = ["PROBE_HEADER", "FailFast", "archive_upstreams", "probe", "same_deployment"]
 
 _API_TYPES = ("application/json", "text/event-stream")
 _PLAIN_HTTP = ("WRONG_VERSION_NUMBER", "wrong version number", "record layer failure")
@@ -113,3 +124,14 @@ class FailFast:
             )
             return True
         return False
+
+
+def archive_upstreams(header: Mapping[str, Any]) -> list[str]:
+    """The upstream URLs an archive's header names: the capture's, and its routes'."""
+    out = []
+    if isinstance(header.get("upstream"), str):
+        out.append(header["upstream"])
+    capture = CaptureHeader.read(header)
+    if capture is not None and capture.routes is not None:
+        out += capture.routes.values()
+    return out

@@ -207,7 +207,7 @@ def shared_vocabulary(entropy_bits: float, tokens: int) -> int:
 def single_token_words() -> tuple[str, ...]:
     """The words prompts are drawn from, the most common first: 8,192 of them, each one
     token with a leading space in cl100k_base and in o200k_base
-    (``scripts/single_token_words.py`` chose them; tests/test_synthetic_prompts.py
+    (``scripts/single_token_words.py`` chose them; tests/replayer/test_synthetic_prompts.py
     checks every one against the tokenizer, so a replay starts without building it)."""
     return tuple(_WORDS_FILE.read_text(encoding="ascii").split())
 

@@ -28,7 +28,7 @@ from tailreplay.replayer.config import ReplayConfig, Say
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
-from tailreplay.replayer.preflight import FailFast, probe
+from tailreplay.replayer.preflight import FailFast, archive_upstreams, probe, same_deployment
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.replay_summary import ReplaySummary
@@ -39,18 +39,20 @@ from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, sc
 from tailreplay.replayer.scrape import resolve, scraping
 from tailreplay.replayer.slo_stop import MissWatch
 from tailreplay.replayer.slo_stop import most_scheduled as _scheduled
-from tailreplay.replayer.start import freeze_heap, start_times
 from tailreplay.replayer.summary import ResultCollector, lag_percentiles, mark_unsent
 from tailreplay.replayer.ticks import spread_line
 from tailreplay.replayer.transport import HttpTransport, Transport
-from tailreplay.replayer.upstream_guard import archive_upstreams, same_deployment
 from tailreplay.shared_options import ADVISED_TAIL_STRETCH
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.text.redact_targets import redact_url
 
-__all__ = ["ReplayOutcome", "run"]
+__all__ = ["LATE_START_S", "LEAD_S", "ReplayOutcome", "freeze_heap", "run", "start_times"]
 
+LEAD_S = 0.2
+"""Time to get going before the first request is due."""
+LATE_START_S = 10.0
+"""How far past ``--start-at`` a run may start and still keep the shared schedule."""
 STOP_GRACE_S = 5.0
 WARM_CONNECTIONS = 32
 """Connections opened before t0 (the first requests of a burst would each pay a connect)."""
@@ -183,7 +185,7 @@ def _stopped_before_sending(
 
 def _check_target(config: ReplayConfig, target: str) -> None:
     """Refuse to replay at the deployment the archive was captured from, however its
-    host is spelled (``replayer/upstream_guard.py``)."""
+    host is spelled (``replayer/preflight.py``)."""
     if config.allow_upstream:
         return
     for path in config.schedule.paths:
@@ -378,6 +380,46 @@ async def _preflight(
     except BaseException:
         await transport.close()
         raise
+
+
+# When a replay starts: its t0 on both clocks (now, or the shards' ``--start-at``), and
+# the heap frozen before it so a collection cannot stall the dispatch.
+def start_times(
+    now: float, start_at_ns: int | None, shard: tuple[int, int], say: Callable[[str], None]
+) -> tuple[float, int]:
+    """The replay's t0 on the monotonic clock (``now`` is its reading) and on the wall
+    clock: LEAD_S from now, or ``--start-at``, which shards share to the nanosecond:
+    their due times are one schedule, so a shard that starts late keeps it and its late
+    requests show as lag."""
+    now_wall = time.time_ns()
+    if start_at_ns is None:
+        return now + LEAD_S, now_wall + round(LEAD_S * 1e9)
+    wait_s = (start_at_ns - now_wall) / 1e9
+    if wait_s < -LATE_START_S:
+        raise UsageError(
+            f"--start-at was {-wait_s:.0f} s ago: the shared schedule is lost; "
+            "give a time in the future"
+        )
+    if wait_s < 0:
+        which = f"shard {shard[0]}/{shard[1]}" if shard[1] > 1 else "the replay"
+        say(
+            f"warning: {which} started {-wait_s * 1000:.0f} ms after --start-at; "
+            "its first requests are that late (counted as lag)"
+        )
+    return now + wait_s, start_at_ns
+
+
+def freeze_heap() -> None:
+    """Keep what the process holds before the run out of the collector's walks during it.
+
+    A full collection walks every tracked object in the process. Where the replay runs
+    beside a large heap (a test session, a program that embeds it) one landed mid-run
+    and stopped dispatch for ~100 ms, so every request due meanwhile went out late.
+    Collecting once before t0 and freezing the survivors leaves the run's own objects
+    to collect; ``gc.unfreeze()`` after the run gives the rest back.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 async def _dispatch(

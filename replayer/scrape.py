@@ -30,7 +30,7 @@ import msgpack
 
 from tailreplay.engine_metrics import read_page
 from tailreplay.errors import UsageError
-from tailreplay.http_client import UpstreamError, UpstreamPool, split_url
+from tailreplay.http.client import UpstreamError, UpstreamPool, split_url
 from tailreplay.private import write_whole
 from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.units import parse_duration, parse_http_url

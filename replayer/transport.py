@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from tailreplay.dialects import Dialect, dialect_for
-from tailreplay.http_client import (
+from tailreplay.http.client import (
     UpstreamError,
     UpstreamPool,
     UpstreamResponse,
@@ -24,10 +24,10 @@ from tailreplay.http_client import (
     request_line,
     split_url,
 )
+from tailreplay.http.retry_after import retry_after_s
+from tailreplay.http.sse import StreamTimeline, flat_bins
 from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
-from tailreplay.retry_after import retry_after_s
-from tailreplay.sse import StreamTimeline, flat_bins
 from tailreplay.traces.archive.validate import target_ok, token_ok
 from tailreplay.version import __version__
 
@@ -41,13 +41,13 @@ class Outcome:
     status: int = 0
     error: str | None = None
     ttfb_ns: int | None = None
-    """First body byte; for SSE the first token event (tailreplay.sse)."""
+    """First body byte; for SSE the first token event (tailreplay.http.sse)."""
     ttft_content_ns: int | None = None
     """SSE: the first answer token, when reasoning came before it."""
     duration_ns: int | None = None
     gaps_us: list[int] | None = None
     gaps_more: list[int] | None = None
-    """Gaps past the first ``EXACT_GAPS``, binned (``tailreplay.sse.flat_bins``)."""
+    """Gaps past the first ``EXACT_GAPS``, binned (``tailreplay.http.sse.flat_bins``)."""
     bytes_out: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -102,7 +102,7 @@ _ERRORS = {
 
 
 class HttpTransport:
-    """The shared HTTP/1.1 client (``tailreplay.http_client``), at most
+    """The shared HTTP/1.1 client (``tailreplay.http.client``), at most
     ``connections`` connections to the target.
 
     A request's times count from when its head was written to the socket, as the

@@ -64,7 +64,8 @@ class SloMatrix(TypedDict):
 
 
 class Partial(TypedDict):
-    """A replay cut short (``report/partial.py``): how much of its schedule it holds."""
+    """A replay cut short (``report/write.py``'s ``cut_short``): how much of its
+    schedule it holds."""
 
     scheduled: int
     due: int

@@ -394,7 +394,7 @@ class Report(TypedDict):
     """Was the replaying client fast enough to measure the target? None: not a replay."""
     slo: NotRequired[SloMatrix]
     partial: NotRequired[Partial]
-    """Present when the replay was cut short (``report/partial.py``)."""
+    """Present when the replay was cut short (``cut_short``, ``report/write.py``)."""
     unrelated: NotRequired[str]
     """Present, saying why, when objectives relative to the recording face a recorded
     archive none of whose requests the replay sent."""

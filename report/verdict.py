@@ -6,10 +6,10 @@ view can say PASS where another says NOT JUDGED:
 
 - **fail** when ``--slo-stop`` stopped the run on an objective it saw missed;
 - **not judged** when what was measured is not the target under the recorded load:
-  the run was cut short (``report/partial.py``; ``--judge-partial`` judges what was
-  sent), the replaying client was the bottleneck (its dispatch lag P99 over ``--lag-limit``),
-  not one objective had a request to be judged on (an objective without data
-  among others that have it counts as missed), or objectives relative to the
+  the run was cut short (``cut_short``, ``report/write.py``; ``--judge-partial``
+  judges what was sent), the replaying client was the bottleneck (its dispatch lag
+  P99 over ``--lag-limit``), not one objective had a request to be judged on (an
+  objective without data among others that have it counts as missed), or objectives relative to the
   recording face a recorded archive none of whose requests the replay sent (it
   was replaced since, or is another recording);
 - otherwise **pass** when the score reached ``--slo-min-score`` and every scope

@@ -1,4 +1,5 @@
-"""``tailreplay report`` as a library call: load both sides, compare, check SLOs, write.
+"""``tailreplay report`` as a library call: load both sides, compare, check SLOs, write;
+a replay cut short says so first (``cut_short``).
 
 >>> result = write_report(ReportOptions(replayed=[Path("replays/r.msgpack")]))
 >>> result.slo["passed"]
@@ -21,8 +22,7 @@ from tailreplay.private import open_private
 from tailreplay.report.compare import compare
 from tailreplay.report.deltas import DELTA_COLUMNS, delta_rows
 from tailreplay.report.engine_findings import engine_report
-from tailreplay.report.model import Report, Shadow, SloMatrix, SloVerdict
-from tailreplay.report.partial import cut_short, partial_line
+from tailreplay.report.model import Partial, Report, Shadow, SloMatrix, SloVerdict
 from tailreplay.report.request_keys import KeyIndex
 from tailreplay.report.run_table import run_table
 from tailreplay.report.shadow_report import shadow_of_capture, shadow_sides
@@ -33,7 +33,14 @@ from tailreplay.report.tables import ReportTable, headline, report_tables
 from tailreplay.report.verdict import fail_on_verdict, judge
 from tailreplay.traces.results.stats import DEFAULT_BUCKETS
 
-__all__ = ["ReportOptions", "ReportResult", "fail_on_slo", "write_report"]
+__all__ = [
+    "ReportOptions",
+    "ReportResult",
+    "cut_short",
+    "fail_on_slo",
+    "partial_line",
+    "write_report",
+]
 
 
 @dataclass
@@ -266,3 +273,35 @@ def _write_deltas(path: Path, recorded: Side, replayed: Side) -> None:
         out = csv.writer(f)
         out.writerow(DELTA_COLUMNS)
         out.writerows(delta_rows(recorded, replayed))
+
+
+def cut_short(side: Side) -> Partial | None:
+    """How much of the schedule the replayed side holds, when it holds less than all;
+    None when whole, or when no header says what the whole was.
+
+    A result archive whose header says how many requests the schedule held
+    (``ReplayHeader.scheduled``) and that holds fewer due requests was cut short — by
+    Ctrl-C, ``--fail-fast`` or ``--slo-stop``. Its figures are of the requests sent,
+    which are not the recorded load: every view says so first (a warning, the
+    headline), and an SLO on it is not judged unless the user asks for it (``report
+    --judge-partial``; ``report/verdict.py``)."""
+    if not side.is_replay or not side.headers:
+        return None
+    schedules = [r.scheduled for r in side.replays]
+    if any(s is None for s in schedules):
+        return None  # a shard, a --duration cut, a closed loop, an older file
+    scheduled = sum(s for s in schedules if s is not None)
+    # First attempts: what was due (a retry is another attempt at one of them; a
+    # request never sent for want of a slot is a result too, "dropped").
+    due = int((~side.retry).sum()) + sum(p.requests for p in side.idle.paths.values())
+    if due >= scheduled:
+        return None
+    return {"scheduled": scheduled, "due": due, "unsent": scheduled - due}
+
+
+def partial_line(partial: Partial) -> str:
+    return (
+        f"partial run: {partial['unsent']:,} of {partial['scheduled']:,} scheduled requests "
+        "were never sent (interrupted or stopped); the figures are of the "
+        f"{partial['due']:,} due before it stopped"
+    )

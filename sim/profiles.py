@@ -89,6 +89,21 @@ class EngineProfile:
     def prefill_ms(self, tokens: int) -> float:
         return self.prefill_base_ms + self.prefill_per_token_ms * tokens
 
+    def capacity_rps(self, input_tokens: float, output_tokens: float) -> float:
+        """Requests a second this engine serves at most, for requests of these mean
+        lengths (none of their prompt cached): each step's cost is its prefill's plus its
+        decode's (``batching.py``), so a request takes its prompt's share of full
+        prefill steps and, for each output token, its share of a decode step of the
+        fullest batch the sequence limit and the KV budget allow. Beyond it the queue
+        grows without bound; a load near it queues long."""
+        batch = min(self.max_num_seqs, self.kv_tokens / max(input_tokens + output_tokens, 1.0))
+        batch = max(batch, 1.0)
+        prefill = input_tokens * (
+            self.prefill_per_token_ms + self.prefill_base_ms / self.max_batched_tokens
+        )
+        decode = output_tokens * self.decode_ms(math.floor(batch)) / math.floor(batch)
+        return 1000.0 / (prefill + decode)
+
     def with_overrides(self, **overrides: Any) -> EngineProfile:
         """A copy with the given parameters changed; None values are ignored."""
         known = {f.name for f in fields(self)}

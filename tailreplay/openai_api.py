@@ -23,7 +23,7 @@ from tailreplay.dialects import Dialect, dialect_for
 from tailreplay.dialects.usage import Usage
 
 if TYPE_CHECKING:
-    from tailreplay.sse import StreamTimeline
+    from tailreplay.http.sse import StreamTimeline
 
 __all__ = [
     "ResponseTap",
@@ -224,7 +224,7 @@ class ResponseTap:
     """Keeps what the recorder needs of a response, bounded in memory.
 
     Streams: the last 16 KiB (usage and finish reason come last; their token
-    events are counted by a ``tailreplay.sse.StreamTimeline``). Other bodies: the
+    events are counted by a ``tailreplay.http.sse.StreamTimeline``). Other bodies: the
     first 1 MiB. The proxy keeps one per exchange, the replayer one per request.
     """
 

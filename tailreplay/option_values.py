@@ -17,7 +17,7 @@ from typing import Any
 
 from tailreplay.declared import Text
 from tailreplay.errors import UsageError
-from tailreplay.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem
 from tailreplay.output_path import FolderPath
 from tailreplay.units import (
     parse_buckets,
@@ -62,7 +62,7 @@ def _shard(text: str, flag: str) -> tuple[int, int]:
 
 
 def _header(text: str, flag: str) -> tuple[str, str]:
-    """``Name: value``, by the rule of ``tailreplay/header_rules.py``."""
+    """``Name: value``, by the rule of ``tailreplay/http/header_rules.py``."""
     name, sep, value = (part.strip() for part in text.partition(":"))
     # The text is not echoed: without its colon, a credential's value may be all of it.
     if not sep:

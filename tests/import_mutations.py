@@ -20,9 +20,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests.helpers import DATA
+
 __all__ = ["FORMATS", "hostile_inputs", "seeds"]
 
-DATA = Path(__file__).parent / "data"
 FORMATS = ("azure", "burstgpt", "har", "mooncake", "otlp-json")
 JSON_FORMATS = frozenset({"har", "mooncake", "otlp-json"})
 HUGE_FIELD = 200_000  # over the csv module's field limit (128 KiB)

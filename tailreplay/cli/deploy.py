@@ -26,7 +26,7 @@ from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.cli.options import SPEED_TEXT
 from tailreplay.declared import Setting, Text, declared
 from tailreplay.errors import UsageError
-from tailreplay.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
     ARCHIVES_MOUNT,
     MAX_SHARDS,
@@ -346,7 +346,7 @@ def _check_parses(spec: JobSpec) -> None:
 
 
 def _comment(spec: JobSpec) -> str:
-    from tailreplay.replayer.start import LATE_START_S
+    from tailreplay.replayer.run import LATE_START_S
 
     return (
         f"tailreplay deploy job (tailreplay {__version__}): {spec.shards} shards of "

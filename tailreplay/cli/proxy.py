@@ -106,7 +106,7 @@ def _config(args: ProxyOptions, shadow: ShadowOptions, otlp: OtlpOptions) -> Pro
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
     if args.tls_cert is not None and args.tls_key is not None:
-        from tailreplay.proxy.tls import server_context
+        from tailreplay.proxy.server import server_context
 
         server_context(args.tls_cert, args.tls_key)  # unusable files: one line, at start
     key = _fingerprint_key(args.fingerprint_key_env)

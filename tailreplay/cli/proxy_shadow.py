@@ -11,7 +11,7 @@ from click.core import ParameterSource
 from yarl import URL
 
 from tailreplay.errors import UsageError
-from tailreplay.same_host import same_deployment
+from tailreplay.http.same_host import same_deployment
 from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.units import host_port
 

@@ -195,7 +195,7 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
 def upgrade(file: Path, out: Path, skip_corrupt: bool) -> None:
     """Rewrite an archive in the current format version (with checksums)."""
     from tailreplay.traces.archive.format import VERSION
-    from tailreplay.traces.archive.upgrade import upgrade_archive
+    from tailreplay.traces.archive.ops import upgrade_archive
 
     done = upgrade_archive(file, out, skip_corrupt=skip_corrupt)
     warn(done.warnings)

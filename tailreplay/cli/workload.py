@@ -77,6 +77,14 @@ def fit(
     help="poisson: Poisson arrival times at the same mean rate, the same requests "
     "(the baseline `validate-model` compares with).",
 )
+@click.option(
+    "--lengths",
+    type=click.Choice(["all", "recent"]),
+    default="all",
+    show_default=True,
+    help="recent: request lengths fitted to the second half of the recording's span "
+    "(for a mix that drifted: `traces fit` says whether it did).",
+)
 def synth(
     model: Path,
     out: Path,
@@ -88,6 +96,7 @@ def synth(
     start: str | None,
     flat: bool,
     arrivals: str,
+    lengths: str,
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
     from tailreplay.traces.workload.fit import synthesize
@@ -108,6 +117,7 @@ def synth(
         start_ns=_start_ns(start),
         flat=flat,
         arrivals=arrivals,
+        lengths=lengths,
     )
     click.echo(f"wrote {written:,} records to {out}", err=True)
 

@@ -36,9 +36,15 @@ from yarl import URL
 
 from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.speed import Speed
+from tailreplay.sim.profiles import profile
 from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.target_setup import fresh_targets
+from tailreplay.studies.target_setup import (
+    SERVED_LOAD,
+    fresh_targets,
+    serving_factor,
+    timed_sim_args,
+)
 from tailreplay.studies.trial import SIM_SLOW_LIMIT, longest_request, replay_child, sim_slowdown
 from tailreplay.study_folder import claimed_folder
 from tailreplay.traces.archive.columns import load_columns
@@ -109,6 +115,10 @@ class ArmResult:
     client_bound: bool = False
     sim_slowdown: float | None = None
     """How much longer than modelled the built-in simulator's steps took (None: not one)."""
+    cached_tokens: float | None = None
+    """Mean prompt tokens a request that the target answered found in its prefix cache
+    (its usage's cached tokens; None: no answer said): a synthetic arm that shares
+    fewer prefixes than the traffic makes every prefill heavier than the real one."""
 
     @property
     def sim_bound(self) -> bool:
@@ -147,7 +157,6 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
 
 
 def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
-    fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args)
     held = _windows(cfg)
     span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
     say(
@@ -175,6 +184,8 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
             )
             arms.append((kind, draw, path))
     longest = longest_request([a[2] for a in arms])
+    faster = _sized(cfg, [w[0] for w in held], longest, say)
+    fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args, faster)
     results = []
     for kind, seed, path in arms:
         say(f"replaying {_name(kind, seed)} ...")
@@ -186,6 +197,41 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         result.sim_slowdown = slowdown
         results.append(result)
     return results + pooled(results, cfg.out_dir)
+
+
+PEAK_S = 30.0
+"""The stretch whose rate a simulator is sized to serve (``_sized``)."""
+
+
+def _sized(cfg: CheckConfig, exact: list[Path], longest: int, say: Callable[[str], None]) -> float:
+    """How much faster than its profile the built-in simulator runs (1 with --target, or
+    where --sim-arg sets a step time): enough that the held-out windows' busiest
+    ``PEAK_S`` asks ``SERVED_LOAD`` of its capacity, so that the exact arm is served and
+    every arm's P99 is one of served requests, not of the ones an overloaded target
+    had room for."""
+    if cfg.target is not None or timed_sim_args(cfg.sim_args):
+        return 1.0
+    cols = load_columns(exact, ["input_tokens", "output_tokens"])
+    starts, _ = on_ticks(cols["start_ns"])
+    seconds = (starts - starts.min()) / 1e9
+    peak = float(np.bincount((seconds // PEAK_S).astype(np.int64)).max()) / PEAK_S
+    span = float(seconds.max())
+    if span < PEAK_S:  # a window shorter than the stretch: its own rate
+        peak = starts.size / max(span, 1.0)
+    p = profile(cfg.sim_profile)
+    inputs, outputs = cols.where("input_tokens"), cols.where("output_tokens")
+    lengths = (
+        float(inputs.mean()) if inputs.size else 1.0,
+        float(outputs.mean()) if outputs.size else p.output_mean,
+    )
+    faster = serving_factor(cfg.sim_profile, longest, peak * cfg.speed, lengths)
+    if faster > 1.0:
+        say(
+            f"simulator: profile {cfg.sim_profile} with its steps {faster:.2f}x as fast, so that "
+            f"the window's busiest {PEAK_S:g} s ({peak * cfg.speed:.1f} req/s at this speed) "
+            f"asks {SERVED_LOAD:.0%} of its capacity (--sim-arg step times to size it yourself)"
+        )
+    return faster
 
 
 def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
@@ -217,6 +263,7 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
                 sim_slowdown=max(
                     (r.sim_slowdown for r in arms if r.sim_slowdown is not None), default=None
                 ),
+                cached_tokens=_cached_tokens(files),
             )
         )
     return out
@@ -287,7 +334,15 @@ def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: fl
         idc=[index_of_dispersion(sched, w) for w in WINDOWS_S],
         lag_p99_ms=verdict["lag_p99_ms"],
         client_bound=verdict["client_bound"],
+        cached_tokens=_cached_tokens([out]),
     )
+
+
+def _cached_tokens(results: list[Path]) -> float | None:
+    """Mean cached prompt tokens over the answers in ``results`` that report them."""
+    cols = load_columns(results, ["cached_tokens"])
+    cached = cols.where("cached_tokens")
+    return float(cached.mean()) if cached.size else None
 
 
 def _with_intervals(values: Array) -> dict[str, tuple[float, float, float]]:
@@ -348,7 +403,7 @@ def render(results: list[ArmResult]) -> list[str]:
     head = (
         f"{'arm':<16}{'requests':>9}{'errors':>7}{'rate':>7}  {'latency P50/P95/P99 ms':<24}"
         f"{'P99 95% interval':<18}{'TTFT P50/P95/P99 ms':<22}{'TTFT P99 interval':<18}"
-        f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}"
+        f"{'IDC 3s/30s/60s':<18}{'lag P99':>8}{'cached':>8}"
     )
     lines = [head]
     for r in results:
@@ -372,9 +427,10 @@ def render(results: list[ArmResult]) -> list[str]:
             )
             continue
         idc = "/".join("-" if x is None else f"{x:.1f}" for x in r.idc)
+        cached = "-" if r.cached_tokens is None else f"{r.cached_tokens:,.0f}"
         lines.append(
             row + f"{_three(r.latency):<24}{_interval(r.latency):<18}"
-            f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}"
+            f"{_three(r.ttft):<22}{_interval(r.ttft):<18}{idc:<18}{lag:>8}{cached:>8}"
         )
     for kind, figures in errors(results).items():
         parts = []

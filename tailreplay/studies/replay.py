@@ -16,7 +16,7 @@ from typing import Any
 from tailreplay import eventloop
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.span_process import replay_spans
-from tailreplay.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem
 from tailreplay.output_path import check_output_file, into_folder, write_output
 from tailreplay.prometheus import check_listen
 from tailreplay.replayer.config import ReplayConfig, SpanFactory
@@ -193,7 +193,7 @@ def _check_outputs(args: ReplayArgs) -> None:
 def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """Headers a replay sends: staging credentials from the environment
     (TAILREPLAY_HEADER_AUTHORIZATION=...), then --header, which wins whatever the
-    case of its name (one header each, by ``tailreplay/header_rules.py``)."""
+    case of its name (one header each, by ``tailreplay/http/header_rules.py``)."""
     by_name: dict[str, tuple[str, str]] = {}
     variables: dict[str, str] = {}
     for key, raw in sorted(os.environ.items()):

@@ -8,7 +8,7 @@ sharded job: no caller spells a replay's flags by hand.
 Each field declares its option (``tailreplay/declared.py``): the command's click
 options are generated from these fields, in their order, and a field's default is the
 declared one read as the parser reads it (``tests/test_option_declarations.py``;
-``tests/test_replay_args.py`` holds every field's round trip through ``to_argv`` and
+``tests/studies/test_replay_args.py`` holds every field's round trip through ``to_argv`` and
 the real parser). Options other commands or the replayer's configs share are declared
 where those meet (``shared_options``, ``replayer/settings.py``, ``report/slo.py``).
 """

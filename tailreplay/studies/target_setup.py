@@ -16,7 +16,16 @@ from tailreplay.replayer.schedule import TailCost
 from tailreplay.sim.launcher import BuiltinSim, sim_process
 from tailreplay.sim.profiles import DEFAULT_PROFILE, fit_context, profile
 
-__all__ = ["TargetFactory", "TargetModel", "fresh_simulators", "fresh_targets", "target_model"]
+__all__ = [
+    "SERVED_LOAD",
+    "TargetFactory",
+    "TargetModel",
+    "fresh_simulators",
+    "fresh_targets",
+    "serving_factor",
+    "target_model",
+    "timed_sim_args",
+]
 
 TargetFactory = Callable[[int], AbstractContextManager[str]]
 """Given the longest request to replay (input + output tokens), a fresh target for one
@@ -56,23 +65,55 @@ _TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "d
 
 
 def fresh_targets(
-    target: URL | None, profile_name: str, speed: float, sim_args: tuple[str, ...]
+    target: URL | None,
+    profile_name: str,
+    speed: float,
+    sim_args: tuple[str, ...],
+    faster: float = 1.0,
 ) -> TargetFactory:
     """A target per replay for the studies that run many: ``target`` each time when
     given (``--target``), else a fresh built-in simulator (``fresh_simulators``)."""
     if target is None:
-        return fresh_simulators(profile_name, speed, sim_args)
+        return fresh_simulators(profile_name, speed, sim_args, faster)
     url = str(target)
     return lambda _: contextlib.nullcontext(url)
 
 
-def fresh_simulators(profile_name: str, speed: float, sim_args: tuple[str, ...]) -> TargetFactory:
+SERVED_LOAD = 0.8
+"""``serving_factor`` sizes a simulator so that the busiest stretch of a load asks this
+share of its capacity: busy enough that queues form in bursts, with room to serve them."""
+
+
+def timed_sim_args(sim_args: tuple[str, ...]) -> list[str]:
+    """The ``--sim-arg``s that set a step time (the user sized the engine themselves)."""
+    flags = tuple(f"--{name.replace('_', '-')}=" for name in _TIMED_PARAMS)
+    return [a for a in sim_args if a.startswith(flags)]
+
+
+def serving_factor(
+    profile_name: str, longest: int, peak_rps: float, lengths: tuple[float, float]
+) -> float:
+    """How much faster than ``profile_name`` (sized for ``longest``) a simulator's steps
+    must be for a load whose busiest stretch runs at ``peak_rps`` with requests of mean
+    (input, output) ``lengths`` to ask ``SERVED_LOAD`` of its capacity
+    (``EngineProfile.capacity_rps``); at least 1: an engine that serves it already is
+    kept as it is."""
+    capacity = fit_context(profile(profile_name), longest).capacity_rps(*lengths)
+    return max(1.0, peak_rps / (SERVED_LOAD * capacity))
+
+
+def fresh_simulators(
+    profile_name: str, speed: float, sim_args: tuple[str, ...], faster: float = 1.0
+) -> TargetFactory:
     """Fresh built-in simulators, one per replay (``validate-model``'s arms, ``capacity``'s
     trials): the profile, a context that holds the longest request, step times divided by
-    the speed (given ones too), then the user's ``--sim-arg``s, which win."""
+    the speed (given ones too) and the profile's own by ``faster`` as well (an engine
+    sized to a load: ``serving_factor``), then the user's ``--sim-arg``s, which win."""
     p = profile(profile_name)
     extra = list(sim_args)
-    timed = {f"--{name.replace('_', '-')}": float(getattr(p, name)) for name in _TIMED_PARAMS}
+    timed = {
+        f"--{name.replace('_', '-')}": float(getattr(p, name)) / faster for name in _TIMED_PARAMS
+    }
     for flag in timed:
         given = [a for a in extra if a.startswith(flag + "=")]
         if given:

@@ -1,4 +1,4 @@
-"""Whole-archive operations behind ``traces merge``, ``slice`` and ``peak``.
+"""Whole-archive operations behind ``traces merge``, ``slice``, ``peak`` and ``upgrade``.
 
 Each streams: records go from an ``ArchiveReader`` to an ``ArchiveWriter`` one at a
 time, so memory does not grow with the archive (``peak`` loads two columns first to
@@ -22,20 +22,23 @@ from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.capture_header import raw as raw_capture
 from tailreplay.traces.archive.capture_header import shadows_named
 from tailreplay.traces.archive.columns import load_columns
-from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.format import VERSION, make_header
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.replay_header import ReplayHeader
 from tailreplay.units import parse_time
+from tailreplay.version import __version__
 
 __all__ = [
     "OpResult",
     "Peak",
     "Stop",
+    "Upgraded",
     "copy_records",
     "find_peak",
     "record_filter",
     "stop_at",
     "time_window",
+    "upgrade_archive",
 ]
 
 Filter = Callable[[dict[str, Any]], bool]
@@ -245,3 +248,41 @@ def time_window(
         parse_time(from_, origin_ns=origin) if from_ is not None else None,
         parse_time(to, origin_ns=origin) if to is not None else None,
     )
+
+
+@dataclass
+class Upgraded:
+    """What ``upgrade_archive`` wrote: records, the version they came from, warnings."""
+
+    written: int
+    from_version: int
+    warnings: list[str] = field(default_factory=list)
+
+
+def upgrade_archive(
+    src: str | os.PathLike[str], out: str | os.PathLike[str], *, skip_corrupt: bool = False
+) -> Upgraded:
+    """Rewrite the archive ``src`` as ``out`` in the current format version (with
+    checksums: ``traces/archive/checksums.py``): ``traces upgrade``.
+
+    Records go across unchanged and in the order they are stored (through
+    ``format.UPGRADES`` when their version changed them); the header keeps its fields
+    but for ``version``, ``tool_version`` and ``created_ns`` (the new file's own), and
+    names the version it came from in ``upgraded_from``. The output is written beside
+    its name and renamed into place at the end (``write_archive``), mode 0600.
+
+    >>> upgrade_archive("old.msgpack", "new.msgpack").from_version
+    1
+    """
+    in_path, out_path = Path(src), Path(out)
+    check_output_file("-o", out_path, inputs=[in_path])
+    reader = ArchiveReader([in_path], skip_corrupt=skip_corrupt, order="file", shadows="keep")
+    header = dict(reader.headers[0])
+    if not header:
+        raise InputError(f"{in_path}: empty file: no header to upgrade, no records")
+    version = header["version"]
+    header.update(tool_version=__version__, version=VERSION)
+    if version != VERSION:
+        header["upgraded_from"] = version
+    written = write_archive(out_path, header, reader.iter_maps(), checked=True)
+    return Upgraded(written, version, reader.warnings())

@@ -38,9 +38,9 @@ class Record:
     ttft_content_ns: int | None = None
     """Arrival to the first answer token, when reasoning tokens came before it."""
     chunk_gaps_us: list[int] | None = None
-    """Inter-token gaps (µs), the first ``tailreplay.sse.EXACT_GAPS`` of a stream..."""
+    """Inter-token gaps (µs), the first ``tailreplay.http.sse.EXACT_GAPS`` of a stream..."""
     chunk_gaps_more: list[int] | None = None
-    """...and the rest, binned: [bin, count, ...] (``tailreplay/log_bins.py``; bin -1
+    """...and the rest, binned: [bin, count, ...] (``tailreplay/http/sse.py``; bin -1
     counts gaps of 0)."""
     method: str | None = None
     path: str | None = None
@@ -91,8 +91,8 @@ class Record:
     ``base``, ``pulse``); absent for a constant speed or a ramp."""
     attempt: int | None = None
     """A retry's attempt (2 for the first retry, ...): in a capture, a request the proxy
-    recognised as one (``proxy/retries.py``); in replay results under ``--retries
-    policy``, every attempt's, the first's 1. Absent: a first attempt..."""
+    recognised as one (``RetryLinker``, ``proxy/record_builder.py``); in replay results
+    under ``--retries policy``, every attempt's, the first's 1. Absent: a first attempt..."""
     retry_of: bytes | None = None
     """...and for a retry, the span id of the attempt it retried."""
     shadow_of: bytes | None = None

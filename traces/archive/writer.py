@@ -12,6 +12,7 @@ content checksum.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -22,12 +23,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
+import zstandard
 
 from tailreplay.errors import InputError
 from tailreplay.private import open_private
 from tailreplay.traces.archive.checksums import (
     MARKER_SIZE,
     checked_batch,
+    frame_check,
     header_check,
     split_batches,
 )
@@ -35,9 +38,8 @@ from tailreplay.traces.archive.format import MAX_RECORD_BYTES, MAX_STR_LEN, VERS
 from tailreplay.traces.archive.reader import count_readable
 from tailreplay.traces.archive.record import UNPACKABLE, Record, pack_record, record_to_map
 from tailreplay.traces.archive.validate import record_problem, without_invalid, without_oversized
-from tailreplay.traces.archive.zstd_write import FrameWriter
 
-__all__ = ["ArchiveWriter", "WriterStats"]
+__all__ = ["ArchiveWriter", "FrameWriter", "WholeWrites", "WriterStats"]
 
 log = logging.getLogger("tailreplay.archive")
 
@@ -487,3 +489,53 @@ def _records_within(batches: list[list[bytes]], nbytes: int) -> int:
                 return count
             count += 1
     return count
+
+
+# How a compressed file's batches go on disk: one zstd frame a batch, behind its frame
+# check (docs/archive-format.md, "Checksums"), each written whole.
+
+
+class FrameWriter:
+    """Writes each piece of data it is given as one zstd frame (with its content size
+    and zstd's content checksum) after that frame's check, whole or not at all.
+
+    Frames are made by a compression object told the size ahead, not by
+    ``compress()``: the one-shot call cuts incompressible data (request bodies) into
+    ~7 KiB blocks, and a reader walks every block (docs/benchmarks.md).
+    """
+
+    __slots__ = ("_compressor", "_file")
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = WholeWrites(file)
+        self._compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+
+    def write(self, data: bytes) -> None:
+        obj = self._compressor.compressobj(size=len(data))
+        frame = obj.compress(data) + obj.flush()
+        self._file.write(frame_check(frame) + frame)
+
+
+class WholeWrites:
+    """A file whose ``write`` writes all it is given or raises. A compressed frame written
+    in part (a disk filling up) and then followed by the next would lose bytes from the
+    middle of the stream, and records after them would be counted written but unreadable
+    once space came back; here the rest is tried again, and a disk still full raises."""
+
+    __slots__ = ("_file",)
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            n = self._file.write(view[done:])
+            if not n:
+                raise OSError(errno.ENOSPC, "no space left: a write made no progress")
+            done += n
+        return done
+
+    def flush(self) -> None:
+        self._file.flush()

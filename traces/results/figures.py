@@ -19,7 +19,7 @@ requests only (errors have their own rate):
 - ``tpot``: streamed requests with more than one output token:
   (latency - TTFT) / (output tokens - 1);
 - ``itl`` (gaps, not per request): the gaps between a streamed response's token
-  events, as recorded in ``chunk_gaps_us`` (tailreplay/sse.py says how).
+  events, as recorded in ``chunk_gaps_us`` (tailreplay/http/sse.py says how).
 
 A request failed when ``error`` is set, or its status is 0 (no response) or 400
 and above (``is_error``, and ``error_mask`` over columns); an absent or nil value

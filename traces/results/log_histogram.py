@@ -3,7 +3,7 @@
 Inter-token gaps run to hundreds per request; a million requests would need hundreds
 of millions of values in memory. Percentiles read off these bins are within 1% of the
 exact ones (the bin's geometric middle is reported). The bins are
-``tailreplay/log_bins.py``'s, the ones a long stream's gaps are recorded in
+``tailreplay/http/sse.py``'s, the ones a long stream's gaps are recorded in
 (``chunk_gaps_more``), so those add in as they are.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.log_bins import GROWTH, bin_middle
+from tailreplay.http.sse import GROWTH, bin_middle
 from tailreplay.traces.results.figures import PERCENTILES
 
 __all__ = ["LogHistogram"]

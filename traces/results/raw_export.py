@@ -8,9 +8,9 @@ durations milliseconds as floats. The figures follow ``traces/results/figures.py
 ``latency_ms`` is start to the last byte, ``ttft_ms`` start to the first token event
 (streamed answers only), ``token_ns`` the arrival of each token event
 (``chunk_gaps_us`` summed from the first; microsecond steps). A stream of more than
-``tailreplay.sse.EXACT_GAPS`` + 1 events lists the first that many; the rest of its
+``tailreplay.http.sse.EXACT_GAPS`` + 1 events lists the first that many; the rest of its
 gaps are in ``later_gaps`` as the archive keeps them (``[bin, count, ...]`` of 1%
-bins, ``tailreplay/log_bins.py``). ``generates`` is false for calls that generate
+bins, ``tailreplay/http/sse.py``). ``generates`` is false for calls that generate
 nothing (``GET /v1/models``), which every figure of the report leaves out; ``failed``
 is ``metrics.is_error``.
 """

@@ -14,7 +14,8 @@ The rules (docs/proxy.md, "Redaction"):
 - A *value* is a credential when it has a known key shape (``_CREDENTIAL_KINDS``:
   vendors' token formats, JWTs, PEM private keys, a URL's password), is a
   ``Bearer``/``Basic`` credential, or is assigned in text to a name the name rule
-  masks (``name=value``, ``name: Scheme value``, ``--name value``).
+  masks (``name=value``, ``name: Scheme value``, ``--name value``), or paired
+  with one in a two-item list or tuple (``mask_pairs``).
 - Text in bodies is also cleared of emails, card numbers (Luhn-checked) and
   phone numbers; JSON string escapes are decoded before matching. Bodies and span
   content are walked by ``redact_bodies``.
@@ -31,12 +32,14 @@ import binascii
 import hashlib
 import hmac
 import re
+from collections.abc import Callable
 
-from tailreplay.traces.text.code_values import is_expression
+import re2
+
+from tailreplay.traces.text.code_values import is_expression, is_plain_literal
 from tailreplay.traces.text.credential_hints import HINT, SHAPE_HINT
 from tailreplay.traces.text.encoded_text import mask_encoded
-from tailreplay.traces.text.pairs_in_text import mask_pairs
-from tailreplay.traces.text.pattern_set import Kind, PatternSet
+from tailreplay.traces.text.pattern_set import Kind, PatternSet, for_re2
 from tailreplay.traces.text.provider_keys import provider_keys
 from tailreplay.traces.text.secret_names import is_secret_name
 from tailreplay.traces.text.secret_values import (
@@ -47,7 +50,7 @@ from tailreplay.traces.text.secret_values import (
     looks_made,
 )
 
-__all__ = ["fingerprint", "has_credential", "is_secret_name", "redact_text"]
+__all__ = ["fingerprint", "has_credential", "is_secret_name", "mask_pairs", "redact_text"]
 
 
 def fingerprint(key: bytes, value: str | bytes) -> str:
@@ -283,6 +286,42 @@ def _assigned_credential(a: re.Match[str], text: str, start: int, end: int) -> b
         and is_secret_value(name, value, quoted=sep[-1:] in ("'", '"'))
         and not is_expression(value, text, start, end, sep, header=is_header_name(name))
     )
+
+
+# Name/value pairs written as a two-item list or tuple in text: code or JSON quoted in
+# a prompt (``headers = [("Authorization", "…")]``, ``[["X-Api-Token", "…"]]``). The
+# value is a credential's when the name is (``secret_names.py``), as it would be
+# under that name in a header or a JSON member.
+
+_PAIR = re.compile(
+    r"""[\[(]\s*(["'])(?P<name>[\w.-]{1,64})\1\s*,\s*(["'])(?P<value>(?:(?!\3)[^\\\r\n]|\\.){1,512})\3\s*[\])]"""
+)
+
+_SPACE = r"[\s\pZ\x0b\x1c-\x1f\x{85}]*"  # what Python's \s takes
+_PAIR_GATE = re2.compile(rf"""[\[(]{_SPACE}["'][^"'\r\n]{{1,64}}["']{_SPACE},""")
+"""Where a pair can open, searched by RE2 first (``_PAIR``'s back-references are
+Python's alone): a tenth of the time Python's engine takes to try ``_PAIR`` at
+every bracket of prose and code."""
+
+
+def mask_pairs(text: str, masked: Callable[[str], str]) -> str:
+    """``text`` with the value of each pair naming a credential replaced by
+    ``masked(value)`` (its quotes and brackets kept)."""
+    if "," not in text or ("(" not in text and "[" not in text):
+        return text
+    if _PAIR_GATE.search(for_re2(text)) is None:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        name, value = m["name"], m["value"]
+        if not is_secret_name(name) or is_plain_literal(value):
+            return m[0]  # `('SIG_DFL', 'SIG_IGN')`: a constant is no credential
+        if not is_secret_value(name, value, quoted=True):
+            return m[0]
+        start, end = m.start("value") - m.start(), m.end("value") - m.start()
+        return m[0][:start] + masked(m["value"]) + m[0][end:]
+
+    return _PAIR.sub(one, text)
 
 
 def redact_text(text: str, key: bytes) -> str:

@@ -1,20 +1,53 @@
 """Credentials in what names its values: header pairs, a request target's path
 segments and query parameters, form bodies and URLs in log lines. A value is masked
 when its name is a credential's (``secret_names.py``) or it holds a credential by the
-text rules (``redact.has_credential``); every other byte is kept as it came.
+text rules (``redact.has_credential``); every other byte is kept as it came. What
+was found clean is remembered (``CleanValues``), so the pairs and paths a capture
+repeats are judged once.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import unquote, unquote_plus
 
-from tailreplay.traces.text.clean_values import REMEMBERED_LEN, CleanValues
 from tailreplay.traces.text.redact import fingerprint, has_credential
 from tailreplay.traces.text.secret_names import is_secret_name
 
-__all__ = ["redact_form", "redact_headers", "redact_path", "redact_url"]
+__all__ = [
+    "REMEMBERED_LEN",
+    "CleanValues",
+    "redact_form",
+    "redact_headers",
+    "redact_path",
+    "redact_url",
+]
+
+
+class CleanValues:
+    """Header pairs and request targets already found to hold nothing to mask, for one
+    set of ``extra`` header names: a capture's requests repeat them (``Host``,
+    ``Content-Type``, ``User-Agent``, a few paths), and a set lookup costs a tenth of
+    the search. Only what is kept as it came is remembered, so no secret is held
+    here; each set is emptied when it reaches ``capacity`` (values come from clients)."""
+
+    __slots__ = ("capacity", "headers", "paths")
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self.headers: set[tuple[str, str]] = set()
+        self.paths: set[str] = set()
+
+    def remember(self, found: set[Any], value: Any) -> None:
+        if len(found) >= self.capacity:
+            found.clear()
+        found.add(value)
+
+
+REMEMBERED_LEN = 512
+"""Longer values are judged every time rather than remembered."""
 
 
 def redact_headers(

@@ -33,12 +33,14 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
+from tailreplay.traces.workload.drift import LengthDrift, length_drift
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model_checks import MAX_RATE
+from tailreplay.traces.workload.prefixes import FIT_REQUESTS, PrefixDraw, PrefixReuse, fit_prefixes
 from tailreplay.traces.workload.renewal import Dist
 from tailreplay.traces.workload.workload_model import Workload
 
-__all__ = ["IDC_WARN", "KS_WARN", "fit", "synthesize"]
+__all__ = ["IDC_WARN", "KS_WARN", "at_exact_rate", "fit", "synthesize"]
 
 KS_WARN = 0.10
 """A Kolmogorov-Smirnov distance above this is a poor fit: warned."""
@@ -83,7 +85,8 @@ def fit(
         )
     pick = _subset(np.flatnonzero(usable), rng)
     lengths = fit_lengths(inputs[pick], outputs[pick], rng)
-    models, route = _shares([str(p) for p in paths], skip_corrupt)
+    drift, recent = _recent(starts[both][usable], inputs[usable], outputs[usable], rng)
+    models, route, prefixes = _shares([str(p) for p in paths], skip_corrupt)
     duration_s = float(starts[-1] - starts[0]) / 1e9
     return Workload(
         records=cols.n,
@@ -94,8 +97,28 @@ def fit(
         stream_share=float(cols.where("stream").mean()) if cols.present["stream"].any() else 1.0,
         models=models,
         paths=route,
-        warnings=_warnings(arrivals, lengths, duration_s),
+        warnings=_warnings(arrivals, lengths, duration_s)
+        + ([drift.describe()] if drift is not None and drift.drifted else []),
+        length_drift=drift,
+        recent_lengths=recent,
+        prefix_reuse=prefixes,
     )
+
+
+def _recent(
+    starts: Array, inputs: Array, outputs: Array, rng: np.random.Generator
+) -> tuple[LengthDrift | None, Lengths | None]:
+    """The drift of the lengths between the span's halves, and the lengths fitted to
+    its second half (both None when the halves hold too few requests to tell)."""
+    order = np.argsort(starts, kind="stable")
+    starts, inputs, outputs = starts[order], inputs[order], outputs[order]
+    drift = length_drift(starts, inputs, outputs)
+    if drift is None:
+        return None, None
+    middle = starts[0] + (starts[-1] - starts[0]) / 2
+    second = np.flatnonzero(starts >= middle)
+    pick = _subset(second, rng)
+    return drift, fit_lengths(inputs[pick], outputs[pick], rng)
 
 
 def _warnings(a: Arrivals, n: Lengths, duration_s: float) -> list[str]:
@@ -132,20 +155,29 @@ def _subset(values: Array, rng: np.random.Generator) -> Array:
     return picked
 
 
-def _shares(paths: list[str], skip_corrupt: bool) -> tuple[dict[str, float], dict[str, float]]:
+def _shares(
+    paths: list[str], skip_corrupt: bool
+) -> tuple[dict[str, float], dict[str, float], PrefixReuse | None]:
+    """The shares of models and routes, and the prompts' prefix reuse (from the first
+    ``FIT_REQUESTS`` records with ``prefix_hashes``, put in time order)."""
     from tailreplay.traces.archive.reader import ArchiveReader
 
     models: Counter[str] = Counter()
     routes: Counter[str] = Counter()
+    hashed: list[tuple[int, list[int]]] = []
     for m in ArchiveReader(paths, skip_corrupt=skip_corrupt, order="file").iter_maps():
         models[str(m.get("model") or "")] += 1
         routes[str(m.get("path") or DEFAULT_ROUTE)] += 1
+        hashes = m.get("prefix_hashes")
+        if hashes and len(hashed) < FIT_REQUESTS:
+            hashed.append((int(m["start_ns"]), hashes))
 
     def share(c: Counter[str]) -> dict[str, float]:
         total = sum(c.values())
         return {k: v / total for k, v in c.most_common()}
 
-    return share(models), share(routes)
+    hashed.sort(key=lambda pair: pair[0])
+    return share(models), share(routes), fit_prefixes([h for _, h in hashed])
 
 
 def synthesize(
@@ -160,6 +192,7 @@ def synthesize(
     flat: bool = False,
     arrivals: str = "model",
     exact_rate: bool = False,
+    lengths: str = "all",
 ) -> int:
     """Write a synthetic archive drawn from ``workload``; returns the records written.
 
@@ -170,7 +203,9 @@ def synthesize(
     of the same mean rate (and curve), keeping every request's shape: the same seed
     gives the same requests in the same order, only their times differ.
     ``exact_rate`` (with ``count``): the times are stretched so that their mean rate
-    is ``rate_rps`` exactly, not only on average over draws (``_at_exact_rate``).
+    is ``rate_rps`` exactly, not only on average over draws (``at_exact_rate``).
+    ``lengths="recent"`` draws the request lengths fitted to the second half of the
+    recording's span (``Workload.recent_lengths``), for a mix that drifted.
     """
     if count is None and duration_s is None:
         raise UsageError("give --count or --duration (or both) to bound the synthesis")
@@ -193,6 +228,7 @@ def synthesize(
         bounds.append(int(rate * duration_s * 1.2) + 10)  # 20% over the mean: bursts
     if min(bounds) > MAX_SYNTH:
         raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
+    workload = replace(workload, lengths=workload.lengths_for(lengths))
     model = workload.arrivals
     if arrivals == "poisson":
         model = replace(model, kind="renewal", renewal=Dist("gamma", 1.0, 1.0))
@@ -205,25 +241,42 @@ def synthesize(
             "rate_rps": rate,
             "seed": seed,
             "arrivals": arrivals,
+            "lengths": lengths,
         },
     )
     # Separate streams: the request shapes do not depend on the arrival process drawn.
     times_rng, shapes_rng = (np.random.default_rng([seed, k]) for k in (0, 1))
     times = sample_times(model, times_rng, rate, flat=flat)
     if exact_rate and count is not None:
-        times = _at_exact_rate(times, count, rate, model.clock.tick_s)
-    records = _records(workload, times, shapes_rng, t0, duration_s, count)
+        within_rng = np.random.default_rng([seed, 2])
+        times = at_exact_rate(times, count, rate, model.clock.tick_s, within_rng)
+    # The prefixes, in request order on a stream of their own: the n-th request shares
+    # the same blocks whatever arrival process is drawn beside it.
+    reuse = workload.prefix_reuse
+    prefixes = PrefixDraw(reuse, np.random.default_rng([seed, 3])) if reuse is not None else None
+    records = _records(workload, times, shapes_rng, t0, duration_s, count, prefixes)
     return write_archive(out, header, records)
 
 
-def _at_exact_rate(
-    times: Iterator[tuple[Array, float]], count: int, rate: float, tick: float | None
+def at_exact_rate(
+    times: Iterator[tuple[Array, float]],
+    count: int,
+    rate: float,
+    tick: float | None,
+    rng: np.random.Generator,
 ) -> Iterator[tuple[Array, float]]:
     """The first ``count`` times, stretched so that their mean rate (``count - 1`` gaps
     over their span) is ``rate``, and put back on the clock's ticks if it has them.
     ``validate-model`` compares a window with syntheses at its rate: near a target's
     limit the P99 moves more with a few percent of load (a draw of a bursty process
-    of 3,000 requests spans ±3% of its mean) than with the arrival process compared."""
+    of 3,000 requests spans ±3% of its mean) than with the arrival process compared.
+
+    On ticks, a time is a tick's grid point: where in the tick the request came is
+    drawn (uniform, as both arrival models place a tick's requests) before the
+    stretch, and the stretched time is floored onto the grid as the recording's clock
+    floored it. Stretching the grid points themselves and flooring them would empty
+    a grid point every ``1 / (stretch - 1)`` ticks (or double one when shrinking): a
+    Poisson arm stretched 2% had an index of dispersion of 1.6 at the tick, not 1."""
     parts, n = [], 0
     for batch, _ in times:
         parts.append(batch)
@@ -231,11 +284,13 @@ def _at_exact_rate(
         if n >= count:
             break
     t = np.concatenate(parts)[:count]
+    if tick is not None and t.size:
+        t = np.sort(t + rng.random(t.size) * tick)
     span = float(t[-1] - t[0]) if t.size > 1 else 0.0
     if span > 0:
         t = t[0] + (t - t[0]) * ((t.size - 1) / rate / span)
-        if tick is not None:
-            t = np.floor(t / tick) * tick
+    if tick is not None:
+        t = np.floor(t / tick) * tick
     yield t, math.inf
 
 
@@ -246,6 +301,7 @@ def _records(
     t0: int,
     duration_s: float | None,
     count: int | None,
+    prefixes: PrefixDraw | None,
 ) -> Iterator[Record]:
     end = duration_s if duration_s is not None else math.inf
     limit = count if count is not None else MAX_SYNTH
@@ -266,6 +322,7 @@ def _records(
                 stream=stream,
                 input_tokens=inputs,
                 output_tokens=outputs,
+                prefix_hashes=prefixes.hashes(inputs) if prefixes is not None else None,
             )
             n += 1
         if horizon >= end:

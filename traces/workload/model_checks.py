@@ -10,6 +10,7 @@ or overflow the arithmetic that turns rates into times. ``workload_model.py`` ap
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -17,15 +18,20 @@ import numpy as np
 
 from tailreplay.traces.workload.hmm import MAX_STATES
 from tailreplay.traces.workload.lengths import MAX_COMPONENTS
+from tailreplay.traces.workload.prefixes import MAX_ROOT_BLOCKS, MAX_ROOTS, QUANTILES
 
 if TYPE_CHECKING:
     from tailreplay.traces.workload.arrivals import Arrivals
+    from tailreplay.traces.workload.drift import LengthDrift
     from tailreplay.traces.workload.hmm import Mmpp
     from tailreplay.traces.workload.lengths import Lengths
+    from tailreplay.traces.workload.prefixes import PrefixReuse
     from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["MAX_RATE", "MAX_TOKENS", "unencodable", "workload_problem"]
 
+HISTORY_BOUND = 1e9
+"""A fitted distance between requests that share a prefix (in requests) is at most this."""
 MAX_RATE = 1_000_000.0
 """Requests per second a synthesis may ask for: beyond any replayable workload."""
 MAX_TOKENS = 2**31
@@ -69,14 +75,25 @@ def unencodable(data: Any) -> str | None:
     return None
 
 
-def workload_problem(top: dict[str, Any], arrivals: Arrivals, lengths: Lengths) -> str | None:
+def workload_problem(
+    top: dict[str, Any],
+    arrivals: Arrivals,
+    lengths: Lengths,
+    recent: Lengths | None = None,
+    drift: LengthDrift | None = None,
+    prefixes: PrefixReuse | None = None,
+) -> str | None:
     """The first thing wrong with a model (one phrase naming the field), or None:
-    ``top`` holds its top-level values by name (``records``, ``rate_rps``, ...)."""
+    ``top`` holds its top-level values by name (``records``, ``rate_rps``, ...);
+    ``recent`` and ``drift`` are the second half's lengths and the halves' drift."""
     return (
         _top_problem(top)
         or _arrivals_problem(arrivals)
         or _mmpp_problem(arrivals.mmpp)
         or _lengths_problem(lengths)
+        or (_lengths_problem(recent, "recent_lengths") if recent is not None else None)
+        or (_drift_problem(drift) if drift is not None else None)
+        or (_prefix_problem(prefixes) if prefixes is not None else None)
     )
 
 
@@ -330,7 +347,73 @@ def _long_run_rate(m: Mmpp) -> float:
     return rate if math.isfinite(rate) else math.nan
 
 
-def _lengths_problem(n: Lengths) -> str | None:
+def _prefix_problem(p: PrefixReuse) -> str | None:
+    roots = p.root_shares if isinstance(p.root_shares, list) else None
+    blocks = p.root_blocks if isinstance(p.root_blocks, list) else None
+    return _first(
+        [
+            (
+                type(p.requests) is int and p.requests >= 0,
+                "prefix_reuse.requests must be an int >= 0",
+                p.requests,
+            ),
+            (
+                roots is not None
+                and blocks is not None
+                and len(roots) == len(blocks) <= MAX_ROOTS
+                and all(_within(x, 0, 1) for x in roots)
+                and sum(roots) <= 1 + 1e-6
+                and all(type(b) is int and 1 <= b <= MAX_ROOT_BLOCKS for b in blocks),
+                f"prefix_reuse.root_shares and root_blocks must be at most {MAX_ROOTS} "
+                f"shares summing to at most 1, with as many lengths of 1..{MAX_ROOT_BLOCKS} "
+                "blocks",
+                _UNSHOWN,
+            ),
+            (
+                _within(p.parent_share, 0, 1) and _within(p.seen_share, 0, 1),
+                "prefix_reuse.parent_share and seen_share must be within 0..1",
+                _UNSHOWN,
+            ),
+            (
+                _points(p.distances, 1, HISTORY_BOUND) and _points(p.reuse, 0, 1),
+                f"prefix_reuse.distances must be {QUANTILES} ascending numbers within "
+                f"1..{HISTORY_BOUND:g} and reuse {QUANTILES} within 0..1 (or both empty)",
+                _UNSHOWN,
+            ),
+        ]
+    )
+
+
+def _points(values: Any, low: float, high: float) -> bool:
+    """Quantile points: none, or ``QUANTILES`` ascending numbers within low..high."""
+    if not isinstance(values, list):
+        return False
+    if not values:
+        return True
+    ok = len(values) == QUANTILES and all(_within(v, low, high) for v in values)
+    return ok and all(a <= b for a, b in itertools.pairwise(values))
+
+
+def _drift_problem(d: LengthDrift) -> str | None:
+    means = [*d.input_means, *d.output_means] if isinstance(d.input_means, list) else []
+    pairs = isinstance(d.output_means, list) and len(means) == 4
+    return _first(
+        [
+            (
+                pairs and all(_within(x, 0, MAX_TOKENS) for x in means),
+                f"length_drift's means must be two pairs of numbers within 0..{MAX_TOKENS}",
+                _UNSHOWN,
+            ),
+            (
+                _within(d.input_noise, 0, math.inf) and _within(d.output_noise, 0, math.inf),
+                "length_drift's noise must be numbers >= 0",
+                _UNSHOWN,
+            ),
+        ]
+    )
+
+
+def _lengths_problem(n: Lengths, name: str = "lengths") -> str | None:
     w = n.weights
     k = len(w) if isinstance(w, list) else 0
     bounds = (n.min_input, n.max_input, n.min_output, n.max_output)
@@ -341,33 +424,33 @@ def _lengths_problem(n: Lengths) -> str | None:
                 1 <= k <= MAX_COMPONENTS
                 and all(_within(x, 0, 1) for x in w)
                 and abs(sum(w) - 1) < 1e-6,
-                f"lengths.weights must be 1 to {MAX_COMPONENTS} shares summing to 1",
+                f"{name}.weights must be 1 to {MAX_COMPONENTS} shares summing to 1",
                 _UNSHOWN,
             ),
             (
                 _array_ok(n.means, (k, 2), _LOG_TOKENS),
-                "lengths.means must be a pair of numbers within ±50 (log tokens) a component",
+                f"{name}.means must be a pair of numbers within ±50 (log tokens) a component",
                 _UNSHOWN,
             ),
             (
                 _covariances_ok(n.covariances, k),
-                "lengths.covariances must be a positive-definite 2x2 matrix a component, "
+                f"{name}.covariances must be a positive-definite 2x2 matrix a component, "
                 "within ±1e4",
                 _UNSHOWN,
             ),
             (
                 ints and 1 <= n.min_input <= n.max_input < MAX_TOKENS,
-                f"lengths.min_input and max_input must be ints, 1 <= min <= max < {MAX_TOKENS}",
+                f"{name}.min_input and max_input must be ints, 1 <= min <= max < {MAX_TOKENS}",
                 _UNSHOWN,
             ),
             (
                 ints and 1 <= n.min_output <= n.max_output < MAX_TOKENS,
-                f"lengths.min_output and max_output must be ints, 1 <= min <= max < {MAX_TOKENS}",
+                f"{name}.min_output and max_output must be ints, 1 <= min <= max < {MAX_TOKENS}",
                 _UNSHOWN,
             ),
             (
                 type(n.ks_input) in (int, float) and type(n.ks_output) in (int, float),
-                "lengths.ks_input and ks_output must be numbers",
+                f"{name}.ks_input and ks_output must be numbers",
                 _UNSHOWN,
             ),
         ]

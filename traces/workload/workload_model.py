@@ -12,12 +12,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tailreplay.errors import InputError
+from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.workload.arrivals import Arrivals
 from tailreplay.traces.workload.clock import Clock
+from tailreplay.traces.workload.drift import LengthDrift
 from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.traces.workload.lengths import Lengths
 from tailreplay.traces.workload.model_checks import unencodable, workload_problem
+from tailreplay.traces.workload.prefixes import PrefixReuse
 from tailreplay.traces.workload.renewal import Dist
 
 __all__ = ["MODEL_VERSION", "Workload", "check_workload"]
@@ -38,6 +40,26 @@ class Workload:
     models: dict[str, float]
     paths: dict[str, float]
     warnings: list[str] = field(default_factory=list)
+    length_drift: LengthDrift | None = None
+    """The lengths of the recording's first half against its second (None: too few)."""
+    recent_lengths: Lengths | None = None
+    """The lengths fitted to the second half of the span alone (``synth --lengths
+    recent``); None where the halves hold too few requests to compare."""
+    prefix_reuse: PrefixReuse | None = None
+    """How the prompts share prefixes; None where the records carry no prefix hashes."""
+
+    def lengths_for(self, which: str) -> Lengths:
+        """The lengths to draw from: ``all`` of the span, or its ``recent`` half."""
+        if which == "all":
+            return self.lengths
+        if which == "recent":
+            if self.recent_lengths is None:
+                raise InputError(
+                    "the model has no lengths of its recent half (its recording is too "
+                    "short to split); use --lengths all"
+                )
+            return self.recent_lengths
+        raise UsageError(f"--lengths {which!r}: must be all or recent")
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "tailreplay-workload", "version": MODEL_VERSION, **asdict(self)}
@@ -80,6 +102,14 @@ class Workload:
                 a[key] = Dist(**a[key]) if a.get(key) is not None else None
             values["arrivals"] = Arrivals(**a)
             values["lengths"] = Lengths(**values["lengths"])
+            parts = (
+                ("recent_lengths", Lengths),
+                ("length_drift", LengthDrift),
+                ("prefix_reuse", PrefixReuse),
+            )
+            for key, kind in parts:
+                if values.get(key) is not None:
+                    values[key] = kind(**values[key])
             workload = cls(**values)
         except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"{where}: malformed workload model ({exc})") from None
@@ -106,6 +136,10 @@ class Workload:
             f"lengths: {n.components} joint components of (input, output) tokens; "
             f"KS input {n.ks_input:.3f}, output {n.ks_output:.3f}",
         ]
+        if self.length_drift is not None:
+            lines.append(self.length_drift.describe())
+        if self.prefix_reuse is not None:
+            lines.append(self.prefix_reuse.describe())
         if a.rate_profile is not None:
             lo, hi = min(a.rate_profile), max(a.rate_profile)
             lines.append(
@@ -142,7 +176,10 @@ def _num(x: float | None) -> str:
 
 def check_workload(w: Workload, where: str) -> None:
     """Raise InputError with the first thing wrong with ``w`` (read from ``where``)."""
-    top = {f.name: getattr(w, f.name) for f in fields(w) if f.name not in ("arrivals", "lengths")}
-    problem = workload_problem(top, w.arrivals, w.lengths)
+    parts = ("arrivals", "lengths", "recent_lengths", "length_drift", "prefix_reuse")
+    top = {f.name: getattr(w, f.name) for f in fields(w) if f.name not in parts}
+    problem = workload_problem(
+        top, w.arrivals, w.lengths, w.recent_lengths, w.length_drift, w.prefix_reuse
+    )
     if problem is not None:
         raise InputError(f"{where}: malformed workload model ({problem})")
