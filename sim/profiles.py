@@ -9,12 +9,15 @@ extra sequence adds its KV reads). docs/simulator.md explains the defaults.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Set
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from tailreplay.declared import Choice, Setting
+from tailreplay.errors import InputError
 
 __all__ = [
     "CONTEXT_HEADROOM",
@@ -25,6 +28,7 @@ __all__ = [
     "SIM_PROFILE",
     "EngineProfile",
     "fit_context",
+    "load_profile",
     "profile",
 ]
 
@@ -181,10 +185,64 @@ traces like the shipped sample need an H100-class deployment."""
 
 
 def profile(name: str) -> EngineProfile:
-    try:
+    """A built-in profile by name, or a profile file (JSON, as ``tailreplay sim
+    calibrate`` writes) by its path."""
+    if name in PROFILES:
         return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown profile {name!r}; known: {', '.join(PROFILES)}") from None
+    if os.path.isfile(name):
+        return load_profile(name)
+    known = ", ".join(PROFILES)
+    raise ValueError(f"unknown profile {name!r}; known: {known}, or a profile's JSON file")
+
+
+MAX_PROFILE_BYTES = 1 << 20
+"""A profile file is a few kB; a larger one is not one."""
+
+
+def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
+    """The profile a JSON file holds: an object with every ``EngineProfile`` field (other
+    keys, such as a calibration's account of itself, are ignored). Raises InputError,
+    naming the file, for one that cannot be read or is not a profile."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise ValueError(f"larger than {MAX_PROFILE_BYTES:,} bytes")
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        values = {
+            f.name: _field_value(f.name, f.type, data, f.default) for f in fields(EngineProfile)
+        }
+        return EngineProfile(**values)
+    except (OSError, ValueError, TypeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise InputError(f"{os.fspath(path)}: not a usable profile: {why}") from None
+
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+}
+
+
+def _field_value(name: str, kind: Any, data: dict[str, Any], default: Any) -> Any:
+    """``data[name]``, checked against the field's type (and positive, for a number)."""
+    if name not in data:
+        if default is MISSING:
+            raise ValueError(f"no {name!r}")
+        return default
+    value = data[name]
+    allowed = _KINDS[str(kind)]
+    if not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool)):
+        raise ValueError(f"{name!r} must be a {kind}, not {value!r}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name!r} must be a finite number, at least 0, not {value!r}")
+        return float(value) if kind == "float" else value
+    return value
 
 
 CONTEXT_HEADROOM = 1.1

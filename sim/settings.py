@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tailreplay.declared import Setting, declared
+from tailreplay.declared import Choice, Setting, declared
 from tailreplay.option_values import HOST_PORT
-from tailreplay.sim.profiles import SIM_PROFILE
+from tailreplay.sim.profiles import PROFILES, SIM_PROFILE
 
 __all__ = ["SimArgs"]
 
@@ -33,8 +33,9 @@ class SimArgs:
         Setting(
             "--profile",
             SIM_PROFILE.default,
-            "fast: an 8B model on one H100; default: the same on one 24 GB GPU.",
-            kind=SIM_PROFILE.kind,
+            "fast: an 8B model on one H100; default: the same on one 24 GB GPU; or the path "
+            "of a profile's JSON file (`sim calibrate` writes one).",
+            kind=Choice(tuple(sorted(PROFILES)), files=True),
             show_default=True,
         )
     )

@@ -46,9 +46,11 @@ class Text:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of ``choices``, as typed."""
+    """One of ``choices``, as typed; with ``files``, or the path of an existing file
+    (``sim --profile``: a built-in profile's name, or a profile's JSON file)."""
 
     choices: tuple[str, ...]
+    files: bool = False
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ EXAMPLES = {
     "traces validate-model": "tailreplay traces validate-model capture.msgpack --model model.json "
     "--window 30m --seeds 3 --speed 4x",
     "traces sample": "tailreplay traces sample peak -o peak.msgpack",
-    "sim": "tailreplay sim --listen 127.0.0.1:8000 --profile fast",
+    "sim calibrate": "tailreplay sim calibrate results.msgpack -o profile.json --base fast",
     "proxy": "tailreplay proxy --upstream http://127.0.0.1:8000 --listen 0.0.0.0:8080 "
     "--out captures/",
     "capacity": "tailreplay capacity capture.msgpack --slo 'latency:p99<=2000ms' --require 2x "

@@ -6,6 +6,7 @@ and help. A command takes the parsed values back as that dataclass (``take``).""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,6 +16,7 @@ import click
 from tailreplay.declared import Choice, PathKind, Setting, Text, declarations
 
 __all__ = [
+    "ChoiceOrFile",
     "FiniteRange",
     "Parsed",
     "click_param",
@@ -74,6 +76,15 @@ def param_flag(param: click.Parameter | None) -> str:
     return param.opts[0] if param.opts else f"<{param.name}>"
 
 
+class ChoiceOrFile(click.Choice):  # type: ignore[type-arg]  # generic since click 8.5
+    """One of the choices, or the path of an existing file (``Choice(files=True)``)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value not in self.choices and os.path.isfile(value):
+            return value
+        return super().convert(value, param, ctx)
+
+
 def click_type(setting: Setting[Any]) -> Any:
     """The click type that reads ``setting``'s values (None: click's text, or its
     boolean for a flag)."""
@@ -81,7 +92,7 @@ def click_type(setting: Setting[Any]) -> Any:
     if isinstance(kind, Text):
         return Parsed.of(kind)
     if isinstance(kind, Choice):
-        return click.Choice(kind.choices)
+        return ChoiceOrFile(kind.choices) if kind.files else click.Choice(kind.choices)
     if isinstance(kind, PathKind):
         return click.Path(
             path_type=Path, exists=kind.exists, file_okay=kind.file_okay, dir_okay=kind.dir_okay

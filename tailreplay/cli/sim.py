@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
+from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.errors import UsageError
+from tailreplay.output_path import check_output_file
+from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
 from tailreplay.sim.settings import SimArgs
 from tailreplay.units import host_port
 
 if TYPE_CHECKING:
     from tailreplay.sim.launcher import BuiltinSim
 
-__all__ = ["PROFILE_OVERRIDES", "builtin_sim", "sim"]
+__all__ = ["PROFILE_OVERRIDES", "builtin_sim", "calibrate", "sim"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,11 +57,19 @@ def _with_overrides(f: F) -> F:
     return f
 
 
-@click.command()
+# A group that runs the simulator when no subcommand is given; its example is its own
+# (the command line's examples are its leaves').
+@click.group(
+    invoke_without_command=True,
+    epilog="\b\nExample:\n  tailreplay sim --listen 127.0.0.1:8000 --profile fast",
+)
 @declared_options(SimArgs)
 @_with_overrides
-def sim(**options: Any) -> None:
+@click.pass_context
+def sim(ctx: click.Context, /, **options: Any) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
+    if ctx.invoked_subcommand is not None:
+        return
     from tailreplay.sim.faults import Faults
     from tailreplay.sim.launcher import READY_PREFIX
     from tailreplay.sim.profiles import profile
@@ -69,12 +82,16 @@ def sim(**options: Any) -> None:
     try:
         if args.no_prefix_cache:
             overrides["prefix_caching"] = False
-        chosen = profile(args.profile_name).with_overrides(**overrides)
+        base = profile(args.profile_name)
+        chosen = base.with_overrides(**overrides)
         faults = Faults(
             args.fault_error_rate, args.fault_stall_ms, args.fault_reset_rate, args.seed
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if args.profile_name not in PROFILES and chosen.served_model != base.served_model:
+        fitted, served = base.served_model, chosen.served_model
+        warn([f"{args.profile_name} was fitted to {fitted!r}; serving {served!r}"])
     config = SimConfig(
         profile=chosen,
         seed=args.seed,
@@ -97,6 +114,39 @@ def sim(**options: Any) -> None:
         ) from None
 
 
+@sim.command(name="calibrate")
+@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "-o",
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The fitted profile (JSON, 0600), for `tailreplay sim --profile FILE`.",
+)
+@click.option(
+    "--base",
+    type=click.Choice(sorted(PROFILES)),
+    default=DEFAULT_PROFILE,
+    show_default=True,
+    help="The profile whose values stand where the results cannot fit one.",
+)
+def calibrate(results: tuple[Path, ...], out: Path, base: str) -> None:
+    """Fit the simulator's profile to a replay's results: prefill and decode costs from
+    the streamed answers' first tokens and inter-token gaps, and the limits they show."""
+    from tailreplay.private import write_whole
+    from tailreplay.sim.calibrate import calibrate as fit
+    from tailreplay.sim.calibrate import summary_lines
+    from tailreplay.sim.profiles import profile
+
+    check_output_file("-o", out, inputs=results)
+    calibration = fit(results, profile(base))
+    write_whole(out, json.dumps(calibration.to_json(), indent=2) + "\n")
+    for line in summary_lines(calibration):
+        show(line)
+    warn(list(calibration.warnings))
+    say(f"wrote {out}")
+
+
 def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
     """``replay``'s built-in target, with its ``--sim-arg`` values checked by this
     command's own parser (a wrong one is exit 2 before anything runs).
@@ -107,7 +157,7 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
     from tailreplay.sim.launcher import BuiltinSim
 
     try:
-        ctx = sim.make_context("sim", list(sim_args), help_option_names=[])
+        ctx = sim.make_context("sim", list(sim_args), help_option_names=[], allow_extra_args=False)
     except click.ClickException as exc:
         why = exc.format_message()
         raise UsageError(f"invalid --sim-arg {' '.join(sim_args)!r}: {why}") from None

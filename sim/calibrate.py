@@ -1,0 +1,414 @@
+"""``tailreplay sim calibrate``: fit an ``EngineProfile`` to the results of a replay, so
+the simulator can stand in for the engine that answered them (a digital twin).
+
+The simulator's time model (``sim/batching.py``) is what is fitted. An engine step
+lasts ``decode_base_ms + decode_per_seq_ms * batch`` for the sequences decoding, plus
+``prefill_base_ms + prefill_per_token_ms * tokens`` when prompts are prefilled in it;
+every sequence in the step gets its token at the step's end, a sequence whose prefill
+ends in it its first. From the results alone (``calibration_data``):
+
+- a request decodes from its first token to its last, so the batch at an instant is
+  the number of requests whose decode spans it (``batch_sizes``);
+- each inter-token gap is one step. The gaps whose step ended with another request's
+  first token also held a prefill; the others (clean) give the decode cost against
+  the batch (``fit_decode``);
+- every request's token receptions, grouped into steps (``step_ends``), say when
+  each step ended. A request's prefill ran in the step that ended with its first
+  token, which began where the step before it ended, or at the request's send when
+  that came later (an idle engine): that step's length less its decode cost is its
+  prefill time, and the lower envelope of those times against the tokens computed
+  (input less cached) gives the prefill cost (``fit_prefill``);
+- the limits where the data show them (``calibration_limits``).
+
+How well the fitted model explains its own input: each request's TTFT and latency
+predicted from the batches it met, against what it measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tailreplay.sim.calibration_data import Observed, UnusableResults, read_results
+from tailreplay.sim.calibration_fits import (
+    Array,
+    LineFit,
+    batch_sizes,
+    fit_decode,
+    fit_prefill,
+    prefill_steps,
+    prefills_ending,
+    with_prefill,
+)
+from tailreplay.sim.calibration_limits import Limits, fit_limits
+from tailreplay.sim.profiles import EngineProfile, fit_context
+
+__all__ = [
+    "MIN_REQUESTS",
+    "Calibration",
+    "Residuals",
+    "Timeline",
+    "calibrate",
+    "calibrate_observed",
+    "explain",
+    "step_ends",
+    "summary_lines",
+]
+
+MIN_REQUESTS = 30
+"""Streamed answers a calibration needs at the least."""
+MIN_CLEAN_PREFILLS = 30
+"""Prefills alone in their step needed to fit on them only (else on every request)."""
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The engine's steps as the results show them: when each request's prefill step
+    began and ended, and the batch each step decoded."""
+
+    first_s: Array
+    """Each request's first token (NaN: not streamed)."""
+    step_start_s: Array
+    """When the step that prefilled each request began..."""
+    step_end_s: Array
+    """...and ended (its first token, or an earlier token of that step)."""
+    step_batch: Array
+    """How many requests that step decoded."""
+    gap_batch: Array
+    """For each gap: how many requests its step decoded..."""
+    gap_clean: Array
+    """...and whether that step held no other request's prefill (and the gap is not 0:
+    two tokens read together)."""
+    alone: Array
+    """Requests whose prefill step held no other request's prefill."""
+
+    @classmethod
+    def of(cls, o: Observed) -> Timeline:
+        first = o.start_s + o.ttft_s
+        gap_end = o.gap_start_s + o.gap_s
+        gap_batch = batch_sizes(first, o.last_token_s, o.gap_start_s + o.gap_s / 2)
+        clean = (o.gap_s > 0) & ~with_prefill(o.gap_start_s, o.gap_s, first)
+        typical = float(np.median(o.gap_s[o.gap_s > 0])) if np.any(o.gap_s > 0) else np.inf
+        ends = step_ends(np.concatenate([first[~np.isnan(first)], gap_end]), typical)
+        # The step that ended with a request's first token began at the step end before
+        # it, or at the request's send when that came later (the engine was idle).
+        at = np.where(np.isnan(first), 0, np.searchsorted(ends, first, "right") - 1)
+        previous = np.where(at >= 1, ends[np.maximum(at - 1, 0)], -np.inf)
+        step_start = np.where(np.isnan(first), np.nan, np.maximum(o.start_s, previous))
+        step_end = np.maximum(ends[np.maximum(at, 0)], step_start)
+        step_batch = batch_sizes(first, o.last_token_s, (step_start + step_end) / 2)
+        # Another prefill shared the step when its first token came within half a step
+        # of this one's (half the step, or of a typical gap when the step was longer).
+        window = np.minimum(first - step_start, typical)
+        alone = prefills_ending(first, window, first) <= 1
+        return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone)
+
+
+STEP_SPLIT = 0.3
+"""Token receptions more than this share of a typical gap apart belong to different
+steps: a step's tokens reach the client over a few ms (one write per stream, read in
+turn), the next step's a whole step later."""
+
+
+def step_ends(receptions: Array, typical_gap_s: float) -> Array:
+    """When each engine step ended, as the client saw it: the first of each run of
+    token receptions no more than ``STEP_SPLIT`` of a typical gap apart.
+
+    >>> step_ends(np.array([0.0, 0.001, 0.02, 0.0205, 0.04]), 0.02).tolist()
+    [0.0, 0.02, 0.04]
+    """
+    times = np.sort(receptions)
+    new = np.concatenate([[True], np.diff(times) > STEP_SPLIT * typical_gap_s])
+    out: Array = times[new]
+    return out
+
+
+@dataclass(frozen=True)
+class Residuals:
+    """|predicted - measured| / measured over the requests, for TTFT and latency."""
+
+    ttft_median: float
+    ttft_p90: float
+    ttft_requests: int
+    latency_median: float
+    latency_p90: float
+    latency_requests: int
+    """Streams whose every gap is exact (a stream past ``EXACT_GAPS`` has binned ones)."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted profile and its account of itself: what was fitted from what, what was
+    kept from the base, the load it was fitted at and how well it explains its input."""
+
+    profile: EngineProfile
+    base: str
+    fitted: dict[str, str]
+    not_fitted: dict[str, str]
+    files: tuple[str, ...]
+    requests: int
+    streamed: int
+    failed: int
+    rate_rps: float
+    mean_concurrency: float
+    batch_range: tuple[int, int]
+    served_model: str | None
+    residuals: Residuals
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """The profile file: every ``EngineProfile`` field at the top (so
+        ``tailreplay sim --profile FILE`` reads it), then ``fitted``, ``not_fitted`` and
+        ``calibration``."""
+        return {
+            **asdict(self.profile),
+            "fitted": self.fitted,
+            "not_fitted": self.not_fitted,
+            "calibration": {
+                "files": list(self.files),
+                "base": self.base,
+                "requests": self.requests,
+                "streamed": self.streamed,
+                "failed": self.failed,
+                "rate_rps": round(self.rate_rps, 3),
+                "mean_concurrency": round(self.mean_concurrency, 2),
+                "batch_sizes": list(self.batch_range),
+                "served_model": self.served_model,
+                "residuals": {k: _rounded(v) for k, v in asdict(self.residuals).items()},
+                "warnings": list(self.warnings),
+            },
+        }
+
+
+def _rounded(value: float | int) -> float | int | None:
+    """A residual for JSON: rounded, and None where there was nothing to measure."""
+    if isinstance(value, float):
+        return round(value, 4) if np.isfinite(value) else None
+    return value
+
+
+def calibrate(paths: Sequence[str | os.PathLike[str]], base: EngineProfile) -> Calibration:
+    """Fit ``base``'s time and capacity parameters to the results in ``paths``, e.g.
+    ``calibrate(["results.msgpack"], profile("fast")).profile.decode_base_ms``."""
+    return calibrate_observed(read_results(paths), base)
+
+
+def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
+    """``calibrate`` on results already read. Raises ``UnusableResults`` (one line:
+    what cannot be fitted and why) when they cannot give the time model."""
+    streamed = int(o.streamed.sum())
+    if not streamed:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: no streamed answers ({len(o.start_s):,} answered): "
+            "without first-token times and inter-token gaps neither prefill nor decode "
+            "cost can be fitted; replay with streaming requests"
+        )
+    if streamed < MIN_REQUESTS:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: {streamed} streamed answers; a calibration needs at "
+            f"least {MIN_REQUESTS} to fit prefill and decode costs"
+        )
+    t = Timeline.of(o)
+    decode = _decode_fit(o, t)
+    prefill = _prefill_fit(o, t, decode, base.max_batched_tokens)
+    limits = fit_limits(o, t.gap_batch, _queued(o, t, decode), base)
+    fitted_profile = _profile(base, prefill, decode, limits, o)
+    residuals = explain(o, t, fitted_profile)
+    return Calibration(
+        profile=fitted_profile,
+        base=base.name,
+        fitted=_fitted_notes(prefill, decode) | limits.fitted,
+        not_fitted=limits.not_fitted,
+        files=o.files,
+        requests=o.requests,
+        streamed=streamed,
+        failed=o.failed,
+        rate_rps=_rate(o),
+        mean_concurrency=_concurrency(o),
+        batch_range=(int(decode.x_range[0]), int(decode.x_range[1])),
+        served_model=limits.served_model,
+        residuals=residuals,
+        warnings=limits.warnings,
+    )
+
+
+def _decode_fit(o: Observed, t: Timeline) -> LineFit:
+    fit = fit_decode(t.gap_batch[t.gap_clean], o.gap_s[t.gap_clean] * 1e3)
+    if fit is None:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: the inter-token gaps saw fewer than three batch "
+            "sizes with enough gaps each: the decode cost against the batch cannot be fitted "
+            "(replay at a load that varies the number of requests decoding at once)"
+        )
+    return fit
+
+
+def _prefill_fit(o: Observed, t: Timeline, decode: LineFit, chunk: int) -> LineFit:
+    """The prefill fit on each streamed request's prefill step less its decode, from
+    the requests whose prefill was alone in its step when there are enough of them."""
+    decode_ms = np.where(t.step_batch > 0, decode.base + decode.slope * t.step_batch, 0.0)
+    prefill_ms = (t.step_end_s - t.step_start_s) * 1e3 - decode_ms
+    tokens = o.uncached_tokens
+    alone = t.alone & o.streamed
+    use = alone if alone.sum() >= MIN_CLEAN_PREFILLS else o.streamed
+    fit = fit_prefill(tokens[use], prefill_ms[use], chunk)
+    if fit is None:
+        raise UnusableResults(
+            f"{', '.join(o.files)}: the streamed requests' prompts do not vary in size "
+            "(or fewer than 10 have any): the prefill cost per token cannot be fitted"
+        )
+    return fit
+
+
+def _queued(o: Observed, t: Timeline, decode: LineFit) -> Array:
+    """Streamed requests that waited in the queue: their prefill step began more than
+    two steps after they were sent (one admitted at once waits out one step at most)."""
+    step_ms = decode.base + decode.slope * t.step_batch
+    queued: Array = o.streamed & ((t.step_start_s - o.start_s) * 1e3 > 2 * step_ms)
+    return queued
+
+
+def _profile(
+    base: EngineProfile, prefill: LineFit, decode: LineFit, limits: Limits, o: Observed
+) -> EngineProfile:
+    p = base.with_overrides(
+        name="calibrated",
+        prefill_base_ms=round(max(prefill.base, 0.0), 4),
+        prefill_per_token_ms=round(max(prefill.slope, 0.0), 6),
+        decode_base_ms=round(max(decode.base, 0.0), 4),
+        decode_per_seq_ms=round(max(decode.slope, 0.0), 6),
+        **limits.overrides,
+    )
+    longest = int((o.input_tokens + o.output_tokens).max())
+    # Sized to serve what it was fitted on, as replay sizes the built-in target.
+    return replace(p, max_model_len=fit_context(p, longest).max_model_len)
+
+
+def _fitted_notes(prefill: LineFit, decode: LineFit) -> dict[str, str]:
+    lo, hi = (int(x) for x in prefill.x_range)
+    blo, bhi = (int(x) for x in decode.x_range)
+    on_prefill = (
+        f"lower envelope (20% quantile regression) of {prefill.points:,} requests' "
+        f"prefill step less its decode, against {lo:,}..{hi:,} uncached input tokens"
+    )
+    on_decode = (
+        f"least squares through the median clean inter-token gap at each batch size "
+        f"{blo}..{bhi} ({decode.points:,} gaps)"
+    )
+    return {
+        "prefill_base_ms": on_prefill + " (intercept: weakly identified, about ±5 ms)",
+        "prefill_per_token_ms": on_prefill,
+        "decode_base_ms": on_decode,
+        "decode_per_seq_ms": on_decode,
+    }
+
+
+def _rate(o: Observed) -> float:
+    span = float(o.start_s.max() - o.start_s.min())
+    return (len(o.start_s) - 1) / span if span > 0 else 0.0
+
+
+def _concurrency(o: Observed) -> float:
+    """Requests in flight on average, from their first send to the last answer's end
+    (Little's law: the summed latencies over that span)."""
+    span = float(o.end_s.max() - o.start_s.min())
+    return float((o.end_s - o.start_s).sum()) / span if span > 0 else 0.0
+
+
+def explain(o: Observed, t: Timeline, p: EngineProfile) -> Residuals:
+    """Each streamed request's TTFT and latency as ``p`` predicts them from the steps it
+    met, against the measured ones.
+
+    Predicted TTFT: the wait until its prefill step began (as measured), plus that
+    step: its prefill, the prefill tokens of the requests whose first token came with
+    its own, and the decode of the batch. Predicted latency: that TTFT plus, for each
+    gap, the decode of its step's batch and the prefill of the requests whose first
+    tokens ended it (a step pays the prefill base once).
+    """
+    streamed = o.streamed
+    first = t.first_s
+    tokens = o.uncached_tokens
+    steps = prefill_steps(tokens, p.max_batched_tokens)
+    # A step pays the prefill base once, however many prompts it prefills.
+    own = np.where(streamed, p.prefill_base_ms * steps + p.prefill_per_token_ms * tokens, 0.0)
+    extra = np.where(
+        streamed, p.prefill_base_ms * (steps - 1) + p.prefill_per_token_ms * tokens, 0.0
+    )
+    window = first - t.step_start_s
+    shared = _prefills_ms_ending(first, window, first, extra) - extra
+    step_decode = np.where(t.step_batch > 0, _decode_ms(p, t.step_batch), 0.0)
+    wait_ms = (t.step_start_s - o.start_s) * 1e3
+    ttft_pred = wait_ms + own + shared + step_decode
+    gap_end = o.gap_start_s + o.gap_s
+    ending = _prefills_ms_ending(gap_end, o.gap_s, first, extra)
+    any_prefill = prefills_ending(gap_end, o.gap_s, first) > 0
+    gap_pred = _decode_ms(p, t.gap_batch) + ending + p.prefill_base_ms * any_prefill
+    decode_pred = np.bincount(o.gap_request, weights=gap_pred, minlength=len(o.start_s))
+    latency_pred = ttft_pred + decode_pred
+    ttft_err = _relative(ttft_pred[streamed], o.ttft_s[streamed] * 1e3)
+    whole = o.complete
+    latency_err = _relative(latency_pred[whole], (o.end_s - o.start_s)[whole] * 1e3)
+    return Residuals(
+        ttft_median=_pct(ttft_err, 50),
+        ttft_p90=_pct(ttft_err, 90),
+        ttft_requests=len(ttft_err),
+        latency_median=_pct(latency_err, 50),
+        latency_p90=_pct(latency_err, 90),
+        latency_requests=len(latency_err),
+    )
+
+
+def _decode_ms(p: EngineProfile, batch: Array) -> Array:
+    out: Array = p.decode_base_ms + p.decode_per_seq_ms * batch
+    return out
+
+
+def _prefills_ms_ending(end: Array, window: Array, first: Array, prefill_ms: Array) -> Array:
+    """The summed prefill cost of the requests whose first token came within ``window / 2``
+    of each ``end`` (the prefills that shared that step)."""
+    ok = ~np.isnan(first)
+    order = np.argsort(first[ok])
+    firsts, costs = first[ok][order], prefill_ms[ok][order]
+    summed = np.concatenate([[0.0], np.cumsum(costs)])
+    lo = np.searchsorted(firsts, end - window / 2, "right")
+    hi = np.searchsorted(firsts, end + window / 2, "left")
+    out: Array = summed[hi] - summed[lo]
+    return out
+
+
+def _relative(predicted: Array, measured: Array) -> Array:
+    ok = measured > 0
+    out: Array = np.abs(predicted[ok] - measured[ok]) / measured[ok]
+    return out
+
+
+def _pct(values: Array, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def summary_lines(c: Calibration) -> list[str]:
+    """What ``tailreplay sim calibrate`` prints: the fit, what it kept, how well it
+    explains its own input."""
+    p, r = c.profile, c.residuals
+    lo, hi = c.batch_range
+    kept = ", ".join(c.not_fitted)
+    model = c.served_model if c.served_model is not None else f"none named ({p.served_model})"
+    return [
+        f"fitted on {c.streamed:,} streamed answers of {c.requests:,} requests "
+        f"({c.failed:,} failed) at {c.rate_rps:.2f} req/s, mean concurrency "
+        f"{c.mean_concurrency:.1f}, batch sizes {lo}..{hi}; served model {model}",
+        f"prefill {p.prefill_base_ms:.2f} ms + {p.prefill_per_token_ms:.5f} ms/token; "
+        f"decode {p.decode_base_ms:.2f} ms + {p.decode_per_seq_ms:.4f} ms/sequence",
+        f"limits: max_num_seqs {p.max_num_seqs}"
+        f"{'' if 'max_num_seqs' in c.fitted else ' (not fitted: at least the most seen)'}, "
+        f"prefix caching {'on' if p.prefix_caching else 'off'}, block size {p.block_size}",
+        f"not fitted (kept from {c.base}): {kept}",
+        f"explains its input: |predicted - measured| / measured TTFT median "
+        f"{r.ttft_median:.1%}, P90 {r.ttft_p90:.1%} ({r.ttft_requests:,} requests); "
+        f"latency median {r.latency_median:.1%}, P90 {r.latency_p90:.1%} "
+        f"({r.latency_requests:,} requests)",
+    ]
