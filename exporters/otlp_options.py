@@ -11,31 +11,134 @@ from pathlib import Path
 
 from yarl import URL
 
+from tailreplay.declared import Choice, PathKind, Setting, declared
 from tailreplay.errors import UsageError
+from tailreplay.option_values import DURATION, KEY_VALUE
 from tailreplay.traces.text.redact_targets import redact_url
 
-__all__ = ["PROTOCOLS", "OtlpOptions"]
+__all__ = ["LIVE_TRAFFIC", "PROTOCOLS", "OtlpOptions"]
 
 PROTOCOLS = ("grpc", "http/protobuf")
 _ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOL_ENV = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
+_PEM = PathKind(exists=True, dir_okay=False)
+LIVE_TRAFFIC = "live_traffic"
+"""A field's metadata key: an option of spans made of live traffic (the proxy's and the
+replayer's), not of an archive's export, which sends every record."""
+
+
 @dataclass(frozen=True)
 class OtlpOptions:
-    endpoint: str | None = None
-    protocol: str | None = None
+    """The OTLP flags, declared once (``tailreplay/declared.py``) for every command that
+    exports spans; each click parameter is named ``otlp_...`` (``Setting.name``), apart
+    from the command's own options."""
+
+    endpoint: str | None = declared(
+        Setting(
+            "--otlp-endpoint",
+            None,
+            "Send spans here, e.g. http://127.0.0.1:4318/v1/traces or "
+            "http://127.0.0.1:4317 (gRPC); also OTEL_EXPORTER_OTLP_ENDPOINT.",
+            name="otlp_endpoint",
+        )
+    )
+    protocol: str | None = declared(
+        Setting(
+            "--otlp-protocol",
+            None,
+            "Default: OTEL_EXPORTER_OTLP_PROTOCOL, else gRPC for port 4317, else HTTP.",
+            kind=Choice(PROTOCOLS),
+            name="otlp_protocol",
+        )
+    )
     """grpc or http/protobuf; None: from the environment, else inferred from the endpoint."""
-    headers: tuple[tuple[str, str], ...] = ()
-    ca: Path | None = None
-    cert: Path | None = None
-    key: Path | None = None
-    insecure: bool = False
-    resource: tuple[tuple[str, str], ...] = ()
-    timeout_s: float = 5.0
-    trace_sample: float = 1.0
-    capture_content: bool = False
-    provider_name: str = "openai"
+    headers: tuple[tuple[str, str], ...] = declared(
+        Setting(
+            "--otlp-header",
+            None,
+            "K=V sent with every export (repeatable), e.g. authorization=Bearer ...",
+            kind=KEY_VALUE,
+            multiple=True,
+            name="otlp_headers",
+        )
+    )
+    ca: Path | None = declared(
+        Setting("--otlp-ca", None, "CA certificate (PEM) to trust.", kind=_PEM, name="otlp_ca")
+    )
+    cert: Path | None = declared(
+        Setting(
+            "--otlp-cert", None, "Client certificate (PEM) for mTLS.", kind=_PEM, name="otlp_cert"
+        )
+    )
+    key: Path | None = declared(
+        Setting(
+            "--otlp-key", None, "Client private key (PEM) for mTLS.", kind=_PEM, name="otlp_key"
+        )
+    )
+    insecure: bool = declared(
+        Setting(
+            "--otlp-insecure",
+            False,
+            "gRPC without TLS (as OTEL_EXPORTER_OTLP_INSECURE); OTLP/HTTP follows "
+            "the endpoint's scheme.",
+            is_flag=True,
+            name="otlp_insecure",
+        )
+    )
+    timeout_s: float = declared(
+        Setting(
+            "--otlp-timeout",
+            "5s",
+            "Per export request.",
+            kind=DURATION,
+            show_default=True,
+            name="otlp_timeout",
+        )
+    )
+    resource: tuple[tuple[str, str], ...] = declared(
+        Setting(
+            "--resource",
+            None,
+            "K=V resource attribute (repeatable), e.g. deployment.environment=staging.",
+            kind=KEY_VALUE,
+            multiple=True,
+            name="resource_attrs",
+        )
+    )
+    trace_sample: float = declared(
+        Setting(
+            "--trace-sample",
+            1.0,
+            "Share of traces to export (by trace id; errors and the tail always).",
+            low=0,
+            high=1,
+            low_open=True,
+            show_default=True,
+        ),
+        **{LIVE_TRAFFIC: True},
+    )
+    capture_content: bool = declared(
+        Setting(
+            "--otlp-capture-content",
+            False,
+            "Put prompt and completion text in spans (off: they may hold personal data).",
+            is_flag=True,
+            name="otlp_capture_content",
+        ),
+        **{LIVE_TRAFFIC: True},
+    )
+    provider_name: str = declared(
+        Setting(
+            "--gen-ai-provider",
+            "openai",
+            "gen_ai.provider.name on spans.",
+            show_default=True,
+            name="gen_ai_provider",
+        ),
+        **{LIVE_TRAFFIC: True},
+    )
     """gen_ai.provider.name on every span."""
 
     @property

@@ -12,7 +12,9 @@ from typing import Any
 
 from yarl import URL
 
+from tailreplay.declared import default_of
 from tailreplay.proxy.exchange import ServerSpans
+from tailreplay.proxy.settings import BODY_MODES, ProxyOptions, Route
 from tailreplay.proxy.shadow import ShadowConfig
 from tailreplay.sampling import new_key
 from tailreplay.traces.archive.capture_header import CaptureHeader, Shadow
@@ -21,39 +23,35 @@ from tailreplay.traces.text.redact_targets import redact_url
 
 __all__ = ["BODY_MODES", "ProxyConfig", "Route", "archive_header"]
 
-BODY_MODES = ("none", "redacted", "full")
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """Requests whose path starts with ``prefix`` go to ``upstream``."""
-
-    prefix: str
-    upstream: URL
+_LISTEN = default_of(ProxyOptions, "listen")
+_ADMIN = default_of(ProxyOptions, "admin_listen")
 
 
 @dataclass
 class ProxyConfig:
+    """The proxy's run: the command line builds it from ``ProxyOptions``, whose
+    declarations are its defaults too (``proxy/settings.py``)."""
+
     upstream: URL
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8080
-    admin_host: str = "127.0.0.1"
-    admin_port: int | None = 9464
-    out_dir: Path = Path("captures")
-    prefix: str = "capture"
-    rotate_bytes: int | None = 256 << 20
-    rotate_interval_s: float | None = 3600.0
-    compress: bool = False
-    bodies: str = "none"
-    sample: float = 1.0
+    listen_host: str = _LISTEN[0]
+    listen_port: int = _LISTEN[1]
+    admin_host: str = _ADMIN[0]
+    admin_port: int | None = _ADMIN[1]
+    out_dir: Path = default_of(ProxyOptions, "out_dir")
+    prefix: str = default_of(ProxyOptions, "prefix")
+    rotate_bytes: int | None = default_of(ProxyOptions, "rotate_size")
+    rotate_interval_s: float | None = default_of(ProxyOptions, "rotate_interval")
+    compress: bool = default_of(ProxyOptions, "compress")
+    bodies: str = default_of(ProxyOptions, "bodies")
+    sample: float = default_of(ProxyOptions, "sample")
     redact_headers: frozenset[str] = frozenset()
     routes: tuple[Route, ...] = ()
-    inject_usage: bool = True
-    max_body: int = 10 << 20
-    timeout_s: float = 600.0
-    idle_timeout_s: float = 60.0
+    inject_usage: bool = default_of(ProxyOptions, "inject_usage")
+    max_body: int = default_of(ProxyOptions, "max_body")
+    timeout_s: float = default_of(ProxyOptions, "timeout")
+    idle_timeout_s: float = default_of(ProxyOptions, "idle_timeout")
     """A client's time to send a whole request head, from connecting or its last response."""
-    body_timeout_s: float = 30.0
+    body_timeout_s: float = default_of(ProxyOptions, "body_timeout")
     """The longest a client may pause in the middle of a request body."""
     max_connections: int | None = None
     """Client connections at once; None: as many as the open-file limit allows."""
@@ -63,7 +61,7 @@ class ProxyConfig:
     tls_cert: Path | None = None
     """With ``tls_key``: clients connect with TLS (PEM certificate chain and key)."""
     tls_key: Path | None = None
-    drain_timeout_s: float = 30.0
+    drain_timeout_s: float = default_of(ProxyOptions, "drain_timeout")
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
     """Peers whose forwarding headers are believed (``proxy/forwarding.py``): from them
     the X-Forwarded-For chain is extended; from any other peer a client's own
@@ -76,8 +74,8 @@ class ProxyConfig:
     (``tailreplay/sampling.py``), so clients cannot choose their traces' fate. Random
     per run unless given (--sampling-key-file): replicas decide alike only with the
     same key. Never written to an archive."""
-    workers: int = 1
-    shed_after_s: float | None = 0.5
+    workers: int = default_of(ProxyOptions, "workers")
+    shed_after_s: float | None = default_of(ProxyOptions, "shed_after")
     """An exchange the recorder reaches this long after it ended is recorded shed
     (``Record.shed``): without its redacted body, prompt tokens, prefix hashes and
     statistics, the work that is most of a record's cost (``bench/recorder.py``). A

@@ -50,11 +50,13 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from tailreplay.declared import default_of
 from tailreplay.http.client import Origin, UpstreamError, UpstreamPool
 from tailreplay.openai_api import response_problem
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange
 from tailreplay.proxy.openai import with_usage_requested
+from tailreplay.proxy.settings import ShadowOptions
 from tailreplay.sampling import in_share, sample_point, share_threshold
 from tailreplay.tracecontext import new_span_id
 from tailreplay.traces.text.redact_targets import redact_url
@@ -90,18 +92,18 @@ _REPLACED = frozenset({"host", "traceparent", "tracestate", "content-length"})
 class ShadowConfig:
     url: URL
     """The shadow's base URL; a request's path is appended, as for the upstream."""
-    share: float = 0.1
+    share: float = default_of(ShadowOptions, "shadow_share")
     """The share of generating requests copied, by trace id."""
     headers: tuple[tuple[str, str], ...] = ()
     """Sent with every copy, replacing a header of the same name."""
     model_map: tuple[tuple[str, str], ...] = ()
     """A copy of a request for model A asks the shadow for model B."""
     forward_auth: bool = False
-    max_inflight: int = 64
+    max_inflight: int = default_of(ShadowOptions, "shadow_max_inflight")
     """Copies in flight at once; more are dropped."""
     max_bytes: int = 64 << 20
     """Request bytes held by copies in flight; a copy past it is dropped."""
-    max_time_s: float = 300.0
+    max_time_s: float = default_of(ShadowOptions, "shadow_max_time")
     """A copy's whole exchange (connect, send, answer); past it the copy is cut. Under
     the proxy's ``--timeout`` when that is shorter."""
     read_rate: int = 1 << 20

@@ -10,6 +10,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tailreplay.replayer import settings
 from tailreplay.replayer.builtin import BuiltinTarget
 from tailreplay.replayer.dispatch import SpanSink
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS
@@ -31,19 +32,22 @@ its length (``exporters.span_process.replay_spans`` with the OTLP options bound)
 
 @dataclass
 class ReplayConfig:
+    """A replay's run; the options that set it declare its defaults
+    (``replayer/settings.py``, ``traces/results/client_health.LAG_LIMIT``)."""
+
     schedule: ScheduleConfig
     target: str | None = None
     """Base URL; None: the built-in simulator (``builtin_target``), or nothing for a dry run."""
     command: tuple[str, ...] | None = None
     """The command line as the result's header keeps it (header values masked)."""
-    force_lengths: bool = True
+    force_lengths: bool = settings.FORCE_LENGTHS.value()
     headers: dict[str, str] = field(default_factory=dict)
     model_map: dict[str, str] = field(default_factory=dict)
     body_edits: BodyEdits | None = None
     """--body-set / --body-drop, applied last to every JSON body."""
-    max_inflight: int = 4096
-    connections: int = 1024
-    timeout_s: float = 300.0
+    max_inflight: int = settings.MAX_INFLIGHT.value()
+    connections: int = settings.CONNECTIONS.value()
+    timeout_s: float = settings.TIMEOUT.value()
     out: Path | None = None
     start_at_ns: int | None = None
     allow_upstream: bool = False
@@ -59,29 +63,29 @@ class ReplayConfig:
     """Read these metrics pages during the run, into the results' scrape file."""
     metrics_listen: tuple[str, int] | None = None
     """Serve Prometheus metrics on HOST:PORT while the replay runs."""
-    metrics_linger_s: float = 0.0
+    metrics_linger_s: float = settings.METRICS_LINGER.value()
     """...and this long after it (Prometheus scrapes every 15 s or so)."""
     lag_limit_ms: float = DEFAULT_LAG_LIMIT_MS
     """Dispatch lag P99 above this: the client was the bottleneck, and the run says so."""
-    preflight: bool = True
+    preflight: bool = settings.PREFLIGHT.value()
     """Probe the target with the first request before the schedule starts."""
-    fail_fast: int = 20
+    fail_fast: int = settings.FAIL_FAST.value()
     """Stop when the first N results all failed the same way (0: never)."""
     duration_s: float | None = None
     """Send only the requests due within this much replay time (--duration)."""
     users: Users | None = None
     """Closed loop: this many users, each waiting for its answer (None: open loop)..."""
-    think_s: float | None = 0.0
+    think_s: float | None = settings.THINK.value()
     """...and this long after it before its next request (None: the recorded gap)."""
     retry: RetryPolicy | None = None
     """Retry failed requests as a client would (``--retries policy``); None: never."""
-    replay_aborts: bool = True
+    replay_aborts: bool = settings.CLIENT_ABORTS.value() == "replay"
     """Abandon recorded client aborts at the same point (``--client-aborts replay``)."""
     lookahead_items: int = LOOKAHEAD_ITEMS
     """Requests built before they are due, at most (0: each is built when due)..."""
     lookahead_bytes: int = LOOKAHEAD_BYTES
     """...and their bodies' bytes at most (``replayer/lookahead.py``)."""
-    event_loop: str = "asyncio"
+    event_loop: str = settings.EVENT_LOOP.value()
     """The loop the run (each --workers process's too) runs on (``tailreplay.eventloop``)."""
     slo_stop: SloStop | None = None
     """Stop once a watched objective is missed whatever the rest does (``--slo-stop``)."""

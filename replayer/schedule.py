@@ -21,10 +21,11 @@ import numpy.typing as npt
 
 from tailreplay.dialects import dialect_for
 from tailreplay.errors import InputError
+from tailreplay.replayer import settings
 from tailreplay.replayer.due_times import AMPLIFY_JITTER_S, DueTimes, u64
-from tailreplay.replayer.speed import Shape, Speed
+from tailreplay.replayer.speed import Shape
 from tailreplay.replayer.ticks import Ticks, detect_ticks, spread_tick, tick_floor
-from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH
+from tailreplay.shared_options import SKIP_CORRUPT, TAIL_QUANTILE, TAIL_STRETCH
 from tailreplay.traces.archive.columns import Columns, load_columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.archive.record import Record
@@ -117,17 +118,20 @@ def unbuildable(
 
 @dataclass(frozen=True)
 class ScheduleConfig:
+    """What a replay sends and when; the options that set it declare its defaults
+    (``replayer/settings.py``, ``tailreplay/shared_options.py``)."""
+
     paths: Sequence[str | os.PathLike[str]]
-    speed: Shape = field(default_factory=lambda: Speed(1.0, 1.0))
-    amplify: float = 1.0
-    tail_stretch: float = TAIL_STRETCH.default
-    tail_quantile: float = TAIL_QUANTILE.default
+    speed: Shape = field(default_factory=settings.SPEED.value)
+    amplify: float = settings.AMPLIFY.value()
+    tail_stretch: float = TAIL_STRETCH.value()
+    tail_quantile: float = TAIL_QUANTILE.value()
     start_ns: int | None = None
     end_ns: int | None = None
     limit: int | None = None
-    shard: tuple[int, int] = (0, 1)
-    seed: int = 0
-    skip_corrupt: bool = False
+    shard: tuple[int, int] = settings.SHARD_OF.value()
+    seed: int = settings.SEED.value()
+    skip_corrupt: bool = SKIP_CORRUPT.value()
     tail_cost: TailCost = DEFAULT_TAIL_COST
     max_context: int | None = None
     """The target's context in tokens, when known: a stretched budget is cut so that
@@ -135,9 +139,9 @@ class ScheduleConfig:
     drop_retries: bool = False
     """Leave out records that are recorded retries (``attempt`` >= 2): the replay's own
     client retries, or none (``--retries policy`` or ``off``)."""
-    spread_ticks: bool | None = None
+    spread_ticks: bool | None = settings.SPREAD_TICKS.value()
     """Spread each tick's requests over the tick (None: when the timestamps are quantised)."""
-    tick_placement: str = "random"
+    tick_placement: str = settings.TICK_PLACEMENT.value()
     """How a spread tick's requests are placed in it (``ticks.PLACEMENTS``)."""
     per_file: tuple[int, ...] | None = None
     """Read no more than the first that many records of each file (``Plan.per_file`` of

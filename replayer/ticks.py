@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
+from tailreplay.replayer.settings import PLACEMENTS
 from tailreplay.traces.workload.clock import MIN_TICK_NS, TIE_SHARE, Ticks, detect_ticks
 
 __all__ = [
@@ -112,18 +113,6 @@ def spread_fraction(phase: float, place: int) -> float:
     millisecond), where independent draws put two of a 3 s tick's 20 requests in one
     millisecond once every 16 ticks. Every shard and every run computes the same."""
     return (phase + place * GOLDEN) % 1.0
-
-
-PLACEMENTS = ("random", "even")
-"""How a tick's requests are placed in it. ``random`` (the default): each at its own
-seeded draw, uniform over the tick. The clock hid when in the tick each request
-came; independent uniform draws assume the least about it, and keep what arrivals
-at random have within a tick: bunches and gaps, so a queue meets the bursts a real
-arrival process brings (on a 3 s-tick log, the sends' index of dispersion at 1 s
-is that of random arrivals, about 1, where even placement reads 0.39). ``even``:
-golden-ratio steps from a seeded phase (``spread_fraction``), no two closer than
-0.38/n of the tick: the smoothest reading, which understates a tail that bursts
-make."""
 
 
 def place_fraction(

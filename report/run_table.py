@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from tailreplay.report.model import Report, is_replay, side_label
 from tailreplay.report.table import ReportTable
+from tailreplay.shared_options import TAIL_QUANTILE
 from tailreplay.traces.archive.replay_header import ReplayHeader
 
 __all__ = ["run_table", "tail_line"]
@@ -54,7 +55,7 @@ def tail_line(report: Report) -> str:
     stretched = report["overall"]["replayed"]["tail"]
     if not stretched or header.tail_stretch in (None, 1):
         return ""
-    quantile = f"P{100 * (header.tail_quantile or 0.99):g}"
+    quantile = _quantile(header)
     return (
         f"tail-stretched: {stretched:,} {'request' if stretched == 1 else 'requests'} at or "
         f"above the recorded {quantile} sent with {header.tail_stretch:g}x the output "
@@ -78,8 +79,14 @@ def _tail_setting(header: ReplayHeader) -> str | None:
         return None
     if header.tail_stretch == 1:
         return "off"
-    quantile = f"P{100 * (header.tail_quantile or 0.99):g}"
+    quantile = _quantile(header)
     return f"x{header.tail_stretch:g} at or above the recorded {quantile}"
+
+
+def _quantile(header: ReplayHeader) -> str:
+    """Where the run's tail started; a header without it had the default."""
+    quantile = header.tail_quantile if header.tail_quantile is not None else TAIL_QUANTILE.value()
+    return f"P{100 * quantile:g}"
 
 
 def _paths(paths: list[str] | None) -> str | None:

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeGuard
 
+from tailreplay.declared import Choice, Setting
 from tailreplay.errors import UsageError
+from tailreplay.option_values import DURATION
 from tailreplay.report.model import (
     METRICS,
     Metric,
@@ -35,7 +37,17 @@ from tailreplay.report.model import (
 from tailreplay.report.quantiles import QUANTILES
 from tailreplay.units import parse_duration
 
-__all__ = ["Objective", "cell", "check", "check_judgeable", "parse_objectives"]
+__all__ = [
+    "SLO",
+    "SLO_BY",
+    "SLO_MIN_SCORE",
+    "SLO_WINDOW",
+    "Objective",
+    "cell",
+    "check",
+    "check_judgeable",
+    "parse_objectives",
+]
 
 _SPEC = re.compile(
     r"^\s*(?P<metric>[a-z_]+)(?::(?P<q>p\d+))?\s*<=\s*(?P<limit>[^*\s]+)"
@@ -233,3 +245,37 @@ def _quantile(side: SideSummary, metric: Metric, quantile: str | None) -> float 
     if not per_q or quantile not in per_q:
         return None
     return per_q[quantile]["value"]
+
+
+# The SLO options of every command that judges a run (``replay``, ``report``), each
+# declared once (``tailreplay/declared.py``).
+
+SLO: Setting[None] = Setting(
+    "--slo",
+    None,
+    "Objective METRIC:PCT<=LIMIT[*WEIGHT] (repeatable, or comma-separated), e.g. "
+    "latency:p99<=800ms*10, ttft:p95<=1.2x (of the recorded), error_rate<=1%.",
+    multiple=True,
+    finish=parse_objectives,
+)
+SLO_MIN_SCORE: Setting[float] = Setting(
+    "--slo-min-score",
+    1.0,
+    "Weighted share of the objectives that must be met; below it the exit code is 1.",
+    low=0,
+    high=1,
+    show_default=True,
+)
+SLO_WINDOW: Setting[None] = Setting(
+    "--slo-window",
+    None,
+    "Also judge every objective in each window this long (e.g. 1m) of the replay: "
+    "every window with 20 requests or more must meet them.",
+    kind=DURATION,
+)
+SLO_BY: Setting[None] = Setting(
+    "--slo-by",
+    None,
+    "Also judge every objective per model, path, session or load phase: each class must meet them.",
+    kind=Choice(("model", "path", "session", "phase")),
+)

@@ -16,6 +16,7 @@ from collections.abc import Set
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
+from tailreplay.declared import Choice, Setting
 from tailreplay.errors import InputError
 
 __all__ = [
@@ -23,6 +24,8 @@ __all__ = [
     "DEFAULT_PROFILE",
     "KV_LONGEST",
     "PROFILES",
+    "SIM_ARG",
+    "SIM_PROFILE",
     "EngineProfile",
     "fit_context",
     "load_profile",
@@ -163,6 +166,20 @@ PROFILES: dict[str, EngineProfile] = {
 
 
 DEFAULT_PROFILE = "fast"
+
+SIM_PROFILE: Setting[str] = Setting(
+    "--sim-profile",
+    DEFAULT_PROFILE,
+    "Profile of the built-in simulator when there is no --target (as `tailreplay "
+    "sim --profile`; fast: an H100-class deployment, which traces like the shipped peak "
+    "need). Its context and KV cache are sized to the trace's longest request.",
+    kind=Choice(tuple(sorted(PROFILES))),
+    show_default=True,
+)
+"""The built-in simulator's profile, for the commands that start one for a replay."""
+SIM_ARG: Setting[None] = Setting("--sim-arg", None, multiple=True)
+"""An argument for the built-in simulator, as ``tailreplay sim`` takes it (each command
+says in its help how it is used: ``replace(SIM_ARG, help=...)``)."""
 """What ``tailreplay sim`` and ``replay``'s built-in target run unless told: production
 traces like the shipped sample need an H100-class deployment."""
 

@@ -35,6 +35,7 @@ from tailreplay.sim.output import plan_output, plan_reasoning, words
 from tailreplay.sim.prefix_cache import block_hashes
 from tailreplay.sim.profiles import PROFILES, EngineProfile
 from tailreplay.sim.schema import BadRequest, SimRequest, parse_request
+from tailreplay.sim.settings import SimArgs
 from tailreplay.traces.text.prompt_stats import prompt_stats
 from tailreplay.traces.text.tokens import get as get_encoder
 from tailreplay.units import host_port
@@ -46,12 +47,16 @@ _CHARS_PER_TOKEN_MAX = 128  # the longest cl100k/o200k token is 128 bytes
 _INLINE_TOKENIZE_CHARS = 20_000  # longer prompts are tokenised off the event loop
 
 
+_DEFAULT = SimArgs()
+"""``tailreplay sim``'s defaults, which the config's are."""
+
+
 @dataclass
 class SimConfig:
     profile: EngineProfile = field(default_factory=lambda: PROFILES["default"])
-    seed: int = 0
-    host: str = "127.0.0.1"
-    port: int = 8000
+    seed: int = _DEFAULT.seed
+    host: str = _DEFAULT.listen[0]
+    port: int = _DEFAULT.listen[1]
     faults: Faults = field(default_factory=Faults)
     parent_pid: int | None = None
     """Stop when this process is no longer the parent (it died without stopping us)."""

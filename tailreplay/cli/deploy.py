@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import click
 from click.core import ParameterSource
+from yarl import URL
 
 from tailreplay import shared_options as shared
-from tailreplay.cli.options import HTTP_URL, SPEED_TEXT, Parsed, setting_option
+from tailreplay.cli.option_fields import declared_options, take
+from tailreplay.cli.options import SPEED_TEXT
+from tailreplay.declared import Setting, Text, declared
 from tailreplay.errors import UsageError
 from tailreplay.http.header_rules import header_problem
 from tailreplay.studies.job_manifest import (
@@ -115,77 +119,113 @@ def _start_in(text: str, flag: str) -> float:
     return seconds
 
 
+def _deadline(text: str, flag: str) -> int:
+    return _seconds(text, flag, positive=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobArgs:
+    """``deploy job``'s options, parsed: one field per option, named as click names it,
+    declared in the order ``--help`` lists them (``tailreplay/declared.py``)."""
+
+    archives: tuple[str, ...] = declared(
+        Setting("archives", None, argument=True, multiple=True, required=True, metavar="ARCHIVE...")
+    )
+    shards: int = declared(
+        Setting(
+            "--shards",
+            None,
+            "Pods, one shard each.",
+            kind=int,
+            low=1,
+            high=MAX_SHARDS,
+            required=True,
+        )
+    )
+    start_in: float = declared(
+        Setting(
+            "--start-in",
+            "2m",
+            "START_AT is now plus this: time for every pod to be scheduled, pull and start.",
+            kind=Text("duration", _start_in),
+            show_default=True,
+        )
+    )
+    name: str | None = declared(
+        Setting("--name", None, "The Job's name (default: tailreplay-replay-<UTC time>).")
+    )
+    image: str = declared(
+        Setting("--image", _IMAGE, "The image built from deploy/Dockerfile.", show_default=True)
+    )
+    target: URL | None = declared(
+        replace(shared.TARGET, help="Base URL to replay at, as the pods reach it.")
+    )
+    speed: str = declared(replace(shared.SPEED, kind=SPEED_TEXT.text))
+    """As given: each pod's replay parses it."""
+    ttl: int = declared(
+        Setting(
+            "--ttl",
+            "1h",
+            "Delete the finished Job and its pods this long after (the results stay).",
+            kind=Text("duration", _seconds),
+            show_default=True,
+        )
+    )
+    deadline: int = declared(
+        Setting(
+            "--deadline",
+            "24h",
+            "Fail the Job if it has not finished this long after START_AT (a pod that "
+            "cannot pull its image never fails on its own).",
+            kind=Text("duration", _deadline),
+            show_default=True,
+        )
+    )
+    results_claim: str = declared(
+        Setting(
+            "--results-claim",
+            "tailreplay-results",
+            "The claim mounted at /results (ReadWriteMany: the shards write together).",
+            show_default=True,
+        )
+    )
+    archives_claim: str = declared(
+        Setting(
+            "--archives-claim",
+            "tailreplay-archives",
+            "The claim mounted read-only at /archives.",
+            show_default=True,
+        )
+    )
+    header_secrets: tuple[tuple[str, str, str], ...] = declared(
+        Setting(
+            "--header-secret",
+            None,
+            "HEADER=SECRET/KEY: send HEADER with the value held in a Secret (repeatable), "
+            "e.g. Authorization=llm-staging/authorization for a key holding 'Bearer ...'.",
+            kind=Text("header=secret/key", _header_secret),
+            multiple=True,
+        )
+    )
+    extra_args: tuple[str, ...] = declared(
+        Setting(
+            "--replay-arg",
+            None,
+            "One more argument of replay for every pod (repeatable), e.g. "
+            "--replay-arg=--otlp-endpoint=http://otel-collector:4318/v1/traces.",
+            multiple=True,
+        )
+    )
+
+
 @deploy.command("job")
-@click.argument("archives", nargs=-1, required=True, metavar="ARCHIVE...")
-@click.option(
-    "--shards",
-    type=click.IntRange(min=1, max=MAX_SHARDS),
-    required=True,
-    help="Pods, one shard each.",
-)
-@click.option(
-    "--start-in",
-    type=Parsed("duration", _start_in),
-    default="2m",
-    show_default=True,
-    help="START_AT is now plus this: time for every pod to be scheduled, pull and start.",
-)
-@click.option("--name", help="The Job's name (default: tailreplay-replay-<UTC time>).")
-@click.option(
-    "--image",
-    default=_IMAGE,
-    show_default=True,
-    help="The image built from deploy/Dockerfile.",
-)
-@click.option("--target", type=HTTP_URL, help="Base URL to replay at, as the pods reach it.")
-@setting_option(shared.SPEED, type=SPEED_TEXT)
-@click.option(
-    "--ttl",
-    type=Parsed("duration", _seconds),
-    default="1h",
-    show_default=True,
-    help="Delete the finished Job and its pods this long after (the results stay).",
-)
-@click.option(
-    "--deadline",
-    type=Parsed("duration", lambda text, flag: _seconds(text, flag, positive=True)),
-    default="24h",
-    show_default=True,
-    help="Fail the Job if it has not finished this long after START_AT (a pod that "
-    "cannot pull its image never fails on its own).",
-)
-@click.option(
-    "--results-claim",
-    default="tailreplay-results",
-    show_default=True,
-    help="The claim mounted at /results (ReadWriteMany: the shards write together).",
-)
-@click.option(
-    "--archives-claim",
-    default="tailreplay-archives",
-    show_default=True,
-    help="The claim mounted read-only at /archives.",
-)
-@click.option(
-    "--header-secret",
-    "header_secrets",
-    type=Parsed("header=secret/key", _header_secret),
-    multiple=True,
-    help="HEADER=SECRET/KEY: send HEADER with the value held in a Secret (repeatable), "
-    "e.g. Authorization=llm-staging/authorization for a key holding 'Bearer ...'.",
-)
-@click.option(
-    "--replay-arg",
-    "extra_args",
-    multiple=True,
-    help="One more argument of replay for every pod (repeatable), e.g. "
-    "--replay-arg=--otlp-endpoint=http://otel-collector:4318/v1/traces.",
-)
+@declared_options(JobArgs)
 def job(**options: Any) -> None:
     """Print a sharded replay of ARCHIVE (a path under /archives, as the pods see it)
     as an Indexed Job: every pod replays its shard from one START_AT."""
     now = datetime.now(UTC)
-    spec = _spec(now, options)
+    args = take(JobArgs, options)
+    spec = _spec(now, args)
     if spec.target is None:
         click.echo(
             "warning: no --target: every pod replays against a built-in simulator of its "
@@ -195,50 +235,49 @@ def job(**options: Any) -> None:
     click.echo(to_yaml(job_manifest(spec), comment=_comment(spec)), nl=False)
     click.echo(
         f"{spec.name}: {spec.shards} shards start at {spec.start_at} "
-        f"({format_duration(options['start_in'])} from now); results in {spec.results_dir}/ "
+        f"({format_duration(args.start_in)} from now); results in {spec.results_dir}/ "
         f"on the claim {spec.results_claim}",
         err=True,
     )
 
 
-def _spec(now: datetime, options: dict[str, Any]) -> JobSpec:
+def _spec(now: datetime, args: JobArgs) -> JobSpec:
     """The run the options describe; every refusal first, as one line."""
-    start_in: float = options["start_in"]
-    shards: int = options["shards"]
-    name = options["name"]
+    name = args.name
     name = f"tailreplay-replay-{now:%Y%m%d-%H%M%S}" if name is None else name
-    longest = 63 - len(f"-{shards - 1}")  # pods' hostnames are NAME-<index>: a DNS label
+    longest = 63 - len(f"-{args.shards - 1}")  # pods' hostnames are NAME-<index>: a DNS label
     if not _dns(name, _DNS_LABEL, longest):
         raise UsageError(
             f"invalid --name {name!r}: lowercase letters, digits and '-', starting and ending "
             f"with a letter or digit, at most {longest} characters"
         )
-    for flag in ("--results-claim", "--archives-claim"):
-        claim = options[flag[2:].replace("-", "_")]
+    for flag, claim in (
+        ("--results-claim", args.results_claim),
+        ("--archives-claim", args.archives_claim),
+    ):
         if not _dns(claim, _DNS_SUBDOMAIN, 253):
             raise UsageError(f"invalid {flag} {claim!r}: not a Kubernetes object name")
-    for archive in options["archives"]:
+    for archive in args.archives:
         _check_archive(archive)
-    image: str = options["image"]
+    image = args.image
     if not image or any(c.isspace() for c in image) or not _utf8(image):
         raise UsageError(f"invalid --image {image!r}: an image reference, e.g. {_IMAGE}")
-    _check_header_secrets(options["header_secrets"])
-    start = datetime.fromtimestamp(math.ceil(now.timestamp() + start_in), UTC)
-    target = options["target"]
+    _check_header_secrets(args.header_secrets)
+    start = datetime.fromtimestamp(math.ceil(now.timestamp() + args.start_in), UTC)
     spec = JobSpec(
         name=name,
-        archives=tuple(options["archives"]),
-        shards=shards,
+        archives=args.archives,
+        shards=args.shards,
         start_at=start.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        image=options["image"],
-        target=str(target) if target is not None else None,
-        speed=options["speed"],
-        ttl_s=options["ttl"],
-        deadline_s=min(math.ceil(start_in) + options["deadline"], _INT32),
-        results_claim=options["results_claim"],
-        archives_claim=options["archives_claim"],
-        header_secrets=tuple(options["header_secrets"]),
-        extra_args=tuple(options["extra_args"]),
+        image=image,
+        target=str(args.target) if args.target is not None else None,
+        speed=args.speed,
+        ttl_s=args.ttl,
+        deadline_s=min(math.ceil(args.start_in) + args.deadline, _INT32),
+        results_claim=args.results_claim,
+        archives_claim=args.archives_claim,
+        header_secrets=args.header_secrets,
+        extra_args=args.extra_args,
     )
     _check_extra_args(spec.extra_args)
     _check_parses(spec)

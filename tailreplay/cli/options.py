@@ -8,38 +8,38 @@ click's usage message, also with exit 2).
 
 Option sets used by more than one command are decorators here: the archives
 argument, ``-o/--output``, ``--skip-corrupt``, ``--buckets``, the SLO flags and
-the OTLP flags (which hand the command one ``otlp: OtlpOptions``); and
-``replay``'s ``--event-loop``.
+the OTLP flags (which hand the command one ``otlp: OtlpOptions``). Those declared
+once as settings (the archives, ``--skip-corrupt``, ``--scrape``, the SLO flags) are
+generated from their declarations (``cli/option_fields.py``).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
-from tailreplay.errors import UsageError
-from tailreplay.eventloop import EVENT_LOOPS
-from tailreplay.exporters.otlp_options import PROTOCOLS, OtlpOptions
-from tailreplay.http.header_rules import header_problem
-from tailreplay.output_path import FolderPath, check_output_file
-from tailreplay.replayer.scrape import parse_scrape
-from tailreplay.replayer.speed import parse_speed
-from tailreplay.replayer.users import parse_users
-from tailreplay.shared_options import Setting
-from tailreplay.units import (
-    parse_buckets,
-    parse_duration,
-    parse_factor,
-    parse_host_port,
-    parse_http_url,
-    parse_size,
+from tailreplay import option_values as values
+from tailreplay.cli.option_fields import (
+    FiniteRange,
+    Parsed,
+    click_param,
+    declared_options,
+    param_flag,
+    take,
 )
+from tailreplay.declared import Setting
+from tailreplay.errors import UsageError
+from tailreplay.exporters.otlp_options import LIVE_TRAFFIC, OtlpOptions
+from tailreplay.output_path import check_output_file
+from tailreplay.replayer.settings import SCRAPE
+from tailreplay.replayer.speed import parse_speed
+from tailreplay.report.slo import SLO, SLO_BY, SLO_MIN_SCORE, SLO_WINDOW
+from tailreplay.shared_options import SKIP_CORRUPT
+from tailreplay.traces.archive.folders import ARCHIVES, expand_folders
 
 __all__ = [
     "BODY_DROP",
@@ -52,10 +52,9 @@ __all__ = [
     "HTTP_URL",
     "KEY_VALUE",
     "MODEL_MAP",
-    "SCRAPE",
     "SHARD",
     "SIZE",
-    "SPEED",
+    "SLO_OPTIONS",
     "SPEED_TEXT",
     "TAIL_COST",
     "FiniteRange",
@@ -64,14 +63,11 @@ __all__ = [
     "archive_paths",
     "archives_argument",
     "buckets_option",
-    "client_options",
-    "event_loop_option",
     "otlp_from_params",
     "otlp_options",
     "output_file",
     "output_option",
     "scrape_option",
-    "setting_option",
     "skip_corrupt_option",
     "slo_options",
     "write_text",
@@ -80,131 +76,8 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-if TYPE_CHECKING:
-    _ParamType = click.ParamType[Any, Any]  # generic since click 8.5
-else:
-    _ParamType = click.ParamType
-
-
-class Parsed(_ParamType):
-    """A click type over one of tailreplay's parsers, called as ``parse(text, flag)``."""
-
-    def __init__(self, name: str, parse: Callable[[str, str], Any]) -> None:
-        self.name = name
-        self._parse = parse
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value  # a default already of the parsed type
-        try:
-            return self._parse(value, _flag(param))
-        except ValueError as exc:  # a parser's own words, as one usage line
-            self.fail(str(exc), param, ctx)
-
-
-class FiniteRange(click.FloatRange):
-    """``click.FloatRange`` that also refuses nan and inf (which compare false to any bound)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{number} is not a finite number.", param, ctx)
-        return number
-
-
-def setting_option(setting: Setting[Any], type: _ParamType | None = None) -> Callable[[F], F]:
-    """The click option of a shared setting (``tailreplay.shared_options``): its flag,
-    default and help, and its range unless ``type`` parses the value."""
-    if type is None:
-        type = FiniteRange(
-            setting.low, setting.high, min_open=setting.low_open, max_open=setting.high_open
-        )
-    option: Callable[[F], F] = click.option(
-        setting.flag, type=type, default=setting.default, show_default=True, help=setting.help
-    )
-    return option
-
-
-def _flag(param: click.Parameter | None) -> str:
-    if param is None:
-        return "value"
-    return param.opts[0] if param.opts else f"<{param.name}>"
-
-
-def _pair(text: str, flag: str, *, value_required: bool) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    key, value = key.strip(), value.strip()
-    if not sep or not key or (value_required and not value):
-        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE")
-    return key, value
-
-
-def _shard(text: str, flag: str) -> tuple[int, int]:
-    i, sep, n = text.partition("/")
-    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
-        raise UsageError(f"invalid {flag} {text!r}: use i/N with 0 <= i < N, e.g. 0/4")
-    return int(i), int(n)
-
-
-def _header(text: str, flag: str) -> tuple[str, str]:
-    """``Name: value``, by the rule of ``tailreplay/http/header_rules.py``."""
-    name, sep, value = (part.strip() for part in text.partition(":"))
-    # The text is not echoed: without its colon, a credential's value may be all of it.
-    if not sep:
-        raise UsageError(f"invalid {flag}: use 'Name: value' (no ':' found)")
-    if (problem := header_problem(name, value)) is not None:
-        raise UsageError(f"invalid {flag}: {problem}")
-    return name, value
-
-
-def _tail_cost(text: str, flag: str) -> tuple[float, float]:
-    """``input=MS,output=MS``: milliseconds per input and per output token."""
-    costs: dict[str, float] = {}
-    for part in text.split(","):
-        key, sep, value = (p.strip() for p in part.partition("="))
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
-        if not sep or key not in ("input", "output") or not math.isfinite(number) or number < 0:
-            break
-        costs[key] = number
-    else:
-        if costs.keys() == {"input", "output"} and any(costs.values()):
-            return costs["input"], costs["output"]
-    raise UsageError(
-        f"invalid {flag} {text!r}: use input=MS,output=MS (ms per token, >= 0, "
-        "not both 0), e.g. input=0.05,output=8"
-    )
-
-
-def _body_set(text: str, flag: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {text!r}: use KEY=VALUE, e.g. temperature=0")
-    try:
-        return key, json.loads(value)
-    except ValueError:
-        return key, value  # a bare word is a string: --body-set user=replay
-
-
-def _body_drop(key: str, flag: str) -> str:
-    if not key or any(not part for part in key.split(".")):
-        raise UsageError(f"invalid {flag} {key!r}: give a key, e.g. tools")
-    return key
-
-
-def _file_out(text: str, flag: str) -> Path:
-    """A file to write; a name ending in '/' is a folder (``FolderPath``), which
-    ``check_output_file`` refuses with its reason, where a plain ``Path`` would have
-    named a file without the '/'. Not checked against the disk here: ``deploy`` parses
-    a job's arguments on another machine."""
-    return FolderPath(text) if text.endswith("/") and text != "/" else Path(text)
-
-
-FILE_OUT = Parsed("file", _file_out)
-FACTOR = Parsed("factor", parse_factor)
-SPEED = Parsed("speed", lambda text, flag: parse_speed(text))
+FILE_OUT = Parsed.of(values.FILE_OUT)
+FACTOR = Parsed.of(values.FACTOR)
 
 
 def _speed_text(text: str, flag: str) -> str:
@@ -214,25 +87,24 @@ def _speed_text(text: str, flag: str) -> str:
 
 SPEED_TEXT = Parsed("speed", _speed_text)
 """``--speed`` checked as replay parses it, and kept as given (for a command line)."""
-DURATION = Parsed("duration", lambda text, flag: parse_duration(text))
-SIZE = Parsed("size", lambda text, flag: parse_size(text))
-HOST_PORT = Parsed("host:port", parse_host_port)
-HTTP_URL = Parsed("url", parse_http_url)
-KEY_VALUE = Parsed("key=value", functools.partial(_pair, value_required=False))
-MODEL_MAP = Parsed("a=b", functools.partial(_pair, value_required=True))
-SHARD = Parsed("i/n", _shard)
-HEADER = Parsed("name: value", _header)
-BUCKETS = Parsed("edges", lambda text, flag: parse_buckets(text))
-TAIL_COST = Parsed("input=ms,output=ms", _tail_cost)
-SCRAPE = Parsed("URL[@1s]", lambda text, flag: parse_scrape(text))
-BODY_SET = Parsed("key=value", _body_set)
-BODY_DROP = Parsed("key", _body_drop)
+DURATION = Parsed.of(values.DURATION)
+SIZE = Parsed.of(values.SIZE)
+HOST_PORT = Parsed.of(values.HOST_PORT)
+HTTP_URL = Parsed.of(values.HTTP_URL)
+KEY_VALUE = Parsed.of(values.KEY_VALUE)
+MODEL_MAP = Parsed.of(values.MODEL_MAP)
+SHARD = Parsed.of(values.SHARD)
+HEADER = Parsed.of(values.HEADER)
+BUCKETS = Parsed.of(values.BUCKETS)
+TAIL_COST = Parsed.of(values.TAIL_COST)
+BODY_SET = Parsed.of(values.BODY_SET)
+BODY_DROP = Parsed.of(values.BODY_DROP)
 
 
 def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     """``check_output_file`` as a click callback: a bad output fails before any work."""
     if value is not None:
-        check_output_file(_flag(param), value)
+        check_output_file(param_flag(param), value)
     return value
 
 
@@ -240,21 +112,13 @@ def archive_paths(
     _ctx: click.Context, _param: click.Parameter, value: tuple[Path, ...]
 ) -> tuple[Path, ...]:
     """Archives as given, each folder replaced by the archives in it (in the order the
-    proxy wrote them: ``traces/archive/folders.py``)."""
-    from tailreplay.traces.archive.folders import expand_folders
-
+    proxy wrote them), as a click callback: ``ARCHIVES``' reading, for an option."""
     return tuple(expand_folders(value))
 
 
 def archive_args(name: str = "files") -> Callable[[F], F]:
     """The archives argument (one or more; folders read as their archives) as ``name``."""
-    return click.argument(
-        name,
-        nargs=-1,
-        required=True,
-        type=click.Path(path_type=Path, dir_okay=True),
-        callback=archive_paths,
-    )
+    return click_param(name, ARCHIVES)
 
 
 archives_argument = archive_args()
@@ -270,77 +134,9 @@ output_option = click.option(
     help="File to write.",
 )
 
-scrape_option = click.option(
-    "--scrape",
-    "scrapes",
-    type=SCRAPE,
-    multiple=True,
-    help="Read Prometheus metrics from URL every interval (default 1s) during the run "
-    "(repeatable; 'target' is the target's own /metrics, the built-in simulator's too): "
-    "kept beside the results, read by the report (vLLM, SGLang, TGI, llama.cpp, DCGM).",
-)
+scrape_option = click_param("scrapes", SCRAPE)
 
-
-def client_options(f: F) -> F:
-    """How the replayed clients behave: ``--users`` and ``--think`` (a closed loop,
-    ``Dispatcher.run_users``), ``--retries`` and ``--max-attempts`` (``replayer/retry.py``),
-    ``--client-aborts`` (``RequestBuilder``)."""
-    f = click.option(
-        "--client-aborts",
-        type=click.Choice(["replay", "off"]),
-        default="replay",
-        show_default=True,
-        help="replay: a request the client abandoned (client_abort) is abandoned after as "
-        "many streamed tokens (or, those unknown, as long); off: every answer read whole.",
-    )(f)
-    f = click.option(
-        "--max-attempts",
-        type=click.IntRange(1, 100),
-        default=3,
-        show_default=True,
-        help="With --retries policy: attempts per request at most, the first included.",
-    )(f)
-    f = click.option(
-        "--retries",
-        type=click.Choice(["recorded", "policy", "off"]),
-        default="recorded",
-        show_default=True,
-        help="recorded: send each record once, retries as recorded; policy: retry a 429/503 "
-        "after its Retry-After, a 5xx or timeout with backoff and jitter; off: never retry.",
-    )(f)
-    f = click.option(
-        "--think",
-        type=Parsed(
-            "think", lambda text, flag: None if text == "recorded" else parse_duration(text)
-        ),
-        default="0s",
-        show_default=True,
-        help="With --users: each user's pause between an answer and its next request, or "
-        "'recorded': the session's recorded gap from the last request's end to this one's start.",
-    )(f)
-    return click.option(
-        "--users",
-        type=Parsed("users", lambda text, flag: parse_users(text)),
-        help="Closed loop: N users, each sending the next record (in recorded order) once its "
-        "last is answered and --think has passed; the target sets the rate, not --speed. "
-        "Steps: 10,20,50@1m.",
-    )(f)
-
-
-event_loop_option = click.option(
-    "--event-loop",
-    type=click.Choice(EVENT_LOOPS),
-    default="asyncio",
-    show_default=True,
-    help="The event loop the replay runs on: asyncio's own, uvloop (pip install uvloop), "
-    "or auto: uvloop when it can be imported.",
-)
-
-skip_corrupt_option = click.option(
-    "--skip-corrupt",
-    is_flag=True,
-    help="Skip damaged regions (reporting how many bytes) instead of stopping.",
-)
+skip_corrupt_option = click_param("skip_corrupt", SKIP_CORRUPT)
 
 buckets_option = click.option(
     "--buckets",
@@ -351,125 +147,29 @@ buckets_option = click.option(
 )
 
 
-def _objectives(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
-    from tailreplay.report.slo import parse_objectives
-
-    return parse_objectives(value)
-
-
 def slo_options(f: F) -> F:
     """Add ``--slo`` (the command gets ``slos``, a list of Objective), ``--slo-min-score``,
-    ``--slo-by`` and ``--slo-window``."""
-    f = click.option(
-        "--slo-by",
-        type=click.Choice(["model", "path", "session", "phase"]),
-        help="Also judge every objective per model, path, session or load phase: each class "
-        "must meet them.",
-    )(f)
-    f = click.option(
-        "--slo-window",
-        type=DURATION,
-        help="Also judge every objective in each window this long (e.g. 1m) of the replay: "
-        "every window with 20 requests or more must meet them.",
-    )(f)
-    f = click.option(
-        "--slo-min-score",
-        type=FiniteRange(0, 1),
-        default=1.0,
-        show_default=True,
-        help="Weighted share of the objectives that must be met; below it the exit code is 1.",
-    )(f)
-    return click.option(
-        "--slo",
-        "slos",
-        multiple=True,
-        callback=_objectives,
-        help="Objective METRIC:PCT<=LIMIT[*WEIGHT] (repeatable, or comma-separated), e.g. "
-        "latency:p99<=800ms*10, ttft:p95<=1.2x (of the recorded), error_rate<=1%.",
-    )(f)
+    ``--slo-window`` and ``--slo-by`` (declared in ``report/slo.py``)."""
+    for name, setting in reversed(SLO_OPTIONS):
+        f = click_param(name, setting)(f)
+    return f
 
 
-_PEM = click.Path(exists=True, dir_okay=False, path_type=Path)
-
-_OTLP_OPTIONS = [
-    click.option(
-        "--otlp-endpoint",
-        help="Send spans here, e.g. http://127.0.0.1:4318/v1/traces or "
-        "http://127.0.0.1:4317 (gRPC); also OTEL_EXPORTER_OTLP_ENDPOINT.",
-    ),
-    click.option(
-        "--otlp-protocol",
-        type=click.Choice(PROTOCOLS),
-        help="Default: OTEL_EXPORTER_OTLP_PROTOCOL, else gRPC for port 4317, else HTTP.",
-    ),
-    click.option(
-        "--otlp-header",
-        "otlp_headers",
-        type=KEY_VALUE,
-        multiple=True,
-        help="K=V sent with every export (repeatable), e.g. authorization=Bearer ...",
-    ),
-    click.option("--otlp-ca", type=_PEM, help="CA certificate (PEM) to trust."),
-    click.option("--otlp-cert", type=_PEM, help="Client certificate (PEM) for mTLS."),
-    click.option("--otlp-key", type=_PEM, help="Client private key (PEM) for mTLS."),
-    click.option(
-        "--otlp-insecure",
-        is_flag=True,
-        help="gRPC without TLS (as OTEL_EXPORTER_OTLP_INSECURE); OTLP/HTTP follows "
-        "the endpoint's scheme.",
-    ),
-    click.option(
-        "--otlp-timeout", type=DURATION, default="5s", show_default=True, help="Per export request."
-    ),
-    click.option(
-        "--resource",
-        "resource_attrs",
-        type=KEY_VALUE,
-        multiple=True,
-        help="K=V resource attribute (repeatable), e.g. deployment.environment=staging.",
-    ),
+SLO_OPTIONS: list[tuple[str, Setting[Any]]] = [
+    ("slos", SLO),
+    ("slo_min_score", SLO_MIN_SCORE),
+    ("slo_window", SLO_WINDOW),
+    ("slo_by", SLO_BY),
 ]
-_LIVE_TRAFFIC_OPTIONS = [
-    click.option(
-        "--trace-sample",
-        type=FiniteRange(0, 1, min_open=True),
-        default=1.0,
-        show_default=True,
-        help="Share of traces to export (by trace id; errors and the tail always).",
-    ),
-    click.option(
-        "--otlp-capture-content",
-        is_flag=True,
-        help="Put prompt and completion text in spans (off: they may hold personal data).",
-    ),
-    click.option(
-        "--gen-ai-provider",
-        default="openai",
-        show_default=True,
-        help="gen_ai.provider.name on spans.",
-    ),
-]
+"""The SLO options as every command that judges a run names them."""
 
 
 def otlp_from_params(kwargs: dict[str, Any]) -> OtlpOptions:
     """Take the OTLP flags out of a command's keyword arguments, as one OtlpOptions."""
-    cert, key = kwargs.pop("otlp_cert"), kwargs.pop("otlp_key")
-    if (cert is None) != (key is None):
+    otlp = take(OtlpOptions, kwargs)
+    if (otlp.cert is None) != (otlp.key is None):
         raise UsageError("--otlp-cert and --otlp-key go together (mTLS needs both)")
-    return OtlpOptions(
-        endpoint=kwargs.pop("otlp_endpoint"),
-        protocol=kwargs.pop("otlp_protocol"),
-        headers=tuple(kwargs.pop("otlp_headers")),
-        ca=kwargs.pop("otlp_ca"),
-        cert=cert,
-        key=key,
-        insecure=kwargs.pop("otlp_insecure"),
-        resource=tuple(kwargs.pop("resource_attrs")),
-        timeout_s=kwargs.pop("otlp_timeout"),
-        trace_sample=kwargs.pop("trace_sample", 1.0),
-        capture_content=kwargs.pop("otlp_capture_content", False),
-        provider_name=kwargs.pop("gen_ai_provider", "openai"),
-    )
+    return otlp
 
 
 def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
@@ -485,10 +185,8 @@ def otlp_options(*, spans_of_live_traffic: bool = True) -> Callable[[F], F]:
             kwargs["otlp"] = otlp_from_params(kwargs)
             return func(*args, **kwargs)
 
-        options = _OTLP_OPTIONS + (_LIVE_TRAFFIC_OPTIONS if spans_of_live_traffic else [])
-        for option in reversed(options):
-            wrapper = option(wrapper)
-        return wrapper  # type: ignore[return-value]
+        unless = None if spans_of_live_traffic else LIVE_TRAFFIC
+        return declared_options(OtlpOptions, unless=unless)(wrapper)  # type: ignore[return-value]
 
     return decorate
 

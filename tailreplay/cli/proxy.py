@@ -7,287 +7,36 @@ import functools
 import ipaddress
 import os
 import sys
-from dataclasses import dataclass
-from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from yarl import URL
 
-from tailreplay.cli.options import (
-    DURATION,
-    HOST_PORT,
-    HTTP_URL,
-    SIZE,
-    FiniteRange,
-    Parsed,
-    otlp_options,
-)
-from tailreplay.cli.proxy_shadow import (
-    base_url,
-    refuse_without_shadow,
-    shadow_config,
-    shadow_options,
-)
+from tailreplay.cli.option_fields import declared_options, take
+from tailreplay.cli.options import otlp_options
+from tailreplay.cli.proxy_shadow import base_url, refuse_without_shadow, shadow_config
 from tailreplay.errors import InputError, TailreplayError, UsageError
 from tailreplay.exporters.otlp_options import OtlpOptions
+from tailreplay.proxy.settings import ProxyOptions, ShadowOptions
 from tailreplay.traces.text.redact_targets import redact_url
-from tailreplay.units import parse_duration, parse_host_port, parse_http_url
 
 if TYPE_CHECKING:
-    from tailreplay.proxy.config import ProxyConfig, Route
+    from tailreplay.proxy.config import ProxyConfig
 
 __all__ = ["proxy"]
 
 
-def _route(text: str, flag: str) -> Route:
-    from tailreplay.proxy.config import Route
-
-    prefix, sep, url = text.partition("=")
-    if not sep or not prefix.startswith("/"):
-        raise UsageError(f"invalid {flag} {text!r}: use /PREFIX=http://HOST:PORT")
-    return Route(prefix, parse_http_url(url, flag))
-
-
-def _admin(text: str, flag: str) -> tuple[str, int] | None:
-    return None if text == "off" else parse_host_port(text, flag)
-
-
-def _trusted(text: str, flag: str) -> tuple[IPv4Network | IPv6Network, ...]:
-    from tailreplay.proxy.forwarding import parse_trusted
-
-    return parse_trusted(text, flag) if text.strip() else ()
-
-
-def _shed_after(text: str, flag: str) -> float | None:
-    return None if text.strip().lower() == "off" else parse_duration(text)
-
-
-@dataclass(frozen=True)
-class _Args:
-    """The command's options, parsed (the names are click's)."""
-
-    upstream: URL
-    listen: tuple[str, int]
-    admin_listen: tuple[str, int] | None
-    out_dir: Path
-    prefix: str
-    rotate_size: int
-    rotate_interval: float
-    compress: bool
-    bodies: str
-    sample: float
-    redact_header: tuple[str, ...]
-    routes: tuple[Route, ...]
-    inject_usage: bool
-    max_body: int
-    timeout: float
-    idle_timeout: float
-    body_timeout: float
-    max_connections: int | None
-    max_connections_per_peer: int | None
-    tls_cert: Path | None
-    tls_key: Path | None
-    drain_timeout: float
-    trusted_proxies: tuple[IPv4Network | IPv6Network, ...]
-    fingerprint_key_env: str | None
-    sampling_key_file: Path | None
-    workers: int
-    shed_after: float | None
-    otlp: OtlpOptions
-    shadow_url: URL | None = None
-    shadow_share: float = 0.1
-    shadow_header: tuple[tuple[str, str], ...] = ()
-    shadow_model_map: tuple[tuple[str, str], ...] = ()
-    shadow_forward_auth: bool = False
-    shadow_max_inflight: int = 64
-    shadow_max_time: float = 300.0
-
-
 @click.command()
-@click.option(
-    "--upstream",
-    type=HTTP_URL,
-    required=True,
-    help="The endpoint to capture, e.g. http://127.0.0.1:8000.",
-)
-@click.option(
-    "--listen",
-    type=HOST_PORT,
-    default="127.0.0.1:8080",
-    show_default=True,
-    help="HOST:PORT for clients.",
-)
-@click.option(
-    "--tls-cert",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="PEM certificate (with its chain) for a TLS listener; needs --tls-key.",
-)
-@click.option(
-    "--tls-key",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="PEM private key for --tls-cert.",
-)
-@click.option(
-    "--admin-listen",
-    type=Parsed("host:port|off", _admin),
-    default="127.0.0.1:9464",
-    show_default=True,
-    help="HOST:PORT for /metrics and /healthz ('off' to disable).",
-)
-@click.option(
-    "-o",
-    "--out",
-    "--output",
-    "out_dir",
-    default="captures",
-    show_default=True,
-    type=click.Path(path_type=Path),
-    help="Directory for archive files.",
-)
-@click.option("--prefix", default="capture", show_default=True, help="Archive file name prefix.")
-@click.option(
-    "--rotate-size",
-    type=SIZE,
-    default="256MiB",
-    show_default=True,
-    help="Start a new file past this size.",
-)
-@click.option(
-    "--rotate-interval",
-    type=DURATION,
-    default="1h",
-    show_default=True,
-    help="Start a new file after this long.",
-)
-@click.option("--compress/--no-compress", default=False, help="Write .msgpack.zst files.")
-@click.option(
-    "--bodies",
-    type=click.Choice(["none", "redacted", "full"]),
-    default="none",
-    show_default=True,
-    help="What to keep of request bodies.",
-)
-@click.option(
-    "--sample",
-    type=FiniteRange(0, 1, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="Share of requests to record (by trace id; errors and slow ones always kept).",
-)
-@click.option("--redact-header", multiple=True, help="Another header to fingerprint (repeatable).")
-@click.option(
-    "--route",
-    "routes",
-    type=Parsed("/prefix=url", _route),
-    multiple=True,
-    help="PREFIX=URL: send paths under PREFIX to URL (repeatable).",
-)
-@click.option(
-    "--inject-usage/--no-inject-usage",
-    default=True,
-    show_default=True,
-    help="Ask streaming upstreams for usage, and strip it from the client's stream.",
-)
-@click.option(
-    "--max-body",
-    type=SIZE,
-    default="10MiB",
-    show_default=True,
-    help="Largest request body accepted.",
-)
-@click.option(
-    "--timeout",
-    type=DURATION,
-    default="600s",
-    show_default=True,
-    help="Upstream timeout per request.",
-)
-@click.option(
-    "--idle-timeout",
-    type=DURATION,
-    default="60s",
-    show_default=True,
-    help="A client's time to send a whole request head (from connecting or its last response).",
-)
-@click.option(
-    "--body-timeout",
-    type=DURATION,
-    default="30s",
-    show_default=True,
-    help="The longest pause allowed in the middle of a request body.",
-)
-@click.option(
-    "--max-connections",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Client connections at once (default: what the open-file limit allows); "
-    "at the cap the longest-idle one is closed, else the one sending its body the "
-    "slowest, or a 503.",
-)
-@click.option(
-    "--max-connections-per-peer",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Client connections one client IP may hold (default: a quarter of "
-    "--max-connections, at least 8); --trusted-proxies are exempt.",
-)
-@click.option(
-    "--drain-timeout",
-    type=DURATION,
-    default="30s",
-    show_default=True,
-    help="How long SIGTERM waits for requests in flight.",
-)
-@click.option(
-    "--trusted-proxies",
-    type=Parsed("CIDR,...", _trusted),
-    default="",
-    help="Addresses and CIDR blocks of proxies in front of this one (e.g. a load "
-    "balancer: 10.0.0.0/8,127.0.0.1) whose X-Forwarded-For chain is extended; from any "
-    "other peer, X-Forwarded-*, Forwarded and X-Real-IP are dropped and the proxy sets "
-    "its own (default: none trusted).",
-)
-@click.option(
-    "--fingerprint-key-env",
-    default=None,
-    help="Environment variable holding the key for fingerprints (else a random key per run).",
-)
-@click.option(
-    "--sampling-key-file",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="File holding a secret (16 bytes or more) that keys which traces --sample and "
-    "--shadow-share pick; replicas given the same file pick alike (else a random key "
-    "per run).",
-)
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Processes sharing the listening port.",
-)
-@click.option(
-    "--shed-after",
-    type=Parsed("duration|off", _shed_after),
-    default="0.5s",
-    show_default=True,
-    help="Record an exchange the recorder reaches this long after it ended without its "
-    "prompt's body, hashes and statistics, so that a recorder short of CPU keeps every "
-    "record ('off': never; past the pipe's limit records are then dropped).",
-)
-@shadow_options
+@declared_options(ProxyOptions)
+@declared_options(ShadowOptions)
 @otlp_options()
 def proxy(**options: Any) -> None:
     """Reverse proxy that records every exchange with an upstream into archives."""
     from tailreplay.proxy.server import RunningProxy, run
 
     refuse_without_shadow(click.get_current_context())
-    config = _config(_Args(**options))
+    own, shadow = take(ProxyOptions, options), take(ShadowOptions, options)
+    config = _config(own, shadow, options["otlp"])
     for warning in _path_warnings(config):
         click.echo(f"warning: {warning}", err=True)
 
@@ -343,7 +92,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-def _config(args: _Args) -> ProxyConfig:
+def _config(args: ProxyOptions, shadow: ShadowOptions, otlp: OtlpOptions) -> ProxyConfig:
     from tailreplay.exporters.spans import proxy_spans
     from tailreplay.proxy.config import ProxyConfig
 
@@ -394,19 +143,13 @@ def _config(args: _Args) -> ProxyConfig:
         workers=args.workers,
         shed_after_s=args.shed_after,
         shadow=shadow_config(
-            args.shadow_url,
-            share=args.shadow_share,
-            headers=args.shadow_header,
-            model_map=args.shadow_model_map,
-            forward_auth=args.shadow_forward_auth,
-            max_inflight=args.shadow_max_inflight,
-            max_time_s=args.shadow_max_time,
+            shadow,
             secret_names=secret_names,
             production=[args.upstream, *(r.upstream for r in args.routes)],
             listen=args.listen,
         ),
-        spans=functools.partial(proxy_spans, args.otlp, (host, port), key, sampling)
-        if args.otlp.enabled
+        spans=functools.partial(proxy_spans, otlp, (host, port), key, sampling)
+        if otlp.enabled
         else None,
     )
 

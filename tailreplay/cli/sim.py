@@ -14,21 +14,22 @@ import click
 from click.core import ParameterSource
 
 from tailreplay.cli.echo import say, show, warn
-from tailreplay.cli.options import HOST_PORT
+from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
+from tailreplay.sim.settings import SimArgs
 from tailreplay.units import host_port
 
 if TYPE_CHECKING:
     from tailreplay.sim.launcher import BuiltinSim
 
-__all__ = ["builtin_sim", "calibrate", "sim"]
+__all__ = ["PROFILE_OVERRIDES", "builtin_sim", "calibrate", "sim"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Profile parameters that can be overridden from the command line: flag -> (field, type).
-_OVERRIDES: dict[str, tuple[str, type]] = {
+PROFILE_OVERRIDES: dict[str, tuple[str, type]] = {
     "--max-num-seqs": ("max_num_seqs", int),
     "--kv-tokens": ("kv_tokens", int),
     "--max-model-len": ("max_model_len", int),
@@ -48,18 +49,8 @@ _OVERRIDES: dict[str, tuple[str, type]] = {
 }
 
 
-class _Profile(click.Choice):  # type: ignore[type-arg]  # generic since click 8.5
-    """A built-in profile's name, or the path of a profile's JSON file
-    (``tailreplay sim calibrate`` writes one)."""
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and value not in self.choices and os.path.isfile(value):
-            return value
-        return super().convert(value, param, ctx)
-
-
 def _with_overrides(f: F) -> F:
-    for flag, (name, kind) in reversed(_OVERRIDES.items()):
+    for flag, (name, kind) in reversed(PROFILE_OVERRIDES.items()):
         f = click.option(
             flag, name, type=kind, default=None, help=f"Override the profile's {name}."
         )(f)
@@ -72,65 +63,10 @@ def _with_overrides(f: F) -> F:
     invoke_without_command=True,
     epilog="\b\nExample:\n  tailreplay sim --listen 127.0.0.1:8000 --profile fast",
 )
-@click.option(
-    "--listen",
-    type=HOST_PORT,
-    default="127.0.0.1:8000",
-    show_default=True,
-    help="HOST:PORT (port 0: any free port).",
-)
-@click.option(
-    "--profile",
-    "profile_name",
-    type=_Profile(sorted(PROFILES)),
-    default=DEFAULT_PROFILE,
-    show_default=True,
-    help="fast: an 8B model on one H100; default: the same on one 24 GB GPU; or the path "
-    "of a profile's JSON file (`sim calibrate` writes one).",
-)
-@click.option(
-    "--seed", default=0, show_default=True, help="Seed for output lengths, text and faults."
-)
-@click.option("--fault-error-rate", default=0.0, help="Share of requests answered with 500.")
-@click.option("--fault-stall-ms", default=0.0, help="Delay before each request's first token.")
-@click.option("--fault-reset-rate", default=0.0, help="Share of streams reset mid-way.")
-@click.option(
-    "--nice",
-    type=click.IntRange(0, 19),
-    default=0,
-    show_default=True,
-    help="Lower this process's CPU priority (replay's built-in target uses 5, so on a busy "
-    "machine the replayer's timing comes first).",
-)
-@click.option(
-    "--no-prefix-cache",
-    is_flag=True,
-    help="Turn the prefix cache off: every prompt is prefilled in full, and usage "
-    "reports no cached_tokens.",
-)
-@click.option(
-    "--exit-with-parent",
-    "parent_pid",
-    type=int,
-    hidden=True,
-    help="Stop when the process with this pid is no longer the parent (the launcher's).",
-)
+@declared_options(SimArgs)
 @_with_overrides
 @click.pass_context
-def sim(
-    ctx: click.Context,
-    /,
-    listen: tuple[str, int],
-    profile_name: str,
-    seed: int,
-    fault_error_rate: float,
-    fault_stall_ms: float,
-    fault_reset_rate: float,
-    nice: int,
-    no_prefix_cache: bool,
-    parent_pid: int | None,
-    **overrides: Any,
-) -> None:
+def sim(ctx: click.Context, /, **options: Any) -> None:
     """Run the built-in continuous-batching LLM server simulator (OpenAI-compatible)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -139,23 +75,30 @@ def sim(
     from tailreplay.sim.profiles import profile
     from tailreplay.sim.server import SimConfig, run
 
-    host, port = listen
-    if nice:
-        os.nice(nice)
+    args, overrides = take(SimArgs, options), options  # what is left: the profile's fields
+    host, port = args.listen
+    if args.nice:
+        os.nice(args.nice)
     try:
-        if no_prefix_cache:
+        if args.no_prefix_cache:
             overrides["prefix_caching"] = False
-        base = profile(profile_name)
+        base = profile(args.profile_name)
         chosen = base.with_overrides(**overrides)
-        faults = Faults(fault_error_rate, fault_stall_ms, fault_reset_rate, seed)
+        faults = Faults(
+            args.fault_error_rate, args.fault_stall_ms, args.fault_reset_rate, args.seed
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if profile_name not in PROFILES and chosen.served_model != base.served_model:
-        warn(
-            [f"{profile_name} was fitted to {base.served_model!r}; serving {chosen.served_model!r}"]
-        )
+    if args.profile_name not in PROFILES and chosen.served_model != base.served_model:
+        fitted, served = base.served_model, chosen.served_model
+        warn([f"{args.profile_name} was fitted to {fitted!r}; serving {served!r}"])
     config = SimConfig(
-        profile=chosen, seed=seed, host=host, port=port, faults=faults, parent_pid=parent_pid
+        profile=chosen,
+        seed=args.seed,
+        host=host,
+        port=port,
+        faults=faults,
+        parent_pid=args.parent_pid,
     )
 
     def ready(url: str) -> None:
@@ -223,7 +166,7 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
         for name, value in ctx.params.items()
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     }
-    fields = {name for name, _ in _OVERRIDES.values()}
+    fields = {name for name, _ in PROFILE_OVERRIDES.values()}
     return BuiltinSim(
         profile=given.get("profile_name", profile_name),
         seed=seed,

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.handling import sigterm_interrupts
+from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
-    FILE_OUT,
     FiniteRange,
     archives_argument,
     output_option,
@@ -22,8 +23,8 @@ from tailreplay.cli.options import (
 )
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file, is_stdout
-from tailreplay.sim.profiles import PROFILES
-from tailreplay.units import parse_http_url, parse_time
+from tailreplay.studies.model_check_args import ValidateModelArgs
+from tailreplay.units import parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
 
@@ -122,154 +123,53 @@ def synth(
 
 
 @click.command(name="validate-model")
-@click.argument("archive", type=click.Path(path_type=Path, dir_okay=False))
-@click.option(
-    "--model",
-    "model_path",
-    required=True,
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="What `traces fit` wrote.",
-)
-@click.option(
-    "--target",
-    help="Base URL to replay at (default: a fresh built-in simulator "
-    "for each arm, its context sized to the longest request).",
-)
-@click.option(
-    "--window",
-    type=DURATION,
-    help="Length of the archive window replayed (default: all of it), e.g. 30m.",
-)
-@click.option(
-    "--offset",
-    type=DURATION,
-    default=0.0,
-    help="Where the window starts, from the first record.  [default: 0s]",
-)
-@click.option(
-    "--windows",
-    type=click.IntRange(1, 20),
-    default=1,
-    show_default=True,
-    help="Consecutive held-out windows of --window, each replayed as recorded; the arms "
-    "are compared with them pooled (one window's P99 of a bursty process is one draw).",
-)
-@click.option(
-    "--seeds",
-    type=click.IntRange(1, 20),
-    default=3,
-    show_default=True,
-    help="Syntheses of the model (and Poisson baselines) to replay.",
-)
-@click.option(
-    "--speed",
-    type=FACTOR,
-    default=1.0,
-    help="Replay this much faster, the "
-    "simulator's step times shorter by as much: the same queues in less time "
-    "(built-in simulator only).  [default: 1x]",
-)
-@click.option(
-    "--sim-profile",
-    type=click.Choice(sorted(PROFILES)),
-    default="default",
-    show_default=True,
-    help="Profile of the built-in simulator.",
-)
-@click.option(
-    "--out-dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("validate-model"),
-    show_default=True,
-    help="Where the arms' archives and results go (one run at a time).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace a previous run's files in --out-dir (else such a folder is refused).",
-)
-@click.option(
-    "--json",
-    "json_path",
-    type=FILE_OUT,
-    help="Write every arm's figures as JSON here.",
-)
-@click.option(
-    "--lag-limit",
-    type=DURATION,
-    default=0.025,
-    help="Dispatch lag P99 above this means an arm measured the client. Looser than "
-    "replay's 5ms: the P99 latencies compared here are seconds, and 25 ms of lag moves "
-    "them by 1% or less.  [default: 25ms]",
-)
-@click.option(
-    "--sim-arg",
-    "sim_args",
-    multiple=True,
-    metavar="--NAME=VALUE",
-    help="Passed to the built-in simulator (repeatable), e.g. --sim-arg=--max-num-seqs=64; "
-    "step times given here are divided by --speed too.",
-)
-def validate_model(
-    archive: Path,
-    model_path: Path,
-    target: str | None,
-    window: float | None,
-    offset: float,
-    windows: int,
-    seeds: int,
-    speed: float,
-    sim_profile: str,
-    out_dir: Path,
-    overwrite: bool,
-    json_path: Path | None,
-    lag_limit: float,
-    sim_args: tuple[str, ...],
-) -> None:
+@declared_options(ValidateModelArgs)
+def validate_model(**options: Any) -> None:
     """Replay an archive window, the model's synthesis of it and a Poisson baseline
     against one target, and compare their latency and TTFT percentiles."""
     from tailreplay.errors import NotJudged
     from tailreplay.studies.model_check import CheckConfig, render, run_check, to_json
     from tailreplay.traces.workload.workload_model import Workload
 
-    if json_path is not None:
-        check_output_file("--json", json_path, inputs=[archive, model_path])
-    if target is not None and speed != 1:
+    args = take(ValidateModelArgs, options)
+    if args.json_path is not None:
+        check_output_file("--json", args.json_path, inputs=[args.archive, args.model_path])
+    if args.target is not None and args.speed != 1:
         raise UsageError(
             "--speed shortens the built-in simulator's steps; with --target it "
             "would only raise the load"
         )
-    workload = Workload.load(model_path)
+    workload = Workload.load(args.model_path)
     warn(workload.warnings)
-    if target is not None and sim_args:
+    if args.target is not None and args.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
-    bad = [a for a in sim_args if not a.startswith("--") or "=" not in a]
+    bad = [a for a in args.sim_args if not a.startswith("--") or "=" not in a]
     if bad:
         raise UsageError(f"--sim-arg takes --NAME=VALUE, not {bad[0]!r}")
-    if windows > 1 and window is None:
+    if args.windows > 1 and args.window is None:
         raise UsageError("--windows needs --window: the length of each")
     config = CheckConfig(
-        archive,
+        args.archive,
         workload,
-        out_dir,
-        target=None if target is None else parse_http_url(target, "--target"),
-        sim_profile=sim_profile,
-        sim_args=sim_args,
-        window_s=window,
-        offset_s=offset,
-        seeds=seeds,
-        speed=speed,
-        lag_limit_s=lag_limit,
-        windows=windows,
-        overwrite=overwrite,
+        args.out_dir,
+        target=args.target,
+        sim_profile=args.sim_profile,
+        sim_args=args.sim_args,
+        window_s=args.window,
+        offset_s=args.offset,
+        seeds=args.seeds,
+        speed=args.speed,
+        lag_limit_s=args.lag_limit,
+        windows=args.windows,
+        overwrite=args.overwrite,
     )
     with sigterm_interrupts():  # each arm's replay and simulator are stopped with it
         results = run_check(config, say)
-    out = say if is_stdout(json_path) else show  # with --json -, stdout is the JSON's
+    out = say if is_stdout(args.json_path) else show  # with --json -, stdout is the JSON's
     for line in render(results):
         out(line)
-    if json_path is not None:
-        write_text(json_path, to_json(results) + "\n")
+    if args.json_path is not None:
+        write_text(args.json_path, to_json(results) + "\n")
     bound = [r for r in results if r.unmeasured]
     if bound:
         which = " or ".join(sorted({r.why_unmeasured or "" for r in bound}))

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 from yarl import URL
 
@@ -24,8 +23,8 @@ from tailreplay.report.capacity_result import Search, Trial
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
-from tailreplay.sim.profiles import DEFAULT_PROFILE
 from tailreplay.studies import capacity_judge
+from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.target_setup import fresh_targets
@@ -45,9 +44,8 @@ __all__ = [
     "trial_args",
 ]
 
-LoadBy = Literal["speed", "amplify"]
-"""How a trial raises the load: the window replayed faster, or each request sent as
-many times (``replay --speed`` or ``--amplify``)."""
+_DEFAULT = CapacityArgs(slos=[])
+"""The command's defaults, which the study's are."""
 
 
 @dataclass(frozen=True)
@@ -59,25 +57,25 @@ class CapacityStudy:
     """Every trial is judged on these (``--slo``)."""
     target: URL | None = None
     """Every trial's target; None: a fresh built-in simulator for each."""
-    sim_profile: str = DEFAULT_PROFILE
+    sim_profile: str = _DEFAULT.sim_profile
     sim_args: tuple[str, ...] = ()
     """Passed to each built-in simulator (``--NAME=VALUE``)."""
-    by: LoadBy = "speed"
-    window_s: float = 300.0
+    by: LoadBy = _DEFAULT.by
+    window_s: float = _DEFAULT.window
     """The archives' busiest span this long is what every trial replays."""
-    min_factor: float = 0.25
-    max_factor: float = 16.0
-    precision: float = 0.05
-    repeats: int = 1
+    min_factor: float = _DEFAULT.min_factor
+    max_factor: float = _DEFAULT.max_factor
+    precision: float = _DEFAULT.precision
+    repeats: int = _DEFAULT.repeats
     """Replays of an uncertain trial before it counts as not passing."""
-    drain_s: float = 10.0
+    drain_s: float = _DEFAULT.drain
     """The wait between trials against a given ``target``."""
-    tail_stretch: float = TAIL_STRETCH.default
-    lag_limit_s: float = 0.005
+    tail_stretch: float = _DEFAULT.tail_stretch
+    lag_limit_s: float = _DEFAULT.lag_limit
     scrapes: tuple[ScrapeTarget, ...] = ()
     sweep_step: float | None = None
     """A sweep (1x, 1x + step, ... until one fails) instead of the search."""
-    out_dir: Path = Path("capacity")
+    out_dir: Path = _DEFAULT.out_dir
     """Where the window and every trial's results go."""
     budget_s: float | None = None
     """Wall time after which no trial starts (``--budget``); None: no limit."""

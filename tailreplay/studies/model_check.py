@@ -37,6 +37,7 @@ from yarl import URL
 from tailreplay.errors import InputError, UsageError
 from tailreplay.replayer.speed import Speed
 from tailreplay.sim.profiles import profile
+from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.target_setup import (
     SERVED_LOAD,
@@ -63,6 +64,10 @@ QUANTILES = (50.0, 95.0, 99.0)
 _BOOTSTRAP = 400
 
 
+_DEFAULT = ValidateModelArgs(archive=Path(), model_path=Path())
+"""The command's defaults, which the config's are."""
+
+
 @dataclass(frozen=True)
 class CheckConfig:
     """What ``traces validate-model``'s options mean (``docs/fit.md``)."""
@@ -73,22 +78,22 @@ class CheckConfig:
     target: URL | None = None
     """Every arm's target; None: a fresh built-in simulator for each, its context sized
     to the longest request of any arm."""
-    sim_profile: str = "default"
+    sim_profile: str = _DEFAULT.sim_profile
     sim_args: tuple[str, ...] = ()
     """Passed to each built-in simulator (``--NAME=VALUE``); step times given here are
     divided by ``speed`` too."""
     window_s: float | None = None
-    offset_s: float = 0.0
-    seeds: int = 3
-    speed: float = 1.0
+    offset_s: float = _DEFAULT.offset
+    seeds: int = _DEFAULT.seeds
+    speed: float = _DEFAULT.speed
     """Replay this much faster (the target's own clock must be as much faster: the
     built-in simulator's step times are divided by it)."""
-    lag_limit_s: float = 0.025
+    lag_limit_s: float = _DEFAULT.lag_limit
     """Dispatch lag P99 above this means an arm measured the client."""
     overwrite: bool = False
     """Replace a previous run's files in ``out_dir`` (``--overwrite``); else refused."""
     timeout_s: float = 600.0
-    windows: int = 1
+    windows: int = _DEFAULT.windows
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
 
 

@@ -147,6 +147,7 @@ def test_modules_stay_small() -> None:
 SHARED_NAMES = {
     "metrics.py": {"proxy/metrics.py", "replayer/metrics.py", "sim/metrics.py"},
     "config.py": {"proxy/config.py", "replayer/config.py"},
+    "settings.py": {"proxy/settings.py", "replayer/settings.py", "sim/settings.py"},
     "server.py": {"proxy/server.py", "sim/server.py"},
     "replay.py": {"tailreplay/cli/replay.py", "tailreplay/studies/replay.py"},
     "capacity.py": {"tailreplay/cli/capacity.py", "tailreplay/studies/capacity.py"},

@@ -119,4 +119,5 @@ def test_a_tail_stretch_is_taken_or_refused_alike(tmp_path: Path, value: str, ta
 
 def test_the_declarations_are_the_modules_public_names() -> None:
     declared = {name for name, v in vars(shared_options).items() if isinstance(v, Setting)}
-    assert declared == {"SPEED", "TAIL_STRETCH", "TAIL_QUANTILE"}
+    assert declared == {"SPEED", "TAIL_STRETCH", "TAIL_QUANTILE", "TARGET", "SKIP_CORRUPT"}
+    assert declared <= set(shared_options.__all__)

@@ -31,29 +31,31 @@ HOME = Path("traces/archive/replay_header.py")
 # the proxy's capture map, the client verdict, a report table's column.
 OTHER_MEANINGS = {
     "archives": {
-        "tailreplay/cli/replay.py": "the ARCHIVES argument",
-        "tailreplay/cli/capacity.py": "the ARCHIVES argument",
         "tailreplay/cli/deploy.py": "the ARCHIVE argument",
         "tailreplay/studies/job_manifest.py": "the archives volume",
+        "traces/archive/folders.py": "the ARCHIVES argument's declaration",
     },
     "speed": {
-        "tailreplay/cli/capacity.py": "--by speed",
+        "tailreplay/studies/capacity_args.py": "--by speed",
         "tailreplay/studies/capacity.py": "CapacityStudy.by: --by speed",
         "tailreplay/cli/deploy.py": "deploy job's own --speed",
         "tailreplay/cli/options.py": "the SPEED parameter type's name",
+        "replayer/settings.py": "the SPEED parameter type's name",
         "report/compare.py": "the flag named in a parse error",
         "tailreplay/api.py": "the API's parser of a --speed value, in __all__",
     },
     "amplify": {
-        "tailreplay/cli/capacity.py": "--by amplify",
-        "tailreplay/studies/capacity.py": "CapacityStudy.by: --by amplify",
+        "tailreplay/studies/capacity_args.py": "--by amplify",
     },
     "users": {
-        "tailreplay/cli/options.py": "the USERS parameter type's name",
+        "replayer/settings.py": "the USERS parameter type's name",
         "report/compare.py": "the closed loop table's column",
         "report/tables.py": "the closed loop table's column",
     },
-    "workers": {"tailreplay/cli/deploy.py": "replay's --workers, refused in a pod"},
+    "workers": {
+        "tailreplay/cli/deploy.py": "replay's --workers, refused in a pod",
+        "proxy/config.py": "proxy's --workers, the default of its ProxyOptions field",
+    },
     "shard": {
         "tailreplay/cli/deploy.py": "replay's --shard, refused in a pod",
         "traces/archive/record.py": "the result record's field",

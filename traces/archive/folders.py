@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from tailreplay.declared import PathKind, Setting
 from tailreplay.errors import InputError
 
-__all__ = ["ARCHIVE_SUFFIXES", "expand_folders"]
+__all__ = ["ARCHIVES", "ARCHIVE_SUFFIXES", "expand_folders"]
 
 ARCHIVE_SUFFIXES = (".msgpack", ".msgpack.zst")
 
@@ -41,3 +42,15 @@ def expand_folders(paths: Iterable[Path]) -> list[Path]:
             )
         out.extend(inside)
     return out
+
+
+ARCHIVES: Setting[None] = Setting(
+    "archives",
+    None,
+    kind=PathKind(),
+    argument=True,
+    multiple=True,
+    required=True,
+    finish=lambda paths: tuple(expand_folders(paths)),
+)
+"""The archives a command reads (one or more; a folder reads as the archives in it)."""

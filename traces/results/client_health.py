@@ -20,8 +20,12 @@ from typing import Any, TypedDict
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.declared import Setting
+from tailreplay.option_values import DURATION
+
 __all__ = [
     "DEFAULT_LAG_LIMIT_MS",
+    "LAG_LIMIT",
     "STEAL_NOTED",
     "WAIT_NOTED",
     "ClientVerdict",
@@ -29,7 +33,17 @@ __all__ = [
     "verdict_line",
 ]
 
-DEFAULT_LAG_LIMIT_MS = 5.0
+LAG_LIMIT: Setting[str] = Setting(
+    "--lag-limit",
+    "5ms",
+    "Dispatch lag P99 above this means the client, not the target, was the limit: "
+    "the run says so and an SLO gate is not judged.",
+    kind=DURATION,
+    show_default=True,
+)
+"""``--lag-limit`` of ``replay`` and ``capacity`` (with its own help)."""
+DEFAULT_LAG_LIMIT_MS = LAG_LIMIT.value() * 1000
+"""A result archive without its run's limit is judged by the default one."""
 STEAL_NOTED = 0.005
 """Steal worth naming: on a 2-vCPU guest, 1.2% of the machine's CPU stolen during a 5 s
 replay at 1,000/s took its lag P99 from under 0.2 ms to 5.7 ms (docs/benchmarks.md)."""
