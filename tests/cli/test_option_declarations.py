@@ -27,9 +27,9 @@ from tailreplay.sim.settings import SimArgs
 from tailreplay.studies.capacity_args import CapacityArgs
 from tailreplay.studies.model_check_args import ValidateModelArgs
 from tailreplay.studies.replay_args import ReplayArgs
+from tests.helpers import REPO
 
 PRODUCT = ("tailreplay", "traces", "proxy", "replayer", "exporters", "report", "sim")
-ROOT = Path(__file__).resolve().parents[1]
 
 COMMANDS: dict[str, tuple[list[type], set[str], list[str]]] = {
     # command: (its declared options, the option sets it takes besides, minimal argv)
@@ -253,7 +253,7 @@ def test_the_tail_stretch_default_is_written_once() -> None:
     """``1.8`` as a number in the product's code: the declaration alone."""
     found = []
     for folder in PRODUCT:
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted((REPO / folder).rglob("*.py")):
             with path.open("rb") as f:
                 tokens = tokenize.tokenize(f.readline)
                 found += [path.name for t in tokens if t.type == NUMBER and t.string == "1.8"]
