@@ -11,7 +11,7 @@ chart.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -22,6 +22,7 @@ __all__ = [
     "Check",
     "Search",
     "Trial",
+    "TwinSource",
     "Verdict",
     "broke_first",
     "coarse_pass",
@@ -76,6 +77,41 @@ class Trial:
 
 
 @dataclass
+class TwinSource:
+    """The calibrated profile a search ran against in place of the target (``--twin``):
+    what it was calibrated on, and the one load it was checked at (its calibration's)."""
+
+    profile: str
+    files: tuple[str, ...]
+    """The results it was calibrated from."""
+    requests: int
+    rate_rps: float
+    """The calibration's load: its requests a second."""
+    mean_concurrency: float
+    ttft_residual: float | None
+    """|predicted - measured| / measured at the median, over the calibration's own requests."""
+    latency_residual: float | None
+    window_rps: float = 0.0
+    """This search's window at 1x: its requests a second."""
+
+    def describe(self) -> list[str]:
+        """The lines ``capacity`` prints: whose answer this is, and how far it was checked."""
+        checked = ", ".join(
+            f"{name} within {value:.1%} at the median"
+            for name, value in (("TTFT", self.ttft_residual), ("latency", self.latency_residual))
+            if value is not None
+        )
+        at = f" (the window at {self.rate_rps / self.window_rps:.2g}x)" if self.window_rps else ""
+        return [
+            f"twin: {self.profile}, calibrated on {', '.join(self.files)} ({self.requests:,} "
+            f"requests at {self.rate_rps:.2f} req/s{at}, {self.mean_concurrency:.1f} in flight "
+            f"on average)",
+            f"twin: checked at that load only{': ' + checked if checked else ''}; at other "
+            "factors the answer is the fitted model's, not the target's",
+        ]
+
+
+@dataclass
 class Search:
     trials: list[Trial] = field(default_factory=list)
     capacity: float | None = None
@@ -88,6 +124,8 @@ class Search:
     """Why the search ended early (the client was the bottleneck), else None."""
     note: str | None = None
     """Why the interval is wider than ``--precision`` (the window's resolution), else None."""
+    twin: TwinSource | None = None
+    """The calibrated profile the trials ran against instead of the target, if any."""
 
 
 def decided_by(t: Trial) -> Check | None:
@@ -135,6 +173,7 @@ def to_json(result: Search) -> dict[str, Any]:
         "broke_first": result.broke_first,
         "stopped": result.stopped,
         "note": result.note,
+        "twin": None if result.twin is None else asdict(result.twin),
         "trials": [
             {
                 "factor": t.factor,
@@ -204,6 +243,8 @@ def render(result: Search) -> list[str]:
     elif result.stopped is not None:
         lines.append(f"stopped: {result.stopped}; no capacity is claimed past the last pass")
     lines.append(_answer(result))
+    if result.twin is not None:
+        lines += result.twin.describe()
     if result.note is not None:
         lines.append(f"interval: {result.note}")
     if result.broke_first is not None:

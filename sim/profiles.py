@@ -166,6 +166,8 @@ PROFILES: dict[str, EngineProfile] = {
 
 
 DEFAULT_PROFILE = "fast"
+"""What ``tailreplay sim`` and ``replay``'s built-in target run unless told: production
+traces like the shipped sample need an H100-class deployment."""
 
 SIM_PROFILE: Setting[str] = Setting(
     "--sim-profile",
@@ -180,8 +182,6 @@ SIM_PROFILE: Setting[str] = Setting(
 SIM_ARG: Setting[None] = Setting("--sim-arg", None, multiple=True)
 """An argument for the built-in simulator, as ``tailreplay sim`` takes it (each command
 says in its help how it is used: ``replace(SIM_ARG, help=...)``)."""
-"""What ``tailreplay sim`` and ``replay``'s built-in target run unless told: production
-traces like the shipped sample need an H100-class deployment."""
 
 
 def profile(name: str) -> EngineProfile:

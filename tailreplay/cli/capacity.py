@@ -44,6 +44,7 @@ def capacity(**options: Any) -> None:
         target=args.target,
         sim_profile=args.sim_profile,
         sim_args=args.sim_args,
+        twin=args.twin,
         by=args.by,
         window_s=args.window,
         min_factor=args.min_factor,

@@ -9,20 +9,24 @@ The command line parses and checks the options, calls ``run_capacity`` and print
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from yarl import URL
 
-from tailreplay.errors import EXIT_NOT_MEASURED, UsageError
+from tailreplay.errors import EXIT_NOT_MEASURED, InputError, UsageError
 from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.speed import Speed
-from tailreplay.report.capacity_result import Search, Trial
+from tailreplay.report.capacity_result import Search, Trial, TwinSource
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
+from tailreplay.sim.profiles import load_profile
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -60,6 +64,9 @@ class CapacityStudy:
     sim_profile: str = _DEFAULT.sim_profile
     sim_args: tuple[str, ...] = ()
     """Passed to each built-in simulator (``--NAME=VALUE``)."""
+    twin: Path | None = None
+    """A calibrated profile (``sim calibrate``): each trial's built-in simulator runs it,
+    in place of the target (``--twin``)."""
     by: LoadBy = _DEFAULT.by
     window_s: float = _DEFAULT.window
     """The archives' busiest span this long is what every trial replays."""
@@ -96,6 +103,18 @@ def run_capacity(study: CapacityStudy, say: Callable[[str], None]) -> Search:
 def _search(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     window, span_s = busiest_window(list(study.archives), study.window_s, study.out_dir, say)
     trials = _Trials(study, window, span_s)
+    twin = None
+    if study.twin is not None:
+        window_rps = load_columns([window], []).n / span_s if span_s > 0 else 0.0
+        twin = replace(twin_of(study.twin), window_rps=window_rps)
+        for line in twin.describe():
+            say(line)
+    result = _run_search(study, trials, say)
+    result.twin = twin
+    return result
+
+
+def _run_search(study: CapacityStudy, trials: _Trials, say: Callable[[str], None]) -> Search:
     if study.sweep_step is not None:
         return sweep(
             trials.run,
@@ -118,6 +137,43 @@ def _search(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     )
 
 
+def twin_of(path: Path) -> TwinSource:
+    """What ``--twin`` names: a profile ``tailreplay sim`` runs (checked as it checks
+    one) that carries its calibration (``sim calibrate`` writes it); ``InputError``
+    (exit 3), naming the file, for one that does not."""
+    load_profile(path)
+    calibration = json.loads(path.read_bytes()).get("calibration")
+    if not isinstance(calibration, dict) or not isinstance(calibration.get("files"), list):
+        raise InputError(
+            f"{path}: a profile, but no calibration in it: --twin takes what `tailreplay sim "
+            "calibrate` writes"
+        )
+    residuals = calibration.get("residuals")
+    residuals = residuals if isinstance(residuals, dict) else {}
+    return TwinSource(
+        profile=str(path),
+        files=tuple(str(f) for f in calibration["files"]),
+        requests=_number(calibration.get("requests"), int),
+        rate_rps=_number(calibration.get("rate_rps"), float),
+        mean_concurrency=_number(calibration.get("mean_concurrency"), float),
+        ttft_residual=_residual(residuals.get("ttft_median")),
+        latency_residual=_residual(residuals.get("latency_median")),
+    )
+
+
+def _number(value: object, kind: type[int] | type[float]) -> Any:
+    """A count or rate from the file, 0 where it is not a finite number >= 0."""
+    found = _residual(value)
+    return kind(found) if found is not None else kind(0)
+
+
+def _residual(value: object) -> float | None:
+    """A finite number >= 0 from the file, else None (a bool is no number here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 def check_study(study: CapacityStudy) -> None:
     """Refuse a study that cannot run (``UsageError``, exit 2) before any replay, and
     make its ``out_dir``: factors out of range, simulator flags with a target, an
@@ -131,6 +187,10 @@ def check_study(study: CapacityStudy) -> None:
     TAIL_STRETCH.refuse_outside(study.tail_stretch)
     if study.target is not None and study.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
+    if study.twin is not None and study.target is not None:
+        raise UsageError("--twin stands in for the target: give --twin or --target, not both")
+    if study.twin is not None:
+        twin_of(study.twin)  # a file that is no calibrated profile: one line, exit 3
     check_judgeable(list(study.objectives), list(study.archives))
     check_folder(study.out_dir, overwrite=study.overwrite)
 
@@ -141,7 +201,8 @@ class _Trials:
 
     def __init__(self, study: CapacityStudy, window: Path, span_s: float) -> None:
         self.study, self.window, self.span_s = study, window, span_s
-        self.fresh = fresh_targets(study.target, study.sim_profile, 1.0, study.sim_args)
+        profile = str(study.twin) if study.twin is not None else study.sim_profile
+        self.fresh = fresh_targets(study.target, profile, 1.0, study.sim_args)
         self.longest = longest_request([window])
         relative = any(o.relative for o in study.objectives)
         self.recorded = load_side([window]) if relative else None

@@ -136,6 +136,17 @@ class CapacityArgs:
             SIM_ARG, help="Passed to the built-in simulator (repeatable).", metavar="--NAME=VALUE"
         )
     )
+    twin: Path | None = declared(
+        Setting(
+            "--twin",
+            None,
+            "A profile calibrated from a replay against the real target (`tailreplay sim "
+            "calibrate`): every trial runs against the built-in simulator with it instead "
+            "of the target, and the answer says what the twin was calibrated on.",
+            kind=PathKind(exists=True, dir_okay=False),
+            metavar="PROFILE",
+        )
+    )
     out_dir: Path = declared(
         Setting(
             "--out-dir",

@@ -577,3 +577,66 @@ def test_a_budget_spent_before_a_full_pass_says_what_passed(
         "which only aims the full ones): the --budget of 2s was spent"
     )
     assert "before any trial passed" not in capsys.readouterr().out
+
+
+def _twin(path: Path, **costs: float) -> Path:
+    """A calibrated profile as `tailreplay sim calibrate` writes it: ``fast`` with these
+    costs, and its calibration's account of itself."""
+    from dataclasses import asdict
+
+    from tailreplay.sim.profiles import profile
+
+    data = {
+        **asdict(profile("fast").with_overrides(**costs)),
+        "calibration": {
+            "files": ["staging-replay.msgpack"],
+            "requests": 480,
+            "rate_rps": 12.0,
+            "mean_concurrency": 9.5,
+            "residuals": {"ttft_median": 0.045, "latency_median": 0.012},
+        },
+    }
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_search_against_a_twin_runs_it_and_says_whose_answer_it_is(tmp_path: Path) -> None:
+    # A twin whose decode steps take 150 ms: 10-60 tokens an answer take seconds, where
+    # the fast profile answers in well under one; the SLO of 1.5 s fails on the twin.
+    archive, _ = _window(tmp_path, 5.0)
+    twin = _twin(tmp_path / "twin.json", decode_base_ms=150.0)
+    done = _capacity(archive, tmp_path / "o", "--twin", str(twin), "--min", "0.5x",
+                     max_factor="2x", lag_limit=UNBOUND[1])  # fmt: skip
+    result = json.loads((tmp_path / "o" / "cap.json").read_text())
+    assert result["capacity"] is None and done.returncode == 1, done.stdout + done.stderr
+    assert result["twin"]["profile"] == str(twin)
+    assert result["twin"]["files"] == ["staging-replay.msgpack"]
+    assert f"twin: {twin}, calibrated on staging-replay.msgpack (480 requests at 12.00 req/s" in (
+        done.stdout
+    )
+    assert "twin: checked at that load only: TTFT within 4.5% at the median" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "said"),
+    [
+        (["--target", "http://127.0.0.1:9"], 2, "give --twin or --target, not both"),
+        ([], 3, "no calibration in it: --twin takes what `tailreplay sim calibrate` writes"),
+    ],
+)
+def test_a_twin_that_cannot_stand_in_is_one_line(
+    tmp_path: Path, extra: list[str], code: int, said: str
+) -> None:
+    archive, _ = _window(tmp_path, 5.0)
+    twin = _twin(tmp_path / "twin.json")
+    if code == 3:  # a plain profile: no calibration to say what the answer stands on
+        data = json.loads(twin.read_text())
+        del data["calibration"]
+        twin.write_text(json.dumps(data))
+    done = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "capacity", str(archive), "--twin", str(twin),
+         "--slo", "latency:p99<=1s", "--out-dir", str(tmp_path / "o"), *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
+    assert said in done.stderr
