@@ -95,7 +95,11 @@ class ValidateModelArgs:
         )
     )
     sim_profile: str = declared(
-        replace(SIM_PROFILE, default="default", help="Profile of the built-in simulator.")
+        replace(
+            SIM_PROFILE,
+            help="Profile of the built-in simulator, its steps made faster where the held-out "
+            "window would overload it (the run says by how much).",
+        )
     )
     out_dir: Path = declared(
         Setting(
