@@ -17,13 +17,21 @@ running                gauge, sum  vllm:num_requests_running, sglang:num_running
                                    tgi_batch_current_size, llamacpp:requests_processing
 kv_cache_usage         ratio 0..1  vllm:kv_cache_usage_perc, vllm:gpu_cache_usage_perc,
                                    sglang:token_usage, llamacpp:kv_cache_usage_ratio
-prefix_cache_hits      counter     vllm:prefix_cache_hits, vllm:gpu_prefix_cache_hits
+prefix_cache_hits      counter     vllm:prefix_cache_hits, vllm:gpu_prefix_cache_hits,
+                                   llamacpp:prompt_tokens_cached
 prefix_cache_queries   counter     vllm:prefix_cache_queries, vllm:gpu_prefix_cache_queries
 prefix_cache_hit_rate  ratio 0..1  sglang:cache_hit_rate
 preemptions            counter     vllm:num_preemptions
 gpu_memory_used_mib    gauge, sum  DCGM_FI_DEV_FB_USED
 gpu_utilization        ratio 0..1  DCGM_FI_DEV_GPU_UTIL (percent / 100)
 =====================  ==========  ==================================================
+
+llama.cpp's server counts the prompt tokens it computed (``llamacpp:prompt_tokens``,
+cached ones excluded) apart from those it reused (``llamacpp:prompt_tokens_cached``):
+its hits are the second; its queries would be the sum of both, which no one family
+holds, so none is read (the first stays a raw series). The server ``make e2e-llama``
+builds has no KV cache gauge; ``llamacpp:kv_cache_usage_ratio`` is read where a
+server exposes it.
 
 The built-in simulator exposes vLLM's names. Where an engine exposes two names for
 one figure (vLLM's deprecated ``gpu_`` ones beside the new), the first listed wins.
@@ -76,7 +84,10 @@ COMMON: dict[str, Common] = {
         ),
         "mean",
     ),
-    "prefix_cache_hits": Common(("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"), "sum"),
+    "prefix_cache_hits": Common(
+        ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits", "llamacpp:prompt_tokens_cached"),
+        "sum",
+    ),
     "prefix_cache_queries": Common(
         ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"), "sum"
     ),

@@ -70,6 +70,14 @@ def test_a_vllm_page_reads_into_common_names_and_keeps_the_rest_raw() -> None:
         ("llamacpp:requests_deferred 3\nllamacpp:requests_processing 1\n"
          "llamacpp:kv_cache_usage_ratio 0.25\n",
          {"waiting": 3, "running": 1, "kv_cache_usage": 0.25}),
+        # As the server `make e2e-llama` builds writes it: counters typed with _total.
+        ("# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 120\n"
+         "# TYPE llamacpp:prompt_tokens_cached_total counter\n"
+         "llamacpp:prompt_tokens_cached_total 80\n"
+         "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 4\n"
+         "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 2\n",
+         {"waiting": 2, "running": 4, "prefix_cache_hits": 80,
+          "llamacpp:prompt_tokens_total": 120}),
         ('DCGM_FI_DEV_FB_USED{gpu="0"} 1000\nDCGM_FI_DEV_FB_USED{gpu="1"} 3000\n'
          'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 50\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 100\n',
          {"gpu_memory_used_mib": 4000, "gpu_utilization": 0.75}),
