@@ -28,9 +28,11 @@ test: $(STAMP) /usr/bin/chromium /usr/sbin/nginx
 	$(BIN)/python -m pytest -q -rs -m 'not perf' --ignore=tests/e2e --ignore=tests/telemetry
 
 # The timing figures themselves (marked `perf`): dispatch lag (beside a large heap, by
-# two workers, in load steps), simulator fidelity and queueing, the tail stretch's
-# effect, a late shard's verdict, validate-model's comparison, capacity against a sweep. They want a quiet machine, so they run apart from `test`
-# (and after it, in .ci/run). About 4 minutes.
+# two workers, in load steps), the proxy's TTFT against the client's, a hostile
+# shadow's cost to production, simulator fidelity and queueing, the tail stretch's
+# effect, a late shard's verdict, validate-model's comparison, the quickstart's and
+# the API doc's gates passing, capacity against a sweep. They want a quiet machine,
+# so they run apart from `test` (and after it, in .ci/run). About 12 minutes.
 test-perf: $(STAMP)
 	$(BIN)/python -m pytest -q -rs -m perf --ignore=tests/e2e --ignore=tests/telemetry
 

@@ -3,6 +3,7 @@ wheel installed in a fresh virtual environment, in an empty folder."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+
+import pytest
 
 from tests.helpers import REPO, free_port
 
@@ -20,8 +23,8 @@ PORTS = (8000, 8080, 9000, 9464)
 def _script() -> str:
     """The doc's ``sh`` blocks in order, as one script, with its ports made free ones.
 
-    The gate (the block before the last) may exit 1 only as the doc says it does on a
-    machine too busy to send on time: its exit code is kept, and the clean-up runs.
+    The gate (the block before the last) exits with its verdict's code (0, 1 or 4, as the
+    doc says): its exit code is kept, and the clean-up runs.
     """
     blocks = re.findall(r"```sh\n(.*?)```", QUICKSTART.read_text(), flags=re.S)
     *setup, gate, cleanup = blocks
@@ -56,8 +59,13 @@ def _fresh_install(tmp: Path) -> Path:
     return venv / "bin"
 
 
-def test_the_quickstart_runs_as_written_from_a_fresh_install(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def quickstart(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The quickstart's script run once from a fresh install: (the run, its folder)."""
     assert shutil.which("curl"), "the quickstart uses curl to wait for servers"
+    tmp_path = tmp_path_factory.mktemp("quickstart")
     bin_dir = _fresh_install(tmp_path)
     work = tmp_path / "empty"
     work.mkdir()
@@ -71,15 +79,37 @@ def test_the_quickstart_runs_as_written_from_a_fresh_install(tmp_path: Path) -> 
     done = subprocess.run(
         ["bash", "-c", _script()], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
+    return done, work
+
+
+def _gate(done: subprocess.CompletedProcess[str]) -> str:
+    (code,) = re.findall(r"^gate exit (\d+)$", done.stderr, flags=re.M)
+    return code
+
+
+def test_the_quickstart_runs_as_written_from_a_fresh_install(
+    quickstart: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, work = quickstart
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for name in ("peak.msgpack", "first30s.msgpack", "capture.msgpack", "window.msgpack",
                  "report.html", "summary.json"):  # fmt: skip
         assert (work / name).stat().st_size > 0, name
     assert list((work / "captures").glob("capture-*.msgpack"))
     assert "preflight: POST http://127.0.0.1:" in done.stderr
-    gate = re.findall(r"^gate exit (\d+)$", done.stderr, flags=re.M)
-    if gate == ["0"]:
-        assert "SLOs: score 1.00 (PASS)" in done.stdout, done.stdout[-2000:]
-    else:  # the machine was too busy to measure staging, and the replay said so
-        assert gate == ["1"], done.stderr[-2000:]
-        assert "CLIENT-BOUND" in done.stdout and "SLO NOT JUDGED" in done.stdout
+    # The gate exits with the code the doc gives its summary's verdict; which verdict
+    # staging earns on this machine is the perf test below.
+    slo = json.loads((work / "summary.json").read_text())["slo"]
+    code = {"pass": "0", "fail": "1", "not_judged": "4"}[slo["state"]]
+    assert _gate(done) == code, (slo, done.stderr[-2000:])
+    headline = {"pass": "SLO PASS", "fail": "SLO FAIL", "not_judged": "SLO NOT JUDGED"}
+    assert headline[slo["state"]] in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.perf
+def test_the_quickstarts_gate_passes_staging(
+    quickstart: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    done, _ = quickstart
+    assert _gate(done) == "0", done.stderr[-2000:]
+    assert "SLOs: score 1.00 (PASS)" in done.stdout, done.stdout[-2000:]

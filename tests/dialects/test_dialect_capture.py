@@ -241,14 +241,27 @@ def test_stream_gaps_are_between_token_events_only(captured: list[tuple[Seen, Re
         assert record.ttft_content_ns > record.ttfb_ns  # the answer came after the thinking
 
 
-def test_recorded_ttft_is_the_clients_first_token(captured: list[tuple[Seen, Record]]) -> None:
+def _ttft_lags_ms(captured: list[tuple[Seen, Record]]) -> list[float]:
+    """For every streamed call, the client's TTFT minus the recorded one, in ms."""
     lags = []
     for seen, record in captured:
         if not seen.stream:
             continue
         assert seen.ttft_s is not None and record.ttfb_ns is not None
-        lag_ms = seen.ttft_s * 1e3 - record.ttfb_ns / 1e6
-        assert lag_ms >= 0, (seen.path, lag_ms)  # the proxy sees the token first
-        lags.append(lag_ms)
+        lags.append(seen.ttft_s * 1e3 - record.ttfb_ns / 1e6)
+    return lags
+
+
+def test_the_proxy_records_the_first_token_before_the_client_sees_it(
+    captured: list[tuple[Seen, Record]],
+) -> None:
+    lags = _ttft_lags_ms(captured)
+    assert lags and min(lags) >= 0, lags  # the proxy sees the token first
+
+
+@pytest.mark.perf
+def test_recorded_ttft_is_the_clients_first_token(captured: list[tuple[Seen, Record]]) -> None:
+    # How much later the client sees it is the machine's scheduling of two processes.
+    lags = _ttft_lags_ms(captured)
     assert statistics.median(lags) < TTFT_MEDIAN_MS, lags
     assert sum(lag >= TTFT_ANY_MS for lag in lags) <= 1, lags

@@ -30,14 +30,15 @@ HEAD = (
 
 
 async def _sender(
-    port: int, source: str, stop_at: float, rate: int, lifetime_s: float = math.inf
+    port: int, source: str, stop: asyncio.Event, rate: int, lifetime_s: float = math.inf
 ) -> None:
-    """One attacker from ``source``: a 10 MB body declared, ``rate`` bytes a second
-    sent (in tenths of a second); again as soon as it is closed, or once it has
-    lived ``lifetime_s`` (so that it is never older than any fixed age)."""
+    """One attacker from ``source``, until ``stop`` is set: a 10 MB body declared,
+    ``rate`` bytes a second sent (in tenths of a second); again as soon as it is
+    closed, or once it has lived ``lifetime_s`` (so that it is never older than any
+    fixed age)."""
     piece = b" " * max(rate // 10, 1)
-    while time.monotonic() < stop_at:
-        until = min(stop_at, time.monotonic() + lifetime_s)
+    while not stop.is_set():
+        until = time.monotonic() + lifetime_s
         try:
             reader, writer = await asyncio.open_connection(
                 "127.0.0.1", port, local_addr=(source, 0)
@@ -47,7 +48,7 @@ async def _sender(
             continue
         try:
             writer.write(HEAD)
-            while time.monotonic() < until and not reader.at_eof():
+            while time.monotonic() < until and not stop.is_set() and not reader.at_eof():
                 writer.write(piece)
                 await writer.drain()
                 try:  # closed (evicted, 503) or not, a tenth of a second passes
@@ -61,15 +62,18 @@ async def _sender(
             writer.close()
 
 
-async def _normal(url: str, stop_at: float, every_s: float) -> tuple[list[int], list[str]]:
+async def _normal(
+    url: str, stop_at: float, every_s: float, at_least: int = 20
+) -> tuple[list[int], list[str]]:
     """A normal client: a request every ``every_s`` on a new connection, each given
-    5 s; the statuses (0: no answer) and what failed."""
+    5 s, until ``stop_at`` and ``at_least`` requests made (a busy machine answers
+    fewer in the time); the statuses (0: no answer) and what failed."""
     statuses: list[int] = []
     failures: list[str] = []
     timeout = aiohttp.ClientTimeout(total=5)
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(connector=connector) as s:
-        while time.monotonic() < stop_at:
+        while time.monotonic() < stop_at or len(statuses) < at_least:
             began = time.monotonic()
             try:
                 async with s.post(url, json={"model": "m"}, timeout=timeout) as r:
@@ -103,21 +107,21 @@ async def _attacked(
     lifetime_s: float = math.inf,
 ) -> tuple[list[int], list[str], dict[str, float]]:
     """A proxy at ``--max-connections cap`` with one sender per entry of ``sources``;
-    once they hold its slots (``settle_s``), a normal client for 8 s."""
+    once they hold its slots (``settle_s``), a normal client for 8 s and 20 requests at
+    least, the senders attacking until it is done."""
     names = ("evicted", "slow_bodies_evicted", "refused", "peer_refused", "storms_refused")
     async with (
         _upstream() as upstream,
         proxy_to(upstream, tmp_path / "o", max_connections=cap) as proxy,
     ):
         port = int(proxy.url.rsplit(":", 1)[1])
-        stop_at = time.monotonic() + settle_s + 9
-        senders = [
-            asyncio.ensure_future(_sender(port, a, stop_at, rate, lifetime_s)) for a in sources
-        ]
+        stop = asyncio.Event()
+        senders = [asyncio.ensure_future(_sender(port, a, stop, rate, lifetime_s)) for a in sources]
         await asyncio.sleep(settle_s)
         statuses, failures = await _normal(
             proxy.url + "/v1/chat/completions", time.monotonic() + 8, every_s=0.25
         )
+        stop.set()
         await asyncio.wait_for(asyncio.gather(*senders), 30)
         counts = {
             n: await metric(proxy.admin_url, f"tailreplay_proxy_connections_{n}_total")

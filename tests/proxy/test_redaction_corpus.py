@@ -203,14 +203,17 @@ async def _echo(request: web.Request) -> web.Response:
 
 @asynccontextmanager
 async def _proxy(upstream: str, out: Path, args: list[str]) -> AsyncIterator[tuple[str, str]]:
-    """``tailreplay proxy`` as a process; yields (url, admin url), stops it with SIGTERM."""
+    """``tailreplay proxy`` as a process; yields (url, admin url), stops it with SIGTERM.
+
+    Never shedding (``--shed-after off``): what is checked is each record's redacted
+    body and prompt, which a recorder short of CPU (a busy machine) would leave out."""
     port, admin = free_port(), free_port()
     log_out, log_err = out.parent / "stdout.txt", out.parent / "stderr.txt"
     with open(log_out, "wb") as so, open(log_err, "wb") as se:
         proc = await asyncio.create_subprocess_exec(
             *[sys.executable, "-m", "tailreplay", "proxy", "--upstream", upstream],
             *["--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}"],
-            *["--out", str(out), *args],
+            *["--out", str(out), "--shed-after", "off", *args],
             stdout=so,
             stderr=se,
         )

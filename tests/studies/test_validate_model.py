@@ -209,14 +209,15 @@ def test_a_target_that_refuses_requests_makes_every_arm_overloaded_exit_4(
                        "--seeds", "1", "--speed", "4x", "--sim-profile", "fast",
                        "--window", "10s", "--lag-limit", "1s",
                        "--sim-arg=--max-num-seqs=1", "--sim-arg=--queue-limit=1",
-                       "--sim-arg=--decode-base-ms=50",
+                       "--sim-arg=--decode-base-ms=50", "--json", str(tmp_path / "v.json"),
                        "--out-dir", str(tmp_path / "arms"))  # fmt: skip
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("Error: 3 of 3 arms were overloaded"), last
-    rows = done.stdout.splitlines()[1:4]
-    assert all("OVERLOADED: " in row and "(over 1%)" in row for row in rows), rows
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert len(data["arms"]) == 3 and all(a["overloaded"] for a in data["arms"]), data["arms"]
+    # Each row and the last line name why (_measured): overloaded, or first what a busy
+    # machine makes of 50 ms steps (simulator-bound) or of the sends (client-bound).
+    assert not _measured(done, data)
 
 
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
