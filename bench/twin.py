@@ -47,8 +47,9 @@ HIDDEN = {
 FIGURES = (("ttft", "TTFT"), ("latency", "latency"))
 
 
-def window(path: Path, seconds: float, rate_to: float, seed: int) -> int:
-    """The recorded window: arrivals ramping from 1/s to ``rate_to``/s over ``seconds``."""
+def window(path: Path, seconds: float, rate_to: float, seed: int, prompt_max: int) -> int:
+    """The recorded window: arrivals ramping from 1/s to ``rate_to``/s over ``seconds``,
+    prompts of 30..``prompt_max`` tokens."""
     rng = np.random.default_rng(seed)
     t, times = 0.0, []
     while (t := t + rng.exponential(1 / rate_to)) < seconds:
@@ -64,7 +65,7 @@ def window(path: Path, seconds: float, rate_to: float, seed: int) -> int:
                     path="/v1/chat/completions",
                     model="twin-model",
                     stream=True,
-                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(3000)))),
+                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(prompt_max)))),
                     output_tokens=out,
                     max_tokens=out,
                 )
@@ -112,12 +113,13 @@ def main() -> None:
     ap.add_argument("--loads", default="0.5,1,1.5,2", help="multiples of the calibration load")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rate", type=float, default=14.0, help="arrivals a second at the end")
+    ap.add_argument("--prompt-max", type=int, default=3000, help="the longest prompt, tokens")
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         archive = tmp / "window.msgpack"
-        n = window(archive, args.seconds, args.rate, seed=11)
+        n = window(archive, args.seconds, args.rate, seed=11, prompt_max=args.prompt_max)
         real: dict[float, dict[str, tuple[float, float]]] = {}
         with real_target(args.target) as url:
             for load in sorted({1.0, *loads}):
