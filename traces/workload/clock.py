@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tailreplay.traces.workload.clock_jitter import JITTER, jittered_tick
+from tailreplay.traces.workload.clock_jitter import JITTER, ON_GRID, jittered_tick
 
 __all__ = [
     "JITTER",
@@ -53,8 +53,6 @@ MIN_TICK_NS = 1_000_000
 """Finer steps than 1 ms are a clock's real resolution, not a logging tick."""
 TIE_SHARE = 0.10
 """Quantised when at least this share of the gaps are 0."""
-ON_GRID = 0.99
-"""At least this share of the timestamps are on the tick's grid."""
 MIN_GAPS = 20
 """Fewer gaps than this decide nothing."""
 _WINDOW = 65_536
