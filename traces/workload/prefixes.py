@@ -22,11 +22,12 @@ The model keeps three things, each measured on the recording in time order:
 - the share of all prompt blocks seen before, for the description.
 
 A synthesis draws, per request in order: a parent (with the fitted share, at a drawn
-distance among the requests drawn before it), whose root it keeps and whose first
-blocks it shares (the drawn share of the parent's, at most its own length); or else a
-root by its share, whose blocks it starts with; then blocks of its own. Lengths come
-from the length model as before, so a child may be shorter than its parent (it then
-shares all it has).
+distance among the requests drawn before it; none when the distance reaches back
+before the first), whose root it keeps and whose first blocks it shares (the drawn
+share of its own blocks, at most all the parent has); or else a root by its share,
+whose blocks it starts with; then blocks of its own. Lengths come from the length
+model as before, so a parent may be shorter than the share drawn; the parent is then
+the longest near the drawn distance that no request extended yet (``_parent``).
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ FIT_REQUESTS = 200_000
 """Requests with hashes the fit reads at most (the first, in time order): its memory
 follows the blocks seen, about 24 a request on a conversation trace."""
 HISTORY = 20_000
-"""Requests a synthesis remembers as parents: farther ones are drawn at this distance
-(a conversation trace's P99 distance is about 5,100)."""
+"""Requests a synthesis remembers as parents: a request whose drawn distance reaches
+farther back starts from a root (a conversation trace's P99 distance is about 5,100)."""
 MIN_REQUESTS = 10
 PARENT_SEARCH = 32
 """Requests on either side of a drawn distance a synthesis looks among for a parent long
