@@ -17,9 +17,19 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from tailreplay.declared import Setting
 from tailreplay.errors import UsageError
 
-__all__ = ["LOCK_NAME", "check_folder", "claimed_folder"]
+__all__ = ["LOCK_NAME", "OVERWRITE", "check_folder", "claimed_folder"]
+
+OVERWRITE: Setting[bool] = Setting(
+    "--overwrite",
+    False,
+    "Replace a previous run's files in --out-dir (else such a folder is refused).",
+    is_flag=True,
+)
+"""What ``check_folder``'s ``overwrite`` is on the command line of every study that
+writes in an ``--out-dir`` (``capacity``, ``validate-model``)."""
 
 LOCK_NAME = ".lock"
 

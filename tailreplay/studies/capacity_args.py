@@ -20,6 +20,7 @@ from tailreplay.replayer.scrape import ScrapeTarget
 from tailreplay.replayer.settings import SCRAPE
 from tailreplay.report.slo import SLO, Objective
 from tailreplay.sim.profiles import SIM_ARG, SIM_PROFILE
+from tailreplay.study_folder import OVERWRITE
 from tailreplay.traces.archive.folders import ARCHIVES
 from tailreplay.traces.results.client_health import LAG_LIMIT
 
@@ -156,14 +157,7 @@ class CapacityArgs:
             show_default=True,
         )
     )
-    overwrite: bool = declared(
-        Setting(
-            "--overwrite",
-            False,
-            "Replace a previous run's files in --out-dir (else such a folder is refused).",
-            is_flag=True,
-        )
-    )
+    overwrite: bool = declared(OVERWRITE)
     json_path: Path | None = declared(
         Setting(
             "--json",

@@ -20,6 +20,7 @@ from tailreplay import shared_options as shared
 from tailreplay.declared import PathKind, Setting, declared
 from tailreplay.option_values import DURATION, FACTOR, FILE_OUT
 from tailreplay.sim.profiles import SIM_ARG, SIM_PROFILE
+from tailreplay.study_folder import OVERWRITE
 from tailreplay.traces.results.client_health import LAG_LIMIT
 
 __all__ = ["ValidateModelArgs"]
@@ -110,14 +111,7 @@ class ValidateModelArgs:
             show_default=True,
         )
     )
-    overwrite: bool = declared(
-        Setting(
-            "--overwrite",
-            False,
-            "Replace a previous run's files in --out-dir (else such a folder is refused).",
-            is_flag=True,
-        )
-    )
+    overwrite: bool = declared(OVERWRITE)
     json_path: Path | None = declared(
         Setting("--json", None, "Write every arm's figures as JSON here.", kind=FILE_OUT)
     )
