@@ -28,49 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.columns import load_columns
-from tailreplay.traces.archive.format import make_header
-from tailreplay.traces.archive.record import Record
-from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
+from tests.helpers import TWIN_HIDDEN, ramping_window
 
-T0 = 1_700_000_000 * 10**9
-HIDDEN = {
-    "prefill-base-ms": 4.0 * 2.5,
-    "prefill-per-token-ms": 0.0125 * 4,
-    "decode-base-ms": 6.0 * 5,
-    "decode-per-seq-ms": 0.04 * 15,
-}
-"""The real target's costs when it is the built-in simulator: ``fast``'s, scaled."""
 FIGURES = (("ttft", "TTFT"), ("latency", "latency"))
-
-
-def window(path: Path, seconds: float, rate_to: float, seed: int, prompt_max: int) -> int:
-    """The recorded window: arrivals ramping from 1/s to ``rate_to``/s over ``seconds``,
-    prompts of 30..``prompt_max`` tokens."""
-    rng = np.random.default_rng(seed)
-    t, times = 0.0, []
-    while (t := t + rng.exponential(1 / rate_to)) < seconds:
-        if rng.random() < (1 + (rate_to - 1) * t / seconds) / rate_to:
-            times.append(t)
-    with ArchiveWriter(path, header=make_header("bench-twin")) as writer:
-        for at in times:
-            out = int(rng.integers(20, 61))
-            writer.append(
-                Record(
-                    start_ns=T0 + int(at * 1e9),
-                    method="POST",
-                    path="/v1/chat/completions",
-                    model="twin-model",
-                    stream=True,
-                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(prompt_max)))),
-                    output_tokens=out,
-                    max_tokens=out,
-                )
-            )
-    return len(times)
 
 
 @contextlib.contextmanager
@@ -79,7 +45,7 @@ def real_target(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    hidden = [f"--{name}={value}" for name, value in HIDDEN.items()]
+    hidden = [f"--{name.replace('_', '-')}={value}" for name, value in TWIN_HIDDEN.items()]
     with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as started:
         yield started
 
@@ -119,7 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         archive = tmp / "window.msgpack"
-        n = window(archive, args.seconds, args.rate, seed=11, prompt_max=args.prompt_max)
+        n = ramping_window(archive, args.seconds, args.rate, 11, prompt_max=args.prompt_max)
         real: dict[float, dict[str, tuple[float, float]]] = {}
         with real_target(args.target) as url:
             for load in sorted({1.0, *loads}):

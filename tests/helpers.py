@@ -240,3 +240,59 @@ def one_verdict(result: Any, what: str) -> str | None:
     errors = [line for line in lines if line.startswith("Error: ")]
     assert len(errors) == 1 and lines[-1] == errors[0], what
     return errors[0]
+
+
+TWIN_HIDDEN = {
+    "prefill_base_ms": 4.0 * 2.5,
+    "prefill_per_token_ms": 0.0125 * 4,
+    "decode_base_ms": 6.0 * 5,
+    "decode_per_seq_ms": 0.04 * 15,
+}
+"""A real target's costs for a twin to find (the calibration test, ``bench/twin.py``): the
+fast profile's, scaled by factors the fit is not told. Steps of 30-60 ms keep a busy
+machine's timer jitter (~1 ms) small against them, and the simulator's own CPU (a few
+streams' tokens written per step) low."""
+
+
+def ramping_window(
+    path: Path,
+    seconds: float,
+    rate_to: float,
+    seed: int,
+    *,
+    rate_from: float = 1.0,
+    prompt_max: int = 3000,
+) -> int:
+    """A recorded window of streamed chat requests, for a twin's calibration: arrivals
+    whose rate ramps from ``rate_from`` to ``rate_to`` per second (so the batch grows from
+    1 to a few dozen), prompts of 30..``prompt_max`` tokens (log-uniform), answers of
+    20..60 tokens. Returns how many requests it holds."""
+    import numpy as np
+
+    from tailreplay.traces.archive.format import make_header
+    from tailreplay.traces.archive.record import Record
+    from tailreplay.traces.archive.writer import ArchiveWriter
+
+    rng = np.random.default_rng(seed)
+    t, times = 0.0, []
+    while (t := t + rng.exponential(1 / rate_to)) < seconds:
+        if rng.random() < (rate_from + (rate_to - rate_from) * t / seconds) / rate_to:
+            times.append(t)
+    with ArchiveWriter(path, header=make_header("test")) as writer:
+        for at in times:
+            out = int(rng.integers(20, 61))
+            writer.append(
+                Record(
+                    start_ns=1_700_000_000 * 10**9 + int(at * 1e9),
+                    method="POST",
+                    path="/v1/chat/completions",
+                    model="twin-model",
+                    stream=True,
+                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(prompt_max)))),
+                    output_tokens=out,
+                    max_tokens=out,
+                    status=200,
+                    duration_ns=10**9,
+                )
+            )
+    return len(times)

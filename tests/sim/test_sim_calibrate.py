@@ -30,54 +30,15 @@ from tailreplay.sim.profiles import PROFILES, load_profile, profile
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.archive.writer import ArchiveWriter
-from tests.helpers import sim_slowdown_between, sim_steps
+from tests.helpers import TWIN_HIDDEN, ramping_window, sim_slowdown_between, sim_steps
 
 T0 = 1_700_000_000 * 10**9
-
-# The hidden profile: the fast profile with its costs scaled by factors the fit is not
-# told. Steps of 30-60 ms keep a busy machine's timer jitter (~1 ms) small against them,
-# and the simulator's own CPU (a few streams' tokens written per step) low.
-HIDDEN = {
-    "prefill_base_ms": 4.0 * 2.5,
-    "prefill_per_token_ms": 0.0125 * 4,
-    "decode_base_ms": 6.0 * 5,
-    "decode_per_seq_ms": 0.04 * 15,
-}
-
-
-def _window(path: Path, seconds: float, rate_from: float, rate_to: float, seed: int) -> int:
-    """A recorded window of streamed chat requests: arrivals whose rate ramps from
-    ``rate_from`` to ``rate_to`` per second (so the batch grows from 1 to a few dozen),
-    prompts of 30..3,000 tokens (log-uniform), answers of 20..60 tokens."""
-    rng = np.random.default_rng(seed)
-    t, times = 0.0, []
-    while (t := t + rng.exponential(1 / rate_to)) < seconds:
-        if rng.random() < (rate_from + (rate_to - rate_from) * t / seconds) / rate_to:
-            times.append(t)
-    with ArchiveWriter(path, header=make_header("test")) as writer:
-        for at in times:
-            out = int(rng.integers(20, 61))
-            writer.append(
-                Record(
-                    start_ns=T0 + int(at * 1e9),
-                    method="POST",
-                    path="/v1/chat/completions",
-                    model="twin-model",
-                    stream=True,
-                    input_tokens=int(np.exp(rng.uniform(np.log(30), np.log(3000)))),
-                    output_tokens=out,
-                    max_tokens=out,
-                    status=200,
-                    duration_ns=10**9,
-                )
-            )
-    return len(times)
 
 
 def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     window, results = tmp_path / "window.msgpack", tmp_path / "results.msgpack"
-    _window(window, seconds=20.0, rate_from=1.0, rate_to=14.0, seed=11)
-    hidden = [f"--{k.replace('_', '-')}={v}" for k, v in HIDDEN.items()]
+    ramping_window(window, seconds=20.0, rate_to=14.0, seed=11)
+    hidden = [f"--{k.replace('_', '-')}={v}" for k, v in TWIN_HIDDEN.items()]
     with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as url:
         before = sim_steps(url)
         done = subprocess.run(
@@ -104,8 +65,8 @@ def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     fitted = calibrate([results], profile("fast"))
     p = fitted.profile
-    got = {k: getattr(p, k) for k in HIDDEN}
-    errors = {k: got[k] / v - 1 for k, v in HIDDEN.items()}
+    got = {k: getattr(p, k) for k in TWIN_HIDDEN}
+    errors = {k: got[k] / v - 1 for k, v in TWIN_HIDDEN.items()}
     print(f"recovery errors: {errors}; batch sizes {fitted.batch_range}; residuals")
     print(f"{fitted.residuals}; simulator steps {slowdown:.1%} longer than modelled")
 
@@ -115,15 +76,15 @@ def test_the_fit_recovers_a_hidden_profile(tmp_path: Path) -> None:
     # batch and lands on the slope: the slope's bound widens by the lateness as a share
     # of what the slope accounts for in a mean step.
     batch = float(np.mean(Timeline.of(read_results([results])).gap_batch))
-    per_seq = HIDDEN["decode_per_seq_ms"] * batch
-    step = HIDDEN["decode_base_ms"] + per_seq
+    per_seq = TWIN_HIDDEN["decode_per_seq_ms"] * batch
+    step = TWIN_HIDDEN["decode_base_ms"] + per_seq
     late = {
         "prefill_per_token_ms": slowdown,
         "decode_base_ms": slowdown,
         "decode_per_seq_ms": slowdown * step / per_seq,
     }
     for name, more in late.items():
-        assert -0.10 <= errors[name] <= 0.10 + more, (name, got[name], HIDDEN[name], more)
+        assert -0.10 <= errors[name] <= 0.10 + more, (name, got[name], TWIN_HIDDEN[name], more)
     # The prefill's base is the intercept of a line through prefills of 30..3,000 tokens
     # (12..160 ms at the hidden cost): a 10 ms intercept is a small part of what is
     # measured, where the decode subtracted from each prefill step and the client's
