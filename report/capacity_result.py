@@ -93,6 +93,9 @@ class TwinSource:
     latency_residual: float | None
     window_rps: float = 0.0
     """This search's window at 1x: its requests a second."""
+    departures: tuple[str, ...] = ()
+    """Where the search ran the twin outside what it was calibrated on: another slot
+    count or model (``--sim-arg``), a window of another model's requests."""
 
     def describe(self) -> list[str]:
         """The lines ``capacity`` prints: whose answer this is, and how far it was checked."""
@@ -108,6 +111,7 @@ class TwinSource:
             f"on average)",
             f"twin: checked at that load only{': ' + checked if checked else ''}; at other "
             "factors the answer is the fitted model's, not the target's",
+            *(f"twin: warning: {line}" for line in self.departures),
         ]
 
 

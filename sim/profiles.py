@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Set
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
@@ -27,8 +27,10 @@ __all__ = [
     "SIM_ARG",
     "SIM_PROFILE",
     "EngineProfile",
+    "departures",
     "fit_context",
     "load_profile",
+    "overrides_in",
     "profile",
 ]
 
@@ -218,6 +220,76 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
     except (OSError, ValueError, TypeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise InputError(f"{os.fspath(path)}: not a usable profile: {why}") from None
+
+
+def departures(path: str | os.PathLike[str], overrides: Mapping[str, Any]) -> list[str]:
+    """What ``overrides`` change of the fields a calibrated profile (``sim calibrate``'s
+    file at ``path``) fitted, one line each: a twin run so is outside what it was
+    calibrated on (another slot count, another model, other step costs). Empty for a
+    file without a calibration, and for an override equal to the fitted value (as the
+    studies pass step times scaled by 1).
+
+    The lines say so and do not refuse: a what-if on purpose is a use of a twin.
+    """
+    fitted_profile = load_profile(path)
+    try:
+        with open(path, "rb") as f:
+            fitted = json.loads(f.read(MAX_PROFILE_BYTES)).get("fitted")
+    except (OSError, ValueError, AttributeError):
+        return []
+    if not isinstance(fitted, dict):
+        return []
+    lines = []
+    for name, value in overrides.items():
+        was = getattr(fitted_profile, name, None)
+        if name not in fitted or value is None or _same(was, value):
+            continue
+        what = _DEPARTURES.get(name, "outside what the calibration measured")
+        lines.append(
+            f"{os.fspath(path)} was fitted to {name} {was!r}; running with {value!r}: {what}"
+        )
+    return lines
+
+
+def overrides_in(args: Sequence[str]) -> dict[str, Any]:
+    """The profile fields a simulator command line sets (``--max-num-seqs=8`` or
+    ``--max-num-seqs 8``), typed as the field is; what is no field, or no value of its
+    type, is left to the simulator's own parser to refuse.
+
+    >>> overrides_in(["--max-num-seqs=8", "--seed", "3", "--served-model", "m"])
+    {'max_num_seqs': 8, 'served_model': 'm'}
+    """
+    kinds = {f.name: _CASTS.get(str(f.type)) for f in fields(EngineProfile)}
+    found: dict[str, Any] = {}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        name = flag[2:].replace("-", "_") if flag.startswith("--") else ""
+        cast = kinds.get(name)
+        if cast is None:
+            continue
+        try:
+            found[name] = cast(value)
+        except ValueError:
+            continue
+    return found
+
+
+_CASTS: dict[str, Any] = {"str": str, "int": int, "float": float}
+
+
+def _same(was: object, value: object) -> bool:
+    if isinstance(was, float) and isinstance(value, int | float) and not isinstance(value, bool):
+        return math.isclose(was, value, rel_tol=1e-4)
+    return was == value
+
+
+_DEPARTURES = {
+    "max_num_seqs": "another slot count than the engine's, whose step costs at batches "
+    "past the calibration's are extrapolated",
+    "served_model": "the costs are those of the model it was calibrated on",
+}
 
 
 _KINDS: dict[str, tuple[type, ...]] = {

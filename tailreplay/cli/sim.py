@@ -72,7 +72,7 @@ def sim(ctx: click.Context, /, **options: Any) -> None:
         return
     from tailreplay.sim.faults import Faults
     from tailreplay.sim.launcher import READY_PREFIX
-    from tailreplay.sim.profiles import profile
+    from tailreplay.sim.profiles import departures, profile
     from tailreplay.sim.server import SimConfig, run
 
     args, overrides = take(SimArgs, options), options  # what is left: the profile's fields
@@ -89,9 +89,8 @@ def sim(ctx: click.Context, /, **options: Any) -> None:
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.profile_name not in PROFILES and chosen.served_model != base.served_model:
-        fitted, served = base.served_model, chosen.served_model
-        warn([f"{args.profile_name} was fitted to {fitted!r}; serving {served!r}"])
+    if args.profile_name not in PROFILES:
+        warn(departures(args.profile_name, overrides))
     config = SimConfig(
         profile=chosen,
         seed=args.seed,

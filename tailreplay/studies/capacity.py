@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from tailreplay.report.capacity_result import Search, Trial, TwinSource
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
-from tailreplay.sim.profiles import load_profile
+from tailreplay.sim.profiles import departures, load_profile, overrides_in
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -105,8 +106,14 @@ def _search(study: CapacityStudy, say: Callable[[str], None]) -> Search:
     trials = _Trials(study, window, span_s)
     twin = None
     if study.twin is not None:
-        window_rps = load_columns([window], []).n / span_s if span_s > 0 else 0.0
-        twin = replace(twin_of(study.twin), window_rps=window_rps)
+        cols = load_columns([window], ["model"])
+        models = [str(m) for m in cols.where("model")]  # those that name one
+        window_rps = cols.n / span_s if span_s > 0 else 0.0
+        twin = replace(
+            twin_of(study.twin),
+            window_rps=window_rps,
+            departures=tuple(twin_departures(study.twin, study.sim_args, models)),
+        )
         for line in twin.describe():
             say(line)
     result = _run_search(study, trials, say)
@@ -159,6 +166,23 @@ def twin_of(path: Path) -> TwinSource:
         ttft_residual=_residual(residuals.get("ttft_median")),
         latency_residual=_residual(residuals.get("latency_median")),
     )
+
+
+def twin_departures(twin: Path, sim_args: tuple[str, ...], models: Sequence[str]) -> list[str]:
+    """Where a search would run ``twin`` outside its calibration: the fitted fields its
+    ``--sim-arg``s change (``sim.profiles.departures``), and a window whose requests name
+    a model other than the one it was calibrated on."""
+    lines = departures(twin, overrides_in(sim_args))
+    fitted_model = load_profile(twin).served_model
+    named = Counter(m for m in models if m)
+    if named and fitted_model not in named:
+        model, count = named.most_common(1)[0]
+        lines.append(
+            f"the window's requests name {model!r} ({count:,} of {sum(named.values()):,} "
+            f"that name one); the twin "
+            f"was calibrated on {fitted_model!r}, whose costs it has"
+        )
+    return lines
 
 
 def _number(value: object, kind: type[int] | type[float]) -> Any:

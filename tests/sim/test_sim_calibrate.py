@@ -324,9 +324,11 @@ def test_a_profile_file_round_trips_and_a_bad_one_exits_3(tmp_path: Path) -> Non
     assert done.exit_code == 2 and "is not one of" in done.output
 
 
-def test_serving_a_fitted_profile_under_another_model_name_warns(tmp_path: Path) -> None:
+def test_running_a_fitted_profile_with_another_model_or_slot_count_warns(tmp_path: Path) -> None:
     fitted = tmp_path / "fitted.json"
-    fitted.write_text(json.dumps({**asdict(PROFILES["fast"]), "served_model": "twin-model"}))
+    fit = {"served_model": "the model 40 requests named", "max_num_seqs": "the most seen"}
+    as_fitted = {"served_model": "twin-model", "max_num_seqs": 4, "fitted": fit}
+    fitted.write_text(json.dumps({**asdict(PROFILES["fast"]), **as_fitted}))
     child = subprocess.Popen(
         [
             sys.executable,
@@ -338,6 +340,10 @@ def test_serving_a_fitted_profile_under_another_model_name_warns(tmp_path: Path)
             str(fitted),
             "--served-model",
             "other",
+            "--max-num-seqs",
+            "8",
+            "--output-mean",  # not fitted in this file: a free choice
+            "50",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -349,4 +355,7 @@ def test_serving_a_fitted_profile_under_another_model_name_warns(tmp_path: Path)
     finally:
         child.terminate()
         _, stderr = child.communicate(timeout=20)
-    assert f"warning: {fitted} was fitted to 'twin-model'; serving 'other'" in stderr
+    said = f"warning: {fitted} was fitted to served_model 'twin-model'; running with 'other'"
+    assert said in stderr
+    assert f"{fitted} was fitted to max_num_seqs 4; running with 8: another slot count" in stderr
+    assert "output_mean" not in stderr

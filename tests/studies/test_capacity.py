@@ -587,7 +587,8 @@ def _twin(path: Path, **costs: float) -> Path:
     from tailreplay.sim.profiles import profile
 
     data = {
-        **asdict(profile("fast").with_overrides(**costs)),
+        **asdict(profile("fast").with_overrides(served_model="staging-model", **costs)),
+        "fitted": {"max_num_seqs": "the most seen decoding", "served_model": "480 named it"},
         "calibration": {
             "files": ["staging-replay.msgpack"],
             "requests": 480,
@@ -603,10 +604,12 @@ def _twin(path: Path, **costs: float) -> Path:
 def test_a_search_against_a_twin_runs_it_and_says_whose_answer_it_is(tmp_path: Path) -> None:
     # A twin whose decode steps take 150 ms: 10-60 tokens an answer take seconds, where
     # the fast profile answers in well under one; the SLO of 1.5 s fails on the twin.
-    archive, _ = _window(tmp_path, 5.0)
+    archive, n = _window(tmp_path, 5.0)
     twin = _twin(tmp_path / "twin.json", decode_base_ms=150.0)
+    # Run with twice its slots, on a window of another model's requests: said, not refused.
     done = _capacity(archive, tmp_path / "o", "--twin", str(twin), "--min", "0.5x",
-                     max_factor="2x", lag_limit=UNBOUND[1])  # fmt: skip
+                     "--sim-arg=--max-num-seqs=512", max_factor="2x",
+                     lag_limit=UNBOUND[1])  # fmt: skip
     result = json.loads((tmp_path / "o" / "cap.json").read_text())
     assert result["capacity"] is None and done.returncode == 1, done.stdout + done.stderr
     assert result["twin"]["profile"] == str(twin)
@@ -615,6 +618,11 @@ def test_a_search_against_a_twin_runs_it_and_says_whose_answer_it_is(tmp_path: P
         done.stdout
     )
     assert "twin: checked at that load only: TTFT within 4.5% at the median" in done.stdout
+    assert f"twin: warning: {twin} was fitted to max_num_seqs 256; running with 512: " in (
+        done.stdout
+    )
+    model = f"the window's requests name 'm' ({n} of {n} that name one); the twin was calibrated"
+    assert [line[: len(model)] for line in result["twin"]["departures"]][1:] == [model]
 
 
 @pytest.mark.parametrize(
