@@ -28,6 +28,10 @@ window (no ``--prefill-ms`` unless given): the table's ``cached`` column is the
 prompt tokens each arm found in the simulator's prefix cache.
 
     .venv/bin/python bench/model_fidelity.py --trace mooncake --window 3m --seeds 2 --speed 2x
+
+``--trace azure-code`` takes Azure's 2023 code trace (an hour, 8,818 requests, exact
+times) the same way as the conversation trace. ``--prefill-ms sized`` leaves the
+simulator to ``validate-model``'s own sizing on any trace.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from tailreplay.units import parse_duration
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+CODE = ROOT / "tests/data/azure_llm_2023/AzureLLMInferenceTrace_code.csv"
 MOONCAKE = ROOT / "tests/data/mooncake_fast25/conversation_trace.jsonl"
 
 
@@ -92,7 +97,8 @@ def known_draw(path: Path, trace: str, tick: float, minutes: float, seed: int) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", choices=["azure", "mooncake", "mmpp", "weibull"], default="azure")
+    ap.add_argument("--trace", choices=["azure", "azure-code", "mooncake", "mmpp", "weibull"],
+                    default="azure")  # fmt: skip
     ap.add_argument("--tick", type=float, default=3.0, help="Known processes' tick (s); 0: exact.")
     ap.add_argument("--window", default="29m")
     ap.add_argument("--seeds", default="3")
@@ -100,8 +106,8 @@ def main() -> None:
                     help="Held-out windows of --window, pooled (known processes: the held-out "
                     "draw is made long enough).")  # fmt: skip
     ap.add_argument("--speed", default="4x")
-    ap.add_argument("--prefill-ms", help="The simulator's prefill per token (azure and the "
-                    "known processes: 0.08; mooncake: as validate-model sizes it).")  # fmt: skip
+    ap.add_argument("--prefill-ms", help="The simulator's prefill per token, or 'sized': as "
+                    "validate-model sizes it (the default on mooncake; others: 0.08).")  # fmt: skip
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
     args = ap.parse_args()
     out = args.out_dir
@@ -109,18 +115,19 @@ def main() -> None:
     conv, first, second = (out / f"{n}.msgpack" for n in ("conv", "first", "second"))
     for path in (conv, first, second):
         path.unlink(missing_ok=True)
-    if args.trace in ("azure", "mooncake"):
-        source = CONV if args.trace == "azure" else MOONCAKE
+    if args.trace in ("azure", "azure-code", "mooncake"):
+        source = {"azure": CONV, "azure-code": CODE, "mooncake": MOONCAKE}[args.trace]
         half = "+29m" if args.trace == "azure" else "+30m"
-        tailreplay("traces", "import", args.trace, str(source), "-o", str(conv))
+        kind = "mooncake" if args.trace == "mooncake" else "azure"
+        tailreplay("traces", "import", kind, str(source), "-o", str(conv))
         tailreplay("traces", "slice", str(conv), "--to", half, "-o", str(first))
         tailreplay("traces", "slice", str(conv), "--from", half, "-o", str(second))
     else:
         known_draw(first, args.trace, args.tick, 30, seed=1)
         minutes = parse_duration(args.window) / 60 * args.windows
         known_draw(second, args.trace, args.tick, max(30, math.ceil(minutes) + 1), seed=2)
-    prefill = args.prefill_ms or (None if args.trace == "mooncake" else "0.08")
-    sim_args = [] if prefill is None else [f"--sim-arg=--prefill-per-token-ms={prefill}"]
+    prefill = args.prefill_ms or ("sized" if args.trace == "mooncake" else "0.08")
+    sim_args = [] if prefill == "sized" else [f"--sim-arg=--prefill-per-token-ms={prefill}"]
     model = out / "model.json"
     model.unlink(missing_ok=True)
     tailreplay("traces", "fit", str(first), "-o", str(model))

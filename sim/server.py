@@ -53,7 +53,8 @@ _DEFAULT = SimArgs()
 
 @dataclass
 class SimConfig:
-    profile: EngineProfile = field(default_factory=lambda: PROFILES["default"])
+    profile: EngineProfile = field(default_factory=lambda: PROFILES[_DEFAULT.profile_name])
+    """As `tailreplay sim` runs unless told (`--profile`)."""
     seed: int = _DEFAULT.seed
     host: str = _DEFAULT.listen[0]
     port: int = _DEFAULT.listen[1]

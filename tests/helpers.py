@@ -296,3 +296,35 @@ def ramping_window(
                 )
             )
     return len(times)
+
+
+@contextmanager
+def served(
+    cmd: list[str], url: str, ready: str, log: Path, *, start_s: float = 120
+) -> Iterator[str]:
+    """A server process (``cmd``, its output to ``log``) once ``url + ready`` answers, for
+    the end-to-end tests and benches against a real engine: yields ``url``; fails with the
+    log's tail if it exits or does not start within ``start_s``, or dies meanwhile."""
+    import time
+
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + start_s
+            while True:
+                try:
+                    urllib.request.urlopen(url + ready, timeout=2)
+                    break
+                except OSError:
+                    assert proc.poll() is None, f"{cmd[0]} exited: {log_tail(log)}"
+                    assert time.monotonic() < deadline, f"{cmd[0]} did not start: {log_tail(log)}"
+                    time.sleep(0.5)
+            yield url
+            assert proc.poll() is None, f"{cmd[0]} died meanwhile: {log_tail(log)}"
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def log_tail(log: Path) -> str:
+    return log.read_bytes()[-2000:].decode("utf-8", "replace")

@@ -13,9 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +27,7 @@ from tailreplay.engine_metrics import scrape_path
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import start
 from tailreplay.traces.archive.reader import ArchiveReader
-from tests.helpers import free_port
+from tests.helpers import free_port, served
 
 MODEL = os.environ.get("TAILREPLAY_E2E_MODEL")
 SERVER = os.environ.get("TAILREPLAY_LLAMA_SERVER")
@@ -44,32 +41,10 @@ REQUESTS = 12
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
-             "--parallel", str(SLOTS), "--ctx-size", "4096", "--metrics", "-t", "2"],
-            stdout=sink, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    urllib.request.urlopen(url + "/health", timeout=2)
-                    break
-                except OSError:
-                    assert proc.poll() is None, f"llama-server exited: {_tail(log)}"
-                    assert time.monotonic() < deadline, f"llama-server did not start: {_tail(log)}"
-                    time.sleep(0.5)
-            yield url
-            assert proc.poll() is None, f"llama-server died during the test: {_tail(log)}"
-        finally:
-            proc.terminate()
-            proc.wait(30)
-
-
-def _tail(log: Path) -> str:
-    return log.read_bytes()[-2000:].decode("utf-8", "replace")
+    cmd = [str(SERVER), "-m", str(MODEL), "--host", "127.0.0.1", "--port", str(port),
+           "--parallel", str(SLOTS), "--ctx-size", "4096", "--metrics", "-t", "2"]  # fmt: skip
+    with served(cmd, f"http://127.0.0.1:{port}", "/health", log) as url:
+        yield url
 
 
 def _capture(llama: str, out: Path) -> None:

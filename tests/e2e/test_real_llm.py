@@ -10,13 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import openai
 import pytest
@@ -27,7 +24,7 @@ from tailreplay.cli import cli
 from tailreplay.proxy.config import ProxyConfig
 from tailreplay.proxy.server import start
 from tailreplay.traces.archive.reader import ArchiveReader
-from tests.helpers import free_port
+from tests.helpers import free_port, served
 
 MODEL = os.environ.get("TAILREPLAY_E2E_MODEL")
 pytestmark = pytest.mark.skipif(not MODEL, reason="set by `make e2e-real`")
@@ -37,39 +34,13 @@ pytestmark = pytest.mark.skipif(not MODEL, reason="set by `make e2e-real`")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("llama") / "server.log"
-    with open(log, "wb") as sink:
-        yield from _serve(port, sink, log)
-
-
-def _serve(port: int, sink: IO[bytes], log: Path) -> Iterator[str]:
-    proc = subprocess.Popen(
-        # By default a new request interrupts the one being generated (its stream is cut);
-        # an open-loop replay overlaps requests, so let them queue instead.
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--chat_format", "gemma",
-         "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port),
-         "--interrupt_requests", "False"],
-        stdout=sink, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/v1/models", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None, f"llama.cpp server exited: {_tail(log)}"
-                assert time.monotonic() < deadline, f"llama.cpp did not start: {_tail(log)}"
-                time.sleep(0.5)
+    # By default a new request interrupts the one being generated (its stream is cut);
+    # an open-loop replay overlaps requests, so let them queue instead.
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--chat_format",
+           "gemma", "--n_threads", "2", "--host", "127.0.0.1", "--port", str(port),
+           "--interrupt_requests", "False"]  # fmt: skip
+    with served(cmd, f"http://127.0.0.1:{port}", "/v1/models", log) as url:
         yield url
-        assert proc.poll() is None, f"llama.cpp server died during the test: {_tail(log)}"
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
-def _tail(log: Path) -> str:
-    return log.read_bytes()[-2000:].decode("utf-8", "replace")
 
 
 def test_capture_then_replay_a_real_server(tmp_path: Path, llama: str) -> None:
