@@ -34,16 +34,31 @@ from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
-from tests.helpers import TWIN_HIDDEN, ramping_window
+from tests.helpers import TWIN_HIDDEN, free_port, ramping_window, served
 
 FIGURES = (("ttft", "TTFT"), ("latency", "latency"))
 
 
 @contextlib.contextmanager
-def real_target(url: str | None) -> Iterator[str]:
-    """The given target, or a built-in simulator with the hidden profile."""
+def real_target(
+    url: str | None, llama: list[str] | None = None, slot_context: int = 1024
+) -> Iterator[str]:
+    """The given target, llama.cpp's server started with ``llama`` (its binary, model
+    and slots; ``slot_context`` tokens of context a slot), or a built-in simulator with
+    the hidden profile."""
     if url is not None:
         yield url
+        return
+    if llama is not None:
+        server, model, slots = llama
+        port = free_port()
+        context = str(slot_context * int(slots))
+        cmd = [server, "-m", model, "--host", "127.0.0.1", "--port", str(port),
+               "--parallel", slots, "--ctx-size", context, "--metrics", "-t", "2"]  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            log = Path(tmp) / "llama-server.log"
+            with served(cmd, f"http://127.0.0.1:{port}", "/health", log) as started:
+                yield started
         return
     hidden = [f"--{name.replace('_', '-')}={value}" for name, value in TWIN_HIDDEN.items()]
     with sim_process(["--profile", "fast", "--nice", "5", "--seed", "3", *hidden]) as started:
@@ -76,18 +91,23 @@ def figures(results: Path) -> dict[str, tuple[float, float]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", help="the real engine's URL (default: a hidden simulator)")
+    ap.add_argument("--llama-server", nargs=3, metavar=("BINARY", "MODEL", "SLOTS"),
+                    help="start llama.cpp's server as the real engine (context for "
+                    "--prompt-max a slot, 2 threads)")  # fmt: skip
     ap.add_argument("--loads", default="0.5,1,1.5,2", help="multiples of the calibration load")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--rate", type=float, default=14.0, help="arrivals a second at the end")
+    ap.add_argument("--rate-from", type=float, default=1.0, help="arrivals a second at first")
     ap.add_argument("--prompt-max", type=int, default=3000, help="the longest prompt, tokens")
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         archive = tmp / "window.msgpack"
-        n = ramping_window(archive, args.seconds, args.rate, 11, prompt_max=args.prompt_max)
+        n = ramping_window(archive, args.seconds, args.rate, 11, rate_from=args.rate_from,
+                           prompt_max=args.prompt_max)  # fmt: skip
         real: dict[float, dict[str, tuple[float, float]]] = {}
-        with real_target(args.target) as url:
+        with real_target(args.target, args.llama_server, args.prompt_max + 128) as url:
             for load in sorted({1.0, *loads}):
                 replay(archive, tmp / f"real-{load:g}.msgpack", load, ["--target", url])
                 real[load] = figures(tmp / f"real-{load:g}.msgpack")
@@ -113,7 +133,10 @@ def report(
     twin: dict[float, dict[str, tuple[float, float]]],
 ) -> None:
     what = args.target or "the built-in simulator with a hidden profile"
-    print(f"{n} requests over {args.seconds:g} s (1 to {args.rate:g} req/s), real target: "
+    if args.llama_server:
+        what = f"llama-server, {args.llama_server[2]} slots, {Path(args.llama_server[1]).name}"
+    print(f"{n} requests over {args.seconds:g} s ({args.rate_from:g} to {args.rate:g} req/s), "
+          f"real target: "
           f"{what}; the twin calibrated at 1x; ms, real / twin (twin's error)")  # fmt: skip
     print()
     head = "".join(f" {label} P50 | {label} P99 |" for _, label in FIGURES)

@@ -166,9 +166,14 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     }
     fields = {name for name, _ in PROFILE_OVERRIDES.values()}
-    return BuiltinSim(
+    builtin = BuiltinSim(
         profile=given.get("profile_name", profile_name),
         seed=seed,
         sim_args=tuple(sim_args),
         overrides=tuple((k, v) for k, v in given.items() if k in fields),
     )
+    if builtin.profile not in PROFILES:  # a calibrated twin: said where it runs outside it
+        from tailreplay.sim.profiles import departures
+
+        warn(departures(builtin.profile, dict(builtin.overrides)))  # unusable: exit 3
+    return builtin

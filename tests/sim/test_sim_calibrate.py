@@ -359,3 +359,22 @@ def test_running_a_fitted_profile_with_another_model_or_slot_count_warns(tmp_pat
     assert said in stderr
     assert f"{fitted} was fitted to max_num_seqs 4; running with 8: another slot count" in stderr
     assert "output_mean" not in stderr
+
+
+def test_replay_warns_of_a_twin_run_with_another_slot_count_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tailreplay.cli.sim import builtin_sim
+    from tailreplay.errors import InputError
+
+    twin, bad = tmp_path / "twin.json", tmp_path / "bad.json"
+    fitted = {"max_num_seqs": 4, "fitted": {"max_num_seqs": "the most seen decoding"}}
+    twin.write_text(json.dumps({**asdict(PROFILES["fast"]), **fitted}))
+    builtin_sim("fast", 0, [f"--profile={twin}", "--max-num-seqs=4", "--queue-limit=9"])
+    assert capsys.readouterr().err == ""  # the fitted value again, and a free field
+    builtin_sim("fast", 0, [f"--profile={twin}", "--max-num-seqs=8"])
+    said = f"warning: {twin} was fitted to max_num_seqs 4; running with 8: another slot count"
+    assert capsys.readouterr().err.startswith(said)
+    bad.write_text("{")
+    with pytest.raises(InputError, match=r"bad\.json: not a usable profile"):
+        builtin_sim("fast", 0, [f"--profile={bad}"])
