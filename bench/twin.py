@@ -5,8 +5,9 @@ A recorded window of streamed chat requests (prompts of 30..3,000 tokens, answer
 against the real target at the calibration load L (``--speed 1x``), and
 ``tailreplay sim calibrate`` fits a profile from those results: the twin. Then the
 window is replayed at each of ``--loads`` (L times each: ``--speed``) against the real
-target and against the built-in simulator running the fitted profile, and the P50 and
-P99 of TTFT and latency are compared, with the twin's relative error.
+target and against the fitted profile (``replay --offline``: the simulator's engine on
+a virtual clock, as ``capacity --twin`` runs it), and the P50 and P99 of TTFT and
+latency are compared, with the twin's relative error.
 
 The real target is ``--target URL`` (an engine already running: llama.cpp's server,
 vLLM), or by default the built-in simulator with a hidden profile (the ``fast``
@@ -120,7 +121,7 @@ def main() -> None:
         twin: dict[float, dict[str, tuple[float, float]]] = {}
         for load in loads:
             out = tmp / f"twin-{load:g}.msgpack"
-            replay(archive, out, load, [f"--sim-arg=--profile={profile}"])
+            replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline"])
             twin[load] = figures(out)
     report(args, n, loads, real, twin)
 

@@ -28,7 +28,7 @@ from tailreplay.proxy.exchange import Exchange, ServerSpans
 from tailreplay.proxy.openai import request_info
 from tailreplay.proxy.prompt_tokens import Calibration, estimate_prompt_tokens
 from tailreplay.sampling import RunningP99, TraceSampler, sample_point
-from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.record import PREFIX_BLOCK_TOKENS, Record
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tailreplay.traces.results.figures import is_error
 from tailreplay.traces.text.memo import SizedMemo
@@ -39,7 +39,6 @@ from tailreplay.traces.text.redact_targets import CleanValues, redact_headers, r
 from tailreplay.traces.text.tokens import encode_parts, estimate_tokens, get
 
 __all__ = [
-    "PREFIX_BLOCK_TOKENS",
     "RETRY_WINDOW_S",
     "RecordBuilder",
     "RetryLinker",
@@ -49,8 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tailreplay.proxy")
-
-PREFIX_BLOCK_TOKENS = 512
 
 
 def prefix_hashes(tokens: list[int], block: int = PREFIX_BLOCK_TOKENS) -> list[int]:

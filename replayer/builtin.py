@@ -8,13 +8,22 @@ it once the plan knows the longest request, so the target can be sized to hold i
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Any, Protocol
 
 from tailreplay.replayer.schedule import Plan
 
-__all__ = ["BuiltinTarget", "builtin_started"]
+__all__ = ["Answer", "Ask", "BuiltinTarget", "builtin_started"]
+
+Ask = tuple[float, int, int | None, list[int], int]
+"""A request served offline: its due time (s from the start), prompt tokens, output
+tokens (None: the profile draws them), its recorded prefix hashes (each a 512-token
+block it shares), and a number its own blocks are salted with."""
+Answer = tuple[int, list[float], int | None, str]
+"""What it got: status (200, 429, 400), each token's time from its due time, the
+prompt tokens found cached, and a refusal's text."""
 
 
 class BuiltinTarget(Protocol):
@@ -27,6 +36,18 @@ class BuiltinTarget(Protocol):
 
     def describe(self, longest: int | None) -> str:
         """What was started, for the line that names it."""
+        ...
+
+    def serve_offline(
+        self,
+        longest: int | None,
+        asks: Iterator[tuple[Any, Ask]],
+        emit: Callable[[list[tuple[Any, Answer]]], None],
+        stop: threading.Event,
+    ) -> None:
+        """Serve ``asks`` (in due order, each with a key handed back) by the engine in
+        this thread on a virtual clock, answers in batches through ``emit`` as they
+        finish; until all are served or ``stop`` is set (``replay --offline``)."""
         ...
 
 

@@ -53,6 +53,9 @@ class ReplayConfig:
     allow_upstream: bool = False
     new_trace_ids: bool = False
     dry_run: bool = False
+    offline: bool = False
+    """Served by the built-in simulator's engine in-process on a virtual clock
+    (``replayer/offline.py``), not sent."""
     builtin_target: BuiltinTarget | None = None
     """The built-in simulator, for a run without ``target`` (picklable for --workers)."""
     live: bool = False

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from tailreplay.replayer.replay_summary import PromptEntropy
+from tailreplay.traces.archive.record import PREFIX_BLOCK_TOKENS
 from tailreplay.traces.text.prompt_stats import entropy_bits as entropy_bits_of
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
     "vocabulary",
 ]
 
-BLOCK_TOKENS = 512
+BLOCK_TOKENS = PREFIX_BLOCK_TOKENS
 BLOCK_CACHE_BYTES = 32 * 2**20
 """Text of prefix blocks kept for reuse (~3.3 KB a block: about 10,000 blocks)."""
 _WIDTH = 16

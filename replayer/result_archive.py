@@ -51,7 +51,8 @@ def result_writer(config: ReplayConfig, the_plan: Plan) -> ArchiveWriter | None:
         seed=sc.seed,
         command=config.command,
         builtin=(
-            config.builtin_target.describe(the_plan.longest)
+            ("offline, on a virtual clock: " if config.offline else "")
+            + config.builtin_target.describe(the_plan.longest)
             if config.target is None and config.builtin_target is not None
             else None
         ),

@@ -28,6 +28,7 @@ from tailreplay.replayer.config import ReplayConfig, Say
 from tailreplay.replayer.dispatch import Dispatcher, DispatchStats
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
+from tailreplay.replayer.offline import serve_offline
 from tailreplay.replayer.preflight import FailFast, archive_upstreams, probe, same_deployment
 from tailreplay.replayer.progress import show_progress, status_line
 from tailreplay.replayer.prompts import PromptMaker
@@ -122,6 +123,8 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
             summary = collector.summary(0, 0)
             summary.dry_run = True
             return ReplayOutcome(summary, the_plan, None)
+        if config.offline:
+            return await _offline(config, the_plan, on_result, collector, say, stop)
         with contextlib.ExitStack() as stack:
             target = config.target
             if target is None:
@@ -173,6 +176,31 @@ class _Stop:
             self.say("stopping")
         for callback in self.callbacks:
             callback()
+
+
+async def _offline(
+    config: ReplayConfig,
+    the_plan: Plan,
+    on_result: Callable[[Record], None],
+    collector: ResultCollector,
+    say: Say,
+    stop: _Stop,
+) -> ReplayOutcome:
+    """``--offline``: served by the built-in simulator's engine on a virtual clock."""
+    builtin = config.builtin_target
+    if builtin is None:
+        raise UsageError("--offline serves the replay by the built-in simulator: no --target")
+    described = builtin.describe(the_plan.longest)
+    say(f"--offline: served in this process on a virtual clock ({described})")
+    served = await serve_offline(config, the_plan, on_result, lambda: stop.is_set, say)
+    summary = collector.summary(served, 0)
+    if stop.is_set:
+        mark_unsent(summary, config.schedule, the_plan, served, served, interrupted=True)
+    return ReplayOutcome(summary, the_plan, OFFLINE_TARGET, interrupted=stop.is_set)
+
+
+OFFLINE_TARGET = "offline"
+"""What an ``--offline`` run names as its target: no URL was ever sent to."""
 
 
 def _stopped_before_sending(

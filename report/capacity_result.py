@@ -111,6 +111,7 @@ class TwinSource:
             f"on average)",
             f"twin: checked at that load only{': ' + checked if checked else ''}; at other "
             "factors the answer is the fitted model's, not the target's",
+            "twin: each trial served offline, on a virtual clock (replay --offline)",
             *(f"twin: warning: {line}" for line in self.departures),
         ]
 

@@ -9,9 +9,11 @@ port and prints its URL as its first line.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from tailreplay.child_stop import stop_child
 from tailreplay.errors import NotMeasured
 from tailreplay.sim.profiles import DEFAULT_PROFILE, EngineProfile, fit_context, profile
+from tailreplay.traces.archive.record import PREFIX_BLOCK_TOKENS
 
 __all__ = ["READY_PREFIX", "BuiltinSim", "sim_process"]
 
@@ -116,6 +119,34 @@ class BuiltinSim:
         ]
         why = "" if longest is None else f"; the longest request is {longest:,} tokens"
         return f"profile {self.profile}, {', '.join(sizes)}{why}"
+
+    def serve_offline(
+        self,
+        longest: int | None,
+        asks: Iterator[tuple[Any, tuple[float, int, int | None, list[int], int]]],
+        emit: Callable[[list[tuple[Any, tuple[int, list[float], int | None, str]]]], None],
+        stop: threading.Event,
+    ) -> None:
+        """The engine of ``sized(longest)`` serving ``asks`` on a virtual clock
+        (``sim/offline_engine.py``); the replayer's side of it is ``replayer/builtin.py``."""
+        from tailreplay.sim.offline_engine import OfflineRequest, block_chain, serve_offline
+
+        p = self.sized(longest)
+        per_shared = max(PREFIX_BLOCK_TOKENS // p.block_size, 1)
+        draws = random.Random(self.seed)
+
+        def requests() -> Iterator[tuple[Any, OfflineRequest]]:
+            for key, (due_s, prompt, output, shared, own) in asks:
+                if output is None:  # as the simulator draws an unforced length
+                    drawn = draws.gammavariate(p.output_shape, p.output_mean / p.output_shape)
+                    output = max(1, round(drawn))
+                blocks = block_chain(shared, prompt, p.block_size, own, per_shared)
+                yield key, OfflineRequest(due_s, prompt, output, blocks)
+
+        def answers(batch: list[tuple[Any, Any]]) -> None:
+            emit([(k, (a.status, a.token_s, a.cached_tokens, a.error_text)) for k, a in batch])
+
+        serve_offline(p, requests(), answers, stop)
 
     def start(self, longest: int | None) -> AbstractContextManager[str]:
         """Start it sized for ``longest``; the context manager yields its base URL."""

@@ -225,8 +225,7 @@ class _Trials:
 
     def __init__(self, study: CapacityStudy, window: Path, span_s: float) -> None:
         self.study, self.window, self.span_s = study, window, span_s
-        profile = str(study.twin) if study.twin is not None else study.sim_profile
-        self.fresh = fresh_targets(study.target, profile, 1.0, study.sim_args)
+        self.fresh = fresh_targets(study.target, study.sim_profile, 1.0, study.sim_args)
         self.longest = longest_request([window])
         relative = any(o.relative for o in study.objectives)
         self.recorded = load_side([window]) if relative else None
@@ -242,9 +241,16 @@ class _Trials:
         if self.study.target is not None and self.replays:
             time.sleep(self.study.drain_s)  # let the target finish what the last trial left queued
         self.replays += 1
+        args = trial_args(self.study, self.window, factor, duration_s=duration_s)
+        ok = (0, 1, EXIT_NOT_MEASURED)
+        if self.study.twin is not None:
+            # The twin is served offline, on a virtual clock: the same engine model as a
+            # `tailreplay sim --profile` would run, in seconds instead of the window's time.
+            twin = (f"--profile={self.study.twin}", *self.study.sim_args)
+            replay_child(replace(args, offline=True, sim_args=twin, out=out), ok=ok)
+            return out
         with self.fresh(self.longest) as url:
-            args = trial_args(self.study, self.window, factor, duration_s=duration_s)
-            replay_child(replace(args, target=URL(url), out=out), ok=(0, 1, EXIT_NOT_MEASURED))
+            replay_child(replace(args, target=URL(url), out=out), ok=ok)
         return out
 
     def judge(self, factor: float, runs: list[Path]) -> Trial:

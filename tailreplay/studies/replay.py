@@ -104,6 +104,7 @@ def replay_config(
         allow_upstream=args.allow_upstream,
         new_trace_ids=args.new_trace_ids,
         dry_run=args.dry_run,
+        offline=args.offline,
         builtin_target=model.builtin,
         live=live,
         spans=_spans(args),
@@ -171,6 +172,8 @@ def _check_outputs(args: ReplayArgs) -> None:
         raise UsageError(f"--report {args.report_out}: name a .html, .md or .json file")
     if args.dry_run and (args.report_out or args.slos):
         raise UsageError("--report and --slo need a real run, not --dry-run")
+    if args.offline:
+        _check_offline(args)
     if args.users is not None and (
         str(args.speed) != "1x" or args.amplify != 1 or args.workers > 1 or args.dry_run
     ):
@@ -188,6 +191,31 @@ def _check_outputs(args: ReplayArgs) -> None:
     ):
         if path is not None:
             check_output_file(flag, path, inputs=args.archives)
+
+
+def _check_offline(args: ReplayArgs) -> None:
+    """``--offline`` serves the schedule in-process: what needs a target or a live run
+    is refused."""
+    clashing = [
+        flag
+        for flag, given in (
+            ("--target", args.target is not None),
+            ("--dry-run", args.dry_run),
+            ("--users", args.users is not None),
+            ("--workers", args.workers > 1),
+            ("--shard", args.shard[1] > 1),
+            ("--scrape", bool(args.scrapes)),
+            ("--metrics-listen", args.metrics_listen is not None),
+            ("--otlp-endpoint", args.otlp.enabled),
+            ("--retries policy", args.retries == "policy"),
+        )
+        if given
+    ]
+    if clashing:
+        raise UsageError(
+            f"--offline serves the replay in this process, on a virtual clock: "
+            f"{', '.join(clashing)} need a live run"
+        )
 
 
 def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:

@@ -209,6 +209,14 @@ class ReplayArgs:
     dry_run: bool = declared(
         _is("--dry-run", "Write the schedule as a result archive; send nothing."),
     )
+    offline: bool = declared(
+        _is(
+            "--offline",
+            "Serve the replay by the built-in simulator's engine in this process, on a "
+            "virtual clock: no sockets and no waiting, the timings the model's exactly "
+            "(a twin's answers in seconds; `--sim-arg=--profile=FILE`).",
+        ),
+    )
     seed: int = declared(settings.SEED)
     sim_profile: str = declared(SIM_PROFILE)
     sim_args: tuple[str, ...] = declared(

@@ -18,11 +18,15 @@ __all__ = [
     "BOOL_FIELDS",
     "FIELDS",
     "INT_FIELDS",
+    "PREFIX_BLOCK_TOKENS",
     "UNPACKABLE",
     "Record",
     "pack_record",
     "record_to_map",
 ]
+
+PREFIX_BLOCK_TOKENS = 512
+"""Prompt tokens a ``prefix_hashes`` block holds (the last one of a prompt may hold fewer)."""
 
 
 @dataclass(slots=True)
@@ -60,6 +64,9 @@ class Record:
     max_tokens: int | None = None
     finish_reason: str | None = None
     prefix_hashes: list[int] | None = None
+    """A hash of each ``PREFIX_BLOCK_TOKENS`` block of the prompt, chained (the proxy's
+    ``record_builder.prefix_hashes``; Mooncake's ``hash_ids``): equal leading hashes,
+    equal leading text."""
     prompt_entropy_mbits: int | None = None
     """The prompt's token-level Shannon entropy, millibits per token
     (``traces/text/prompt_stats.py``)..."""

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tailreplay.traces.archive.record import PREFIX_BLOCK_TOKENS
+
 __all__ = [
     "BLOCK_TOKENS",
     "MAX_ROOTS",
@@ -46,8 +48,7 @@ __all__ = [
     "fit_prefixes",
 ]
 
-BLOCK_TOKENS = 512
-"""Tokens a ``prefix_hashes`` block holds (the last one of a prompt may hold fewer)."""
+BLOCK_TOKENS = PREFIX_BLOCK_TOKENS
 MAX_ROOTS = 64
 ROOT_AGREEMENT = 0.9
 """A root's next block is part of it when this share of its longer requests have it."""

@@ -1,0 +1,100 @@
+"""`replay --offline`: the built-in simulator's engine serving the schedule in-process
+on a virtual clock. Its figures are the time model's exactly, and they agree with a
+live replay against `tailreplay sim` with the same profile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tailreplay.sim.profiles import PROFILES
+from tailreplay.traces.archive.columns import load_columns
+from tailreplay.traces.archive.reader import ArchiveReader, read_header
+from tailreplay.traces.results.figures import metric_values
+from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
+from tests.helpers import TWIN_HIDDEN, ramping_window, write_plain
+
+T0 = 1_700_000_000 * 10**9
+HIDDEN = [f"--sim-arg=--{k.replace('_', '-')}={v}" for k, v in TWIN_HIDDEN.items()]
+
+
+def _replay(archive: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "tailreplay", "replay", str(archive), "--out", str(out),
+           "--tail-stretch", "1", "--lag-limit", "1h", *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+
+
+def _figures(results: Path) -> dict[str, np.ndarray]:
+    cols = load_columns([results], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
+    return metric_values(requests(cols))
+
+
+def test_one_request_alone_is_timed_as_the_model_says(tmp_path: Path) -> None:
+    archive = write_plain(tmp_path / "a.msgpack", [
+        {"start_ns": T0, "method": "POST", "path": "/v1/chat/completions", "stream": True,
+         "input_tokens": 800, "output_tokens": 5},
+    ])  # fmt: skip
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline", *HIDDEN)
+    assert done.returncode == 0, done.stderr
+    (r,) = list(ArchiveReader([tmp_path / "r.msgpack"]))
+    p = PROFILES["fast"].with_overrides(**TWIN_HIDDEN)
+    first_ms = p.prefill_ms(800)  # its first token comes at the end of its prefill step
+    step_us = round(p.decode_ms(1) * 1000)
+    assert r.status == 200 and r.output_tokens == 5 and r.input_tokens == 800
+    assert r.ttfb_ns == pytest.approx(first_ms * 1e6, abs=1_000)
+    assert r.chunk_gaps_us == pytest.approx([step_us] * 4, abs=2)
+    assert r.duration_ns == pytest.approx((first_ms + 4 * p.decode_ms(1)) * 1e6, abs=1_000)
+    assert r.lag_ns == 0 and r.cached_tokens == 0
+    header = read_header(tmp_path / "r.msgpack")
+    assert header["builtin"].startswith("offline, on a virtual clock: profile fast")
+
+
+def test_offline_agrees_with_a_live_replay_on_the_same_profile(tmp_path: Path) -> None:
+    # 20 s of arrivals ramping to 14 a second, batches of up to a few dozen: queues form.
+    archive = tmp_path / "window.msgpack"
+    n = ramping_window(archive, seconds=20.0, rate_to=14.0, seed=11)
+    began = time.monotonic()
+    off = _replay(archive, tmp_path / "off.msgpack", "--offline", *HIDDEN, "--seed", "3")
+    offline_s = time.monotonic() - began
+    assert off.returncode == 0, off.stderr
+    live = _replay(archive, tmp_path / "live.msgpack", *HIDDEN, "--seed", "3")
+    assert live.returncode == 0, live.stderr
+    a, b = _figures(tmp_path / "off.msgpack"), _figures(tmp_path / "live.msgpack")
+    assert len(a["latency"]) == len(b["latency"]) == n
+    for name in ("ttft", "latency"):
+        for q in (50, 99):
+            offline, measured = np.percentile(a[name], q), np.percentile(b[name], q)
+            # The live run adds its HTTP path (a few ms) and a busy machine's timer
+            # jitter to steps of 30-60 ms; the model is the same.
+            assert offline == pytest.approx(measured, rel=0.15), (name, q, offline, measured)
+    # Seconds, where the live replay takes the window's 20 (start-up is most of it).
+    assert offline_s < 20, offline_s
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--target", "http://127.0.0.1:9"], ["--dry-run"], ["--workers", "2"], ["--users", "3"]],
+)
+def test_what_needs_a_live_run_is_refused(tmp_path: Path, extra: list[str]) -> None:
+    archive = write_plain(tmp_path / "a.msgpack", [{"start_ns": T0, "input_tokens": 10}])
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline", *extra)
+    assert done.returncode == 2, done.stderr
+    assert "--offline serves the replay in this process" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "r.msgpack").exists()
+
+
+def test_the_summary_json_says_what_was_served(tmp_path: Path) -> None:
+    archive = tmp_path / "window.msgpack"
+    n = ramping_window(archive, seconds=5.0, rate_to=10.0, seed=2)
+    summary = tmp_path / "s.json"
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline", "--json", str(summary))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(summary.read_text())
+    assert data["sent"] == data["completed"] == n and data["dropped"] == 0
+    assert "--offline: served in this process on a virtual clock" in done.stderr
