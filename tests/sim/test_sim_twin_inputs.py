@@ -97,3 +97,70 @@ def test_one_results_file_given_twice_is_refused(tmp_path: Path) -> None:
     )
     assert done.exit_code == 2, done.output
     assert "given twice" in done.output and not out.exists()
+
+
+def _results(path: Path, **changes: object) -> Path:
+    known = {
+        "prefill_base_ms": 8.0,
+        "prefill_per_token_ms": 0.04,
+        "decode_base_ms": 20.0,
+        "decode_per_seq_ms": 0.5,
+    }
+    records = _engine_timeline(np.random.default_rng(4), known, cap=24, n=200)
+    with ArchiveWriter(path, header=make_header("replay")) as writer:
+        for i, record in enumerate(records):
+            if i % 5 == 0:
+                for name, value in changes.items():
+                    setattr(record, name, value(record) if callable(value) else value)
+            writer.append(record)
+    return path
+
+
+def test_streams_whose_tokens_came_after_their_last_byte_are_left_out(tmp_path: Path) -> None:
+    """One absurd gap (2^62 - 1 µs) in a fifth of the streams made decode_base_ms
+    14,608,900,483,311 ms, exit 0 and no warning: a twin that never answers."""
+    results = _results(
+        tmp_path / "r.msgpack",
+        chunk_gaps_us=lambda r: [*r.chunk_gaps_us[:-1], 2**62 - 1],
+    )
+    out = tmp_path / "p.json"
+    done = CliRunner().invoke(cli, ["sim", "calibrate", str(results), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "40 answers whose first or last token came after their last byte" in done.output
+    p = load_profile(out)
+    assert p.decode_base_ms == pytest.approx(20.0, rel=0.3)
+
+
+def test_capacity_refuses_a_sim_arg_no_profile_holds_and_a_profile_beside_twin(
+    tmp_path: Path,
+) -> None:
+    from tailreplay.report.slo import parse_objectives
+    from tailreplay.studies.capacity import CapacityStudy, check_study
+
+    results = _results(tmp_path / "r.msgpack")
+    twin = tmp_path / "twin.json"
+    assert (
+        CliRunner().invoke(cli, ["sim", "calibrate", str(results), "-o", str(twin)]).exit_code == 0
+    )
+    slo = tuple(parse_objectives(["latency:p99<=2s"]))
+
+    def study(*sim_args: str, with_twin: bool = True) -> CapacityStudy:
+        return CapacityStudy(
+            (results,),
+            slo,
+            sim_args=sim_args,
+            twin=twin if with_twin else None,
+            out_dir=tmp_path / "cap",
+        )
+
+    # --max-num-seqs=0: no request is ever served, and the first trial never ended
+    for sim_args in (("--max-num-seqs=0",), ("--decode-base-ms=nan",)):
+        with pytest.raises(UsageError, match="--sim-arg"):
+            check_study(study(*sim_args))
+        with pytest.raises(UsageError, match="--sim-arg"):
+            check_study(study(*sim_args, with_twin=False))
+    # the simulator takes the last --profile: the trials ran "fast", the answer named the twin
+    for sim_args in (("--profile=fast",), ("--profile", "fast")):
+        with pytest.raises(UsageError, match="--twin"):
+            check_study(study(*sim_args))
+    assert not (tmp_path / "cap").exists()
