@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
@@ -233,6 +234,8 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
     keys, such as a calibration's account of itself, are ignored). Raises InputError,
     naming the file, for one that cannot be read or is not a profile."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for a writer
+            raise ValueError("not a regular file (a pipe, a device or a directory)")
         with open(path, "rb") as f:
             raw = f.read(MAX_PROFILE_BYTES + 1)
         if len(raw) > MAX_PROFILE_BYTES:

@@ -164,3 +164,12 @@ def test_capacity_refuses_a_sim_arg_no_profile_holds_and_a_profile_beside_twin(
         with pytest.raises(UsageError, match="--twin"):
             check_study(study(*sim_args))
     assert not (tmp_path / "cap").exists()
+
+
+def test_a_fifo_as_the_twin_is_one_line_not_a_wait_for_a_writer(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "twin.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_profile(fifo)  # opened, it waited for a writer: capacity --twin FIFO hung
