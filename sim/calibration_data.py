@@ -109,11 +109,14 @@ def read_results(paths: Iterable[str | os.PathLike[str]]) -> Observed:
     reader = ArchiveReader(files)
     cols = _Columns()
     models: Counter[str] = Counter()
-    requests = failed = kept_gaps = 0
+    requests = failed = kept_gaps = inconsistent = 0
     for record in reader:
         requests += 1
         if record.is_error or record.duration_ns is None or record.input_tokens is None:
             failed += record.is_error
+            continue
+        if _after_its_end(record):
+            inconsistent += 1
             continue
         if record.model:
             models[record.model] += 1
@@ -121,10 +124,28 @@ def read_results(paths: Iterable[str | os.PathLike[str]]) -> Observed:
     if not cols.start_ns:
         raise UnusableResults(
             f"{', '.join(files)}: no answered request with a latency and input tokens "
-            f"({requests:,} records, {failed:,} failed)"
+            f"({requests:,} records, {failed:,} failed"
+            f"{f', {inconsistent:,} with tokens after their last byte' if inconsistent else ''})"
         )
     observed = _observed(cols, tuple(files), requests, failed, models, kept_gaps >= MAX_GAPS)
-    return replace(observed, warnings=tuple(reader.warnings()))
+    warnings = reader.warnings()
+    if inconsistent:
+        warnings.append(
+            f"{inconsistent:,} answers whose first or last token came after their last byte "
+            "(ttfb_ns and chunk_gaps_us past duration_ns: not one clock) were left out"
+        )
+    return replace(observed, warnings=tuple(warnings))
+
+
+def _after_its_end(r: Record) -> bool:
+    """A stream whose first token, or last exact one, came after its last byte: times
+    that are not of one clock, which would stretch its decode (and every batch it spans)
+    past the request itself. A microsecond a gap, and a millisecond, of rounding allowed."""
+    if not r.stream or r.ttfb_ns is None or r.duration_ns is None:
+        return False
+    gaps = r.chunk_gaps_us or []
+    last_ns = r.ttfb_ns + (0 if r.chunk_gaps_more else sum(gaps) * 1000)
+    return last_ns > r.duration_ns + 1000 * len(gaps) + 1_000_000
 
 
 def _take(cols: _Columns, r: Record, room: int) -> int:

@@ -8,6 +8,7 @@ port and prints its URL as its first line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -58,6 +59,8 @@ def sim_process(args: Sequence[str] = (), *, timeout_s: float = 30.0) -> Iterato
         assert child.stdout is not None
         line = _read_line(child, timeout_s)
         if not line.startswith(READY_PREFIX):
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)  # its stdout closed: let it exit, so its reason is read
             err = child.stderr.read() if child.stderr and child.poll() is not None else ""
             raise NotMeasured(f"the simulator did not start: {(line + err).strip()[-500:]}")
         yield line[len(READY_PREFIX) :].strip()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
@@ -72,6 +73,20 @@ class EngineProfile:
     token entropy; a step costs ``SPEC_STEP_COST`` more per draft token."""
 
     def __post_init__(self) -> None:
+        for name in _AT_LEAST_ONE:
+            value = getattr(self, name)
+            if isinstance(value, int) and value < 1:
+                # 0 slots or tokens a step: no request is ever served (a hang); 0 KV
+                # tokens: the metrics divide by it.
+                raise ValueError(f"{name} must be at least 1, not {value}")
+        for name in _FINITE:
+            value = getattr(self, name)
+            if isinstance(value, int | float) and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number, at least 0, not {value!r}")
+        for name in _POSITIVE:
+            value = getattr(self, name)
+            if isinstance(value, int | float) and not value > 0:
+                raise ValueError(f"{name} must be above 0, not {value!r}")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, not {self.block_size}")
         if not 0 <= self.spec_tokens <= MAX_SPEC_TOKENS:
@@ -118,6 +133,19 @@ class EngineProfile:
             raise ValueError(f"unknown profile parameters: {', '.join(sorted(bad))}")
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
+
+_AT_LEAST_ONE = ("max_num_seqs", "kv_tokens", "max_model_len", "max_batched_tokens")
+_FINITE = (
+    "prefill_base_ms",
+    "prefill_per_token_ms",
+    "decode_base_ms",
+    "decode_per_seq_ms",
+    "output_mean",
+    "output_shape",
+    "reasoning_share",
+)
+_POSITIVE = ("output_mean", "output_shape")
+"""The output lengths are a Gamma draw of this mean and shape: 0 divides by zero."""
 
 MAX_SPEC_TOKENS = 16
 """Draft tokens per step at most (EAGLE and n-gram drafts use 2-8)."""
@@ -206,6 +234,8 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
     keys, such as a calibration's account of itself, are ignored). Raises InputError,
     naming the file, for one that cannot be read or is not a profile."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for a writer
+            raise ValueError("not a regular file (a pipe, a device or a directory)")
         with open(path, "rb") as f:
             raw = f.read(MAX_PROFILE_BYTES + 1)
         if len(raw) > MAX_PROFILE_BYTES:
@@ -217,7 +247,9 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
             f.name: _field_value(f.name, f.type, data, f.default) for f in fields(EngineProfile)
         }
         return EngineProfile(**values)
-    except (OSError, ValueError, TypeError) as exc:
+    except RecursionError:
+        raise InputError(f"{os.fspath(path)}: not a usable profile: nested too deeply") from None
+    except (OSError, ValueError, TypeError, OverflowError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise InputError(f"{os.fspath(path)}: not a usable profile: {why}") from None
 
@@ -292,6 +324,9 @@ _DEPARTURES = {
 }
 
 
+_LARGEST_INT = 2**62
+"""No profile count is near this; larger ones do not convert to a float (OverflowError)."""
+
 _KINDS: dict[str, tuple[type, ...]] = {
     "str": (str,),
     "int": (int,),
@@ -311,6 +346,9 @@ def _field_value(name: str, kind: Any, data: dict[str, Any], default: Any) -> An
     if not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool)):
         raise ValueError(f"{name!r} must be a {kind}, not {value!r}")
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int) and value > _LARGEST_INT:
+            digits = len(str(value))
+            raise ValueError(f"{name!r} must be at most {_LARGEST_INT:,}, not {digits} digits")
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{name!r} must be a finite number, at least 0, not {value!r}")
         return float(value) if kind == "float" else value

@@ -138,12 +138,31 @@ def calibrate(results: tuple[Path, ...], out: Path, base: str) -> None:
     from tailreplay.sim.profiles import profile
 
     check_output_file("-o", out, inputs=results)
+    _refuse_repeated(results)
     calibration = fit(results, profile(base))
     write_whole(out, json.dumps(calibration.to_json(), indent=2) + "\n")
     for line in summary_lines(calibration):
         show(line)
     warn(list(calibration.warnings))
     say(f"wrote {out}")
+
+
+def _refuse_repeated(results: Sequence[Path]) -> None:
+    """One file given twice would be read twice, on one clock: every request decoding
+    beside its own copy, so the batches seen double (and the per-sequence cost halves)."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in results:
+        try:
+            st = path.stat()
+        except OSError:
+            continue  # the reader says why it cannot read it
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise UsageError(
+                f"{path}: given twice (as {seen[key]}): a calibration would count each of "
+                "its requests twice"
+            )
+        seen[key] = path
 
 
 def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> BuiltinSim:
@@ -166,6 +185,13 @@ def builtin_sim(profile_name: str, seed: int, sim_args: Sequence[str]) -> Builti
         if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
     }
     fields = {name for name, _ in PROFILE_OVERRIDES.values()}
+    try:  # values no profile holds (--max-num-seqs=0, --decode-base-ms=nan): exit 2 now
+        from tailreplay.sim.profiles import PROFILES as known
+
+        chosen = known.get(given.get("profile_name", profile_name), known[DEFAULT_PROFILE])
+        chosen.with_overrides(**{k: v for k, v in given.items() if k in fields})
+    except ValueError as exc:
+        raise UsageError(f"invalid --sim-arg {' '.join(sim_args)!r}: {exc}") from None
     builtin = BuiltinSim(
         profile=given.get("profile_name", profile_name),
         seed=seed,

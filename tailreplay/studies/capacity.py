@@ -27,7 +27,7 @@ from tailreplay.report.capacity_result import Search, Trial, TwinSource
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
-from tailreplay.sim.profiles import departures, load_profile, overrides_in
+from tailreplay.sim.profiles import departures, load_profile, overrides_in, profile
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -213,8 +213,20 @@ def check_study(study: CapacityStudy) -> None:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     if study.twin is not None and study.target is not None:
         raise UsageError("--twin stands in for the target: give --twin or --target, not both")
+    if study.twin is not None and any(a.split("=")[0] == "--profile" for a in study.sim_args):
+        # The simulator takes the last --profile: the trials would run that one, and the
+        # answer still name the twin.
+        raise UsageError("--twin is the simulator's profile: give --twin or --sim-arg=--profile")
     if study.twin is not None:
         twin_of(study.twin)  # a file that is no calibrated profile: one line, exit 3
+    if study.target is None and study.sim_args:
+        # A value no profile holds (--max-num-seqs=0: no request is ever served) is
+        # refused now, not met as a trial that never ends.
+        base = str(study.twin) if study.twin is not None else study.sim_profile
+        try:
+            profile(base).with_overrides(**overrides_in(study.sim_args))
+        except ValueError as exc:
+            raise UsageError(f"--sim-arg: {exc}") from None
     check_judgeable(list(study.objectives), list(study.archives))
     check_folder(study.out_dir, overwrite=study.overwrite)
 
