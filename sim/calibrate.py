@@ -232,8 +232,24 @@ def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
         batch_range=(int(decode.x_range[0]), int(decode.x_range[1])),
         served_model=limits.served_model,
         residuals=residuals,
-        warnings=limits.warnings,
+        warnings=(*limits.warnings, *_clamped(prefill, decode)),
     )
+
+
+def _clamped(prefill: LineFit, decode: LineFit) -> list[str]:
+    """A line fitted below 0 (a cost that shrinks as the work grows): the profile holds
+    0 there, which no engine is, and says so."""
+    return [
+        f"{name} fitted at {value:.4g} ms, below 0 (the results do not show the cost "
+        f"growing with the work): 0 in the profile"
+        for name, value in (
+            ("prefill_base_ms", prefill.base),
+            ("prefill_per_token_ms", prefill.slope),
+            ("decode_base_ms", decode.base),
+            ("decode_per_seq_ms", decode.slope),
+        )
+        if value < 0
+    ]
 
 
 def _decode_fit(o: Observed, t: Timeline) -> LineFit:

@@ -378,3 +378,20 @@ def test_replay_warns_of_a_twin_run_with_another_slot_count_and_refuses_a_bad_on
     bad.write_text("{")
     with pytest.raises(InputError, match=r"bad\.json: not a usable profile"):
         builtin_sim("fast", 0, [f"--profile={bad}"])
+
+
+def test_a_cost_fitted_below_zero_is_held_at_zero_and_said(tmp_path: Path) -> None:
+    # An engine whose decode step shrinks as the batch grows: no engine is, and the
+    # profile cannot hold it; the fit says so instead of showing 0 as fitted.
+    known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
+             "decode_base_ms": 30.0, "decode_per_seq_ms": -0.4}  # fmt: skip
+    results = tmp_path / "shrinking.msgpack"
+    with ArchiveWriter(results, header=make_header("replay")) as writer:
+        for record in _engine_timeline(np.random.default_rng(4), known, cap=24):
+            writer.append(record)
+    fitted = calibrate([results], profile("fast"))
+    assert fitted.profile.decode_per_seq_ms == 0.0
+    (said,) = [w for w in fitted.warnings if w.startswith("decode_per_seq_ms fitted at -0.4")]
+    assert said.endswith(
+        "below 0 (the results do not show the cost growing with the work): 0 in the profile"
+    )
