@@ -280,8 +280,16 @@ async def test_proxy_trace_sample_and_content_capture(tmp_path: Path) -> None:
             await asyncio.sleep(0.1)
     assert 10 < len(expected) < 30
     assert {s.trace_id for s in otlp.spans} == expected  # every record is still written
-    assert len(records(tmp_path)) == 40
+    written = records(tmp_path)
+    assert len(written) == 40
+    # A recorder behind by more than its limit sheds the prompt's work (a busy machine):
+    # those records say so, and their spans carry no content; every other span does.
+    shed = {r.trace_id.hex() for r in written if r.shed and r.trace_id} & expected
+    assert len(shed) < len(expected), "every span's record was shed: no content to check"
     for span in otlp.spans:
+        if span.trace_id in shed:
+            assert "gen_ai.input.messages" not in span.attributes
+            continue
         assert json.loads(span.attributes["gen_ai.input.messages"]) == [
             {"role": "user", "content": "hi"}
         ]
