@@ -87,6 +87,11 @@ class EngineProfile:
             value = getattr(self, name)
             if isinstance(value, int | float) and not value > 0:
                 raise ValueError(f"{name} must be above 0, not {value!r}")
+        for name in _STEP_COSTS:
+            if getattr(self, name) > MOST_STEP_MS:
+                # A step of hours serves nothing within any replay: a profile that says
+                # so is a mistake (or a fit of clocks that disagree), not an engine.
+                raise ValueError(f"{name} must be at most {MOST_STEP_MS:,.0f} ms")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, not {self.block_size}")
         if not 0 <= self.spec_tokens <= MAX_SPEC_TOKENS:
@@ -145,6 +150,9 @@ _FINITE = (
     "reasoning_share",
 )
 _POSITIVE = ("output_mean", "output_shape")
+_STEP_COSTS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
+MOST_STEP_MS = 3_600_000.0
+"""A step cost (base, or per token or sequence) of at most an hour."""
 """The output lengths are a Gamma draw of this mean and shape: 0 divides by zero."""
 
 MAX_SPEC_TOKENS = 16

@@ -173,3 +173,10 @@ def test_a_fifo_as_the_twin_is_one_line_not_a_wait_for_a_writer(tmp_path: Path) 
     os.mkfifo(fifo)
     with pytest.raises(InputError, match="not a regular file"):
         load_profile(fifo)  # opened, it waited for a writer: capacity --twin FIFO hung
+
+
+def test_a_step_cost_of_more_than_an_hour_is_no_profile(tmp_path: Path) -> None:
+    path = tmp_path / "slow.json"
+    path.write_text(json.dumps({**asdict(PROFILES["fast"]), "decode_base_ms": 1e13}))
+    with pytest.raises(InputError, match="decode_base_ms must be at most 3,600,000 ms"):
+        load_profile(path)
