@@ -80,9 +80,13 @@ class ChoiceOrFile(click.Choice):  # type: ignore[type-arg]  # generic since cli
     """One of the choices, or the path of an existing file (``Choice(files=True)``)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and value not in self.choices and os.path.isfile(value):
+        if not isinstance(value, str) or value in self.choices:
+            return super().convert(value, param, ctx)
+        if os.path.isfile(value):
             return value
-        return super().convert(value, param, ctx)
+        known = ", ".join(repr(c) for c in self.choices)
+        where = "no such file" if not os.path.exists(value) else "not a regular file"
+        self.fail(f"{value!r} is not one of {known}, nor a file ({where})", param, ctx)
 
 
 def click_type(setting: Setting[Any]) -> Any:
