@@ -21,7 +21,7 @@ from tailreplay.sim.profiles import PROFILES
     ("args", "message"),
     [
         (["--listen", "8000"], "invalid --listen"),
-        (["--profile", "huge"], "'huge' is not one of 'default', 'fast', nor a file (no such file)"),
+        (["--profile", "huge"], "'huge' is not one of 'default', 'fast', nor a file (no such"),
         (["--fault-error-rate", "2"], "error_rate must be between 0 and 1"),
         (["--max-num-seqs", "many"], "is not a valid integer"),
     ],
