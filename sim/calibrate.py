@@ -191,10 +191,12 @@ def _rounded(value: float | int) -> float | int | None:
     return value
 
 
-def calibrate(paths: Sequence[str | os.PathLike[str]], base: EngineProfile) -> Calibration:
+def calibrate(
+    paths: Sequence[str | os.PathLike[str]], base: EngineProfile, *, skip_corrupt: bool = False
+) -> Calibration:
     """Fit ``base``'s time and capacity parameters to the results in ``paths``, e.g.
     ``calibrate(["results.msgpack"], profile("fast")).profile.decode_base_ms``."""
-    return calibrate_observed(read_results(paths), base)
+    return calibrate_observed(read_results(paths, skip_corrupt=skip_corrupt), base)
 
 
 def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:

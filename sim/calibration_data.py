@@ -102,11 +102,14 @@ class Observed:
         return out
 
 
-def read_results(paths: Iterable[str | os.PathLike[str]]) -> Observed:
+def read_results(
+    paths: Iterable[str | os.PathLike[str]], *, skip_corrupt: bool = False
+) -> Observed:
     """The answered requests of ``paths`` (raises ``InputError`` for a file that cannot
-    be read, ``UnusableResults`` when none was answered)."""
+    be read, ``UnusableResults`` when none was answered); with ``skip_corrupt``,
+    damaged records are left out (the reader's warnings say how many)."""
     files = [os.fspath(p) for p in paths]
-    reader = ArchiveReader(files)
+    reader = ArchiveReader(files, skip_corrupt=skip_corrupt)
     cols = _Columns()
     models: Counter[str] = Counter()
     requests = failed = kept_gaps = inconsistent = 0

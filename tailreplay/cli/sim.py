@@ -15,6 +15,7 @@ from click.core import ParameterSource
 
 from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.option_fields import declared_options, take
+from tailreplay.cli.options import skip_corrupt_option
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
 from tailreplay.sim.profiles import DEFAULT_PROFILE, PROFILES
@@ -129,7 +130,8 @@ def sim(ctx: click.Context, /, **options: Any) -> None:
     show_default=True,
     help="The profile whose values stand where the results cannot fit one.",
 )
-def calibrate(results: tuple[Path, ...], out: Path, base: str) -> None:
+@skip_corrupt_option
+def calibrate(results: tuple[Path, ...], out: Path, base: str, skip_corrupt: bool) -> None:
     """Fit the simulator's profile to a replay's results: prefill and decode costs from
     the streamed answers' first tokens and inter-token gaps, and the limits they show."""
     from tailreplay.private import write_whole
@@ -139,7 +141,7 @@ def calibrate(results: tuple[Path, ...], out: Path, base: str) -> None:
 
     check_output_file("-o", out, inputs=results)
     _refuse_repeated(results)
-    calibration = fit(results, profile(base))
+    calibration = fit(results, profile(base), skip_corrupt=skip_corrupt)
     write_whole(out, json.dumps(calibration.to_json(), indent=2) + "\n")
     for line in summary_lines(calibration):
         show(line)

@@ -16,7 +16,9 @@ from tailreplay.cli.sim import builtin_sim
 from tailreplay.errors import InputError, UsageError
 from tailreplay.sim.profiles import PROFILES, load_profile
 from tailreplay.traces.archive.format import make_header
+from tailreplay.traces.archive.record import record_to_map
 from tailreplay.traces.archive.writer import ArchiveWriter
+from tests.helpers import write_plain
 from tests.sim.test_sim_calibrate import _engine_timeline
 
 
@@ -180,3 +182,23 @@ def test_a_step_cost_of_more_than_an_hour_is_no_profile(tmp_path: Path) -> None:
     path.write_text(json.dumps({**asdict(PROFILES["fast"]), "decode_base_ms": 1e13}))
     with pytest.raises(InputError, match="decode_base_ms must be at most 3,600,000 ms"):
         load_profile(path)
+
+
+def test_damaged_results_calibrate_with_skip_corrupt_as_the_error_says(tmp_path: Path) -> None:
+    results, out = tmp_path / "r.msgpack", tmp_path / "p.json"
+    known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
+             "decode_base_ms": 20.0, "decode_per_seq_ms": 0.5}  # fmt: skip
+    # A plain archive (no checked batches): the damage takes a few records, not a batch.
+    timeline = _engine_timeline(np.random.default_rng(4), known, cap=24)
+    write_plain(results, [record_to_map(r) for r in timeline])
+    data = bytearray(results.read_bytes())
+    middle = len(data) * 3 // 5
+    data[middle : middle + 64] = b"\xc1" * 64  # 0xc1: never a msgpack byte
+    results.write_bytes(bytes(data))
+    done = CliRunner().invoke(cli, ["sim", "calibrate", str(results), "-o", str(out)])
+    assert done.exit_code == 3 and "--skip-corrupt" in done.output, done.output
+    again = ["sim", "calibrate", str(results), "-o", str(out), "--skip-corrupt"]
+    done = CliRunner().invoke(cli, again)
+    assert done.exit_code == 0, done.output
+    assert "corrupt bytes in 1 region(s)" in done.output, done.output
+    assert load_profile(out).decode_per_seq_ms == pytest.approx(0.5, rel=0.05)
