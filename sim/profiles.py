@@ -296,24 +296,35 @@ def overrides_in(args: Sequence[str]) -> dict[str, Any]:
     ``--max-num-seqs 8``), typed as the field is; what is no field, or no value of its
     type, is left to the simulator's own parser to refuse.
 
+    An option without ``=`` takes the next argument as its value, whatever it is, as
+    the simulator's parser does (``--served-model --max-num-seqs=8`` names a model).
+
     >>> overrides_in(["--max-num-seqs=8", "--seed", "3", "--served-model", "m"])
     {'max_num_seqs': 8, 'served_model': 'm'}
+    >>> overrides_in(["--served-model", "--max-num-seqs=8"])
+    {'served_model': '--max-num-seqs=8'}
     """
     kinds = {f.name: _CASTS.get(str(f.type)) for f in fields(EngineProfile)}
     found: dict[str, Any] = {}
-    for i, arg in enumerate(args):
+    rest = iter(args)
+    for arg in rest:
         flag, eq, value = arg.partition("=")
-        if not eq:
-            value = args[i + 1] if i + 1 < len(args) else ""
-        name = flag[2:].replace("-", "_") if flag.startswith("--") else ""
-        cast = kinds.get(name)
+        if not flag.startswith("--"):
+            continue
+        if not eq and flag not in SIM_FLAGS:
+            value = next(rest, "")
+        cast = kinds.get(flag[2:].replace("-", "_"))
         if cast is None:
             continue
         try:
-            found[name] = cast(value)
+            found[flag[2:].replace("-", "_")] = cast(value)
         except ValueError:
             continue
     return found
+
+
+SIM_FLAGS = frozenset({"--no-prefix-cache"})
+"""``tailreplay sim``'s options that take no value (``sim/settings.py``)."""
 
 
 _CASTS: dict[str, Any] = {"str": str, "int": int, "float": float}

@@ -202,3 +202,12 @@ def test_damaged_results_calibrate_with_skip_corrupt_as_the_error_says(tmp_path:
     assert done.exit_code == 0, done.output
     assert "corrupt bytes in 1 region(s)" in done.output, done.output
     assert load_profile(out).decode_per_seq_ms == pytest.approx(0.5, rel=0.05)
+
+
+def test_the_value_free_sim_flags_overrides_in_knows_are_sims_own() -> None:
+    from tailreplay.declared import declarations
+    from tailreplay.sim.profiles import SIM_FLAGS
+    from tailreplay.sim.settings import SimArgs
+
+    flags = {s.flags[0] for _, s in declarations(SimArgs) if s.is_flag}
+    assert flags == SIM_FLAGS
