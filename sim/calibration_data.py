@@ -112,9 +112,18 @@ def read_results(
     reader = ArchiveReader(files, skip_corrupt=skip_corrupt)
     cols = _Columns()
     models: Counter[str] = Counter()
-    requests = failed = kept_gaps = inconsistent = 0
+    requests = failed = kept_gaps = inconsistent = repeated = 0
+    seen: set[bytes] = set()
     for record in reader:
         requests += 1
+        if record.trace_id and record.span_id:
+            # One request read twice (a file and its copy) would decode beside itself:
+            # every batch it spans seen one larger.
+            key = record.trace_id + record.span_id
+            if key in seen:
+                repeated += 1
+                continue
+            seen.add(key)
         if record.is_error or record.duration_ns is None or record.input_tokens is None:
             failed += record.is_error
             continue
@@ -132,6 +141,11 @@ def read_results(
         )
     observed = _observed(cols, tuple(files), requests, failed, models, kept_gaps >= MAX_GAPS)
     warnings = reader.warnings()
+    if repeated:
+        warnings.append(
+            f"{repeated:,} records repeat a request read already (its trace and span ids: a "
+            "copy of a file given too): each request was counted once"
+        )
     if inconsistent:
         warnings.append(
             f"{inconsistent:,} answers whose first or last token came after their last byte "

@@ -211,3 +211,21 @@ def test_the_value_free_sim_flags_overrides_in_knows_are_sims_own() -> None:
 
     flags = {s.flags[0] for _, s in declarations(SimArgs) if s.is_flag}
     assert flags == SIM_FLAGS
+
+
+def test_a_copy_of_a_results_file_counts_each_request_once(tmp_path: Path) -> None:
+    known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
+             "decode_base_ms": 20.0, "decode_per_seq_ms": 0.5}  # fmt: skip
+    rng = np.random.default_rng(4)
+    results, copy, out = tmp_path / "r.msgpack", tmp_path / "copy.msgpack", tmp_path / "p.json"
+    with ArchiveWriter(results, header=make_header("replay")) as writer:
+        for record in _engine_timeline(rng, known, cap=24):
+            record.trace_id, record.span_id = rng.bytes(16), rng.bytes(8)  # as a replay's
+            writer.append(record)
+    copy.write_bytes(results.read_bytes())
+    done = CliRunner().invoke(cli, ["sim", "calibrate", str(results), str(copy), "-o", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "500 records repeat a request read already" in done.output
+    fitted = load_profile(out)
+    assert fitted.decode_per_seq_ms == pytest.approx(0.5, rel=0.02)
+    assert fitted.max_num_seqs == 24
