@@ -155,6 +155,12 @@ def twin_of(path: Path) -> TwinSource:
             f"{path}: a profile, but no calibration in it: --twin takes what `tailreplay sim "
             "calibrate` writes"
         )
+    if not all(isinstance(f, str) for f in calibration["files"]):
+        raise InputError(f"{path}: calibration.files must be the names of the results fitted")
+    for name, most in (("requests", MOST_REQUESTS), ("rate_rps", MOST_RPS)):
+        value = calibration.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > most:
+            raise InputError(f"{path}: calibration.{name} must be at most {most:,}, not {value}")
     residuals = calibration.get("residuals")
     residuals = residuals if isinstance(residuals, dict) else {}
     return TwinSource(
@@ -183,6 +189,11 @@ def twin_departures(twin: Path, sim_args: tuple[str, ...], models: Sequence[str]
             f"was calibrated on {fitted_model!r}, whose costs it has"
         )
     return lines
+
+
+MOST_REQUESTS = 10**12
+MOST_RPS = 10**7
+"""What a calibration's account of itself may say: no replay sends more."""
 
 
 def _number(value: object, kind: type[int] | type[float]) -> Any:

@@ -648,3 +648,25 @@ def test_a_twin_that_cannot_stand_in_is_one_line(
     )  # fmt: skip
     assert done.returncode == code and done.stderr.count("\n") == 1, done.stderr
     assert said in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("calibration", "said"),
+    [
+        ({"files": [{"a": 1}, 3, None]}, "calibration.files must be the names of the results"),
+        ({"files": ["r.msgpack"], "rate_rps": 1e308}, "calibration.rate_rps must be at most"),
+        ({"files": ["r.msgpack"], "requests": 10**30}, "calibration.requests must be at most"),
+    ],
+)
+def test_a_twin_whose_account_of_itself_is_no_calibration_is_refused(
+    tmp_path: Path, calibration: dict[str, object], said: str
+) -> None:
+    from tailreplay.errors import InputError
+    from tailreplay.studies.capacity import twin_of
+
+    twin = _twin(tmp_path / "twin.json")
+    data = json.loads(twin.read_text())
+    data["calibration"] = calibration
+    twin.write_text(json.dumps(data))
+    with pytest.raises(InputError, match=said):
+        twin_of(twin)
