@@ -24,6 +24,7 @@ import contextlib
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,9 +109,12 @@ def main() -> None:
         n = ramping_window(archive, args.seconds, args.rate, 11, rate_from=args.rate_from,
                            prompt_max=args.prompt_max)  # fmt: skip
         real: dict[float, dict[str, tuple[float, float]]] = {}
+        spent = {"real": 0.0, "twin": 0.0}  # wall time of the replays of --loads
         with real_target(args.target, args.llama_server, args.prompt_max + 128) as url:
             for load in sorted({1.0, *loads}):
+                began = time.monotonic()
                 replay(archive, tmp / f"real-{load:g}.msgpack", load, ["--target", url])
+                spent["real"] += (time.monotonic() - began) * (load in loads)
                 real[load] = figures(tmp / f"real-{load:g}.msgpack")
         profile = tmp / "twin.json"
         subprocess.run(
@@ -121,9 +125,14 @@ def main() -> None:
         twin: dict[float, dict[str, tuple[float, float]]] = {}
         for load in loads:
             out = tmp / f"twin-{load:g}.msgpack"
+            began = time.monotonic()
             replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline"])
+            spent["twin"] += time.monotonic() - began
             twin[load] = figures(out)
     report(args, n, loads, real, twin)
+    print(f"\nthe replays of --loads took {spent['real']:.1f} s against the real target and "
+          f"{spent['twin']:.1f} s against the twin, offline "
+          f"({spent['real'] / max(spent['twin'], 1e-9):.1f}x)")  # fmt: skip
 
 
 def report(
