@@ -36,6 +36,9 @@ from tests.proxy_helpers import records, serve_app
 
 START_S = 60.0  # bound on the proxy's start-up (spawn, tokenizer) on a busy machine
 STOP_S = 30.0
+DRAIN_S = 600.0
+"""The longest the recorder may take to catch up before the stop: redacting hundreds of
+bodies is seconds of CPU, which a busy machine stretches many times over."""
 
 
 def _alnum(n: int, alphabet: str = string.ascii_letters + string.digits) -> str:
@@ -224,12 +227,32 @@ async def _proxy(upstream: str, out: Path, args: list[str]) -> AsyncIterator[tup
             assert time.monotonic() < deadline, "the proxy did not start"
             await asyncio.sleep(0.1)
         yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+        # The stop is timed, not the recording: let the recorder catch up first (on a
+        # busy machine its backlog took more than STOP_S to drain at SIGTERM).
+        await _caught_up(f"http://127.0.0.1:{admin}", proc)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), STOP_S) == 0, log_err.read_text()
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def _caught_up(admin: str, proc: asyncio.subprocess.Process) -> None:
+    """Until the proxy's record backlog is empty (its ``/metrics``), or DRAIN_S."""
+    deadline = time.monotonic() + DRAIN_S
+    async with aiohttp.ClientSession() as s:
+        while proc.returncode is None and time.monotonic() < deadline:
+            async with s.get(admin + "/metrics") as r:
+                text = await r.text()
+            backlog = [
+                float(line.split()[-1])
+                for line in text.splitlines()
+                if line.startswith("tailreplay_proxy_record_backlog")
+            ]
+            if backlog == [0.0]:
+                return
+            await asyncio.sleep(0.2)
 
 
 async def _send(url: str, c: dict[str, str]) -> None:
