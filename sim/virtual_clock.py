@@ -13,6 +13,7 @@ loop would wait forever, and raises ``Stalled`` instead.
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -37,7 +38,14 @@ class _Jump(selectors.DefaultSelector):
         if timeout is None:
             raise Stalled("every task waits and no timer is due")
         if timeout > 0:
-            self._loop.now += timeout
+            # From 2^24 s (194 days) on, a float's step
+            # exceeds the loop's clock resolution, so landing exactly on the timer would
+            # leave it not yet due, with a timeout of 0 from then on (a spin forever): one
+            # float step past it then.
+            now = self._loop.now + timeout
+            if now + self._loop._clock_resolution == now:
+                now = math.nextafter(now, math.inf)
+            self._loop.now = now
         return []
 
 
