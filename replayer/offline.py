@@ -34,6 +34,8 @@ __all__ = ["serve_offline"]
 
 _QUEUED_BATCHES = 8
 """Batches of answers waiting for the run's thread at most: the engine waits beyond."""
+_POLL_S = 0.1
+"""How often the run looks for a stop (Ctrl-C) while the engine works."""
 
 
 async def serve_offline(
@@ -56,12 +58,16 @@ async def serve_offline(
     )
     served = 0
     try:
-        while (batch := await asyncio.to_thread(batches.get)) is not None:
+        while not stopped():  # looked at every _POLL_S: Ctrl-C ends the run at once
+            try:
+                batch = await asyncio.to_thread(batches.get, timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if batch is None:
+                break
             for item, answer in batch:
                 on_result(_result(item, answer, t0_ns, config.new_trace_ids))
             served += len(batch)
-            if stopped():
-                break
     finally:
         stop.set()  # the engine stops, and hands on nothing more
         await worker

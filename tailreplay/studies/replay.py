@@ -10,10 +10,12 @@ import json
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from tailreplay import eventloop
+from tailreplay.declared import default_of
 from tailreplay.errors import InputError, UsageError
 from tailreplay.exporters.span_process import replay_spans
 from tailreplay.http.header_rules import header_problem
@@ -31,6 +33,7 @@ from tailreplay.report.slo import check_judgeable
 from tailreplay.report.write import ReportOptions
 from tailreplay.result_file import claimed, default_result
 from tailreplay.sim.launcher import BuiltinSim
+from tailreplay.sim.profiles import EngineProfile
 from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.target_setup import target_model
 from tailreplay.studies.watched_objectives import slo_stop_config
@@ -211,11 +214,40 @@ def _check_offline(args: ReplayArgs) -> None:
         )
         if given
     ]
+    # What the live client does to a request, which the offline path has no part of.
+    clashing += [
+        flags for name, flags in _LIVE_ONLY if getattr(args, name) != default_of(ReplayArgs, name)
+    ]
+    clashing += [a.split("=")[0] for a in args.sim_args if not _offline_sim_arg(a)]
     if clashing:
         raise UsageError(
             f"--offline serves the replay in this process, on a virtual clock: "
             f"{', '.join(clashing)} need a live run"
         )
+
+
+_LIVE_ONLY = (
+    ("max_inflight", "--max-inflight"),
+    ("timeout", "--timeout"),
+    ("model_maps", "--model-map"),
+    ("body_sets", "--body-set"),
+    ("body_drops", "--body-drop"),
+    ("force_lengths", "--no-force-lengths"),
+    ("client_aborts", "--client-aborts"),
+    ("slo_stop", "--slo-stop"),
+)
+_OFFLINE_UNMODELLED = ("reasoning_share", "reasoning_tokens", "spec_tokens")
+"""Profile fields the offline engine does not serve as the simulator's server does
+(reasoning text, draft acceptance by the prompt's entropy)."""
+
+
+def _offline_sim_arg(arg: str) -> bool:
+    """A ``--sim-arg`` the offline engine honours: ``--profile`` or a profile field it
+    models, each as ``--flag=value``."""
+    flag = arg.split("=", 1)[0]
+    name = flag.removeprefix("--").replace("-", "_")
+    known = {f.name for f in fields(EngineProfile)} - set(_OFFLINE_UNMODELLED)
+    return "=" in arg and (flag == "--profile" or name in known)
 
 
 def send_headers(pairs: tuple[tuple[str, str], ...]) -> dict[str, str]:

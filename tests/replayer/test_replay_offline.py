@@ -98,3 +98,25 @@ def test_the_summary_json_says_what_was_served(tmp_path: Path) -> None:
     data = json.loads(summary.read_text())
     assert data["sent"] == data["completed"] == n and data["dropped"] == 0
     assert "--offline: served in this process on a virtual clock" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (["--timeout", "50ms"], "--timeout"),
+        (["--max-inflight", "1"], "--max-inflight"),
+        (["--slo-stop", "now", "--slo", "latency:p99<=1s"], "--slo-stop"),
+        (["--model-map", "a=b"], "--model-map"),
+        (["--sim-arg=--fault-error-rate=0.5"], "--fault-error-rate"),
+        (["--sim-arg=--no-prefix-cache"], "--no-prefix-cache"),
+        (["--sim-arg=--spec-tokens=4"], "--spec-tokens"),
+    ],
+)
+def test_what_the_offline_engine_would_ignore_is_refused(
+    tmp_path: Path, extra: list[str], named: str
+) -> None:
+    archive = write_plain(tmp_path / "a.msgpack", [{"start_ns": T0, "input_tokens": 10}])
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline", *extra)
+    assert done.returncode == 2, done.stderr
+    assert f"{named} need a live run" in done.stderr, done.stderr
+    assert not (tmp_path / "r.msgpack").exists()
