@@ -41,7 +41,7 @@ def _every_option(tmp_path: Path) -> list[str]:
         "--max-inflight", "64", "--connections", "0", "--timeout", "30s", "--limit", "10",
         "--from", "+1m", "--to", "+2m", "--out", str(tmp_path / "r.msgpack"), "--overwrite",
         "--json", str(tmp_path / "s.json"), "--shard", "1/4", "--start-at", "1700000000.5",
-        "--allow-upstream", "--new-trace-ids", "--dry-run", "--seed", "7",
+        "--allow-upstream", "--new-trace-ids", "--dry-run", "--offline", "--seed", "7",
         "--sim-profile", "default", "--sim-arg=--max-num-seqs=8", "--skip-corrupt",
         "--scrape", "target@2s", "--users", "4,8@1m", "--think", "recorded",
         "--retries", "policy", "--max-attempts", "5", "--client-aborts", "off",
