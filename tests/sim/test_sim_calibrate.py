@@ -197,17 +197,28 @@ def _engine_timeline(
     ]
 
 
-def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
-    known = {
-        "prefill_base_ms": 8.0,
-        "prefill_per_token_ms": 0.04,
-        "decode_base_ms": 20.0,
-        "decode_per_seq_ms": 0.5,
-    }
-    results = tmp_path / "offline.msgpack"
-    with ArchiveWriter(results, header=make_header("replay")) as writer:
-        for record in _engine_timeline(np.random.default_rng(4), known, cap=24):
+OFFLINE_KNOWN = {
+    "prefill_base_ms": 8.0,
+    "prefill_per_token_ms": 0.04,
+    "decode_base_ms": 20.0,
+    "decode_per_seq_ms": 0.5,
+}
+"""The costs of the offline time model most of the calibration tests run."""
+
+
+def _timeline_archive(
+    path: Path, seed: int, known: dict[str, float] = OFFLINE_KNOWN, n: int = 500
+) -> Path:
+    """``_engine_timeline``'s results (batches capped at 24) written as a result archive."""
+    with ArchiveWriter(path, header=make_header("replay")) as writer:
+        for record in _engine_timeline(np.random.default_rng(seed), known, cap=24, n=n):
             writer.append(record)
+    return path
+
+
+def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
+    known = OFFLINE_KNOWN
+    results = _timeline_archive(tmp_path / "offline.msgpack", 4)
     # Prompts of up to 3,000 tokens take one step under fast's 8,192-token chunks, as
     # they do here.
     fitted = calibrate([results], profile("fast"))
@@ -223,16 +234,8 @@ def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
 
 
 def test_the_command_writes_the_profile_and_says_how_well_it_fits(tmp_path: Path) -> None:
-    results, out = tmp_path / "offline.msgpack", tmp_path / "profile.json"
-    known = {
-        "prefill_base_ms": 8.0,
-        "prefill_per_token_ms": 0.04,
-        "decode_base_ms": 20.0,
-        "decode_per_seq_ms": 0.5,
-    }
-    with ArchiveWriter(results, header=make_header("replay")) as writer:
-        for record in _engine_timeline(np.random.default_rng(5), known, cap=24):
-            writer.append(record)
+    results = _timeline_archive(tmp_path / "offline.msgpack", 5)
+    out = tmp_path / "profile.json"
     args = ["sim", "calibrate", str(results), "-o", str(out), "--base", "default"]
     done = CliRunner().invoke(cli, args)
     assert done.exit_code == 0, done.output
@@ -385,10 +388,7 @@ def test_a_cost_fitted_below_zero_is_held_at_zero_and_said(tmp_path: Path) -> No
     # profile cannot hold it; the fit says so instead of showing 0 as fitted.
     known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
              "decode_base_ms": 30.0, "decode_per_seq_ms": -0.4}  # fmt: skip
-    results = tmp_path / "shrinking.msgpack"
-    with ArchiveWriter(results, header=make_header("replay")) as writer:
-        for record in _engine_timeline(np.random.default_rng(4), known, cap=24):
-            writer.append(record)
+    results = _timeline_archive(tmp_path / "shrinking.msgpack", 4, known)
     fitted = calibrate([results], profile("fast"))
     assert fitted.profile.decode_per_seq_ms == 0.0
     (said,) = [w for w in fitted.warnings if w.startswith("decode_per_seq_ms fitted at -0.4")]

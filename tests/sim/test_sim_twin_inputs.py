@@ -19,7 +19,7 @@ from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import record_to_map
 from tailreplay.traces.archive.writer import ArchiveWriter
 from tests.helpers import write_plain
-from tests.sim.test_sim_calibrate import _engine_timeline
+from tests.sim.test_sim_calibrate import OFFLINE_KNOWN, _engine_timeline, _timeline_archive
 
 
 def _profile_file(tmp_path: Path, text: str) -> Path:
@@ -83,16 +83,7 @@ def test_a_sim_arg_no_profile_holds_is_exit_2_before_anything_starts(arg: str) -
 def test_one_results_file_given_twice_is_refused(tmp_path: Path) -> None:
     """Read twice on one clock, every request decodes beside its copy: the batches seen
     double, max_num_seqs doubles and decode_per_seq_ms halves, silently."""
-    results = tmp_path / "r.msgpack"
-    known = {
-        "prefill_base_ms": 8.0,
-        "prefill_per_token_ms": 0.04,
-        "decode_base_ms": 20.0,
-        "decode_per_seq_ms": 0.5,
-    }
-    with ArchiveWriter(results, header=make_header("replay")) as writer:
-        for record in _engine_timeline(np.random.default_rng(4), known, cap=24, n=200):
-            writer.append(record)
+    results = _timeline_archive(tmp_path / "r.msgpack", 4, n=200)
     out = tmp_path / "p.json"
     done = CliRunner().invoke(
         cli, ["sim", "calibrate", str(results), str(tmp_path / "." / "r.msgpack"), "-o", str(out)]
@@ -102,13 +93,7 @@ def test_one_results_file_given_twice_is_refused(tmp_path: Path) -> None:
 
 
 def _results(path: Path, **changes: object) -> Path:
-    known = {
-        "prefill_base_ms": 8.0,
-        "prefill_per_token_ms": 0.04,
-        "decode_base_ms": 20.0,
-        "decode_per_seq_ms": 0.5,
-    }
-    records = _engine_timeline(np.random.default_rng(4), known, cap=24, n=200)
+    records = _engine_timeline(np.random.default_rng(4), OFFLINE_KNOWN, cap=24, n=200)
     with ArchiveWriter(path, header=make_header("replay")) as writer:
         for i, record in enumerate(records):
             if i % 5 == 0:
@@ -186,10 +171,8 @@ def test_a_step_cost_of_more_than_an_hour_is_no_profile(tmp_path: Path) -> None:
 
 def test_damaged_results_calibrate_with_skip_corrupt_as_the_error_says(tmp_path: Path) -> None:
     results, out = tmp_path / "r.msgpack", tmp_path / "p.json"
-    known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
-             "decode_base_ms": 20.0, "decode_per_seq_ms": 0.5}  # fmt: skip
     # A plain archive (no checked batches): the damage takes a few records, not a batch.
-    timeline = _engine_timeline(np.random.default_rng(4), known, cap=24)
+    timeline = _engine_timeline(np.random.default_rng(4), OFFLINE_KNOWN, cap=24)
     write_plain(results, [record_to_map(r) for r in timeline])
     data = bytearray(results.read_bytes())
     middle = len(data) * 3 // 5
@@ -214,12 +197,10 @@ def test_the_value_free_sim_flags_overrides_in_knows_are_sims_own() -> None:
 
 
 def test_a_copy_of_a_results_file_counts_each_request_once(tmp_path: Path) -> None:
-    known = {"prefill_base_ms": 8.0, "prefill_per_token_ms": 0.04,
-             "decode_base_ms": 20.0, "decode_per_seq_ms": 0.5}  # fmt: skip
     rng = np.random.default_rng(4)
     results, copy, out = tmp_path / "r.msgpack", tmp_path / "copy.msgpack", tmp_path / "p.json"
     with ArchiveWriter(results, header=make_header("replay")) as writer:
-        for record in _engine_timeline(rng, known, cap=24):
+        for record in _engine_timeline(rng, OFFLINE_KNOWN, cap=24):
             record.trace_id, record.span_id = rng.bytes(16), rng.bytes(8)  # as a replay's
             writer.append(record)
     copy.write_bytes(results.read_bytes())
