@@ -33,6 +33,7 @@ __all__ = [
     "load_profile",
     "overrides_in",
     "profile",
+    "profile_file",
 ]
 
 
@@ -140,19 +141,11 @@ class EngineProfile:
 
 
 _AT_LEAST_ONE = ("max_num_seqs", "kv_tokens", "max_model_len", "max_batched_tokens")
-_FINITE = (
-    "prefill_base_ms",
-    "prefill_per_token_ms",
-    "decode_base_ms",
-    "decode_per_seq_ms",
-    "output_mean",
-    "output_shape",
-    "reasoning_share",
-)
-_POSITIVE = ("output_mean", "output_shape")
 _STEP_COSTS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
 MOST_STEP_MS = 3_600_000.0
 """A step cost (base, or per token or sequence) of at most an hour."""
+_FINITE = (*_STEP_COSTS, "output_mean", "output_shape", "reasoning_share")
+_POSITIVE = ("output_mean", "output_shape")
 """The output lengths are a Gamma draw of this mean and shape: 0 divides by zero."""
 
 MAX_SPEC_TOKENS = 16
@@ -241,6 +234,12 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
     """The profile a JSON file holds: an object with every ``EngineProfile`` field (other
     keys, such as a calibration's account of itself, are ignored). Raises InputError,
     naming the file, for one that cannot be read or is not a profile."""
+    return profile_file(path)[0]
+
+
+def profile_file(path: str | os.PathLike[str]) -> tuple[EngineProfile, dict[str, Any]]:
+    """``load_profile``'s profile and the whole JSON object it was read from (its other
+    keys: ``sim calibrate``'s ``fitted`` and ``calibration``), from one bounded read."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait for a writer
             raise ValueError("not a regular file (a pipe, a device or a directory)")
@@ -254,7 +253,7 @@ def load_profile(path: str | os.PathLike[str]) -> EngineProfile:
         values = {
             f.name: _field_value(f.name, f.type, data, f.default) for f in fields(EngineProfile)
         }
-        return EngineProfile(**values)
+        return EngineProfile(**values), data
     except RecursionError:
         raise InputError(f"{os.fspath(path)}: not a usable profile: nested too deeply") from None
     except (OSError, ValueError, TypeError, OverflowError) as exc:
@@ -271,12 +270,8 @@ def departures(path: str | os.PathLike[str], overrides: Mapping[str, Any]) -> li
 
     The lines say so and do not refuse: a what-if on purpose is a use of a twin.
     """
-    fitted_profile = load_profile(path)
-    try:
-        with open(path, "rb") as f:
-            fitted = json.loads(f.read(MAX_PROFILE_BYTES)).get("fitted")
-    except (OSError, ValueError, AttributeError):
-        return []
+    fitted_profile, data = profile_file(path)
+    fitted = data.get("fitted")
     if not isinstance(fitted, dict):
         return []
     lines = []

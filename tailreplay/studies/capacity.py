@@ -9,7 +9,6 @@ The command line parses and checks the options, calls ``run_capacity`` and print
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -27,7 +26,7 @@ from tailreplay.report.capacity_result import Search, Trial, TwinSource
 from tailreplay.report.side import load_side
 from tailreplay.report.slo import Objective, check_judgeable
 from tailreplay.shared_options import TAIL_STRETCH
-from tailreplay.sim.profiles import departures, load_profile, overrides_in, profile
+from tailreplay.sim.profiles import departures, overrides_in, profile, profile_file
 from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
@@ -148,8 +147,7 @@ def twin_of(path: Path) -> TwinSource:
     """What ``--twin`` names: a profile ``tailreplay sim`` runs (checked as it checks
     one) that carries its calibration (``sim calibrate`` writes it); ``InputError``
     (exit 3), naming the file, for one that does not."""
-    load_profile(path)
-    calibration = json.loads(path.read_bytes()).get("calibration")
+    calibration = profile_file(path)[1].get("calibration")
     if not isinstance(calibration, dict) or not isinstance(calibration.get("files"), list):
         raise InputError(
             f"{path}: a profile, but no calibration in it: --twin takes what `tailreplay sim "
@@ -179,7 +177,7 @@ def twin_departures(twin: Path, sim_args: tuple[str, ...], models: Sequence[str]
     ``--sim-arg``s change (``sim.profiles.departures``), and a window whose requests name
     a model other than the one it was calibrated on."""
     lines = departures(twin, overrides_in(sim_args))
-    fitted_model = load_profile(twin).served_model
+    fitted_model = profile_file(twin)[0].served_model
     named = Counter(m for m in models if m)
     if named and fitted_model not in named:
         model, count = named.most_common(1)[0]
