@@ -40,15 +40,14 @@ _POLL_S = 0.1
 
 async def serve_offline(
     config: ReplayConfig,
+    builtin: BuiltinTarget,
     the_plan: Plan,
     on_result: Callable[[Record], None],
     stopped: Callable[[], bool],
     say: Callable[[str], None],
 ) -> int:
-    """Serve the schedule offline, each answer's result to ``on_result``; how many
-    requests were served. ``stopped`` (Ctrl-C) ends it between batches."""
-    builtin = config.builtin_target
-    assert builtin is not None, "replay_config gives --offline the built-in simulator"
+    """Serve the schedule by ``builtin``'s engine, each answer's result to ``on_result``;
+    how many requests were served. ``stopped`` (Ctrl-C) ends it."""
     t0_ns = time.time_ns()
     batches: queue.Queue[list[tuple[Any, Answer]] | None] = queue.Queue(_QUEUED_BATCHES)
     stop = threading.Event()

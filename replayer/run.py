@@ -192,7 +192,7 @@ async def _offline(
         raise UsageError("--offline serves the replay by the built-in simulator: no --target")
     described = builtin.describe(the_plan.longest)
     say(f"--offline: served in this process on a virtual clock ({described})")
-    served = await serve_offline(config, the_plan, on_result, lambda: stop.is_set, say)
+    served = await serve_offline(config, builtin, the_plan, on_result, lambda: stop.is_set, say)
     summary = collector.summary(served, 0)
     if stop.is_set:
         mark_unsent(summary, config.schedule, the_plan, served, served, interrupted=True)

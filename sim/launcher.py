@@ -133,6 +133,7 @@ class BuiltinSim:
         """The engine of ``sized(longest)`` serving ``asks`` on a virtual clock
         (``sim/offline_engine.py``); the replayer's side of it is ``replayer/builtin.py``."""
         from tailreplay.sim.offline_engine import OfflineRequest, block_chain, serve_offline
+        from tailreplay.sim.output import natural_length
 
         p = self.sized(longest)
         per_shared = max(PREFIX_BLOCK_TOKENS // p.block_size, 1)
@@ -141,8 +142,7 @@ class BuiltinSim:
         def requests() -> Iterator[tuple[Any, OfflineRequest]]:
             for key, (due_s, prompt, output, shared, own) in asks:
                 if output is None:  # as the simulator draws an unforced length
-                    drawn = draws.gammavariate(p.output_shape, p.output_mean / p.output_shape)
-                    output = max(1, round(drawn))
+                    output = min(natural_length(p, draws), max(1, p.max_model_len - prompt))
                 blocks = block_chain(shared, prompt, p.block_size, own, per_shared)
                 yield key, OfflineRequest(due_s, prompt, output, blocks)
 

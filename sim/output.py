@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from tailreplay.sim.profiles import EngineProfile
 from tailreplay.sim.schema import SimRequest
 
-__all__ = ["plan_output", "plan_reasoning", "words"]
+__all__ = ["natural_length", "plan_output", "plan_reasoning", "words"]
 
 _VOCABULARY = [
     "the",
@@ -169,6 +169,13 @@ def _rng(req: SimRequest, seed: int, salt: bytes) -> random.Random:
     return random.Random(int.from_bytes(req.digest + salt, "big") ^ seed)
 
 
+def natural_length(profile: EngineProfile, rng: random.Random) -> int:
+    """An answer's length where nothing forces it: a Gamma draw of the profile's mean and
+    shape, at least 1 token."""
+    shape = profile.output_shape
+    return max(1, math.ceil(rng.gammavariate(shape, profile.output_mean / shape)))
+
+
 def plan_output(
     req: SimRequest, prompt_tokens: int, profile: EngineProfile, seed: int
 ) -> tuple[int, str]:
@@ -182,9 +189,7 @@ def plan_output(
     budget = min(req.max_tokens or room, room)
     if req.ignore_eos:
         return budget, "length"
-    shape = profile.output_shape
-    draw = _rng(req, seed, b"len").gammavariate(shape, profile.output_mean / shape)
-    natural = max(1, math.ceil(draw), req.min_tokens)
+    natural = max(natural_length(profile, _rng(req, seed, b"len")), req.min_tokens)
     if natural >= budget:
         return budget, "length"
     return natural, "stop"
