@@ -73,7 +73,7 @@ class _RecorderCollector(Collector):
         yield one(
             GaugeMetricFamily,
             "tailreplay_proxy_record_backlog",
-            "Exchanges being recorded.",
+            "Exchanges served and not yet written, dropped, sampled out or failed.",
             counts.backlog,
         )
         yield one(

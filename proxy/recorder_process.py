@@ -34,6 +34,8 @@ class Stat:
     SAMPLED_OUT = 2
     FAILED = 3
     BACKLOG = 4
+    """Exchanges of the batch in hand not yet built (the proxy's backlog gauge counts
+    from its own side: what it sent less what is accounted for)."""
     HANDLED = 5
     """Exchanges built and handed on (the progress the proxy watches for a hang)."""
     SHED = 6

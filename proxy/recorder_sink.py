@@ -64,6 +64,8 @@ class RecorderCounts:
     """Of the records built, those written without their prompt's work (the
     recorder was behind: ``Record.shed``)."""
     backlog: int = 0
+    """Exchanges served and not yet accounted for (written, dropped, sampled out or
+    failed): in the loop's next batch, in the pipe, or in the recorder's hands."""
     copies: int = 0
     """Of those served, the copies sent to ``--shadow`` (``proxy/shadow.py``)..."""
     copies_failed: int = 0
@@ -223,7 +225,7 @@ class RecorderClient:
             sampled_out=r.sampled_out + s[Stat.SAMPLED_OUT],
             failed=r.failed + s[Stat.FAILED],
             shed=r.shed + s[Stat.SHED],
-            backlog=s[Stat.BACKLOG],
+            backlog=self._pipe.pending + max(self._waiting(), 0),
             copies=self.copies,
             copies_failed=self.copies_failed,
             copies_unfinished=self.copies_unfinished,

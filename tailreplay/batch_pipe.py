@@ -63,6 +63,11 @@ class BatchPipe:
             return
         self._batch.append(item)
 
+    @property
+    def pending(self) -> int:
+        """Items appended and not yet written to the pipe."""
+        return len(self._batch)
+
     def take_pending(self) -> list[Any]:
         """The items appended and not yet written, which are no longer this pipe's."""
         batch, self._batch = self._batch, []

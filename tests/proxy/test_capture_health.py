@@ -209,3 +209,44 @@ async def test_a_replacement_recorder_stopped_before_it_was_ready_does_not_hold_
     assert served.count(200) == len(served) == counted == written + dropped
     assert _on_disk(out) == written
     assert not Path(f"/proc/{stopped}").exists()  # killed and reaped, not orphaned
+
+
+async def _gauge_until(admin: str, name: str, wanted: float, until: float) -> float:
+    """``name`` on /metrics, polled until it reads ``wanted`` or ``until``; its last value."""
+    value = await metric(admin, name)
+    while value != wanted and time.monotonic() < until:
+        await asyncio.sleep(0.1)
+        value = await metric(admin, name)
+    return value
+
+
+async def test_the_backlog_gauge_counts_every_exchange_not_yet_written(tmp_path: Path) -> None:
+    """Exchanges the stopped recorder has not read (in the pipe, or in the loop's next
+    batch) are backlog too, not only the batch in its hands: a caller waiting for the
+    gauge to read 0 knows every exchange served is on disk."""
+    out, n = tmp_path / "out", 20
+    async with echo_upstream() as upstream:
+        proc, url, admin = start_proxy_process(upstream, out)
+        recorder = recorder_pid(proc.pid)
+        try:
+            os.kill(recorder, signal.SIGSTOP)
+            stopped = time.monotonic()
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            async with aiohttp.ClientSession() as s:
+                for _ in range(n):
+                    async with s.post(url + "/v1/chat/completions", json=body) as r:
+                        assert r.status == 200
+            gauge = "tailreplay_proxy_record_backlog"
+            # Well inside the restart of a hung recorder (RESTART_HUNG_S).
+            behind = await _gauge_until(admin, gauge, n, stopped + RESTART_HUNG_S / 3)
+            os.kill(recorder, signal.SIGCONT)
+            caught_up = await _gauge_until(admin, gauge, 0, time.monotonic() + 60)
+            written = await metric(admin, "tailreplay_proxy_records_written_total")
+            counted, _, dropped, _ = _exit_counts(proc)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(recorder, signal.SIGKILL)
+            proc.kill()
+    assert behind == n
+    assert caught_up == 0 and written == n == counted and dropped == 0
+    assert _on_disk(out) == n
