@@ -26,7 +26,7 @@ from time import monotonic_ns
 from typing import Any, Protocol
 
 from tailreplay.replayer.lookahead import LOOKAHEAD_BYTES, LOOKAHEAD_ITEMS, Lookahead
-from tailreplay.replayer.request import RequestBuilder, RequestSpec
+from tailreplay.replayer.request import RequestBuilder, RequestSpec, prompt_tokens
 from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.retry import RetryPolicy
 from tailreplay.replayer.schedule import Planned
@@ -482,7 +482,7 @@ class Dispatcher:
         if ok and spec.prompt_tokens and outcome.prompt_tokens:
             self.builder.prompts.observe(spec.prompt_tokens, outcome.prompt_tokens)
             if item.record.input_tokens:
-                stats.input_intended += item.record.input_tokens
+                stats.input_intended += prompt_tokens(item.record)
                 stats.input_reported += outcome.prompt_tokens
         result = result_record(
             item, intended_ns, shard=self.shard, spec=spec, outcome=outcome, sent=sent

@@ -23,7 +23,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-from tailreplay.replayer.request import RequestBuilder, RequestSpec
+from tailreplay.replayer.request import RequestBuilder, RequestSpec, prompt_tokens
 from tailreplay.replayer.schedule import Planned
 
 __all__ = ["LOOKAHEAD_BYTES", "LOOKAHEAD_ITEMS", "Lookahead"]
@@ -44,7 +44,7 @@ def _size(item: Planned) -> int:
     record = item.record
     if record.req_body is not None:
         return len(record.req_body) // 4 + 1
-    return (record.input_tokens or 0) + 1
+    return prompt_tokens(record) + 1
 
 
 class Lookahead:

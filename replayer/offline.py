@@ -23,7 +23,7 @@ from tailreplay.http.sse import EXACT_GAPS, bin_of, flat_bins
 from tailreplay.replayer.builtin import Answer, Ask, BuiltinTarget
 from tailreplay.replayer.config import ReplayConfig
 from tailreplay.replayer.due_times import u64
-from tailreplay.replayer.request import DEFAULT_INPUT_TOKENS
+from tailreplay.replayer.request import prompt_tokens
 from tailreplay.replayer.results import Sent, result_record
 from tailreplay.replayer.schedule import Plan, Planned, schedule, until
 from tailreplay.replayer.transport import Outcome
@@ -99,7 +99,7 @@ def _asks(items: Iterator[Planned], seed: int) -> Iterator[tuple[Planned, Ask]]:
     the live run would ask for them, its recorded prefix blocks, its own salt."""
     for item in items:
         record = item.record
-        prompt = record.input_tokens or DEFAULT_INPUT_TOKENS
+        prompt = prompt_tokens(record)
         output = item.budget if item.budget is not None else record.output_tokens
         own = u64(item.key, item.copy.to_bytes(4, "big"), seed.to_bytes(8, "big", signed=True))
         yield item, (item.due_s, prompt, output, list(record.prefix_hashes or ()), own)
@@ -124,7 +124,7 @@ def _outcome(item: Planned, answer: Answer) -> Outcome:
     out = Outcome(
         status=200,
         duration_ns=ns[-1],
-        prompt_tokens=record.input_tokens or DEFAULT_INPUT_TOKENS,
+        prompt_tokens=prompt_tokens(record),
         completion_tokens=len(ns),
         cached_tokens=cached,
         tokens_source="usage",

@@ -18,20 +18,26 @@ from typing import Any
 
 from tailreplay.dialects import DEFAULT_ROUTE, Dialect, dialect_for
 from tailreplay.replayer.prompts import PromptMaker
-from tailreplay.replayer.schedule import MAX_BUDGET, Planned
+from tailreplay.replayer.schedule import MAX_BUDGET, MOST_INPUT_TOKENS, Planned
 from tailreplay.traces.archive.record import Record
 
-__all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec"]
+__all__ = ["DEFAULT_INPUT_TOKENS", "BodyEdits", "RequestBuilder", "RequestSpec", "prompt_tokens"]
 
 log = logging.getLogger("tailreplay.replay")
 
 DEFAULT_INPUT_TOKENS = 32
 """Prompt size for a record that kept neither a body nor an input token count."""
 FORCED_FIELDS = ("min_tokens", "ignore_eos")
-"""Where a record without a path (an imported trace) is sent: chat completions."""
+"""The fields that force an output length; a target's error naming one refused them."""
 _PROMPT = "\x00tailreplay:prompt\x00"
 """Stands for the synthetic prompt in the body until the prompt's bytes replace it."""
 _PROMPT_JSON = json.dumps(_PROMPT).encode()
+
+
+def prompt_tokens(record: Record) -> int:
+    """The prompt tokens a replay asks for ``record`` (which kept no body): as recorded,
+    at most ``MOST_INPUT_TOKENS``."""
+    return min(record.input_tokens or DEFAULT_INPUT_TOKENS, MOST_INPUT_TOKENS)
 
 
 @dataclass(slots=True)
@@ -199,7 +205,7 @@ class RequestBuilder:
             # A call without a body (``GET /v1/models``); a POST no dialect could
             # rebuild never gets here (``rebuildable.py``).
             return RequestSpec(method, path, None, False, None)
-        tokens = record.input_tokens or DEFAULT_INPUT_TOKENS
+        tokens = prompt_tokens(record)
         overhead = self.prompts.overhead if dialect.chat_prompt else 0
         content = self.prompts.content_tokens(tokens, overhead)
         # Keyed on the record's place in the stream and its copy, not its start alone:

@@ -36,7 +36,15 @@ from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.replayer.request import RequestBuilder
 from tailreplay.replayer.result_archive import result_writer
 from tailreplay.replayer.results import result_record
-from tailreplay.replayer.schedule import Plan, Planned, ScheduleConfig, plan, schedule, until
+from tailreplay.replayer.schedule import (
+    MOST_INPUT_TOKENS,
+    Plan,
+    Planned,
+    ScheduleConfig,
+    plan,
+    schedule,
+    until,
+)
 from tailreplay.replayer.scrape import resolve, scraping
 from tailreplay.replayer.slo_stop import MissWatch
 from tailreplay.replayer.slo_stop import most_scheduled as _scheduled
@@ -254,6 +262,11 @@ def _note_plan(the_plan: Plan, sc: ScheduleConfig, say: Say) -> None:
         say(
             f"note: {the_plan.capped:,} tail requests ask less than x{sc.tail_stretch:g}: "
             f"cut to fit the {sc.max_context:,}-token context"
+        )
+    if the_plan.inputs_cut:
+        say(
+            f"warning: {the_plan.inputs_cut:,} requests ask for more than "
+            f"{MOST_INPUT_TOKENS:,} prompt tokens: their prompts are cut to that many"
         )
     if the_plan.over_context:
         say(

@@ -49,6 +49,12 @@ Array = np.ndarray
 MAX_BUDGET = 2**32 - 1
 """A stretched budget is a token count too (``max_tokens`` < 2^32 in the archive)."""
 
+MOST_INPUT_TOKENS = 1 << 24
+"""The longest prompt a replay makes up, in tokens (16.8M: above every context an
+engine serves, ~70 MB of text). An archive's ``input_tokens`` holds up to 2^32 - 1;
+a prompt that long would take the replayer's memory (and the built-in simulator's,
+sized for it), so a record that asks more is sent this many (``Plan.inputs_cut``)."""
+
 
 @dataclass(frozen=True)
 class TailCost:
@@ -176,6 +182,8 @@ class Plan:
     longest: int | None = None
     """The most tokens one request holds: input + output budget (stretch and cap
     applied), over the replayed set; None when no record has token counts."""
+    inputs_cut: int = 0
+    """Records whose prompt is cut to ``MOST_INPUT_TOKENS``."""
     warnings: list[str] = field(default_factory=list)
     """What reading the archives met: empty files, torn tails, skipped records and bytes."""
     ticks: Ticks | None = None
@@ -299,6 +307,9 @@ def plan(config: ScheduleConfig) -> Plan:
     if tail is None or config.tail_stretch == 1:
         # A stretch of 1 changes no budget: no request is the tail's, in any view.
         tail = np.zeros(count, dtype=bool)
+    # The tail was chosen by what the records ask; what is sent is cut to what is made.
+    inputs_cut = int((inputs > MOST_INPUT_TOKENS).sum())
+    np.minimum(inputs, MOST_INPUT_TOKENS, out=inputs)
     capped, over, longest = _budgets(config, inputs, base, has_base & tail, has_tokens)
     the_plan = Plan(
         count=count,
@@ -310,6 +321,7 @@ def plan(config: ScheduleConfig) -> Plan:
         capped=capped,
         over_context=over,
         longest=longest,
+        inputs_cut=inputs_cut,
         warnings=warnings,
         per_file=per_file,
         due_within=within,
@@ -416,7 +428,8 @@ def _budget(record: Record, tail: bool, config: ScheduleConfig) -> int | None:
     budget = min(math.ceil(config.tail_stretch * base), MAX_BUDGET)
     if config.max_context is not None:
         # Fit the context, but never ask less than was recorded.
-        budget = min(budget, max(config.max_context - (record.input_tokens or 0), base))
+        prompt = min(record.input_tokens or 0, MOST_INPUT_TOKENS)
+        budget = min(budget, max(config.max_context - prompt, base))
     return budget
 
 

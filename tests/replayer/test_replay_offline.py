@@ -120,3 +120,23 @@ def test_what_the_offline_engine_would_ignore_is_refused(
     assert done.returncode == 2, done.stderr
     assert f"{named} need a live run" in done.stderr, done.stderr
     assert not (tmp_path / "r.msgpack").exists()
+
+
+def test_a_prompt_longer_than_any_engine_serves_is_cut_and_said(tmp_path: Path) -> None:
+    """An archive's ``input_tokens`` holds up to 2^32 - 1: a prompt that long made up
+    (and an engine sized for it) would take the machine's memory. It is sent as
+    ``MOST_INPUT_TOKENS``, and the run says so."""
+    from tailreplay.replayer.schedule import MOST_INPUT_TOKENS
+
+    chat = {"method": "POST", "path": "/v1/chat/completions", "stream": True}
+    archive = write_plain(tmp_path / "a.msgpack", [
+        {"start_ns": T0, **chat, "input_tokens": 2**32 - 1, "output_tokens": 5},
+        {"start_ns": T0 + 10**9, **chat, "input_tokens": 100, "output_tokens": 5},
+    ])  # fmt: skip
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline")
+    assert done.returncode == 0, done.stderr
+    assert f"1 requests ask for more than {MOST_INPUT_TOKENS:,} prompt tokens" in done.stderr
+    huge, small = sorted(ArchiveReader([tmp_path / "r.msgpack"]), key=lambda r: r.start_ns)
+    assert small.status == 200 and small.output_tokens == 5
+    # Sized to hold it (the context grows with the longest request), and served.
+    assert huge.status == 200 and huge.input_tokens == MOST_INPUT_TOKENS
