@@ -19,11 +19,12 @@ __all__ = ["Answer", "Ask", "BuiltinTarget", "builtin_started"]
 
 Ask = tuple[float, int, int | None, list[int], int]
 """A request served offline: its due time (s from the start), prompt tokens, output
-tokens (None: the profile draws them), its recorded prefix hashes (each a 512-token
-block it shares), and a number its own blocks are salted with."""
+tokens (None: the profile draws them; 0: a call that generates nothing, answered at
+once), its recorded prefix hashes (each a 512-token block it shares), and a number its
+own blocks are salted with."""
 Answer = tuple[int, list[float], int | None, str]
-"""What it got: status (200, 429, 400), each token's time from its due time, the
-prompt tokens found cached, and a refusal's text."""
+"""What it got: status (200, 429, 400), each token's time from its due time (none for
+a call that generates nothing), the prompt tokens found cached, and a refusal's text."""
 
 
 class BuiltinTarget(Protocol):

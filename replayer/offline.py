@@ -19,7 +19,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tailreplay.dialects import DEFAULT_ROUTE, dialect_for
 from tailreplay.http.sse import EXACT_GAPS, bin_of, flat_bins
+from tailreplay.openai_api import generates_nothing
 from tailreplay.replayer.builtin import Answer, Ask, BuiltinTarget
 from tailreplay.replayer.config import ReplayConfig
 from tailreplay.replayer.due_times import u64
@@ -96,11 +98,19 @@ def _work(
 
 def _asks(items: Iterator[Planned], seed: int) -> Iterator[tuple[Planned, Ask]]:
     """Each planned request as the engine takes it: its prompt and output lengths as
-    the live run would ask for them, its recorded prefix blocks, its own salt."""
+    the live run would ask for them, its recorded prefix blocks, its own salt. A call
+    that generates nothing asks for no output (answered at once); an embedding for one
+    token (its one step is the prefill's), as the simulator's server asks."""
     for item in items:
         record = item.record
         prompt = prompt_tokens(record)
         output = item.budget if item.budget is not None else record.output_tokens
+        if generates_nothing(record.method, record.path):
+            output = 0
+        elif not _generates(record):
+            output = 1
+        elif output is not None:
+            output = max(output, 1)
         own = u64(item.key, item.copy.to_bytes(4, "big"), seed.to_bytes(8, "big", signed=True))
         yield item, (item.due_s, prompt, output, list(record.prefix_hashes or ()), own)
 
@@ -125,10 +135,10 @@ def _outcome(item: Planned, answer: Answer) -> Outcome:
         status=200,
         duration_ns=ns[-1],
         prompt_tokens=prompt_tokens(record),
-        completion_tokens=len(ns),
+        completion_tokens=len(ns) if _generates(record) else 0,
         cached_tokens=cached,
         tokens_source="usage",
-        finish_reason="length",
+        finish_reason="length" if _generates(record) else None,
         content_type="text/event-stream" if record.stream else "application/json",
     )
     if record.stream:
@@ -138,6 +148,12 @@ def _outcome(item: Planned, answer: Answer) -> Outcome:
     else:
         out.ttfb_ns = ns[-1]
     return out
+
+
+def _generates(record: Record) -> bool:
+    """Whether its answer carries output tokens (an embedding's does not)."""
+    dialect = dialect_for(record.path or DEFAULT_ROUTE)
+    return dialect is None or dialect.generates
 
 
 def _binned(gaps: list[int]) -> list[int] | None:

@@ -38,7 +38,9 @@ class OfflineRequest:
     """When it arrives, from the start of the run."""
     prompt_tokens: int
     output_tokens: int
-    """Tokens to generate: the engine generates exactly these (a forced length)."""
+    """Tokens to generate: the engine generates exactly these (a forced length); 0: a
+    call that generates nothing (``GET /v1/models``), answered at once, as the
+    simulator's server answers it, without the engine."""
     blocks: list[int] = field(default_factory=list)
     """The chained hashes of its prompt's full blocks, as the prefix cache names them
     (``block_chain``); empty: it shares nothing."""
@@ -140,9 +142,12 @@ class _Serving(Generic[K]):
 
     async def _one(self, engine: Engine, key: K, request: OfflineRequest) -> None:
         loop = asyncio.get_running_loop()
+        if request.output_tokens == 0:
+            self.done.append((key, Served(200)))
+            return
         try:
             seq: Sequence = engine.submit(
-                request.prompt_tokens, max(request.output_tokens, 1), request.blocks
+                request.prompt_tokens, request.output_tokens, request.blocks
             )
         except QueueFull as exc:
             self.done.append((key, Served(429, error_text=str(exc))))

@@ -140,3 +140,28 @@ def test_a_prompt_longer_than_any_engine_serves_is_cut_and_said(tmp_path: Path) 
     assert small.status == 200 and small.output_tokens == 5
     # Sized to hold it (the context grows with the longest request), and served.
     assert huge.status == 200 and huge.input_tokens == MOST_INPUT_TOKENS
+
+
+def test_calls_that_generate_nothing_are_answered_as_the_simulator_answers_them(
+    tmp_path: Path,
+) -> None:
+    """``GET /v1/models`` at once, without the engine; an embedding in one step (its
+    prefill), with no output tokens; neither takes a generation's steps."""
+    p = PROFILES["fast"].with_overrides(**TWIN_HIDDEN)
+    archive = write_plain(tmp_path / "a.msgpack", [
+        {"start_ns": T0, "method": "GET", "path": "/v1/models"},
+        {"start_ns": T0 + 10**9, "method": "POST", "path": "/v1/embeddings", "stream": False,
+         "input_tokens": 800},
+        {"start_ns": T0 + 2 * 10**9, "method": "POST", "path": "/v1/chat/completions",
+         "stream": True, "input_tokens": 800, "output_tokens": 5},
+    ])  # fmt: skip
+    done = _replay(archive, tmp_path / "r.msgpack", "--offline", *HIDDEN)
+    assert done.returncode == 0, done.stderr
+    results = sorted(ArchiveReader([tmp_path / "r.msgpack"]), key=lambda r: r.start_ns)
+    models, embedding, chat = results
+    assert models.status == 200 and models.duration_ns == 0 and not models.output_tokens
+    assert embedding.status == 200 and embedding.output_tokens == 0
+    # Its one step is its prefill's; the chat request after it found the engine idle.
+    assert embedding.duration_ns == pytest.approx(p.prefill_ms(800) * 1e6, abs=1_000)
+    assert chat.status == 200 and chat.output_tokens == 5
+    assert chat.ttfb_ns == pytest.approx(p.prefill_ms(800) * 1e6, abs=1_000)
