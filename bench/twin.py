@@ -101,10 +101,12 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=14.0, help="arrivals a second at the end")
     ap.add_argument("--rate-from", type=float, default=1.0, help="arrivals a second at first")
     ap.add_argument("--prompt-max", type=int, default=3000, help="the longest prompt, tokens")
+    ap.add_argument("--keep", type=Path, help="keep the window, the replays and the profile here")
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
     with tempfile.TemporaryDirectory() as tmpdir:
-        tmp = Path(tmpdir)
+        tmp = Path(tmpdir) if args.keep is None else args.keep
+        tmp.mkdir(parents=True, exist_ok=True)
         archive = tmp / "window.msgpack"
         n = ramping_window(archive, args.seconds, args.rate, 11, rate_from=args.rate_from,
                            prompt_max=args.prompt_max)  # fmt: skip

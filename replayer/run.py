@@ -41,6 +41,7 @@ from tailreplay.replayer.schedule import (
     Plan,
     Planned,
     ScheduleConfig,
+    first_burst,
     plan,
     schedule,
     until,
@@ -64,7 +65,8 @@ LATE_START_S = 10.0
 """How far past ``--start-at`` a run may start and still keep the shared schedule."""
 STOP_GRACE_S = 5.0
 WARM_CONNECTIONS = 32
-"""Connections opened before t0 (the first requests of a burst would each pay a connect)."""
+"""Connections opened before t0 at most (the first requests of a burst would each pay a
+connect), and no more than the first burst has requests (``schedule.first_burst``)."""
 
 
 @dataclass
@@ -475,8 +477,12 @@ async def _dispatch(
 ) -> ReplayOutcome:
     sc = config.schedule
     loop = asyncio.get_running_loop()
+    if config.users is not None:
+        first, burst = schedule(sc, the_plan, say), min(config.users.counts[0], WARM_CONNECTIONS)
+    else:
+        first, burst = first_burst(schedule(sc, the_plan, say), WARM_CONNECTIONS)
     # Before t0: connections for the first burst, then a collection that can take a while.
-    await transport.warm(min(WARM_CONNECTIONS, max(config.connections, 1)))
+    await transport.warm(min(burst, max(config.connections, 1)))
     freeze_heap()
     # On the dispatcher's clock (time.monotonic: uvloop's loop.time() counts whole ms).
     t0, t0_wall = start_times(time.monotonic(), config.start_at_ns, sc.shard, say)
@@ -493,7 +499,7 @@ async def _dispatch(
         cut: list[Planned] = []
         if config.users is not None:
             await dispatcher.run_users(
-                schedule(sc, the_plan, say),
+                first,
                 t0,
                 t0_wall,
                 users=config.users,
@@ -501,7 +507,7 @@ async def _dispatch(
                 limit_s=config.duration_s,
             )
         else:
-            items = until(schedule(sc, the_plan, say), config.duration_s, cut)
+            items = until(first, config.duration_s, cut)
             await dispatcher.run(items, t0, t0_wall)
         if dispatcher.stopping.is_set():  # Ctrl-C, --fail-fast or --slo-stop
             # An objective already missed: the answers still to come change nothing.

@@ -11,6 +11,7 @@ live replay sends.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -34,10 +35,12 @@ __all__ = [
     "AMPLIFY_JITTER_S",
     "DEFAULT_TAIL_COST",
     "MAX_BUDGET",
+    "MOST_INPUT_TOKENS",
     "Plan",
     "Planned",
     "ScheduleConfig",
     "TailCost",
+    "first_burst",
     "plan",
     "schedule",
     "shard_of",
@@ -525,6 +528,24 @@ def _in_tail(record: Record, the_plan: Plan, config: ScheduleConfig) -> bool:
         return False
     value = _tail_value(record, the_plan.tail_by, config.tail_cost)
     return value is not None and value >= the_plan.tail_threshold
+
+
+FIRST_BURST_S = 0.05
+"""Requests due within this of the first are the first burst (``first_burst``)."""
+
+
+def first_burst(
+    items: Iterator[Planned], most: int, within_s: float = FIRST_BURST_S
+) -> tuple[Iterator[Planned], int]:
+    """``items`` as they were, and how many of the first ``most`` fall due within
+    ``within_s`` of the first (at least 1): the connections a replay opens before its
+    start. Not more: a server that gives each connection a thread of a small pool
+    (llama.cpp's server: 6 threads with 4 slots) holds an idle one until its keep-alive
+    ends, so 32 opened for a schedule that starts with one request left that request
+    5 s waiting for a thread."""
+    head = list(itertools.islice(items, most))
+    burst = sum(1 for item in head if item.due_s - head[0].due_s < within_s) if head else 1
+    return itertools.chain(head, items), burst
 
 
 def until(items: Iterator[Planned], limit_s: float | None, cut: list[Planned]) -> Iterator[Planned]:

@@ -35,6 +35,7 @@ import numpy as np
 
 from tailreplay.sim.calibration_data import Observed, UnusableResults, read_results
 from tailreplay.sim.calibration_fits import (
+    PREFILL_QUANTILE,
     Array,
     LineFit,
     batch_sizes,
@@ -63,6 +64,8 @@ MIN_REQUESTS = 30
 """Streamed answers a calibration needs at the least."""
 MIN_CLEAN_PREFILLS = 30
 """Prefills alone in their step needed to fit on them only (else on every request)."""
+MIN_IDLE_PREFILLS = 10
+"""Requests that found the engine idle needed to fit the prefill on them only."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,9 @@ class Timeline:
     two tokens read together)."""
     alone: Array
     """Requests whose prefill step held no other request's prefill."""
+    idle: Array
+    """Requests that found the engine idle: nothing decoding and no step ending between
+    their send and their first token, which alone ended their step."""
 
     @classmethod
     def of(cls, o: Observed) -> Timeline:
@@ -105,7 +111,8 @@ class Timeline:
         # of this one's (half the step, or of a typical gap when the step was longer).
         window = np.minimum(first - step_start, typical)
         alone = prefills_ending(first, window, first) <= 1
-        return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone)
+        idle = alone & (step_batch == 0) & (step_start == o.start_s)
+        return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone, idle)
 
 
 STEP_SPLIT = 0.3
@@ -266,14 +273,31 @@ def _decode_fit(o: Observed, t: Timeline) -> LineFit:
 
 
 def _prefill_fit(o: Observed, t: Timeline, decode: LineFit, chunk: int) -> LineFit:
-    """The prefill fit on each streamed request's prefill step less its decode, from
-    the requests whose prefill was alone in its step when there are enough of them."""
+    """The prefill fit on each streamed request's prefill step less its decode: from the
+    requests that found the engine idle when there are enough of them, else from those
+    whose prefill was alone in its step when there are enough, else from all.
+
+    An idle engine's request is the one whose step is read without assuming when an
+    engine sends a first token: its TTFT is its prefill. Beside a running batch, the
+    step is taken to be the one its first token ended, which holds where the first
+    token comes with its prefill's step (vLLM, SGLang, the simulator); llama.cpp's
+    server sends it a step later, and that step, a decode, read as the prefill, made
+    the fit a tenth of its cost."""
     decode_ms = np.where(t.step_batch > 0, decode.base + decode.slope * t.step_batch, 0.0)
     prefill_ms = (t.step_end_s - t.step_start_s) * 1e3 - decode_ms
     tokens = o.uncached_tokens
+    idle = t.idle & o.streamed
     alone = t.alone & o.streamed
-    use = alone if alone.sum() >= MIN_CLEAN_PREFILLS else o.streamed
-    fit = fit_prefill(tokens[use], prefill_ms[use], chunk)
+    # An idle engine's prefill shares its step with nothing: its time is its cost, and
+    # the median line, not the lower envelope, is the typical one.
+    quantile = PREFILL_QUANTILE
+    if idle.sum() >= MIN_IDLE_PREFILLS:
+        use, quantile = idle, 0.5
+    elif alone.sum() >= MIN_CLEAN_PREFILLS:
+        use = alone
+    else:
+        use = o.streamed
+    fit = fit_prefill(tokens[use], prefill_ms[use], chunk, quantile)
     if fit is None:
         raise UnusableResults(
             f"{', '.join(o.files)}: the streamed requests' prompts do not vary in size "
