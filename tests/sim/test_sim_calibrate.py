@@ -4,6 +4,7 @@ parameters; unusable results and bad options as one line and their exit codes.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -395,3 +396,64 @@ def test_a_cost_fitted_below_zero_is_held_at_zero_and_said(tmp_path: Path) -> No
     assert said.endswith(
         "below 0 (the results do not show the cost growing with the work): 0 in the profile"
     )
+
+
+def _late_first_token_archive(path: Path, n: int, seed: int) -> None:
+    """Results of an engine that, like llama.cpp's server, sends a request's first
+    token one step after its prefill's step: each step costs 10 ms, 15 ms a sequence
+    decoding and 2 ms a prompt token; up to 4 requests at once; one arrival in 3 s on
+    average (29 of 80 prefilled beside another request's decode)."""
+    rng = np.random.default_rng(seed)
+    arrivals = list(np.cumsum(rng.exponential(3.0, n)))
+    sizes = [int(x) for x in np.exp(rng.uniform(np.log(30), np.log(600), n))]
+    outs = [int(x) for x in rng.integers(20, 61, n)]
+    tokens: list[list[float]] = [[] for _ in range(n)]
+    t, waiting, running, hidden = 0.0, 0, [], []  # running: decoding; hidden: just prefilled
+    while waiting < n or running or hidden:
+        if not running and not hidden and arrivals[waiting] > t:
+            t = arrivals[waiting]
+        new = []
+        while waiting < n and arrivals[waiting] <= t and len(running) + len(hidden) + len(new) < 4:
+            new.append(waiting)
+            waiting += 1
+        decoding = running + hidden
+        t += (10 + 15 * len(decoding) + 2 * sum(sizes[i] for i in new)) / 1e3
+        for i in decoding:
+            tokens[i].append(t)
+        running = [i for i in decoding if len(tokens[i]) < outs[i]]
+        hidden = new
+    with ArchiveWriter(path, header=make_header("test")) as writer:
+        for i in range(n):
+            start, times = arrivals[i], tokens[i]
+            writer.append(
+                Record(
+                    start_ns=T0 + round(start * 1e9),
+                    method="POST",
+                    path="/v1/chat/completions",
+                    model="late",
+                    stream=True,
+                    input_tokens=sizes[i],
+                    cached_tokens=0,
+                    output_tokens=outs[i],
+                    status=200,
+                    ttfb_ns=round((times[0] - start) * 1e9),
+                    chunk_gaps_us=[round((b - a) * 1e6) for a, b in itertools.pairwise(times)],
+                    duration_ns=round((times[-1] - start) * 1e9),
+                )
+            )
+
+
+def test_the_prefill_of_an_engine_that_sends_the_first_token_a_step_late(
+    tmp_path: Path,
+) -> None:
+    """Beside a running batch, the step such an engine's first token ended is a decode;
+    read as the prefill, it made the fit a tenth of the cost. The requests that found
+    the engine idle give it (their TTFT: the prefill, and one step the base absorbs)."""
+    results = tmp_path / "late.msgpack"
+    _late_first_token_archive(results, 80, seed=5)
+    p = calibrate([results], profile("fast")).profile
+    assert p.prefill_per_token_ms == pytest.approx(2.0, rel=0.05)
+    assert p.decode_per_seq_ms == pytest.approx(15.0, rel=0.05)
+    # An idle request's TTFT: its prefill's step (10 ms and its tokens), then one
+    # decode step of itself (25 ms), which the base holds.
+    assert p.prefill_base_ms == pytest.approx(35.0, rel=0.05)
