@@ -131,14 +131,15 @@ def _outcome(item: Planned, answer: Answer) -> Outcome:
     if status != 200 or not token_s:
         return Outcome(status=status, duration_ns=0, error_text=error_text)
     ns = [round(t * 1e9) for t in token_s]
+    generates = _generates(record)
     out = Outcome(
         status=200,
         duration_ns=ns[-1],
         prompt_tokens=prompt_tokens(record),
-        completion_tokens=len(ns) if _generates(record) else 0,
+        completion_tokens=len(ns) if generates else 0,
         cached_tokens=cached,
         tokens_source="usage",
-        finish_reason="length" if _generates(record) else None,
+        finish_reason="length" if generates else None,
         content_type="text/event-stream" if record.stream else "application/json",
     )
     if record.stream:

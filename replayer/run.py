@@ -478,9 +478,10 @@ async def _dispatch(
     sc = config.schedule
     loop = asyncio.get_running_loop()
     if config.users is not None:
-        first, burst = schedule(sc, the_plan, say), min(config.users.counts[0], WARM_CONNECTIONS)
+        scheduled = schedule(sc, the_plan, say)
+        burst = min(config.users.counts[0], WARM_CONNECTIONS)
     else:
-        first, burst = first_burst(schedule(sc, the_plan, say), WARM_CONNECTIONS)
+        scheduled, burst = first_burst(schedule(sc, the_plan, say), WARM_CONNECTIONS)
     # Before t0: connections for the first burst, then a collection that can take a while.
     await transport.warm(min(burst, max(config.connections, 1)))
     freeze_heap()
@@ -499,7 +500,7 @@ async def _dispatch(
         cut: list[Planned] = []
         if config.users is not None:
             await dispatcher.run_users(
-                first,
+                scheduled,
                 t0,
                 t0_wall,
                 users=config.users,
@@ -507,7 +508,7 @@ async def _dispatch(
                 limit_s=config.duration_s,
             )
         else:
-            items = until(first, config.duration_s, cut)
+            items = until(scheduled, config.duration_s, cut)
             await dispatcher.run(items, t0, t0_wall)
         if dispatcher.stopping.is_set():  # Ctrl-C, --fail-fast or --slo-stop
             # An objective already missed: the answers still to come change nothing.
