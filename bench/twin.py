@@ -125,10 +125,13 @@ def main() -> None:
             check=True,
         )  # fmt: skip
         twin: dict[float, dict[str, tuple[float, float]]] = {}
+        # The slot count is the deployment's, known to whoever runs it (llama-server's
+        # --parallel); a window at half the capacity never fills the slots to show it.
+        slots = [f"--sim-arg=--max-num-seqs={args.llama_server[2]}"] if args.llama_server else []
         for load in loads:
             out = tmp / f"twin-{load:g}.msgpack"
             began = time.monotonic()
-            replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline"])
+            replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline", *slots])
             spent["twin"] += time.monotonic() - began
             twin[load] = figures(out)
     report(args, n, loads, real, twin)

@@ -100,6 +100,8 @@ class Lookahead:
             self._bytes -= len(spec.body or b"")
             if spec.forced and not self._builder.forced_fields_ok:
                 spec = self._builder.build(item)  # built before the target refused them
+            elif self._builder.resized(item, spec):
+                spec = self._builder.build(item)  # sized before the target's first counts
             return item, spec
         upcoming = self._peek()
         if upcoming is None:

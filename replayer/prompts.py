@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from tailreplay.replayer.replay_summary import PromptEntropy
+from tailreplay.replayer.target_count import TargetCount
 from tailreplay.traces.archive.record import PREFIX_BLOCK_TOKENS
 from tailreplay.traces.text.prompt_stats import entropy_bits as entropy_bits_of
 
@@ -54,7 +55,6 @@ _WIDTH = 16
 """Bytes of the widest word with its leading space, and then some."""
 _SMALL_DRAW = 40
 """Prompts up to this many words are made by a join; longer ones by numpy."""
-_MIN_CORRECTION, _MAX_CORRECTION = 0.5, 2.0
 _WORDS_FILE = Path(__file__).with_name("single_token_words.txt")
 
 
@@ -221,16 +221,15 @@ CHAT_OVERHEAD_TOKENS = 3
 class PromptMaker:
     """Builds chat messages whose rendered prompt has a given token count.
 
-    ``correction`` is the ratio the target's own tokenizer reported (its
-    prompt_tokens / ours): later prompts are scaled by its inverse so that input
-    lengths match as the target counts them.
+    ``counted`` is how the target counts them, from its answers' usage
+    (``target_count``): later prompts are sized by it so that input lengths match as
+    the target counts them.
     """
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
         self.words = single_token_words()
-        self.correction = 1.0
-        self._samples = 0
+        self.counted = TargetCount()
         self.overhead = CHAT_OVERHEAD_TOKENS
         # Each word with its leading space, padded with NULs to one width: a gather and one
         # deletion make the text (no Python loop).
@@ -344,7 +343,7 @@ class PromptMaker:
         which ``overhead`` are the wrapping's (a chat message's role; by default
         ``self.overhead``, 0 for a bare prompt)."""
         wrap = self.overhead if overhead is None else overhead
-        return max(1, round(input_tokens / self.correction) - wrap)
+        return max(1, self.counted.ours_for(input_tokens) - wrap)
 
     def rendered_tokens(self, content_tokens: int) -> int:
         """Our count of the rendered prompt for ``content_tokens`` of content."""
@@ -352,13 +351,4 @@ class PromptMaker:
 
     def observe(self, ours: int, reported: int) -> None:
         """Fold in a target's prompt_tokens for a prompt that is ``ours`` tokens to us."""
-        if ours <= 0 or reported <= 0:
-            return
-        self._samples += 1
-        # A running mean over the first 100 observations, then an EMA: quick to settle,
-        # then steady.
-        weight = 1.0 / min(self._samples, 100)
-        self.correction += weight * (reported / ours - self.correction)
-        # Tokenizers differ by tens of percent, not by factors; a target whose usage
-        # does not follow what we send (a fixed mock) must not blow prompts up.
-        self.correction = min(max(self.correction, _MIN_CORRECTION), _MAX_CORRECTION)
+        self.counted.observe(ours, reported)

@@ -183,6 +183,17 @@ class RequestBuilder:
         spec.abort_after_tokens, spec.abort_after_s = tokens, seconds
         return spec
 
+    def resized(self, item: Planned, spec: RequestSpec) -> bool:
+        """Whether ``spec``, a synthetic prompt built ahead, would be sized otherwise now:
+        the target's answers since have moved how it counts prompts (``target_count``),
+        as the first answers of a target with a chat template of its own do."""
+        if spec.prompt_tokens is None or item.record.req_body is not None:
+            return False
+        dialect = dialect_for(spec.path)
+        overhead = self.prompts.overhead if dialect is not None and dialect.chat_prompt else 0
+        content = self.prompts.content_tokens(prompt_tokens(item.record), overhead)
+        return content + overhead != spec.prompt_tokens
+
     def _abort(self, record: Record) -> tuple[int | None, float | None] | None:
         """Where the recorded client left: after its stream's tokens (the proxy counts
         what reached the client), else after its duration; None: it did not leave."""

@@ -5,7 +5,8 @@ and KV room for their prompt remain, (2) prefills up to ``max_batched_tokens`` p
 tokens (long prompts take several steps: chunked prefill), (3) runs one decode step
 for every sequence past prefill, and (4) when the step's modelled time has passed,
 hands each of those sequences one token. A sequence whose prefill completes in a
-step gets its first token at the end of that step (as in vLLM). When the KV cache
+step gets its first token at the end of that step (as in vLLM), or with the profile's
+``first_token_late`` at the end of the next (as llama.cpp's server). When the KV cache
 cannot hold the next token of every running sequence, the newest is preempted:
 its KV is freed and it waits at the head of the queue to be recomputed.
 
@@ -363,6 +364,7 @@ class Engine:
 
         def growth() -> int:
             ending = sum(s.generated == 0 and s.prefilled + n >= s.context for s, n in prefill)
+            ending *= not self.profile.first_token_late  # its token comes a step later
             return len(decoding) * (1 + self.profile.spec_tokens) + ending  # drafts all taken
 
         while self.running and self.kv_used + growth() > self.profile.kv_tokens:
@@ -394,8 +396,9 @@ class Engine:
             stats.prefill_tokens += n
             self._register(seq)
             if not seq.in_prefill and seq.generated == 0:
-                decoding.append(seq)  # its first token comes with the prefill step
                 stats.prompt_tokens += seq.prompt_tokens
+                if not self.profile.first_token_late:
+                    decoding.append(seq)  # its first token comes with the prefill step
         done = []
         for seq in decoding:
             if seq.cancelled:

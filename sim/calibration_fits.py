@@ -29,6 +29,7 @@ __all__ = [
     "PREFILL_QUANTILE",
     "LineFit",
     "batch_sizes",
+    "decode_steps",
     "fit_block_size",
     "fit_decode",
     "fit_prefill",
@@ -122,6 +123,26 @@ def fit_decode(batch: Array, gap_ms: Array, min_count: int = DECODE_MIN_GAPS) ->
     weights = np.array([np.sum(batch == s) for s in keep], dtype=float)
     slope, base = np.polyfit(keep.astype(float), medians, 1, w=weights)
     return LineFit(float(base), float(slope), int(weights.sum()), (float(keep[0]), float(keep[-1])))
+
+
+def decode_steps(batch: Array, gap_ms: Array, min_count: int = DECODE_MIN_GAPS) -> list[float]:
+    """The median clean gap at each batch size from 1, up to the first size seen by
+    fewer than ``min_count`` gaps: the step times as measured (``decode_steps_ms``),
+    where the line through them is the model's beyond.
+
+    >>> decode_steps(np.array([1, 1, 2, 2, 4, 4]), np.array([10.0, 12, 20, 22, 40, 40]), 2)
+    [11.0, 21.0]
+    """
+    order = np.argsort(batch, kind="stable")
+    sizes, starts, counts = np.unique(batch[order], return_index=True, return_counts=True)
+    steps: list[float] = []
+    for size, start, count in zip(sizes, starts, counts, strict=True):
+        if size != len(steps) + 1 or count < min_count:
+            if size > len(steps):
+                break
+            continue  # batch 0 (nothing decoding) comes first: not a step size
+        steps.append(float(np.median(gap_ms[order[start : start + count]])))
+    return steps
 
 
 def prefill_steps(tokens: Array, chunk: int) -> Array:

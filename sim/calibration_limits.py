@@ -33,8 +33,16 @@ MIN_QUEUED = 3
 """Requests that must have queued behind the largest batch seen to call it the limit."""
 
 _TIME_FIELDS = frozenset(
-    {"prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms"}
+    {
+        "prefill_base_ms",
+        "prefill_per_token_ms",
+        "decode_base_ms",
+        "decode_per_seq_ms",
+        "decode_steps_ms",
+        "first_token_late",
+    }
 )
+"""Fitted by the time model (``calibrate.py``), not here."""
 _WHY_NOT: dict[str, str] = {
     "kv_tokens": "not identifiable from per-request results (a full KV cache shows only "
     "as a queue or a preemption, which a full batch explains as well)",

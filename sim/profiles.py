@@ -72,6 +72,17 @@ class EngineProfile:
     """Speculative decoding: draft tokens proposed per sequence and step (0: off). Each
     is accepted, in order until one is not, with ``spec_acceptance`` of the prompt's
     token entropy; a step costs ``SPEC_STEP_COST`` more per draft token."""
+    decode_steps_ms: tuple[float, ...] = ()
+    """A decode step's time at each batch size from 1, as an engine was measured
+    (``sim calibrate``: the median clean gap at each size it saw enough of); past the
+    last, that time and ``decode_per_seq_ms`` a sequence more. Empty: the line
+    ``decode_base_ms + decode_per_seq_ms * batch``. An engine's step is not always
+    that line: llama.cpp's server on a CPU decodes 4 sequences in a shorter step
+    than 3."""
+    first_token_late: bool = False
+    """A sequence's first token comes with the step after the one that finished its
+    prompt (llama.cpp's server, as its streams show), not with that step (vLLM, SGLang):
+    its TTFT holds that next step too, another prompt's prefill included."""
 
     def __post_init__(self) -> None:
         for name in _AT_LEAST_ONE:
@@ -95,11 +106,24 @@ class EngineProfile:
                 raise ValueError(f"{name} must be at most {MOST_STEP_MS:,.0f} ms")
         if self.block_size < 1:
             raise ValueError(f"block_size must be at least 1, not {self.block_size}")
+        if len(self.decode_steps_ms) > MAX_DECODE_STEPS or not all(
+            math.isfinite(x) and 0 <= x <= MOST_STEP_MS for x in self.decode_steps_ms
+        ):
+            raise ValueError(
+                f"decode_steps_ms must be at most {MAX_DECODE_STEPS:,} step times, each "
+                f"a finite number of ms from 0 to {MOST_STEP_MS:,.0f}"
+            )
         if not 0 <= self.spec_tokens <= MAX_SPEC_TOKENS:
             raise ValueError(f"spec_tokens must be 0..{MAX_SPEC_TOKENS}, not {self.spec_tokens}")
 
     def decode_ms(self, batch: int) -> float:
-        plain = self.decode_base_ms + self.decode_per_seq_ms * batch
+        steps = self.decode_steps_ms
+        if not steps:
+            plain = self.decode_base_ms + self.decode_per_seq_ms * batch
+        elif batch <= len(steps):
+            plain = steps[max(batch, 1) - 1]
+        else:
+            plain = steps[-1] + self.decode_per_seq_ms * (batch - len(steps))
         return plain * (1 + SPEC_STEP_COST * self.spec_tokens)
 
     def spec_acceptance(self, entropy_bits: float) -> float:
@@ -148,6 +172,8 @@ _FINITE = (*_STEP_COSTS, "output_mean", "output_shape", "reasoning_share")
 _POSITIVE = ("output_mean", "output_shape")
 """The output lengths are a Gamma draw of this mean and shape: 0 divides by zero."""
 
+MAX_DECODE_STEPS = 4096
+"""Batch sizes a profile's measured decode steps cover at most."""
 MAX_SPEC_TOKENS = 16
 """Draft tokens per step at most (EAGLE and n-gram drafts use 2-8)."""
 SPEC_STEP_COST = 0.1
@@ -356,6 +382,12 @@ def _field_value(name: str, kind: Any, data: dict[str, Any], default: Any) -> An
             raise ValueError(f"no {name!r}")
         return default
     value = data[name]
+    if str(kind) == "tuple[float, ...]":
+        if not isinstance(value, list) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in value
+        ):
+            raise ValueError(f"{name!r} must be a list of numbers, not {value!r}"[:200])
+        return tuple(float(x) for x in value)
     allowed = _KINDS[str(kind)]
     if not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool)):
         raise ValueError(f"{name!r} must be a {kind}, not {value!r}")

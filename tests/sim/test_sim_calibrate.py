@@ -230,8 +230,10 @@ def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
     assert p.max_num_seqs == 24 and "max_num_seqs" in fitted.fitted
     assert "kv_tokens" in fitted.not_fitted and p.kv_tokens == PROFILES["fast"].kv_tokens
     assert p.served_model == "offline" and p.block_size == 16  # no hits: the base's
-    # Without a clock's jitter the model explains its own input to the microsecond.
+    # Without a clock's jitter the model explains its own input to the microsecond, and
+    # its twin serves the window again as it was served (the first token with its step).
     assert fitted.residuals.latency_median < 0.01 and fitted.residuals.ttft_median < 0.01
+    assert not p.first_token_late and fitted.window.ttft_worst < 0.01
 
 
 def test_the_command_writes_the_profile_and_says_how_well_it_fits(tmp_path: Path) -> None:
@@ -448,12 +450,21 @@ def test_the_prefill_of_an_engine_that_sends_the_first_token_a_step_late(
 ) -> None:
     """Beside a running batch, the step such an engine's first token ended is a decode;
     read as the prefill, it made the fit a tenth of the cost. The requests that found
-    the engine idle give it (their TTFT: the prefill, and one step the base absorbs)."""
+    the engine idle give it (their TTFT: the prefill, then one decode step of their
+    own), and serving the window again tells the late first token from a prompt
+    step's: the profile says the token comes a step late, and its twin serves the
+    window's TTFT within a few percent, where the other way misses its P99 by 25%."""
     results = tmp_path / "late.msgpack"
     _late_first_token_archive(results, 80, seed=5)
-    p = calibrate([results], profile("fast")).profile
+    fitted = calibrate([results], profile("fast"))
+    p = fitted.profile
+    assert p.first_token_late
     assert p.prefill_per_token_ms == pytest.approx(2.0, rel=0.05)
     assert p.decode_per_seq_ms == pytest.approx(15.0, rel=0.05)
-    # An idle request's TTFT: its prefill's step (10 ms and its tokens), then one
-    # decode step of itself (25 ms), which the base holds.
-    assert p.prefill_base_ms == pytest.approx(35.0, rel=0.05)
+    # The prefill's own step: 10 ms and its tokens (the decode step after it is the
+    # decode's: 10 ms and 15 a sequence).
+    assert p.prefill_base_ms == pytest.approx(10.0, rel=0.05)
+    assert p.decode_base_ms == pytest.approx(10.0, rel=0.05)
+    w = fitted.window
+    assert abs(w.ttft_p50) < 0.05 and abs(w.ttft_p99) < 0.05, w
+    assert abs(w.latency_p50) < 0.05 and abs(w.latency_p99) < 0.05, w

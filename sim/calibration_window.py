@@ -1,0 +1,74 @@
+"""A fitted profile's account of its own input: the calibration's requests served again
+by the offline engine (``offline_engine``), each arriving when it was sent with the
+lengths it had, and their TTFT and latency set against what was measured.
+
+This is the twin's test on the one window where the truth is known: a calibration
+picks between the ways an engine may send its first token by it, and says how far
+the twin's percentiles are from the window's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailreplay.sim.calibration_data import Array, Observed
+from tailreplay.sim.offline_engine import OfflineRequest, Served, serve_offline
+from tailreplay.sim.profiles import EngineProfile
+
+__all__ = ["WindowErrors", "served_again"]
+
+
+@dataclass(frozen=True)
+class WindowErrors:
+    """The twin against the window: relative errors (twin / measured - 1) of the P50 and
+    P99 of TTFT and latency over the streamed requests."""
+
+    ttft_p50: float
+    ttft_p99: float
+    latency_p50: float
+    latency_p99: float
+
+    @property
+    def ttft_worst(self) -> float:
+        """The larger of the TTFT P50's and P99's |error|: what picks the way an engine
+        sends its first token (the requests that found the engine idle, often most,
+        are served alike either way; the tail, where one prompt waits out another's
+        prefill, is not)."""
+        return max(abs(self.ttft_p50), abs(self.ttft_p99))
+
+
+def served_again(o: Observed, p: EngineProfile) -> WindowErrors:
+    """``o``'s streamed requests served by ``p`` offline: each at its send time, its
+    prompt the tokens the engine computed (input less cached: the offline prompt shares
+    no prefix), its output as answered."""
+    streamed = np.flatnonzero(o.streamed)
+    prompts = np.maximum(o.uncached_tokens[streamed], 1)
+    outputs = np.maximum(o.output_tokens[streamed], 1)
+    requests = (
+        (j, OfflineRequest(float(o.start_s[i]), int(prompts[j]), int(outputs[j])))
+        for j, i in enumerate(streamed)
+    )
+    ttft = np.full(len(streamed), np.nan)
+    latency = np.full(len(streamed), np.nan)
+
+    def emit(batch: list[tuple[int, Served]]) -> None:
+        for j, served in batch:
+            if served.status == 200 and served.token_s:
+                ttft[j], latency[j] = served.token_s[0], served.token_s[-1]
+
+    serve_offline(p, iter(requests), emit)
+    measured_ttft = o.ttft_s[streamed]
+    measured_latency = o.last_token_s[streamed] - o.start_s[streamed]
+    return WindowErrors(
+        ttft_p50=_error(ttft, measured_ttft, 50),
+        ttft_p99=_error(ttft, measured_ttft, 99),
+        latency_p50=_error(latency, measured_latency, 50),
+        latency_p99=_error(latency, measured_latency, 99),
+    )
+
+
+def _error(twin: Array, measured: Array, q: float) -> float:
+    """The twin's percentile ``q`` against the measured one, as twin / measured - 1."""
+    return float(np.nanpercentile(twin, q) / np.nanpercentile(measured, q) - 1)
