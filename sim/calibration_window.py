@@ -44,6 +44,8 @@ def served_again(o: Observed, p: EngineProfile) -> WindowErrors:
     prompt the tokens the engine computed (input less cached: the offline prompt shares
     no prefix), its output as answered."""
     streamed = np.flatnonzero(o.streamed)
+    # The engine takes them in arrival order; results are written as they end.
+    streamed = streamed[np.argsort(o.start_s[streamed], kind="stable")]
     prompts = np.maximum(o.uncached_tokens[streamed], 1)
     outputs = np.maximum(o.output_tokens[streamed], 1)
     requests = (
