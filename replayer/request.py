@@ -190,9 +190,13 @@ class RequestBuilder:
         if spec.prompt_tokens is None or item.record.req_body is not None:
             return False
         dialect = dialect_for(spec.path)
-        overhead = self.prompts.overhead if dialect is not None and dialect.chat_prompt else 0
-        content = self.prompts.content_tokens(prompt_tokens(item.record), overhead)
-        return content + overhead != spec.prompt_tokens
+        return dialect is not None and sum(self._sized(item.record, dialect)) != spec.prompt_tokens
+
+    def _sized(self, record: Record, dialect: Dialect) -> tuple[int, int]:
+        """A synthetic prompt's content tokens, and the tokens its wrapping adds (a chat
+        message's role), to us, for the target to count the record's input tokens."""
+        overhead = self.prompts.overhead if dialect.chat_prompt else 0
+        return self.prompts.content_tokens(prompt_tokens(record), overhead), overhead
 
     def _abort(self, record: Record) -> tuple[int | None, float | None] | None:
         """Where the recorded client left: after its stream's tokens (the proxy counts
@@ -216,9 +220,7 @@ class RequestBuilder:
             # A call without a body (``GET /v1/models``); a POST no dialect could
             # rebuild never gets here (``rebuildable.py``).
             return RequestSpec(method, path, None, False, None)
-        tokens = prompt_tokens(record)
-        overhead = self.prompts.overhead if dialect.chat_prompt else 0
-        content = self.prompts.content_tokens(tokens, overhead)
+        content, overhead = self._sized(record, dialect)
         # Keyed on the record's place in the stream and its copy, not its start alone:
         # requests stamped in one tick (or copies of one record) would otherwise get the
         # same text and share a prefix cache they never shared in production.

@@ -45,6 +45,7 @@ from tailreplay.sim.calibration_fits import (
     fit_prefill,
     prefill_steps,
     prefills_ending,
+    step_times,
     with_prefill,
 )
 from tailreplay.sim.calibration_limits import Limits, fit_limits
@@ -289,35 +290,28 @@ def _clamped(prefill: LineFit, decode: _Decode) -> list[str]:
 
 @dataclass(frozen=True)
 class _Decode:
-    """The decode step's time: measured at each batch size the gaps saw enough of
-    (``steps``, from 1), and on from the last one by the fitted line's slope; the line
-    alone without them."""
+    """The decode fit: the line through the medians, and the medians themselves at
+    each batch size from 1 (the step times as measured)."""
 
-    base: float
-    slope: float
-    steps: tuple[float, ...]
     line: LineFit
+    steps: tuple[float, ...]
+
+    @property
+    def base(self) -> float:
+        return self.line.base
+
+    @property
+    def slope(self) -> float:
+        return self.line.slope
 
     @property
     def sizes(self) -> tuple[int, int]:
         """The batch sizes the line was fitted over."""
         return int(self.line.x_range[0]), int(self.line.x_range[1])
 
-    @property
-    def points(self) -> int:
-        return self.line.points
-
     def ms(self, batch: Array) -> Array:
         """The step time at each of ``batch`` (sizes of 1 and more)."""
-        batch = np.asarray(batch, dtype=float)
-        if not self.steps:
-            plain: Array = self.base + self.slope * batch
-            return plain
-        table = np.asarray(self.steps)
-        known = np.clip(batch, 1, len(table)).astype(int) - 1
-        beyond = np.maximum(batch - len(table), 0)
-        out: Array = table[known] + self.slope * beyond
-        return out
+        return step_times(self.line.base, self.line.slope, self.steps, batch)
 
 
 def _decode_fit(o: Observed, t: Timeline) -> _Decode:
@@ -329,7 +323,7 @@ def _decode_fit(o: Observed, t: Timeline) -> _Decode:
             "sizes with enough gaps each: the decode cost against the batch cannot be fitted "
             "(replay at a load that varies the number of requests decoding at once)"
         )
-    return _Decode(fit.base, fit.slope, tuple(decode_steps(batch, gap_ms)), fit)
+    return _Decode(fit, tuple(decode_steps(batch, gap_ms)))
 
 
 def _prefill_fit(
@@ -405,7 +399,7 @@ def _fitted_notes(prefill: LineFit, decode: _Decode) -> dict[str, str]:
     )
     on_decode = (
         f"least squares through the median clean inter-token gap at each batch size "
-        f"{blo}..{bhi} ({decode.points:,} gaps)"
+        f"{blo}..{bhi} ({decode.line.points:,} gaps)"
     )
     on_steps = (
         f"the median clean inter-token gap at each batch size from 1 to "
@@ -476,8 +470,7 @@ def explain(o: Observed, t: Timeline, p: EngineProfile) -> Residuals:
 
 
 def _decode_ms(p: EngineProfile, batch: Array) -> Array:
-    line = LineFit(p.decode_base_ms, p.decode_per_seq_ms, 0, (1.0, 1.0))
-    return _Decode(p.decode_base_ms, p.decode_per_seq_ms, p.decode_steps_ms, line).ms(batch)
+    return step_times(p.decode_base_ms, p.decode_per_seq_ms, p.decode_steps_ms, batch)
 
 
 def _prefills_ms_ending(end: Array, window: Array, first: Array, prefill_ms: Array) -> Array:

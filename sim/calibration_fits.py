@@ -16,6 +16,7 @@ synthetic data with known parameters).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "fit_prefill",
     "prefill_steps",
     "prefills_ending",
+    "step_times",
     "with_prefill",
 ]
 
@@ -133,16 +135,34 @@ def decode_steps(batch: Array, gap_ms: Array, min_count: int = DECODE_MIN_GAPS) 
     >>> decode_steps(np.array([1, 1, 2, 2, 4, 4]), np.array([10.0, 12, 20, 22, 40, 40]), 2)
     [11.0, 21.0]
     """
+    decoding = batch > 0  # batch 0 (nothing decoding) is no step size
+    batch, gap_ms = batch[decoding], gap_ms[decoding]
     order = np.argsort(batch, kind="stable")
     sizes, starts, counts = np.unique(batch[order], return_index=True, return_counts=True)
     steps: list[float] = []
     for size, start, count in zip(sizes, starts, counts, strict=True):
         if size != len(steps) + 1 or count < min_count:
-            if size > len(steps):
-                break
-            continue  # batch 0 (nothing decoding) comes first: not a step size
+            break
         steps.append(float(np.median(gap_ms[order[start : start + count]])))
     return steps
+
+
+def step_times(base: float, slope: float, steps: Sequence[float], batch: Array) -> Array:
+    """A decode step's time at each of ``batch`` (sizes of 1 and more), as
+    ``EngineProfile.decode_ms`` times one: the measured ``steps`` where they reach, on
+    from the last by ``slope``; the line ``base + slope * batch`` without them.
+
+    >>> step_times(1.0, 10.0, [14.0, 28.0], np.array([1, 2, 4])).tolist()
+    [14.0, 28.0, 48.0]
+    """
+    batch = np.asarray(batch, dtype=float)
+    if not steps:
+        line: Array = base + slope * batch
+        return line
+    table = np.asarray(steps)
+    known = np.clip(batch, 1, len(table)).astype(int) - 1
+    out: Array = table[known] + slope * np.maximum(batch - len(table), 0)
+    return out
 
 
 def prefill_steps(tokens: Array, chunk: int) -> Array:

@@ -32,7 +32,7 @@ __all__ = ["MIN_QUEUED", "Limits", "fit_limits"]
 MIN_QUEUED = 3
 """Requests that must have queued behind the largest batch seen to call it the limit."""
 
-_TIME_FIELDS = frozenset(
+_FITTED_IN_CALIBRATE = frozenset(
     {
         "prefill_base_ms",
         "prefill_per_token_ms",
@@ -42,7 +42,7 @@ _TIME_FIELDS = frozenset(
         "first_token_late",
     }
 )
-"""Fitted by the time model (``calibrate.py``), not here."""
+"""Fields the time model fits (``calibrate.py``), not the limits here."""
 _WHY_NOT: dict[str, str] = {
     "kv_tokens": "not identifiable from per-request results (a full KV cache shows only "
     "as a queue or a preemption, which a full batch explains as well)",
@@ -90,7 +90,7 @@ def fit_limits(o: Observed, gap_batch: Array, queued: Array, base: EngineProfile
         names = ", ".join(name for name, _ in o.models[:5])
         warnings.append(f"the requests named several models ({names}): fitted as one engine")
     for f in fields(EngineProfile):
-        if f.name not in fitted and f.name not in _TIME_FIELDS and f.name != "name":
+        if f.name not in fitted and f.name not in _FITTED_IN_CALIBRATE and f.name != "name":
             not_fitted.setdefault(f.name, _WHY_NOT.get(f.name, "not measured"))
     served = overrides.get("served_model")
     return Limits(overrides, fitted, not_fitted, served, tuple(warnings))
