@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dispatch_wait import paced_floor
 from replay import even_archive
 
-from proxy import free_port, nginx_conf, process
+from proxy import free_port, nginx, process
 
 PARTS = """
 import atexit, collections, functools, json, os, sys, time
@@ -116,8 +116,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         port = free_port()
-        conf = nginx_conf(tmp, 1, free_port(), port, fixed=port)
-        with process(["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"], port):
+        with process(nginx(tmp, 1, free_port(), port, fixed=port), port):
             archive = tmp / "even.msgpack"
             even_archive(archive, args.rate, args.seconds)
             floor_args = argparse.Namespace(seconds=args.seconds)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay import even_archive
 from replay_cpu import _chat_body
 
-from proxy import free_port, nginx_conf, process
+from proxy import free_port, nginx, process
 
 NO_TIMERFD = """\
 import tailreplay.replayer.timer as timer
@@ -158,8 +158,7 @@ def main() -> None:
         tmp = Path(tmpdir)
         tried = arms(args, tmp)
         port = free_port()
-        conf = nginx_conf(tmp, 1, free_port(), port, fixed=port)
-        with process(["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"], port):
+        with process(nginx(tmp, 1, free_port(), port, fixed=port), port):
             url = f"http://127.0.0.1:{port}"
             for rate in (int(r) for r in args.rates.split(",")):
                 archive = tmp / f"even-{rate}.msgpack"

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from replay import even_archive
 
-from proxy import free_port, nginx_conf, process
+from proxy import free_port, nginx, process
 
 _ONLY_IN_REPLAY = 'import sys\nif "replay" in sys.argv:\n'
 TAKEN_AWAY = {
@@ -90,8 +90,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         port = free_port()
-        conf = nginx_conf(tmp, 1, free_port(), port, fixed=port)
-        with process(["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"], port):
+        with process(nginx(tmp, 1, free_port(), port, fixed=port), port):
             archive = tmp / "even.msgpack"
             even_archive(archive, args.rate, args.seconds)
             for _ in range(args.runs):
