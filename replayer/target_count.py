@@ -5,10 +5,16 @@ target counts it with its own tokenizer (tens of percent apart) and after its ow
 template (tens of tokens: llama.cpp's server with gemma 3 adds 22 to every prompt). So
 the target's count is modelled as ``ratio * ours + offset``, fitted by least squares
 over the (ours, reported) pairs seen, and a prompt that must count N tokens to the
-target is made ``(N - offset) / ratio`` tokens to us. A ratio alone (the mean of
-reported / ours) until the prompts seen differ enough in size to tell the two apart, and
+target is made ``(N - offset) / ratio`` tokens to us.
+
+Until the prompts seen differ enough in size to tell a ratio from an offset, and
 whenever the line is not one a tokenizer and a template make (a mock that reports one
-count whatever it gets).
+count whatever it gets), a shift alone: the mean of reported - ours, bounded so that a
+prompt is made between half and twice what it should count. A shift rather than a
+ratio because every chat target adds a template, and a template's tokens read as a
+ratio on the short first prompts (31 tokens counted 53: a ratio of 1.7) would cut the
+long prompts after them by two fifths, where a shift read off a ratio target is wrong
+only by that ratio's distance from 1.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ _STEADY = 100
 """Observations averaged alike; past them each new one weighs 1/_STEADY (recent ones
 count more, so a target that changes is followed)."""
 _RATIO = (0.5, 2.0)
-"""Tokenizers differ by tens of percent, not by factors."""
+"""Tokenizers differ by tens of percent, not by factors: a fitted slope, and what the
+shift alone may make of a prompt (between half and twice its count)."""
 _SPREAD = 0.1
 """The prompts seen must vary in size by this share of their mean (a coefficient of
 variation) before a line is fitted through them."""
@@ -37,13 +44,17 @@ class TargetCount:
     ...     c.observe(ours, round(1.1 * ours) + 22)
     >>> c.ours_for(1000)
     889
+    >>> c = TargetCount()
+    >>> c.observe(31, 53)
+    >>> c.ours_for(428)
+    406
     """
 
     def __init__(self) -> None:
         self.samples = 0
         self._x = self._y = self._xx = self._xy = 0.0  # running means
-        self.ratio = 1.0
-        """The mean of reported / ours (the model when no line is fitted)."""
+        self.shift = 0.0
+        """The mean of reported - ours (the model when no line is fitted)."""
         self.line: tuple[float, float] | None = None
         """(ratio, offset) once fitted."""
 
@@ -57,10 +68,7 @@ class TargetCount:
         self._y += w * (reported - self._y)
         self._xx += w * (ours * ours - self._xx)
         self._xy += w * (ours * reported - self._xy)
-        self.ratio += w * (reported / ours - self.ratio)
-        # A target whose usage does not follow what we send (a fixed mock) must not
-        # blow prompts up.
-        self.ratio = min(max(self.ratio, _RATIO[0]), _RATIO[1])
+        self.shift += w * (reported - ours - self.shift)
         self.line = self._fitted()
 
     def _fitted(self) -> tuple[float, float] | None:
@@ -76,6 +84,9 @@ class TargetCount:
     def ours_for(self, wanted: int) -> int:
         """The tokens, to us, of a prompt the target should count ``wanted``; at least 1."""
         if self.line is None:
-            return max(1, round(wanted / self.ratio))
+            # A target whose usage does not follow what we send (a fixed mock) must not
+            # blow prompts up, nor shrink them to nothing.
+            shifted = min(max(wanted - self.shift, wanted / _RATIO[1]), wanted / _RATIO[0])
+            return max(1, round(shifted))
         slope, offset = self.line
         return max(1, round((wanted - offset) / slope))

@@ -98,11 +98,11 @@ def test_prompts_count_the_recorded_tokens_on_a_target_with_a_template(tmp_path:
     assert not off, off
 
 
-def test_the_count_model_is_a_ratio_until_sizes_differ_and_refuses_a_mock() -> None:
+def test_the_count_model_is_a_shift_until_sizes_differ_and_refuses_a_mock() -> None:
     c = TargetCount()
     for _ in range(20):
         c.observe(1000, 1100)
-    assert c.line is None and c.ours_for(1100) == 1000  # one size: a ratio alone
+    assert c.line is None and c.ours_for(1100) == 1000  # one size: a shift alone
     for ours in (100, 300, 900, 2000, 50):
         c.observe(ours, round(1.1 * ours) + 30)
     assert c.line is not None  # sizes now vary: the template shows
@@ -112,3 +112,20 @@ def test_the_count_model_is_a_ratio_until_sizes_differ_and_refuses_a_mock() -> N
     for ours in (20, 50, 400, 900, 3000, 8000) * 2:
         m.observe(ours, 14)
     assert m.line is None and m.ours_for(16) <= 32
+
+
+def test_a_template_seen_on_short_prompts_does_not_cut_a_long_one() -> None:
+    """llama.cpp's server with gemma 3 counted a replay's first prompts of 31, 32 and 59
+    tokens as 53, 54 and 80 (its chat template adds 22). Read as a ratio (1.6x), that
+    would have made the next prompt, recorded at 428, count 290 on the server."""
+    c = TargetCount()
+    for ours, reported in ((31, 53), (32, 54), (59, 80)):
+        c.observe(ours, reported)
+    assert c.line is None  # three answers: too few for a line
+    assert abs(c.ours_for(428) + 22 - 428) <= 2, c.ours_for(428)
+    # On a target whose tokenizer alone differs (1.2x, no template), the shift is off
+    # by no more than that difference.
+    r = TargetCount()
+    for ours in (40, 60, 90):
+        r.observe(ours, round(1.2 * ours))
+    assert 428 / 1.2 <= r.ours_for(428) <= 428, r.ours_for(428)
