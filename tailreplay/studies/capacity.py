@@ -261,8 +261,14 @@ class _Trials:
         duration_s = COARSE_SHARE * self.span_s if coarse else None
         if self.study.target is not None and self.replays:
             time.sleep(self.study.drain_s)  # let the target finish what the last trial left queued
-        self.replays += 1
         args = trial_args(self.study, self.window, factor, duration_s=duration_s)
+        if self.study.target is not None:
+            # A given target keeps its prefix cache from one trial to the next: the same
+            # prompts again would be served from it (llama.cpp's server cached 96-100% of
+            # every later trial's prompt tokens), so each trial draws prompts of its own,
+            # with the window's prefix sharing within it. A fresh simulator starts empty.
+            args = replace(args, seed=args.seed + self.replays)
+        self.replays += 1
         ok = (0, 1, EXIT_NOT_MEASURED)
         if self.study.twin is not None:
             # The twin is served offline, on a virtual clock: the same engine model as a

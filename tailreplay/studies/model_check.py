@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -187,11 +187,11 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     faster = _sized(cfg, [w[0] for w in held], longest, say)
     fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args, faster)
     results = []
-    for kind, seed, path in arms:
+    for arm, (kind, seed, path) in enumerate(arms):
         say(f"replaying {_name(kind, seed)} ...")
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
         with fresh(longest) as url:
-            _replay(cfg, url, path, out)
+            _replay(cfg, url, path, out, prompts=arm)
             slowdown = sim_slowdown(url)
         result = _measure(kind, seed, path, out, cfg.lag_limit_s * 1e3)
         result.sim_slowdown = slowdown
@@ -299,8 +299,11 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
     return held
 
 
-def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
-    """One arm, as recorded (no tail stretch), at ``cfg.speed``."""
+def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path, *, prompts: int) -> None:
+    """One arm, as recorded (no tail stretch), at ``cfg.speed``. A given target keeps its
+    prefix cache from one arm to the next, and the model's and Poisson's arms hold the
+    same requests: each arm's prompts are drawn on a seed of its own (``prompts``), so
+    no arm is served from another's cache. A fresh simulator starts empty either way."""
     args = ReplayArgs(
         archives=(archive,),
         target=URL(url),
@@ -311,6 +314,8 @@ def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path) -> None:
         timeout=cfg.timeout_s,
         fail_fast=0,
     )
+    if cfg.target is not None:
+        args = replace(args, seed=args.seed + prompts)
     replay_child(args)
 
 

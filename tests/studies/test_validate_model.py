@@ -220,6 +220,32 @@ def test_a_target_that_refuses_requests_makes_every_arm_overloaded_exit_4(
     assert not _measured(done, data)
 
 
+def test_against_a_given_target_no_arm_is_served_from_anothers_cache(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    """One simulator with a prefix cache serves every arm in turn, as a given target
+    does: the model's and Poisson's arms hold the same requests, so with the same
+    prompts the second would find every prompt cached. Each arm draws its own."""
+    from tailreplay.sim.launcher import sim_process
+    from tailreplay.traces.archive.reader import ArchiveReader
+
+    archive, model, _ = trace
+    flags = ["--seeds", "1", "--window", "10s", "--lag-limit", "1s"]
+    with sim_process(["--profile", "fast"]) as url:
+        flags += ["--target", url, "--out-dir", str(tmp_path / "arms")]
+        done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model), *flags)
+    assert "Traceback" not in done.stderr
+    results = sorted((tmp_path / "arms").glob("*-results.msgpack"))
+    assert len(results) == 3, (results, done.stderr[-600:])
+    for arm in results:
+        answered = [r for r in ArchiveReader([arm]) if r.status == 200]
+        cached = sum(r.cached_tokens or 0 for r in answered)
+        assert answered and cached <= 0.05 * sum(r.input_tokens or 0 for r in answered), (
+            arm.name,
+            cached,
+        )
+
+
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
     maps = [{"start_ns": T0 + i * gap_ns, "input_tokens": 100, "output_tokens": tokens,
              "stream": True} for i in range(n)]  # fmt: skip
