@@ -9,18 +9,26 @@ target and against the fitted profile (``replay --offline``: the simulator's eng
 a virtual clock, as ``capacity --twin`` runs it), and the P50 and P99 of TTFT and
 latency are compared, with the twin's relative error.
 
+With ``--capacity SLO``, ``tailreplay capacity`` also searches the window's capacity
+under the SLO against the real target and with ``--twin`` (offline), and the two
+answers and their wall times are printed.
+
 The real target is ``--target URL`` (an engine already running: llama.cpp's server,
 vLLM), or by default the built-in simulator with a hidden profile (the ``fast``
 profile's costs scaled by factors the fit is not told), which checks the whole path
 (replay, calibration, twin) where the answer is known.
 
     .venv/bin/python bench/twin.py --loads 0.5,1,1.5,2
+    .venv/bin/python bench/twin.py --llama-server .venv/bin/llama-server MODEL 4 \
+        --seconds 180 --rate 0.5 --rate-from 0.1 --prompt-max 600 \
+        --capacity 'latency:p95<=4s'
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import subprocess
 import sys
 import tempfile
@@ -80,6 +88,18 @@ def replay(archive: Path, out: Path, speed: float, target: list[str]) -> None:
         sys.exit(f"replay at {speed:g}x exited {done.returncode}: {done.stderr[-500:]}")
 
 
+def capacity(archive: Path, out: Path, slo: str, target: list[str]) -> tuple[dict, float]:
+    """``tailreplay capacity`` of the window under ``slo``: its JSON answer and wall time."""
+    began = time.monotonic()
+    cmd = [sys.executable, "-m", "tailreplay", "capacity", str(archive), *target]
+    cmd += ["--slo", slo, "--tail-stretch", "1", "--lag-limit", "1h"]
+    cmd += ["--out-dir", str(out), "--overwrite", "--json", str(out.with_suffix(".json"))]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"capacity {target} exited {done.returncode}: {done.stderr[-500:]}")
+    return json.loads(out.with_suffix(".json").read_text()), time.monotonic() - began
+
+
 def figures(results: Path) -> dict[str, tuple[float, float]]:
     """P50 and P99 (ms) of TTFT and latency."""
     cols = load_columns([results], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
@@ -102,6 +122,11 @@ def main() -> None:
     ap.add_argument("--rate-from", type=float, default=1.0, help="arrivals a second at first")
     ap.add_argument("--prompt-max", type=int, default=3000, help="the longest prompt, tokens")
     ap.add_argument("--keep", type=Path, help="keep the window, the replays and the profile here")
+    ap.add_argument(
+        "--capacity",
+        metavar="SLO",
+        help="also search the capacity under SLO, against the real target and with --twin",
+    )
     args = ap.parse_args()
     loads = [float(x) for x in args.loads.split(",")]
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -112,12 +137,16 @@ def main() -> None:
                            prompt_max=args.prompt_max)  # fmt: skip
         real: dict[float, dict[str, tuple[float, float]]] = {}
         spent = {"real": 0.0, "twin": 0.0}  # wall time of the replays of --loads
+        searched: dict[str, tuple[dict, float]] = {}  # --capacity: answer, wall time
         with real_target(args.target, args.llama_server, args.prompt_max + 128) as url:
             for load in sorted({1.0, *loads}):
                 began = time.monotonic()
                 replay(archive, tmp / f"real-{load:g}.msgpack", load, ["--target", url])
                 spent["real"] += (time.monotonic() - began) * (load in loads)
                 real[load] = figures(tmp / f"real-{load:g}.msgpack")
+            if args.capacity:
+                against = ["--target", url]
+                searched["real"] = capacity(archive, tmp / "cap-real", args.capacity, against)
         profile = tmp / "twin.json"
         subprocess.run(
             [sys.executable, "-m", "tailreplay", "sim", "calibrate",
@@ -134,10 +163,28 @@ def main() -> None:
             replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline", *slots])
             spent["twin"] += time.monotonic() - began
             twin[load] = figures(out)
+        if args.capacity:
+            against = ["--twin", str(profile), *slots]
+            searched["twin"] = capacity(archive, tmp / "cap-twin", args.capacity, against)
     report(args, n, loads, real, twin)
     print(f"\nthe replays of --loads took {spent['real']:.1f} s against the real target and "
           f"{spent['twin']:.1f} s against the twin, offline "
           f"({spent['real'] / max(spent['twin'], 1e-9):.1f}x)")  # fmt: skip
+    if args.capacity:
+        report_capacity(args.capacity, searched)
+
+
+def report_capacity(slo: str, searched: dict[str, tuple[dict, float]]) -> None:
+    (real, real_s), (twin, twin_s) = searched["real"], searched["twin"]
+    error = twin["capacity"] / real["capacity"] - 1
+    print(f"\ncapacity under {slo}:")
+    print(
+        f"  the real target: {real['capacity']:.3g}x, {len(real['trials'])} trials, {real_s:,.0f} s"
+    )
+    print(
+        f"  the twin: {twin['capacity']:.3g}x ({error:+.0%}), {len(twin['trials'])} trials, "
+        f"{twin_s:,.0f} s ({twin_s / real_s:.1%} of the real search's time)"
+    )
 
 
 def report(
