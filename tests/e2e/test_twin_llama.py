@@ -2,9 +2,11 @@
 own server (4 slots, the tiny gemma model) serves a recorded window at the
 calibration load L and at 0.5L and 1.5L; ``sim calibrate`` fits a profile from the
 replay at L; the twin serves the same window offline at each load, and its figures
-are held to the server's. Run by `make e2e-llama`; skipped elsewhere.
+are held to the server's. Run by `make e2e-llama`; skipped elsewhere, and not in CI:
+on a shared 2-core machine the server's own speed moves between its replays by more
+than these bounds (docs/simulator.md, "Against llama.cpp's server").
 
-The window is about 30 requests over 90 s, where the bench's is 100 over 300 s, so a
+The window is 35 requests over 90 s, where the bench's is 100 over 300 s, so a
 P99 here is the largest request or so and a P50 a handful: the bounds are the
 issue's targets widened by what the server itself moves between two replays of one
 window on a shared 2-core machine (about a fifth at P99 on 55 requests). The means,
@@ -74,8 +76,8 @@ def test_a_twin_calibrated_on_llama_server_predicts_it_at_other_loads(
     tmp_path: Path, llama: str
 ) -> None:
     window = tmp_path / "window.msgpack"
-    n = ramping_window(window, 90, 0.5, 11, rate_from=0.1, prompt_max=PROMPT_MAX)
-    assert n >= 20, n
+    n = ramping_window(window, 90, 0.6, 11, rate_from=0.1, prompt_max=PROMPT_MAX)
+    assert n >= 30, n  # what a calibration needs
     real = {}
     for load in LOADS:
         _replay(window, tmp_path / f"real-{load:g}.msgpack", load, ["--target", llama])
