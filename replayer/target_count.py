@@ -13,7 +13,7 @@ count whatever it gets), a shift alone: the mean of reported - ours, bounded so 
 prompt is made between half and twice what it should count. A shift rather than a
 ratio because every chat target adds a template, and a template's tokens read as a
 ratio on the short first prompts (31 tokens counted 53: a ratio of 1.7) would cut the
-long prompts after them by two fifths, where a shift read off a ratio target is wrong
+long prompts after them by a third, where a shift read off a ratio target is wrong
 only by that ratio's distance from 1.
 """
 
