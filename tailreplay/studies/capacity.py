@@ -31,7 +31,7 @@ from tailreplay.studies import capacity_judge
 from tailreplay.studies.capacity_args import CapacityArgs, LoadBy
 from tailreplay.studies.capacity_search import COARSE_SHARE, search, sweep
 from tailreplay.studies.replay_args import ReplayArgs
-from tailreplay.studies.target_setup import fresh_targets
+from tailreplay.studies.target_setup import fresh_targets, own_prompts
 from tailreplay.studies.trial import longest_request, replay_child
 from tailreplay.studies.watched_objectives import watchable
 from tailreplay.study_folder import check_folder, claimed_folder
@@ -262,12 +262,7 @@ class _Trials:
         if self.study.target is not None and self.replays:
             time.sleep(self.study.drain_s)  # let the target finish what the last trial left queued
         args = trial_args(self.study, self.window, factor, duration_s=duration_s)
-        if self.study.target is not None:
-            # A given target keeps its prefix cache from one trial to the next: the same
-            # prompts again would be served from it (llama.cpp's server cached 96-100% of
-            # every later trial's prompt tokens), so each trial draws prompts of its own,
-            # with the window's prefix sharing within it. A fresh simulator starts empty.
-            args = replace(args, seed=args.seed + self.replays)
+        args = own_prompts(args, self.study.target, self.replays)
         self.replays += 1
         ok = (0, 1, EXIT_NOT_MEASURED)
         if self.study.twin is not None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from tailreplay.studies.replay_args import ReplayArgs
 from tailreplay.studies.target_setup import (
     SERVED_LOAD,
     fresh_targets,
+    own_prompts,
     serving_factor,
     timed_sim_args,
 )
@@ -191,7 +192,7 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         say(f"replaying {_name(kind, seed)} ...")
         out = cfg.out_dir / f"{path.stem}-results.msgpack"
         with fresh(longest) as url:
-            _replay(cfg, url, path, out, prompts=arm)
+            _replay(cfg, url, path, out, arm=arm)
             slowdown = sim_slowdown(url)
         result = _measure(kind, seed, path, out, cfg.lag_limit_s * 1e3)
         result.sim_slowdown = slowdown
@@ -299,11 +300,9 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
     return held
 
 
-def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path, *, prompts: int) -> None:
-    """One arm, as recorded (no tail stretch), at ``cfg.speed``. A given target keeps its
-    prefix cache from one arm to the next, and the model's and Poisson's arms hold the
-    same requests: each arm's prompts are drawn on a seed of its own (``prompts``), so
-    no arm is served from another's cache. A fresh simulator starts empty either way."""
+def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path, *, arm: int) -> None:
+    """One arm, as recorded (no tail stretch), at ``cfg.speed``; against a given target,
+    on prompts of its own (``own_prompts``)."""
     args = ReplayArgs(
         archives=(archive,),
         target=URL(url),
@@ -314,9 +313,7 @@ def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path, *, prompts: in
         timeout=cfg.timeout_s,
         fail_fast=0,
     )
-    if cfg.target is not None:
-        args = replace(args, seed=args.seed + prompts)
-    replay_child(args)
+    replay_child(own_prompts(args, cfg.target, arm))
 
 
 def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:

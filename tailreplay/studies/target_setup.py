@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from yarl import URL
 
@@ -15,6 +15,7 @@ from tailreplay.errors import UsageError
 from tailreplay.replayer.schedule import TailCost
 from tailreplay.sim.launcher import BuiltinSim, sim_process
 from tailreplay.sim.profiles import DEFAULT_PROFILE, fit_context, profile
+from tailreplay.studies.replay_args import ReplayArgs
 
 __all__ = [
     "SERVED_LOAD",
@@ -22,6 +23,7 @@ __all__ = [
     "TargetModel",
     "fresh_simulators",
     "fresh_targets",
+    "own_prompts",
     "serving_factor",
     "target_model",
     "timed_sim_args",
@@ -62,6 +64,17 @@ def target_model(
 
 
 _TIMED_PARAMS = ("prefill_base_ms", "prefill_per_token_ms", "decode_base_ms", "decode_per_seq_ms")
+
+
+def own_prompts(args: ReplayArgs, target: URL | None, replay: int) -> ReplayArgs:
+    """``args`` for a study's ``replay``-th replay (from 0) against ``target``. A given
+    target keeps its prefix cache from one replay to the next, and the same prompts
+    again would be served from it (llama.cpp's server cached 96-100% of every later
+    capacity trial's prompt tokens; validate-model's model and Poisson arms hold the
+    same requests): each replay draws prompts on a seed of its own, the replay's
+    seed plus ``replay``, the window's prefix sharing kept within it. A fresh
+    simulator (``target`` None) starts empty: ``args`` as they are."""
+    return args if target is None else replace(args, seed=args.seed + replay)
 
 
 def fresh_targets(
