@@ -1,4 +1,4 @@
-"""The twin against a real engine, reduced from ``bench/twin.py`` to fit CI: llama.cpp's
+"""The twin against a real engine, reduced from ``bench/twin.py`` to six minutes: llama.cpp's
 own server (4 slots, the tiny gemma model) serves a recorded window at the
 calibration load L and at 0.5L and 1.5L; ``sim calibrate`` fits a profile from the
 replay at L; the twin serves the same window offline at each load, and its figures
