@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PKGS := traces proxy replayer exporters sim report
 
-.PHONY: venv test test-perf check demo bench clean typecheck-tree e2e-real e2e-llama test-telemetry fuzz
+.PHONY: venv test test-perf check demo bench clean typecheck-tree e2e-real e2e-llama test-telemetry fuzz prebuild
 
 venv: $(STAMP)
 
@@ -141,6 +141,13 @@ $(PHOENIX_STAMP):
 	test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix
 	touch $(PHOENIX_STAMP)
+
+# What the end-to-end and telemetry tests need that takes long to build (llama.cpp's
+# compile, Phoenix's venv) and that nothing else reads: .ci/run builds it at the lowest
+# CPU priority while lint and `make test` run, which leave much of the two cores idle
+# while they wait on sockets and timers. No apt and no pip into .venv here: those
+# would change what the running tests import, or wait on dpkg's lock.
+prebuild: $(BIN)/llama-server $(PHOENIX_STAMP)
 
 # Headless Chromium opens the HTML report in tests/report/test_report_browser.py.
 /usr/bin/chromium:

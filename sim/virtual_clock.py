@@ -38,11 +38,13 @@ class _Jump(selectors.DefaultSelector):
         if timeout is None:
             raise Stalled("every task waits and no timer is due")
         if timeout > 0:
+            # asyncio caps a wait at a day (MAXIMUM_SELECT_TIMEOUT): the clock goes to
+            # the next timer itself, so a sleep of years is one jump, not one a day.
+            now = max(self._loop.now + timeout, self._loop.next_timer())
             # From 2^24 s (194 days) on, a float's step
             # exceeds the loop's clock resolution, so landing exactly on the timer would
             # leave it not yet due, with a timeout of 0 from then on (a spin forever): one
             # float step past it then.
-            now = self._loop.now + timeout
             if now + self._loop._clock_resolution == now:
                 now = math.nextafter(now, math.inf)
             self._loop.now = now
@@ -60,6 +62,12 @@ class _VirtualLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self.now
+
+    def next_timer(self) -> float:
+        """When the earliest timer is due (asyncio has dropped cancelled ones from the
+        head of its heap before it waits), or now when none is."""
+        scheduled: list[asyncio.TimerHandle] = getattr(self, "_scheduled", [])
+        return scheduled[0].when() if scheduled else self.now
 
 
 def run_virtual(main: Coroutine[Any, Any, T]) -> T:
