@@ -94,7 +94,11 @@ class Timeline:
     """Requests whose prefill step held no other request's prefill."""
     idle: Array
     """Requests that found the engine idle: nothing decoding and no step ending between
-    their send and their first token, which alone ended their step."""
+    their send and their first token, which alone ended their step, and no other
+    request sent meanwhile (one sent during a prefill can share its last step: on
+    llama.cpp's server with a sliding-window model, a prompt's last tokens take a step
+    of their own, and a prompt sent meanwhile joins it and delays its first token by
+    its whole prefill)."""
 
     @classmethod
     def of(cls, o: Observed) -> Timeline:
@@ -115,7 +119,9 @@ class Timeline:
         # of this one's (half the step, or of a typical gap when the step was longer).
         window = np.minimum(first - step_start, typical)
         alone = prefills_ending(first, window, first) <= 1
-        idle = alone & (step_batch == 0) & (step_start == o.start_s)
+        sent = np.sort(o.start_s)
+        meanwhile = np.searchsorted(sent, first, "left") - np.searchsorted(sent, o.start_s, "right")
+        idle = alone & (step_batch == 0) & (step_start == o.start_s) & (meanwhile == 0)
         return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone, idle)
 
 

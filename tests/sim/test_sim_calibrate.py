@@ -401,14 +401,20 @@ def test_a_cost_fitted_below_zero_is_held_at_zero_and_said(tmp_path: Path) -> No
     )
 
 
-def _late_first_token_archive(path: Path, n: int, seed: int) -> None:
+def _late_first_token_archive(path: Path, n: int, seed: int, followed: float = 0.0) -> None:
     """Results of an engine that, like llama.cpp's server, sends a request's first
     token one step after its prefill's step: each step costs 10 ms, 15 ms a sequence
     decoding and 2 ms a prompt token; up to 4 requests at once; one arrival in 3 s on
-    average (29 of 80 prefilled beside another request's decode)."""
+    average (29 of 80 prefilled beside another request's decode). A share
+    ``followed`` of the requests is sent 30 ms after the one before, with a prompt of
+    400 tokens or more: during its prefill, so that it joins the step that brings the
+    first one's first token."""
     rng = np.random.default_rng(seed)
     arrivals = list(np.cumsum(rng.exponential(3.0, n)))
     sizes = [int(x) for x in np.exp(rng.uniform(np.log(30), np.log(600), n))]
+    for i in range(1, n):
+        if rng.random() < followed and arrivals[i] - arrivals[i - 1] > 0.03:
+            arrivals[i], sizes[i] = arrivals[i - 1] + 0.03, max(sizes[i], 400)
     outs = [int(x) for x in rng.integers(20, 61, n)]
     tokens: list[list[float]] = [[] for _ in range(n)]
     t, waiting, running, hidden = 0.0, 0, [], []  # running: decoding; hidden: just prefilled
@@ -469,3 +475,21 @@ def test_the_prefill_of_an_engine_that_sends_the_first_token_a_step_late(
     w = fitted.window
     assert abs(w.ttft_p50) < 0.05 and abs(w.ttft_p99) < 0.05, w
     assert abs(w.latency_p50) < 0.05 and abs(w.latency_p99) < 0.05, w
+
+
+def test_a_prompt_sent_during_an_idle_engines_prefill_is_not_read_as_its_cost(
+    tmp_path: Path,
+) -> None:
+    """On such an engine a prompt sent while another is prefilling joins the step that
+    brings that one's first token, and delays it by its whole prefill (llama.cpp's
+    server does this with sliding-window models: a prompt's last tokens take a step
+    of their own). The first request found the engine idle, but its TTFT is not its
+    prefill: read as one, with two requests in five sent so, the fit took the first
+    token to come with its prompt's step, at a third of the cost a token and 880 ms
+    a step."""
+    results = tmp_path / "followed.msgpack"
+    _late_first_token_archive(results, 80, seed=5, followed=0.4)
+    p = calibrate([results], profile("fast")).profile
+    assert p.first_token_late
+    assert p.prefill_per_token_ms == pytest.approx(2.0, rel=0.05)
+    assert p.prefill_base_ms == pytest.approx(10.0, abs=5)
