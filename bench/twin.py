@@ -44,7 +44,7 @@ from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
-from tests.helpers import TWIN_HIDDEN, free_port, ramping_window, served
+from tests.helpers import TWIN_HIDDEN, free_port, ramping_window, served, warm_llama
 
 FIGURES = (("ttft", "TTFT"), ("latency", "latency"))
 
@@ -68,6 +68,7 @@ def real_target(
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "llama-server.log"
             with served(cmd, f"http://127.0.0.1:{port}", "/health", log) as started:
+                warm_llama(started, int(slots))
                 yield started
         return
     hidden = [f"--{name.replace('_', '-')}={value}" for name, value in TWIN_HIDDEN.items()]

@@ -1,17 +1,21 @@
-"""The twin against a real engine, reduced from ``bench/twin.py`` to six minutes: llama.cpp's
+"""The twin against a real engine, reduced from ``bench/twin.py`` for CI: llama.cpp's
 own server (4 slots, the tiny gemma model) serves a recorded window at the
-calibration load L and at 0.5L and 1.5L; ``sim calibrate`` fits a profile from the
-replay at L; the twin serves the same window offline at each load, and its figures
-are held to the server's. Run by `make e2e-llama`; skipped elsewhere, and not in CI:
-on a shared 2-core machine the server's own speed moves between its replays by more
-than these bounds (docs/simulator.md, "Against llama.cpp's server").
+calibration load L and at 0.5L, 1.5L and 2L; ``sim calibrate`` fits a profile from
+the replay at L; the twin serves the same window offline at each load, and its
+figures are held to the server's at L, 0.5L and 1.5L (2L's are printed). Run by
+`make e2e-real` (CI) and `make e2e-llama`; skipped elsewhere.
 
-The window is 35 requests over 90 s, where the bench's is 100 over 300 s, so a
-P99 here is the largest request or so and a P50 a handful: the bounds are the
-issue's targets widened by what the server itself moves between two replays of one
-window on a shared 2-core machine (about a fifth at P99 on 55 requests). The means,
-which a few requests cannot swing, are held tighter. The bench prints the figures at
-the targets (docs/benchmarks.md).
+A twin predicts the server as it ran while calibrated. On a shared 2-core machine
+the server does not repeat itself exactly: two replays of the window at L minutes
+apart, on prompts of the same sizes, read latency means 15% and P50s 23% apart on a
+quiet machine here. So the window is replayed at L once more at the end, and each
+figure's bound is widened by how far the server's own figure moved between its two
+replays at L: the twin is held to what the server itself can be held to.
+
+The window is 35 requests over 90 s, where the bench's is 100 over 300 s, so a P99
+here is the largest request or so and a P50 a handful: the bounds are the targets
+widened by what one request moves them (about a fifth at P99). The means, which a few
+requests cannot swing, are held tighter.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import pytest
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
-from tests.helpers import free_port, ramping_window, served
+from tests.helpers import free_port, ramping_window, served, warm_llama
 
 MODEL = os.environ.get("TAILREPLAY_E2E_MODEL")
 SERVER = os.environ.get("TAILREPLAY_LLAMA_SERVER")
@@ -37,7 +41,10 @@ pytestmark = pytest.mark.skipif(not (MODEL and SERVER), reason="set by `make e2e
 
 SLOTS = 4
 PROMPT_MAX = 400
-LOADS = (0.5, 1.0, 1.5)
+LOADS = (1.0, 0.5, 1.5, 2.0)
+"""The calibration load first."""
+HELD = (1.0, 0.5, 1.5)
+"""2L is printed, not held (the issue: "report the figure")."""
 P50_WITHIN, P99_WITHIN, MEAN_WITHIN = 0.35, 0.5, 0.2
 
 
@@ -49,17 +56,36 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     cmd += ["--parallel", str(SLOTS), "--ctx-size", str(SLOTS * (PROMPT_MAX + 128))]
     cmd += ["--metrics", "-t", "2"]
     with served(cmd, f"http://127.0.0.1:{port}", "/health", log) as url:
+        warm_llama(url, SLOTS)
         yield url
 
 
-def _replay(window: Path, out: Path, load: float, target: list[str]) -> None:
-    """The window at ``load``, its prompts drawn on a seed of the load's own (the server
-    keeps its prefix cache from one load to the next; each twin starts empty)."""
+def _replay(
+    window: Path, out: Path, load: float, target: list[str], seed: int | None = None
+) -> None:
+    """The window at ``load``, its prompts drawn on a seed of the load's own unless
+    given (the server keeps its prefix cache from one replay to the next; each twin
+    starts empty)."""
     cmd = [sys.executable, "-m", "tailreplay", "replay", str(window), *target]
     cmd += ["--speed", f"{load:g}x", "--out", str(out), "--tail-stretch", "1"]
-    cmd += ["--seed", str(round(load * 1000)), "--lag-limit", "1h"]
+    cmd += ["--seed", str(round(load * 1000) if seed is None else seed), "--lag-limit", "1h"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-800:]
+
+
+def _calibrate(results: Path, profile: Path) -> dict:
+    cmd = [sys.executable, "-m", "tailreplay", "sim", "calibrate", str(results), "-o", str(profile)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-800:]
+    return dict(json.loads(profile.read_text()))
+
+
+def _errors(twin: dict, real: dict) -> dict[str, float]:
+    return {
+        f"{name} {what}": twin[name][k] / real[name][k] - 1
+        for name in ("ttft", "latency")
+        for k, what in enumerate(("P50", "P99", "mean"))
+    }
 
 
 def _figures(results: Path) -> dict[str, tuple[float, float, float]]:
@@ -82,28 +108,29 @@ def test_a_twin_calibrated_on_llama_server_predicts_it_at_other_loads(
     for load in LOADS:
         _replay(window, tmp_path / f"real-{load:g}.msgpack", load, ["--target", llama])
         real[load] = _figures(tmp_path / f"real-{load:g}.msgpack")
+    again = tmp_path / "real-1-again.msgpack"
+    _replay(window, again, 1.0, ["--target", llama], seed=1)  # prompts of its own
+    moved = _errors(_figures(again), real[1.0])
 
     profile = tmp_path / "twin.json"
-    calibrate = [sys.executable, "-m", "tailreplay", "sim", "calibrate"]
-    calibrate += [str(tmp_path / "real-1.msgpack"), "-o", str(profile)]
-    done = subprocess.run(calibrate, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-800:]
-    fitted = json.loads(profile.read_text())
+    fitted = _calibrate(tmp_path / "real-1.msgpack", profile)
     assert fitted["calibration"]["requests"] == n and fitted["calibration"]["failed"] == 0
     assert fitted["calibration"]["streamed"] == n
 
-    errors = []
+    failed, printed = [], [", ".join(f"{k} {e:+.0%}" for k, e in moved.items())]
+    printed[0] = f"the server against itself, 1x at the end against 1x first: {printed[0]}"
+    bounds = {"P50": P50_WITHIN, "P99": P99_WITHIN, "mean": MEAN_WITHIN}
     for load in LOADS:
-        out = tmp_path / f"twin-{load:g}.msgpack"
+        twin = tmp_path / f"twin-{load:g}.msgpack"
         slots = f"--sim-arg=--max-num-seqs={SLOTS}"
-        _replay(window, out, load, [f"--sim-arg=--profile={profile}", "--offline", slots])
-        twin = _figures(out)
-        for name in ("ttft", "latency"):
-            for k, (what, within) in enumerate(
-                (("P50", P50_WITHIN), ("P99", P99_WITHIN), ("mean", MEAN_WITHIN))
-            ):
-                error = twin[name][k] / real[load][name][k] - 1
-                if abs(error) > within:
-                    errors.append(f"{load:g}x {name} {what}: {error:+.0%}")
-    table = {load: {k: [round(v) for v in f] for k, f in real[load].items()} for load in LOADS}
-    assert not errors, (errors, table)
+        _replay(window, twin, load, [f"--sim-arg=--profile={profile}", "--offline", slots])
+        errors = _errors(_figures(twin), real[load])
+        printed.append(f"{load:g}x: " + ", ".join(f"{k} {e:+.0%}" for k, e in errors.items()))
+        if load in HELD:
+            failed += [
+                f"{load:g}x {k}: {e:+.0%}, beyond {bounds[k.split()[1]] + abs(moved[k]):.0%}"
+                for k, e in errors.items()
+                if abs(e) > bounds[k.split()[1]] + abs(moved[k])
+            ]
+    print("\n".join(printed))
+    assert not failed, (failed, printed)
