@@ -77,7 +77,8 @@ def _calibrate(results: Path, profile: Path) -> dict:
     cmd = [sys.executable, "-m", "tailreplay", "sim", "calibrate", str(results), "-o", str(profile)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-800:]
-    return dict(json.loads(profile.read_text()))
+    fitted: dict = json.loads(profile.read_text())
+    return fitted
 
 
 def _errors(twin: dict, real: dict) -> dict[str, float]:
@@ -86,6 +87,10 @@ def _errors(twin: dict, real: dict) -> dict[str, float]:
         for name in ("ttft", "latency")
         for k, what in enumerate(("P50", "P99", "mean"))
     }
+
+
+def _line(errors: dict[str, float]) -> str:
+    return ", ".join(f"{k} {e:+.0%}" for k, e in errors.items())
 
 
 def _figures(results: Path) -> dict[str, tuple[float, float, float]]:
@@ -117,20 +122,22 @@ def test_a_twin_calibrated_on_llama_server_predicts_it_at_other_loads(
     assert fitted["calibration"]["requests"] == n and fitted["calibration"]["failed"] == 0
     assert fitted["calibration"]["streamed"] == n
 
-    failed, printed = [], [", ".join(f"{k} {e:+.0%}" for k, e in moved.items())]
-    printed[0] = f"the server against itself, 1x at the end against 1x first: {printed[0]}"
+    # Each figure's bound: its target widened by the server's own move on it.
     bounds = {"P50": P50_WITHIN, "P99": P99_WITHIN, "mean": MEAN_WITHIN}
+    allowed = {k: bounds[k.split()[1]] + abs(e) for k, e in moved.items()}
+    printed = [f"the server against itself, 1x at the end against 1x first: {_line(moved)}"]
+    failed = []
     for load in LOADS:
         twin = tmp_path / f"twin-{load:g}.msgpack"
         slots = f"--sim-arg=--max-num-seqs={SLOTS}"
         _replay(window, twin, load, [f"--sim-arg=--profile={profile}", "--offline", slots])
         errors = _errors(_figures(twin), real[load])
-        printed.append(f"{load:g}x: " + ", ".join(f"{k} {e:+.0%}" for k, e in errors.items()))
+        printed.append(f"{load:g}x: {_line(errors)}")
         if load in HELD:
             failed += [
-                f"{load:g}x {k}: {e:+.0%}, beyond {bounds[k.split()[1]] + abs(moved[k]):.0%}"
+                f"{load:g}x {k}: {e:+.0%}, beyond {allowed[k]:.0%}"
                 for k, e in errors.items()
-                if abs(e) > bounds[k.split()[1]] + abs(moved[k])
+                if abs(e) > allowed[k]
             ]
     print("\n".join(printed))
     assert not failed, (failed, printed)
