@@ -13,6 +13,7 @@ the burstiness each reproduces.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,13 @@ __all__ = ["MAX_STATES", "Mmpp", "fit_mmpps"]
 Array = npt.NDArray[Any]
 MAX_STATES = 6
 _ITERATIONS = 200
+_SOJOURN_BATCH = 4096
+"""Uniforms drawn at a time for the chain's sojourns."""
 _TOLERANCE = 1e-6
 """Stop when an iteration raises the log-likelihood by less than this share."""
+_RANGE = 1e-200
+"""The smallest row maximum, relative to its product's largest entry, that the
+product scan of the forward-backward accepts: a row below it nears underflow."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,37 @@ class Mmpp:
     def mean_rate(self) -> float:
         return float(self.stationary() @ np.array(self.rates))
 
+    def _path(self, rng: np.random.Generator, bins: int, state: int) -> tuple[Array, int]:
+        """The state of each of ``bins`` bins from ``state``, and the state to go on
+        from. Each sojourn's length and next state are read from uniforms drawn in
+        batches (the geometric by inversion, the next state by its cumulative
+        shares), so a fast chain costs a few float operations a sojourn."""
+        a = np.array(self.transitions)
+        stay = np.clip(np.diag(a), 0.0, 1.0).tolist()
+        leave = a - np.diag(np.diag(a))
+        # a sojourn is 1 + floor(log(u) / log(stay)) bins, u uniform on (0, 1]
+        log_stay = [math.log(s) if s > 0 else -math.inf for s in stay]
+        cumulative = [np.cumsum(row).tolist() for row in leave]
+        states: list[int] = []
+        runs: list[int] = []
+        t = 0
+        uniforms: list[float] = []
+        while t < bins:
+            if len(uniforms) < 2:
+                uniforms = (1.0 - rng.random(2 * _SOJOURN_BATCH)).tolist()
+            u, v = uniforms.pop(), 1.0 - uniforms.pop()  # v on [0, 1)
+            slope = log_stay[state]  # 0 for a state that never leaves
+            run = 1 + int(math.log(u) / slope) if slope else bins - t
+            states.append(state)
+            runs.append(min(run, bins - t))
+            if t + run > bins:
+                break  # memoryless: the next call goes on in this state
+            t += run
+            shares = cumulative[state]
+            if shares[-1] > 0:
+                state = bisect.bisect_right(shares, v * shares[-1])
+        return np.repeat(np.array(states, dtype=np.int64), runs), state
+
     def scaled(self, factor: float) -> Mmpp:
         """The traffic of ``factor`` independent copies of this one, as one MMPP: the
         mean rate times ``factor`` and each state's departure from it times
@@ -75,22 +112,9 @@ class Mmpp:
         The chain is drawn a sojourn at a time (a geometric number of bins in each
         state), so a slow chain costs its state changes, not its bins; the sojourn is
         memoryless, so one cut at the end of ``bins`` goes on unchanged."""
-        a = np.array(self.transitions)
-        stay = np.clip(np.diag(a), 0.0, 1.0)
-        leave = a - np.diag(np.diag(a))
         if state is None:
             state = int(rng.choice(self.states, p=self.stationary()))
-        path = np.empty(bins, dtype=np.int64)
-        t = 0
-        while t < bins:
-            run = bins - t if stay[state] >= 1 else int(rng.geometric(1 - stay[state]))
-            path[t : t + run] = state
-            if t + run > bins:
-                break  # memoryless: the next call goes on in this state
-            t += run
-            out_of = leave[state].sum()
-            if out_of > 0:
-                state = int(rng.choice(self.states, p=leave[state] / out_of))
+        path, state = self._path(rng, bins, state)
         mean = np.array(self.rates)[path] * self.bin_s
         if exposure is not None:
             mean = mean * exposure
@@ -143,10 +167,101 @@ def _fit_k(n: Array, f: Array, k: int, bin_s: float) -> Mmpp | None:
 
 
 def _forward_backward(logb: Array, a: Array, pi: Array) -> tuple[Array, Array, float]:
-    """State posteriors per bin, expected transition counts, and the log-likelihood."""
-    t_len, k = logb.shape
+    """State posteriors per bin, expected transition counts, and the log-likelihood.
+
+    The recursions run over blocks of about sqrt(bins) bins side by side, so a fit
+    costs a few numpy steps per block length rather than a Python step a bin. Each
+    block's product of transition matrices ``a * b[t]`` gives the forward and
+    backward vectors at the block edges; from them every block runs the scaled
+    recursion itself, bin by bin, at once. A transition learned as 0, or nearly,
+    can push a row of a block's product towards underflow, where it would lose
+    precision; the recursion over all bins in turn answers then instead."""
     shift = logb.max(1, keepdims=True)
     b = np.exp(logb - shift)
+    first = pi * b[0]
+    blocks = _blocked(a[None, :, :] * b[1:, None, :])  # [blk, j] carries its bin on
+    products = _block_products(blocks)
+    if products is None or not first.sum() > 0:
+        return _forward_backward_stepwise(b, a, pi, float(shift.sum()))
+    bins = b.shape[0]
+    alpha, scales = _forward(first / first.sum(), blocks, products)
+    beta = _backward(blocks, products)
+    ll = math.log(first.sum()) + float(np.log(scales).sum() + shift.sum())
+    return _posteriors(alpha[:bins], beta[:bins], b, a, ll)
+
+
+def _blocked(mats: Array) -> Array:
+    """``mats`` as (blocks, steps, k, k), about as many blocks as steps, the last
+    padded with identities (which carry every vector on unchanged)."""
+    n, k = mats.shape[0], mats.shape[1]
+    steps = max(math.isqrt(max(n - 1, 0)) + 1, 1)
+    count = max(-(-n // steps), 1)
+    out = np.broadcast_to(np.eye(k), (count * steps, k, k)).copy()
+    out[:n] = mats
+    return out.reshape(count, steps, k, k)
+
+
+def _block_products(blocks: Array) -> Array | None:
+    """Each block's product of its matrices in order, each divided by its largest
+    entry as it grows; None when a row falls below ``_RANGE`` of the largest."""
+    product = blocks[:, 0].copy()
+    for j in range(blocks.shape[1]):
+        if j:
+            product = product @ blocks[:, j]
+        top = product.max((1, 2))
+        if not (top > 0).all():
+            return None
+        product /= top[:, None, None]
+        if product.max(2).min() < _RANGE:
+            return None
+    return product
+
+
+def _forward(start: Array, blocks: Array, products: Array) -> tuple[Array, Array]:
+    """The forward vectors of every bin, each summing to 1, and the sums they were
+    divided by (whose logs add up to the likelihood's)."""
+    count, steps, k = blocks.shape[0], blocks.shape[1], blocks.shape[2]
+    edges = np.empty((count, k))
+    x = start
+    for blk in range(count):
+        edges[blk] = x
+        x = x @ products[blk]
+        x /= x.sum()
+    alpha = np.empty((count, steps, k))
+    scales = np.empty((count, steps))
+    xs = edges
+    for j in range(steps):
+        xs = np.einsum("bi,bij->bj", xs, blocks[:, j])
+        scales[:, j] = xs.sum(1)
+        xs /= scales[:, j, None]
+        alpha[:, j] = xs
+    return np.vstack([start, alpha.reshape(-1, k)]), scales
+
+
+def _backward(blocks: Array, products: Array) -> Array:
+    """The backward vectors of every bin, each at its own scale."""
+    count, steps, k = blocks.shape[0], blocks.shape[1], blocks.shape[2]
+    edges = np.empty((count, k))
+    y = np.ones(k)
+    for blk in range(count - 1, -1, -1):
+        edges[blk] = y
+        y = products[blk] @ y
+        y /= y.sum()
+    beta = np.empty((count, steps, k))
+    ys = edges
+    for j in range(steps - 1, -1, -1):
+        ys = np.einsum("bij,bj->bi", blocks[:, j], ys)
+        ys /= ys.sum(1, keepdims=True)
+        beta[:, j] = ys
+    return np.vstack([beta.reshape(-1, k), np.ones((1, k))])
+
+
+def _forward_backward_stepwise(
+    b: Array, a: Array, pi: Array, shift: float
+) -> tuple[Array, Array, float]:
+    """The scaled recursion a bin at a time, on ``b`` (the emissions divided by each
+    bin's largest, whose logs sum to ``shift``)."""
+    t_len, k = b.shape
     alpha = np.empty((t_len, k))
     scale = np.empty(t_len)
     x = pi * b[0]
@@ -160,9 +275,18 @@ def _forward_backward(logb: Array, a: Array, pi: Array) -> tuple[Array, Array, f
     beta[-1] = 1.0
     for t in range(t_len - 2, -1, -1):
         beta[t] = (a @ (b[t + 1] * beta[t + 1])) / scale[t + 1]
+    return _posteriors(alpha, beta, b, a, float(np.log(scale).sum() + shift))
+
+
+def _posteriors(
+    alpha: Array, beta: Array, b: Array, a: Array, ll: float
+) -> tuple[Array, Array, float]:
+    """Posteriors from the forward probabilities ``alpha`` (each bin's summing to 1)
+    and the backward ones ``beta`` (each bin's at any scale): a transition's share
+    in each bin is normalised over that bin's transitions, so no scale carries."""
     gamma = alpha * beta
     gamma /= gamma.sum(1, keepdims=True)
-    nxt = (b[1:] * beta[1:]) / scale[1:, None]
-    xi = a * (alpha[:-1].T @ nxt)
-    ll = float(np.log(scale).sum() + shift.sum())
+    ahead = b[1:] * beta[1:]
+    norm = np.einsum("ti,ij,tj->t", alpha[:-1], a, ahead)
+    xi = a * ((alpha[:-1] / norm[:, None]).T @ ahead)
     return gamma, xi, ll

@@ -1,6 +1,7 @@
 """Arrival models keep the burstiness a P99 depends on: on traces of 50,000 requests
 from known processes, quantised or not, the fitted model's index of dispersion at 3,
-30 and 60 s is the process's within 15%, and a quantised clock is found and kept.
+30 and 60 s is the process's within 15% (wider where the recording holds too few
+windows to know its own index that well), and a quantised clock is found and kept.
 
 The process's index is measured on a long run of the known process (4M arrivals): a
 recording of 50,000 holds only 80 to 140 windows of a minute, whose variance is
@@ -47,6 +48,15 @@ def _archive(path: Path, times: np.ndarray, rng: np.random.Generator) -> Path:
     return write_plain(path, maps)
 
 
+def _within(windows: float) -> float:
+    """How near the model's index must come to the process's: 15%, or twice the
+    relative standard error of a variance from the recording's ``windows`` windows,
+    sqrt(2 / (W - 1)), where that is wider (28% for 100 windows of a minute). The
+    model can only follow the recording it was fitted to, and a recording of 100
+    windows is itself that far from its process as often as not."""
+    return max(0.15, 2 * math.sqrt(2 / (windows - 1)))
+
+
 @pytest.mark.parametrize("process", ["weibull", "modulated"])
 @pytest.mark.parametrize("tick_s", [None, 1.0, 3.0])
 def test_the_model_keeps_the_index_of_dispersion(
@@ -71,9 +81,15 @@ def test_the_model_keeps_the_index_of_dispersion(
         assert a.kind == "mmpp"
     windows, modelled = a.burstiness["windows_s"], a.burstiness["model"]
     process_idc = [index_of_dispersion(truth, w) for w in windows if w is not None]
+    span = times[-1] - times[0]
     for window, p, m in zip(windows, process_idc, modelled, strict=True):
         assert p is not None and m is not None
-        assert m == pytest.approx(p, rel=0.15), (window, process_idc, modelled, a.scores)
+        assert m == pytest.approx(p, rel=_within(span / window)), (
+            window,
+            process_idc,
+            modelled,
+            a.scores,
+        )
     # and the recording's own index where it holds enough windows to estimate it (3 s)
     assert modelled[0] == pytest.approx(a.burstiness["recorded"][0], rel=0.15)
     assert not any("Poisson" in w for w in model.warnings)
