@@ -9,6 +9,13 @@ target and against the fitted profile (``replay --offline``: the simulator's eng
 a virtual clock, as ``capacity --twin`` runs it), and the P50 and P99 of TTFT and
 latency are compared, with the twin's relative error.
 
+With ``--repeats N``, every load is replayed N times against the real target (in
+rounds, each through every load, each on prompts of its own); its figures are read
+from the rounds' pooled requests, and its own spread between the rounds is printed:
+the noise floor of any prediction of it. The twin is calibrated on the first round's
+1x replay and replayed once a load: offline it serves token counts on a virtual
+clock, so another round's prompts give it the same figures.
+
 With ``--capacity SLO``, ``tailreplay capacity`` also searches the window's capacity
 under the SLO against the real target and with ``--twin`` (offline), and the two
 answers and their wall times are printed.
@@ -76,11 +83,12 @@ def real_target(
         yield started
 
 
-def replay(archive: Path, out: Path, speed: float, target: list[str]) -> None:
-    """One replay at ``speed``. Its prompts are drawn on a seed of the speed's own: a
-    real target serves every load in turn and keeps its prefix cache from one to the
-    next, which the same prompts again would hit, where each twin starts empty."""
-    seed = str(round(speed * 1000))
+def replay(archive: Path, out: Path, speed: float, target: list[str], rnd: int = 0) -> None:
+    """One replay at ``speed``. Its prompts are drawn on a seed of the speed's (and the
+    round's) own: a real target serves every load in turn and keeps its prefix cache
+    from one to the next, which the same prompts again would hit, where each twin
+    starts empty."""
+    seed = str(round(speed * 1000) + 7919 * rnd)
     cmd = [sys.executable, "-m", "tailreplay", "replay", str(archive), *target,
            "--speed", f"{speed:g}x", "--out", str(out), "--overwrite", "--tail-stretch", "1",
            "--seed", seed, "--lag-limit", "1h"]  # fmt: skip
@@ -101,9 +109,9 @@ def capacity(archive: Path, out: Path, slo: str, target: list[str]) -> tuple[dic
     return json.loads(out.with_suffix(".json").read_text()), time.monotonic() - began
 
 
-def figures(results: Path) -> dict[str, tuple[float, float]]:
-    """P50 and P99 (ms) of TTFT and latency."""
-    cols = load_columns([results], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
+def figures(results: list[Path]) -> dict[str, tuple[float, float]]:
+    """P50 and P99 (ms) of TTFT and latency, over the requests of all ``results``."""
+    cols = load_columns(results, list(STATS_FIELDS), presence_only=STATS_PRESENCE)
     values = metric_values(requests(cols))
     return {
         name: tuple(float(v) for v in np.percentile(values[name], [50, 99]))  # type: ignore[misc]
@@ -122,6 +130,11 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=14.0, help="arrivals a second at the end")
     ap.add_argument("--rate-from", type=float, default=1.0, help="arrivals a second at first")
     ap.add_argument("--prompt-max", type=int, default=3000, help="the longest prompt, tokens")
+    ap.add_argument(
+        "--repeats", type=int, default=1,
+        help="replay each load this many times against the real target, each round on "
+        "prompts of its own, and compare the twin with the rounds' pooled requests",
+    )  # fmt: skip
     ap.add_argument("--keep", type=Path, help="keep the window, the replays and the profile here")
     ap.add_argument(
         "--capacity",
@@ -136,25 +149,29 @@ def main() -> None:
         archive = tmp / "window.msgpack"
         n = ramping_window(archive, args.seconds, args.rate, 11, rate_from=args.rate_from,
                            prompt_max=args.prompt_max)  # fmt: skip
-        real: dict[float, dict[str, tuple[float, float]]] = {}
-        spent = {"real": 0.0, "twin": 0.0}  # wall time of the replays of --loads
+        real: dict[float, list[Path]] = {}
+        spent = {"real": 0.0, "twin": 0.0}  # wall time of the replays of --loads (one round)
         searched: dict[str, tuple[dict, float]] = {}  # --capacity: answer, wall time
         with real_target(args.target, args.llama_server, args.prompt_max + 128) as url:
-            for load in sorted({1.0, *loads}):
-                began = time.monotonic()
-                replay(archive, tmp / f"real-{load:g}.msgpack", load, ["--target", url])
-                spent["real"] += (time.monotonic() - began) * (load in loads)
-                real[load] = figures(tmp / f"real-{load:g}.msgpack")
+            # Rounds one after another, each through every load: a drift of the
+            # machine over the run falls on every load alike.
+            for rnd in range(args.repeats):
+                for load in sorted({1.0, *loads}):
+                    out = tmp / f"real-{load:g}{_round(rnd)}.msgpack"
+                    began = time.monotonic()
+                    replay(archive, out, load, ["--target", url], rnd)
+                    spent["real"] += (time.monotonic() - began) * (load in loads and not rnd)
+                    real.setdefault(load, []).append(out)
             if args.capacity:
                 against = ["--target", url]
                 searched["real"] = capacity(archive, tmp / "cap-real", args.capacity, against)
         profile = tmp / "twin.json"
         subprocess.run(
             [sys.executable, "-m", "tailreplay", "sim", "calibrate",
-             str(tmp / "real-1.msgpack"), "-o", str(profile)],
+             str(real[1.0][0]), "-o", str(profile)],
             check=True,
         )  # fmt: skip
-        twin: dict[float, dict[str, tuple[float, float]]] = {}
+        twin: dict[float, list[Path]] = {}
         # The slot count is the deployment's, known to whoever runs it (llama-server's
         # --parallel); a window at half the capacity never fills the slots to show it.
         slots = [f"--sim-arg=--max-num-seqs={args.llama_server[2]}"] if args.llama_server else []
@@ -163,16 +180,45 @@ def main() -> None:
             began = time.monotonic()
             replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline", *slots])
             spent["twin"] += time.monotonic() - began
-            twin[load] = figures(out)
+            twin[load] = [out]
         if args.capacity:
             against = ["--twin", str(profile), *slots]
             searched["twin"] = capacity(archive, tmp / "cap-twin", args.capacity, against)
-    report(args, n, loads, real, twin)
+        pooled_real = {load: figures(paths) for load, paths in real.items()}
+        pooled_twin = {load: figures(paths) for load, paths in twin.items()}
+        rounds = {load: [figures([p]) for p in real[load]] for load in loads}
+    report(args, n, loads, pooled_real, pooled_twin)
+    if args.repeats > 1:
+        report_spread(args.repeats, loads, rounds)
     print(f"\nthe replays of --loads took {spent['real']:.1f} s against the real target and "
           f"{spent['twin']:.1f} s against the twin, offline "
           f"({spent['real'] / max(spent['twin'], 1e-9):.1f}x)")  # fmt: skip
     if args.capacity:
         report_capacity(args.capacity, searched)
+
+
+def _round(rnd: int) -> str:
+    """The file name's mark of a round after the first (the first keeps the plain name)."""
+    return f"-r{rnd + 1}" if rnd else ""
+
+
+def report_spread(
+    repeats: int, loads: list[float], rounds: dict[float, list[dict[str, tuple[float, float]]]]
+) -> None:
+    """How far the real target's own figures moved between its rounds: the noise
+    floor of any prediction of them (largest / smallest - 1)."""
+    print(f"\nthe real target's own spread over its {repeats} rounds (largest / smallest - 1)")
+    print()
+    head = "".join(f" {label} P50 | {label} P99 |" for _, label in FIGURES)
+    print(f"| load |{head}")
+    print("|---:|" + "---|" * 2 * len(FIGURES))
+    for load in loads:
+        cells = []
+        for name, _ in FIGURES:
+            for k in (0, 1):
+                values = [r[name][k] for r in rounds[load]]
+                cells.append(f" {max(values) / min(values) - 1:.0%} |")
+        print(f"| {load:g}x |" + "".join(cells))
 
 
 def report_capacity(slo: str, searched: dict[str, tuple[dict, float]]) -> None:
