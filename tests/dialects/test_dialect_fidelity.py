@@ -75,14 +75,28 @@ def test_every_dialects_capture_and_replay_agree_at_p50_and_p99(tmp_path: Path) 
             proc.communicate(timeout=60)
     assert drive.returncode == 0, drive.stderr
     capture = sorted((tmp_path / "cap").glob("*.msgpack"))
+    # A dialect has about 33 requests here, so its P99 is its slowest one: one request
+    # held up by the shared machine (51 ms once, on a TTFT P99 of 77) is that figure.
+    # A replay that misses is replayed once more, and the second must agree on every
+    # figure: a dialect measured wrong misses both times.
+    misses = _misses(capture, tmp_path / "first", sent)
+    if misses:
+        again = _misses(capture, tmp_path / "again", sent)
+        assert not again, (misses, again)
+
+
+def _misses(capture: list[Path], out: Path, sent: int) -> list[str]:
+    """The capture replayed at 1x into a fresh simulator B: the figures of each route
+    where the replay and the capture differ by more than ``MARGINS`` allow."""
+    out.mkdir()
     with sim_process(SIM) as staging:
         replay = _tailreplay(
             "replay", *capture, "--target", staging, "--tail-stretch", "1", "--out",
-            tmp_path / "replay.msgpack", *UNBOUND,
+            out / "replay.msgpack", *UNBOUND,
         )  # fmt: skip
     assert replay.returncode == 0, replay.stderr
-    report = tmp_path / "report.json"
-    done = _tailreplay("report", tmp_path / "replay.msgpack", "--json", report)
+    report = out / "report.json"
+    done = _tailreplay("report", out / "replay.msgpack", "--json", report)
     assert done.returncode == 0, done.stderr
     rows = {row["route"]: row for row in json.loads(report.read_text())["routes"]}
     assert set(rows) == {d.routes[0] for d in DIALECTS}
@@ -97,4 +111,4 @@ def test_every_dialects_capture_and_replay_agree_at_p50_and_p99(tmp_path: Path) 
             now = row["replayed"]["metrics"][figure][q]["value"]
             if abs(now - was) > max(relative * was, absolute):
                 misses.append(f"{route} {figure} {q}: captured {was:.1f} ms, replayed {now:.1f}")
-    assert not misses, misses
+    return misses
