@@ -31,9 +31,10 @@ _SOJOURN_BATCH = 4096
 """Uniforms drawn at a time for the chain's sojourns."""
 _TOLERANCE = 1e-6
 """Stop when an iteration raises the log-likelihood by less than this share."""
-_RANGE = 1e-200
-"""The smallest row maximum, relative to its product's largest entry, that the
-product scan of the forward-backward accepts: a row below it nears underflow."""
+_FLOOR = 1e-290
+"""The smallest entry, relative to its product's largest, that the blocked
+forward-backward accepts where some path reaches: below it a double nears
+underflow (2.2e-308) and loses precision."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,8 @@ class Mmpp:
         uniforms: list[float] = []
         while t < bins:
             if len(uniforms) < 2:
-                uniforms = (1.0 - rng.random(2 * _SOJOURN_BATCH)).tolist()
+                batch = min(_SOJOURN_BATCH, bins - t + 1)  # a sojourn is a bin at least
+                uniforms = (1.0 - rng.random(2 * batch)).tolist()
             u, v = uniforms.pop(), 1.0 - uniforms.pop()  # v on [0, 1)
             slope = log_stay[state]  # 0 for a state that never leaves
             run = 1 + int(math.log(u) / slope) if slope else bins - t
@@ -203,16 +205,20 @@ def _blocked(mats: Array) -> Array:
 
 def _block_products(blocks: Array) -> Array | None:
     """Each block's product of its matrices in order, each divided by its largest
-    entry as it grows; None when a row falls below ``_RANGE`` of the largest."""
+    entry as it grows; None when an entry that a path reaches falls below
+    ``_FLOOR``, near underflow, where it would lose precision or become 0 (a leak
+    of 1e-300 between two states, which later bins can make the likeliest path)."""
     product = blocks[:, 0].copy()
+    reached = (product > 0).astype(np.float64)  # the entries some path makes positive
     for j in range(blocks.shape[1]):
         if j:
             product = product @ blocks[:, j]
+            reached = np.minimum(reached @ (blocks[:, j] > 0), 1.0)
         top = product.max((1, 2))
         if not (top > 0).all():
             return None
         product /= top[:, None, None]
-        if product.max(2).min() < _RANGE:
+        if (product[reached > 0] < _FLOOR).any():
             return None
     return product
 
@@ -287,6 +293,12 @@ def _posteriors(
     gamma = alpha * beta
     gamma /= gamma.sum(1, keepdims=True)
     ahead = b[1:] * beta[1:]
-    norm = np.einsum("ti,ij,tj->t", alpha[:-1], a, ahead)
-    xi = a * ((alpha[:-1] / norm[:, None]).T @ ahead)
+    ahead /= np.maximum(ahead.max(1, keepdims=True), 1e-300)
+    # Each bin's transitions as a k x k matrix normalised to sum to 1: a share of
+    # small by small, which stays finite where dividing by the bin's (perhaps
+    # denormal) total first would overflow. A bin no transition can reach adds none.
+    moves = alpha[:-1, :, None] * a[None, :, :] * ahead[:, None, :]
+    total = moves.sum((1, 2))
+    seen = total > 0
+    xi = (moves[seen] / total[seen, None, None]).sum(0)
     return gamma, xi, ll

@@ -31,17 +31,46 @@ def test_the_blocked_forward_backward_is_the_recursion(states: int, bins: int) -
     assert ll == pytest.approx(want_ll, rel=1e-12)
 
 
-def test_a_chain_with_transitions_of_zero_is_answered_as_the_recursion_does() -> None:
-    """Two states that never leave: a block's product keeps one row near 0 relative
-    to the other, which the blocked pass refuses and the recursion answers."""
-    rng = np.random.default_rng(5)
-    logb = rng.normal(0.0, 30.0, (500, 2))
-    a, pi = np.eye(2), np.array([0.5, 0.5])
-    assert hmm._block_products(hmm._blocked(a[None] * np.exp(logb[1:, None, :]))) is None
+def _leaky(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two states, some transitions 1e-300 (as EM drives unused ones), emissions
+    e^±90 apart: in a block's product such a leak falls below a double's range
+    while a path still runs through it, and later bins can make that path the
+    likeliest."""
+    rng = np.random.default_rng(seed)
+    if seed == 4:
+        a = np.array([[0.5, 0.5], [1e-300, 1.0]])
+        return rng.normal(0.0, 30.0, (200, 2)), a, np.array([0.5, 0.5])
+    a = rng.dirichlet(np.ones(2), 2)
+    a[rng.random((2, 2)) < 0.4] = 1e-300
+    return rng.normal(0.0, 30.0, (400, 2)), a / a.sum(1, keepdims=True), np.full(2, 0.5)
+
+
+@pytest.mark.parametrize("seed", [4, 145])
+def test_a_leak_near_underflow_is_answered_as_the_recursion_does(seed: int) -> None:
+    """The blocked pass refuses a product whose reachable entries near underflow (it
+    read a likelihood of 276.409 against 276.456 and posteriors 0.1 off on the
+    first, and NaN transitions on the second, before it did)."""
+    logb, a, pi = _leaky(seed)
     gamma, xi, ll = hmm._forward_backward(logb, a, pi)
     want_gamma, want_xi, want_ll = _stepwise(logb, a, pi)
-    assert np.allclose(gamma, want_gamma) and np.allclose(xi, want_xi)
-    assert ll == pytest.approx(want_ll)
+    assert np.isfinite(xi).all()
+    assert np.abs(gamma - want_gamma).max() < 1e-9 and np.abs(xi - want_xi).max() < 1e-9
+    assert ll == pytest.approx(want_ll, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", [126, 296, 318])
+def test_a_forced_transition_into_an_unlikely_state_counts_once(seed: int) -> None:
+    """A periodic chain (each state's only next state is the next one) where a bin's
+    every path is ~1e-300 likely: each bin still moves once, so the expected
+    transitions number the bins less one, all on the cycle."""
+    rng = np.random.default_rng(seed)
+    k, bins = int(rng.integers(2, 7)), int(rng.choice([5, 9, 17, 50]))
+    a = np.roll(np.eye(k), 1, axis=1)
+    pi = np.zeros(k)
+    pi[-1] = 1.0
+    _, xi, _ = hmm._forward_backward(rng.normal(0.0, 300.0, (bins, k)), a, pi)
+    assert np.isfinite(xi).all()
+    assert xi.sum() == pytest.approx(bins - 1) and (xi[a == 0] == 0).all()
 
 
 @pytest.mark.parametrize(
