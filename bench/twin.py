@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +171,7 @@ def main() -> None:
              str(real[1.0][0]), "-o", str(profile)],
             check=True,
         )  # fmt: skip
-        twin: dict[float, list[Path]] = {}
+        twin: dict[float, Path] = {}
         # The slot count is the deployment's, known to whoever runs it (llama-server's
         # --parallel); a window at half the capacity never fills the slots to show it.
         slots = [f"--sim-arg=--max-num-seqs={args.llama_server[2]}"] if args.llama_server else []
@@ -180,12 +180,12 @@ def main() -> None:
             began = time.monotonic()
             replay(archive, out, load, [f"--sim-arg=--profile={profile}", "--offline", *slots])
             spent["twin"] += time.monotonic() - began
-            twin[load] = [out]
+            twin[load] = out
         if args.capacity:
             against = ["--twin", str(profile), *slots]
             searched["twin"] = capacity(archive, tmp / "cap-twin", args.capacity, against)
         pooled_real = {load: figures(paths) for load, paths in real.items()}
-        pooled_twin = {load: figures(paths) for load, paths in twin.items()}
+        pooled_twin = {load: figures([path]) for load, path in twin.items()}
         rounds = {load: [figures([p]) for p in real[load]] for load in loads}
     report(args, n, loads, pooled_real, pooled_twin)
     if args.repeats > 1:
@@ -209,16 +209,23 @@ def report_spread(
     floor of any prediction of them (largest / smallest - 1)."""
     print(f"\nthe real target's own spread over its {repeats} rounds (largest / smallest - 1)")
     print()
+
+    def spread(load: float, name: str, k: int) -> str:
+        values = [r[name][k] for r in rounds[load]]
+        return f"{max(values) / min(values) - 1:.0%}"
+
+    _table(loads, spread)
+
+
+def _table(loads: list[float], cell: Callable[[float, str, int], str]) -> None:
+    """A markdown table of a row a load and a column a figure and quantile (P50, P99),
+    each cell ``cell(load, figure, quantile index)``."""
     head = "".join(f" {label} P50 | {label} P99 |" for _, label in FIGURES)
     print(f"| load |{head}")
     print("|---:|" + "---|" * 2 * len(FIGURES))
     for load in loads:
-        cells = []
-        for name, _ in FIGURES:
-            for k in (0, 1):
-                values = [r[name][k] for r in rounds[load]]
-                cells.append(f" {max(values) / min(values) - 1:.0%} |")
-        print(f"| {load:g}x |" + "".join(cells))
+        cells = "".join(f" {cell(load, name, k)} |" for name, _ in FIGURES for k in (0, 1))
+        print(f"| {load:g}x |{cells}")
 
 
 def report_capacity(slo: str, searched: dict[str, tuple[dict, float]]) -> None:
@@ -248,16 +255,12 @@ def report(
           f"real target: "
           f"{what}; the twin calibrated at 1x; ms, real / twin (twin's error)")  # fmt: skip
     print()
-    head = "".join(f" {label} P50 | {label} P99 |" for _, label in FIGURES)
-    print(f"| load |{head}")
-    print("|---:|" + "---|" * 2 * len(FIGURES))
-    for load in loads:
-        cells = []
-        for name, _ in FIGURES:
-            for k in (0, 1):
-                r, t = real[load][name][k], twin[load][name][k]
-                cells.append(f" {r:,.0f} / {t:,.0f} ({t / r - 1:+.0%}) |")
-        print(f"| {load:g}x |" + "".join(cells))
+
+    def compared(load: float, name: str, k: int) -> str:
+        r, t = real[load][name][k], twin[load][name][k]
+        return f"{r:,.0f} / {t:,.0f} ({t / r - 1:+.0%})"
+
+    _table(loads, compared)
 
 
 if __name__ == "__main__":

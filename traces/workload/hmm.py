@@ -176,8 +176,9 @@ def _forward_backward(logb: Array, a: Array, pi: Array) -> tuple[Array, Array, f
     block's product of transition matrices ``a * b[t]`` gives the forward and
     backward vectors at the block edges; from them every block runs the scaled
     recursion itself, bin by bin, at once. A transition learned as 0, or nearly,
-    can push a row of a block's product towards underflow, where it would lose
-    precision; the recursion over all bins in turn answers then instead."""
+    can push an entry of a block's product that a path reaches towards underflow,
+    where it would lose precision; the recursion over all bins in turn answers
+    then instead."""
     shift = logb.max(1, keepdims=True)
     b = np.exp(logb - shift)
     first = pi * b[0]
