@@ -6,7 +6,8 @@ simulator (or the given target), one after another:
 - ``exact``: the archive's window itself, as recorded (with ``windows`` > 1, that
   many consecutive windows, each its own arm, pooled into the reference: one
   window's P99 of a bursty process is one draw of it);
-- ``model``: the model's synthesis with the window's length and mean rate;
+- ``model``: the model's synthesis with the window's length and mean rate (with
+  several windows, a part each, at that window's rate, replayed as its window is);
 - ``poisson``: the same requests as ``model`` (same seed, same shapes in the same
   order) at Poisson arrival times: the baseline a model has to beat.
 
@@ -120,6 +121,9 @@ class ArmResult:
     """Mean prompt tokens a request that the target answered found in its prefix cache
     (its usage's cached tokens; None: no answer said): a synthetic arm that shares
     fewer prefixes than the traffic makes every prefill heavier than the real one."""
+    results: list[str] = field(default_factory=list)
+    """The names of its replays' result archives in the output folder (a synthetic arm
+    has one a held-out window)."""
 
     @property
     def sim_bound(self) -> bool:
@@ -159,45 +163,70 @@ def run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
 
 def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
     held = _windows(cfg)
-    span_s, n = sum(w[1] for w in held), sum(w[2] for w in held)
+    span_s, n = sum(w.span_s for w in held), sum(w.requests for w in held)
     say(
         f"window{'s' if len(held) > 1 else ''}: {n:,} requests over {span_s:,.0f} s "
         f"({n / span_s:.2f} req/s)"
     )
-    arms: list[tuple[str, int | None, Path]] = [
-        ("exact", None if len(held) == 1 else k, path) for k, (path, _, _) in enumerate(held, 1)
+    arms: list[tuple[str, int | None, list[Path]]] = [
+        ("exact", None if len(held) == 1 else k, [w.path]) for k, w in enumerate(held, 1)
     ]
     for draw in range(1, cfg.seeds + 1):
         for kind in ("model", "poisson"):
-            path = cfg.out_dir / f"{kind}-{draw}.msgpack"
-            path.unlink(missing_ok=True)
-            # As many requests as a window, at exactly their mean rate: a bursty
-            # process's count in a fixed span (and the span of a count) varies a lot,
-            # and near the target's limit that noise would outweigh what is compared.
-            synthesize(
-                cfg.model,
-                path,
-                count=round(n / len(held)),
-                rate_rps=n / span_s,
-                seed=draw,
-                arrivals=kind,
-                exact_rate=True,
-            )
-            arms.append((kind, draw, path))
-    longest = longest_request([a[2] for a in arms])
-    faster = _sized(cfg, [w[0] for w in held], longest, say)
+            arms.append((kind, draw, _synthesized(cfg, held, kind, draw)))
+    longest = longest_request([p for arm in arms for p in arm[2]])
+    faster = _sized(cfg, [w.path for w in held], longest, say)
     fresh = fresh_targets(cfg.target, cfg.sim_profile, cfg.speed, cfg.sim_args, faster)
     results = []
-    for arm, (kind, seed, path) in enumerate(arms):
+    replayed = 0
+    for kind, seed, paths in arms:
         say(f"replaying {_name(kind, seed)} ...")
-        out = cfg.out_dir / f"{path.stem}-results.msgpack"
-        with fresh(longest) as url:
-            _replay(cfg, url, path, out, arm=arm)
-            slowdown = sim_slowdown(url)
-        result = _measure(kind, seed, path, out, cfg.lag_limit_s * 1e3)
-        result.sim_slowdown = slowdown
+        slowdowns = []
+        for path in paths:
+            # Each part on a fresh simulator, as each exact window is: a part starts
+            # with an empty queue and a cold cache as its window did.
+            with fresh(longest) as url:
+                _replay(cfg, url, path, _results_path(path), arm=replayed)
+                slowdowns.append(sim_slowdown(url))
+            replayed += 1
+        result = _measure(kind, seed, paths, cfg.lag_limit_s * 1e3)
+        result.sim_slowdown = max((s for s in slowdowns if s is not None), default=None)
         results.append(result)
     return results + pooled(results, cfg.out_dir)
+
+
+def _synthesized(cfg: CheckConfig, held: list[_Window], kind: str, draw: int) -> list[Path]:
+    """A synthetic arm: one part for each held-out window, with as many requests as
+    it at exactly its mean rate, starting where it starts. Each window's rate is an
+    input to the model, not a prediction of it: pooled, the windows mix their loads,
+    and an arm at their mean rate would queue less than that mix (the P99 is convex
+    in load), whatever arrival process it drew. Part k of seed S draws seed
+    S + 10,000 (k - 1); the model's and Poisson's parts hold the same requests."""
+    paths = []
+    for k, window in enumerate(held):
+        name = f"{kind}-{draw}" if len(held) == 1 else f"{kind}-{draw}-w{k + 1}"
+        path = cfg.out_dir / f"{name}.msgpack"
+        path.unlink(missing_ok=True)
+        # At exactly the window's rate: a bursty process's count in a fixed span (and
+        # the span of a count) varies a lot, and near the target's limit that noise
+        # would outweigh what is compared.
+        synthesize(
+            cfg.model,
+            path,
+            count=window.requests,
+            rate_rps=window.requests / window.span_s,
+            seed=draw + 10_000 * k,
+            start_ns=window.start_ns,
+            arrivals=kind,
+            exact_rate=True,
+        )
+        paths.append(path)
+    return paths
+
+
+def _results_path(arm: Path) -> Path:
+    """Where the replay of the arm (or part of one) at ``arm`` writes its results."""
+    return arm.with_name(f"{arm.stem}-results.msgpack")
 
 
 PEAK_S = 30.0
@@ -246,7 +275,7 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
         arms = [r for r in results if r.arm == kind and r.seed is not None]
         if len(arms) < 2:
             continue
-        files = [out_dir / f"{kind}-{r.seed}-results.msgpack" for r in arms]
+        files = [out_dir / name for r in arms for name in r.results]
         values = metric_values(
             requests(load_columns(files, list(STATS_FIELDS), presence_only=STATS_PRESENCE))
         )
@@ -270,8 +299,18 @@ def pooled(results: list[ArmResult], out_dir: Path) -> list[ArmResult]:
     return out
 
 
-def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
-    """The held-out windows, each copied to its own archive: (path, span s, requests)."""
+@dataclass(frozen=True)
+class _Window:
+    """A held-out window, copied to an archive of its own."""
+
+    path: Path
+    start_ns: int
+    span_s: float
+    requests: int
+
+
+def _windows(cfg: CheckConfig) -> list[_Window]:
+    """The held-out windows, each copied to its own archive."""
     starts = load_columns([cfg.archive], [])["start_ns"]
     if starts.size < 10:
         raise InputError(f"{cfg.archive}: {starts.size} records are too few to check a model")
@@ -296,7 +335,7 @@ def _windows(cfg: CheckConfig) -> list[tuple[Path, float, int]]:
         done = copy_records([cfg.archive], exact, source="validate-model", keep=keep, stop=stop)
         if done.written < 10:
             raise InputError(f"window {k + 1} holds {done.written} records; at least 10 are needed")
-        held.append((exact, span_s, done.written))
+        held.append(_Window(exact, lo, span_s, done.written))
     return held
 
 
@@ -316,16 +355,18 @@ def _replay(cfg: CheckConfig, url: str, archive: Path, out: Path, *, arm: int) -
     replay_child(own_prompts(args, cfg.target, arm))
 
 
-def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: float) -> ArmResult:
-    cols = load_columns([out], list(STATS_FIELDS), presence_only=STATS_PRESENCE)
+def _measure(kind: str, seed: int | None, arms: list[Path], limit_ms: float) -> ArmResult:
+    """One arm's figures, over the replays of its parts (``arms``, in time order)."""
+    outs = [_results_path(p) for p in arms]
+    cols = load_columns(outs, list(STATS_FIELDS), presence_only=STATS_PRESENCE)
     r = requests(cols)
     values = metric_values(r)
     lags = cols["lag_ns"][cols.present["lag_ns"]]
     verdict = client_verdict(lags, limit_ms)
     # On a quantised clock, each request at its tick's grid point: a jittered
     # stamp would put a tick's requests into the window before.
-    starts, _ = on_ticks(load_columns([archive], [])["start_ns"])
-    sched = starts.astype(np.float64) / 1e9
+    starts, _ = on_ticks(load_columns(arms, [])["start_ns"])
+    sched = np.sort(starts.astype(np.float64) / 1e9)
     return ArmResult(
         arm=kind,
         seed=seed,
@@ -336,7 +377,8 @@ def _measure(kind: str, seed: int | None, archive: Path, out: Path, limit_ms: fl
         idc=[index_of_dispersion(sched, w) for w in WINDOWS_S],
         lag_p99_ms=verdict["lag_p99_ms"],
         client_bound=verdict["client_bound"],
-        cached_tokens=_cached_tokens([out]),
+        cached_tokens=_cached_tokens(outs),
+        results=[p.name for p in outs],
     )
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tailreplay.studies.model_check import ArmResult, errors, pooled, ranking_line, render
+from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.workload.hmm import Mmpp
 from tests.helpers import UNBOUND, write_plain
 
@@ -137,8 +139,21 @@ def test_several_held_out_windows_are_pooled_into_the_reference(
     first, second = arms[("exact", 1)], arms[("exact", 2)]
     pool = arms[("exact pooled", None)]
     assert first["requests"] + second["requests"] == pool["requests"] == n
-    # The synthetic arms hold as many requests as a window, at the windows' mean rate.
-    assert abs(arms[("model", 1)]["requests"] - n / 2) <= 1
+    # A synthetic arm holds a part a window, as many requests as it and at its rate,
+    # each part replayed on a fresh simulator as its window is.
+    recorded = _starts(archive)
+    for kind in ("model", "poisson"):
+        assert arms[(kind, 1)]["requests"] == n
+        names = [f"{kind}-1-w{k}-results.msgpack" for k in (1, 2)]
+        assert arms[(kind, 1)]["results"] == names
+        for k in (0, 1):
+            lo = recorded[0] + k * 20 * 10**9
+            span = min(lo + 20 * 10**9, recorded[-1] + 1) - lo
+            held = int(((recorded >= lo) & (recorded < lo + 20 * 10**9)).sum())
+            mine = _starts(tmp_path / "arms" / f"{kind}-1-w{k + 1}.msgpack")
+            # Where its window starts, at its rate: n requests span (n - 1) / rate.
+            assert mine.size == held and lo <= mine[0] < lo + 3 * 10**9
+            assert mine[-1] - mine[0] == pytest.approx(span * (held - 1) / held, rel=1e-6)
     assert "exact pooled" not in data["errors"] and "exact" not in data["errors"]
     if measured:  # errors are against the pooled windows, not either one
         model_p99 = arms[("model", 1)]["latency"]["p99"][0]
@@ -233,7 +248,6 @@ def test_against_a_given_target_no_arm_is_served_from_anothers_cache(
     does: the model's and Poisson's arms hold the same requests, so with the same
     prompts the second would find every prompt cached. Each arm draws its own."""
     from tailreplay.sim.launcher import sim_process
-    from tailreplay.traces.archive.reader import ArchiveReader
 
     archive, model, _ = trace
     flags = ["--seeds", "1", "--window", "10s", "--lag-limit", "1s"]
@@ -250,6 +264,10 @@ def test_against_a_given_target_no_arm_is_served_from_anothers_cache(
             arm.name,
             cached,
         )
+
+
+def _starts(archive: Path) -> np.ndarray:
+    return np.array([r.start_ns for r in ArchiveReader([archive])])
 
 
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
@@ -340,7 +358,8 @@ def test_seeds_are_pooled_into_the_models_prediction(tmp_path: Path) -> None:
         maps = [{"start_ns": T0 + i * 10**7, "duration_ns": round(v * 1e6), "status": 200,
                  "sent_ns": T0 + i * 10**7, "stream": False} for i, v in enumerate(ms)]  # fmt: skip
         write_plain(tmp_path / f"model-{seed}-results.msgpack", maps)
-        arms.append(ArmResult("model", seed, len(ms), 0, lag_p99_ms=1.0 + seed))
+        arm = ArmResult("model", seed, len(ms), 0, lag_p99_ms=1.0 + seed)
+        arms.append(replace(arm, results=[f"model-{seed}-results.msgpack"]))
     (pool,) = pooled(arms, tmp_path)
     assert pool.arm == "model pooled" and pool.seed is None and pool.requests == 1000
     both = np.concatenate(list(latencies.values()))
