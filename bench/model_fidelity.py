@@ -108,6 +108,12 @@ def main() -> None:
     ap.add_argument("--speed", default="4x")
     ap.add_argument("--prefill-ms", help="The simulator's prefill per token, or 'sized': as "
                     "validate-model sizes it (the default on mooncake; others: 0.08).")  # fmt: skip
+    ap.add_argument(
+        "--lengths",
+        choices=["all", "recent"],
+        default="all",
+        help="The lengths the synthetic arms draw (validate-model --lengths).",
+    )
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
     args = ap.parse_args()
     out = args.out_dir
@@ -133,7 +139,7 @@ def main() -> None:
     tailreplay("traces", "fit", str(first), "-o", str(model))
     tailreplay("traces", "validate-model", str(second), "--model", str(model),
                "--window", args.window, "--windows", str(args.windows), "--seeds", args.seeds,
-               "--speed", args.speed,
+               "--speed", args.speed, "--lengths", args.lengths,
                "--sim-profile", "fast", *sim_args,
                "--out-dir", str(out / "arms"), "--overwrite", "--json", str(out / "check.json"),
                ok=(0, 1))  # fmt: skip  # 1: an arm was client- or simulator-bound (it says which)

@@ -141,6 +141,7 @@ def validate_model(**options: Any) -> None:
         )
     workload = Workload.load(args.model_path)
     warn(workload.warnings)
+    workload.lengths_for(args.lengths)  # a model without a recent half: refused before any arm
     if args.target is not None and args.sim_args:
         raise UsageError("--sim-arg configures the built-in simulator, not a --target")
     bad = [a for a in args.sim_args if not a.startswith("--") or "=" not in a]
@@ -161,6 +162,7 @@ def validate_model(**options: Any) -> None:
         speed=args.speed,
         lag_limit_s=args.lag_limit,
         windows=args.windows,
+        lengths=args.lengths,
         overwrite=args.overwrite,
     )
     with sigterm_interrupts():  # each arm's replay and simulator are stopped with it

@@ -97,6 +97,8 @@ class CheckConfig:
     timeout_s: float = 600.0
     windows: int = _DEFAULT.windows
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
+    lengths: str = _DEFAULT.lengths
+    """The lengths the synthetic arms draw (``Workload.lengths_for``): ``all`` or ``recent``."""
 
 
 ERROR_LIMIT = 0.01
@@ -219,6 +221,7 @@ def _synthesized(cfg: CheckConfig, held: list[_Window], kind: str, draw: int) ->
             start_ns=window.start_ns,
             arrivals=kind,
             exact_rate=True,
+            lengths=cfg.lengths,
         )
         paths.append(path)
     return paths

@@ -17,7 +17,7 @@ from pathlib import Path
 from yarl import URL
 
 from tailreplay import shared_options as shared
-from tailreplay.declared import PathKind, Setting, declared
+from tailreplay.declared import Choice, PathKind, Setting, declared
 from tailreplay.option_values import DURATION, FACTOR, FILE_OUT
 from tailreplay.sim.profiles import SIM_ARG, SIM_PROFILE
 from tailreplay.study_folder import OVERWRITE
@@ -82,6 +82,16 @@ class ValidateModelArgs:
             kind=int,
             low=1,
             high=20,
+            show_default=True,
+        )
+    )
+    lengths: str = declared(
+        Setting(
+            "--lengths",
+            "all",
+            "The request lengths the synthetic arms draw: all of the fitted span's, or its "
+            "recent half's (for a mix that drifted: `traces fit` says whether it did).",
+            kind=Choice(("all", "recent")),
             show_default=True,
         )
     )

@@ -13,10 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tailreplay.studies.model_check import ArmResult, errors, pooled, ranking_line, render
+from tailreplay.studies.model_check import (
+    ArmResult,
+    CheckConfig,
+    _synthesized,
+    _Window,
+    errors,
+    pooled,
+    ranking_line,
+    render,
+)
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.workload.hmm import Mmpp
+from tailreplay.traces.workload.workload_model import Workload
 from tests.helpers import UNBOUND, write_plain
+from tests.traces.workload.test_fit import _drifting
 
 T0 = 1_700_000_000 * 10**9
 
@@ -415,3 +426,37 @@ def test_each_arm_says_what_it_found_in_the_prefix_cache(tmp_path: Path) -> None
     assert done.stdout.splitlines()[0].split()[-1] == "cached"
     for arm in json.loads(out.read_text())["arms"]:
         assert 1_000 <= arm["cached_tokens"] <= 1_100, arm
+
+
+def test_the_synthetic_arms_draw_the_recent_halfs_lengths_when_asked(tmp_path: Path) -> None:
+    # A recording whose prompts shrink from a mean of 600 tokens to 400 halfway.
+    archive = _drifting(tmp_path / "a.msgpack")
+    model = tmp_path / "m.json"
+    assert _tailreplay("traces", "fit", str(archive), "-o", str(model)).returncode == 0
+    window = _Window(archive, T0, 500.0, 10_000)
+    means = {}
+    for which in ("all", "recent"):
+        cfg = CheckConfig(archive, Workload.load(model), tmp_path / which, lengths=which)
+        cfg.out_dir.mkdir()
+        (path,) = _synthesized(cfg, [window], "model", 1)
+        means[which] = np.mean([r.input_tokens for r in ArchiveReader([path])])
+    assert means["all"] == pytest.approx(500, rel=0.05)
+    assert means["recent"] == pytest.approx(400, rel=0.05)
+
+
+def test_recent_lengths_from_a_model_without_them_is_one_line_before_any_arm(
+    tmp_path: Path, trace: tuple[Path, Path, int]
+) -> None:
+    archive, fitted, _ = trace
+    m = json.loads(fitted.read_text())
+    m["recent_lengths"] = None  # as a recording too short to split into halves leaves it
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps(m))
+    done = _tailreplay("traces", "validate-model", str(archive), "--model", str(model),
+                       "--lengths", "recent", "--out-dir", str(tmp_path / "arms"))  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "Error: the model has no lengths of its recent half (its recording is too short to "
+        "split); use --lengths all"
+    )
+    assert not list((tmp_path / "arms").glob("*.msgpack"))
