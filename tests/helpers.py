@@ -254,6 +254,24 @@ machine's timer jitter (~1 ms) small against them, and the simulator's own CPU (
 streams' tokens written per step) low."""
 
 
+def drifting_lengths(path: Path, n: int = 20_000) -> Path:
+    """Poisson arrivals at 20 req/s; input tokens Gamma(2, 300) over the first half of
+    the span and Gamma(2, 200) over the second (means 600 and 400); outputs alike."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    starts = 1_700_000_000 * 10**9 + np.cumsum(rng.exponential(1 / 20, n) * 1e9).astype(np.int64)
+    late = np.arange(n) >= n // 2
+    inputs = np.ceil(rng.gamma(2.0, np.where(late, 200.0, 300.0))).astype(int)
+    outputs = np.ceil(rng.gamma(1.5, 80.0, n)).astype(int)
+    maps = [
+        {"start_ns": int(s), "trace_id": rng.bytes(16), "span_id": rng.bytes(8),
+         "path": "/v1/chat/completions", "input_tokens": int(a), "output_tokens": int(b)}
+        for s, a, b in zip(starts, inputs, outputs, strict=True)
+    ]  # fmt: skip
+    return write_plain(path, maps)
+
+
 def ramping_window(
     path: Path,
     seconds: float,

@@ -23,11 +23,11 @@ from tailreplay.studies.model_check import (
     ranking_line,
     render,
 )
+from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.reader import ArchiveReader
 from tailreplay.traces.workload.hmm import Mmpp
 from tailreplay.traces.workload.workload_model import Workload
-from tests.helpers import UNBOUND, write_plain
-from tests.traces.workload.test_fit import _drifting
+from tests.helpers import UNBOUND, drifting_lengths, write_plain
 
 T0 = 1_700_000_000 * 10**9
 
@@ -278,7 +278,7 @@ def test_against_a_given_target_no_arm_is_served_from_anothers_cache(
 
 
 def _starts(archive: Path) -> np.ndarray:
-    return np.array([r.start_ns for r in ArchiveReader([archive])])
+    return load_columns([archive], [])["start_ns"]
 
 
 def _burst(tmp_path: Path, n: int, gap_ns: int, tokens: int) -> Path:
@@ -430,7 +430,7 @@ def test_each_arm_says_what_it_found_in_the_prefix_cache(tmp_path: Path) -> None
 
 def test_the_synthetic_arms_draw_the_recent_halfs_lengths_when_asked(tmp_path: Path) -> None:
     # A recording whose prompts shrink from a mean of 600 tokens to 400 halfway.
-    archive = _drifting(tmp_path / "a.msgpack")
+    archive = drifting_lengths(tmp_path / "a.msgpack")
     model = tmp_path / "m.json"
     assert _tailreplay("traces", "fit", str(archive), "-o", str(model)).returncode == 0
     window = _Window(archive, T0, 500.0, 10_000)

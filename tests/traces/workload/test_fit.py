@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from tailreplay.cli import cli
 from tailreplay.traces.archive.reader import ArchiveReader
-from tests.helpers import DATA, write_plain
+from tests.helpers import DATA, drifting_lengths, write_plain
 
 T0 = 1_700_000_000 * 10**9
 AZURE = DATA / "azure_llm_2023"
@@ -74,26 +74,10 @@ def test_fit_recovers_known_parameters(tmp_path: Path) -> None:
     assert np.mean([r.output_tokens for r in records]) == pytest.approx(120, rel=0.04)
 
 
-def _drifting(path: Path, n: int = 20_000) -> Path:
-    """Poisson arrivals at 20 req/s; input tokens Gamma(2, 300) over the first half of
-    the span and Gamma(2, 200) over the second (means 600 and 400); outputs alike."""
-    rng = np.random.default_rng(5)
-    starts = T0 + np.cumsum(rng.exponential(1 / 20, n) * 1e9).astype(np.int64)
-    late = np.arange(n) >= n // 2
-    inputs = np.ceil(rng.gamma(2.0, np.where(late, 200.0, 300.0))).astype(int)
-    outputs = np.ceil(rng.gamma(1.5, 80.0, n)).astype(int)
-    maps = [
-        {"start_ns": int(s), "trace_id": rng.bytes(16), "span_id": rng.bytes(8),
-         "path": "/v1/chat/completions", "input_tokens": int(a), "output_tokens": int(b)}
-        for s, a, b in zip(starts, inputs, outputs, strict=True)
-    ]  # fmt: skip
-    return write_plain(path, maps)
-
-
 def test_a_drift_of_the_length_mix_is_reported_and_its_recent_half_drawn(
     tmp_path: Path,
 ) -> None:
-    archive = _drifting(tmp_path / "a.msgpack")
+    archive = drifting_lengths(tmp_path / "a.msgpack")
     model = tmp_path / "m.json"
     code, out, err = _run("fit", str(archive), "-o", str(model))
     assert code == 0, err
@@ -117,7 +101,7 @@ def test_a_drift_of_the_length_mix_is_reported_and_its_recent_half_drawn(
 
 
 def test_a_model_with_malformed_recent_lengths_is_refused_in_one_line(tmp_path: Path) -> None:
-    archive = _drifting(tmp_path / "a.msgpack", n=2_000)
+    archive = drifting_lengths(tmp_path / "a.msgpack", n=2_000)
     model = tmp_path / "m.json"
     assert _run("fit", str(archive), "-o", str(model))[0] == 0
     m = json.loads(model.read_text())
