@@ -184,7 +184,17 @@ def test_the_docs_example_runs_as_written(tmp_path: Path) -> None:
 
 @pytest.mark.perf
 def test_the_docs_example_passes_as_written(tmp_path: Path) -> None:
-    _docs_example()(tmp_path)
+    """As the quickstart's gate: a run the client made late is not judged, rightly, and
+    is run again, at most twice, and only then."""
+    for again in range(3):
+        folder = tmp_path / str(again)
+        folder.mkdir()
+        try:
+            _docs_example()(folder)
+            return
+        except AssertionError as exc:
+            if again == 2 or not str(exc).startswith("not judged: the client was the bottleneck"):
+                raise
 
 
 def test_the_readmes_example_runs_as_written(

@@ -18,6 +18,7 @@ from tests.helpers import REPO, free_port
 
 QUICKSTART = REPO / "docs/quickstart.md"
 PORTS = (8000, 8080, 9000, 9464)
+_CLIENT_LATE = "SLO not judged: the client was the bottleneck"
 
 
 def _script() -> str:
@@ -76,10 +77,14 @@ def quickstart(
         capture_output=True, text=True, env=env, cwd=work, check=True,
     ).stdout  # fmt: skip
     assert str(tmp_path / "venv") in where, where
-    done = subprocess.run(
+    return _run(work, env), work
+
+
+def _run(work: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The quickstart's script, run in the empty folder ``work``."""
+    return subprocess.run(
         ["bash", "-c", _script()], cwd=work, env=env, capture_output=True, text=True, timeout=600
     )
-    return done, work
 
 
 def _gate(done: subprocess.CompletedProcess[str]) -> str:
@@ -110,6 +115,17 @@ def test_the_quickstart_runs_as_written_from_a_fresh_install(
 def test_the_quickstarts_gate_passes_staging(
     quickstart: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
-    done, _ = quickstart
+    done, work = quickstart
+    env = {**os.environ, "PATH": f"{work.parent / 'venv/bin'}:{os.environ['PATH']}"}
+    # A replay that left late is not judged (exit 4), rightly: on a shared machine a
+    # neighbour's burst can hold the replayer past its lag limit for a few sends. The
+    # warning says to replay on a quieter machine; this runs the quickstart again, at
+    # most twice, and only then.
+    for again in range(2):
+        if _gate(done) != "4" or _CLIENT_LATE not in done.stderr:
+            break
+        folder = work.parent / f"again{again}"
+        folder.mkdir()
+        done = _run(folder, {**env, "PYTHONPATH": ""})
     assert _gate(done) == "0", done.stderr[-2000:]
     assert "SLOs: score 1.00 (PASS)" in done.stdout, done.stdout[-2000:]
