@@ -114,6 +114,12 @@ def main() -> None:
         default="all",
         help="The lengths the synthetic arms draw (validate-model --lengths).",
     )
+    ap.add_argument(
+        "--scaling",
+        choices=["periods", "users"],
+        default="periods",
+        help="How the model's synthesis reaches each window's rate (validate-model --scaling).",
+    )
     ap.add_argument("--out-dir", type=Path, default=Path("bench-model-fidelity"))
     args = ap.parse_args()
     out = args.out_dir
@@ -140,6 +146,7 @@ def main() -> None:
     tailreplay("traces", "validate-model", str(second), "--model", str(model),
                "--window", args.window, "--windows", str(args.windows), "--seeds", args.seeds,
                "--speed", args.speed, "--lengths", args.lengths,
+               "--scaling", args.scaling,
                "--sim-profile", "fast", *sim_args,
                "--out-dir", str(out / "arms"), "--overwrite", "--json", str(out / "check.json"),
                ok=(0, 1))  # fmt: skip  # 1: an arm was client- or simulator-bound (it says which)

@@ -33,7 +33,13 @@ __all__ = ["fit", "synth", "validate_model"]
 @archives_argument
 @output_option
 @skip_corrupt_option
-@click.option("--seed", default=0, show_default=True, help="Seed of the fitting subsample.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 2**63 - 1),
+    help="Seed of the fitting subsample.",
+)
 @click.option(
     "--profile",
     type=DURATION,
@@ -66,7 +72,13 @@ def fit(
     help="Mean requests per second (default: the fitted rate).",
 )
 @click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the synthesised draws.")
+@click.option(
+    "--seed",
+    default=0,
+    show_default=True,
+    type=click.IntRange(0, 2**63 - 1),
+    help="Seed of the synthesised draws.",
+)
 @click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
 @click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
 @click.option(
@@ -85,6 +97,15 @@ def fit(
     help="recent: request lengths fitted to the second half of the recording's span "
     "(for a mix that drifted: `traces fit` says whether it did).",
 )
+@click.option(
+    "--scaling",
+    type=click.Choice(["users", "periods"]),
+    default="users",
+    show_default=True,
+    help="How a bursty (MMPP) model reaches another --rate: users: as many more "
+    "independent users, as bursty; periods: the recording's own periods at that rate "
+    "(its busy states more often, with their requests' lengths).",
+)
 def synth(
     model: Path,
     out: Path,
@@ -97,6 +118,7 @@ def synth(
     flat: bool,
     arrivals: str,
     lengths: str,
+    scaling: str,
 ) -> None:
     """Synthesise an archive from a workload model, at any rate and length."""
     from tailreplay.traces.workload.fit import synthesize
@@ -118,6 +140,7 @@ def synth(
         flat=flat,
         arrivals=arrivals,
         lengths=lengths,
+        scaling=scaling,
     )
     click.echo(f"wrote {written:,} records to {out}", err=True)
 
@@ -163,6 +186,7 @@ def validate_model(**options: Any) -> None:
         lag_limit_s=args.lag_limit,
         windows=args.windows,
         lengths=args.lengths,
+        scaling=args.scaling,
         overwrite=args.overwrite,
     )
     with sigterm_interrupts():  # each arm's replay and simulator are stopped with it

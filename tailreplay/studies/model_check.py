@@ -99,6 +99,8 @@ class CheckConfig:
     """Consecutive held-out windows of ``window_s``, each replayed as recorded."""
     lengths: str = _DEFAULT.lengths
     """The lengths the synthetic arms draw (``Workload.lengths_for``): ``all`` or ``recent``."""
+    scaling: str = _DEFAULT.scaling
+    """How the model arm's MMPP reaches each window's rate (``arrivals.SCALINGS``)."""
 
 
 ERROR_LIMIT = 0.01
@@ -202,8 +204,10 @@ def _synthesized(cfg: CheckConfig, held: list[_Window], kind: str, draw: int) ->
     it at exactly its mean rate, starting where it starts. Each window's rate is an
     input to the model, not a prediction of it: pooled, the windows mix their loads,
     and an arm at their mean rate would queue less than that mix (the P99 is convex
-    in load), whatever arrival process it drew. Part k of seed S draws seed
-    S + 10,000 (k - 1); the model's and Poisson's parts hold the same requests."""
+    in load), whatever arrival process it drew. The model reaches that rate as
+    ``cfg.scaling`` says (by default its own periods at that rate). Part k of seed S
+    draws seed S + 10,000 (k - 1); the model's and Poisson's parts share their draws
+    (the same requests, but where the model's arrival state draws other lengths)."""
     paths = []
     for k, window in enumerate(held):
         name = f"{kind}-{draw}" if len(held) == 1 else f"{kind}-{draw}-w{k + 1}"
@@ -222,6 +226,7 @@ def _synthesized(cfg: CheckConfig, held: list[_Window], kind: str, draw: int) ->
             arrivals=kind,
             exact_rate=True,
             lengths=cfg.lengths,
+            scaling=cfg.scaling,
         )
         paths.append(path)
     return paths

@@ -95,6 +95,17 @@ class ValidateModelArgs:
             show_default=True,
         )
     )
+    scaling: str = declared(
+        Setting(
+            "--scaling",
+            "periods",
+            "How the model's synthesis reaches each window's rate (as `synth --scaling`): "
+            "periods: the fitted span's own periods at that rate; users: as many more "
+            "independent users, as bursty.",
+            kind=Choice(("periods", "users")),
+            show_default=True,
+        )
+    )
     speed: float = declared(
         Setting(
             "--speed",

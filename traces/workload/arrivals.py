@@ -36,9 +36,10 @@ from tailreplay.errors import InputError, UsageError
 from tailreplay.traces.workload.burstiness import WINDOWS_S, index_of_dispersion
 from tailreplay.traces.workload.clock import Clock, on_ticks
 from tailreplay.traces.workload.hmm import Mmpp, fit_mmpps
+from tailreplay.traces.workload.periods import conditioned
 from tailreplay.traces.workload.renewal import Dist, fit_gaps
 
-__all__ = ["Arrivals", "fit_arrivals", "sample_times"]
+__all__ = ["SCALINGS", "Arrivals", "Batch", "arrival_states", "fit_arrivals", "sample_times"]
 
 Array = npt.NDArray[Any]
 SELECT_WINDOWS_S = (1.0, 3.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -138,12 +139,26 @@ def fit_arrivals(
     return replace(chosen, scores=scores, burstiness=burst)
 
 
+Batch = tuple[Array, Array | None, float]
+"""Arrival times (s, increasing), each one's MMPP state (None for a renewal process),
+and the horizon: the time up to which every arrival has been drawn."""
+SCALINGS = ("users", "periods")
+"""How an MMPP reaches a rate other than its own: ``Mmpp.scaled`` (more or fewer
+independent users, as bursty) or ``periods.conditioned`` (the recording's own
+periods at that rate: its busy states more often)."""
+
+
 def sample_times(
-    model: Arrivals, rng: np.random.Generator, rate: float, *, flat: bool = False
-) -> Iterator[tuple[Array, float]]:
-    """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly:
-    each batch with its horizon, the time up to which every arrival has been drawn
-    (a batch may be empty: a quiet stretch)."""
+    model: Arrivals,
+    rng: np.random.Generator,
+    rate: float,
+    *,
+    flat: bool = False,
+    scaling: str = "users",
+) -> Iterator[Batch]:
+    """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly,
+    with their states (a batch may be empty: a quiet stretch). ``scaling`` is one of
+    ``SCALINGS``."""
     profile = None
     if model.rate_profile is not None and model.profile_bin_s and not flat:
         profile = (np.array(model.rate_profile), model.profile_bin_s)
@@ -154,12 +169,39 @@ def sample_times(
             if tick is not None:  # stamped on ticks as the recording was
                 # the horizon's own tick may still get arrivals from the next batch
                 times, horizon = np.floor(times / tick) * tick, math.floor(horizon / tick) * tick
-            yield times, horizon
+            yield times, None, horizon
     else:
-        mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)
-        mmpp = mmpp.scaled(rate / mmpp.mean_rate)  # exact again if a state was clipped at 0
+        if scaling == "periods":
+            mmpp = conditioned(model.mmpp, rate)
+        else:
+            mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)
+            # A state clipped at 0 leaves the mean above the rate: every state's rate
+            # times the same factor makes it exact (a second ``scaled`` would clip again).
+            factor = rate / mmpp.mean_rate
+            mmpp = replace(mmpp, rates=[r * factor for r in mmpp.rates])
         _check_bins(mmpp, rate, profile)
         yield from _mmpp_times(mmpp, model.clock, rng, profile)
+
+
+def arrival_states(model: Arrivals, starts_ns: Array) -> tuple[Array, Array] | None:
+    """Where the sorted ``starts_ns`` came in the model's MMPP states: each bin's
+    probability of each state (``(bins, states)``, from the counts of the bins the
+    MMPP was fitted on) and each start's bin, so request i's row is
+    ``posteriors[bin_of[i]]`` (at most 20,000 bins: no row a request is kept). None
+    when the model samples no MMPP or it has a single state."""
+    if model.kind != "mmpp" or model.mmpp.states < 2:
+        return None
+    starts_ns, _ = on_ticks(starts_ns)
+    times = (starts_ns - starts_ns[0]).astype(np.float64) / 1e9
+    bin_s = model.mmpp.bin_s
+    bins = max(int(float(times[-1]) // bin_s), 1)
+    bin_of = np.minimum((times // bin_s).astype(np.int64), bins - 1)
+    counts = np.bincount(bin_of, minlength=bins)
+    profile = None
+    if model.rate_profile is not None and model.profile_bin_s:
+        profile = (np.array(model.rate_profile), model.profile_bin_s)
+    exposure = _exposure(np.arange(bins) * bin_s + bin_s / 2, profile)
+    return model.mmpp.posteriors(counts, exposure), bin_of
 
 
 def _check_bins(mmpp: Mmpp, rate: float, profile: tuple[Array, float] | None) -> None:
@@ -205,7 +247,7 @@ def _renewal_times(
 
 def _mmpp_times(
     mmpp: Mmpp, clock: Clock, rng: np.random.Generator, profile: tuple[Array, float] | None
-) -> Iterator[tuple[Array, float]]:
+) -> Iterator[Batch]:
     # About 65,536 arrivals a chunk at the busiest state's rate: memory follows the
     # chunk, not the rate, and a quiet model still covers time quickly.
     busiest = max(mmpp.rates) * mmpp.bin_s * (max(profile[0]) if profile is not None else 1.0)
@@ -214,15 +256,15 @@ def _mmpp_times(
     state = None
     while True:
         mids = (start + np.arange(chunk)) * mmpp.bin_s + mmpp.bin_s / 2
-        counts, state = mmpp.counts(rng, chunk, _exposure(mids, profile), state)
+        counts, path, state = mmpp.draw(rng, chunk, _exposure(mids, profile), state)
         bin_of = np.repeat(np.arange(start, start + chunk), counts)
         within = rng.random(bin_of.size) * mmpp.bin_s
         if clock.tick_s is not None:  # stamped on ticks, as the recording was
             within = np.floor(within / clock.tick_s) * clock.tick_s
         times = bin_of * mmpp.bin_s + within
-        times.sort()
+        order = np.argsort(times, kind="stable")  # bins in order: only within a bin
         start += chunk
-        yield times, start * mmpp.bin_s
+        yield times[order], np.repeat(path, counts)[order], start * mmpp.bin_s
 
 
 _SHAPES = np.geomspace(0.1, 5.0, 17)
@@ -294,7 +336,7 @@ def _idc(
     span = min(max(arrivals / model.rate_rps, duration), max(duration, _MAX_CHECK_S))
     parts = []
     got = 0
-    for batch, horizon in sample_times(model, rng, model.rate_rps):
+    for batch, _, horizon in sample_times(model, rng, model.rate_rps):
         parts.append(batch[batch < span])
         got += batch.size
         if horizon >= span or got >= 4 * arrivals:

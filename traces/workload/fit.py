@@ -19,7 +19,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,14 @@ from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
-from tailreplay.traces.workload.arrivals import Arrivals, fit_arrivals, sample_times
+from tailreplay.traces.workload.arrivals import (
+    SCALINGS,
+    Arrivals,
+    Batch,
+    arrival_states,
+    fit_arrivals,
+    sample_times,
+)
 from tailreplay.traces.workload.drift import LengthDrift, length_drift
 from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model_checks import MAX_RATE
@@ -85,7 +92,12 @@ def fit(
         )
     pick = _subset(np.flatnonzero(usable), rng)
     lengths = fit_lengths(inputs[pick], outputs[pick], rng)
-    drift, recent = _recent(starts[both][usable], inputs[usable], outputs[usable], rng)
+    states = arrival_states(arrivals, starts)
+    if states is not None:
+        posteriors, bin_of = states
+        lengths = _by_state(lengths, inputs[pick], outputs[pick], posteriors[bin_of[both][pick]])
+        states = posteriors, bin_of[both][usable]
+    drift, recent = _recent(starts[both][usable], inputs[usable], outputs[usable], states, rng)
     models, route, prefixes = _shares([str(p) for p in paths], skip_corrupt)
     duration_s = float(starts[-1] - starts[0]) / 1e9
     return Workload(
@@ -106,10 +118,16 @@ def fit(
 
 
 def _recent(
-    starts: Array, inputs: Array, outputs: Array, rng: np.random.Generator
+    starts: Array,
+    inputs: Array,
+    outputs: Array,
+    states: tuple[Array, Array] | None,
+    rng: np.random.Generator,
 ) -> tuple[LengthDrift | None, Lengths | None]:
     """The drift of the lengths between the span's halves, and the lengths fitted to
-    its second half (both None when the halves hold too few requests to tell)."""
+    its second half (both None when the halves hold too few requests to tell), with
+    each arrival state's shares when ``states`` (``arrival_states``: the bins'
+    posteriors and each request's bin) are given."""
     order = np.argsort(starts, kind="stable")
     starts, inputs, outputs = starts[order], inputs[order], outputs[order]
     drift = length_drift(starts, inputs, outputs)
@@ -118,7 +136,17 @@ def _recent(
     middle = starts[0] + (starts[-1] - starts[0]) / 2
     second = np.flatnonzero(starts >= middle)
     pick = _subset(second, rng)
-    return drift, fit_lengths(inputs[pick], outputs[pick], rng)
+    recent = fit_lengths(inputs[pick], outputs[pick], rng)
+    if states is not None:
+        posteriors, bin_of = states
+        recent = _by_state(recent, inputs[pick], outputs[pick], posteriors[bin_of[order][pick]])
+    return drift, recent
+
+
+def _by_state(lengths: Lengths, inputs: Array, outputs: Array, states: Array) -> Lengths:
+    """``lengths`` with each arrival state's shares of its components, from requests
+    whose state probabilities are ``states``."""
+    return lengths.by_state(lengths.densities(inputs, outputs), states)
 
 
 def _warnings(a: Arrivals, n: Lengths, duration_s: float) -> list[str]:
@@ -193,6 +221,7 @@ def synthesize(
     arrivals: str = "model",
     exact_rate: bool = False,
     lengths: str = "all",
+    scaling: str = "users",
 ) -> int:
     """Write a synthetic archive drawn from ``workload``; returns the records written.
 
@@ -206,11 +235,15 @@ def synthesize(
     is ``rate_rps`` exactly, not only on average over draws (``at_exact_rate``).
     ``lengths="recent"`` draws the request lengths fitted to the second half of the
     recording's span (``Workload.recent_lengths``), for a mix that drifted.
+    ``scaling`` is how an MMPP reaches a rate other than its own (``SCALINGS``:
+    ``users`` as many independent users, ``periods`` its own periods at that rate).
     """
     if count is None and duration_s is None:
         raise UsageError("give --count or --duration (or both) to bound the synthesis")
     if arrivals not in ARRIVALS:
         raise UsageError(f"arrivals must be one of {', '.join(ARRIVALS)}")
+    if scaling not in SCALINGS:
+        raise UsageError(f"scaling must be one of {', '.join(SCALINGS)}")
     rate = rate_rps if rate_rps is not None else workload.rate_rps
     if not 0 < rate <= MAX_RATE:
         raise UsageError(f"the rate must be above 0 and at most {MAX_RATE:,.0f} req/s")
@@ -242,11 +275,12 @@ def synthesize(
             "seed": seed,
             "arrivals": arrivals,
             "lengths": lengths,
+            "scaling": scaling,
         },
     )
     # Separate streams: the request shapes do not depend on the arrival process drawn.
     times_rng, shapes_rng = (np.random.default_rng([seed, k]) for k in (0, 1))
-    times = sample_times(model, times_rng, rate, flat=flat)
+    times = sample_times(model, times_rng, rate, flat=flat, scaling=scaling)
     if exact_rate and count is not None:
         within_rng = np.random.default_rng([seed, 2])
         times = at_exact_rate(times, count, rate, model.clock.tick_s, within_rng)
@@ -259,12 +293,12 @@ def synthesize(
 
 
 def at_exact_rate(
-    times: Iterator[tuple[Array, float]],
+    times: Iterator[Batch],
     count: int,
     rate: float,
     tick: float | None,
     rng: np.random.Generator,
-) -> Iterator[tuple[Array, float]]:
+) -> Iterator[Batch]:
     """The first ``count`` times, stretched so that their mean rate (``count - 1`` gaps
     over their span) is ``rate``, and put back on the clock's ticks if it has them.
     ``validate-model`` compares a window with syntheses at its rate: near a target's
@@ -277,26 +311,35 @@ def at_exact_rate(
     floored it. Stretching the grid points themselves and flooring them would empty
     a grid point every ``1 / (stretch - 1)`` ticks (or double one when shrinking): a
     Poisson arm stretched 2% had an index of dispersion of 1.6 at the tick, not 1."""
-    parts, n = [], 0
-    for batch, _ in times:
+    parts: list[Array] = []
+    marks: list[Array] = []
+    n, marked = 0, True
+    for batch, mark, _ in times:
         parts.append(batch)
+        if mark is None:
+            marked = False
+        else:
+            marks.append(mark)
         n += batch.size
         if n >= count:
             break
     t = np.concatenate(parts)[:count]
+    states = np.concatenate(marks)[:count] if marked and marks else None
     if tick is not None and t.size:
-        t = np.sort(t + rng.random(t.size) * tick)
+        t = t + rng.random(t.size) * tick
+        order = np.argsort(t, kind="stable")
+        t, states = t[order], (states[order] if states is not None else None)
     span = float(t[-1] - t[0]) if t.size > 1 else 0.0
     if span > 0:
         t = t[0] + (t - t[0]) * ((t.size - 1) / rate / span)
     if tick is not None:
         t = np.floor(t / tick) * tick
-    yield t, math.inf
+    yield t, states, math.inf
 
 
 def _records(
     workload: Workload,
-    times: Iterator[tuple[Array, float]],
+    times: Iterator[Batch],
     rng: np.random.Generator,
     t0: int,
     duration_s: float | None,
@@ -307,34 +350,50 @@ def _records(
     limit = count if count is not None else MAX_SYNTH
     shapes = _shapes(workload, rng)
     n = 0
-    for batch, horizon in times:
-        for t in batch.tolist():
-            if n >= limit or t >= end:
-                return
-            path, model, stream, inputs, outputs, ids = next(shapes)
+    for batch, states, horizon in times:
+        k = min(int(np.searchsorted(batch, end, side="left")), limit - n)
+        drawn = [next(shapes) for _ in range(k)]
+        # Each request's lengths from its arrival state's shares (``Lengths.draw``),
+        # a batch at a time.
+        u = np.array([d.u for d in drawn])
+        z = np.array([d.z for d in drawn]).reshape(k, 2)
+        inputs, outputs = workload.lengths.draw(u, z, states[:k] if states is not None else None)
+        for t, shape, tokens_in, tokens_out in zip(
+            batch[:k].tolist(), drawn, inputs.tolist(), outputs.tolist(), strict=True
+        ):
             yield Record(
                 start_ns=t0 + round(t * 1e9),
-                trace_id=ids[:16],
-                span_id=ids[16:],
+                trace_id=shape.ids[:16],
+                span_id=shape.ids[16:],
                 method="POST",
-                path=path,
-                model=model,
-                stream=stream,
-                input_tokens=inputs,
-                output_tokens=outputs,
-                prefix_hashes=prefixes.hashes(inputs) if prefixes is not None else None,
+                path=shape.path,
+                model=shape.model,
+                stream=shape.stream,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                prefix_hashes=prefixes.hashes(tokens_in) if prefixes is not None else None,
             )
-            n += 1
-        if horizon >= end:
-            return  # a quiet stretch past the end: no batch will bring a time before it
+        n += k
+        if k < batch.size or horizon >= end:
+            return  # past the end or the count; or a quiet stretch past the end
 
 
-_Shape = tuple[str, str | None, bool, int, int, bytes]
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    path: str
+    model: str | None
+    stream: bool
+    u: float
+    """The uniform that picks the lengths' component (``Lengths.draw``)..."""
+    z: tuple[float, float]
+    """...and the standard normal pair that places them in it."""
+    ids: bytes
 
 
 def _shapes(workload: Workload, rng: np.random.Generator) -> Iterator[_Shape]:
     """Request shapes, drawn in blocks of a fixed size so that the n-th request is the
-    same whatever arrival process is drawn beside it."""
+    same whatever arrival process is drawn beside it (its lengths too, wherever its
+    arrival state's shares pick the same component)."""
     models = list(workload.models)
     # Shares sum to 1 within 1e-6 (model_checks.py); numpy's draw wants closer.
     model_p = np.array(list(workload.models.values()))
@@ -344,18 +403,19 @@ def _shapes(workload: Workload, rng: np.random.Generator) -> Iterator[_Shape]:
     route_p = route_p / route_p.sum()
     block = 65_536
     while True:
-        inputs, outputs = workload.lengths.sample(rng, block)
+        u = rng.random(block).tolist()
+        z = rng.standard_normal((block, 2)).tolist()
         streamed = rng.random(block) < workload.stream_share
         model_i = rng.choice(len(models), block, p=model_p) if models else None
         route_i = rng.choice(len(routes), block, p=route_p)
         ids = rng.bytes(24 * block)
         for i in range(block):
             model = (models[model_i[i]] or None) if model_i is not None else None
-            yield (
+            yield _Shape(
                 routes[route_i[i]],
                 model,
                 bool(streamed[i]),
-                int(inputs[i]),
-                int(outputs[i]),
+                u[i],
+                (z[i][0], z[i][1]),
                 ids[24 * i : 24 * i + 24],
             )

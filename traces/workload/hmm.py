@@ -114,6 +114,13 @@ class Mmpp:
         The chain is drawn a sojourn at a time (a geometric number of bins in each
         state), so a slow chain costs its state changes, not its bins; the sojourn is
         memoryless, so one cut at the end of ``bins`` goes on unchanged."""
+        out, _, state = self.draw(rng, bins, exposure, state)
+        return out, state
+
+    def draw(
+        self, rng: np.random.Generator, bins: int, exposure: Array | None, state: int | None
+    ) -> tuple[Array, Array, int]:
+        """``counts``, with the state of each bin: (counts, states, the state to go on from)."""
         if state is None:
             state = int(rng.choice(self.states, p=self.stationary()))
         path, state = self._path(rng, bins, state)
@@ -121,7 +128,18 @@ class Mmpp:
         if exposure is not None:
             mean = mean * exposure
         out: Array = rng.poisson(mean)
-        return out, state
+        return out, path, state
+
+    def posteriors(self, counts: Array, exposure: Array | None = None) -> Array:
+        """Each bin's probability of being in each state, given the counts of all
+        bins (forward-backward): ``(bins, states)``, each row summing to 1."""
+        n = counts.astype(np.float64)
+        f = np.ones_like(n) if exposure is None else exposure.astype(np.float64)
+        lam = np.maximum(np.array(self.rates) * self.bin_s, 1e-300)
+        logb = n[:, None] * np.log(lam[None, :] * f[:, None]) - lam[None, :] * f[:, None]
+        logb -= gammaln(n + 1)[:, None]
+        gamma, _, _ = _forward_backward(logb, np.array(self.transitions), np.array(self.initial))
+        return gamma
 
 
 def fit_mmpps(counts: Array, bin_s: float, exposure: Array | None = None) -> list[Mmpp]:

@@ -37,6 +37,9 @@ MAX_RATE = 1_000_000.0
 MAX_TOKENS = 2**31
 MAX_PROFILE_BINS = 100_000
 _MAX_STATE_RATE = 1e9
+_MIN_STATE_RATE = 1e-16
+"""A state's rate above 0 at least: ``traces fit`` floors a state at 1e-9 a bin of at
+most 1e6 s, and a rate nearer 0 overflows what turns rates into times."""
 """A state's rate (req/s) at most: a model's mean rate stays far from overflow."""
 _SHAPE = (0.01, 1e6)
 """Gap shapes: below 0.01 a Weibull's mean overflows; 1e6 stands for a fixed gap."""
@@ -90,8 +93,12 @@ def workload_problem(
         _top_problem(top)
         or _arrivals_problem(arrivals)
         or _mmpp_problem(arrivals.mmpp)
-        or _lengths_problem(lengths)
-        or (_lengths_problem(recent, "recent_lengths") if recent is not None else None)
+        or _lengths_problem(lengths, arrivals.mmpp.states)
+        or (
+            _lengths_problem(recent, arrivals.mmpp.states, "recent_lengths")
+            if recent is not None
+            else None
+        )
         or (_drift_problem(drift) if drift is not None else None)
         or (_prefix_problem(prefixes) if prefixes is not None else None)
     )
@@ -284,7 +291,7 @@ def _mmpp_problem(m: Mmpp) -> str | None:
     rates, k = m.rates, len(m.rates) if isinstance(m.rates, list) else 0
     rates_ok = (
         1 <= k <= MAX_STATES
-        and all(_within(r, 0, _MAX_STATE_RATE) for r in rates)
+        and all(_within(r, 0, _MAX_STATE_RATE) and (r == 0 or r >= _MIN_STATE_RATE) for r in rates)
         and any(r > 0 for r in rates)
     )
     return _first(
@@ -297,7 +304,7 @@ def _mmpp_problem(m: Mmpp) -> str | None:
             (
                 rates_ok,
                 f"arrivals.mmpp.rates must be 1 to {MAX_STATES} numbers in 0..1e9 req/s, "
-                "one above 0",
+                "each 0 or at least 1e-16, one above 0",
                 _UNSHOWN,
             ),
             (
@@ -413,7 +420,8 @@ def _drift_problem(d: LengthDrift) -> str | None:
     )
 
 
-def _lengths_problem(n: Lengths, name: str = "lengths") -> str | None:
+def _lengths_problem(n: Lengths, states: int, name: str = "lengths") -> str | None:
+    """``states``: the arrival model's MMPP states, one row of ``state_weights`` each."""
     w = n.weights
     k = len(w) if isinstance(w, list) else 0
     bounds = (n.min_input, n.max_input, n.min_output, n.max_output)
@@ -421,10 +429,19 @@ def _lengths_problem(n: Lengths, name: str = "lengths") -> str | None:
     return _first(
         [
             (
-                1 <= k <= MAX_COMPONENTS
-                and all(_within(x, 0, 1) for x in w)
-                and abs(sum(w) - 1) < 1e-6,
+                1 <= k <= MAX_COMPONENTS and _shares_ok(w),
                 f"{name}.weights must be 1 to {MAX_COMPONENTS} shares summing to 1",
+                _UNSHOWN,
+            ),
+            (
+                n.state_weights is None
+                or (
+                    isinstance(n.state_weights, list)
+                    and len(n.state_weights) == states
+                    and all(_shares_ok(row, k) for row in n.state_weights)
+                ),
+                f"{name}.state_weights must be null or, for each of the {states} arrival "
+                f"states, {k} shares summing to 1",
                 _UNSHOWN,
             ),
             (
@@ -454,6 +471,15 @@ def _lengths_problem(n: Lengths, name: str = "lengths") -> str | None:
                 _UNSHOWN,
             ),
         ]
+    )
+
+
+def _shares_ok(values: Any, size: int | None = None) -> bool:
+    return (
+        isinstance(values, list)
+        and (size is None or len(values) == size)
+        and all(_within(x, 0, 1) for x in values)
+        and abs(sum(values) - 1) < 1e-6
     )
 
 

@@ -136,6 +136,15 @@ class Workload:
             f"lengths: {n.components} joint components of (input, output) tokens; "
             f"KS input {n.ks_input:.3f}, output {n.ks_output:.3f}",
         ]
+        by_state = n.means_by_state() if a.kind == "mmpp" else []
+        if by_state:
+            lines.append(
+                "lengths by arrival state (mean input / output tokens): "
+                + "; ".join(
+                    f"{rate:.2f} req/s {i:,.0f} / {o:,.0f}"
+                    for rate, (i, o) in zip(a.mmpp.rates, by_state, strict=True)
+                )
+            )
         if self.length_drift is not None:
             lines.append(self.length_drift.describe())
         if self.prefix_reuse is not None:

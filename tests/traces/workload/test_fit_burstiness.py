@@ -10,6 +10,7 @@ itself uncertain by 15-30% for traffic this bursty."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,9 @@ def test_synthesis_of_a_quantised_trace_stays_on_its_ticks(
 def test_a_poisson_baseline_has_the_same_requests_at_poisson_times(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     model = fit([_archive(tmp_path / "a.msgpack", _modulated(rng)[:20_000], rng)])
+    # Lengths that do not follow the arrival state: the very same requests.
+    assert model.lengths.state_weights is not None
+    model = replace(model, lengths=replace(model.lengths, state_weights=None))
     paths = {kind: tmp_path / f"{kind}.msgpack" for kind in ("model", "poisson")}
     for kind, path in paths.items():
         assert synthesize(model, path, count=20_000, seed=9, arrivals=kind) == 20_000
@@ -172,7 +176,7 @@ def test_a_poisson_arm_made_exact_on_ticks_stays_poisson_at_the_tick(stretch: fl
     count, tick = 40_000, 3.0
     on_grid = np.floor(np.cumsum(rng.exponential(0.1, count)) / tick) * tick
     rate = (count - 1) / (float(on_grid[-1] - on_grid[0]) * stretch)
-    (times, _), *_ = at_exact_rate(iter([(on_grid, math.inf)]), count, rate, tick, rng)
+    (times, _, _), *_ = at_exact_rate(iter([(on_grid, None, math.inf)]), count, rate, tick, rng)
     assert times.size == count
     assert ((times / tick) % 1 == 0).all()
     assert (times[-1] - times[0]) == pytest.approx((count - 1) / rate, abs=tick)
