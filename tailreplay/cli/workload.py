@@ -24,6 +24,7 @@ from tailreplay.cli.options import (
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file, is_stdout
 from tailreplay.studies.model_check_args import ValidateModelArgs
+from tailreplay.traces.workload.scaling import SCALINGS, USERS
 from tailreplay.units import parse_time
 
 __all__ = ["fit", "synth", "validate_model"]
@@ -99,8 +100,8 @@ def fit(
 )
 @click.option(
     "--scaling",
-    type=click.Choice(["users", "periods"]),
-    default="users",
+    type=click.Choice(SCALINGS),
+    default=USERS,
     show_default=True,
     help="How a bursty (MMPP) model reaches another --rate: users: as many more "
     "independent users, as bursty; periods: the recording's own periods at that rate "

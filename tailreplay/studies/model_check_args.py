@@ -22,6 +22,7 @@ from tailreplay.option_values import DURATION, FACTOR, FILE_OUT
 from tailreplay.sim.profiles import SIM_ARG, SIM_PROFILE
 from tailreplay.study_folder import OVERWRITE
 from tailreplay.traces.results.client_health import LAG_LIMIT
+from tailreplay.traces.workload.scaling import PERIODS, SCALINGS
 
 __all__ = ["ValidateModelArgs"]
 
@@ -98,11 +99,11 @@ class ValidateModelArgs:
     scaling: str = declared(
         Setting(
             "--scaling",
-            "periods",
+            PERIODS,
             "How the model's synthesis reaches each window's rate (as `synth --scaling`): "
             "periods: the fitted span's own periods at that rate; users: as many more "
             "independent users, as bursty.",
-            kind=Choice(("periods", "users")),
+            kind=Choice(SCALINGS),
             show_default=True,
         )
     )

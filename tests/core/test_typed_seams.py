@@ -51,6 +51,7 @@ OTHER_MEANINGS = {
         "replayer/settings.py": "the USERS parameter type's name",
         "report/compare.py": "the closed loop table's column",
         "report/tables.py": "the closed loop table's column",
+        "traces/workload/scaling.py": "a workload model's scaling, by name",
     },
     "workers": {
         "tailreplay/cli/deploy.py": "replay's --workers, refused in a pod",

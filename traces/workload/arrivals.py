@@ -38,8 +38,9 @@ from tailreplay.traces.workload.clock import Clock, on_ticks
 from tailreplay.traces.workload.hmm import Mmpp, fit_mmpps
 from tailreplay.traces.workload.periods import conditioned
 from tailreplay.traces.workload.renewal import Dist, fit_gaps
+from tailreplay.traces.workload.scaling import PERIODS, USERS
 
-__all__ = ["SCALINGS", "Arrivals", "Batch", "arrival_states", "fit_arrivals", "sample_times"]
+__all__ = ["Arrivals", "Batch", "arrival_states", "fit_arrivals", "sample_times"]
 
 Array = npt.NDArray[Any]
 SELECT_WINDOWS_S = (1.0, 3.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -142,10 +143,6 @@ def fit_arrivals(
 Batch = tuple[Array, Array | None, float]
 """Arrival times (s, increasing), each one's MMPP state (None for a renewal process),
 and the horizon: the time up to which every arrival has been drawn."""
-SCALINGS = ("users", "periods")
-"""How an MMPP reaches a rate other than its own: ``Mmpp.scaled`` (more or fewer
-independent users, as bursty) or ``periods.conditioned`` (the recording's own
-periods at that rate: its busy states more often)."""
 
 
 def sample_times(
@@ -154,11 +151,11 @@ def sample_times(
     rate: float,
     *,
     flat: bool = False,
-    scaling: str = "users",
+    scaling: str = USERS,
 ) -> Iterator[Batch]:
     """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly,
     with their states (a batch may be empty: a quiet stretch). ``scaling`` is one of
-    ``SCALINGS``."""
+    ``scaling.SCALINGS``."""
     profile = None
     if model.rate_profile is not None and model.profile_bin_s and not flat:
         profile = (np.array(model.rate_profile), model.profile_bin_s)
@@ -171,7 +168,7 @@ def sample_times(
                 times, horizon = np.floor(times / tick) * tick, math.floor(horizon / tick) * tick
             yield times, None, horizon
     else:
-        if scaling == "periods":
+        if scaling == PERIODS:
             mmpp = conditioned(model.mmpp, rate)
         else:
             mmpp = model.mmpp.scaled(rate / model.mmpp.mean_rate)

@@ -33,7 +33,6 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
 from tailreplay.traces.workload.arrivals import (
-    SCALINGS,
     Arrivals,
     Batch,
     arrival_states,
@@ -45,6 +44,7 @@ from tailreplay.traces.workload.lengths import Lengths, fit_lengths
 from tailreplay.traces.workload.model_checks import MAX_RATE
 from tailreplay.traces.workload.prefixes import FIT_REQUESTS, PrefixDraw, PrefixReuse, fit_prefixes
 from tailreplay.traces.workload.renewal import Dist
+from tailreplay.traces.workload.scaling import SCALINGS, USERS
 from tailreplay.traces.workload.workload_model import Workload
 
 __all__ = ["IDC_WARN", "KS_WARN", "at_exact_rate", "fit", "synthesize"]
@@ -221,7 +221,7 @@ def synthesize(
     arrivals: str = "model",
     exact_rate: bool = False,
     lengths: str = "all",
-    scaling: str = "users",
+    scaling: str = USERS,
 ) -> int:
     """Write a synthetic archive drawn from ``workload``; returns the records written.
 
