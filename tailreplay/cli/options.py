@@ -68,6 +68,7 @@ __all__ = [
     "output_file",
     "output_option",
     "scrape_option",
+    "seed_option",
     "skip_corrupt_option",
     "slo_options",
     "write_text",
@@ -137,6 +138,15 @@ output_option = click.option(
 scrape_option = click_param("scrapes", SCRAPE)
 
 skip_corrupt_option = click_param("skip_corrupt", SKIP_CORRUPT)
+
+
+def seed_option(help: str) -> Callable[[F], F]:
+    """``--seed``: numpy's generators take a seed of 0 to 2^63 - 1 at most (a negative
+    one is a traceback deep in numpy), so the option says so in one line (exit 2)."""
+    return click.option(
+        "--seed", default=0, show_default=True, type=click.IntRange(0, 2**63 - 1), help=help
+    )
+
 
 buckets_option = click.option(
     "--buckets",

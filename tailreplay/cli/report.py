@@ -15,6 +15,7 @@ from tailreplay.cli.options import (
     archive_paths,
     buckets_option,
     output_file,
+    seed_option,
     skip_corrupt_option,
     slo_options,
 )
@@ -68,7 +69,7 @@ def _out(name: str, help_text: str) -> click.Option:
 )
 @buckets_option
 @skip_corrupt_option
-@click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap draws.")
+@seed_option("Seed of the bootstrap draws.")
 @click.option(
     "--thresholds",
     type=KEY_VALUE,

@@ -18,6 +18,7 @@ from tailreplay.cli.options import (
     FiniteRange,
     archives_argument,
     output_option,
+    seed_option,
     skip_corrupt_option,
     write_text,
 )
@@ -34,13 +35,7 @@ __all__ = ["fit", "synth", "validate_model"]
 @archives_argument
 @output_option
 @skip_corrupt_option
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 2**63 - 1),
-    help="Seed of the fitting subsample.",
-)
+@seed_option("Seed of the fitting subsample.")
 @click.option(
     "--profile",
     type=DURATION,
@@ -73,13 +68,7 @@ def fit(
     help="Mean requests per second (default: the fitted rate).",
 )
 @click.option("--scale", type=FACTOR, help="The fitted rate times this, e.g. 3x.")
-@click.option(
-    "--seed",
-    default=0,
-    show_default=True,
-    type=click.IntRange(0, 2**63 - 1),
-    help="Seed of the synthesised draws.",
-)
+@seed_option("Seed of the synthesised draws.")
 @click.option("--start", "start", help="Time of the first request (ISO-8601 or unix s).")
 @click.option("--flat", is_flag=True, help="Ignore the model's rate curve: a steady rate.")
 @click.option(

@@ -156,9 +156,7 @@ def sample_times(
     """Arrival times (s from 0, increasing) at mean ``rate``, in batches, endlessly,
     with their states (a batch may be empty: a quiet stretch). ``scaling`` is one of
     ``scaling.SCALINGS``."""
-    profile = None
-    if model.rate_profile is not None and model.profile_bin_s and not flat:
-        profile = (np.array(model.rate_profile), model.profile_bin_s)
+    profile = _profile(model) if not flat else None
     if model.kind == "renewal":
         assert model.renewal is not None
         tick = model.clock.tick_s
@@ -194,11 +192,15 @@ def arrival_states(model: Arrivals, starts_ns: Array) -> tuple[Array, Array] | N
     bins = max(int(float(times[-1]) // bin_s), 1)
     bin_of = np.minimum((times // bin_s).astype(np.int64), bins - 1)
     counts = np.bincount(bin_of, minlength=bins)
-    profile = None
-    if model.rate_profile is not None and model.profile_bin_s:
-        profile = (np.array(model.rate_profile), model.profile_bin_s)
-    exposure = _exposure(np.arange(bins) * bin_s + bin_s / 2, profile)
+    exposure = _exposure(np.arange(bins) * bin_s + bin_s / 2, _profile(model))
     return model.mmpp.posteriors(counts, exposure), bin_of
+
+
+def _profile(model: Arrivals) -> tuple[Array, float] | None:
+    """The model's rate curve (each bin's factor, the bins' length), if it has one."""
+    if model.rate_profile is None or not model.profile_bin_s:
+        return None
+    return np.array(model.rate_profile), model.profile_bin_s
 
 
 def _check_bins(mmpp: Mmpp, rate: float, profile: tuple[Array, float] | None) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.special import gammaln  # type: ignore[import-untyped]
 
-__all__ = ["MAX_STATES", "Mmpp", "fit_mmpps"]
+__all__ = ["MAX_STATES", "Mmpp", "fit_mmpps", "stationary"]
 
 Array = npt.NDArray[Any]
 MAX_STATES = 6
@@ -54,11 +54,7 @@ class Mmpp:
 
     def stationary(self) -> Array:
         """The long-run share of bins spent in each state."""
-        a = np.array(self.transitions)
-        w, v = np.linalg.eig(a.T)
-        p = np.abs(np.real(v[:, np.argmin(np.abs(w - 1))]))
-        out: Array = p / p.sum()
-        return out
+        return stationary(np.array(self.transitions))
 
     @property
     def mean_rate(self) -> float:
@@ -136,10 +132,24 @@ class Mmpp:
         n = counts.astype(np.float64)
         f = np.ones_like(n) if exposure is None else exposure.astype(np.float64)
         lam = np.maximum(np.array(self.rates) * self.bin_s, 1e-300)
-        logb = n[:, None] * np.log(lam[None, :] * f[:, None]) - lam[None, :] * f[:, None]
-        logb -= gammaln(n + 1)[:, None]
+        logb = _log_emissions(n, f, lam, gammaln(n + 1))
         gamma, _, _ = _forward_backward(logb, np.array(self.transitions), np.array(self.initial))
         return gamma
+
+
+def stationary(transitions: Array) -> Array:
+    """The long-run share of bins spent in each state of the chain ``transitions``."""
+    w, v = np.linalg.eig(transitions.T)
+    p = np.abs(np.real(v[:, np.argmin(np.abs(w - 1))]))
+    out: Array = p / p.sum()
+    return out
+
+
+def _log_emissions(n: Array, f: Array, lam: Array, log_factorials: Array) -> Array:
+    """Each bin's log-probability of its count ``n`` in each state: Poisson of the
+    state's mean a bin ``lam`` times the bin's exposure ``f``."""
+    out: Array = n[:, None] * np.log(lam[None, :] * f[:, None]) - lam[None, :] * f[:, None]
+    return out - log_factorials[:, None]
 
 
 def fit_mmpps(counts: Array, bin_s: float, exposure: Array | None = None) -> list[Mmpp]:
@@ -168,8 +178,7 @@ def _fit_k(n: Array, f: Array, k: int, bin_s: float) -> Mmpp | None:
     prev = -math.inf
     ll = -math.inf
     for _ in range(_ITERATIONS):
-        logb = n[:, None] * np.log(lam[None, :] * f[:, None]) - lam[None, :] * f[:, None]
-        logb -= const[:, None]
+        logb = _log_emissions(n, f, lam, const)
         gamma, xi, ll = _forward_backward(logb, a, pi)
         # A state no window belongs to has no exposure: keep its rate finite, not 0/0.
         exposure = np.maximum((gamma * f[:, None]).sum(0), 1e-300)

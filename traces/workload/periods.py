@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tailreplay.errors import UsageError
-from tailreplay.traces.workload.hmm import Mmpp
+from tailreplay.traces.workload.hmm import Mmpp, stationary
 
 __all__ = ["conditioned"]
 
@@ -87,7 +87,7 @@ def _tilted(mmpp: Mmpp, theta: float) -> Mmpp:
     # chain never enters it, and its row must still be a distribution.
     stuck = ~(rows > 0) | ~(h > 1e-300)
     out = np.where(stuck[:, None], p, moves / np.where(stuck, 1.0, rows)[:, None])
-    share = _stationary(out)
+    share = stationary(out)
     return Mmpp(
         mmpp.bin_s,
         (np.array(mmpp.rates) * math.exp(theta)).tolist(),
@@ -96,11 +96,3 @@ def _tilted(mmpp: Mmpp, theta: float) -> Mmpp:
         mmpp.loglik,
         mmpp.bic,
     )
-
-
-def _stationary(p: Array) -> Array:
-    """The long-run share of bins in each state of the chain ``p``."""
-    w, v = np.linalg.eig(p.T)
-    share = np.abs(np.real(v[:, np.argmin(np.abs(w - 1))]))
-    out: Array = share / share.sum()
-    return out
