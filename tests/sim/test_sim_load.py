@@ -96,6 +96,10 @@ async def _low_load() -> dict[str, float]:
         "server_tpot": _mean_between(warm, metrics, "vllm:time_per_output_token_seconds"),
         "ttft": statistics.median(ttfts),
         "tpot": statistics.median(tpots),
+        # The server reports means over the same requests; each request's client TTFT
+        # holds its server TTFT, so the means compare one for one (a median would not:
+        # one late wake-up lifts the server's mean above the client's median).
+        "ttft_mean": statistics.mean(ttfts),
         "jitter": jitter,
         "slowdown": slowdown,
     }
@@ -106,7 +110,7 @@ async def test_low_load_ttft_and_tpot_are_never_sooner_than_the_profile() -> Non
     # Never sooner than its model, and the client sees each token after the engine.
     assert f["server_ttft"] >= 0.99 * f["want_ttft"], f
     assert f["server_tpot"] >= 0.99 * f["want_tpot"], f
-    assert f["ttft"] > f["server_ttft"], f
+    assert f["ttft_mean"] > f["server_ttft"], f
 
 
 @pytest.mark.perf
