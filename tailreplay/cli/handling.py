@@ -35,10 +35,11 @@ def setup_logging(verbose: bool) -> None:
 @contextlib.contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """Within the block SIGTERM stops the command as Ctrl-C does: a ``KeyboardInterrupt``,
-    which the command's child processes are stopped by (``tailreplay/child_stop.py``)
-    and which ends it with exit 130. Python's default would end it at once (143),
-    leaving its children running. For commands that run children; a replay takes
-    SIGTERM on its own event loop."""
+    which the command's child processes are stopped by (``tailreplay/child_stop.py``),
+    its partial outputs removed by, and which ends it with exit 130. Python's default
+    would end it at once (143), leaving its children running and a ``.part`` file
+    behind. Every command runs within it; one on an event loop (a replay, the servers)
+    takes SIGTERM on the loop while the loop runs."""
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         yield
@@ -115,14 +116,16 @@ class HandledGroup(click.Group):
         return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
-        return _handled(ctx, super().invoke)
+        with sigterm_interrupts():
+            return _handled(ctx, super().invoke)
 
 
 def run_standalone(command: click.Command, args: list[str], prog_name: str) -> NoReturn:
     """Run ``command`` as a script of its own, ending as ``_handled`` says (parsing its
     options included, which a group would do inside its own ``invoke``)."""
     try:
-        code = command.main(args, prog_name, standalone_mode=False)
+        with sigterm_interrupts():
+            code = command.main(args, prog_name, standalone_mode=False)
     except TailreplayError as exc:
         _error(str(exc))
         sys.exit(exc.exit_code)
