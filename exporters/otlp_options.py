@@ -23,7 +23,7 @@ _ENDPOINT_ENV = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPO
 _PROTOCOL_ENV = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 
 
-_PEM = PathKind(exists=True, dir_okay=False)
+_PEM = PathKind(exists=True, dir_okay=False, read=True)
 LIVE_TRAFFIC = "live_traffic"
 """A field's metadata key: an option of spans made of live traffic (the proxy's and the
 replayer's), not of an archive's export, which sends every record."""

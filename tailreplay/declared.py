@@ -60,6 +60,9 @@ class PathKind:
     exists: bool = False
     file_okay: bool = True
     dir_okay: bool = True
+    read: bool = False
+    """The command reads it: one missing (``exists``) or a folder where a file is read
+    is unreadable input (exit 3), as a file that cannot be opened is; not a wrong flag."""
 
 
 Kind = Text | Choice | PathKind | type[int] | type[float] | type[str]

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from tailreplay.declared import Choice, PathKind, Setting, Text, declarations
+from tailreplay.errors import InputError
 
 __all__ = [
     "ChoiceOrFile",
     "FiniteRange",
+    "InputPath",
     "Parsed",
     "click_param",
     "click_type",
@@ -89,6 +91,23 @@ class ChoiceOrFile(click.Choice):  # type: ignore[type-arg]  # generic since cli
         self.fail(f"{value!r} is not one of {known}, nor a file ({where})", param, ctx)
 
 
+class InputPath(click.Path):
+    """A path the command reads (``PathKind.read``): a folder where a file is read, or
+    a missing one that must exist, ends the command as unreadable input does (exit 3,
+    README), in the words the readers use."""
+
+    def __init__(self, *, exists: bool = False, dir_okay: bool = False) -> None:
+        super().__init__(path_type=Path, exists=exists, dir_okay=dir_okay)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (str, os.PathLike)):
+            if not self.dir_okay and os.path.isdir(value):
+                raise InputError(f"{os.fsdecode(value)}: a folder, not a file")
+            if self.exists and not os.path.exists(value):
+                raise InputError(f"{os.fsdecode(value)}: no such file")
+        return super().convert(value, param, ctx)
+
+
 def click_type(setting: Setting[Any]) -> Any:
     """The click type that reads ``setting``'s values (None: click's text, or its
     boolean for a flag)."""
@@ -97,6 +116,8 @@ def click_type(setting: Setting[Any]) -> Any:
         return Parsed.of(kind)
     if isinstance(kind, Choice):
         return ChoiceOrFile(kind.choices) if kind.files else click.Choice(kind.choices)
+    if isinstance(kind, PathKind) and kind.read:
+        return InputPath(exists=kind.exists, dir_okay=kind.dir_okay)
     if isinstance(kind, PathKind):
         return click.Path(
             path_type=Path, exists=kind.exists, file_okay=kind.file_okay, dir_okay=kind.dir_okay

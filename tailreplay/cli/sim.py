@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from tailreplay.cli.echo import say, show, warn
-from tailreplay.cli.option_fields import declared_options, take
+from tailreplay.cli.option_fields import InputPath, declared_options, take
 from tailreplay.cli.options import skip_corrupt_option
 from tailreplay.errors import UsageError
 from tailreplay.output_path import check_output_file
@@ -115,7 +115,7 @@ def sim(ctx: click.Context, /, **options: Any) -> None:
 
 
 @sim.command(name="calibrate")
-@click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("results", nargs=-1, required=True, type=InputPath())
 @click.option(
     "-o",
     "--out",

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from tailreplay.cli.echo import say, show, warn
+from tailreplay.cli.option_fields import InputPath
 from tailreplay.cli.options import (
     DURATION,
     FILE_OUT,
@@ -189,7 +190,7 @@ def peak(files: tuple[Path, ...], out: Path, window: float, by: str, skip_corrup
 
 
 @traces.command()
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", type=InputPath())
 @output_option
 @skip_corrupt_option
 def upgrade(file: Path, out: Path, skip_corrupt: bool) -> None:

@@ -11,7 +11,7 @@ import click
 
 from tailreplay.cli.echo import say, show, warn
 from tailreplay.cli.handling import sigterm_interrupts
-from tailreplay.cli.option_fields import declared_options, take
+from tailreplay.cli.option_fields import InputPath, declared_options, take
 from tailreplay.cli.options import (
     DURATION,
     FACTOR,
@@ -58,7 +58,7 @@ def fit(
 
 
 @click.command()
-@click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("model", type=InputPath())
 @output_option
 @click.option("--duration", type=DURATION, help="Length of the synthetic trace, e.g. 10m.")
 @click.option("--count", type=click.IntRange(min=1), help="Number of requests.")
@@ -119,12 +119,13 @@ def synth(
     check_output_file("-o", out, inputs=[model])
     workload = Workload.load(model)
     warn(workload.warnings)
+    the_rate = workload.rate_rps * scale if scale is not None else rate or workload.rate_rps
     written = synthesize(
         workload,
         out,
         duration_s=duration,
         count=count,
-        rate_rps=workload.rate_rps * scale if scale is not None else rate,
+        rate_rps=the_rate,
         seed=seed,
         start_ns=_start_ns(start),
         flat=flat,
@@ -133,6 +134,8 @@ def synth(
         scaling=scaling,
     )
     click.echo(f"wrote {written:,} records to {out}", err=True)
+    if not written:
+        warn([f"no request fell within --duration at {the_rate:g} req/s: the archive is empty"])
 
 
 @click.command(name="validate-model")

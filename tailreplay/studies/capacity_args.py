@@ -144,7 +144,7 @@ class CapacityArgs:
             "A profile calibrated from a replay against the real target (`tailreplay sim "
             "calibrate`): every trial runs against the built-in simulator with it instead "
             "of the target, and the answer says what the twin was calibrated on.",
-            kind=PathKind(exists=True, dir_okay=False),
+            kind=PathKind(exists=True, dir_okay=False, read=True),
             metavar="PROFILE",
         )
     )

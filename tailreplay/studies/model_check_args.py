@@ -26,7 +26,7 @@ from tailreplay.traces.workload.scaling import PERIODS, SCALINGS
 
 __all__ = ["ValidateModelArgs"]
 
-_FILE = PathKind(dir_okay=False)
+_FILE = PathKind(dir_okay=False, read=True)
 
 
 @dataclass(frozen=True, kw_only=True)

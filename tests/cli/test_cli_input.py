@@ -268,3 +268,31 @@ def test_a_header_from_the_environment_follows_the_same_rule(
     monkeypatch.setenv("TAILREPLAY_HEADER_HOST", "other.example")
     with pytest.raises(UsageError, match="TAILREPLAY_HEADER_HOST: Host is written by the HTTP"):
         send_headers(())
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["traces", "synth", "{dir}", "-o", "{out}", "--count", "3"],
+        ["traces", "validate-model", "{archive}", "--model", "{dir}"],
+        ["traces", "upgrade", "{dir}", "-o", "{out}"],
+        ["sim", "calibrate", "{dir}", "-o", "{out}"],
+        ["capacity", "{archive}", "--twin", "{dir}"],
+        ["replay", "--dry-run", "{archive}", "--otlp-endpoint", "http://127.0.0.1:9",
+         "--otlp-ca", "{dir}"],
+    ],
+)  # fmt: skip
+def test_a_folder_given_for_a_file_read_is_unreadable_input(
+    archive: Path, tmp_path: Path, args: list[str]
+) -> None:
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    names = {"dir": str(folder), "out": str(tmp_path / "out"), "archive": str(archive)}
+    code, out, err = _run(*(a.format(**names) for a in args))
+    assert (code, out, err) == (3, "", f"Error: {folder}: a folder, not a file\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_twin_is_unreadable_input(archive: Path, tmp_path: Path) -> None:
+    code, _, err = _run("capacity", str(archive), "--twin", str(tmp_path / "p.json"))
+    assert (code, err) == (3, f"Error: {tmp_path / 'p.json'}: no such file\n")

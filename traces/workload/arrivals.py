@@ -401,7 +401,7 @@ def _rate_profile(times: Array, duration_s: float, bin_s: float) -> tuple[Array,
         raise UsageError(
             f"--profile {bin_s:g}s makes {nbins:,} bins of this recording; at "
             f"most {_MAX_PROFILE_BINS:,} (give at least "
-            f"{duration_s / _MAX_PROFILE_BINS:.0f}s)"
+            f"{math.ceil(duration_s / _MAX_PROFILE_BINS * 1000) / 1000:g}s)"
         )
     if nbins < 2:
         raise UsageError(

@@ -58,7 +58,7 @@ FIT_SAMPLE = 200_000
 """Values the length model is fitted to at most (a seeded random subset beyond that)."""
 MAX_SYNTH = 50_000_000
 MAX_SPAN_S = 10 * 365 * 86400.0
-"""Longest span a count-bounded synthesis may need (ten years) before it is refused."""
+"""Longest span a synthesis may need (ten years) before it is refused."""
 ARRIVALS = ("model", "poisson")
 
 Array = npt.NDArray[Any]
@@ -247,25 +247,12 @@ def synthesize(
     rate = rate_rps if rate_rps is not None else workload.rate_rps
     if not 0 < rate <= MAX_RATE:
         raise UsageError(f"the rate must be above 0 and at most {MAX_RATE:,.0f} req/s")
-    if duration_s is not None and duration_s <= 0:
-        raise UsageError("--duration must be positive")
-    if count is not None and duration_s is None and count / rate > MAX_SPAN_S:
-        years = count / rate / 86400 / 365
-        raise UsageError(
-            f"{count:,} requests at {rate:g} req/s would span {years:,.0f} years; "
-            "give --duration too"
-        )
-    # Bounded before anything is written: a typo in --duration must not fill the disk.
-    bounds = [count] if count is not None else []
-    if duration_s is not None:
-        bounds.append(int(rate * duration_s * 1.2) + 10)  # 20% over the mean: bursts
-    if min(bounds) > MAX_SYNTH:
-        raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
+    t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
+    _check_bounds(count, duration_s, rate, t0)
     workload = replace(workload, lengths=workload.lengths_for(lengths))
     model = workload.arrivals
     if arrivals == "poisson":
         model = replace(model, kind="renewal", renewal=Dist("gamma", 1.0, 1.0))
-    t0 = start_ns if start_ns is not None else 1_700_000_000 * 10**9
     header = make_header(
         "synth",
         ordered=True,
@@ -290,6 +277,40 @@ def synthesize(
     prefixes = PrefixDraw(reuse, np.random.default_rng([seed, 3])) if reuse is not None else None
     records = _records(workload, times, shapes_rng, t0, duration_s, count, prefixes)
     return write_archive(out, header, records)
+
+
+def _check_bounds(count: int | None, duration_s: float | None, rate: float, t0_ns: int) -> None:
+    """Refuse, before anything is written, a synthesis that would fill the disk (a
+    typo in --duration), run for ages over empty bins, or reach past the archive's
+    clock (2^62 ns after 1970: early 2116), where its records could not be kept."""
+    if duration_s is not None and duration_s <= 0:
+        raise UsageError("--duration must be positive")
+    bounds = [count] if count is not None else []
+    if duration_s is not None:
+        bounds.append(int(rate * duration_s * 1.2) + 10)  # 20% over the mean: bursts
+    if min(bounds) > MAX_SYNTH:
+        raise UsageError(f"that is over {MAX_SYNTH:,} records; synthesise in parts")
+    # The span it may need: the duration, or the count's at 20% under the rate.
+    spans = [duration_s] if duration_s is not None else []
+    if count is not None:
+        spans.append(count / rate * 1.2)
+    span_s = min(spans)
+    if span_s > MAX_SPAN_S:
+        what = "--duration" if span_s == duration_s else f"{count:,} requests at {rate:g} req/s"
+        advice = "give --duration too" if duration_s is None else "give less"
+        raise UsageError(f"{what} would span {_years(span_s)}, over ten years; {advice}")
+    if t0_ns + span_s * 1e9 >= 2**62:
+        raise UsageError(
+            f"the trace would run past early 2116 (the archive's clock ends there): "
+            f"start it earlier or make it shorter than {_years((2**62 - t0_ns) / 1e9)}"
+        )
+
+
+def _years(seconds: float) -> str:
+    years = seconds / (365 * 86400)
+    if years >= 1e6:
+        return "over a million years"
+    return f"{years:,.1f} years" if years < 10 else f"{years:,.0f} years"
 
 
 def at_exact_rate(

@@ -111,7 +111,12 @@ class Workload:
                 if values.get(key) is not None:
                     values[key] = kind(**values[key])
             workload = cls(**values)
-        except (TypeError, KeyError, ValueError, AttributeError, OverflowError) as exc:
+        except KeyError as exc:  # str(KeyError) is the key alone, quoted
+            raise InputError(
+                f"{where}: malformed workload model ({exc.args[0]} is missing: an object "
+                "`traces fit` writes)"
+            ) from None
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise InputError(f"{where}: malformed workload model ({exc})") from None
         check_workload(workload, where)
         return workload

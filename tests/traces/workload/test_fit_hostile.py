@@ -87,6 +87,7 @@ def test_a_low_rate_synthesis_ends_at_its_duration(tmp_path: Path, model: Path) 
                         "--rate", "1e-6")  # fmt: skip
     assert code == 0, err
     assert time.monotonic() - t0 < 30
+    assert "wrote 0 records" in err and "the archive is empty" in err
     code, _, err = _run("synth", str(model), "-o", str(out), "--count", "10", "--rate", "1e-9")
     assert code == 2 and "would span" in _one_error(err)
     code, _, err = _run("synth", str(model), "-o", str(out), "--count", "10", "--rate", "1e9")
@@ -124,6 +125,7 @@ def test_a_high_rate_synthesis_of_few_records_is_quick(tmp_path: Path, model: Pa
         ),
         (lambda m: m.update(warnings="oops"), "warnings must be a list of strings"),
         (lambda m: m.update(version="2"), "version '2' is not 2"),
+        (lambda m: m.pop("lengths"), "(lengths is missing: an object `traces fit` writes)"),
     ],
 )
 def test_a_hand_edited_model_is_refused_with_one_line(
@@ -142,6 +144,12 @@ def test_a_hand_edited_model_is_refused_with_one_line(
     [
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--count", "5", "--start", "1e30"],
          "--start 1e30: must be between 1970 and 2116"),
+        (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--duration", "100d", "--start",
+          "2116-01-01T00:00:00Z", "--rate", "0.01"], "would run past early 2116"),
+        (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--duration", "100000d", "--rate",
+          "1e-6"], "--duration would span 274 years, over ten years"),
+        (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--count", "3", "--rate", "1e-300"],
+         "would span over a million years, over ten years; give --duration too"),
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--duration", "nan"], "must be a finite"),
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--count", "5", "--duration", "0"],
          "--duration must be positive"),
