@@ -168,9 +168,16 @@ def fit_mmpps(counts: Array, bin_s: float, exposure: Array | None = None) -> lis
 
 def _fit_k(n: Array, f: Array, k: int, bin_s: float) -> Mmpp | None:
     per_bin = n / f
-    lam = np.quantile(per_bin, (np.arange(k) + 0.5) / k) + 1e-3
+    at = (np.arange(k) + 0.5) / k
+    lam = np.quantile(per_bin, at) + 1e-3
     if k > 1 and np.unique(np.round(lam, 6)).size < k:
-        return None  # the counts do not have k distinct levels to start from
+        # Sparse counts (mostly empty bins, rare bursts) put several quantiles on one
+        # level: start from the quantiles of the distinct levels instead, so a bursty
+        # trace is not held to fewer states than its counts show.
+        levels = np.unique(np.round(per_bin, 6))
+        if levels.size < k:
+            return None  # the counts do not have k distinct levels to start from
+        lam = np.quantile(levels, at) + 1e-3
     a = np.full((k, k), 0.05 / max(k - 1, 1))
     np.fill_diagonal(a, 0.95 if k > 1 else 1.0)
     pi = np.full(k, 1.0 / k)

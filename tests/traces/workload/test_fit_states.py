@@ -20,7 +20,7 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.reader import read_header
 from tailreplay.traces.workload.burstiness import index_of_dispersion
 from tailreplay.traces.workload.fit import fit, synthesize
-from tailreplay.traces.workload.hmm import Mmpp
+from tailreplay.traces.workload.hmm import Mmpp, fit_mmpps
 from tailreplay.traces.workload.periods import conditioned
 from tailreplay.traces.workload.workload_model import Workload
 from tests.helpers import write_plain
@@ -192,3 +192,21 @@ def test_as_fewer_users_a_model_runs_at_the_rate_asked(
     out = tmp_path / "few.msgpack"
     written = synthesize(model, out, duration_s=172_800.0, rate_rps=0.3, seed=5)
     assert written == pytest.approx(0.3 * 172_800, rel=0.05)
+
+
+def test_sparse_bursty_counts_are_offered_every_state_count_they_show() -> None:
+    # Mostly empty seconds (the quiet state's 0.05 req/s) and rare bursts at 6 and 40
+    # req/s, as Azure's code trace runs: over 75% of the bins are 0, so the quantiles
+    # a fit starts from fall on one level for two states and more. Started from the
+    # quantiles of the distinct levels, the three-state fit finds all three.
+    sparse = Mmpp(
+        1.0, [0.05, 6.0, 40.0],
+        [[0.995, 0.004, 0.001], [0.05, 0.94, 0.01], [0.05, 0.05, 0.90]],
+        [1.0, 0.0, 0.0], 0.0, 0.0,
+    )  # fmt: skip
+    counts, _, _ = sparse.draw(np.random.default_rng(3), 20_000, None, 0)
+    assert np.mean(counts == 0) > 0.75
+    fits = fit_mmpps(counts, 1.0)
+    assert [m.states for m in fits] == [1, 2, 3, 4, 5, 6]
+    rates = sorted(fits[2].rates)
+    assert rates[0] < 0.2 and 5.0 < rates[1] < 7.0 and 36.0 < rates[2] < 44.0, rates
