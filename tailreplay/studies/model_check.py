@@ -172,6 +172,11 @@ def _run_check(cfg: CheckConfig, say: Callable[[str], None]) -> list[ArmResult]:
         f"window{'s' if len(held) > 1 else ''}: {n:,} requests over {span_s:,.0f} s "
         f"({n / span_s:.2f} req/s)"
     )
+    if cfg.window_s is not None and held[-1].span_s < cfg.window_s * 0.999:
+        say(
+            f"warning: the archive ends {held[-1].span_s:,.0f} s into window {len(held)} "
+            f"of {cfg.window_s:,.0f} s: that window is the {held[-1].span_s:,.0f} s recorded"
+        )
     arms: list[tuple[str, int | None, list[Path]]] = [
         ("exact", None if len(held) == 1 else k, [w.path]) for k, w in enumerate(held, 1)
     ]

@@ -165,6 +165,13 @@ def test_several_held_out_windows_are_pooled_into_the_reference(
             # Where its window starts, at its rate: n requests span (n - 1) / rate.
             assert mine.size == held and lo <= mine[0] < lo + 3 * 10**9
             assert mine[-1] - mine[0] == pytest.approx(span * (held - 1) / held, rel=1e-6)
+    # The trace ends inside the second window (40 s of bins from its first request's
+    # second): the window is what was recorded, and the run says so.
+    end = (recorded[-1] + 1 - (recorded[0] + 20 * 10**9)) / 1e9
+    assert end < 20 and (
+        f"warning: the archive ends {end:,.0f} s into window 2 of 20 s: that window is "
+        f"the {end:,.0f} s recorded"
+    ) in done.stderr
     assert "exact pooled" not in data["errors"] and "exact" not in data["errors"]
     if measured:  # errors are against the pooled windows, not either one
         model_p99 = arms[("model", 1)]["latency"]["p99"][0]
