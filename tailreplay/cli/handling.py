@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
@@ -40,6 +41,9 @@ def sigterm_interrupts() -> Iterator[None]:
     would end it at once (143), leaving its children running and a ``.part`` file
     behind. Every command runs within it; one on an event loop (a replay, the servers)
     takes SIGTERM on the loop while the loop runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread takes signals (a command run from a thread: tests)
+        return
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         yield
