@@ -122,10 +122,19 @@ def fit_arrivals(
     candidates = {f"mmpp-{m.states}": replace(model, mmpp=m) for m in mmpps}
     if model.renewal is not None:
         candidates["renewal"] = replace(model, kind="renewal")
-    scores = {
-        k: _score(recorded, _idc(c, rng, duration, windows), duration, NOISE_Z)
-        for k, c in candidates.items()
-    }
+    scores = {}
+    for k, c in candidates.items():
+        try:
+            scores[k] = _score(recorded, _idc(c, rng, duration, windows), duration, NOISE_Z)
+        except UsageError:
+            # No synthesis could draw it (a state's bin over _MAX_BIN_ARRIVALS: EM on a
+            # few requests under a rate curve near 0 can make one): not a candidate.
+            continue
+    if not scores:
+        raise InputError(
+            "no arrival model of this recording can be synthesised: its rate curve "
+            "crowds too many requests into one bin"
+        )
     chosen = candidates[_simplest(scores)]
     shown = {w: index_of_dispersion(times, w) for w in WINDOWS_S}
     # Shown (and checked by users) from four times the arrivals the candidates were

@@ -242,3 +242,15 @@ def test_an_out_of_range_model_value_is_one_line_naming_it_and_leaves_no_output(
     assert done.returncode == 3, done.stderr
     assert f"({field} " in _one_error(done.stderr), done.stderr
     assert list(tmp_path.iterdir()) == [bad]  # no archive, empty or partial, no part file
+
+
+def test_a_burst_then_one_request_a_century_later_fits(tmp_path: Path) -> None:
+    # 2,199 requests within 2 µs, then one at the end of the archive's clock (2116):
+    # EM on the mostly empty bins finds a state whose synthesis at the rate the
+    # candidates are scored at would crowd a bin past the synthesis cap. Such a
+    # candidate is not scored, and the fit ends with a model (it exited 2).
+    starts = [T0] * 2198 + [T0 + 1329, 2**62 - 1]
+    maps = [{"start_ns": s, "input_tokens": 10, "output_tokens": 5} for s in starts]
+    archive = write_plain(tmp_path / "a.msgpack", maps)
+    code, _, err = _run("fit", str(archive), "-o", str(tmp_path / "m.json"))
+    assert code == 0, err
