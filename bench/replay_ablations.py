@@ -13,6 +13,14 @@ one part away for an arm:
 - ``no-wait``: the timer wakes the dispatcher at the due time, no busy wait before it;
 - ``no-gc``: the cyclic garbage collector off.
 
+And three arms that change how a part is done rather than take it away:
+
+- ``batch-build``: the look-ahead refilled in batches (once it holds under 32
+  requests, built until full or out of time) rather than one build a send;
+- ``batch-results``: each finished request's accounting (its result record, the
+  archive, the summary) deferred and done 50 ms' worth at a time;
+- ``uvloop``: ``--event-loop uvloop``.
+
 Printed per arm: the median over ``--runs`` of the replay's CPU as a share of a core
 (the summary's ``client.cpu_share``: the dispatch's span), and its difference from
 ``whole`` in the same invocation (what the part costs, in microseconds a request). The
@@ -59,7 +67,37 @@ TAKEN_AWAY = {
     timer.WakeMargin.at = lambda self, due: 0.0
 """,
     "no-gc": _ONLY_IN_REPLAY + "    import gc\n    gc.disable()\n",
+    "batch-build": _ONLY_IN_REPLAY
+    + """    from tailreplay.replayer import lookahead
+    one_build = lookahead.Lookahead.build_ahead
+    def build_ahead(self, time_left_s):
+        if len(self._ready) >= 32 and not getattr(self, "_filling", False):
+            return False
+        self._filling = one_build(self, time_left_s)
+        return self._filling
+    lookahead.Lookahead.build_ahead = build_ahead
+""",
+    "batch-results": _ONLY_IN_REPLAY
+    + """    import asyncio
+    from tailreplay.replayer import dispatch
+    done, settle = dispatch.Dispatcher._done, dispatch.Dispatcher._settle
+    def _flush(self):
+        queued, self._queued = self._queued, []
+        for args in queued:
+            done(self, *args)
+    def _done(self, *args):
+        queued = self.__dict__.setdefault("_queued", [])
+        queued.append(args)
+        if len(queued) == 1:
+            asyncio.get_running_loop().call_later(0.05, _flush, self)
+    async def _settle(self):
+        await settle(self)
+        await asyncio.sleep(0.06)  # the last batch accounted for before the summary
+    dispatch.Dispatcher._done, dispatch.Dispatcher._settle = _done, _settle
+""",
+    "uvloop": "",
 }
+EXTRA_ARGS = {"uvloop": ["--event-loop", "uvloop"]}
 
 
 def one_run(arm: str, url: str, archive: Path, tmp: Path) -> float:
@@ -69,7 +107,7 @@ def one_run(arm: str, url: str, archive: Path, tmp: Path) -> float:
     (site / "sitecustomize.py").write_text(TAKEN_AWAY[arm])
     summary = tmp / "s.json"
     cmd = [sys.executable, "-m", "tailreplay", "replay", str(archive), "--target", url,
-           "--json", str(summary), "--tail-stretch", "1"]  # fmt: skip
+           "--json", str(summary), "--tail-stretch", "1", *EXTRA_ARGS.get(arm, [])]  # fmt: skip
     if arm != "no-archive":
         cmd += ["--out", str(tmp / "r.msgpack"), "--overwrite"]
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -83,7 +121,11 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--arms", default=",".join(TAKEN_AWAY), help="comma-separated")
+    parser.add_argument(
+        "--arms",
+        default="whole,no-build,no-archive,no-answer,no-wait,no-gc",
+        help=f"comma-separated, of {', '.join(TAKEN_AWAY)}",
+    )
     args = parser.parse_args()
     arms = args.arms.split(",")
     shares: dict[str, list[float]] = {arm: [] for arm in arms}
