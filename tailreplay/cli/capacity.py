@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tailreplay.cli.echo import say, show
-from tailreplay.cli.handling import sigterm_interrupts
 from tailreplay.cli.option_fields import declared_options, take
 from tailreplay.cli.options import write_text
 from tailreplay.errors import NotJudged, RunFailed
@@ -64,8 +63,7 @@ def capacity(**options: Any) -> None:
     for flag, path in (("--json", args.json_path), ("--plot", args.plot_path)):
         if path is not None:
             check_output_file(flag, path, inputs=list(args.archives))
-    with sigterm_interrupts():  # a trial's replay and simulator are stopped with it
-        result = run_capacity(study, say)
+    result = run_capacity(study, say)  # SIGTERM stops a trial's children (HandledGroup)
     _finish(result, args.json_path, args.plot_path, args.require)
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from tailreplay.cli.echo import say, show, warn
-from tailreplay.cli.handling import sigterm_interrupts
 from tailreplay.cli.option_fields import InputPath, declared_options, take
 from tailreplay.cli.options import (
     DURATION,
@@ -182,8 +181,7 @@ def validate_model(**options: Any) -> None:
         scaling=args.scaling,
         overwrite=args.overwrite,
     )
-    with sigterm_interrupts():  # each arm's replay and simulator are stopped with it
-        results = run_check(config, say)
+    results = run_check(config, say)  # SIGTERM stops each arm's children (HandledGroup)
     out = say if is_stdout(args.json_path) else show  # with --json -, stdout is the JSON's
     for line in render(results):
         out(line)
@@ -203,6 +201,8 @@ def _start_ns(start: str | None) -> int | None:
     if start is None:
         return None
     start_ns = parse_time(start)
-    if not 0 <= start_ns < 2**62:  # the archive's start_ns is a uint64, plus the span
+    from tailreplay.traces.archive.validate import CLOCK_END_NS
+
+    if not 0 <= start_ns < CLOCK_END_NS:
         raise UsageError(f"--start {start}: must be between 1970 and 2116")
     return start_ns

@@ -32,6 +32,7 @@ from tailreplay.traces.archive.batch_writer import write_archive
 from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.format import make_header
 from tailreplay.traces.archive.record import Record
+from tailreplay.traces.archive.validate import CLOCK_END_NS
 from tailreplay.traces.workload.arrivals import (
     Arrivals,
     Batch,
@@ -282,7 +283,7 @@ def synthesize(
 def _check_bounds(count: int | None, duration_s: float | None, rate: float, t0_ns: int) -> None:
     """Refuse, before anything is written, a synthesis that would fill the disk (a
     typo in --duration), run for ages over empty bins, or reach past the archive's
-    clock (2^62 ns after 1970: early 2116), where its records could not be kept."""
+    clock (``CLOCK_END_NS``: early 2116), where its records could not be kept."""
     if duration_s is not None and duration_s <= 0:
         raise UsageError("--duration must be positive")
     bounds = [count] if count is not None else []
@@ -299,10 +300,10 @@ def _check_bounds(count: int | None, duration_s: float | None, rate: float, t0_n
         what = "--duration" if span_s == duration_s else f"{count:,} requests at {rate:g} req/s"
         advice = "give --duration too" if duration_s is None else "give less"
         raise UsageError(f"{what} would span {_years(span_s)}, over ten years; {advice}")
-    if t0_ns + span_s * 1e9 >= 2**62:
+    if t0_ns + span_s * 1e9 >= CLOCK_END_NS:
         raise UsageError(
             f"the trace would run past early 2116 (the archive's clock ends there): "
-            f"start it earlier or make it shorter than {_years((2**62 - t0_ns) / 1e9)}"
+            f"start it earlier or make it shorter than {_years((CLOCK_END_NS - t0_ns) / 1e9)}"
         )
 
 
