@@ -195,5 +195,9 @@ class RequestLog(logging.LoggerAdapter):  # type: ignore[type-arg]
         now = time.monotonic()
         if now - self._logged_at >= LOG_EVERY_S:
             self._logged_at = now
-            count, why = self.guard.malformed, exc.message
-            self.logger.warning("malformed requests answered 400: %d so far (%s)", count, why)
+            # The kind only: aiohttp's message quotes the request's raw bytes (a bare-LF
+            # request whole, with its Authorization header), which no log may hold.
+            count, kind = self.guard.malformed, type(exc).__name__
+            self.logger.warning(
+                "malformed requests answered 400: %d so far (last: %s)", count, kind
+            )

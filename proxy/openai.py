@@ -73,9 +73,71 @@ def with_usage_requested(path: str, raw: bytes) -> bytes | None:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the stack: not kept
         return None
-    if not isinstance(body, dict) or not dialect.ask_usage(body):
+    if not isinstance(body, dict):
         return None
-    return json.dumps(body, separators=(",", ":")).encode()
+    had_options = "stream_options" in body
+    if not dialect.ask_usage(body):
+        return None
+    # The client's bytes, with the member added or its value replaced: never the body
+    # parsed and written again, which would change what the upstream reads (escaped
+    # UTF-8 doubles a body's size past a size limit, 1e400 turns into Infinity, a
+    # duplicate key goes, numbers change their spelling).
+    if not had_options:
+        return _with_member_first(raw, b'"stream_options":' + _ASKED)
+    return _with_value_replaced(raw, body)
+
+
+_ASKED = b'{"include_usage":true}'
+_OPTIONS_KEY = re.compile(rb'"stream_options"\s*:\s*')
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]')
+"""A JSON string (skipped whole) or a bracket: enough to find where a value ends."""
+
+
+def _with_member_first(raw: bytes, member: bytes) -> bytes | None:
+    """``raw`` (an object with at least one member and no ``stream_options``) with
+    ``member`` first in it; None when it does not begin with ``{`` (a BOM, UTF-16)."""
+    start = len(raw) - len(raw.lstrip(b" \t\r\n"))
+    if raw[start : start + 1] != b"{":
+        return None
+    return b"%b%b,%b" % (raw[: start + 1], member, raw[start + 1 :])
+
+
+def _with_value_replaced(raw: bytes, body: dict[str, Any]) -> bytes | None:
+    """``raw`` with its one ``stream_options`` value, an object of the client's, replaced
+    by ``body``'s (which asks for usage); None where that cannot be done exactly (the
+    key spelled with escapes or twice, or nested somewhere too): the body then goes as
+    the client sent it, and its tokens are counted from the stream."""
+    keys = list(_OPTIONS_KEY.finditer(raw))
+    if len(keys) != 1 or raw[keys[0].end() : keys[0].end() + 1] != b"{":
+        return None
+    start = keys[0].end()
+    end = _value_end(raw, start)
+    if end is None:
+        return None
+    try:
+        value = json.dumps(body["stream_options"], ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return None
+    changed = b"%b%b%b" % (raw[:start], value.encode(), raw[end:])
+    try:
+        same = json.loads(changed) == body  # the key found was the top level's
+    except (ValueError, RecursionError):
+        return None
+    return changed if same else None
+
+
+def _value_end(raw: bytes, start: int) -> int | None:
+    """Where the object or array beginning at ``start`` ends."""
+    depth = 0
+    for token in _TOKEN.finditer(raw, start):
+        bracket = raw[token.start()]
+        if bracket in b"{[":
+            depth += 1
+        elif bracket in b"}]":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
 
 
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null|"usage"\s*:\s*null\s*,?')

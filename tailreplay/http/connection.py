@@ -90,6 +90,11 @@ class _HeadTooLarge(_BadHead):
     """The response head is past its bounds."""
 
 
+class _Unasked(Exception):
+    """Raised from a parser callback: a message after the answer, which no request
+    asked for (a second response in the same read, or before the next request)."""
+
+
 class UpstreamResponse:
     """One response in flight: its head, then its body pushed to a consumer.
 
@@ -264,6 +269,12 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _Unasked):
+                # The answer stands as it was read; what came after it would be read
+                # as the next request's answer, so the connection is dropped.
+                self.keep_alive = False
+                self.abort()
+                return
             if isinstance(exc.__context__, _BadHead):
                 response._fail(UpstreamError("bad_response", str(exc.__context__)))
                 self.abort()
@@ -308,6 +319,13 @@ class Connection(asyncio.Protocol):
         self._can_write.set()
 
     # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        response = self.response
+        if response is not None and response.complete:
+            # llhttp parses on past the answer's end within one read: a second message
+            # would overwrite the answer's status and headers before they are relayed.
+            raise _Unasked
 
     def on_status(self, status: bytes) -> None:
         self._reason += status  # may come in pieces when the line is split across reads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -11,11 +12,12 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tailreplay.dialects.prompt_text import chat_text
-from tailreplay.proxy.openai import SseRelay
+from tailreplay.proxy.openai import SseRelay, with_usage_requested
 from tailreplay.sim.launcher import sim_process
 from tailreplay.traces.text.tokens import count_tokens
 from tests.fixed_upstream import GAP_S, NON_STREAM, WORDS, fixed_app
@@ -211,3 +213,49 @@ async def test_a_client_that_expects_100_continue_gets_it_at_once(tmp_path: Path
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
     assert final.startswith(b"HTTP/1.1 200")
     assert seen == [None]
+
+
+RAW_BODIES = [
+    # Not ASCII (escaped, it would double in size), a number past a double, a duplicate
+    # key and a number's own spelling: each reaches the upstream as the client wrote it.
+    '{"model":"fixed","stream":true,"messages":[{"role":"user","content":"你好 😀"}],'
+    '"temperature":1e400}',
+    '  {"model":"fixed","stream":false,"stream":true,"messages":[],"top_p":1E0}',
+]
+
+
+@pytest.mark.parametrize("raw", RAW_BODIES, ids=["utf8-and-1e400", "duplicate-key"])
+async def test_usage_is_asked_for_in_the_client_s_own_bytes(tmp_path: Path, raw: str) -> None:
+    seen: list[bytes] = []
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        seen.append(await request.read())
+        return web.Response(body=b"data: [DONE]\n\n", content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    async with serve_app(app) as upstream, proxy_to(upstream, tmp_path / "out") as proxy:
+        headers = {"Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as s:
+            url = proxy.url + "/v1/chat/completions"
+            async with s.post(url, data=raw.encode(), headers=headers) as r:
+                assert r.status == 200
+                await r.read()
+    start = raw.index("{") + 1
+    asked = raw[:start] + '"stream_options":{"include_usage":true},' + raw[start:]
+    assert seen == [asked.encode()]
+
+
+def test_the_client_s_own_stream_options_are_changed_in_place_or_not_at_all() -> None:
+    path = "/v1/chat/completions"
+    own = b'{"stream":true, "stream_options" : {"include_usage":false,"x":"}"} ,"n":1E0}'
+    changed = with_usage_requested(path, own)
+    assert changed is not None
+    assert changed.startswith(b'{"stream":true, "stream_options" : {') and changed.endswith(
+        b' ,"n":1E0}'
+    )
+    assert json.loads(changed)["stream_options"] == {"include_usage": True, "x": "}"}
+    # The key twice (once nested): which one is the top level's is not guessed.
+    nested = b'{"stream":true,"stream_options":{},"metadata":{"stream_options":{}}}'
+    assert with_usage_requested(path, nested) is None
+    assert with_usage_requested(path, b'{"stream":true,"stream_options":null}') is None

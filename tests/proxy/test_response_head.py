@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tailreplay.proxy.response_head import relay_head
-from tests.proxy_helpers import proxy_to
+from tests.proxy_helpers import proxy_to, records
 
 ANSWERS = {
     b"/latin": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Name: caf\xe9 \xff\r\n\r\nok",
@@ -31,6 +31,9 @@ ANSWERS = {
     b"/trailer": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n"
     b"0\r\nSet-Cookie: evil=1\r\nX-After: 1\r\n\r\n",
     b"/gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nokEXTRA",
+    b"/twice": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    b"HTTP/1.1 404 Not Found\r\nContent-Length: 22\r\nX-Unasked: 1\r\n\r\n"
+    b'{"error":"not yours"}\n',
 }
 CLOSING = {b"/close", b"/gzip"}
 """Answers whose body ends when the upstream closes."""
@@ -168,3 +171,23 @@ async def test_heads_a_client_could_not_read_are_502s_and_trailers_stay_trailers
     assert b"set-cookie" not in headers and b"x-after" not in headers
     assert answers[b"/gzip"][2] == b"okEXTRA"  # a coding other than chunked: to the close
     assert "proxy bug" not in caplog.text
+
+
+async def test_a_second_answer_in_the_same_read_is_never_relayed(tmp_path: Path) -> None:
+    """An upstream that sends an answer nobody asked for right after the real one (in
+    one segment): the client gets the real answer whole, and the next request on its
+    connection gets its own answer, not the unasked one."""
+    async with raw_upstream() as upstream, proxy_to(upstream, tmp_path) as proxy:
+        reader, writer = await asyncio.open_connection(*proxy.url[7:].split(":"))
+        first = await asyncio.wait_for(
+            exchange(reader, writer, b"GET /twice HTTP/1.1\r\nHost: x\r\n\r\n"), 10
+        )
+        second = await asyncio.wait_for(
+            exchange(reader, writer, b"GET /latin HTTP/1.1\r\nHost: x\r\n\r\n"), 10
+        )
+        writer.close()
+    (status, headers, body), (status2, _, body2) = first, second
+    assert (status, headers[b"content-length"], body) == (b"HTTP/1.1 200 OK", b"2", b"ok")
+    assert b"x-unasked" not in headers
+    assert (status2, body2) == (b"HTTP/1.1 200 OK", b"ok")
+    assert [r.status for r in records(tmp_path)] == [200, 200]

@@ -235,3 +235,34 @@ async def test_malformed_requests_are_counted_not_each_logged_with_a_traceback(
     assert malformed == 60
     assert b"Traceback" not in err
     assert err.count(b"malformed requests answered 400") == 1, err.decode()[-2000:]
+
+
+LEAKY = [
+    b"POST /v1/chat/completions HTTP/1.1\nHost: x\nAuthorization: Bearer %s\n"
+    b"Content-Length: 2\n\n{}",
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key : %s\r\n\r\n",
+    b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Long: %s" + b"a" * 9000 + b"\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("shape", range(len(LEAKY)), ids=["bare-lf", "space-colon", "long"])
+async def test_a_malformed_request_s_credentials_never_reach_the_log(
+    tmp_path: Path, shape: int
+) -> None:
+    """aiohttp's parser error quotes the request's bytes (a bare-LF request whole): the
+    proxy's warning names the kind of fault only."""
+    secret = b"sk-proj-LEAKMALFORMED0123456789abcdefABCDEF"
+    async with echo_upstream() as upstream:
+        proxy, url, _ = start_proxy_process(upstream, tmp_path / "capture")
+        try:
+            host, port = url.removeprefix("http://").rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(LEAKY[shape] % secret)
+            answer = await asyncio.wait_for(reader.read(), 10.0)
+            assert answer.split(b" ", 2)[1] in (b"400", b"431"), answer[:80]
+            writer.close()
+        finally:
+            proxy.terminate()
+            _, err = proxy.communicate(timeout=60)
+    assert b"malformed requests answered 400" in err, err.decode()[-2000:]
+    assert secret not in err and b"LEAKMALFORMED" not in err, err.decode()[-2000:]
