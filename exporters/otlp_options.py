@@ -146,10 +146,14 @@ class OtlpOptions:
         return self.resolved_endpoint() is not None
 
     def resolved_endpoint(self) -> str | None:
-        """The endpoint the exporter will use: the flag, else the environment's."""
+        """The endpoint the exporter will use: the flag, else the environment's; a
+        UsageError when it is not a URL the exporters can send to."""
         if self.endpoint is not None:
-            return self.endpoint
-        return next((e for v in _ENDPOINT_ENV if (e := os.environ.get(v))), None)
+            return _checked(self.endpoint, "--otlp-endpoint")
+        for name in _ENDPOINT_ENV:
+            if endpoint := os.environ.get(name):
+                return _checked(endpoint, name)
+        return None
 
     def shown_endpoint(self) -> str:
         """The endpoint as log lines show it: credentials in the URL masked."""
@@ -172,3 +176,24 @@ class OtlpOptions:
             if url.scheme in ("grpc", "grpcs") or url.port == 4317:
                 return "grpc"
         return "http/protobuf"
+
+
+_SCHEMES = ("http", "https", "grpc", "grpcs")
+
+
+def _checked(endpoint: str, given_as: str) -> str:
+    """``endpoint`` if it is an http(s) or grpc(s) URL with a host, else a UsageError
+    naming where it was given (the exporter would fail on it at its first batch, in a
+    process of its own, or send nothing without a word)."""
+    try:
+        url = URL(endpoint)
+        host, scheme = url.host, url.scheme
+    except ValueError as exc:
+        raise UsageError(f"{given_as}: not a URL ({exc})") from None
+    if scheme not in _SCHEMES or not host:
+        shown = redact_url(endpoint)
+        raise UsageError(
+            f"{given_as}: {shown!r} is not an http(s):// or grpc(s):// URL with a host "
+            "(e.g. http://127.0.0.1:4318/v1/traces)"
+        )
+    return endpoint

@@ -296,3 +296,44 @@ def test_a_folder_given_for_a_file_read_is_unreadable_input(
 def test_a_missing_twin_is_unreadable_input(archive: Path, tmp_path: Path) -> None:
     code, _, err = _run("capacity", str(archive), "--twin", str(tmp_path / "p.json"))
     assert (code, err) == (3, f"Error: {tmp_path / 'p.json'}: no such file\n")
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("http://[bad", "not a URL (Invalid IPv6 URL)"),
+        ("not a url", "is not an http(s):// or grpc(s):// URL with a host"),
+        ("ftp://127.0.0.1/v1/traces", "is not an http(s):// or grpc(s):// URL with a host"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["proxy", "--upstream", "http://127.0.0.1:9", "--listen", "127.0.0.1:0"],
+        ["replay", str(PEAK), "--target", "http://127.0.0.1:9"],
+        ["traces", "export", "otlp", str(PEAK)],
+    ],
+    ids=["proxy", "replay", "export"],
+)
+@pytest.mark.parametrize("given_as", ["--otlp-endpoint", "OTEL_EXPORTER_OTLP_ENDPOINT"])
+def test_an_otlp_endpoint_that_is_no_url_is_a_usage_error(
+    command: list[str], endpoint: str, said: str, given_as: str, tmp_path: Path
+) -> None:
+    """Refused in one line before anything starts, never a traceback from the process
+    that would export (the proxy's recorder)."""
+    flags = ["--otlp-endpoint", endpoint] if given_as.startswith("--") else []
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint} if not flags else None
+    if command[0] == "proxy":
+        flags += ["--out", str(tmp_path / "capture")]
+    run = subprocess.run(
+        [sys.executable, "-m", "tailreplay", *command, *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith(f"Error: {given_as}: "), run.stderr
+    assert said in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    assert not (tmp_path / "capture").exists()
