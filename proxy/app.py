@@ -311,8 +311,7 @@ class _Forwarder:
             changed = with_usage_requested(request.raw_path, raw) if inject else None
             ex.injected_usage = changed is not None
             return changed if changed is not None else raw
-        ex.bytes_in = request.content_length or 0
-        return stream_body(request.content, bounds)
+        return _counted(stream_body(request.content, bounds), ex)
 
     async def _relay(
         self, request: web.BaseRequest, upstream: UpstreamResponse, ex: Exchange
@@ -349,6 +348,14 @@ class _Forwarder:
             return _Relayed(upstream.status, keep_alive=False)
         ex.duration_ns = time.monotonic_ns() - ex.t0_ns
         return _Relayed(upstream.status, keep_alive=framing.keep_alive)
+
+
+async def _counted(body: AsyncIterator[bytes], ex: Exchange) -> AsyncIterator[bytes]:
+    """A streamed body, its bytes counted as they pass (a chunked upload declares no
+    length; one cut short sent less than it declared)."""
+    async for chunk in body:
+        ex.bytes_in += len(chunk)
+        yield chunk
 
 
 def _read_head(upstream: UpstreamResponse, ex: Exchange) -> SseRelay | None:

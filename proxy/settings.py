@@ -14,7 +14,16 @@ from yarl import URL
 
 from tailreplay.declared import Choice, PathKind, Setting, Text, declared
 from tailreplay.errors import UsageError
-from tailreplay.option_values import DURATION, HEADER, HOST_PORT, HTTP_URL, MODEL_MAP, SIZE
+from tailreplay.option_values import (
+    DURATION,
+    DURATION_ABOVE_0,
+    HEADER,
+    HOST_PORT,
+    HTTP_URL,
+    MODEL_MAP,
+    NAME_PREFIX,
+    SIZE_ABOVE_0,
+)
 from tailreplay.proxy.forwarding import parse_trusted
 from tailreplay.sampling import share_threshold
 from tailreplay.units import parse_duration, parse_host_port, parse_http_url
@@ -108,14 +117,16 @@ class ProxyOptions:
         )
     )
     prefix: str = declared(
-        Setting("--prefix", "capture", "Archive file name prefix.", show_default=True)
+        Setting(
+            "--prefix", "capture", "Archive file name prefix.", kind=NAME_PREFIX, show_default=True
+        )
     )
     rotate_size: int = declared(
         Setting(
             "--rotate-size",
             "256MiB",
             "Start a new file past this size.",
-            kind=SIZE,
+            kind=SIZE_ABOVE_0,
             show_default=True,
         )
     )
@@ -124,7 +135,7 @@ class ProxyOptions:
             "--rotate-interval",
             "1h",
             "Start a new file after this long.",
-            kind=DURATION,
+            kind=DURATION_ABOVE_0,
             show_default=True,
         )
     )
@@ -176,12 +187,20 @@ class ProxyOptions:
     )
     max_body: int = declared(
         Setting(
-            "--max-body", "10MiB", "Largest request body accepted.", kind=SIZE, show_default=True
+            "--max-body",
+            "10MiB",
+            "Largest request body accepted.",
+            kind=SIZE_ABOVE_0,
+            show_default=True,
         )
     )
     timeout: float = declared(
         Setting(
-            "--timeout", "600s", "Upstream timeout per request.", kind=DURATION, show_default=True
+            "--timeout",
+            "600s",
+            "Upstream timeout per request.",
+            kind=DURATION_ABOVE_0,
+            show_default=True,
         )
     )
     idle_timeout: float = declared(
@@ -189,7 +208,7 @@ class ProxyOptions:
             "--idle-timeout",
             "60s",
             "A client's time to send a whole request head (from connecting or its last response).",
-            kind=DURATION,
+            kind=DURATION_ABOVE_0,
             show_default=True,
         )
     )
@@ -198,7 +217,7 @@ class ProxyOptions:
             "--body-timeout",
             "30s",
             "The longest pause allowed in the middle of a request body.",
-            kind=DURATION,
+            kind=DURATION_ABOVE_0,
             show_default=True,
         )
     )

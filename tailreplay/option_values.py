@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "BODY_SET",
     "BUCKETS",
     "DURATION",
+    "DURATION_ABOVE_0",
     "FACTOR",
     "FILE_OUT",
     "HEADER",
@@ -40,8 +42,10 @@ __all__ = [
     "HTTP_URL",
     "KEY_VALUE",
     "MODEL_MAP",
+    "NAME_PREFIX",
     "SHARD",
     "SIZE",
+    "SIZE_ABOVE_0",
     "TAIL_COST",
 ]
 
@@ -117,10 +121,37 @@ def _file_out(text: str, flag: str) -> Path:
     return FolderPath(text) if text.endswith("/") and text != "/" else Path(text)
 
 
+def _above_zero(parse: Callable[[str], float], what: str) -> Callable[[str, str], Any]:
+    """``parse``, refusing 0 (a timeout of none would fail every request; a size of
+    none would refuse every body)."""
+
+    def parsed(text: str, flag: str) -> Any:
+        value = parse(text)
+        if value <= 0:
+            raise UsageError(f"invalid {flag} {text!r}: give a {what} above 0")
+        return value
+
+    return parsed
+
+
+def _name_prefix(text: str, flag: str) -> str:
+    """The start of a file name: no folder in it (``../x`` would write outside the
+    output folder), nothing a name cannot hold."""
+    if not text or "/" in text or "\\" in text or not text.isprintable():
+        raise UsageError(
+            f"invalid {flag} {text!r}: give the start of a file name (no '/', no control "
+            "characters), e.g. capture"
+        )
+    return text
+
+
 FILE_OUT = Text("file", _file_out)
 FACTOR = Text("factor", parse_factor)
 DURATION = Text("duration", lambda text, flag: parse_duration(text))
 SIZE = Text("size", lambda text, flag: parse_size(text))
+DURATION_ABOVE_0 = Text("duration", _above_zero(parse_duration, "duration"))
+SIZE_ABOVE_0 = Text("size", _above_zero(parse_size, "size"))
+NAME_PREFIX = Text("name", _name_prefix)
 HOST_PORT = Text("host:port", parse_host_port)
 HTTP_URL = Text("url", parse_http_url)
 KEY_VALUE = Text("key=value", functools.partial(_pair, value_required=False))

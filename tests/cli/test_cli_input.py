@@ -337,3 +337,27 @@ def test_an_otlp_endpoint_that_is_no_url_is_a_usage_error(
     assert run.stderr.startswith(f"Error: {given_as}: "), run.stderr
     assert said in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert not (tmp_path / "capture").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--prefix", "../../escape", "give the start of a file name"),
+        ("--prefix", "a/b", "give the start of a file name"),
+        ("--prefix", "", "give the start of a file name"),
+        ("--timeout", "0s", "give a duration above 0"),
+        ("--body-timeout", "0", "give a duration above 0"),
+        ("--idle-timeout", "0ms", "give a duration above 0"),
+        ("--rotate-interval", "0s", "give a duration above 0"),
+        ("--max-body", "0", "give a size above 0"),
+        ("--rotate-size", "0B", "give a size above 0"),
+    ],
+)
+def test_a_proxy_option_that_would_fail_every_request_or_write_elsewhere_is_refused(
+    flag: str, value: str, said: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "capture"
+    code, _, err = _run("proxy", "--upstream", "http://127.0.0.1:9", "--out", str(out), flag, value)
+    assert code == 2 and err.startswith(f"Error: invalid {flag} {value!r}: "), err
+    assert said in err and err.count("\n") == 1, err
+    assert not out.exists()

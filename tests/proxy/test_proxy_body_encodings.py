@@ -274,3 +274,32 @@ def test_content_encoding_values_name_their_codings(values: list[str], codings: 
 def test_an_unknown_coding_is_undecodable() -> None:
     assert decode_body(PLAIN, ["compress"], 1 << 20) is None
     assert decode_body(PLAIN, [], 1 << 20) == PLAIN
+
+
+async def test_a_streamed_upload_s_bytes_are_counted_as_they_pass(tmp_path: Path) -> None:
+    """A route no dialect reads is streamed to the upstream: its record counts the
+    bytes that passed, chunked (no declared length) or not."""
+    received: list[bytes] = []
+
+    async def files(request: web.Request) -> web.Response:
+        received.append(await request.read())
+        return web.json_response({"id": "file-1"})
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for piece in (b"--boundary\r\n", b"a file's bytes " * 3, b"\r\n--boundary--\r\n"):
+            yield piece
+
+    app = web.Application()
+    app.router.add_post("/v1/files", files)
+    async with (
+        serve_app(app) as upstream,
+        proxy_to(upstream, tmp_path) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        url = proxy.url + "/v1/files"
+        async with session.post(url, data=pieces()) as chunked:
+            assert chunked.status == 200
+        async with session.post(url, data=b"x" * 57) as declared:
+            assert declared.status == 200
+    assert [len(body) for body in received] == [73, 57]
+    assert [r.bytes_in for r in records(tmp_path)] == [73, 57]
