@@ -28,7 +28,13 @@ __all__ = [
     "with_usage_requested",
 ]
 
-MAX_INSPECT_BYTES = 4 << 20  # larger JSON bodies are forwarded without being parsed
+MAX_INSPECT_BYTES = 4 << 20
+"""The largest body parsed on the request path (to ask for usage): a parse there holds
+every client's relay for its time, tens of milliseconds at this size."""
+MAX_READ_BYTES = 64 << 20
+"""The largest body the recorder reads its fields from (off the request path): a
+request with images runs to megabytes, and without its fields its record would have
+no model, stream flag or token counts."""
 
 
 @dataclass
@@ -44,7 +50,7 @@ def request_info(path: str, raw: bytes | None) -> RequestInfo:
     the request path); nothing for an unknown route, never guessed."""
     info = RequestInfo()
     dialect = dialect_for(path)
-    if raw is None or dialect is None or len(raw) > MAX_INSPECT_BYTES:
+    if raw is None or dialect is None or len(raw) > MAX_READ_BYTES:
         return info
     try:
         body = decode_fields(raw)

@@ -118,8 +118,8 @@ async def answer(request: web.Request, body: dict[str, Any]) -> web.StreamRespon
     return resp
 
 
-def fixed_app() -> web.Application:
-    app = web.Application()
+def fixed_app(client_max_size: int = 1 << 20) -> web.Application:
+    app = web.Application(client_max_size=client_max_size)
     app[REQUESTS] = []
     app.router.add_post("/v1/chat/completions", chat)
     return app

@@ -259,3 +259,21 @@ def test_the_client_s_own_stream_options_are_changed_in_place_or_not_at_all() ->
     nested = b'{"stream":true,"stream_options":{},"metadata":{"stream_options":{}}}'
     assert with_usage_requested(path, nested) is None
     assert with_usage_requested(path, b'{"stream":true,"stream_options":null}') is None
+
+
+async def test_a_body_of_megabytes_keeps_its_fields_in_the_record(tmp_path: Path) -> None:
+    """A request with an image runs to megabytes: past what the request path parses
+    (no usage asked for), its record still has the model, the stream flag and the
+    stream's tokens, read by the recorder."""
+    image = "data:image/png;base64," + "iVBORw0KGgo" * 420_000  # 4.6 MB
+    content = [{"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": image}}]
+    body = {**BODY, "stream": True, "messages": [{"role": "user", "content": content}]}
+    async with (
+        serve_app(fixed_app(client_max_size=16 << 20)) as upstream,
+        proxy_to(upstream, tmp_path / "out", max_body=16 << 20) as proxy,
+    ):
+        proxied, _ = await _raw(proxy.url, body)
+    assert len(json.dumps(body)) > 4 << 20 and b"[DONE]" in proxied
+    (record,) = records(tmp_path / "out")
+    assert (record.model, record.stream, record.output_tokens) == ("fixed", True, len(WORDS))
+    assert record.tokens_source == "estimate"
