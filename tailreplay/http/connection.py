@@ -95,6 +95,18 @@ class _Unasked(Exception):
     asked for (a second response in the same read, or before the next request)."""
 
 
+def _check_codings(headers: list[tuple[str, str]]) -> None:
+    """Refuse a transfer coding other than chunked (``gzip, chunked``): it belongs to
+    this hop only, so its bytes would go on with nothing to say they are compressed,
+    and a body's size and timing would be the compressed stream's."""
+    for name, value in headers:
+        if name.lower() == "transfer-encoding":
+            codings = [c.strip().lower() for c in value.split(",") if c.strip()]
+            other = [c for c in codings if c != "chunked"]
+            if other:
+                raise _BadHead(f"a transfer coding other than chunked ({', '.join(other)})")
+
+
 class UpstreamResponse:
     """One response in flight: its head, then its body pushed to a consumer.
 
@@ -360,6 +372,7 @@ class Connection(asyncio.Protocol):
             if self._informational_seen > MAX_INFORMATIONAL:
                 raise _HeadTooLarge(f"more than {MAX_INFORMATIONAL} informational responses")
             return
+        _check_codings(self._headers)
         response.status = status
         response.reason = self._reason.decode("latin-1")
         response.headers = self._headers
