@@ -29,6 +29,7 @@ from tailreplay.http.sse import StreamTimeline, flat_bins
 from tailreplay.openai_api import ResponseTap, read_answer
 from tailreplay.replayer.request import RequestSpec
 from tailreplay.traces.archive.validate import target_ok, token_ok
+from tailreplay.traces.text.redact_targets import redact_url
 from tailreplay.version import __version__
 
 __all__ = ["HttpTransport", "Outcome", "Transport"]
@@ -208,8 +209,9 @@ class HttpTransport:
         return reader.finish(spec)
 
     def url(self, path: str) -> str:
-        """Where a recorded path is sent."""
-        return self._root + self._path(path)
+        """Where a recorded path is sent, as a message shows it: credentials in the
+        base URL (``http://user:password@host``) masked."""
+        return redact_url(self._root + self._path(path))
 
     def _target(self, path: str) -> str:
         """The request target (path and query) on the origin."""

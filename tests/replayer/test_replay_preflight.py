@@ -64,6 +64,20 @@ def test_a_port_with_nothing_listening_stops_before_the_schedule(
     assert stdout == ""  # no summary of a replay that never started
 
 
+def test_credentials_in_the_target_url_are_never_printed(archive: Path, sim_url: str) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        refused = _replay("--target", dead.replace("//", "//user:s3cretpw@"), str(archive))
+    answered = _replay(
+        "--target", sim_url.replace("//", "//user:s3cretpw@"), "--limit", "2", str(archive)
+    )
+    for code, stdout, err, _ in (refused, answered):
+        assert "s3cretpw" not in stdout + err, err
+        assert "http://***@127.0.0.1:" in err, err
+    assert (refused[0], answered[0]) == (5, 0)
+
+
 def test_https_to_a_plain_http_port_is_named_as_such(archive: Path, sim_url: str) -> None:
     # "nothing listens there" sent users looking for a dead server.
     tls = sim_url.replace("http://", "https://")
