@@ -72,7 +72,7 @@ def test_credentials_in_the_target_url_are_never_printed(archive: Path, sim_url:
     answered = _replay(
         "--target", sim_url.replace("//", "//user:s3cretpw@"), "--limit", "2", str(archive)
     )
-    for code, stdout, err, _ in (refused, answered):
+    for _, stdout, err, _ in (refused, answered):
         assert "s3cretpw" not in stdout + err, err
         assert "http://***@127.0.0.1:" in err, err
     assert (refused[0], answered[0]) == (5, 0)
