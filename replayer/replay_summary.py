@@ -113,6 +113,9 @@ class ReplaySummary:
     """Calls that generate nothing (``GET /v1/models``, tokenizer routes), per method and
     path: sent as recorded, but kept out of every count and figure above, as ``report``
     keeps them apart (``tailreplay.openai_api.generates_nothing``)."""
+    aborts_answered: int = 0
+    """Of the ``client_abort`` errors, those whose answer had begun when the client
+    left (as recorded): the target answered them."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Added by the command after the run (``slo``: the gate's verdict)."""
 
@@ -136,9 +139,10 @@ class ReplaySummary:
 
     @property
     def answered(self) -> int:
-        """Requests answered: completed, and recorded client aborts replayed (answered
-        until the client left)."""
-        return self.completed + self.errors.get("client_abort", 0)
+        """Requests answered: completed, and recorded client aborts replayed whose
+        answer had begun when the client left (one the target had not begun to answer
+        was not answered)."""
+        return self.completed + self.aborts_answered
 
     @staticmethod
     def before_start_json() -> dict[str, Any]:

@@ -88,7 +88,7 @@ class ReplayOutcome:
         """130 after Ctrl-C; 1 when ``--slo-stop`` stopped the run (an SLO missed); 5
         when the run could not measure its target: ``--fail-fast`` stopped it, or
         nothing sent was answered (a recorded client abort, replayed, was answered
-        until it left); else 0."""
+        if its answer had begun when it left); else 0."""
         if self.interrupted:
             return 130
         if self.summary.slo_stop is not None:

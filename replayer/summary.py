@@ -105,6 +105,9 @@ class ResultCollector:
 
     retries: int = 0
     """Results of attempts after the first (``--retries policy``)."""
+    aborts_answered: int = 0
+    """Recorded client aborts replayed whose answer had begun (a status read) when the
+    client left."""
     idle: Counter[str] = field(default_factory=Counter)
     """Calls that generate nothing, per method and path: counted apart, in no figure."""
     idle_sent: int = 0
@@ -133,6 +136,7 @@ class ResultCollector:
         if failed:
             kind = r.error or f"http_{r.status}"
             self.errors[kind] += 1
+            self.aborts_answered += kind == "client_abort" and bool(r.status)
             if r.error_message and kind not in self.messages:
                 self.messages[kind] = r.error_message
         else:
@@ -189,6 +193,7 @@ class ResultCollector:
             attempts=self.requests,
             sent=sent - self.idle_sent,
             completed=self.ok,
+            aborts_answered=self.aborts_answered,
             errors=dict(self.errors),
             error_messages=dict(self.messages),
             dropped=dropped,

@@ -159,13 +159,18 @@ class HttpTransport:
         return self._send_until(spec, head, spec.abort_after_s)
 
     async def _send_until(self, spec: RequestSpec, head: bytes, limit_s: float) -> Outcome:
-        """A recorded abort whose tokens are unknown: leave after the recorded time."""
+        """A recorded abort whose tokens are unknown: leave after the recorded time,
+        with what had come by then (the status and first byte; none if nothing had:
+        the target then answered nothing)."""
         began = time.monotonic_ns()
+        started: list[_Reader] = []
         try:
             async with asyncio.timeout(limit_s):
-                return await self._send(spec, head)
+                return await self._send(spec, head, started)
         except TimeoutError:
-            return Outcome(error="client_abort", duration_ns=time.monotonic_ns() - began)
+            out = started[0].out if started else Outcome()
+            out.error, out.duration_ns = "client_abort", time.monotonic_ns() - began
+            return out
 
     def _head(
         self, spec: RequestSpec, headers: Mapping[str, str], traceparent: str | None
@@ -188,7 +193,10 @@ class HttpTransport:
         trace = f"traceparent: {traceparent}\r\n" if traceparent else ""
         return b"%b%b\r\n" % (fixed, (trace + framing(spec.method, spec.body)).encode())
 
-    async def _send(self, spec: RequestSpec, head: bytes) -> Outcome:
+    async def _send(
+        self, spec: RequestSpec, head: bytes, started: list[_Reader] | None = None
+    ) -> Outcome:
+        """The exchange; ``started`` gets its reader once the answer's head is in."""
         began = time.monotonic_ns()  # until the head is written: the call's start
         try:
             resp = await self._pool.send_head(self._origin, spec.method, head, spec.body)
@@ -199,6 +207,8 @@ class HttpTransport:
                 duration_ns=time.monotonic_ns() - began,
             )
         reader = _Reader(resp, spec, self._encodings)
+        if started is not None:
+            started.append(reader)
         try:
             resp.start(reader.feed)
             await resp.wait()  # False, not waited further: the reader stopped at an abort

@@ -10,6 +10,8 @@ after 20 token events as well, and that proxy records the same.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sys
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import aiohttp
 from tailreplay.sim.profiles import PROFILES
 from tailreplay.sim.server import SimConfig, serve
 from tailreplay.traces.archive.record import Record
-from tests.helpers import metric
+from tests.helpers import chat_archive, metric
 from tests.proxy_helpers import proxy_to, records
 
 SLOW = PROFILES["default"].with_overrides(decode_base_ms=20.0, decode_per_seq_ms=0.0)
@@ -127,3 +129,50 @@ def test_the_result_records_the_budget_the_request_was_sent_with() -> None:
     assert spec.budget == 99
     dry = result_record(Planned(0.0, plain, 0, False, 10), 1, shard=None)
     assert dry.max_tokens == 10  # a dry run's: the plan's
+
+
+async def _held_answers(head: bytes) -> tuple[asyncio.Server, str]:
+    """A target that reads each request, writes ``head`` (maybe nothing), and holds."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in request.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                writer.write(head)
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_aborts_the_target_never_began_to_answer_are_not_answers(tmp_path: Path) -> None:
+    """Recorded clients that left after 0.2 s, non-streamed: against a target that never
+    answers, the run measured nothing (exit 5); against one whose answer had begun, it
+    did (exit 0)."""
+    archive = tmp_path / "aborts.msgpack"
+    aborted = {"stream": False, "error": "client_abort", "duration_ns": 200_000_000}
+    chat_archive(archive, 6, gap_ms=50, seed=3, **aborted)
+    begun = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 99\r\n\r\n{"
+    codes = {}
+    for name, head in (("silent", b""), ("begun", begun)):
+        server, url = await _held_answers(head)
+        async with server:
+            args = [str(archive), "--target", url, "--no-preflight", "--timeout", "5s"]
+            proc = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "tailreplay", "replay", *args),
+                *("--json", str(tmp_path / f"{name}.json")),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, stderr = await asyncio.wait_for(proc.communicate(), 120)
+            codes[name] = proc.returncode
+        assert b"Traceback" not in stderr, stderr.decode()
+    assert codes == {"silent": 5, "begun": 0}
+    summary = json.loads((tmp_path / "begun.json").read_text())
+    assert summary["errors"] == {"client_abort": 6} and summary["aborts_answered"] == 6
