@@ -116,6 +116,8 @@ SEED: Setting[int] = Setting(
     0,
     "Seed of synthetic prompts, --amplify's copies and the built-in simulator.",
     kind=int,
+    low=-(2**63),
+    high=2**63 - 1,  # it is kept in the result archive's header, a msgpack int64
     show_default=True,
 )
 SCRAPE: Setting[None] = Setting(

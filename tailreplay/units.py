@@ -15,6 +15,7 @@ from yarl import URL
 from tailreplay.errors import UsageError
 
 __all__ = [
+    "CLOCK_END_NS",
     "format_duration",
     "format_ns",
     "host_port",
@@ -114,8 +115,13 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
 
 
+CLOCK_END_NS = 1 << 62
+"""Where the archive's clock ends: 2^62 ns after 1970 is early 2116, and a time plus a
+duration below it fits an int64."""
+
+
 def parse_time(text: str, *, origin_ns: int | None = None) -> int:
-    """Unix ns for ``text``.
+    """Unix ns for ``text``, from 1970 to early 2116 (``CLOCK_END_NS``).
 
     Accepts ISO-8601 (``2023-11-16T18:30:00Z``; no zone means UTC), unix seconds
     (``1700158200.5``), or ``+DURATION`` relative to ``origin_ns`` (the first record).
@@ -124,11 +130,12 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
     if s.startswith("+"):
         if origin_ns is None:
             raise UsageError(f"relative time {text!r} needs an archive to be relative to")
-        return origin_ns + round(parse_duration(s[1:]) * 1e9)
+        return _on_the_clock(origin_ns + parse_duration(s[1:]) * 1e9, text)
     try:
-        return round(float(s) * 1e9)
-    except ValueError:
-        pass
+        return _on_the_clock(float(s) * 1e9, text)
+    except ValueError as exc:
+        if isinstance(exc, UsageError):
+            raise
     try:
         dt = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -138,7 +145,14 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
         ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(dt.timestamp()) * 10**9 + dt.microsecond * 1000
+    return _on_the_clock(int(dt.timestamp()) * 10**9 + dt.microsecond * 1000, text)
+
+
+def _on_the_clock(ns: float, text: str) -> int:
+    """``ns`` as an int, refused outside the archive's clock (nan and inf included)."""
+    if not 0 <= ns < CLOCK_END_NS:  # False for nan
+        raise UsageError(f"invalid time {text!r}: must be between 1970 and 2116")
+    return round(ns)
 
 
 def format_duration(seconds: float) -> str:

@@ -361,3 +361,26 @@ def test_a_proxy_option_that_would_fail_every_request_or_write_elsewhere_is_refu
     assert code == 2 and err.startswith(f"Error: invalid {flag} {value!r}: "), err
     assert said in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--seed", "99999999999999999999999"],
+        ["--seed", "18446744073709551616"],
+        ["--start-at", "99999999999999"],
+        ["--start-at", "9999-12-31T23:59:59Z"],
+        ["--start-at", "1e300"],
+        ["--from", "1e300"],
+        ["--to", "1e300"],
+        ["--from", "-1e300"],
+    ],
+)
+def test_a_seed_or_time_the_archive_cannot_hold_is_a_usage_error(
+    args: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "r.msgpack"
+    code, _, err = _run("replay", str(PEAK), "--dry-run", "--out", str(out), *args)
+    assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, err
+    assert "must be between 1970 and 2116" in err or "is not in the range" in err, err
+    assert not out.exists()

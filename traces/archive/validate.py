@@ -23,6 +23,7 @@ from tailreplay.traces.archive.format import MAX_ARRAY_LEN, MAX_BIN_LEN, MAX_STR
 from tailreplay.traces.archive.record import FIELDS
 from tailreplay.traces.archive.replay_header import REPLAY_CHECKS
 from tailreplay.traces.archive.value_checks import Check, is_str, is_strs, number
+from tailreplay.units import CLOCK_END_NS
 
 __all__ = [
     "CLOCK_END_NS",
@@ -51,9 +52,6 @@ _TARGET = re.compile(r"/(?!/)[^\x00-\x20\x7f]*")
 _HEADER_NAME = re.compile(r":?[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _LINE_BREAK = re.compile(r"[\r\n\x00]")
 
-CLOCK_END_NS = 1 << 62
-"""Where the archive's clock ends: 2^62 ns after 1970 is early 2116, and a time plus a
-duration below it fits an int64."""
 _TIME = (0, CLOCK_END_NS)
 """Unix ns and durations."""
 _TOKENS = (0, 1 << 32)

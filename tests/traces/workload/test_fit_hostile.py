@@ -143,7 +143,7 @@ def test_a_hand_edited_model_is_refused_with_one_line(
     ("args", "message"),
     [
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--count", "5", "--start", "1e30"],
-         "--start 1e30: must be between 1970 and 2116"),
+         "invalid time '1e30': must be between 1970 and 2116"),
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--duration", "100d", "--start",
           "2116-01-01T00:00:00Z", "--rate", "0.01"], "would run past early 2116"),
         (["synth", "{model}", "-o", "{tmp}/s.msgpack", "--duration", "100000d", "--rate",
