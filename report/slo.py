@@ -23,7 +23,7 @@ from typing import Literal, TypeGuard
 
 from tailreplay.declared import Choice, Setting
 from tailreplay.errors import UsageError
-from tailreplay.option_values import DURATION
+from tailreplay.option_values import DURATION_ABOVE_0
 from tailreplay.report.model import (
     METRICS,
     Metric,
@@ -271,7 +271,7 @@ SLO_WINDOW: Setting[None] = Setting(
     None,
     "Also judge every objective in each window this long (e.g. 1m) of the replay: "
     "every window with 20 requests or more must meet them.",
-    kind=DURATION,
+    kind=DURATION_ABOVE_0,
 )
 SLO_BY: Setting[None] = Setting(
     "--slo-by",

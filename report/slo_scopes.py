@@ -25,11 +25,13 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from tailreplay.errors import UsageError
 from tailreplay.report.compare import summarize
 from tailreplay.report.model import PerSide, ScopeRow, SideSummary, SloScope
 from tailreplay.report.side import Side
 from tailreplay.report.slo import Objective, cell
 from tailreplay.traces.results.figures import per_request
+from tailreplay.units import CLOCK_END_NS, format_duration
 
 __all__ = ["MIN_REQUESTS", "by_class", "by_window", "goodput"]
 
@@ -79,6 +81,10 @@ def by_class(
 _WHERE = {"phase": " (phases are the steps or pulses of a replay's --speed)"}
 
 
+MOST_WINDOWS = 10_000
+"""Windows ``--slo-window`` may cut a replay into: each is a row of every output."""
+
+
 def by_window(
     objectives: Sequence[Objective],
     recorded: Side | None,
@@ -92,7 +98,16 @@ def by_window(
     rows: list[ScopeRow] = []
     if has.any():
         t0 = int(replayed.start_ns[has].min())
-        index = np.where(has, (replayed.start_ns - t0) // round(window_s * 1e9), -1)
+        span_ns = int(replayed.start_ns[has].max()) - t0
+        # At most the clock's span: a window of 99999999h is one window, not an overflow.
+        window_ns = max(min(round(window_s * 1e9), CLOCK_END_NS), 1)
+        if span_ns // window_ns >= MOST_WINDOWS:
+            raise UsageError(
+                f"--slo-window {format_duration(window_s)} makes over {MOST_WINDOWS:,} "
+                f"windows of the replay's {format_duration(span_ns / 1e9)}; give at least "
+                f"{format_duration(span_ns / 1e9 / MOST_WINDOWS)}"
+            )
+        index = np.where(has, (replayed.start_ns - t0) // window_ns, -1)
         base = None
         if recorded is not None:
             base = summarize(recorded, np.ones(recorded.n, dtype=bool), None, rng, itl=False)

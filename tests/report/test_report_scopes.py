@@ -119,3 +119,19 @@ def test_the_gate_verdict_names_the_class_that_missed(tmp_path: Path) -> None:
     verdict = slo_verdict(write_report(options))
     assert verdict is not None and verdict["passed"] is False and verdict["missed"] == []
     assert verdict["failed"] == {"by model": ["model=b"]}
+
+
+def test_a_window_too_small_or_too_large_for_the_run_is_a_usage_error(tmp_path: Path) -> None:
+    """120 s cut into 1 µs windows would be 10^8 rows (a report that never ends); a
+    window of 99999999h is one window, not an overflow."""
+    runner = CliRunner()
+    results = str(_results(tmp_path / "res.msgpack"))
+    base = ["report", results, "--replay-only", "--slo", "latency:p50<=5s"]
+    tiny = runner.invoke(cli, [*base, "--slo-window", "1us"])
+    assert tiny.exit_code == 2 and "makes over 10,000 windows" in tiny.stderr, tiny.output
+    assert "give at least 11.99ms" in tiny.stderr and tiny.stderr.count("\n") == 1
+    zero = runner.invoke(cli, [*base, "--slo-window", "0s"])
+    assert zero.exit_code == 2 and "give a duration above 0" in zero.stderr
+    huge = runner.invoke(cli, [*base, "--slo-window", "99999999h", "--json", str(tmp_path / "h")])
+    (scope,) = json.loads((tmp_path / "h").read_text())["slo"]["scopes"]
+    assert huge.exit_code == 0 and [r["requests"] for r in scope["rows"]] == [1200]
