@@ -332,7 +332,7 @@ async def _live(
             dispatcher.stopping.set()
 
     if config.preflight:
-        await _preflight(config, the_plan, transport, builder, say)
+        await _preflight(config, the_plan, transport, builder, say, stop)
     if stop.is_set:
         await transport.close()
         return _stopped_before_sending(sc, the_plan, target, collector)
@@ -412,17 +412,35 @@ def _builder(config: ReplayConfig) -> RequestBuilder:
 
 
 async def _preflight(
-    config: ReplayConfig, the_plan: Plan, transport: Transport, builder: RequestBuilder, say: Say
+    config: ReplayConfig,
+    the_plan: Plan,
+    transport: Transport,
+    builder: RequestBuilder,
+    say: Say,
+    stop: _Stop,
 ) -> None:
-    """The first scheduled request, one token, before t0 (``replayer/preflight.py``)."""
+    """The first scheduled request, one token, before t0 (``replayer/preflight.py``);
+    a stop (Ctrl-C, SIGTERM) ends it at once, not after --timeout."""
     first = next(iter(schedule(config.schedule, the_plan)), None)
     if first is None:
         return
+    asked = asyncio.ensure_future(probe(transport, builder, first, config.headers))
+
+    def give_up() -> None:
+        asked.cancel()
+
+    stop.callbacks.append(give_up)
     try:
-        say(await probe(transport, builder, first, config.headers))
+        say(await asked)
+    except asyncio.CancelledError:
+        if not (stop.is_set and asked.cancelled()):
+            await transport.close()
+            raise
     except BaseException:
         await transport.close()
         raise
+    finally:
+        stop.callbacks.remove(give_up)
 
 
 # When a replay starts: its t0 on both clocks (now, or the shards' ``--start-at``), and

@@ -190,3 +190,33 @@ def test_an_interrupted_runs_report_says_partial_and_its_slo_is_not_judged(
     verdict = json.loads(report.read_text())["verdict"]
     assert "cut short" not in verdict["reason"]
     assert (judged.returncode, verdict["state"]) in ((0, "pass"), (4, "not_judged")), judged.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+async def test_a_stop_during_the_preflight_ends_it_at_once(tmp_path: Path, sig: int) -> None:
+    """A target that accepts and never answers: the preflight would wait its --timeout
+    (20 s here, 600 s by default); a stop ends it at once, exit 130, the JSON written."""
+    accepted = asyncio.Event()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        await reader.read()  # until the replay goes
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    summary = tmp_path / "s.json"
+    async with server:
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "tailreplay", "replay", str(PEAK), "--target", url),
+            *("--timeout", "20s", "--json", str(summary), "--out", str(tmp_path / "r.msgpack")),
+            stderr=subprocess.PIPE,
+        )
+        await asyncio.wait_for(accepted.wait(), 30)
+        await asyncio.sleep(0.3)  # the probe's request is written
+        proc.send_signal(sig)
+        t0 = time.monotonic()
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 130, err.decode()
+    assert time.monotonic() - t0 < 10  # not the 20 s --timeout
+    assert b"Traceback" not in err
+    assert json.loads(summary.read_text())["interrupted"] is True
