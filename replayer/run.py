@@ -21,7 +21,7 @@ import numpy as np
 from yarl import URL
 
 from tailreplay.engine_metrics import scrape_path
-from tailreplay.errors import NotMeasured, RunFailed, UsageError
+from tailreplay.errors import InputError, NotMeasured, RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.config import ReplayConfig, Say
@@ -78,6 +78,9 @@ class ReplayOutcome:
 
     aborted: str | None = None
     """Why the replay stopped early by itself (``--fail-fast``)."""
+    results_lost: str | None = None
+    """What of the result archive (``--out``) could not be written (a full disk), and
+    why: the run then exits 3, whatever it measured."""
 
     def __post_init__(self) -> None:
         # Every way a run ends says how many records it could not rebuild.
@@ -85,12 +88,15 @@ class ReplayOutcome:
 
     @property
     def exit_code(self) -> int:
-        """130 after Ctrl-C; 1 when ``--slo-stop`` stopped the run (an SLO missed); 5
+        """130 after Ctrl-C; 3 when results could not be written (``results_lost``);
+        1 when ``--slo-stop`` stopped the run (an SLO missed); 5
         when the run could not measure its target: ``--fail-fast`` stopped it, or
         nothing sent was answered (a recorded client abort, replayed, was answered
         if its answer had begun when it left); else 0."""
         if self.interrupted:
             return 130
+        if self.results_lost is not None:
+            return InputError.exit_code
         if self.summary.slo_stop is not None:
             return RunFailed.exit_code
         if self.aborted or (self.summary.sent and not self.summary.answered):
@@ -128,28 +134,49 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        if config.dry_run:
-            _dry_run(config, the_plan, on_result, say)
-            summary = collector.summary(0, 0)
-            summary.dry_run = True
-            return ReplayOutcome(summary, the_plan, None)
-        if config.offline:
-            return await _offline(config, the_plan, on_result, collector, say, stop)
-        with contextlib.ExitStack() as stack:
-            target = config.target
-            if target is None:
-                if config.builtin_target is None:
-                    raise UsageError("no --target, and no built-in simulator to replay against")
-                target = stack.enter_context(builtin_started(config.builtin_target, the_plan, say))
-            if stop.is_set:
-                return _stopped_before_sending(sc, the_plan, target, collector)
-            return await _live(config, the_plan, target, on_result, collector, say, transport, stop)
+        outcome = await _run(config, the_plan, on_result, collector, say, transport, stop)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
         if writer is not None:
             writer.close()
+    if writer is not None and writer.stats.dropped:
+        why = f" ({writer.error.strerror or writer.error})" if writer.error is not None else ""
+        outcome.results_lost = (
+            f"{config.out}: {writer.stats.dropped:,} results could not be written{why}; "
+            "it holds the others"
+        )
+    return outcome
+
+
+async def _run(
+    config: ReplayConfig,
+    the_plan: Plan,
+    on_result: Callable[[Record], None],
+    collector: ResultCollector,
+    say: Say,
+    transport: Transport | None,
+    stop: _Stop,
+) -> ReplayOutcome:
+    """The run as ``config`` asks for it: planned only, offline, or live."""
+    sc = config.schedule
+    if config.dry_run:
+        _dry_run(config, the_plan, on_result, say)
+        summary = collector.summary(0, 0)
+        summary.dry_run = True
+        return ReplayOutcome(summary, the_plan, None)
+    if config.offline:
+        return await _offline(config, the_plan, on_result, collector, say, stop)
+    with contextlib.ExitStack() as stack:
+        target = config.target
+        if target is None:
+            if config.builtin_target is None:
+                raise UsageError("no --target, and no built-in simulator to replay against")
+            target = stack.enter_context(builtin_started(config.builtin_target, the_plan, say))
+        if stop.is_set:
+            return _stopped_before_sending(sc, the_plan, target, collector)
+        return await _live(config, the_plan, target, on_result, collector, say, transport, stop)
 
 
 class _Stop:

@@ -59,6 +59,8 @@ def replay(**options: Any) -> None:
     out(f"results: {config.out}")
     if outcome.aborted:
         say(f"Error: {outcome.aborted}")
+    if outcome.results_lost:
+        say(f"Error: {outcome.results_lost}")
     assert config.out is not None
     result = _judged(args, config.out, outcome)
     code = outcome.exit_code

@@ -5,9 +5,12 @@ live replay against `tailreplay sim` with the same profile."""
 from __future__ import annotations
 
 import json
+import resource
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +21,7 @@ from tailreplay.traces.archive.columns import load_columns
 from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tailreplay.traces.results.figures import metric_values
 from tailreplay.traces.results.stats import STATS_FIELDS, STATS_PRESENCE, requests
-from tests.helpers import TWIN_HIDDEN, ramping_window, write_plain
+from tests.helpers import REPO, TWIN_HIDDEN, ramping_window, write_plain
 
 T0 = 1_700_000_000 * 10**9
 HIDDEN = [f"--sim-arg=--{k.replace('_', '-')}={v}" for k, v in TWIN_HIDDEN.items()]
@@ -165,3 +168,36 @@ def test_calls_that_generate_nothing_are_answered_as_the_simulator_answers_them(
     assert embedding.duration_ns == pytest.approx(p.prefill_ms(800) * 1e6, abs=1_000)
     assert chat.status == 200 and chat.output_tokens == 5
     assert chat.ttfb_ns == pytest.approx(p.prefill_ms(800) * 1e6, abs=1_000)
+
+
+def _file_size_limit(size: int) -> Callable[[], None]:
+    """A child whose files stop at ``size`` bytes: a full disk, as its writes see it."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG from write(), not death
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+def test_results_the_disk_could_not_take_are_an_error_exit_3(tmp_path: Path) -> None:
+    """A result archive that could not be written whole: the run says how many results
+    it lost and why, and exits 3 (it exited 0, and its report then read the lost
+    results as never sent)."""
+    peak = str(REPO / "traces/peak.msgpack")
+    args = [peak, "--limit", "300", "--offline", "--out", "r.msgpack", "--json", "s.json"]
+    run = subprocess.run(
+        [sys.executable, "-m", "tailreplay", "replay", *args],
+        preexec_fn=_file_size_limit(8192),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert run.returncode == 3, run.stderr
+    (line,) = [ln for ln in run.stderr.splitlines() if ln.startswith("Error:")]
+    assert line.startswith("Error: r.msgpack: ") and "results could not be written" in line
+    assert "(File too large); it holds the others" in line and "Traceback" not in run.stderr
+    lost = int(line.split(": ")[2].split(" ")[0].replace(",", ""))
+    kept = list(ArchiveReader([tmp_path / "r.msgpack"]))
+    assert lost > 0 and len(kept) + lost == 300
