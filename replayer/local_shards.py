@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import multiprocessing
+import os
 import shutil
 import signal
 import sys
@@ -31,7 +32,7 @@ from tailreplay.replayer.config import ReplayConfig
 from tailreplay.replayer.replay_summary import ReplaySummary
 from tailreplay.replayer.run import ReplayOutcome, run
 from tailreplay.replayer.schedule import Plan, plan
-from tailreplay.replayer.summary import ResultCollector
+from tailreplay.replayer.summary import ResultCollector, mark_unsent
 from tailreplay.traces.archive.ops import copy_records
 from tailreplay.traces.archive.reader import ArchiveReader, read_header
 from tailreplay.traces.archive.replay_header import ReplayHeader
@@ -48,8 +49,11 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     def say(line: str) -> None:
         print(f"[worker {index}/{count}] {line}", file=sys.stderr, flush=True)
 
-    # The parent decides about Ctrl-C for everyone; a worker's own handler (inside
-    # run) stops its dispatch cleanly when the signal reaches the process group.
+    # A process group of its own: a terminal's Ctrl-C reaches the parent alone, which
+    # passes every SIGINT and SIGTERM it gets on to each worker, once (a second one is
+    # a second Ctrl-C: stop now). The worker's own handler (inside run) then stops its
+    # dispatch cleanly and writes its results.
+    os.setpgrp()
     try:
         outcome = eventloop.run(run(config, say), config.event_loop)
         conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
@@ -91,7 +95,7 @@ def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) 
             shutil.rmtree(parts, ignore_errors=True)
             raise
         try:
-            outcome = _merge(config, results, parts, workers, target)
+            outcome = _merge(config, results, parts, workers, target, the_plan)
         except Exception:
             # A full disk or a vanished directory must not take the results with it.
             say(f"warning: merging failed; each worker's results are kept in {parts}/")
@@ -147,9 +151,13 @@ def _run_all(
 
     def on_signal(signum: int, frame: Any) -> None:
         nonlocal interrupted
-        interrupted = True  # the workers got it too (one process group) and stop cleanly
+        interrupted = True
+        for proc in procs:  # each stops cleanly, its results written, then the merge
+            if proc.pid is not None and proc.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
 
-    previous = signal.signal(signal.SIGINT, on_signal)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         results = []
         for i, (proc, pipe) in enumerate(zip(procs, pipes, strict=True)):
@@ -168,7 +176,8 @@ def _run_all(
             results.append((summary, worker_plan, stopped or interrupted))
         return results
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _merge(
@@ -177,12 +186,15 @@ def _merge(
     parts: Path,
     workers: int,
     target: str,
+    whole: Plan,
 ) -> ReplayOutcome:
+    """The workers' parts as one result in ``--out``, and its summary (``whole``: the
+    plan of every shard, for what an interrupted run did not send)."""
     assert config.out is not None
     files = sorted(parts.glob("part-*.msgpack"))
     # The parts' common settings; the merge is the whole run, of its workers' parts.
-    whole = replace(ReplayHeader.read(read_header(files[0])), shard=(0, 1), workers=workers)
-    copy_records(files, config.out, source="replay", extra_header=whole.to_map())
+    header = replace(ReplayHeader.read(read_header(files[0])), shard=(0, 1), workers=workers)
+    copy_records(files, config.out, source="replay", extra_header=header.to_map())
     the_plan = results[0][1]
     collector = ResultCollector(
         tail_stretch=config.schedule.tail_stretch,
@@ -205,7 +217,12 @@ def _merge(
         summary.input_tokens_error = sum(e * w for e, w in weights) / sum(w for _, w in weights)
     summary.workers = workers
     summary.client = _merged_health(config, collector, [s for s, _, _ in results])
-    return ReplayOutcome(summary, the_plan, target, any(stopped for _, _, stopped in results))
+    stopped = any(stopped for _, _, stopped in results)
+    if stopped:
+        # A worker that finished its shard had every request of it due.
+        due = sum(s.due if s.due is not None else s.requests for s, _, _ in results)
+        mark_unsent(summary, config.schedule, whole, due, sent)
+    return ReplayOutcome(summary, the_plan, target, stopped)
 
 
 def _merged_health(

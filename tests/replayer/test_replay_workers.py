@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -200,3 +202,47 @@ def test_a_damaged_archive_under_workers_is_one_line_and_exit_3(tmp_path: Path) 
     assert last.startswith(f"Error: {path}: corrupt archive at byte offset")
     assert "worker" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("sig", "group"),
+    [(signal.SIGTERM, False), (signal.SIGINT, False), (signal.SIGINT, True)],
+    ids=["sigterm-to-the-parent", "sigint-to-the-parent", "ctrl-c-to-the-group"],
+)
+def test_a_stopped_workers_run_keeps_its_results_and_exits_130(
+    tmp_path: Path, sig: int, group: bool
+) -> None:
+    """2,000 requests over 20 s; a stop after 2 s of sending, to the parent alone (as a
+    process manager sends it) or to its whole group (a terminal's Ctrl-C): every
+    worker stops once, cleanly, and the parent merges what they sent."""
+    _archive(tmp_path / "a.msgpack", 2000)
+    out, summary = tmp_path / "r.msgpack", tmp_path / "s.json"
+    with sim_process(["--profile", "fast", "--max-num-seqs", "512"]) as sim:
+        args = [str(tmp_path / "a.msgpack"), "--target", sim, "--workers", "2"]
+        args += ["--out", str(out), "--json", str(summary)]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tailreplay", "replay", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the workers' first progress: they are sending
+            if "due " in line:
+                break
+        time.sleep(1)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        stopped = time.monotonic()
+        stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - stopped < 20  # a clean stop, not the schedule's end
+    assert "Traceback" not in err and "stopping now" not in err  # one stop, not two
+    data = json.loads(summary.read_text())
+    assert data["interrupted"] is True and data["scheduled"] == 2000
+    assert 0 < data["sent"] < 2000 and data["unsent"] == 2000 - data["sent"]
+    assert len(list(ArchiveReader([out]))) == data["sent"]
+    assert stdout.startswith(f"interrupted after {data['due']:,} of 2,000 due; ")
