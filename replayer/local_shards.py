@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import multiprocessing
 import os
 import shutil
@@ -54,6 +55,7 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     # a second Ctrl-C: stop now). The worker's own handler (inside run) then stops its
     # dispatch cleanly and writes its results.
     os.setpgrp()
+    _stop_with_the_parent()
     try:
         outcome = eventloop.run(run(config, say), config.event_loop)
         conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
@@ -63,6 +65,19 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
         conn.send((None, None, False, NotMeasured(f"{type(exc).__name__}: {exc}")))
     finally:
         conn.close()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_the_parent() -> None:
+    """SIGTERM to this worker when the parent dies (Linux): out of the parent's process
+    group, a worker would otherwise outlive a parent killed with its group."""
+    parent = multiprocessing.parent_process()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent is not None and os.getppid() != parent.pid:  # it died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run_workers(config: ReplayConfig, workers: int, say: Callable[[str], None]) -> ReplayOutcome:
