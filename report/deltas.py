@@ -104,6 +104,7 @@ DELTA_COLUMNS = (
     "replayed_output_tokens",
     "tail",
     "replayed_error",
+    "replayed_cancelled",
 )
 
 
@@ -122,7 +123,10 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
     for i in np.flatnonzero(joined >= 0):
         j = int(joined[i])
         key = replayed.key_of(int(i)) or b""
-        rec, rep = int(recorded.duration_ns[j]), int(replayed.duration_ns[i])
+        # A request the client cut is neither the target's error nor in any figure:
+        # its time is only how long it had been in flight.
+        cut = bool(replayed.cancelled[i])
+        rec, rep = int(recorded.duration_ns[j]), -1 if cut else int(replayed.duration_ns[i])
         both = rec >= 0 and rep >= 0 and bool(recorded.ok[j]) and bool(replayed.ok[i])
         yield (
             key[:16].hex(),
@@ -139,7 +143,8 @@ def delta_rows(recorded: Side, replayed: Side) -> Iterator[tuple[str | int, ...]
             _tokens(int(recorded.output_tokens[j])),
             _tokens(int(replayed.output_tokens[i])),
             int(replayed.tail[i]),
-            int(replayed.error[i]),
+            int(replayed.error[i] and not cut),
+            int(cut),
         )
 
 

@@ -402,3 +402,19 @@ def test_tables_piped_to_a_file_are_not_wrapped_inside_cells(tmp_path: Path) -> 
     trace_ids = re.findall(r"│ ([0-9a-f]{32}) │", text)
     assert len(trace_ids) == 20  # the largest slow-downs, with and without the tail
     assert "the score is the weight met overall over the weight of all; buckets are shown" in text
+
+
+def test_the_deltas_csv_counts_a_cancelled_request_as_every_view_does(tmp_path: Path) -> None:
+    """Cut by the client: not the target's error and in no figure, as in the summary,
+    the report's tables and ``traces stats``."""
+    rec, _, _, replayed = _pair(tmp_path)
+    replayed[5] = {**replayed[5], "status": 0, "error": "cancelled"}
+    header = {**HEADER, "source": "replay", "speed": "2x", "archives": [str(rec.resolve())]}
+    rep = write_plain(tmp_path / "cut.msgpack", replayed, header)
+    code, _, err = _report(str(rep), "--deltas", str(tmp_path / "d.csv"))
+    assert code == 0, err
+    rows = {r["trace_id"]: r for r in csv.DictReader((tmp_path / "d.csv").open())}
+    cut = rows[replayed[5]["orig_trace_id"].hex()]
+    assert (cut["replayed_error"], cut["replayed_cancelled"], cut["replayed_ms"]) == ("0", "1", "")
+    failed = rows[replayed[100]["orig_trace_id"].hex()]  # a 500: the target's error
+    assert (failed["replayed_error"], failed["replayed_cancelled"]) == ("1", "0")
