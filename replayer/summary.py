@@ -130,8 +130,8 @@ class ResultCollector:
             self.first_sent_ns = min(self.first_sent_ns or r.sent_ns, r.sent_ns)
             end = r.sent_ns + (r.duration_ns or 0)
             self.last_done_ns = max(self.last_done_ns or end, end)
-        if r.error == "dropped":
-            return  # counted by the dispatcher, reported as "dropped"
+        # A dropped request (never sent: no slot) is an error of its own kind here as
+        # in the report and ``traces stats``; the dispatcher counts it as "dropped" too.
         failed = is_error(r.status, r.error)
         if failed:
             kind = r.error or f"http_{r.status}"

@@ -60,6 +60,10 @@ def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
             m["ttft_content_ns"] = None
         if i % 50 == 3:
             m["status"], m["error"] = 0, "cancelled"
+        if i % 50 == 13:  # never sent: no slot under --max-inflight
+            m["status"], m["error"] = 0, "dropped"
+            for name in ("sent_ns", "lag_ns", "duration_ns", "ttfb_ns", "ttft_content_ns"):
+                m.pop(name, None)
         if i % 20 == 7:
             m.update(method="GET", path="/v1/models", duration_ns=9 * 10**9, stream=False)
         maps.append(m)
@@ -106,12 +110,14 @@ def test_the_error_rate_and_the_counts_agree(views: dict[str, Any]) -> None:
     maps = [m for m in _mixed(2000) if m["method"] == "POST"]
     cut = sum(m.get("error") == "cancelled" for m in maps)
     failed = sum(_failed(m) for m in maps) - cut
-    assert len(maps) == 1900 and cut == 40 and 150 < failed < 250  # every kind of outcome
+    dropped = sum(m.get("error") == "dropped" for m in maps)
+    assert len(maps) == 1900 and cut == dropped == 40 and 190 < failed < 290  # every kind
     assert views["stats"]["error_rate"] == pytest.approx(failed / (1900 - cut))
     assert views["report"]["error_rate"] == pytest.approx(failed / (1900 - cut))
     assert views["stats"]["cancelled"] == views["report"]["cancelled"] == cut
     errors = views["summary"]["errors"]
     assert errors.pop("cancelled") == cut and sum(errors.values()) == failed
+    assert errors["dropped"] == dropped  # an error of its own kind in every view
     assert views["summary"]["completed"] == 1900 - failed - cut
     assert views["report"]["requests"] == views["summary"]["requests"] == 1900
     assert views["summary"]["idle_calls"] == views["stats"]["idle_calls"] == {"GET /v1/models": 100}
