@@ -106,7 +106,9 @@ def _answered(
         record.error = outcome.error
     elif outcome.status >= 400:
         record.error = f"http_{outcome.status}"
-    if outcome.status >= 400 and outcome.error_text:
+    if outcome.error_text and (outcome.status >= 400 or outcome.error == "bad_response"):
+        # A refusal's message, or why an answer was not the API's (the reason the
+        # summary gives beside bad_response).
         record.error_message = target_message(outcome.error_text)
 
 

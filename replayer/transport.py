@@ -384,6 +384,15 @@ def _timeline(out: Outcome, timeline: StreamTimeline, t0_ns: int) -> None:
     out.gaps_more = flat_bins(timeline.more)
 
 
+def _why_bad(out: Outcome, timeline: StreamTimeline | None) -> str:
+    """What made a successful status's answer not the API's, for the summary."""
+    if timeline is None:
+        return f"a {out.status} whose body is not JSON ({out.content_type or 'no content type'})"
+    if timeline.malformed:
+        return "a stream event that is not JSON"
+    return "the stream ended without its closing event (cut short)"
+
+
 def _read_body(
     out: Outcome, spec: RequestSpec, tap: ResponseTap, timeline: StreamTimeline | None
 ) -> None:
@@ -392,6 +401,8 @@ def _read_body(
         out.error_text = bytes(tap.kept[:2000]).decode("utf-8", "replace")
         return
     out.error, usage = read_answer(spec.path, out.status, tap, timeline)
+    if out.error == "bad_response" and not out.error_text:
+        out.error_text = _why_bad(out, timeline)
     out.finish_reason = usage.finish_reason
     if usage.prompt_tokens is not None and usage.completion_tokens is not None:
         out.prompt_tokens, out.completion_tokens = usage.prompt_tokens, usage.completion_tokens

@@ -20,7 +20,10 @@ import pytest
 
 from tailreplay.http.connection import MAX_HEAD_BYTES, MAX_HEADER_LINES
 from tailreplay.replayer.request import RequestSpec
+from tailreplay.replayer.results import result_record
+from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import MAX_BODY_BYTES, HttpTransport, Outcome
+from tailreplay.traces.archive.record import Record
 from tests.helpers import metric
 from tests.proxy_helpers import echo_upstream, rss_mb, start_proxy_process
 
@@ -83,6 +86,10 @@ def _big_body() -> Iterator[bytes]:
         yield block
 
 
+HTML_PAGE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 17\r\n\r\n<html>oops</html>"
+)
+
 # Made as they are sent: the server runs in this process, whose allocations count.
 ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "gzip bomb": _bomb,
@@ -91,6 +98,7 @@ ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "50 MB of blanks in a header": _padded_header,
     "200,000 early hints": _early_hints,
     "a 100 MiB body": _big_body,
+    "an HTML page": lambda: iter([HTML_PAGE]),
 }
 
 
@@ -169,6 +177,16 @@ def test_a_response_head_past_its_bounds_is_refused(
     assert out.error == "bad_response" and out.status == 0
     assert seconds < 10 and peak < 16 << 20
     assert MAX_HEADER_LINES <= 256 and MAX_HEAD_BYTES <= 64 << 10
+
+
+def test_an_answer_that_is_not_the_api_s_says_why(hostile: Callable[[str], str]) -> None:
+    out, _, _ = _send(hostile("an HTML page"), {})
+    assert out.status == 200 and out.error == "bad_response"
+    assert out.error_text == "a 200 whose body is not JSON (text/html)"
+    spec = RequestSpec("POST", "/v1/chat/completions", b"{}", False, None)
+    item = Planned(0.0, Record(start_ns=1), 0, False, None)
+    record = result_record(item, 1, shard=None, spec=spec, outcome=out)
+    assert record.error_message == out.error_text  # the summary's reason beside its kind
 
 
 def test_a_plain_body_past_its_bound_is_cut(hostile: Callable[[str], str]) -> None:
