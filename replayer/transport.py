@@ -400,6 +400,9 @@ def _read_body(
     if out.status >= 400:
         out.error_text = bytes(tap.kept[:2000]).decode("utf-8", "replace")
         return
+    if 300 <= out.status < 400:  # not followed: the request's result, a failure
+        out.error = f"http_{out.status}"
+        return
     out.error, usage = read_answer(spec.path, out.status, tap, timeline)
     if out.error == "bad_response" and not out.error_text:
         out.error_text = _why_bad(out, timeline)

@@ -90,6 +90,11 @@ HTML_PAGE = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 17\r\n\r\n<html>oops</html>"
 )
 
+REDIRECT = (
+    b"HTTP/1.1 307 Temporary Redirect\r\n"
+    b"Location: http://127.0.0.1:9/v1\r\nContent-Length: 0\r\n\r\n"
+)
+
 # Made as they are sent: the server runs in this process, whose allocations count.
 ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "gzip bomb": _bomb,
@@ -99,6 +104,7 @@ ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "200,000 early hints": _early_hints,
     "a 100 MiB body": _big_body,
     "an HTML page": lambda: iter([HTML_PAGE]),
+    "a redirect": lambda: iter([REDIRECT]),
 }
 
 
@@ -187,6 +193,11 @@ def test_an_answer_that_is_not_the_api_s_says_why(hostile: Callable[[str], str])
     item = Planned(0.0, Record(start_ns=1), 0, False, None)
     record = result_record(item, 1, shard=None, spec=spec, outcome=out)
     assert record.error_message == out.error_text  # the summary's reason beside its kind
+
+
+def test_a_redirect_is_the_request_s_result_and_an_error(hostile: Callable[[str], str]) -> None:
+    out, _, _ = _send(hostile("a redirect"), {})
+    assert (out.status, out.error) == (307, "http_307")
 
 
 def test_a_plain_body_past_its_bound_is_cut(hostile: Callable[[str], str]) -> None:
