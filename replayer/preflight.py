@@ -79,6 +79,8 @@ def _judge(out: Outcome, request: str) -> str | None:
         return f"{request} failed: {out.error}"
     if out.status == 404:
         return f"{request} is 404 Not Found: is --target the API's base URL?"
+    if 300 <= out.status < 400:  # never followed (to another host, perhaps)
+        return f"{request} is redirected ({out.status}): is --target the API's base URL?"
     if out.status in (401, 403):
         return (
             f"{request} is refused with {out.status}: "

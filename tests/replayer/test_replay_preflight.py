@@ -88,6 +88,21 @@ def test_https_to_a_plain_http_port_is_named_as_such(archive: Path, sim_url: str
     assert "does the target speak plain HTTP? try --target http://" in line
 
 
+def test_a_redirecting_target_stops_before_the_schedule(archive: Path) -> None:
+    async def moved(request: web.Request) -> web.Response:
+        body = '{"error": "moved"}'
+        headers = {"Location": "http://127.0.0.1:9/v1/chat/completions"}
+        return web.Response(text=body, status=307, content_type="application/json", headers=headers)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", moved)
+    with serve_in_thread(app) as url:
+        code, _, err, _ = _replay("--target", url, str(archive))
+    assert code == 5
+    (line,) = _error_lines(err)
+    assert "/v1/chat/completions is redirected (307): is --target the API's base URL?" in line
+
+
 def test_a_server_answering_html_404_stops_before_the_schedule(archive: Path) -> None:
     async def html(request: web.Request) -> web.Response:
         return web.Response(text="<html>Not Found</html>", status=404, content_type="text/html")
