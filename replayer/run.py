@@ -142,10 +142,14 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         if writer is not None:
             writer.close()
     if writer is not None and writer.stats.dropped:
-        why = f" ({writer.error.strerror or writer.error})" if writer.error is not None else ""
+        # A write that failed (a full disk), else a result the archive cannot hold (a
+        # time stamped past its clock: an archive spanning a century, replayed now).
+        error = writer.error
+        why = error.strerror or str(error) if error is not None else "a value no archive holds"
+        lost = writer.stats.dropped
         outcome.results_lost = (
-            f"{config.out}: {writer.stats.dropped:,} results could not be written{why}; "
-            "it holds the others"
+            f"{config.out}: {lost:,} result{'s' if lost > 1 else ''} could not be written "
+            f"({why}); it holds the others"
         )
     return outcome
 

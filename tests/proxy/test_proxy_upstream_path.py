@@ -92,7 +92,7 @@ async def test_an_upstream_without_v1_answering_is_not_warned_of(tmp_path: Path)
     assert statuses == [200] * REQUESTS
     assert "/v1" not in stderr and "warning" not in stderr
     assert health == "ok"
-    assert "404" not in stdout
+    assert "were 404" not in stdout  # (a port number may hold "404")
     assert exit_line_counts(stdout.encode()) == (REQUESTS, REQUESTS, 0)
 
 

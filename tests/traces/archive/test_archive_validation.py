@@ -172,6 +172,12 @@ def test_values_at_the_edges_of_their_range_are_valid(
     path = write_plain(tmp_path / "a.msgpack", [m, {**GOOD, "start_ns": T0 + 5}])
     for name, args in _commands(path, tmp_path, skip=False).items():
         result = _invoke(*args)
+        if (name, field, value) == ("replay", "start_ns", 2**62 - 1):
+            # Replayed from now, a record at the clock's end is due past it (2116): its
+            # result cannot be stamped, and the run says so (exit 3), never silently.
+            lost = "1 result could not be written (a value no archive holds)"
+            assert result.exit_code == 3 and lost in result.output, result.output
+            continue
         assert result.exit_code == 0, (name, result.output)
         assert _records_read(name, result) == 2, name
     # The C scanner takes the file whole, and reads what the Python reader reads.
