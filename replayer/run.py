@@ -145,7 +145,7 @@ async def run(config: ReplayConfig, say: Say, transport: Transport | None = None
         # A write that failed (a full disk), else a result the archive cannot hold (a
         # time stamped past its clock: an archive spanning a century, replayed now).
         error = writer.error
-        why = error.strerror or str(error) if error is not None else "a value no archive holds"
+        why = (error.strerror or str(error)) if error is not None else "a value no archive holds"
         lost = writer.stats.dropped
         outcome.results_lost = (
             f"{config.out}: {lost:,} result{'s' if lost > 1 else ''} could not be written "
@@ -463,11 +463,9 @@ async def _preflight(
     stop.callbacks.append(give_up)
     try:
         say(await asked)
-    except asyncio.CancelledError:
-        if not (stop.is_set and asked.cancelled()):
-            await transport.close()
-            raise
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError) and stop.is_set and asked.cancelled():
+            return  # stopped: the caller sees it, and closes the transport
         await transport.close()
         raise
     finally:

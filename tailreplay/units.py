@@ -130,12 +130,15 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
     if s.startswith("+"):
         if origin_ns is None:
             raise UsageError(f"relative time {text!r} needs an archive to be relative to")
-        return _on_the_clock(origin_ns + parse_duration(s[1:]) * 1e9, text)
+        # In whole ns: a unix time in float ns would lose its last 8 bits.
+        offset = _on_the_clock(parse_duration(s[1:]) * 1e9, text)
+        return _on_the_clock(origin_ns + offset, text)
     try:
-        return _on_the_clock(float(s) * 1e9, text)
-    except ValueError as exc:
-        if isinstance(exc, UsageError):
-            raise
+        seconds = float(s)
+    except ValueError:
+        seconds = None
+    if seconds is not None:
+        return _on_the_clock(seconds * 1e9, text)
     try:
         dt = datetime.fromisoformat(s.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -149,10 +152,11 @@ def parse_time(text: str, *, origin_ns: int | None = None) -> int:
 
 
 def _on_the_clock(ns: float, text: str) -> int:
-    """``ns`` as an int, refused outside the archive's clock (nan and inf included)."""
+    """``ns`` as a whole number, refused outside the archive's clock (nan and inf
+    included)."""
     if not 0 <= ns < CLOCK_END_NS:  # False for nan
         raise UsageError(f"invalid time {text!r}: must be between 1970 and 2116")
-    return round(ns)
+    return ns if isinstance(ns, int) else round(ns)
 
 
 def format_duration(seconds: float) -> str:

@@ -103,5 +103,10 @@ def test_parse_time(text: str, ns: int) -> None:
     assert parse_time(text, origin_ns=10**18) == ns
 
 
+def test_a_relative_time_keeps_its_origin_to_the_nanosecond() -> None:
+    origin = 1_700_000_000_123_456_789  # not a float's: its last bits would go
+    assert parse_time("+30s", origin_ns=origin) == origin + 30 * 10**9
+
+
 def test_format_ns() -> None:
     assert format_ns(1700158546684999999) == "2023-11-16T18:15:46.684Z"
