@@ -339,7 +339,8 @@ class _Forwarder:
         try:
             await _pump(head, upstream, to_client)
         except UpstreamError as exc:
-            ex.error = "upstream_timeout" if exc.kind == "upstream_timeout" else "upstream_reset"
+            cut = exc.kind in ("upstream_timeout", "bad_response")  # else the stream broke
+            ex.error = exc.kind if cut else "upstream_reset"
             _abort(request)  # the client must see a broken response, not a short one
             return _Relayed(upstream.status, keep_alive=False)
         if to_client.gone:

@@ -52,6 +52,7 @@ from yarl import URL
 
 from tailreplay.declared import default_of
 from tailreplay.http.client import Origin, UpstreamError, UpstreamPool
+from tailreplay.http.connection import MALFORMED
 from tailreplay.openai_api import response_problem
 from tailreplay.proxy.content_coding import encoded
 from tailreplay.proxy.exchange import Exchange
@@ -260,7 +261,9 @@ class Shadow:
             # No status: the 502 or 504 of an UpstreamError is what the proxy would
             # answer a client, and a copy has none; the shadow said nothing.
             ex.error, ex.status = exc.kind, 0
-            if exc.kind in CUT_KINDS:
+            if exc.message.startswith(MALFORMED):
+                self._failed_once("answers what is not HTTP/1.x")
+            elif exc.kind in CUT_KINDS:
                 self._cut(exc.message)
             elif exc.kind == "upstream_connect":
                 self._failed_once("refuses connections")

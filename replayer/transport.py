@@ -214,6 +214,8 @@ class HttpTransport:
             await resp.wait()  # False, not waited further: the reader stopped at an abort
         except UpstreamError as exc:
             reader.out.error = _ERRORS.get(exc.kind, exc.kind)
+            if exc.kind == "bad_response":  # why, for the summary and the record
+                reader.out.error_text = exc.message
         finally:
             resp.close()  # an unfinished response drops its connection: the target sees it
         return reader.finish(spec)

@@ -19,6 +19,7 @@ import httptools
 log = logging.getLogger("tailreplay.http")
 
 __all__ = [
+    "MALFORMED",
     "MAX_HEADER_LINES",
     "MAX_HEAD_BYTES",
     "MAX_INFORMATIONAL",
@@ -30,6 +31,9 @@ __all__ = [
     "UpstreamResponse",
     "timeout_error",
 ]
+
+MALFORMED = "malformed response"
+"""How a ``bad_response`` that llhttp refused (not HTTP/1.x) begins its message."""
 
 BodyConsumer: TypeAlias = Callable[[bytes], bool]
 """Takes body bytes as they arrive; returns False to stop reading until resumed."""
@@ -297,7 +301,9 @@ class Connection(asyncio.Protocol):
             response._fail(UpstreamError("upstream_error", "the proxy failed to relay it"))
             self.abort()
         except httptools.HttpParserError as exc:
-            response._fail(UpstreamError("upstream_error", f"malformed response: {exc}"))
+            # Not HTTP as RFC 9112 frames it (a garbage status line, HTTP/0.9, a broken
+            # chunk): the answer is not one the API gives, whatever its status said.
+            response._fail(UpstreamError("bad_response", f"{MALFORMED}: {exc}"))
             self.abort()
             return
         if head_pending and not response._head.done():

@@ -214,7 +214,22 @@ async def test_garbage_from_the_upstream_is_a_502(tmp_path: Path) -> None:
         await writer.drain()
 
     status, body = await get_via_proxy(answer, tmp_path / "out")
-    assert status == 502 and json.loads(body)["error"]["type"] == "upstream_error"
+    assert status == 502 and json.loads(body)["error"]["type"] == "bad_response"
+
+
+async def test_a_malformed_chunk_mid_body_cuts_the_client_and_is_recorded_why(
+    tmp_path: Path,
+) -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\nzz\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)  # the proxy cuts the exchange; it does not wait for this
+
+    with pytest.raises(aiohttp.ClientPayloadError):
+        await get_via_proxy(answer, tmp_path / "out")
+    (rec,) = records(tmp_path / "out")
+    assert (rec.status, rec.error) == (200, "bad_response")
 
 
 async def test_a_client_that_hangs_up_cancels_the_upstream_request(tmp_path: Path) -> None:

@@ -95,6 +95,13 @@ REDIRECT = (
     b"Location: http://127.0.0.1:9/v1\r\nContent-Length: 0\r\n\r\n"
 )
 
+NOT_HTTP = {
+    "a garbage status line": b"this is not HTTP\r\n\r\n",
+    "an HTTP/0.9 answer": b'{"choices": []}',
+    "a malformed chunk": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":xx\r\nzz\r\n',
+}
+
 # Made as they are sent: the server runs in this process, whose allocations count.
 ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "gzip bomb": _bomb,
@@ -105,6 +112,7 @@ ANSWERS: dict[str, Callable[[], Iterator[bytes]]] = {
     "a 100 MiB body": _big_body,
     "an HTML page": lambda: iter([HTML_PAGE]),
     "a redirect": lambda: iter([REDIRECT]),
+    **{name: (lambda answer=answer: iter([answer])) for name, answer in NOT_HTTP.items()},
 }
 
 
@@ -193,6 +201,16 @@ def test_an_answer_that_is_not_the_api_s_says_why(hostile: Callable[[str], str])
     item = Planned(0.0, Record(start_ns=1), 0, False, None)
     record = result_record(item, 1, shard=None, spec=spec, outcome=out)
     assert record.error_message == out.error_text  # the summary's reason beside its kind
+
+
+@pytest.mark.parametrize("name", NOT_HTTP)
+def test_an_answer_that_is_not_http_is_a_bad_response(
+    hostile: Callable[[str], str], name: str
+) -> None:
+    """Not a reset: the target answered, with bytes no HTTP/1.1 client can read."""
+    out, seconds, _ = _send(hostile(name), {})
+    assert out.error == "bad_response" and out.error_text.startswith("malformed response")
+    assert seconds < 10
 
 
 def test_a_redirect_is_the_request_s_result_and_an_error(hostile: Callable[[str], str]) -> None:
