@@ -37,7 +37,7 @@ from tailreplay.replayer.users import Users
 from tailreplay.tracecontext import TraceContext, new_span_id, new_trace_id
 from tailreplay.traces.archive.record import Record
 
-__all__ = ["Burst", "DispatchStats", "Dispatcher", "SpanSink"]
+__all__ = ["MAX_INFLIGHT_BYTES", "Burst", "DispatchStats", "Dispatcher", "SpanSink"]
 
 log = logging.getLogger("tailreplay.replay")
 
@@ -73,6 +73,14 @@ _BURST_MOST = 8
 next one is due already..."""
 _BURST_S = 0.0002
 """...and for at most this long."""
+MAX_INFLIGHT_BYTES = 256 << 20
+"""Request bodies held by the requests in flight, at most: a request that would pass
+it waits for a slot as at ``--max-inflight`` (one is always let go when none is in
+flight). 550 prompts of 118k tokens (Mooncake's longest) fit. A body costs the
+process about 4.5 times its size while the target reads it (its build, the socket's
+unsent bytes), and an archive's prompts can ask 16.8M tokens (~70 MB) each: 16 such
+requests to a target that does not read them took 3.9 GB without this bound, 1.3 GB
+under 512 MiB."""
 
 
 class SpanSink(Protocol):
@@ -158,11 +166,15 @@ class Dispatcher:
         lookahead_items: int = LOOKAHEAD_ITEMS,
         lookahead_bytes: int = LOOKAHEAD_BYTES,
         retry: RetryPolicy | None = None,
+        max_inflight_bytes: int = MAX_INFLIGHT_BYTES,
     ) -> None:
         self.transport = transport
         self.builder = builder
         self.headers = headers
         self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes
+        self._held_bytes = 0
+        """Request bodies' bytes of the requests in flight."""
         self.drop_after_s = drop_after_s
         self.new_trace_ids = new_trace_ids
         self.shard = shard
@@ -250,7 +262,8 @@ class Dispatcher:
                 break
             stats.due += 1
             intended_ns = t0_wall_ns + round(item.due_s * 1e9)
-            if stats.in_flight >= self.max_inflight and not await self._wait_slot(due):
+            size = len(spec.body) if spec.body else 0
+            if self._full(size) and not await self._wait_slot(due, size):
                 stats.dropped += 1
                 dropped = Outcome(error="dropped")
                 self.on_result(
@@ -258,8 +271,9 @@ class Dispatcher:
                 )
                 continue
             stats.in_flight += 1
+            self._held_bytes += size
             cell: list[asyncio.Task[None]] = []  # the task, for it to leave _tasks by
-            cell.append(loop.create_task(self._one(item, spec, due, intended_ns, cell)))
+            cell.append(loop.create_task(self._one(item, spec, due, intended_ns, cell, size)))
             self._tasks.add(cell[0])
             # Yield, so that the new task sends now, before anything else is built or
             # started; but when the next request is due already (behind schedule, or a
@@ -364,9 +378,17 @@ class Dispatcher:
             # A task cancelled before its first step never ran ``_sent``'s finally.
             self._tasks.difference_update([task for task in pending if task.done()])
 
-    async def _wait_slot(self, due: float) -> bool:
+    def _full(self, size: int) -> bool:
+        """No slot for a request of ``size`` body bytes: ``max_inflight`` requests in
+        flight, or their bodies and this one past ``max_inflight_bytes``."""
+        in_flight = self.stats.in_flight
+        if in_flight >= self.max_inflight:
+            return True
+        return in_flight > 0 and self._held_bytes + size > self.max_inflight_bytes
+
+    async def _wait_slot(self, due: float, size: int) -> bool:
         deadline = due + self.drop_after_s
-        while self.stats.in_flight >= self.max_inflight:
+        while self._full(size):
             left = deadline - clock()
             if left <= 0:
                 return False
@@ -390,11 +412,13 @@ class Dispatcher:
         due: float,
         intended_ns: int,
         cell: list[asyncio.Task[None]] | None = None,
+        size: int = 0,
     ) -> None:
         """Send one planned request; under a retry policy, again while it says to (each
-        attempt its own result and span, in the same trace), holding its slot. Run as
-        the task in ``cell``, it leaves ``_tasks`` as it ends (a done callback would
-        cost the loop one more callback a request)."""
+        attempt its own result and span, in the same trace), holding its slot (and
+        ``size`` of ``max_inflight_bytes``). Run as the task in ``cell``, it leaves
+        ``_tasks`` as it ends (a done callback would cost the loop one more callback a
+        request)."""
         ctx = self._context(item)
         attempt, retry_of, retry_due = 1, None, due
         try:
@@ -425,6 +449,7 @@ class Dispatcher:
                 ctx = TraceContext(ctx.trace_id, new_span_id())
         finally:
             self.stats.in_flight -= 1
+            self._held_bytes -= size
             self._slot_freed.set()
             if cell is not None:
                 self._tasks.discard(cell[0])

@@ -55,6 +55,8 @@ _WIDTH = 16
 """Bytes of the widest word with its leading space, and then some."""
 _SMALL_DRAW = 40
 """Prompts up to this many words are made by a join; longer ones by numpy."""
+_PIECE_WORDS = 1 << 18
+"""Longer prompts are made this many words at a time (a few MB of work at once)."""
 _WORDS_FILE = Path(__file__).with_name("single_token_words.txt")
 
 
@@ -317,9 +319,14 @@ class PromptMaker:
             return b"".join(
                 [rows[size if b < extra else b % size] for b in memoryview(joined).cast("H")]
             )
-        picks = _index(size_v)[np.frombuffer(joined, dtype=_DRAW)]
-        text: bytes = self._table[picks].tobytes()
-        return text.translate(None, b"\0")
+        index, draws_at_once = _index(size_v), _PIECE_WORDS * _DRAW.itemsize
+        pieces = []
+        # A piece at a time: a whole 16.8M-token prompt at once held ~700 MB of indices
+        # and padded rows while it was made, ten times its text.
+        for at in range(0, len(joined), draws_at_once):
+            picks = index[np.frombuffer(joined[at : at + draws_at_once], dtype=_DRAW)]
+            pieces.append(self._table[picks].tobytes().translate(None, b"\0"))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _shared_block(self, block: int, size_v: int) -> bytes:
         """A whole block drawn from prefix hash ``block`` among ``size_v`` words, kept

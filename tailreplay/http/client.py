@@ -59,6 +59,17 @@ when that is shorter): how late a timeout can fire."""
 
 _NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 """Methods sent without ``Content-Length: 0`` when they carry no body."""
+_JOINED_BYTES = 1 << 20
+"""A body up to this size goes out joined to its head (one segment, one wake-up of the
+upstream); a larger one after it, not copied to join them."""
+
+
+def _write(conn: Connection, head: bytes, body: bytes) -> None:
+    if len(body) <= _JOINED_BYTES:
+        conn.write(head + body)
+    else:
+        conn.write(head)
+        conn.write(body)
 
 
 def request_line(method: str, target: str, origin: Origin) -> str:
@@ -176,8 +187,10 @@ class UpstreamPool:
             if self._watch is None:
                 self._watch = loop.call_later(self._watch_s, self._check_deadlines)
             try:
-                if isinstance(body, bytes | None):
-                    conn.write(head + body if body else head)
+                if body is None:
+                    conn.write(head)
+                elif isinstance(body, bytes):
+                    _write(conn, head, body)
                 else:
                     await conn.send(head, body, chunked)
                 response.sent_ns = time.monotonic_ns()

@@ -290,6 +290,28 @@ async def test_at_max_inflight_requests_are_dropped_after_drop_after_s() -> None
     assert stats.in_flight == 0
 
 
+async def test_request_bodies_in_flight_are_bounded_in_bytes() -> None:
+    """Prompts of 8,000 tokens (~56 KB each) under a 150 KB bound: two in flight, the
+    third waits for a slot and is dropped; a body alone past the bound still goes."""
+    release = asyncio.Event()
+    h = Harness(FakeTransport(hold=release), drop_after_s=0.05, max_inflight_bytes=150_000)
+    items = [planned(i, 0.0) for i in range(3)]
+    for item in items:
+        item.record.input_tokens = 8_000
+    run = h.start(items)
+    await until(lambda: h.dispatcher.stats.dropped == 1)
+    sizes = [len(call.spec.body or b"") for call in h.transport.calls]
+    assert len(sizes) == 2 and all(40_000 < size < 75_000 for size in sizes), sizes
+    assert h.result(items[2]).error == "dropped"
+    release.set()
+    await asyncio.wait_for(run, WAIT_S)
+    assert h.dispatcher.stats.in_flight == 0
+
+    alone = Harness(FakeTransport(), max_inflight_bytes=100)
+    (result,) = await alone.replay([planned(9, 0.0)])
+    assert result.error is None and result.bytes_in is not None and result.bytes_in > 100
+
+
 async def test_a_slot_freed_before_drop_after_s_lets_the_waiting_request_go() -> None:
     first_done = asyncio.Event()
     h = Harness(FakeTransport(hold={0: first_done}), max_inflight=1, drop_after_s=WAIT_S)
