@@ -18,6 +18,7 @@ from tailreplay.option_values import (
     DURATION,
     DURATION_ABOVE_0,
     HEADER,
+    HEADER_NAME,
     HOST_PORT,
     HTTP_URL,
     MODEL_MAP,
@@ -164,7 +165,11 @@ class ProxyOptions:
     )
     redact_header: tuple[str, ...] = declared(
         Setting(
-            "--redact-header", None, "Another header to fingerprint (repeatable).", multiple=True
+            "--redact-header",
+            None,
+            "Another header to fingerprint (repeatable).",
+            kind=HEADER_NAME,
+            multiple=True,
         )
     )
     routes: tuple[Route, ...] = declared(

@@ -373,11 +373,21 @@ def _replayed(cols: Columns, name: str, keep: Array | None) -> tuple[Array, Arra
 
 
 def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
-    """The threshold at ``quantile`` of the present values, and who is at or above it."""
+    """The threshold at ``quantile`` of the present values, and who is at or above it.
+
+    Where values tie at the threshold (durations logged to the second, a constant
+    synthetic trace), "at or above" could take in far more than the tail: past twice
+    the tail's share, the tail is those strictly above it (none, when all tie), and
+    the threshold the next float up, so that every later ``>=`` agrees."""
     present = values[has]  # a copy, which the percentile may sort in place
     threshold = float(np.percentile(present, quantile * 100, overwrite_input=True))
+    count = present.size
     del present
-    return threshold, has & (values >= threshold)
+    tail = has & (values >= threshold)
+    if int(tail.sum()) > 2 * (1 - quantile) * count + 1:
+        threshold = float(np.nextafter(threshold, np.inf))
+        tail = has & (values >= threshold)
+    return threshold, tail
 
 
 def _tokens(

@@ -18,7 +18,7 @@ from typing import Any
 
 from tailreplay.declared import Text
 from tailreplay.errors import UsageError
-from tailreplay.http.header_rules import header_problem
+from tailreplay.http.header_rules import header_problem, name_problem
 from tailreplay.output_path import FolderPath
 from tailreplay.units import (
     parse_buckets,
@@ -38,6 +38,7 @@ __all__ = [
     "FACTOR",
     "FILE_OUT",
     "HEADER",
+    "HEADER_NAME",
     "HOST_PORT",
     "HTTP_URL",
     "KEY_VALUE",
@@ -74,6 +75,13 @@ def _header(text: str, flag: str) -> tuple[str, str]:
     if (problem := header_problem(name, value)) is not None:
         raise UsageError(f"invalid {flag}: {problem}")
     return name, value
+
+
+def _header_name(text: str, flag: str) -> str:
+    """A header's name alone (``--redact-header x-my-key``)."""
+    if (problem := name_problem(text)) is not None:
+        raise UsageError(f"invalid {flag}: {problem}")  # the text is not echoed
+    return text
 
 
 def _tail_cost(text: str, flag: str) -> tuple[float, float]:
@@ -158,6 +166,7 @@ KEY_VALUE = Text("key=value", functools.partial(_pair, value_required=False))
 MODEL_MAP = Text("a=b", functools.partial(_pair, value_required=True))
 SHARD = Text("i/n", _shard)
 HEADER = Text("name: value", _header)
+HEADER_NAME = Text("name", _header_name)
 BUCKETS = Text("edges", lambda text, flag: parse_buckets(text))
 TAIL_COST = Text("input=ms,output=ms", _tail_cost)
 BODY_SET = Text("key=value", _body_set)

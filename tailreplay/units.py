@@ -6,6 +6,7 @@ becomes one line and exit 2.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from datetime import UTC, datetime
@@ -201,9 +202,11 @@ def parse_http_url(text: str, flag: str) -> URL:
         url = URL(text)
     except ValueError:
         url = None
+    shown = re.sub(r"//[^/?#]*@", "//***@", text, count=1)  # never echo a password
     if url is None or url.scheme not in ("http", "https") or not url.host:
-        shown = re.sub(r"//[^/?#]*@", "//***@", text, count=1)  # never echo a password
         raise UsageError(f"invalid {flag} {shown!r}: use http(s)://HOST[:PORT][/PATH]")
+    if url.port == 0:
+        raise UsageError(f"invalid {flag} {shown!r}: port 0 cannot be connected to")
     return url
 
 
@@ -213,8 +216,12 @@ def parse_buckets(text: str) -> list[int]:
         edges = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise UsageError(f"invalid --buckets {text!r}: use e.g. 50,256,512,1024") from None
-    if any(e <= 0 for e in edges):
-        raise UsageError("--buckets edges must be positive")
+    if not edges:
+        raise UsageError(f"invalid --buckets {text!r}: no edge; use e.g. 50,256,512,1024")
+    if any(not 0 < e < 2**32 for e in edges):
+        raise UsageError("--buckets edges must be positive token counts (under 2^32)")
+    if any(a >= b for a, b in itertools.pairwise(edges)):
+        raise UsageError(f"--buckets edges must ascend, each once: {text!r}")
     return edges
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NAME", "PROBE_HEADER", "header_problem"]
+__all__ = ["MAX_NAME", "PROBE_HEADER", "header_problem", "name_problem"]
 
 PROBE_HEADER = "X-Tailreplay-Preflight"
 MAX_NAME = 256
@@ -49,6 +49,16 @@ _FRAMING = {
 _PER_REQUEST = frozenset({"traceparent", "tracestate"})
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a header name, or None when it is."""
+    if not _TOKEN.fullmatch(name) or len(name) > MAX_NAME:
+        return (
+            f"the name is not a header name (letters, digits and !#$%&'*+-.^_`|~, "
+            f"at most {MAX_NAME})"
+        )
+    return None
+
+
 def header_problem(name: str, value: str) -> str | None:
     """Why ``name: value`` cannot be added to every request, or None when it can.
 
@@ -57,11 +67,8 @@ def header_problem(name: str, value: str) -> str | None:
     >>> header_problem("Content-Length", "5")
     "Content-Length is written by the HTTP client for each request's body"
     """
-    if not _TOKEN.fullmatch(name) or len(name) > MAX_NAME:
-        return (
-            f"the name is not a header name (letters, digits and !#$%&'*+-.^_`|~, "
-            f"at most {MAX_NAME})"
-        )
+    if (problem := name_problem(name)) is not None:
+        return problem
     lower = name.lower()
     if lower in _FRAMING:
         return f"{name} is written by the HTTP client for {_FRAMING[lower]}"

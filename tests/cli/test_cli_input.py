@@ -340,6 +340,24 @@ def test_an_otlp_endpoint_that_is_no_url_is_a_usage_error(
 
 
 @pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["proxy", "--upstream", "http://127.0.0.1:9", "--redact-header", ""], "not a header name"),
+        (["proxy", "--upstream", "http://127.0.0.1:9", "--redact-header", "a b"], "not a header"),
+        (["proxy", "--upstream", "http://127.0.0.1:0"], "port 0 cannot be connected to"),
+        (["replay", "--target", "http://u:pw@127.0.0.1:0", "x.msgpack"], "port 0 cannot be"),
+    ],
+)
+def test_a_header_name_that_is_none_and_port_0_are_refused(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    code, _, err = _run(*args, "--out", str(tmp_path / "out"))
+    assert code == 2 and err.startswith("Error: invalid "), err
+    assert said in err and err.count("\n") == 1 and "pw" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
     ("flag", "value", "said"),
     [
         ("--prefix", "../../escape", "give the start of a file name"),

@@ -140,7 +140,14 @@ def test_a_header_reads_back_what_was_written() -> None:
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("shard", [1]), ("workers", 0), ("users", 4), ("speed_mean", float("nan"))],
+    [
+        ("shard", [1]),
+        ("shard", [5, 2]),
+        ("shard", [2, 2]),
+        ("workers", 0),
+        ("users", 4),
+        ("speed_mean", float("nan")),
+    ],
 )
 def test_a_damaged_field_is_named_and_read_as_absent(key: str, value: object) -> None:
     assert any(p.startswith(f"{key} must be") for p in header_problems({key: value}))

@@ -120,6 +120,28 @@ def test_tail_set_and_budgets(tmp_path: Path) -> None:
         assert r.max_tokens == want
 
 
+@pytest.mark.parametrize(
+    ("durations", "tail"),
+    [
+        ([2 * 10**9] * 300, 0),  # all tie: no tail, not every request
+        ([10**9] * 295 + [7 * 10**9] * 5, 5),  # the longest tie among themselves
+        ([10**9] * 200 + [3 * 10**9] * 100, 0),  # a third at the top: not the tail
+    ],
+)
+def test_ties_at_the_threshold_do_not_make_everyone_the_tail(
+    tmp_path: Path, durations: list[int], tail: int
+) -> None:
+    maps = [
+        {"start_ns": T0 + i * 10**7, "duration_ns": d, "input_tokens": 10, "output_tokens": 20}
+        for i, d in enumerate(durations)
+    ]
+    config = ScheduleConfig(paths=[write_plain(tmp_path / "a.msgpack", maps)])
+    p = plan(config)
+    items = list(schedule(config, p))
+    assert p.tail_count == sum(i.tail for i in items) == tail
+    assert sum(i.budget == 36 for i in items) == tail  # the stretch reaches those alone
+
+
 def test_tail_by_service_demand_when_no_latencies(tmp_path: Path) -> None:
     maps = [
         {"start_ns": T0 + i * 10**7, "input_tokens": (i * 7919) % 30_000 + 1,

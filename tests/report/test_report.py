@@ -154,6 +154,10 @@ def test_slo_gate_exit_codes_and_score(tmp_path: Path) -> None:
         (["--slo", "error_rate<=150%"], "an error rate is at most 100%"),
         (["--slo", "latency:p99<=1.2x", "--replay-only"], "needs the recorded archive"),
         (["--buckets", "a,b"], "invalid --buckets"),
+        (["--buckets", ","], "no edge"),
+        (["--buckets", "512,50"], "must ascend"),
+        (["--buckets", "50,50"], "must ascend"),
+        (["--buckets", "99999999999"], "under 2^32"),
         (["--json", "/nonexistent/dir/r.json"], "no such directory"),
     ],
 )

@@ -17,7 +17,8 @@ requests only (errors have their own rate):
   inter-token gap): the first token may come from a prefill alone, the second
   needs a decode step in the running batch;
 - ``tpot``: streamed requests with more than one output token:
-  (latency - TTFT) / (output tokens - 1);
+  (latency - TTFT) / (output tokens - 1); none where a record's TTFT comes after its
+  end (a log's quirk, or a hand-made record): never a negative time;
 - ``itl`` (gaps, not per request): the gaps between a streamed response's token
   events, as recorded in ``chunk_gaps_us`` (tailreplay/http/sse.py says how).
 
@@ -120,7 +121,7 @@ def per_request(r: Requests) -> dict[Metric, Array]:
     has_dur = ok & (dur >= 0)
     streamed = ok & r.stream & (ttfb >= 0)
     content = np.where(r.ttft_content_ns >= 0, r.ttft_content_ns, ttfb)
-    tpot_sel = streamed & has_dur & (r.output_tokens > 1)
+    tpot_sel = streamed & has_dur & (r.output_tokens > 1) & (dur >= ttfb)
     tokens = np.maximum(r.output_tokens - 1, 1)
 
     def where(mask: Mask, values: Array) -> Array:

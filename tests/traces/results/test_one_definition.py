@@ -58,16 +58,24 @@ def _mixed(n: int, seed: int = 5) -> list[dict[str, Any]]:
             m["error"] = None  # nil: absent, so a success
         if rng.random() < 0.05:
             m["ttft_content_ns"] = None
-        if i % 50 == 3:
-            m["status"], m["error"] = 0, "cancelled"
-        if i % 50 == 13:  # never sent: no slot under --max-inflight
-            m["status"], m["error"] = 0, "dropped"
-            for name in ("sent_ns", "lag_ns", "duration_ns", "ttfb_ns", "ttft_content_ns"):
-                m.pop(name, None)
-        if i % 20 == 7:
-            m.update(method="GET", path="/v1/models", duration_ns=9 * 10**9, stream=False)
+        _rare(i, m)
         maps.append(m)
     return maps
+
+
+def _rare(i: int, m: dict[str, Any]) -> None:
+    """The kinds one request in 20 or 50 has."""
+    if i % 50 == 3:
+        m["status"], m["error"] = 0, "cancelled"
+    if i % 50 == 13:  # never sent: no slot under --max-inflight
+        m["status"], m["error"] = 0, "dropped"
+        for name in ("sent_ns", "lag_ns", "duration_ns", "ttfb_ns", "ttft_content_ns"):
+            m.pop(name, None)
+    if i % 50 == 23:  # a log's quirk: the first token after the end
+        m.update(ttfb_ns=m["duration_ns"] + 10**6, stream=True, output_tokens=50)
+        m.pop("ttft_content_ns", None)
+    if i % 20 == 7:
+        m.update(method="GET", path="/v1/models", duration_ns=9 * 10**9, stream=False)
 
 
 def _json(*args: str) -> dict[str, Any]:
@@ -129,4 +137,18 @@ def test_ttft_counts_streamed_answers_only(views: dict[str, Any]) -> None:
     streamed = [m["ttfb_ns"] / 1e6 for m in maps if m["stream"]]
     want = np.percentile(streamed, [50, 95, 99, 99.9])
     got = views["stats"]["ttft_ms"]
+    assert [got["p50"], got["p95"], got["p99"], got["p999"]] == pytest.approx(list(want))
+
+
+def test_tpot_is_never_negative_a_ttft_after_the_end_has_none(views: dict[str, Any]) -> None:
+    maps = [m for m in _mixed(2000) if m.get("error") is None and m["status"] == 200]
+    quirks = [m for m in maps if m["stream"] and m["ttfb_ns"] > m["duration_ns"]]
+    tpot = [
+        (m["duration_ns"] - m["ttfb_ns"]) / (m["output_tokens"] - 1) / 1e6
+        for m in maps
+        if m["stream"] and m["output_tokens"] > 1 and m["ttfb_ns"] <= m["duration_ns"]
+    ]
+    want = np.percentile(tpot, [50, 95, 99, 99.9])
+    got = views["stats"]["tpot_ms"]
+    assert len(quirks) >= 30
     assert [got["p50"], got["p95"], got["p99"], got["p999"]] == pytest.approx(list(want))
