@@ -58,13 +58,21 @@ def _worker_main(config: ReplayConfig, index: int, count: int, conn: Any) -> Non
     _stop_with_the_parent()
     try:
         outcome = eventloop.run(run(config, say), config.event_loop)
-        conn.send((outcome.summary, outcome.plan, outcome.interrupted, None))
+        _tell(conn, (outcome.summary, outcome.plan, outcome.interrupted, None))
     except TailreplayError as exc:  # the parent raises it again: same line, same exit code
-        conn.send((None, None, False, exc))
+        _tell(conn, (None, None, False, exc))
     except Exception as exc:
-        conn.send((None, None, False, NotMeasured(f"{type(exc).__name__}: {exc}")))
+        _tell(conn, (None, None, False, NotMeasured(f"{type(exc).__name__}: {exc}")))
     finally:
         conn.close()
+
+
+def _tell(conn: Any, message: tuple[Any, ...]) -> None:
+    """Send the parent the worker's outcome; a parent that died meanwhile hears nothing
+    (the worker's results are in its part file), and the worker ends without a
+    traceback."""
+    with contextlib.suppress(OSError):  # BrokenPipeError, ConnectionResetError
+        conn.send(message)
 
 
 _PR_SET_PDEATHSIG = 1

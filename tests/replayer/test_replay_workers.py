@@ -246,3 +246,27 @@ def test_a_stopped_workers_run_keeps_its_results_and_exits_130(
     assert 0 < data["sent"] < 2000 and data["unsent"] == 2000 - data["sent"]
     assert len(list(ArchiveReader([out]))) == data["sent"]
     assert stdout.startswith(f"interrupted after {data['due']:,} of 2,000 due; ")
+
+
+def test_workers_whose_parent_is_killed_stop_without_a_traceback(tmp_path: Path) -> None:
+    """SIGKILL to the parent (an OOM kill): each worker gets SIGTERM from the kernel,
+    stops cleanly and, finding no parent to tell, ends without a word of Python."""
+    _archive(tmp_path / "a.msgpack", 2000)
+    with sim_process(["--profile", "fast", "--max-num-seqs", "512"]) as sim:
+        args = [str(tmp_path / "a.msgpack"), "--target", sim, "--workers", "2"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tailreplay", "replay", *args, "--out", str(tmp_path / "r")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "due " in line:
+                break
+        proc.kill()
+        killed = time.monotonic()
+        err = proc.stderr.read()  # to its end: every worker has closed the pipe
+        proc.wait(timeout=10)
+    assert time.monotonic() - killed < 30
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
