@@ -205,7 +205,10 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         timer = PreciseTimer.open(loop)
         try:
-            await self._dispatch(loop, items, t0, t0_wall_ns, timer)
+            # A task of its own: each of its several resumptions a request (a wake-up,
+            # the yields until due, the send) resumes this one coroutine, not the chain
+            # of the run's coroutines that await it.
+            await loop.create_task(self._dispatch(loop, items, t0, t0_wall_ns, timer))
         finally:
             if timer is not None:
                 timer.close()

@@ -8,8 +8,9 @@ over the (ours, reported) pairs seen, and a prompt that must count N tokens to t
 target is made ``(N - offset) / ratio`` tokens to us.
 
 Until the prompts seen differ enough in size to tell a ratio from an offset, and
-whenever the line is not one a tokenizer and a template make (a mock that reports one
-count whatever it gets), a shift alone: the mean of reported - ours, bounded so that a
+whenever the line is not one a tokenizer and a template make, a shift alone (and for a
+mock that reports one count whatever it gets, seen once the prompts differ in size,
+none: prompts the size asked): the mean of reported - ours, bounded so that a
 prompt is made between half and twice what it should count. A shift rather than a
 ratio because every chat target adds a template, and a template's tokens read as a
 ratio on the short first prompts (31 tokens counted 53: a ratio of 1.7) would cut the
@@ -52,11 +53,15 @@ class TargetCount:
 
     def __init__(self) -> None:
         self.samples = 0
-        self._x = self._y = self._xx = self._xy = 0.0  # running means
+        self._x = self._y = self._xx = self._yy = self._xy = 0.0  # running means
         self.shift = 0.0
         """The mean of reported - ours (the model when no line is fitted)."""
         self.line: tuple[float, float] | None = None
         """(ratio, offset) once fitted."""
+        self.deaf = False
+        """The prompts seen differ in size but every count reported is the same (a mock
+        that answers one usage whatever it gets): the counts say nothing of its
+        tokenizer, so prompts are made the size asked."""
 
     def observe(self, ours: int, reported: int) -> None:
         """Fold in a target's prompt_tokens for a prompt that is ``ours`` tokens to us."""
@@ -67,13 +72,21 @@ class TargetCount:
         self._x += w * (ours - self._x)
         self._y += w * (reported - self._y)
         self._xx += w * (ours * ours - self._xx)
+        self._yy += w * (reported * reported - self._yy)
         self._xy += w * (ours * reported - self._xy)
         self.shift += w * (reported - ours - self.shift)
         self.line = self._fitted()
 
     def _fitted(self) -> tuple[float, float] | None:
         var = self._xx - self._x * self._x
-        if self.samples < _LINE_AFTER or var < (_SPREAD * self._x) ** 2:
+        if self.samples < _LINE_AFTER:
+            return None
+        # Reported counts that stay put (within half a token) while the prompts move by
+        # a token or more: a mock's one usage. It stays so (the prompts then stop moving)
+        # until a count moves.
+        still = self._yy - self._y * self._y < 0.25
+        self.deaf = still and (self.deaf or var >= 1.0)
+        if self.deaf or var < (_SPREAD * self._x) ** 2:
             return None
         slope = (self._xy - self._x * self._y) / var
         offset = self._y - slope * self._x
@@ -83,6 +96,8 @@ class TargetCount:
 
     def ours_for(self, wanted: int) -> int:
         """The tokens, to us, of a prompt the target should count ``wanted``; at least 1."""
+        if self.deaf:
+            return max(1, wanted)
         if self.line is None:
             # A target whose usage does not follow what we send (a fixed mock) must not
             # blow prompts up, nor shrink them to nothing.

@@ -98,8 +98,16 @@ class PreciseTimer:
     """One timerfd on the running loop; one waiter at a time (the dispatcher)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, libc: ctypes.CDLL, fd: int) -> None:
-        self._loop, self._libc, self._fd = loop, libc, fd
+        self._loop, self._fd = loop, fd
         self._waiter: asyncio.Future[None] | None = None
+        # One time structure, armed in place (a wake-up a request: made anew each time,
+        # the structures and the argument conversions cost more than the system call).
+        self._spec = _Itimerspec()
+        self._value = self._spec.it_value
+        self._spec_ref = ctypes.byref(self._spec)
+        self._settime = libc.timerfd_settime
+        self._settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+        self._settime.restype = ctypes.c_int
         loop.add_reader(fd, self._fired)
 
     @classmethod
@@ -119,10 +127,12 @@ class PreciseTimer:
     async def wait_until(self, when: float) -> None:
         """Return once ``time.monotonic()`` has reached ``when`` (at once if it has)."""
         sec = int(when)
-        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, int((when - sec) * 1e9)))
-        if sec <= 0 and spec.it_value.tv_nsec == 0:
+        nsec = int((when - sec) * 1e9)
+        if sec <= 0 and nsec == 0:
             return  # an all-zero time would disarm the timer, not fire it
-        if self._libc.timerfd_settime(self._fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None):
+        value = self._value
+        value.tv_sec, value.tv_nsec = sec, nsec
+        if self._settime(self._fd, _TFD_TIMER_ABSTIME, self._spec_ref, None):
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_settime: {os.strerror(err)}")
         self._waiter = self._loop.create_future()

@@ -112,6 +112,10 @@ def test_the_count_model_is_a_shift_until_sizes_differ_and_refuses_a_mock() -> N
     for ours in (20, 50, 400, 900, 3000, 8000) * 2:
         m.observe(ours, 14)
     assert m.line is None and m.ours_for(16) <= 32
+    # Its counts never move while the prompts did: they say nothing of a tokenizer, so
+    # prompts are made the size asked (not grown, request after request, to the bound).
+    assert m.deaf and m.ours_for(16) == 16 and m.ours_for(5000) == 5000
+    assert not c.deaf
 
 
 def test_a_template_seen_on_short_prompts_does_not_cut_a_long_one() -> None:
