@@ -244,6 +244,10 @@ def check_one_run(paths: Sequence[str], headers: Sequence[dict[str, Any]]) -> No
         seen[shard] = path
 
 
+_LISTED = 10
+"""Missing shards named at most; the rest are counted."""
+
+
 def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
     """A line naming the shards of a ``--shard i/N`` run whose results were not given
     (None: every shard's are, or the results are not sharded): the report would
@@ -258,7 +262,9 @@ def missing_shards(headers: Sequence[dict[str, Any]]) -> str | None:
     missing = [i for i in range(count) if i not in given]
     if not missing:
         return None
-    labels = ", ".join(f"{i}/{count}" for i in missing)
+    labels = ", ".join(f"{i}/{count}" for i in missing[:_LISTED])
+    if len(missing) > _LISTED:
+        labels += f" and {len(missing) - _LISTED:,} more"
     return (
         f"shard{'s' if len(missing) > 1 else ''} {labels} missing: the results given are "
         f"{len(given)} of the run's {count} shards, so this report covers part of its load"

@@ -42,6 +42,7 @@ __all__ = [
     "HOST_PORT",
     "HTTP_URL",
     "KEY_VALUE",
+    "MAX_SHARDS",
     "MODEL_MAP",
     "NAME_PREFIX",
     "SHARD",
@@ -59,10 +60,18 @@ def _pair(text: str, flag: str, *, value_required: bool) -> tuple[str, str]:
     return key, value
 
 
+MAX_SHARDS = 1 << 16
+"""The most shards a run is cut into (``--shard i/N``, a result header's ``[i, N]``):
+more than any deployment runs, and a report lists the missing ones."""
+
+
 def _shard(text: str, flag: str) -> tuple[int, int]:
     i, sep, n = text.partition("/")
-    if not sep or not i.isdigit() or not n.isdigit() or int(n) < 1 or int(i) >= int(n):
-        raise UsageError(f"invalid {flag} {text!r}: use i/N with 0 <= i < N, e.g. 0/4")
+    digits = sep and i.isascii() and n.isascii() and i.isdigit() and n.isdigit()
+    if not digits or not int(i) < int(n) <= MAX_SHARDS:
+        raise UsageError(
+            f"invalid {flag} {text!r}: use i/N with 0 <= i < N <= {MAX_SHARDS:,}, e.g. 0/4"
+        )
     return int(i), int(n)
 
 

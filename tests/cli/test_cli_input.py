@@ -346,9 +346,12 @@ def test_an_otlp_endpoint_that_is_no_url_is_a_usage_error(
         (["proxy", "--upstream", "http://127.0.0.1:9", "--redact-header", "a b"], "not a header"),
         (["proxy", "--upstream", "http://127.0.0.1:0"], "port 0 cannot be connected to"),
         (["replay", "--target", "http://u:pw@127.0.0.1:0", "x.msgpack"], "port 0 cannot be"),
+        (["replay", "--dry-run", "--shard", "0/99999999999999999999999", "x"], "N <= 65,536"),
+        (["replay", "--dry-run", "--shard", "0/65537", "x.msgpack"], "N <= 65,536"),
+        (["replay", "--dry-run", "--shard", "\u0660/\u0662", "x.msgpack"], "N <= 65,536"),
     ],
 )
-def test_a_header_name_that_is_none_and_port_0_are_refused(
+def test_a_header_name_port_or_shard_that_is_none_is_refused(
     args: list[str], said: str, tmp_path: Path
 ) -> None:
     code, _, err = _run(*args, "--out", str(tmp_path / "out"))

@@ -144,6 +144,7 @@ def test_a_header_reads_back_what_was_written() -> None:
         ("shard", [1]),
         ("shard", [5, 2]),
         ("shard", [2, 2]),
+        ("shard", [0, 4294967295]),  # a report would list every shard missing
         ("workers", 0),
         ("users", 4),
         ("speed_mean", float("nan")),

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, TypedDict, cast
 
+from tailreplay.option_values import MAX_SHARDS
 from tailreplay.shared_options import TAIL_QUANTILE, TAIL_STRETCH, Setting
 from tailreplay.traces.archive.value_checks import Check, is_str, number
 
@@ -168,7 +169,7 @@ def _whole(v: Any) -> bool:
 def _shard(v: Any) -> bool:
     """``[i, N]``: shard i (from 0) of N."""
     pair = type(v) in (list, tuple) and len(v) == 2
-    return pair and all(type(i) is int for i in v) and 0 <= v[0] < v[1] < 1 << 32
+    return pair and all(type(i) is int for i in v) and 0 <= v[0] < v[1] <= MAX_SHARDS
 
 
 def _phase_seconds(v: Any) -> bool:
@@ -185,7 +186,7 @@ REPLAY_CHECKS: dict[str, tuple[Check, str]] = {
     "amplify": (number(0, 1e6), "a finite number in 0..1e6"),
     "speed_mean": (number(0, 1e6), "a finite number in 0..1e6"),
     "phase_seconds": (_phase_seconds, "a map of str to seconds in 0..1e12"),
-    "shard": (_shard, "[i, N] with 0 <= i < N"),
+    "shard": (_shard, f"[i, N] with 0 <= i < N <= {MAX_SHARDS}"),
     "lag_limit_ms": (number(0, 1e9), "a finite number in 0..1e9"),
     "start_at_ns": (_whole, "an int in 0..2^63-1"),
     "otlp_live": (lambda v: type(v) is bool, "a bool"),
