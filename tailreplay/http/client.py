@@ -180,7 +180,9 @@ class UpstreamPool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         for attempt in (1, 2):
-            conn = await self._acquire(origin, deadline)
+            # The second attempt on a new connection: the idle ones may be as stale as
+            # the first (an upstream that closes each after one answer).
+            conn = await self._acquire(origin, deadline, fresh=attempt == 2)
             response = UpstreamResponse(conn, method)
             conn.response = response
             conn.deadline = deadline
@@ -272,10 +274,11 @@ class UpstreamPool:
             conn.abort()
         self._idle.clear()
 
-    async def _acquire(self, origin: Origin, deadline: float) -> Connection:
+    async def _acquire(self, origin: Origin, deadline: float, *, fresh: bool = False) -> Connection:
+        """An idle connection to ``origin`` (unless ``fresh``), else a new one."""
         loop = asyncio.get_running_loop()
         while True:
-            idle = self._idle.get(origin)
+            idle = None if fresh else self._idle.get(origin)
             while idle:
                 conn = idle.pop()
                 if not conn.closed and not conn.transport.is_closing():

@@ -269,6 +269,9 @@ class Connection(asyncio.Protocol):
         without bound."""
         self._can_write = asyncio.Event()
         self._can_write.set()
+        self._lead = b""
+        """The answer's first bytes, up to five: its status line must begin ``HTTP/``
+        (llhttp also reads ``RTSP/1.0 200`` and ``ICE/1.0 200`` as answers)."""
 
     # asyncio.Protocol
 
@@ -282,6 +285,14 @@ class Connection(asyncio.Protocol):
             return
         response.got_bytes = True
         head_pending = not response._head.done()
+        if len(self._lead) < 5:
+            self._lead += data[: 5 - len(self._lead)]
+            if not b"HTTP/".startswith(self._lead):
+                response._fail(
+                    UpstreamError("bad_response", f"{MALFORMED}: not an HTTP status line")
+                )
+                self.abort()
+                return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -378,6 +389,9 @@ class Connection(asyncio.Protocol):
             if self._informational_seen > MAX_INFORMATIONAL:
                 raise _HeadTooLarge(f"more than {MAX_INFORMATIONAL} informational responses")
             return
+        if not 200 <= status <= 599 or self.parser.get_http_version() not in ("1.1", "1.0"):
+            version = self.parser.get_http_version()
+            raise _BadHead(f"{MALFORMED}: HTTP/{version} {status:03d} is not an HTTP/1.x answer")
         _check_codings(self._headers)
         response.status = status
         response.reason = self._reason.decode("latin-1")
@@ -403,6 +417,7 @@ class Connection(asyncio.Protocol):
         if self._informational:
             self._informational = False
             return
+        self._lead = b""  # the next answer on this connection is checked again
         self._raw_head = self._informational_seen = 0
         assert self.response is not None
         # Read now: llhttp resets its flags for the next message once this returns.

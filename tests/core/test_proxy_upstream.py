@@ -292,6 +292,33 @@ async def test_idle_connections_are_reused_then_closed_after_the_keepalive() -> 
         await pool.close()
 
 
+async def test_a_stale_connection_is_retried_on_a_new_one_not_another_idle_one() -> None:
+    """An upstream that answers once a connection and drops the next request unread:
+    with two such connections idle, the request that finds the first stale is sent
+    again on a connection of its own, and answered."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the next request: close without answering
+
+    async def get(pool: UpstreamPool, origin: Origin) -> int:
+        response = await pool.send(origin, "GET", "/v1/models", [], None)
+        response.start(lambda chunk: True)
+        await response.wait()
+        response.close()
+        return response.status
+
+    pool = UpstreamPool(timeout_s=5, connect_timeout_s=5)
+    async with raw_server(answer) as upstream:
+        origin = Origin("http", "127.0.0.1", int(upstream.rsplit(":", 1)[1]))
+        assert await asyncio.gather(get(pool, origin), get(pool, origin)) == [200, 200]
+        assert pool.idle_count(origin) == 2
+        assert await get(pool, origin) == 200
+        await pool.close()
+
+
 @asynccontextmanager
 async def https_upstream(ca: trustme.CA) -> AsyncIterator[str]:
     """The deterministic OpenAI-style upstream over TLS, its certificate from ``ca``."""

@@ -95,8 +95,13 @@ REDIRECT = (
     b"Location: http://127.0.0.1:9/v1\r\nContent-Length: 0\r\n\r\n"
 )
 
+_JSON_BODY = b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 NOT_HTTP = {
     "a garbage status line": b"this is not HTTP\r\n\r\n",
+    "a status of 099": b"HTTP/1.1 099 OK\r\n" + _JSON_BODY,
+    "a status of 000": b"HTTP/1.1 000 OK\r\n" + _JSON_BODY,
+    "an RTSP answer": b"RTSP/1.0 200 OK\r\n" + _JSON_BODY,
+    "an HTTP/2.0 status line": b"HTTP/2.0 200 OK\r\n" + _JSON_BODY,
     "an HTTP/0.9 answer": b'{"choices": []}',
     "a malformed chunk": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
     b'Transfer-Encoding: chunked\r\n\r\n5\r\n{"a":xx\r\nzz\r\n',
