@@ -376,17 +376,21 @@ def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
     """The threshold at ``quantile`` of the present values, and who is at or above it.
 
     Where values tie at the threshold (durations logged to the second, a constant
-    synthetic trace), "at or above" could take in far more than the tail: past twice
-    the tail's share, the tail is those strictly above it (none, when all tie), and
-    the threshold the next float up, so that every later ``>=`` agrees."""
+    synthetic trace), "at or above" could take in far more than the tail. The ties
+    are all in or all out, whichever leaves the tail nearer its share of the present
+    values (``1 - quantile``; out when both are as near): all tied, none is the tail.
+    Out, the threshold is the next float up, so that every later ``>=`` agrees."""
     present = values[has]  # a copy, which the percentile may sort in place
     threshold = float(np.percentile(present, quantile * 100, overwrite_input=True))
-    count = present.size
+    share = (1 - quantile) * present.size
     del present
     tail = has & (values >= threshold)
-    if int(tail.sum()) > 2 * (1 - quantile) * count + 1:
-        threshold = float(np.nextafter(threshold, np.inf))
-        tail = has & (values >= threshold)
+    above = has & (values > threshold)
+    at_or_above, strictly = int(tail.sum()), int(above.sum())
+    if abs(strictly - share) < abs(at_or_above - share) or (
+        abs(strictly - share) == abs(at_or_above - share) and at_or_above > share
+    ):
+        threshold, tail = float(np.nextafter(threshold, np.inf)), above
     return threshold, tail
 
 

@@ -121,21 +121,24 @@ def test_tail_set_and_budgets(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("durations", "tail"),
+    ("durations", "quantile", "tail"),
     [
-        ([2 * 10**9] * 300, 0),  # all tie: no tail, not every request
-        ([10**9] * 295 + [7 * 10**9] * 5, 5),  # the longest tie among themselves
-        ([10**9] * 200 + [3 * 10**9] * 100, 0),  # a third at the top: not the tail
+        ([2 * 10**9] * 300, "0.99", 0),  # all tie: no tail, not every request
+        ([2 * 10**9] * 300, "0.5", 0),
+        ([10**9] * 295 + [7 * 10**9] * 5, "0.99", 5),  # the longest tie among themselves
+        ([10**9] * 200 + [3 * 10**9] * 100, "0.99", 0),  # a third at the top: not the tail
+        ([10**9] * 150 + [2 * 10**9] * 50, "0.5", 50),  # nearer half than all
     ],
 )
 def test_ties_at_the_threshold_do_not_make_everyone_the_tail(
-    tmp_path: Path, durations: list[int], tail: int
+    tmp_path: Path, durations: list[int], quantile: str, tail: int
 ) -> None:
     maps = [
         {"start_ns": T0 + i * 10**7, "duration_ns": d, "input_tokens": 10, "output_tokens": 20}
         for i, d in enumerate(durations)
     ]
-    config = ScheduleConfig(paths=[write_plain(tmp_path / "a.msgpack", maps)])
+    path = write_plain(tmp_path / "a.msgpack", maps)
+    config = ScheduleConfig(paths=[path], tail_quantile=float(quantile))
     p = plan(config)
     items = list(schedule(config, p))
     assert p.tail_count == sum(i.tail for i in items) == tail
