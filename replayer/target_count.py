@@ -79,14 +79,12 @@ class TargetCount:
 
     def _fitted(self) -> tuple[float, float] | None:
         var = self._xx - self._x * self._x
-        if self.samples < _LINE_AFTER:
-            return None
         # Reported counts that stay put (within half a token) while the prompts move by
         # a token or more: a mock's one usage. It stays so (the prompts then stop moving)
         # until a count moves.
         still = self._yy - self._y * self._y < 0.25
         self.deaf = still and (self.deaf or var >= 1.0)
-        if self.deaf or var < (_SPREAD * self._x) ** 2:
+        if self.deaf or self.samples < _LINE_AFTER or var < (_SPREAD * self._x) ** 2:
             return None
         slope = (self._xy - self._x * self._y) / var
         offset = self._y - slope * self._x
