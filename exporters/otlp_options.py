@@ -187,7 +187,7 @@ def _checked(endpoint: str, given_as: str) -> str:
     process of its own, or send nothing without a word)."""
     try:
         url = URL(endpoint)
-        host, scheme = url.host, url.scheme
+        host, scheme, port = url.host, url.scheme, url.explicit_port
     except ValueError as exc:
         raise UsageError(f"{given_as}: not a URL ({exc})") from None
     if scheme not in _SCHEMES or not host:
@@ -196,4 +196,6 @@ def _checked(endpoint: str, given_as: str) -> str:
             f"{given_as}: {shown!r} is not an http(s):// or grpc(s):// URL with a host "
             "(e.g. http://127.0.0.1:4318/v1/traces)"
         )
+    if port == 0:
+        raise UsageError(f"{given_as}: {redact_url(endpoint)!r}: port 0 cannot be connected to")
     return endpoint

@@ -241,6 +241,7 @@ class ReplayArgs:
             "The target's context in tokens: a tail budget is cut so input + output fits.",
             int,
             low=1,
+            high=1 << 31,  # past every context; a budget's arithmetic is int64
         ),
     )
     skip_corrupt: bool = declared(shared.SKIP_CORRUPT)

@@ -405,3 +405,19 @@ def test_a_seed_or_time_the_archive_cannot_hold_is_a_usage_error(
     assert code == 2 and err.startswith("Error: ") and err.count("\n") == 1, err
     assert "must be between 1970 and 2116" in err or "is not in the range" in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--max-context", "9223372036854775808"], "--max-context"),
+        (["--otlp-endpoint", "http://127.0.0.1:0/v1/traces"], "port 0 cannot be connected to"),
+    ],
+)
+def test_a_context_or_otlp_port_nothing_could_have_is_a_usage_error(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.msgpack"
+    code, _, err = _run("replay", str(PEAK), "--dry-run", "--out", str(out), *args)
+    assert code == 2 and err.startswith("Error: ") and said in err, err
+    assert "Traceback" not in err and not out.exists()
