@@ -272,6 +272,9 @@ class Dispatcher:
                 self.on_result(
                     result_record(item, intended_ns, shard=self.shard, spec=spec, outcome=dropped)
                 )
+                # Answers and connects are read before the next build (one of a huge
+                # prompt holds the loop for a second: a run of them, for many).
+                await asyncio.sleep(0)
                 continue
             stats.in_flight += 1
             self._held_bytes += size
@@ -317,12 +320,8 @@ class Dispatcher:
                 key, first = claimed
                 item: Planned | None = first
                 while item is not None and staying(i):
-                    now = clock()
-                    self.stats.due += 1
-                    self.stats.in_flight += 1
-                    item.phase = users.phase(now - t0)
-                    spec = self.builder.build(item)
-                    await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9))
+                    if not await self._user_sends(item, t0, t0_wall_ns, users):
+                        break  # the run stopped while the user waited
                     after = feeder.next(key)
                     wait = think_s if think_s is not None else _gap_s(item, after)
                     await self._pause(min(wait, end - clock()))
@@ -347,6 +346,25 @@ class Dispatcher:
                 break  # stopped, out of time, or out of records (every user left)
             join(users.counts[step])
         await self._settle()
+
+    async def _user_sends(self, item: Planned, t0: float, t0_wall_ns: int, users: Users) -> bool:
+        """A closed-loop user's request, due now, sent and answered; False when the run
+        stopped before it went. Past ``max_inflight_bytes`` the user waits for bodies
+        to go out (the users bound the requests in flight, not their bytes)."""
+        item.phase = users.phase(clock() - t0)
+        spec = self.builder.build(item)
+        size = len(spec.body) if spec.body else 0
+        while self._past_bytes(size) and not self.stopping.is_set():
+            self._slot_freed.clear()
+            await self._slot_freed.wait()
+        if self.stopping.is_set():
+            return False
+        now = clock()
+        self.stats.due += 1
+        self.stats.in_flight += 1
+        self._held_bytes += size
+        await self._one(item, spec, now, t0_wall_ns + round((now - t0) * 1e9), size=size)
+        return True
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, unless the run stops first."""
@@ -384,10 +402,12 @@ class Dispatcher:
     def _full(self, size: int) -> bool:
         """No slot for a request of ``size`` body bytes: ``max_inflight`` requests in
         flight, or their bodies and this one past ``max_inflight_bytes``."""
-        in_flight = self.stats.in_flight
-        if in_flight >= self.max_inflight:
-            return True
-        return in_flight > 0 and self._held_bytes + size > self.max_inflight_bytes
+        return self.stats.in_flight >= self.max_inflight or self._past_bytes(size)
+
+    def _past_bytes(self, size: int) -> bool:
+        """A request of ``size`` body bytes would take those in flight past
+        ``max_inflight_bytes`` (one always goes when none is in flight)."""
+        return self.stats.in_flight > 0 and self._held_bytes + size > self.max_inflight_bytes
 
     async def _wait_slot(self, due: float, size: int) -> bool:
         deadline = due + self.drop_after_s

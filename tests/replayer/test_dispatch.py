@@ -28,6 +28,7 @@ from tailreplay.replayer.prompts import PromptMaker
 from tailreplay.replayer.request import RequestBuilder, RequestSpec
 from tailreplay.replayer.schedule import Planned
 from tailreplay.replayer.transport import Outcome
+from tailreplay.replayer.users import Users
 from tailreplay.traces.archive.record import Record
 
 CHAT = "/v1/chat/completions"
@@ -310,6 +311,29 @@ async def test_request_bodies_in_flight_are_bounded_in_bytes() -> None:
     alone = Harness(FakeTransport(), max_inflight_bytes=100)
     (result,) = await alone.replay([planned(9, 0.0)])
     assert result.error is None and result.bytes_in is not None and result.bytes_in > 100
+
+
+async def test_closed_loop_users_wait_for_bytes_in_flight_rather_than_drop() -> None:
+    """Three users, prompts of ~56 KB, a 150 KB bound: two requests in flight at most;
+    the third user's waits for one to finish, then goes (a closed loop drops nothing)."""
+    release = asyncio.Event()
+    h = Harness(FakeTransport(hold=release), max_inflight_bytes=150_000)
+    items = [planned(i, 0.0) for i in range(3)]
+    for item in items:
+        item.record.input_tokens = 8_000
+        item.record.session = f"s{item.record.start_ns}-{id(item)}"
+    h.t0, h.t0_wall_ns = time.monotonic(), time.time_ns()
+    run = asyncio.create_task(
+        h.dispatcher.run_users(
+            iter(items), h.t0, h.t0_wall_ns, users=Users((3,)), think_s=0.0, limit_s=WAIT_S
+        )
+    )
+    await until(lambda: len(h.transport.calls) == 2)
+    await asyncio.sleep(0.1)
+    assert len(h.transport.calls) == 2 and h.dispatcher.stats.dropped == 0
+    release.set()
+    await asyncio.wait_for(run, WAIT_S)
+    assert len(h.transport.calls) == 3 and [r.error for r in h.results] == [None] * 3
 
 
 async def test_a_slot_freed_before_drop_after_s_lets_the_waiting_request_go() -> None:
