@@ -108,6 +108,9 @@ class DispatchStats:
     """...and what the target reported for them (the residual is the ratio - 1)."""
     retries: int = 0
     """Attempts after the first (``--retries policy``)."""
+    dropped_for_bytes: int = 0
+    """Of ``dropped``, those whose slot was held by request bodies past
+    ``max_inflight_bytes`` rather than by ``max_inflight`` requests."""
 
     @property
     def first_attempts(self) -> int:
@@ -268,6 +271,7 @@ class Dispatcher:
             size = len(spec.body) if spec.body else 0
             if self._full(size) and not await self._wait_slot(due, size):
                 stats.dropped += 1
+                stats.dropped_for_bytes += stats.in_flight < self.max_inflight
                 dropped = Outcome(error="dropped")
                 self.on_result(
                     result_record(item, intended_ns, shard=self.shard, spec=spec, outcome=dropped)

@@ -25,7 +25,7 @@ from tailreplay.errors import InputError, NotMeasured, RunFailed, UsageError
 from tailreplay.prometheus import serve_metrics
 from tailreplay.replayer.builtin import builtin_started
 from tailreplay.replayer.config import ReplayConfig, Say
-from tailreplay.replayer.dispatch import Dispatcher, DispatchStats
+from tailreplay.replayer.dispatch import MAX_INFLIGHT_BYTES, Dispatcher, DispatchStats
 from tailreplay.replayer.health import LoopWatch, watched_verdict
 from tailreplay.replayer.metrics import ReplayMetrics
 from tailreplay.replayer.offline import serve_offline
@@ -569,6 +569,12 @@ async def _dispatch(
                 await task
         await transport.close()
     s = dispatcher.stats
+    if s.dropped_for_bytes:
+        say(
+            f"warning: {s.dropped_for_bytes:,} requests dropped because the request bodies "
+            f"in flight held {MAX_INFLIGHT_BYTES >> 20} MiB (the target was not taking "
+            "them in), not for --max-inflight"
+        )
     summary = collector.summary(s.sent, s.dropped)
     if s.input_intended:
         summary.input_tokens_error = s.input_reported / s.input_intended - 1

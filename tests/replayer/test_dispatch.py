@@ -304,6 +304,7 @@ async def test_request_bodies_in_flight_are_bounded_in_bytes() -> None:
     sizes = [len(call.spec.body or b"") for call in h.transport.calls]
     assert len(sizes) == 2 and all(40_000 < size < 75_000 for size in sizes), sizes
     assert h.result(items[2]).error == "dropped"
+    assert h.dispatcher.stats.dropped_for_bytes == 1
     release.set()
     await asyncio.wait_for(run, WAIT_S)
     assert h.dispatcher.stats.in_flight == 0
