@@ -212,10 +212,10 @@ def parse_http_url(text: str, flag: str) -> URL:
 
 def parse_buckets(text: str) -> list[int]:
     """Input-token bucket edges: ``50,256,512`` → [50, 256, 512] (positive integers)."""
-    try:
-        edges = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"invalid --buckets {text!r}: use e.g. 50,256,512,1024") from None
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    if not all(x.isascii() and x.isdigit() for x in parts):  # int() takes "1_000", "٣"
+        raise UsageError(f"invalid --buckets {text!r}: use e.g. 50,256,512,1024")
+    edges = [int(x) for x in parts]
     if not edges:
         raise UsageError(f"invalid --buckets {text!r}: no edge; use e.g. 50,256,512,1024")
     if any(not 0 < e < 2**32 for e in edges):

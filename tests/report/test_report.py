@@ -158,6 +158,8 @@ def test_slo_gate_exit_codes_and_score(tmp_path: Path) -> None:
         (["--buckets", "512,50"], "must ascend"),
         (["--buckets", "50,50"], "must ascend"),
         (["--buckets", "99999999999"], "under 2^32"),
+        (["--buckets", "1_000"], "invalid --buckets"),
+        (["--buckets", "\u0663"], "invalid --buckets"),
         (["--json", "/nonexistent/dir/r.json"], "no such directory"),
     ],
 )
