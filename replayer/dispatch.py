@@ -79,8 +79,8 @@ it waits for a slot as at ``--max-inflight`` (one is always let go when none is 
 flight). 550 prompts of 118k tokens (Mooncake's longest) fit. A body costs the
 process about 4.5 times its size while the target reads it (its build, the socket's
 unsent bytes), and an archive's prompts can ask 16.8M tokens (~70 MB) each: 16 such
-requests to a target that does not read them took 3.9 GB without this bound, 1.3 GB
-under 512 MiB."""
+requests to a target that does not read them took 3.9 GB without this bound, 0.7-0.9
+GB under it."""
 
 
 class SpanSink(Protocol):

@@ -387,9 +387,7 @@ def _tail(values: Array, has: Array, quantile: float) -> tuple[float, Array]:
     tail = has & (values >= threshold)
     above = has & (values > threshold)
     at_or_above, strictly = int(tail.sum()), int(above.sum())
-    if abs(strictly - share) < abs(at_or_above - share) or (
-        abs(strictly - share) == abs(at_or_above - share) and at_or_above > share
-    ):
+    if strictly != at_or_above and abs(strictly - share) <= abs(at_or_above - share):
         threshold, tail = float(np.nextafter(threshold, np.inf)), above
     return threshold, tail
 

@@ -389,8 +389,8 @@ class Connection(asyncio.Protocol):
             if self._informational_seen > MAX_INFORMATIONAL:
                 raise _HeadTooLarge(f"more than {MAX_INFORMATIONAL} informational responses")
             return
-        if not 200 <= status <= 599 or self.parser.get_http_version() not in ("1.1", "1.0"):
-            version = self.parser.get_http_version()
+        version = self.parser.get_http_version()
+        if not 200 <= status <= 599 or version not in ("1.1", "1.0"):
             raise _BadHead(f"{MALFORMED}: HTTP/{version} {status:03d} is not an HTTP/1.x answer")
         _check_codings(self._headers)
         response.status = status
