@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 from datetime import UTC, datetime
+from urllib.parse import urlsplit
 
 from yarl import URL
 
@@ -191,7 +192,7 @@ def host_port(host: str, port: int) -> str:
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     """``127.0.0.1:8000`` (or ``[::1]:8000``) → (host, port); port 0 means any free port."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not _ascii_digits(port) or int(port) > 65535:
         raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
     return host.strip("[]"), int(port)
 
@@ -205,9 +206,25 @@ def parse_http_url(text: str, flag: str) -> URL:
     shown = re.sub(r"//[^/?#]*@", "//***@", text, count=1)  # never echo a password
     if url is None or url.scheme not in ("http", "https") or not url.host:
         raise UsageError(f"invalid {flag} {shown!r}: use http(s)://HOST[:PORT][/PATH]")
+    port = _port_text(text)
+    if port and not _ascii_digits(port):
+        raise UsageError(f"invalid {flag} {shown!r}: the port must be digits 0-9 (1-65535)")
     if url.port == 0:
         raise UsageError(f"invalid {flag} {shown!r}: port 0 cannot be connected to")
     return url
+
+
+def _ascii_digits(text: str) -> bool:
+    # str.isdigit and int() take more than 0-9 ("٨٠", "+80", " 80"), which yarl and int()
+    # read as port 80: a URL that says something else than what is connected to.
+    return text.isascii() and text.isdigit()
+
+
+def _port_text(url: str) -> str | None:
+    """The port as ``url`` writes it in its authority ("" for ``host:``), None for none."""
+    authority = urlsplit(url).netloc.rpartition("@")[2]
+    colon = authority.rfind(":")
+    return authority[colon + 1 :] if colon > authority.rfind("]") else None
 
 
 def parse_buckets(text: str) -> list[int]:

@@ -346,6 +346,12 @@ def test_an_otlp_endpoint_that_is_no_url_is_a_usage_error(
         (["proxy", "--upstream", "http://127.0.0.1:9", "--redact-header", "a b"], "not a header"),
         (["proxy", "--upstream", "http://127.0.0.1:0"], "port 0 cannot be connected to"),
         (["replay", "--target", "http://u:pw@127.0.0.1:0", "x.msgpack"], "port 0 cannot be"),
+        # yarl reads each of these as port 80: the URL would say one thing, connect another.
+        (["replay", "--target", "http://u:pw@127.0.0.1:+80", "x"], "port must be digits 0-9"),
+        (["replay", "--target", "http://127.0.0.1: 80", "x.msgpack"], "port must be digits 0-9"),
+        (["proxy", "--upstream", "http://127.0.0.1:\u0668\u0660"], "port must be digits 0-9"),
+        (["proxy", "--upstream", "http://[::1]:+80/v1"], "port must be digits 0-9"),
+        (["proxy", "--listen", "127.0.0.1:\u0668\u0660", "--upstream", "http://h:9"], "HOST:PORT"),
         (["replay", "--dry-run", "--shard", "0/99999999999999999999999", "x"], "N <= 65,536"),
         (["replay", "--dry-run", "--shard", "0/65537", "x.msgpack"], "N <= 65,536"),
         (["replay", "--dry-run", "--shard", "\u0660/\u0662", "x.msgpack"], "N <= 65,536"),
