@@ -6,8 +6,11 @@ process (``--workers``), alternating the arms run by run: this checkout's
 dispatcher; the same with the timerfd turned off (``--yield``: it yields to the loop
 for the last 1.5 ms before each send, as where there is no timerfd); and another
 commit's (``--baseline-python``, an interpreter with that commit installed:
-``bench/baseline_env.sh COMMIT``); and with ``--floor``, a bare asyncio Protocol
-paced by the same timerfd (``PACED_FLOOR``). Printed per rate and arm, the median over
+``bench/baseline_env.sh COMMIT``); with ``--floor``, a bare asyncio Protocol
+paced by the same timerfd (``PACED_FLOOR``); and with ``--pinned``, this checkout's
+replay on CPU 0 with nginx on CPU 1 for its runs (``taskset``): each answer then
+wakes the replay from idle on its own core rather than nginx running between the
+replay's steps on the same one. Printed per rate and arm, the median over
 ``--runs``: the replay's own lag P50 / P99, requests dropped, and its CPU as a share
 of one core over the dispatch's span (from t0 until everything is sent; start-up
 and the answers after it left out: the summary's ``client.cpu_share``); then the
@@ -94,10 +97,12 @@ def replay(
     py: str, url: str, archive: Path, tmp: Path, args: argparse.Namespace, env: dict[str, str]
 ) -> Run:
     """One replay by interpreter ``py``, run from ``tmp`` (so that an interpreter with
-    another commit installed does not import this checkout's)."""
+    another commit installed does not import this checkout's); under ``PINNED`` in
+    ``env``, on the CPU it names."""
     summary = tmp / "s.json"
+    pin = ["taskset", "-c", env[PINNED]] if PINNED in env else []
     subprocess.run(
-        [py, "-m", "tailreplay", "replay", "--target", url, "--json", str(summary),
+        [*pin, py, "-m", "tailreplay", "replay", "--target", url, "--json", str(summary),
          "--out", str(tmp / "r.msgpack"), "--overwrite", "--tail-stretch", "1",
          "--workers", str(args.workers), "--event-loop", args.event_loop, str(archive)],
         check=True, capture_output=True, env=env, cwd=tmp,
@@ -130,6 +135,8 @@ def arms(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[str, dict[str, 
     out = {"this checkout": (sys.executable, here)}
     if args.baseline_python:
         out["baseline"] = (str(Path(args.baseline_python).absolute()), here)
+    if args.pinned:
+        out[PINNED_ARM] = (sys.executable, {**here, PINNED: "0"})
     if args.yield_arm:
         (tmp / "yield").mkdir()
         (tmp / "yield" / "sitecustomize.py").write_text(NO_TIMERFD)
@@ -138,6 +145,20 @@ def arms(args: argparse.Namespace, tmp: Path) -> dict[str, tuple[str, dict[str, 
 
 
 FLOOR = "floor: bare Protocol"
+PINNED = "TAILREPLAY_BENCH_CPU"
+PINNED_ARM = "this checkout, pinned apart"
+
+
+def pin_tree(pid: int, cpus: set[int]) -> None:
+    """``pid`` and its descendants (nginx's master and workers) onto ``cpus``."""
+    pending = [pid]
+    while pending:
+        p = pending.pop()
+        try:
+            os.sched_setaffinity(p, cpus)
+            pending += map(int, Path(f"/proc/{p}/task/{p}/children").read_text().split())
+        except OSError:
+            continue  # ended meanwhile
 
 
 def main() -> None:
@@ -152,21 +173,27 @@ def main() -> None:
                         help="also the yield without a timerfd")  # fmt: skip
     parser.add_argument("--floor", action="store_true",
                         help="also a bare Protocol paced by the timerfd")  # fmt: skip
+    parser.add_argument(
+        "--pinned", action="store_true", help="also this checkout on CPU 0, nginx on CPU 1"
+    )
     args = parser.parse_args()
     rows: list[tuple[int, dict[str, list[Run]]]] = []
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         tried = arms(args, tmp)
         port = free_port()
-        with process(nginx(tmp, 1, free_port(), port, fixed=port), port):
+        with process(nginx(tmp, 1, free_port(), port, fixed=port), port) as server:
             url = f"http://127.0.0.1:{port}"
+            every_cpu = os.sched_getaffinity(0)
             for rate in (int(r) for r in args.rates.split(",")):
                 archive = tmp / f"even-{rate}.msgpack"
                 even_archive(archive, rate, args.seconds)
                 got: dict[str, list[Run]] = {name: [] for name in tried}
                 for _ in range(args.runs):
                     for name, (py, env) in tried.items():
+                        pin_tree(server, {1} if PINNED in env else every_cpu)
                         got[name].append(replay(py, url, archive, tmp, args, env))
+                    pin_tree(server, every_cpu)
                     if args.floor:
                         got.setdefault(FLOOR, []).append(paced_floor(port, rate, args))
                 rows.append((rate, got))
