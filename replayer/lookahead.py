@@ -10,6 +10,13 @@ on the event loop, between other work, never while a request is due: a thread
 would share the interpreter lock with the loop, and a build holding it when a send
 falls due would delay that send by up to the 5 ms switch interval.
 
+It is refilled in batches: once taking has drained it to half its bounds, it is
+built until full again (over as many waits as that takes), and not at all in
+between. A build alone, a request at a time after each wake-up, finds the
+builder's code and data out of the processor's caches; a batch pays that once. At
+500 requests a second of short prompts that is a tenth of the replay's CPU
+(docs/benchmarks.md, "Builds in batches").
+
 The look-ahead is bounded in count (``max_items``) and in body bytes
 (``max_bytes``): a million-record archive of 100k-token prompts holds at most
 64 MiB of built bodies (about 100 of them) beyond those in flight. A request that
@@ -68,6 +75,8 @@ class Lookahead:
         """Read from the schedule, not built yet."""
         self._exhausted = False
         self._cost_s = _FIRST_COST_S
+        self._refilling = True
+        """Building until full: set once it drained to half its bounds."""
         self.built_ahead = 0
         self.built_on_take = 0
         """Requests built when taken: nothing was ready (the first, look-ahead off, or behind)."""
@@ -119,11 +128,17 @@ class Lookahead:
         return None if upcoming is None else upcoming.due_s
 
     def build_ahead(self, time_left_s: float) -> bool:
-        """Build the next request if there is room and its build should end within
-        ``time_left_s``; False when nothing was built (full, at the end, or no time)."""
+        """Build the next request if there is room (while refilling: from half its
+        bounds until full) and its build should end within ``time_left_s``; False
+        when nothing was built (full, not drained to half, at the end, or no time)."""
         count, held = len(self._ready), self._bytes
         if count >= self.max_items or (count and held >= self.max_bytes):
+            self._refilling = False
             return False
+        if not self._refilling:
+            if 2 * count > self.max_items or 2 * held > self.max_bytes:
+                return False  # more than half its bounds still built: not yet
+            self._refilling = True
         item = self._peek()
         if item is None or _FIXED_COST_S + self._cost_s * _size(item) > time_left_s:
             return False

@@ -45,12 +45,29 @@ def _fill(ahead: Lookahead) -> int:
     return built
 
 
-def test_the_look_ahead_is_bounded_in_count() -> None:
-    ahead = Lookahead(iter([_long(i, 1.0, tokens=50) for i in range(40)]), _builder(),
-                      max_items=8, max_bytes=2**30)  # fmt: skip
+def test_the_look_ahead_is_bounded_in_count_and_refilled_in_batches() -> None:
+    """Built until full; then nothing until taking has drained it to half its bound,
+    and then built until full again: a batch of builds a refill, not one a send."""
+    items = [_long(i, 1.0, tokens=50) for i in range(40)]
+    ahead = Lookahead(iter(items), _builder(), max_items=8, max_bytes=2**30)
     assert _fill(ahead) == 8 and ahead.held[0] == 8
-    assert ahead.take() is not None  # one taken: room for one more
-    assert _fill(ahead) == 1
+    for _ in range(3):
+        assert ahead.take() is not None
+        assert _fill(ahead) == 0  # 7, 6, 5 still built: more than half
+    assert ahead.take() is not None  # 4 left: half
+    assert _fill(ahead) == 4 and ahead.held[0] == 8
+    taken = [ahead.take() for _ in range(8)]
+    assert [t[0] for t in taken if t is not None] == items[4:12]  # in order, each once
+
+
+def test_a_refill_goes_on_across_waits_until_full() -> None:
+    """A wait too short for the next build ends a refill's turn, not the refill: the
+    next wait goes on building from where it stopped, though more than half is built."""
+    items = [_long(i, 1.0, tokens=50) for i in range(40)]
+    ahead = Lookahead(iter(items), _builder(), max_items=8, max_bytes=2**30)
+    assert all(ahead.build_ahead(60.0) for _ in range(5))
+    assert not ahead.build_ahead(0.0)  # no time in this wait, 5 of 8 built
+    assert _fill(ahead) == 3 and ahead.held[0] == 8
 
 
 def test_the_look_ahead_is_bounded_in_bytes_and_reads_the_schedule_lazily() -> None:
