@@ -15,8 +15,8 @@ one part away for an arm:
 
 And three arms that change how a part is done rather than take it away:
 
-- ``batch-build``: the look-ahead refilled in batches (once it holds under 32
-  requests, built until full or out of time) rather than one build a send;
+- ``batch-build``: the look-ahead refilled once it holds under 32 requests (built
+  until full or out of time) rather than from half its bounds;
 - ``batch-results``: each finished request's accounting (its result record, the
   archive, the summary) deferred and done 50 ms' worth at a time;
 - ``uvloop``: ``--event-loop uvloop``.

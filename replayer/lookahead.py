@@ -14,8 +14,8 @@ It is refilled in batches: once taking has drained it to half its bounds, it is
 built until full again (over as many waits as that takes), and not at all in
 between. A build alone, a request at a time after each wake-up, finds the
 builder's code and data out of the processor's caches; a batch pays that once. At
-500 requests a second of short prompts that is a tenth of the replay's CPU
-(docs/benchmarks.md, "Builds in batches").
+500 requests a second of short prompts that was 2-4 points of a core, a tenth to a
+fifth of the replay's CPU (docs/benchmarks.md, "Builds in batches").
 
 The look-ahead is bounded in count (``max_items``) and in body bytes
 (``max_bytes``): a million-record archive of 100k-token prompts holds at most
