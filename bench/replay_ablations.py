@@ -13,18 +13,21 @@ one part away for an arm:
 - ``no-wait``: the timer wakes the dispatcher at the due time, no busy wait before it;
 - ``no-gc``: the cyclic garbage collector off.
 
-And three arms that change how a part is done rather than take it away:
+And arms that change how a part is done rather than take it away:
 
 - ``batch-build``: the look-ahead refilled once it holds under 32 requests (built
   until full or out of time) rather than from half its bounds;
 - ``batch-results``: each finished request's accounting (its result record, the
   archive, the summary) deferred and done 50 ms' worth at a time;
-- ``uvloop``: ``--event-loop uvloop``.
+- ``uvloop``: ``--event-loop uvloop``;
+- ``margin-1dev``, ``margin-mean``: the timer armed ahead of due by the wake-ups'
+  smoothed lateness plus one deviation, or by the lateness alone, rather than plus
+  two (``timer.WakeMargin``): less busy wait before each send, more sends late.
 
 Printed per arm: the median over ``--runs`` of the replay's CPU as a share of a core
 (the summary's ``client.cpu_share``: the dispatch's span), and its difference from
-``whole`` in the same invocation (what the part costs, in microseconds a request). The
-spread of ``whole`` across its runs is printed too: a difference inside it is noise.
+``whole`` in the same invocation (what the part costs, in microseconds a request),
+and the median of its dispatch lag P99. The spread of ``whole`` across its runs is printed too: a difference inside it is noise.
 Needs nginx. Run: ``.venv/bin/python bench/replay_ablations.py``.
 """
 
@@ -46,6 +49,12 @@ from replay import even_archive
 from proxy import free_port, nginx, process
 
 _ONLY_IN_REPLAY = 'import sys\nif "replay" in sys.argv:\n'
+_DEVIATIONS = """    from tailreplay.replayer import timer
+    init = timer.WakeMargin.__init__
+    def __init__(self, *, first, widest, share, deviations=2.0):
+        init(self, first=first, widest=widest, share=share, deviations={})
+    timer.WakeMargin.__init__ = __init__
+"""
 TAKEN_AWAY = {
     "whole": "",
     "no-build": _ONLY_IN_REPLAY
@@ -96,12 +105,15 @@ TAKEN_AWAY = {
     dispatch.Dispatcher._done, dispatch.Dispatcher._settle = _done, _settle
 """,
     "uvloop": "",
+    "margin-1dev": _ONLY_IN_REPLAY + _DEVIATIONS.format(1.0),
+    "margin-mean": _ONLY_IN_REPLAY + _DEVIATIONS.format(0.0),
 }
 EXTRA_ARGS = {"uvloop": ["--event-loop", "uvloop"]}
 
 
-def one_run(arm: str, url: str, archive: Path, tmp: Path) -> float:
-    """One replay with ``arm``'s part taken away: its CPU share of a core."""
+def one_run(arm: str, url: str, archive: Path, tmp: Path) -> tuple[float, float]:
+    """One replay with ``arm``'s part taken away: its CPU share of a core, and its
+    dispatch lag P99 (ms)."""
     site = tmp / f"site-{arm}"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(TAKEN_AWAY[arm])
@@ -112,8 +124,8 @@ def one_run(arm: str, url: str, archive: Path, tmp: Path) -> float:
         cmd += ["--out", str(tmp / "r.msgpack"), "--overwrite"]
     env = {**os.environ, "PYTHONPATH": str(site)}
     subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=tmp)
-    share: float = json.loads(summary.read_text())["client"]["cpu_share"]
-    return share
+    summary_map = json.loads(summary.read_text())
+    return summary_map["client"]["cpu_share"], summary_map["lag_ms"]["p99"]
 
 
 def main() -> None:
@@ -129,6 +141,7 @@ def main() -> None:
     args = parser.parse_args()
     arms = args.arms.split(",")
     shares: dict[str, list[float]] = {arm: [] for arm in arms}
+    lags: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         port = free_port()
@@ -137,11 +150,15 @@ def main() -> None:
             even_archive(archive, args.rate, args.seconds)
             for _ in range(args.runs):
                 for arm in arms:
-                    shares[arm].append(one_run(arm, f"http://127.0.0.1:{port}", archive, tmp))
-    report(args, shares)
+                    share, lag = one_run(arm, f"http://127.0.0.1:{port}", archive, tmp)
+                    shares[arm].append(share)
+                    lags[arm].append(lag)
+    report(args, shares, lags)
 
 
-def report(args: argparse.Namespace, shares: dict[str, list[float]]) -> None:
+def report(
+    args: argparse.Namespace, shares: dict[str, list[float]], lags: dict[str, list[float]]
+) -> None:
     med = {arm: statistics.median(v) for arm, v in shares.items()}
     whole = med.get("whole")
     print(f"{args.rate:,}/s for {args.seconds:g} s at nginx, median of {args.runs} runs "
@@ -150,11 +167,13 @@ def report(args: argparse.Namespace, shares: dict[str, list[float]]) -> None:
         runs = shares["whole"]
         print(f"whole: {min(runs):.1%} to {max(runs):.1%} of a core across its runs")
     print()
-    print("| arm | CPU, share of a core | µs a request | against whole, µs a request |")
-    print("|---|---:|---:|---:|")
+    head = "| arm | CPU, share of a core | µs a request | against whole, µs a request |"
+    print(head + " lag P99, ms |")
+    print("|---|---:|---:|---:|---:|")
     for arm, share in med.items():
         against = "" if whole is None else f"{(share - whole) / args.rate * 1e6:+.0f}"
-        print(f"| {arm} | {share:.1%} | {share / args.rate * 1e6:.0f} | {against} |")
+        lag = statistics.median(lags[arm])
+        print(f"| {arm} | {share:.1%} | {share / args.rate * 1e6:.0f} | {against} | {lag:.2f} |")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ class WakeMargin:
     mean time between sends (smoothed over the last ``_GAPS``): the busy wait's CPU,
     averaged over sends, stays under ``share`` of a core however late the wake-ups.
     Measured against the yield in docs/benchmarks.md, "The last wait before each send".
+    The dispatcher arms it by the lateness alone (``deviations=0``: "The margin at
+    the mean" there).
     """
 
     _GAPS = 32
