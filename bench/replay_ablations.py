@@ -20,14 +20,16 @@ And arms that change how a part is done rather than take it away:
 - ``batch-results``: each finished request's accounting (its result record, the
   archive, the summary) deferred and done 50 ms' worth at a time;
 - ``uvloop``: ``--event-loop uvloop``;
-- ``margin-1dev``, ``margin-mean``: the timer armed ahead of due by the wake-ups'
-  smoothed lateness plus one deviation, or by the lateness alone, rather than plus
-  two (``timer.WakeMargin``): less busy wait before each send, more sends late.
+- ``margin-2dev``, ``margin-1dev``: the timer armed ahead of due by the wake-ups'
+  smoothed lateness plus two of its smoothed deviations, or one, rather than by the
+  lateness alone (``timer.WakeMargin``): more busy wait before each send, fewer
+  sends late.
 
 Printed per arm: the median over ``--runs`` of the replay's CPU as a share of a core
 (the summary's ``client.cpu_share``: the dispatch's span), and its difference from
 ``whole`` in the same invocation (what the part costs, in microseconds a request),
-and the median of its dispatch lag P99. The spread of ``whole`` across its runs is printed too: a difference inside it is noise.
+and the median of its dispatch lag P99. The spread of ``whole`` across its runs is
+printed too: a difference inside it is noise.
 Needs nginx. Run: ``.venv/bin/python bench/replay_ablations.py``.
 """
 
@@ -51,7 +53,7 @@ from proxy import free_port, nginx, process
 _ONLY_IN_REPLAY = 'import sys\nif "replay" in sys.argv:\n'
 _DEVIATIONS = """    from tailreplay.replayer import timer
     init = timer.WakeMargin.__init__
-    def __init__(self, *, first, widest, share, deviations=2.0):
+    def __init__(self, *, first, widest, share, deviations=0.0):
         init(self, first=first, widest=widest, share=share, deviations={})
     timer.WakeMargin.__init__ = __init__
 """
@@ -105,8 +107,8 @@ TAKEN_AWAY = {
     dispatch.Dispatcher._done, dispatch.Dispatcher._settle = _done, _settle
 """,
     "uvloop": "",
+    "margin-2dev": _ONLY_IN_REPLAY + _DEVIATIONS.format(2.0),
     "margin-1dev": _ONLY_IN_REPLAY + _DEVIATIONS.format(1.0),
-    "margin-mean": _ONLY_IN_REPLAY + _DEVIATIONS.format(0.0),
 }
 EXTRA_ARGS = {"uvloop": ["--event-loop", "uvloop"]}
 
