@@ -58,9 +58,9 @@ _WAKE_DEVIATIONS = 0.0
 """The timer is armed ahead of due by the wake-ups' smoothed lateness alone (their
 mean), not plus deviations of it: about half the sends leave within the busy wait's
 microseconds of due and the rest some tens of microseconds late. Two deviations
-more put nine sends in ten on time for 2 points of a core at 500/s (the busy wait),
-and left the lag P99 where it was: 0.12 against 0.13 ms (docs/benchmarks.md, "The
-margin at the mean")."""
+more put nine sends in ten on time for 2-3 points of a core at 500/s (the busy
+wait), and the lag P99 within hundredths of a millisecond of this: 0.12 against
+0.13 ms, 0.13 against 0.15 ms (docs/benchmarks.md, "The margin at the mean")."""
 _SPIN_SHARE = 0.25
 """The widest margin, as a share of the mean time between sends: however late the host
 wakes the replay, the busy wait it adds stays under this share of a core."""
