@@ -21,6 +21,7 @@ from tailreplay.errors import UsageError
 from tailreplay.http.header_rules import header_problem, name_problem
 from tailreplay.output_path import FolderPath
 from tailreplay.units import (
+    ascii_digits,
     parse_buckets,
     parse_duration,
     parse_factor,
@@ -67,7 +68,7 @@ more than any deployment runs, and a report lists the missing ones."""
 
 def _shard(text: str, flag: str) -> tuple[int, int]:
     i, sep, n = text.partition("/")
-    digits = sep and i.isascii() and n.isascii() and i.isdigit() and n.isdigit()
+    digits = sep and ascii_digits(i) and ascii_digits(n)
     if not digits or not int(i) < int(n) <= MAX_SHARDS:
         raise UsageError(
             f"invalid {flag} {text!r}: use i/N with 0 <= i < N <= {MAX_SHARDS:,}, e.g. 0/4"

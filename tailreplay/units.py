@@ -18,6 +18,7 @@ from tailreplay.errors import UsageError
 
 __all__ = [
     "CLOCK_END_NS",
+    "ascii_digits",
     "format_duration",
     "format_ns",
     "host_port",
@@ -192,7 +193,7 @@ def host_port(host: str, port: int) -> str:
 def parse_host_port(text: str, flag: str) -> tuple[str, int]:
     """``127.0.0.1:8000`` (or ``[::1]:8000``) → (host, port); port 0 means any free port."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not _ascii_digits(port) or int(port) > 65535:
+    if not sep or not host or not ascii_digits(port) or int(port) > 65535:
         raise UsageError(f"invalid {flag} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8000")
     return host.strip("[]"), int(port)
 
@@ -207,16 +208,17 @@ def parse_http_url(text: str, flag: str) -> URL:
     if url is None or url.scheme not in ("http", "https") or not url.host:
         raise UsageError(f"invalid {flag} {shown!r}: use http(s)://HOST[:PORT][/PATH]")
     port = _port_text(text)
-    if port and not _ascii_digits(port):
+    if port and not ascii_digits(port):
         raise UsageError(f"invalid {flag} {shown!r}: the port must be digits 0-9 (1-65535)")
     if url.port == 0:
         raise UsageError(f"invalid {flag} {shown!r}: port 0 cannot be connected to")
     return url
 
 
-def _ascii_digits(text: str) -> bool:
-    # str.isdigit and int() take more than 0-9 ("٨٠", "+80", " 80"), which yarl and int()
-    # read as port 80: a URL that says something else than what is connected to.
+def ascii_digits(text: str) -> bool:
+    """Whether ``text`` is a number written in 0-9 alone. ``str.isdigit`` and ``int()``
+    take more ("٨٠", "+80", " 80", "1_000"): a port, count or edge read from text the
+    user did not write as a plain number."""
     return text.isascii() and text.isdigit()
 
 
@@ -230,7 +232,7 @@ def _port_text(url: str) -> str | None:
 def parse_buckets(text: str) -> list[int]:
     """Input-token bucket edges: ``50,256,512`` → [50, 256, 512] (positive integers)."""
     parts = [x.strip() for x in text.split(",") if x.strip()]
-    if not all(x.isascii() and x.isdigit() for x in parts):  # int() takes "1_000", "٣"
+    if not all(ascii_digits(x) for x in parts):
         raise UsageError(f"invalid --buckets {text!r}: use e.g. 50,256,512,1024")
     edges = [int(x) for x in parts]
     if not edges:
