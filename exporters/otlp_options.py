@@ -15,6 +15,7 @@ from tailreplay.declared import Choice, PathKind, Setting, declared
 from tailreplay.errors import UsageError
 from tailreplay.option_values import DURATION, KEY_VALUE
 from tailreplay.traces.text.redact_targets import redact_url
+from tailreplay.units import port_problem
 
 __all__ = ["LIVE_TRAFFIC", "PROTOCOLS", "OtlpOptions"]
 
@@ -187,7 +188,7 @@ def _checked(endpoint: str, given_as: str) -> str:
     process of its own, or send nothing without a word)."""
     try:
         url = URL(endpoint)
-        host, scheme, port = url.host, url.scheme, url.explicit_port
+        host, scheme = url.host, url.scheme
     except ValueError as exc:
         raise UsageError(f"{given_as}: not a URL ({exc})") from None
     if scheme not in _SCHEMES or not host:
@@ -196,6 +197,7 @@ def _checked(endpoint: str, given_as: str) -> str:
             f"{given_as}: {shown!r} is not an http(s):// or grpc(s):// URL with a host "
             "(e.g. http://127.0.0.1:4318/v1/traces)"
         )
-    if port == 0:
-        raise UsageError(f"{given_as}: {redact_url(endpoint)!r}: port 0 cannot be connected to")
+    problem = port_problem(endpoint, url)
+    if problem is not None:
+        raise UsageError(f"{given_as}: {redact_url(endpoint)!r}: {problem}")
     return endpoint

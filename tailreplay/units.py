@@ -29,6 +29,7 @@ __all__ = [
     "parse_http_url",
     "parse_size",
     "parse_time",
+    "port_problem",
     "round_factor",
 ]
 
@@ -207,12 +208,21 @@ def parse_http_url(text: str, flag: str) -> URL:
     shown = re.sub(r"//[^/?#]*@", "//***@", text, count=1)  # never echo a password
     if url is None or url.scheme not in ("http", "https") or not url.host:
         raise UsageError(f"invalid {flag} {shown!r}: use http(s)://HOST[:PORT][/PATH]")
+    problem = port_problem(text, url)
+    if problem is not None:
+        raise UsageError(f"invalid {flag} {shown!r}: {problem}")
+    return url
+
+
+def port_problem(text: str, url: URL) -> str | None:
+    """Why the port of ``url`` (parsed from ``text``) cannot be connected to, or None:
+    port 0, or a port written other than in 0-9 (yarl reads ``+80`` as 80)."""
     port = _port_text(text)
     if port and not ascii_digits(port):
-        raise UsageError(f"invalid {flag} {shown!r}: the port must be digits 0-9 (1-65535)")
-    if url.port == 0:
-        raise UsageError(f"invalid {flag} {shown!r}: port 0 cannot be connected to")
-    return url
+        return "the port must be digits 0-9 (1-65535)"
+    if url.explicit_port == 0:
+        return "port 0 cannot be connected to"
+    return None
 
 
 def ascii_digits(text: str) -> bool:

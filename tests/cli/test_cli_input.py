@@ -418,6 +418,8 @@ def test_a_seed_or_time_the_archive_cannot_hold_is_a_usage_error(
     [
         (["--max-context", "9223372036854775808"], "--max-context"),
         (["--otlp-endpoint", "http://127.0.0.1:0/v1/traces"], "port 0 cannot be connected to"),
+        (["--otlp-endpoint", "http://127.0.0.1:+4318/v1/traces"], "the port must be digits 0-9"),
+        (["--otlp-endpoint", "grpc://127.0.0.1:\u0664\u0663\u0661\u0667"], "port must be digits"),
     ],
 )
 def test_a_context_or_otlp_port_nothing_could_have_is_a_usage_error(
