@@ -23,6 +23,7 @@ Needs nginx. Run: ``.venv/bin/python bench/dispatch_wait.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replay import even_archive
 from replay_cpu import _chat_body
 
-from proxy import free_port, nginx, process
+from proxy import free_port, nginx, process, process_tree
 
 NO_TIMERFD = """\
 import tailreplay.replayer.timer as timer
@@ -151,14 +152,9 @@ PINNED_ARM = "this checkout, pinned apart"
 
 def pin_tree(pid: int, cpus: set[int]) -> None:
     """``pid`` and its descendants (nginx's master and workers) onto ``cpus``."""
-    pending = [pid]
-    while pending:
-        p = pending.pop()
-        try:
+    for p in process_tree(pid):
+        with contextlib.suppress(OSError):  # ended meanwhile
             os.sched_setaffinity(p, cpus)
-            pending += map(int, Path(f"/proc/{p}/task/{p}/children").read_text().split())
-        except OSError:
-            continue  # ended meanwhile
 
 
 def main() -> None:

@@ -126,19 +126,28 @@ def nginx(
     return ["nginx", "-c", str(conf), "-p", str(tmp), "-g", "daemon off;"]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU of ``pid`` and every descendant now alive (Linux /proc)."""
-    total = 0.0
+def process_tree(pid: int) -> Iterator[int]:
+    """``pid`` and every descendant now alive (Linux /proc), parents first."""
     pending = [pid]
     while pending:
         p = pending.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
             children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
         except OSError:
             continue  # ended meanwhile
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        yield p
         pending += map(int, children)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU of ``pid`` and every descendant now alive (Linux /proc)."""
+    total = 0.0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 
