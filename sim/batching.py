@@ -265,7 +265,7 @@ class Engine:
                 cost_ms += p.prefill_ms(prefill_tokens)
             if decoding:
                 cost_ms += p.decode_ms(len(decoding))
-            if cost_ms == 0.0:
+            if not prefill_tokens and not decoding:
                 # Nothing could run (e.g. the head of the queue waits for KV room that
                 # only a cancellation can free): wait for a change instead of spinning.
                 self._wake.clear()
@@ -273,9 +273,9 @@ class Engine:
                 step_start = loop.time()
                 continue
             deadline = step_start + cost_ms / 1000
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # A step the profile prices at 0 ms (a calibration clamps a cost fitted
+            # below 0 to 0) still yields, so the clients read its tokens in turn.
+            await asyncio.sleep(max(deadline - loop.time(), 0.0))
             now = loop.time()
             self._finish_step(prefill, decoding)
             # Timer wake-ups overshoot by up to a millisecond; like a pacer, the next

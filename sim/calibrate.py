@@ -85,6 +85,12 @@ class Timeline:
     """...and ended (its first token, or an earlier token of that step)."""
     step_batch: Array
     """How many requests that step decoded."""
+    prior_start_s: Array
+    """When the step before that one began, or the request's send when that came later:
+    on an engine that sends a first token a step after its prompt's step (llama.cpp's
+    server), the prefill ran from here to ``step_start_s``..."""
+    prior_batch: Array
+    """...beside this many requests decoding."""
     gap_batch: Array
     """For each gap: how many requests its step decoded..."""
     gap_clean: Array
@@ -105,7 +111,6 @@ class Timeline:
         first = o.start_s + o.ttft_s
         gap_end = o.gap_start_s + o.gap_s
         gap_batch = batch_sizes(first, o.last_token_s, o.gap_start_s + o.gap_s / 2)
-        clean = (o.gap_s > 0) & ~with_prefill(o.gap_start_s, o.gap_s, first)
         typical = float(np.median(o.gap_s[o.gap_s > 0])) if np.any(o.gap_s > 0) else np.inf
         ends = step_ends(np.concatenate([first[~np.isnan(first)], gap_end]), typical)
         # The step that ended with a request's first token began at the step end before
@@ -115,6 +120,19 @@ class Timeline:
         step_start = np.where(np.isnan(first), np.nan, np.maximum(o.start_s, previous))
         step_end = np.maximum(ends[np.maximum(at, 0)], step_start)
         step_batch = batch_sizes(first, o.last_token_s, (step_start + step_end) / 2)
+        before = np.where(at >= 2, ends[np.maximum(at - 2, 0)], -np.inf)
+        prior_start = np.where(np.isnan(first), np.nan, np.maximum(o.start_s, before))
+        prior_start = np.minimum(prior_start, step_start)
+        prior_batch = batch_sizes(first, o.last_token_s, (prior_start + step_start) / 2)
+        # A gap is a decode alone when no prefill ran in its step either way an engine
+        # may send a first token: with its prompt's step (a first token ends the gap) or
+        # a step later (the gap ends where a step before a first token ended).
+        late_prefill_end = step_start[~np.isnan(first) & (step_start > o.start_s)]
+        clean = (
+            (o.gap_s > 0)
+            & ~with_prefill(o.gap_start_s, o.gap_s, first)
+            & ~with_prefill(o.gap_start_s, o.gap_s, late_prefill_end)
+        )
         # Another prefill shared the step when its first token came within half a step
         # of this one's (half the step, or of a typical gap when the step was longer).
         window = np.minimum(first - step_start, typical)
@@ -122,7 +140,18 @@ class Timeline:
         sent = np.sort(o.start_s)
         meanwhile = np.searchsorted(sent, first, "left") - np.searchsorted(sent, o.start_s, "right")
         idle = alone & (step_batch == 0) & (step_start == o.start_s) & (meanwhile == 0)
-        return cls(first, step_start, step_end, step_batch, gap_batch, clean, alone, idle)
+        return cls(
+            first_s=first,
+            step_start_s=step_start,
+            step_end_s=step_end,
+            step_batch=step_batch,
+            prior_start_s=prior_start,
+            prior_batch=prior_batch,
+            gap_batch=gap_batch,
+            gap_clean=clean,
+            alone=alone,
+            idle=idle,
+        )
 
 
 STEP_SPLIT = 0.3
@@ -338,21 +367,26 @@ def _decode_fit(o: Observed, t: Timeline) -> _Decode:
 def _prefill_fit(
     o: Observed, t: Timeline, decode: _Decode, chunk: int, *, late: bool = False
 ) -> LineFit:
-    """The prefill fit on each streamed request's prefill step less its decode (and,
-    ``late``, less the decode step after it that brought its first token): from the
+    """The prefill fit on each streamed request's prefill step less its decode: from the
     requests that found the engine idle when there are enough of them, else from those
     whose prefill was alone in its step when there are enough, else from all.
 
-    An idle engine's request is the one whose step is read without assuming when an
-    engine sends a first token: its TTFT is its prefill. Beside a running batch, the
-    step is taken to be the one its first token ended, which holds where the first
-    token comes with its prefill's step (vLLM, SGLang, the simulator); llama.cpp's
-    server sends it a step later, and that step, a decode, read as the prefill, made
-    the fit a tenth of its cost."""
-    decode_ms = np.where(t.step_batch > 0, decode.ms(t.step_batch), 0.0)
-    if late:  # the step that brought the first token decoded it beside the batch
+    Beside a running batch, the prefill's step is the one its first token ended where
+    the first token comes with its prefill's step (vLLM, SGLang, the simulator). With
+    ``late``, it is the step before that one: llama.cpp's server sends the first token
+    a step later, so its prefill time is the two steps from ``prior_start_s`` less
+    their decodes (the second decoded the request itself too). That step, a decode,
+    read as the prefill made the fit a tenth of the cost; read alone and less a second
+    decode, it fitted 0 ms a token on every replay of the e2e twin's window at llama.cpp.
+    An idle engine's request is read alike either way: its TTFT is its prefill and,
+    ``late``, one decode."""
+    if late:
+        decode_ms = np.where(t.prior_batch > 0, decode.ms(t.prior_batch), 0.0)
         decode_ms = decode_ms + decode.ms(t.step_batch + 1)
-    prefill_ms = (t.step_end_s - t.step_start_s) * 1e3 - decode_ms
+        prefill_ms = (t.step_end_s - t.prior_start_s) * 1e3 - decode_ms
+    else:
+        decode_ms = np.where(t.step_batch > 0, decode.ms(t.step_batch), 0.0)
+        prefill_ms = (t.step_end_s - t.step_start_s) * 1e3 - decode_ms
     tokens = o.uncached_tokens
     idle = t.idle & o.streamed
     alone = t.alone & o.streamed

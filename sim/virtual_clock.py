@@ -13,6 +13,7 @@ loop would wait forever, and raises ``Stalled`` instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import selectors
 from collections.abc import Coroutine
@@ -82,5 +83,20 @@ def run_virtual(main: Coroutine[Any, Any, T]) -> T:
     loop = _VirtualLoop()
     try:
         return loop.run_until_complete(main)
+    except Stalled:
+        _cancel_all(loop)
+        raise
     finally:
         loop.close()
+
+
+def _cancel_all(loop: _VirtualLoop) -> None:
+    """Every task left cancelled and run to its end, so that its ``finally`` runs now,
+    on this loop, rather than when it is collected after the loop has closed (an
+    "Event loop is closed" traceback and a "Task was destroyed" line for each)."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    # A cleanup that itself waits on nothing due would stall again: left as it is then.
+    with contextlib.suppress(Stalled):
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))

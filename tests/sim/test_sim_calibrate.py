@@ -401,16 +401,19 @@ def test_a_cost_fitted_below_zero_is_held_at_zero_and_said(tmp_path: Path) -> No
     )
 
 
-def _late_first_token_archive(path: Path, n: int, seed: int, followed: float = 0.0) -> None:
+def _late_first_token_archive(
+    path: Path, n: int, seed: int, followed: float = 0.0, every_s: float = 3.0
+) -> None:
     """Results of an engine that, like llama.cpp's server, sends a request's first
     token one step after its prefill's step: each step costs 10 ms, 15 ms a sequence
-    decoding and 2 ms a prompt token; up to 4 requests at once; one arrival in 3 s on
-    average (29 of 80 prefilled beside another request's decode). A share
+    decoding and 2 ms a prompt token; up to 4 requests at once; one arrival in
+    ``every_s`` on average (at 3 s, 29 of 80 prefilled beside another request's
+    decode). A share
     ``followed`` of the requests is sent 30 ms after the one before, with a prompt of
     400 tokens or more: during its prefill, so that it joins the step that brings the
     first one's first token."""
     rng = np.random.default_rng(seed)
-    arrivals = list(np.cumsum(rng.exponential(3.0, n)))
+    arrivals = list(np.cumsum(rng.exponential(every_s, n)))
     sizes = [int(x) for x in np.exp(rng.uniform(np.log(30), np.log(600), n))]
     for i in range(1, n):
         if rng.random() < followed and arrivals[i] - arrivals[i - 1] > 0.03:
@@ -475,6 +478,25 @@ def test_the_prefill_of_an_engine_that_sends_the_first_token_a_step_late(
     w = fitted.window
     assert abs(w.ttft_p50) < 0.05 and abs(w.ttft_p99) < 0.05, w
     assert abs(w.latency_p50) < 0.05 and abs(w.latency_p99) < 0.05, w
+
+
+def test_a_late_first_token_engine_seldom_idle_still_gives_its_prefill(
+    tmp_path: Path,
+) -> None:
+    """The same engine at an arrival a second: one or two of 80 requests find it idle,
+    too few to fit on, so the prefill is read beside the batch, from the two steps
+    before the first token (the prefill's and the decode that brought it). Read from
+    the last step alone, less a second decode, the line came out below 0 and was
+    clamped to a free prefill, which the offline engine then stalled on. The decode
+    is fitted on gaps whose step held no prefill either way: the step before a first
+    token held one here, and counted as a decode it put 20 ms on the decode's base."""
+    results = tmp_path / "busy.msgpack"
+    _late_first_token_archive(results, 80, seed=5, every_s=1.0)
+    p = calibrate([results], profile("fast")).profile
+    assert p.first_token_late
+    assert p.prefill_per_token_ms == pytest.approx(2.0, rel=0.05)
+    assert p.decode_base_ms == pytest.approx(10.0, rel=0.05)
+    assert p.decode_per_seq_ms == pytest.approx(15.0, rel=0.05)
 
 
 def test_a_prompt_sent_during_an_idle_engines_prefill_is_not_read_as_its_cost(
