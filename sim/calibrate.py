@@ -263,6 +263,11 @@ def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
             f"{', '.join(o.files)}: {streamed} streamed answers; a calibration needs at "
             f"least {MIN_REQUESTS} to fit prefill and decode costs"
         )
+    if not np.any(o.ttft_s[o.streamed] > 0):
+        raise UnusableResults(
+            f"{', '.join(o.files)}: every streamed answer's first token came at 0 ms: "
+            "without first-token times the prefill cost cannot be fitted"
+        )
     t = Timeline.of(o)
     decode = _decode_fit(o, t)
     limits = fit_limits(o, t.gap_batch, _queued(o, t, decode), base)
@@ -283,7 +288,7 @@ def calibrate_observed(o: Observed, base: EngineProfile) -> Calibration:
         served_model=limits.served_model,
         residuals=residuals,
         window=window,
-        warnings=(*limits.warnings, *_clamped(prefill, decode)),
+        warnings=(*limits.warnings, *_clamped(prefill, decode), *_missed(window)),
     )
 
 
@@ -298,7 +303,10 @@ def _first_token_way(
         prefill = _prefill_fit(o, t, decode, base.max_batched_tokens, late=late)
         way = replace(_profile(base, prefill, decode, limits, o), first_token_late=late)
         ways.append((served_again(o, way), prefill, way))
-    window, prefill, chosen = min(ways, key=lambda w: w[0].ttft_request_ms)
+    # A way whose twin served none of the requests (NaN) is never the closer one.
+    window, prefill, chosen = min(
+        ways, key=lambda w: np.nan_to_num(w[0].ttft_request_ms, nan=np.inf)
+    )
     on_time, late_way = (
         f"{w.ttft_request_ms:,.0f} ms (P50 {w.ttft_p50:+.1%}, P99 {w.ttft_p99:+.1%})"
         for w, _, _ in ways
@@ -308,6 +316,29 @@ def _first_token_way(
         f"|twin - measured|: {on_time} with its prompt's step, {late_way} a step later"
     )
     return window, prefill, chosen, why
+
+
+WINDOW_MISS = 0.25
+"""A profile whose twin serves its own window's TTFT or latency P50 further off than
+this is said not to explain its input."""
+
+
+def _missed(w: WindowErrors) -> list[str]:
+    """The profile serving its own window far from what it measured: its twin will not
+    predict other loads better, and the input is one the time model does not read
+    (e.g. a burst that filled the engine before anything decoded, answers not
+    streamed beside streamed ones, a prefix cache the answers did not report)."""
+    figures = {"TTFT P50": w.ttft_p50, "latency P50": w.latency_p50}
+    off = {k: v for k, v in figures.items() if not abs(v) <= WINDOW_MISS}
+    if not off:
+        return []
+    said = ", ".join(
+        f"{k} {v:+.0%}" if np.isfinite(v) else f"{k} not served" for k, v in off.items()
+    )
+    return [
+        f"the fitted profile serves its own input again at {said}: it does not explain "
+        "the input, and a twin of it is not to be trusted at other loads"
+    ]
 
 
 def _clamped(prefill: LineFit, decode: _Decode) -> list[str]:
@@ -429,8 +460,9 @@ def _profile(
         **limits.overrides,
     )
     longest = int((o.input_tokens + o.output_tokens).max())
-    # Sized to serve what it was fitted on, as replay sizes the built-in target.
-    return replace(p, max_model_len=fit_context(p, longest).max_model_len)
+    # Sized to serve what it was fitted on (context and KV cache), as replay sizes the
+    # built-in target; a limit the results gave stays as fitted.
+    return fit_context(p, longest, keep=frozenset(limits.overrides))
 
 
 def _fitted_notes(prefill: LineFit, decode: _Decode) -> dict[str, str]:

@@ -68,10 +68,21 @@ def served_again(o: Observed, p: EngineProfile) -> WindowErrors:
         ttft_p99=_error(ttft, measured_ttft, 99),
         latency_p50=_error(latency, measured_latency, 50),
         latency_p99=_error(latency, measured_latency, 99),
-        ttft_request_ms=float(np.nanmean(np.abs(ttft - measured_ttft))) * 1e3,
+        ttft_request_ms=_mean_ms(np.abs(ttft - measured_ttft)),
     )
 
 
 def _error(twin: Array, measured: Array, q: float) -> float:
-    """The twin's percentile ``q`` against the measured one, as twin / measured - 1."""
-    return float(np.nanpercentile(twin, q) / np.nanpercentile(measured, q) - 1)
+    """The twin's percentile ``q`` against the measured one, as twin / measured - 1; NaN
+    where either has no value or the measured one is 0 (no error can be read)."""
+    twin, measured = twin[np.isfinite(twin)], measured[np.isfinite(measured)]
+    if not len(twin) or not len(measured):
+        return float("nan")
+    of = float(np.percentile(measured, q))
+    return float(np.percentile(twin, q)) / of - 1 if of > 0 else float("nan")
+
+
+def _mean_ms(seconds: Array) -> float:
+    """The mean of the finite values, in ms; NaN without any (the twin served none)."""
+    finite = seconds[np.isfinite(seconds)]
+    return float(finite.mean()) * 1e3 if len(finite) else float("nan")

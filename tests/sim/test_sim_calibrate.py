@@ -152,14 +152,20 @@ def test_block_size_is_the_common_divisor_of_the_hits() -> None:
 
 
 def _engine_timeline(
-    rng: np.random.Generator, known: dict[str, float], cap: int, n: int = 500
+    rng: np.random.Generator,
+    known: dict[str, float],
+    cap: int,
+    n: int = 500,
+    span_s: float = 25.0,
+    prompt_max: int = 3000,
 ) -> list[Record]:
-    """Results of the simulator's time model run offline (no clock): arrivals ramping
-    from 1 to 40 per second, each step admitting what arrived before it (up to
-    ``cap`` running), prefilling the admitted prompts and decoding the rest; every
-    token at the step's end, as ``sim/batching.py`` hands them out."""
-    arrivals = np.sort(rng.uniform(0, 1, n) ** 0.5) * 25.0  # the rate grows linearly
-    tokens = np.exp(rng.uniform(np.log(30), np.log(3000), n)).astype(int)
+    """Results of the simulator's time model run offline (no clock): arrivals over
+    ``span_s`` (25 s: ramping from 1 to 40 per second), each step admitting what
+    arrived before it (up to ``cap`` running), prefilling the admitted prompts (30 to
+    ``prompt_max`` tokens) and decoding the rest; every token at the step's end, as
+    ``sim/batching.py`` hands them out."""
+    arrivals = np.sort(rng.uniform(0, 1, n) ** 0.5) * span_s  # the rate grows linearly
+    tokens = np.exp(rng.uniform(np.log(30), np.log(prompt_max), n)).astype(int)
     outputs = rng.integers(20, 61, n)
     times: list[list[float]] = [[] for _ in range(n)]
     running: list[int] = []
@@ -208,13 +214,43 @@ OFFLINE_KNOWN = {
 
 
 def _timeline_archive(
-    path: Path, seed: int, known: dict[str, float] = OFFLINE_KNOWN, n: int = 500
+    path: Path, seed: int, known: dict[str, float] = OFFLINE_KNOWN, n: int = 500, **shape: int
 ) -> Path:
-    """``_engine_timeline``'s results (batches capped at 24) written as a result archive."""
+    """``_engine_timeline``'s results (batches capped at 24) written as a result archive;
+    ``shape``: its ``span_s`` and ``prompt_max``."""
+    rng = np.random.default_rng(seed)
     with ArchiveWriter(path, header=make_header("replay")) as writer:
-        for record in _engine_timeline(np.random.default_rng(seed), known, cap=24, n=n):
+        for record in _engine_timeline(rng, known, cap=24, n=n, **shape):
             writer.append(record)
     return path
+
+
+def test_a_fit_that_does_not_serve_its_own_input_again_says_so(tmp_path: Path) -> None:
+    """500 requests in 100 ms: the batch fills before anything decodes, and the queue
+    behind it, which the fit reads from requests queued behind decoding ones, goes
+    unseen. The profile's twin serves the window's TTFT P50 60% short, and the
+    calibration warns rather than pass its twin off as one."""
+    results = _timeline_archive(tmp_path / "burst.msgpack", 4, span_s=0.1)
+    fitted = calibrate([results], profile("fast"))
+    assert abs(fitted.window.ttft_p50) > 0.5
+    (said,) = [w for w in fitted.warnings if "serves its own input again" in w]
+    assert said.startswith(
+        f"the fitted profile serves its own input again at TTFT P50 {fitted.window.ttft_p50:+.0%}"
+    )
+    # A window the model reads serves again exactly, and says nothing.
+    steady = calibrate([_timeline_archive(tmp_path / "steady.msgpack", 4)], profile("fast"))
+    assert not [w for w in steady.warnings if "serves its own input again" in w]
+
+
+def test_a_profile_fitted_on_long_prompts_has_the_kv_cache_to_serve_them(tmp_path: Path) -> None:
+    """Prompts up to 70,000 tokens, past the default profile's 49,152 KV tokens: the
+    context and the KV cache both grow to serve them (the twin served none of its own
+    window when only the context grew, and its errors read NaN)."""
+    results = _timeline_archive(tmp_path / "long.msgpack", 4, n=200, prompt_max=70_000)
+    fitted = calibrate([results], profile("default"))
+    p = fitted.profile
+    assert p.max_model_len >= 70_000 and p.kv_tokens >= p.max_model_len
+    assert np.isfinite(fitted.window.ttft_p50) and np.isfinite(fitted.window.latency_p50)
 
 
 def test_the_fit_recovers_the_time_model_run_offline(tmp_path: Path) -> None:
@@ -257,7 +293,7 @@ def test_the_command_writes_the_profile_and_says_how_well_it_fits(tmp_path: Path
 # -- unusable results and bad options: one line, exit 3 and 2 --------------------------
 
 
-def _results(path: Path, n: int, stream: bool) -> Path:
+def _results(path: Path, n: int, stream: bool, ttfb_ns: int = 50_000_000) -> Path:
     with ArchiveWriter(path, header=make_header("replay")) as writer:
         for i in range(n):
             writer.append(
@@ -268,7 +304,7 @@ def _results(path: Path, n: int, stream: bool) -> Path:
                     input_tokens=100 + i,
                     output_tokens=20,
                     duration_ns=300_000_000,
-                    ttfb_ns=50_000_000 if stream else None,
+                    ttfb_ns=ttfb_ns if stream else None,
                     chunk_gaps_us=[12_000] * 19 if stream else None,
                 )
             )
@@ -294,6 +330,19 @@ def test_unusable_results_are_one_line_and_exit_3(
     assert says in done.output and "Traceback" not in done.output
     assert len(done.output.strip().splitlines()) == 1
     assert not (tmp_path / "p.json").exists()
+
+
+def test_first_tokens_all_at_0_ms_are_unusable_results(tmp_path: Path) -> None:
+    results = _results(tmp_path / "r.msgpack", 200, True, ttfb_ns=0)
+    done = CliRunner().invoke(
+        cli, ["sim", "calibrate", str(results), "-o", str(tmp_path / "p.json")]
+    )
+    assert done.exit_code == 3, done.output
+    assert done.output.strip().endswith(
+        "every streamed answer's first token came at 0 ms: without first-token times "
+        "the prefill cost cannot be fitted"
+    )
+    assert len(done.output.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
