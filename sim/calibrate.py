@@ -94,8 +94,8 @@ class Timeline:
     gap_batch: Array
     """For each gap: how many requests its step decoded..."""
     gap_clean: Array
-    """...and whether that step held no other request's prefill (and the gap is not 0:
-    two tokens read together)."""
+    """...and whether that step held no other request's prefill, either way an engine
+    may send a first token (and the gap is not 0: two tokens read together)."""
     alone: Array
     """Requests whose prefill step held no other request's prefill."""
     idle: Array
@@ -406,11 +406,11 @@ def _prefill_fit(
     the first token comes with its prefill's step (vLLM, SGLang, the simulator). With
     ``late``, it is the step before that one: llama.cpp's server sends the first token
     a step later, so its prefill time is the two steps from ``prior_start_s`` less
-    their decodes (the second decoded the request itself too). That step, a decode,
-    read as the prefill made the fit a tenth of the cost; read alone and less a second
-    decode, it fitted 0 ms a token on every replay of the e2e twin's window at llama.cpp.
-    An idle engine's request is read alike either way: its TTFT is its prefill and,
-    ``late``, one decode."""
+    their decodes (the second decoded the request itself too). The step the first
+    token ended is a decode there: read as the prefill, it puts the fit at a tenth of
+    the cost, or at 0 ms a token (on replays of the e2e twin's window at llama.cpp's
+    server). An idle engine's request is read alike either way: its TTFT is its
+    prefill and, ``late``, one decode."""
     if late:
         decode_ms = np.where(t.prior_batch > 0, decode.ms(t.prior_batch), 0.0)
         decode_ms = decode_ms + decode.ms(t.step_batch + 1)

@@ -244,8 +244,8 @@ def test_a_fit_that_does_not_serve_its_own_input_again_says_so(tmp_path: Path) -
 
 def test_a_profile_fitted_on_long_prompts_has_the_kv_cache_to_serve_them(tmp_path: Path) -> None:
     """Prompts up to 70,000 tokens, past the default profile's 49,152 KV tokens: the
-    context and the KV cache both grow to serve them (the twin served none of its own
-    window when only the context grew, and its errors read NaN)."""
+    context and the KV cache both grow to serve them (with the context alone, the twin
+    serves none of its own window and its errors are NaN)."""
     results = _timeline_archive(tmp_path / "long.msgpack", 4, n=200, prompt_max=70_000)
     fitted = calibrate([results], profile("default"))
     p = fitted.profile
@@ -534,11 +534,10 @@ def test_a_late_first_token_engine_seldom_idle_still_gives_its_prefill(
 ) -> None:
     """The same engine at an arrival a second: one or two of 80 requests find it idle,
     too few to fit on, so the prefill is read beside the batch, from the two steps
-    before the first token (the prefill's and the decode that brought it). Read from
-    the last step alone, less a second decode, the line came out below 0 and was
-    clamped to a free prefill, which the offline engine then stalled on. The decode
+    before the first token (the prefill's and the decode that brought it): read from
+    the last step alone, less a second decode, the line comes out below 0. The decode
     is fitted on gaps whose step held no prefill either way: the step before a first
-    token held one here, and counted as a decode it put 20 ms on the decode's base."""
+    token holds one here, and counted as a decode it puts 20 ms on the decode's base."""
     results = tmp_path / "busy.msgpack"
     _late_first_token_archive(results, 80, seed=5, every_s=1.0)
     p = calibrate([results], profile("fast")).profile
