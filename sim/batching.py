@@ -273,9 +273,14 @@ class Engine:
                 step_start = loop.time()
                 continue
             deadline = step_start + cost_ms / 1000
-            # A step the profile prices at 0 ms (a calibration clamps a cost fitted
-            # below 0 to 0) still yields, so the clients read its tokens in turn.
-            await asyncio.sleep(max(deadline - loop.time(), 0.0))
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif cost_ms == 0.0:
+                # A step the profile prices at 0 ms (a calibration clamps a cost fitted
+                # below 0 to 0) still yields, or a run of them would hold the loop. A
+                # late step does not: its clients' writes wait for the step after it.
+                await asyncio.sleep(0)
             now = loop.time()
             self._finish_step(prefill, decoding)
             # Timer wake-ups overshoot by up to a millisecond; like a pacer, the next
@@ -287,7 +292,9 @@ class Engine:
             self.stats.steps += 1
             self.stats.late_steps += late
             self.stats.modelled_s += cost_ms / 1000
-            self.stats.achieved_s += next_start - step_start
+            # A step on schedule took its model exactly: adding the same number keeps the
+            # sums' rounding from reading a simulator on time as faster than its model.
+            self.stats.achieved_s += next_start - step_start if late else cost_ms / 1000
             step_start = next_start
 
     def _admit(self) -> None:
