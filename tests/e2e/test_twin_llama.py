@@ -12,8 +12,9 @@ deciding the test:
 - The server runs one thread. Its threads meet at a barrier every operation, so with
   two threads a neighbour that takes one core stalls both: a 180-token prompt and 20
   answer tokens take 649 ms alone and 1,700 ms beside one busy loop, where one thread
-  takes 1,091 and 1,090 ms (``bench/llama_threads.py``, docs/benchmarks.md). A replay's first minutes beside such a neighbour read TTFTs
-  of seconds from an idle server, which no twin of the minutes after them predicts.
+  takes 1,091 and 1,090 ms (``bench/llama_threads.py``, docs/benchmarks.md). A
+  replay's first minutes beside such a neighbour read TTFTs of seconds from an idle
+  server, which no twin of the minutes after them predicts.
 - The window is replayed at L once more at the end, on prompts of its own, and a
   profile calibrated on each: the server's speed at L is known only as well as those
   two replays agree. Each figure is held on the twin nearer the server (and passes
